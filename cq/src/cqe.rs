@@ -1,0 +1,252 @@
+//! CQE layouts (rdma-core `providers/mlx5/mlx5dv.h` `struct mlx5_cqe64`, `struct mlx5_err_cqe`;
+//! Linux `include/linux/mlx5/device.h`).
+
+/// CQE opcode (`op_own` bits 7:4): requester success (`MLX5_CQE_REQ`).
+pub const CQE_REQ: u8 = 0;
+/// Responder: RDMA WRITE with immediate (`MLX5_CQE_RESP_WR_IMM`).
+pub const CQE_RESP_WR_IMM: u8 = 1;
+/// Responder: SEND (`MLX5_CQE_RESP_SEND`).
+pub const CQE_RESP_SEND: u8 = 2;
+/// Responder: SEND with immediate (`MLX5_CQE_RESP_SEND_IMM`).
+pub const CQE_RESP_SEND_IMM: u8 = 3;
+/// Responder: SEND with invalidate (`MLX5_CQE_RESP_SEND_INV`).
+pub const CQE_RESP_SEND_INV: u8 = 4;
+/// CQ resize (`MLX5_CQE_RESIZE_CQ`).
+pub const CQE_RESIZE_CQ: u8 = 5;
+/// Tag matching: no packet (`MLX5_CQE_NO_PACKET`).
+pub const CQE_NO_PACKET: u8 = 6;
+/// Signature error (`MLX5_CQE_SIG_ERR`).
+pub const CQE_SIG_ERR: u8 = 12;
+/// Requester error (`MLX5_CQE_REQ_ERR`).
+pub const CQE_REQ_ERR: u8 = 13;
+/// Responder error (`MLX5_CQE_RESP_ERR`).
+pub const CQE_RESP_ERR: u8 = 14;
+/// Invalid / never written (`MLX5_CQE_INVALID`).
+pub const CQE_INVALID: u8 = 15;
+
+/// Name of a CQE opcode as rdma-core spells it.
+pub fn cqe_opcode_name(op: u8) -> &'static str {
+    match op {
+        CQE_REQ => "REQ",
+        CQE_RESP_WR_IMM => "RESP_WR_IMM",
+        CQE_RESP_SEND => "RESP_SEND",
+        CQE_RESP_SEND_IMM => "RESP_SEND_IMM",
+        CQE_RESP_SEND_INV => "RESP_SEND_INV",
+        CQE_RESIZE_CQ => "RESIZE_CQ",
+        CQE_NO_PACKET => "NO_PACKET",
+        CQE_SIG_ERR => "SIG_ERR",
+        CQE_REQ_ERR => "REQ_ERR",
+        CQE_RESP_ERR => "RESP_ERR",
+        CQE_INVALID => "INVALID",
+        _ => "RESERVED",
+    }
+}
+
+/// `op_own` format field (bits 3:2): no inline data (`MLX5_NO_INLINE_DATA`).
+pub const CQE_FORMAT_NONE: u8 = 0;
+/// Up to 32 bytes of data scattered into the 64-byte CQE itself (`MLX5_INLINE_DATA32_SEG`).
+pub const CQE_FORMAT_INLINE32: u8 = 1;
+/// Up to 64 bytes scattered into the first half of a 128-byte CQE (`MLX5_INLINE_DATA64_SEG`).
+pub const CQE_FORMAT_INLINE64: u8 = 2;
+/// Compressed CQE (`MLX5_COMPRESSED`).
+pub const CQE_FORMAT_COMPRESSED: u8 = 3;
+
+/// `op_own` bit set by `MLX5_INLINE_SCATTER_32` (format 1).
+pub const INLINE_SCATTER_32: u8 = 0x04;
+/// `op_own` bit set by `MLX5_INLINE_SCATTER_64` (format 2).
+pub const INLINE_SCATTER_64: u8 = 0x08;
+
+/// The 64-byte CQE (`struct mlx5_cqe64`). Multi-byte fields hold big-endian values.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Cqe64 {
+    /// Ethernet / striding-RQ fields (bytes 0–15) and ml_path etc. (16–23); unused by RC/UC/UD
+    /// except `slid` at 22 and `ml_path` at 17.
+    pub rsvd0: [u8; 17],
+    /// DLID path bits (6:0).
+    pub ml_path: u8,
+    /// Reserved.
+    pub rsvd20: [u8; 4],
+    /// BE16 source LID.
+    pub slid: u16,
+    /// BE32: SL / packet type (27:24), GRH flags (29:28), source QPN (23:0).
+    pub flags_rqpn: u32,
+    /// L3/L4 status bits.
+    pub hds_ip_ext: u8,
+    /// L4 header type etc.
+    pub l4_hdr_type_etc: u8,
+    /// BE16 VLAN info.
+    pub vlan_info: u16,
+    /// BE32: SRQN or user index (23:0).
+    pub srqn_uidx: u32,
+    /// Immediate (network order, raw), invalidated rkey, or P_Key index.
+    pub imm_inval_pkey: u32,
+    /// Tag matching: app.
+    pub app: u8,
+    /// Tag matching: app_op.
+    pub app_op: u8,
+    /// BE16 tag matching: app_info.
+    pub app_info: u16,
+    /// BE32 bytes transferred.
+    pub byte_cnt: u32,
+    /// BE64 timestamp.
+    pub timestamp: u64,
+    /// BE32: requester send opcode (31:24) | QPN (23:0).
+    pub sop_drop_qpn: u32,
+    /// BE16 WQE counter.
+    pub wqe_counter: u16,
+    /// Signature / validity iteration count.
+    pub signature: u8,
+    /// Opcode (7:4), format (3:2), solicited (1), owner (0).
+    pub op_own: u8,
+}
+
+impl Default for Cqe64 {
+    fn default() -> Self {
+        // SAFETY: POD; all-zero is a valid value.
+        unsafe { core::mem::zeroed() }
+    }
+}
+
+impl Cqe64 {
+    /// Owner bit (`mlx5dv_get_cqe_owner`).
+    #[inline(always)]
+    pub fn owner(&self) -> u8 {
+        self.op_own & 1
+    }
+    /// Solicited-event bit (`mlx5dv_get_cqe_se`).
+    #[inline(always)]
+    pub fn se(&self) -> u8 {
+        (self.op_own >> 1) & 1
+    }
+    /// Inline-scatter / compression format (`mlx5dv_get_cqe_format`).
+    #[inline(always)]
+    pub fn format(&self) -> u8 {
+        (self.op_own >> 2) & 3
+    }
+    /// CQE opcode (`mlx5dv_get_cqe_opcode`).
+    #[inline(always)]
+    pub fn opcode(&self) -> u8 {
+        self.op_own >> 4
+    }
+    /// Replace the owner bit (`mlx5dv_set_cqe_owner`).
+    #[inline(always)]
+    pub fn set_owner(&mut self, v: u8) {
+        self.op_own = (self.op_own & 0xfe) | (v & 1);
+    }
+    /// QPN (bits 23:0 of `sop_drop_qpn`).
+    #[inline(always)]
+    pub fn qpn(&self) -> u32 {
+        u32::from_be(self.sop_drop_qpn) & 0x00ff_ffff
+    }
+    /// Requester CQE: the `MLX5_OPCODE_*` of the completed send WQE.
+    #[inline(always)]
+    pub fn send_opcode(&self) -> u8 {
+        (u32::from_be(self.sop_drop_qpn) >> 24) as u8
+    }
+    /// WQE counter.
+    #[inline(always)]
+    pub fn wqe_counter(&self) -> u16 {
+        u16::from_be(self.wqe_counter)
+    }
+    /// Byte count.
+    #[inline(always)]
+    pub fn byte_cnt(&self) -> u32 {
+        u32::from_be(self.byte_cnt)
+    }
+    /// Source QPN (UD responder).
+    #[inline(always)]
+    pub fn src_qpn(&self) -> u32 {
+        u32::from_be(self.flags_rqpn) & 0x00ff_ffff
+    }
+    /// SRQN / user index.
+    #[inline(always)]
+    pub fn srqn(&self) -> u32 {
+        u32::from_be(self.srqn_uidx) & 0x00ff_ffff
+    }
+    /// The immediate as the 4 bytes received (network order).
+    #[inline(always)]
+    pub fn imm_bytes(&self) -> [u8; 4] {
+        self.imm_inval_pkey.to_ne_bytes()
+    }
+    /// Whether this is an error CQE (REQ_ERR or RESP_ERR).
+    #[inline(always)]
+    pub fn is_error(&self) -> bool {
+        matches!(self.opcode(), CQE_REQ_ERR | CQE_RESP_ERR)
+    }
+    /// View as an error CQE.
+    #[inline(always)]
+    pub fn as_err(&self) -> &ErrCqe {
+        // SAFETY: both are 64-byte repr(C) PODs with alignment ≤ Cqe64's.
+        unsafe { &*(self as *const Cqe64 as *const ErrCqe) }
+    }
+    /// The raw bytes.
+    pub fn as_bytes(&self) -> &[u8; 64] {
+        // SAFETY: 64-byte POD without padding.
+        unsafe { &*(self as *const Cqe64 as *const [u8; 64]) }
+    }
+    /// Read a CQE from bytes.
+    pub fn from_bytes(b: &[u8; 64]) -> Cqe64 {
+        // SAFETY: 64-byte POD, unaligned read.
+        unsafe { core::ptr::read_unaligned(b.as_ptr() as *const Cqe64) }
+    }
+}
+
+/// The error CQE (`struct mlx5_err_cqe`, 64 bytes), opcode REQ_ERR (13) or RESP_ERR (14).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ErrCqe {
+    /// Reserved.
+    pub rsvd0: [u8; 32],
+    /// BE32 SRQN (23:0).
+    pub srqn: u32,
+    /// Reserved.
+    pub rsvd1: [u8; 16],
+    /// Hardware error syndrome (UCX `hw_err_synd`).
+    pub hw_err_synd: u8,
+    /// Hardware syndrome type (UCX `hw_synd_type`).
+    pub hw_synd_type: u8,
+    /// Vendor error syndrome (`wc.vendor_err`).
+    pub vendor_err_synd: u8,
+    /// Syndrome (`MLX5_CQE_SYNDROME_*`).
+    pub syndrome: u8,
+    /// BE32: send opcode (31:24) | QPN (23:0).
+    pub s_wqe_opcode_qpn: u32,
+    /// BE16 WQE counter of the failing WQE.
+    pub wqe_counter: u16,
+    /// Signature.
+    pub signature: u8,
+    /// Opcode / owner.
+    pub op_own: u8,
+}
+
+impl ErrCqe {
+    /// QPN.
+    pub fn qpn(&self) -> u32 {
+        u32::from_be(self.s_wqe_opcode_qpn) & 0x00ff_ffff
+    }
+    /// Send opcode of the failing WQE.
+    pub fn send_opcode(&self) -> u8 {
+        (u32::from_be(self.s_wqe_opcode_qpn) >> 24) as u8
+    }
+    /// WQE counter.
+    pub fn wqe_counter(&self) -> u16 {
+        u16::from_be(self.wqe_counter)
+    }
+}
+
+/// Offset of the 64-byte CQE inside a CQ slot of `cqe_size` bytes: 0 for 64-byte CQEs, 64 for
+/// 128-byte CQEs (the first half holds inline-scattered data; rdma-core `get_cqe`).
+#[inline(always)]
+pub const fn cqe64_offset(cqe_size: u32) -> usize {
+    if cqe_size == 128 {
+        64
+    } else {
+        0
+    }
+}
+
+const _: () = {
+    assert!(core::mem::size_of::<Cqe64>() == 64);
+    assert!(core::mem::size_of::<ErrCqe>() == 64);
+};

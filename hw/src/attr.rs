@@ -1,0 +1,369 @@
+//! Verbs-level attribute types shared by every device: QP states and types, attribute masks,
+//! access flags, path MTU, address-handle attributes and the QP attribute record.
+//!
+//! Numeric values are those of rdma-core's `infiniband/verbs.h` (`enum ibv_qp_state`,
+//! `enum ibv_qp_type`, `enum ibv_qp_attr_mask`, `enum ibv_access_flags`, `enum ibv_mtu`), so
+//! that the verbs backend passes them through unchanged.
+
+use bitflags::bitflags;
+
+/// QP state (`enum ibv_qp_state`, verbs.h).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[repr(u8)]
+pub enum QpState {
+    /// `IBV_QPS_RESET`: freshly created or reset; nothing is processed.
+    Reset = 0,
+    /// `IBV_QPS_INIT`: receives may be posted; nothing is processed.
+    Init = 1,
+    /// `IBV_QPS_RTR`: ready to receive.
+    Rtr = 2,
+    /// `IBV_QPS_RTS`: ready to send.
+    Rts = 3,
+    /// `IBV_QPS_SQD`: send queue drain: no new send starts, posted ones finish.
+    Sqd = 4,
+    /// `IBV_QPS_SQE`: send queue error (UC/UD): the SQ failed, the RQ still receives.
+    Sqe = 5,
+    /// `IBV_QPS_ERR`: everything outstanding is flushed; only Reset leaves it.
+    Error = 6,
+}
+
+impl QpState {
+    /// All seven states in numeric order.
+    pub const ALL: [QpState; 7] = [
+        QpState::Reset,
+        QpState::Init,
+        QpState::Rtr,
+        QpState::Rts,
+        QpState::Sqd,
+        QpState::Sqe,
+        QpState::Error,
+    ];
+
+    /// The state with the given `ibv_qp_state` value.
+    pub fn from_u8(v: u8) -> Option<QpState> {
+        Self::ALL.get(v as usize).copied()
+    }
+
+    /// The short name used in logs (`RESET`, `INIT`, `RTR`, `RTS`, `SQD`, `SQE`, `ERR`).
+    pub fn name(self) -> &'static str {
+        match self {
+            QpState::Reset => "RESET",
+            QpState::Init => "INIT",
+            QpState::Rtr => "RTR",
+            QpState::Rts => "RTS",
+            QpState::Sqd => "SQD",
+            QpState::Sqe => "SQE",
+            QpState::Error => "ERR",
+        }
+    }
+}
+
+impl core::fmt::Display for QpState {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// QP transport type (`enum ibv_qp_type`, verbs.h).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum QpType {
+    /// `IBV_QPT_RC`: reliable connected.
+    Rc = 2,
+    /// `IBV_QPT_UC`: unreliable connected.
+    Uc = 3,
+    /// `IBV_QPT_UD`: unreliable datagram.
+    Ud = 4,
+}
+
+impl QpType {
+    /// All supported QP types.
+    pub const ALL: [QpType; 3] = [QpType::Rc, QpType::Uc, QpType::Ud];
+
+    /// The short name (`RC`, `UC`, `UD`).
+    pub fn name(self) -> &'static str {
+        match self {
+            QpType::Rc => "RC",
+            QpType::Uc => "UC",
+            QpType::Ud => "UD",
+        }
+    }
+}
+
+impl core::fmt::Display for QpType {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+bitflags! {
+    /// Which fields of a [`QpAttr`] a modify carries (`enum ibv_qp_attr_mask`, verbs.h).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+    pub struct AttrMask: u32 {
+        /// `IBV_QP_STATE`
+        const STATE = 1 << 0;
+        /// `IBV_QP_CUR_STATE`
+        const CUR_STATE = 1 << 1;
+        /// `IBV_QP_EN_SQD_ASYNC_NOTIFY`
+        const EN_SQD_ASYNC_NOTIFY = 1 << 2;
+        /// `IBV_QP_ACCESS_FLAGS`
+        const ACCESS_FLAGS = 1 << 3;
+        /// `IBV_QP_PKEY_INDEX`
+        const PKEY_INDEX = 1 << 4;
+        /// `IBV_QP_PORT`
+        const PORT = 1 << 5;
+        /// `IBV_QP_QKEY`
+        const QKEY = 1 << 6;
+        /// `IBV_QP_AV`
+        const AV = 1 << 7;
+        /// `IBV_QP_PATH_MTU`
+        const PATH_MTU = 1 << 8;
+        /// `IBV_QP_TIMEOUT`
+        const TIMEOUT = 1 << 9;
+        /// `IBV_QP_RETRY_CNT`
+        const RETRY_CNT = 1 << 10;
+        /// `IBV_QP_RNR_RETRY`
+        const RNR_RETRY = 1 << 11;
+        /// `IBV_QP_RQ_PSN`
+        const RQ_PSN = 1 << 12;
+        /// `IBV_QP_MAX_QP_RD_ATOMIC`
+        const MAX_QP_RD_ATOMIC = 1 << 13;
+        /// `IBV_QP_ALT_PATH`
+        const ALT_PATH = 1 << 14;
+        /// `IBV_QP_MIN_RNR_TIMER`
+        const MIN_RNR_TIMER = 1 << 15;
+        /// `IBV_QP_SQ_PSN`
+        const SQ_PSN = 1 << 16;
+        /// `IBV_QP_MAX_DEST_RD_ATOMIC`
+        const MAX_DEST_RD_ATOMIC = 1 << 17;
+        /// `IBV_QP_PATH_MIG_STATE`
+        const PATH_MIG_STATE = 1 << 18;
+        /// `IBV_QP_CAP`
+        const CAP = 1 << 19;
+        /// `IBV_QP_DEST_QPN`
+        const DEST_QPN = 1 << 20;
+        /// `IBV_QP_RATE_LIMIT`
+        const RATE_LIMIT = 1 << 25;
+    }
+}
+
+impl AttrMask {
+    /// The verbs name of each single bit, for error messages (`IBV_QP_MIN_RNR_TIMER`, ...).
+    pub fn names(self) -> impl Iterator<Item = &'static str> {
+        self.iter_names().map(|(n, _)| n)
+    }
+}
+
+bitflags! {
+    /// Memory-region and QP access rights (`enum ibv_access_flags`, verbs.h).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+    pub struct AccessFlags: u32 {
+        /// `IBV_ACCESS_LOCAL_WRITE`
+        const LOCAL_WRITE = 1 << 0;
+        /// `IBV_ACCESS_REMOTE_WRITE`
+        const REMOTE_WRITE = 1 << 1;
+        /// `IBV_ACCESS_REMOTE_READ`
+        const REMOTE_READ = 1 << 2;
+        /// `IBV_ACCESS_REMOTE_ATOMIC`
+        const REMOTE_ATOMIC = 1 << 3;
+        /// `IBV_ACCESS_MW_BIND`
+        const MW_BIND = 1 << 4;
+        /// `IBV_ACCESS_ZERO_BASED`
+        const ZERO_BASED = 1 << 5;
+        /// `IBV_ACCESS_ON_DEMAND`
+        const ON_DEMAND = 1 << 6;
+    }
+}
+
+/// Path MTU (`enum ibv_mtu`, verbs.h: 1 = 256 ... 5 = 4096).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+#[repr(u8)]
+pub enum Mtu {
+    /// 256 bytes
+    Mtu256 = 1,
+    /// 512 bytes
+    Mtu512 = 2,
+    /// 1024 bytes
+    #[default]
+    Mtu1024 = 3,
+    /// 2048 bytes
+    Mtu2048 = 4,
+    /// 4096 bytes
+    Mtu4096 = 5,
+}
+
+impl Mtu {
+    /// The MTU in bytes.
+    pub fn bytes(self) -> u32 {
+        128u32 << (self as u8)
+    }
+    /// The enum value for a byte count (256, 512, 1024, 2048 or 4096).
+    pub fn from_bytes(b: u32) -> Option<Mtu> {
+        Some(match b {
+            256 => Mtu::Mtu256,
+            512 => Mtu::Mtu512,
+            1024 => Mtu::Mtu1024,
+            2048 => Mtu::Mtu2048,
+            4096 => Mtu::Mtu4096,
+            _ => return None,
+        })
+    }
+    /// The enum value for an `ibv_mtu` number.
+    pub fn from_u8(v: u8) -> Option<Mtu> {
+        Self::from_bytes(128u32.checked_shl(v as u32)?)
+    }
+}
+
+/// A 128-bit GID (for RoCE v2: an IPv6 or IPv4-mapped IPv6 address).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub struct Gid(pub [u8; 16]);
+
+impl Gid {
+    /// The RoCE v2 GID of an IPv4 address: `::ffff:a.b.c.d` (IPv4-mapped IPv6).
+    pub fn from_ipv4(ip: [u8; 4]) -> Gid {
+        let mut g = [0u8; 16];
+        g[10] = 0xff;
+        g[11] = 0xff;
+        g[12..].copy_from_slice(&ip);
+        Gid(g)
+    }
+    /// The IPv4 address if this GID is IPv4-mapped.
+    pub fn ipv4(&self) -> Option<[u8; 4]> {
+        if self.0[..10].iter().all(|&b| b == 0) && self.0[10] == 0xff && self.0[11] == 0xff {
+            Some([self.0[12], self.0[13], self.0[14], self.0[15]])
+        } else {
+            None
+        }
+    }
+}
+
+impl core::fmt::Display for Gid {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        for (i, pair) in self.0.chunks(2).enumerate() {
+            if i > 0 {
+                f.write_str(":")?;
+            }
+            write!(f, "{:02x}{:02x}", pair[0], pair[1])?;
+        }
+        Ok(())
+    }
+}
+
+/// Global route header attributes of an address (`struct ibv_global_route`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub struct GlobalRoute {
+    /// Destination GID.
+    pub dgid: Gid,
+    /// 20-bit flow label.
+    pub flow_label: u32,
+    /// Index of the source GID in the local port's GID table.
+    pub sgid_index: u8,
+    /// IP TTL / hop limit.
+    pub hop_limit: u8,
+    /// Traffic class (DSCP/ECN).
+    pub traffic_class: u8,
+}
+
+/// Address-handle attributes (`struct ibv_ah_attr`): the path to a remote port.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub struct AhAttr {
+    /// Destination LID (InfiniBand; 0 on RoCE).
+    pub dlid: u16,
+    /// Service level.
+    pub sl: u8,
+    /// Source path bits.
+    pub src_path_bits: u8,
+    /// Static rate (0 = port rate).
+    pub static_rate: u8,
+    /// Local port number (1-based).
+    pub port_num: u8,
+    /// The GRH; required on RoCE (`is_global = 1`).
+    pub grh: Option<GlobalRoute>,
+}
+
+/// QP capabilities (`struct ibv_qp_cap`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub struct QpCap {
+    /// Send work requests the SQ must hold.
+    pub max_send_wr: u32,
+    /// Receive work requests the RQ must hold (ignored with an SRQ).
+    pub max_recv_wr: u32,
+    /// Scatter/gather entries per send WR.
+    pub max_send_sge: u32,
+    /// Scatter/gather entries per receive WR.
+    pub max_recv_sge: u32,
+    /// Bytes of inline data per send WR.
+    pub max_inline_data: u32,
+}
+
+/// The QP attribute record (`struct ibv_qp_attr`, the fields RC/UC/UD use).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct QpAttr {
+    /// Target state (`IBV_QP_STATE`).
+    pub qp_state: QpState,
+    /// Assumed current state (`IBV_QP_CUR_STATE`).
+    pub cur_qp_state: QpState,
+    /// Path MTU (`IBV_QP_PATH_MTU`, set at RTR).
+    pub path_mtu: Mtu,
+    /// Q_Key (`IBV_QP_QKEY`, UD: set at Init).
+    pub qkey: u32,
+    /// Receive PSN, 24 bits (`IBV_QP_RQ_PSN`, set at RTR).
+    pub rq_psn: u32,
+    /// Send PSN, 24 bits (`IBV_QP_SQ_PSN`, set at RTS).
+    pub sq_psn: u32,
+    /// Remote QPN, 24 bits (`IBV_QP_DEST_QPN`, set at RTR).
+    pub dest_qp_num: u32,
+    /// Remote access rights (`IBV_QP_ACCESS_FLAGS`).
+    pub qp_access_flags: AccessFlags,
+    /// P_Key index (`IBV_QP_PKEY_INDEX`).
+    pub pkey_index: u16,
+    /// Port number, 1-based (`IBV_QP_PORT`, set at Init).
+    pub port_num: u8,
+    /// Primary path (`IBV_QP_AV`, set at RTR).
+    pub ah_attr: AhAttr,
+    /// Outstanding READ/atomic requests as initiator (`IBV_QP_MAX_QP_RD_ATOMIC`, RTS).
+    pub max_rd_atomic: u8,
+    /// Outstanding READ/atomic requests as responder (`IBV_QP_MAX_DEST_RD_ATOMIC`, RTR).
+    pub max_dest_rd_atomic: u8,
+    /// RNR NAK timer code, 5 bits (`IBV_QP_MIN_RNR_TIMER`, RTR).
+    pub min_rnr_timer: u8,
+    /// Local ACK timeout exponent: 4.096 µs × 2^timeout, 0 = infinite (`IBV_QP_TIMEOUT`, RTS).
+    pub timeout: u8,
+    /// Transport retries, 3 bits (`IBV_QP_RETRY_CNT`, RTS).
+    pub retry_cnt: u8,
+    /// RNR retries, 3 bits, 7 = infinite (`IBV_QP_RNR_RETRY`, RTS).
+    pub rnr_retry: u8,
+    /// Ask for the SQ-drained async event (`IBV_QP_EN_SQD_ASYNC_NOTIFY`).
+    pub en_sqd_async_notify: bool,
+    /// Query only: the SQ is still draining in SQD.
+    pub sq_draining: bool,
+    /// Query only: the QP's capabilities.
+    pub cap: QpCap,
+}
+
+impl Default for QpAttr {
+    fn default() -> Self {
+        QpAttr {
+            qp_state: QpState::Reset,
+            cur_qp_state: QpState::Reset,
+            path_mtu: Mtu::Mtu1024,
+            qkey: 0,
+            rq_psn: 0,
+            sq_psn: 0,
+            dest_qp_num: 0,
+            qp_access_flags: AccessFlags::empty(),
+            pkey_index: 0,
+            port_num: 1,
+            ah_attr: AhAttr::default(),
+            max_rd_atomic: 0,
+            max_dest_rd_atomic: 0,
+            min_rnr_timer: 0,
+            timeout: 0,
+            retry_cnt: 0,
+            rnr_retry: 0,
+            en_sqd_async_notify: false,
+            sq_draining: false,
+            cap: QpCap::default(),
+        }
+    }
+}

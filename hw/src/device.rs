@@ -1,0 +1,321 @@
+//! The device contract: the control path every backend implements (the software ConnectX in
+//! `mlx5-sim`, libibverbs + mlx5dv in [`crate::verbs`]).
+//!
+//! Objects are named by small copyable handles. Creating a CQ, QP or SRQ returns its
+//! [`crate::layout`] record, from which the `qp` crate builds the data path with no trait
+//! object on the hot path.
+
+use crate::attr::{AccessFlags, AhAttr, AttrMask, Gid, Mtu, QpAttr, QpCap, QpType};
+use crate::error::Result;
+use crate::layout::{CqLayout, QpLayout, SrqLayout};
+use std::time::Duration;
+
+macro_rules! handle {
+    ($(#[$m:meta])* $name:ident) => {
+        $(#[$m])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub struct $name(pub u32);
+    };
+}
+handle!(
+    /// A protection domain.
+    PdId
+);
+handle!(
+    /// A registered memory region.
+    MrId
+);
+handle!(
+    /// A completion queue.
+    CqId
+);
+handle!(
+    /// A queue pair (not its QPN).
+    QpId
+);
+handle!(
+    /// A shared receive queue.
+    SrqId
+);
+handle!(
+    /// An address handle.
+    AhId
+);
+
+/// Device capabilities (`struct ibv_device_attr`, the fields used here).
+#[derive(Clone, Debug, Default)]
+pub struct DeviceAttr {
+    /// Firmware version string.
+    pub fw_ver: String,
+    /// Vendor id (0x02c9 for Mellanox).
+    pub vendor_id: u32,
+    /// Vendor part id.
+    pub vendor_part_id: u32,
+    /// Node GUID.
+    pub node_guid: u64,
+    /// Number of physical ports.
+    pub phys_port_cnt: u8,
+    /// Maximum QPs.
+    pub max_qp: u32,
+    /// Maximum WRs per queue.
+    pub max_qp_wr: u32,
+    /// Maximum SGEs per WR.
+    pub max_sge: u32,
+    /// Maximum CQs.
+    pub max_cq: u32,
+    /// Maximum CQEs per CQ.
+    pub max_cqe: u32,
+    /// Maximum MRs.
+    pub max_mr: u32,
+    /// Maximum outstanding READ/atomic requests per QP as responder.
+    pub max_qp_rd_atom: u32,
+    /// Maximum outstanding READ/atomic requests per QP as initiator.
+    pub max_qp_init_rd_atom: u32,
+    /// Maximum SRQs.
+    pub max_srq: u32,
+    /// Maximum WRs per SRQ.
+    pub max_srq_wr: u32,
+    /// Whether the mlx5 direct data path (mlx5dv rings) is available.
+    pub direct_path: bool,
+    /// Whether BlueFlame registers are available (`bf_reg_size > 0`).
+    pub blueflame: bool,
+}
+
+/// Port state (`enum ibv_port_state`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PortState {
+    /// `IBV_PORT_DOWN`
+    Down,
+    /// `IBV_PORT_INIT`
+    Init,
+    /// `IBV_PORT_ARMED`
+    Armed,
+    /// `IBV_PORT_ACTIVE`
+    Active,
+}
+
+/// Link layer of a port.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LinkLayer {
+    /// Native InfiniBand (LID routed).
+    InfiniBand,
+    /// RoCE (GID routed, GRH required).
+    Ethernet,
+}
+
+/// Port attributes (`struct ibv_port_attr`, the fields used here).
+#[derive(Clone, Debug)]
+pub struct PortAttr {
+    /// Port state.
+    pub state: PortState,
+    /// Largest MTU the port supports.
+    pub max_mtu: Mtu,
+    /// MTU currently active on the link.
+    pub active_mtu: Mtu,
+    /// Local LID (0 on RoCE).
+    pub lid: u16,
+    /// Link layer.
+    pub link_layer: LinkLayer,
+    /// Number of GID table entries.
+    pub gid_tbl_len: u32,
+}
+
+/// A registered memory region.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MrInfo {
+    /// Handle for deregistration.
+    pub id: MrId,
+    /// Start address.
+    pub addr: u64,
+    /// Length in bytes.
+    pub length: u64,
+    /// Local key (used in data segments).
+    pub lkey: u32,
+    /// Remote key (given to peers).
+    pub rkey: u32,
+    /// Access rights.
+    pub access: AccessFlags,
+}
+
+/// CQ creation attributes (`ibv_cq_init_attr_ex` + `mlx5dv_cq_init_attr`).
+#[derive(Clone, Copy, Debug)]
+pub struct CqInitAttr {
+    /// Minimum number of CQEs (rounded up to a power of two minus one, as rdma-core does).
+    pub cqe: u32,
+    /// CQE size, 64 or 128 (`MLX5DV_CQ_INIT_ATTR_MASK_CQE_SIZE`).
+    pub cqe_size: u32,
+    /// `IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN`: no set_ci needed, no overrun error.
+    pub ignore_overrun: bool,
+    /// Create a completion channel so the CQ can be armed and waited on.
+    pub with_channel: bool,
+}
+
+impl Default for CqInitAttr {
+    fn default() -> Self {
+        CqInitAttr { cqe: 256, cqe_size: 64, ignore_overrun: false, with_channel: false }
+    }
+}
+
+/// A created CQ.
+#[derive(Clone, Copy, Debug)]
+pub struct CqInfo {
+    /// Handle.
+    pub id: CqId,
+    /// Rings and registers for the data path.
+    pub layout: CqLayout,
+}
+
+/// SRQ creation attributes (`struct ibv_srq_init_attr`).
+#[derive(Clone, Copy, Debug)]
+pub struct SrqInitAttr {
+    /// Receive WRs the SRQ must hold.
+    pub max_wr: u32,
+    /// Scatter entries per WR.
+    pub max_sge: u32,
+    /// Limit for the SRQ_LIMIT_REACHED event (0 = disarmed).
+    pub srq_limit: u32,
+}
+
+/// A created SRQ.
+#[derive(Clone, Copy, Debug)]
+pub struct SrqInfo {
+    /// Handle.
+    pub id: SrqId,
+    /// Rings and registers for the data path.
+    pub layout: SrqLayout,
+}
+
+/// QP creation attributes (`ibv_qp_init_attr_ex` + `mlx5dv_qp_init_attr`).
+#[derive(Clone, Copy, Debug)]
+pub struct QpInitAttr {
+    /// Transport type.
+    pub qp_type: QpType,
+    /// CQ for send completions.
+    pub send_cq: CqId,
+    /// CQ for receive completions.
+    pub recv_cq: CqId,
+    /// Shared receive queue, if any.
+    pub srq: Option<SrqId>,
+    /// Requested capabilities (the device may round them up).
+    pub cap: QpCap,
+    /// Every send WQE generates a completion.
+    pub sq_sig_all: bool,
+}
+
+/// A created QP.
+#[derive(Clone, Copy, Debug)]
+pub struct QpInfo {
+    /// Handle.
+    pub id: QpId,
+    /// QP number.
+    pub qpn: u32,
+    /// Capabilities actually granted.
+    pub cap: QpCap,
+    /// Rings and registers for the data path.
+    pub layout: QpLayout,
+}
+
+/// A created address handle.
+#[derive(Clone, Copy, Debug)]
+pub struct AhInfo {
+    /// Handle.
+    pub id: AhId,
+    /// The 48-byte mlx5 address vector (`struct mlx5_wqe_av`) for UD datagram segments, as
+    /// `mlx5dv_init_obj(MLX5DV_OBJ_AH)` exposes it.
+    pub av: [u8; 48],
+}
+
+/// Asynchronous events (`enum ibv_event_type`, the ones a QP library must handle).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AsyncEvent {
+    /// `IBV_EVENT_QP_FATAL`: the QP went to Error on its own.
+    QpFatal(QpId),
+    /// `IBV_EVENT_QP_REQ_ERR`: an invalid request arrived at the QP.
+    QpRequestError(QpId),
+    /// `IBV_EVENT_QP_ACCESS_ERR`: a remote access violation at the QP.
+    QpAccessError(QpId),
+    /// `IBV_EVENT_SQ_DRAINED`: the SQ of a QP in SQD has drained.
+    SqDrained(QpId),
+    /// `IBV_EVENT_QP_LAST_WQE_REACHED`: a QP on an SRQ in Error will consume no more WQEs.
+    QpLastWqeReached(QpId),
+    /// `IBV_EVENT_CQ_ERR`: CQ overrun or access error.
+    CqError(CqId),
+    /// `IBV_EVENT_SRQ_LIMIT_REACHED`: an armed SRQ dropped below its limit.
+    SrqLimitReached(SrqId),
+    /// `IBV_EVENT_PORT_ACTIVE`
+    PortActive(u8),
+    /// `IBV_EVENT_PORT_ERR`
+    PortError(u8),
+}
+
+/// One named hardware counter (`/sys/class/infiniband/<dev>/ports/<p>/hw_counters/<name>`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Counter {
+    /// Counter name as mlx5 spells it (`out_of_sequence`, `port_xmit_packets`, ...).
+    pub name: String,
+    /// Value.
+    pub value: u64,
+}
+
+/// The control path of a device.
+///
+/// Object-safe so that a program can pick a device at run time (`Box<dyn Device>`); none of
+/// these methods is on the hot path.
+pub trait Device: Send + Sync {
+    /// Device name (`mlx5_0`, `sim0`, `rxe0`).
+    fn name(&self) -> &str;
+    /// Device capabilities.
+    fn query_device(&self) -> Result<DeviceAttr>;
+    /// Port attributes (ports are 1-based).
+    fn query_port(&self, port: u8) -> Result<PortAttr>;
+    /// GID table entry.
+    fn query_gid(&self, port: u8, index: u32) -> Result<Gid>;
+    /// Allocate a protection domain.
+    fn alloc_pd(&self) -> Result<PdId>;
+    /// Free a protection domain (fails while objects use it).
+    fn dealloc_pd(&self, pd: PdId) -> Result<()>;
+    /// Register `len` bytes at `addr`.
+    ///
+    /// # Safety
+    /// The memory must stay valid (mapped, not freed) until [`Device::dereg_mr`] returns and
+    /// every operation on it has completed: the device reads and writes it asynchronously.
+    unsafe fn reg_mr(&self, pd: PdId, addr: *mut u8, len: usize, access: AccessFlags)
+        -> Result<MrInfo>;
+    /// Deregister a memory region.
+    fn dereg_mr(&self, mr: MrId) -> Result<()>;
+    /// Create a completion queue.
+    fn create_cq(&self, attr: &CqInitAttr) -> Result<CqInfo>;
+    /// Destroy a completion queue.
+    fn destroy_cq(&self, cq: CqId) -> Result<()>;
+    /// Create a shared receive queue.
+    fn create_srq(&self, pd: PdId, attr: &SrqInitAttr) -> Result<SrqInfo>;
+    /// Arm the SRQ limit event (`ibv_modify_srq` with `IBV_SRQ_LIMIT`).
+    fn arm_srq_limit(&self, srq: SrqId, limit: u32) -> Result<()>;
+    /// Destroy a shared receive queue.
+    fn destroy_srq(&self, srq: SrqId) -> Result<()>;
+    /// Create a queue pair in Reset.
+    fn create_qp(&self, pd: PdId, attr: &QpInitAttr) -> Result<QpInfo>;
+    /// Modify a QP; validated against [`crate::qp_state`] first.
+    fn modify_qp(&self, qp: QpId, attr: &QpAttr, mask: AttrMask) -> Result<()>;
+    /// Query a QP's attributes (the state it is in now, and what was set).
+    fn query_qp(&self, qp: QpId) -> Result<QpAttr>;
+    /// Destroy a QP.
+    fn destroy_qp(&self, qp: QpId) -> Result<()>;
+    /// Create an address handle for UD sends.
+    fn create_ah(&self, pd: PdId, attr: &AhAttr) -> Result<AhInfo>;
+    /// Destroy an address handle.
+    fn destroy_ah(&self, ah: AhId) -> Result<()>;
+    /// The next asynchronous event, if one is pending.
+    fn poll_async_event(&self) -> Option<AsyncEvent>;
+    /// Wait up to `timeout` for a completion event on an armed CQ; `true` if one arrived.
+    /// Consuming an event is what advances the CQ's arm sequence number.
+    fn wait_cq_event(&self, cq: CqId, timeout: Duration) -> Result<bool>;
+    /// A file descriptor that becomes readable when the CQ has a completion event (for epoll),
+    /// where the device offers one.
+    fn cq_event_fd(&self, cq: CqId) -> Option<std::os::fd::RawFd>;
+    /// Hardware counters of a port (mlx5 `hw_counters` names plus port counters).
+    fn counters(&self, port: u8) -> Result<Vec<Counter>>;
+    /// Give a software device the chance to process doorbells (the software ConnectX in
+    /// deterministic mode runs until idle). Hardware: nothing to do.
+    fn progress(&self) {}
+}

@@ -1,0 +1,112 @@
+//! What a device hands the data path: the rings, doorbell records and UAR registers of a QP,
+//! CQ or SRQ, exactly as `mlx5dv_init_obj` describes them (`struct mlx5dv_qp`, `mlx5dv_cq`,
+//! `mlx5dv_srq` in rdma-core's `mlx5dv.h`).
+//!
+//! These records hold raw pointers into memory shared with the device. Creating a data-path
+//! object from them is `unsafe` in the `qp` crate: the device guarantees that the memory stays
+//! mapped until the object is destroyed.
+
+use crate::attr::QpType;
+
+/// One work queue (SQ or RQ) of a QP (`mlx5dv_qp.sq` / `.rq`).
+#[derive(Clone, Copy, Debug)]
+pub struct WqLayout {
+    /// Ring base.
+    pub buf: *mut u8,
+    /// Entries in the ring: 64-byte basic blocks for the SQ, WQEs for the RQ; a power of two.
+    pub wqe_cnt: u32,
+    /// Bytes per entry: always 64 for the SQ; a power of two ≥ 16 for the RQ.
+    pub stride: u32,
+}
+
+/// A BlueFlame register (`mlx5dv_qp.bf`).
+#[derive(Clone, Copy, Debug)]
+pub struct BfLayout {
+    /// Base of this QP's bfreg inside a UAR page (for example UAR + 0x800).
+    pub reg: *mut u8,
+    /// Size of one half (256), or 0 when the register does not support BlueFlame
+    /// (use the 8-byte doorbell only). rdma-core `mlx5dv_get_qp`.
+    pub size: u32,
+}
+
+/// Everything the data path needs to post on a QP.
+#[derive(Clone, Copy, Debug)]
+pub struct QpLayout {
+    /// QP number (24 bits).
+    pub qpn: u32,
+    /// Transport type.
+    pub qp_type: QpType,
+    /// The QP's doorbell record: `dbrec[0]` RQ counter, `dbrec[1]` SQ counter, both BE32
+    /// (rdma-core `MLX5_RCV_DBR` = 0, `MLX5_SND_DBR` = 1).
+    pub dbrec: *mut u32,
+    /// Send queue (64-byte basic blocks).
+    pub sq: WqLayout,
+    /// Receive queue (`wqe_cnt` 0 when the QP uses an SRQ).
+    pub rq: WqLayout,
+    /// BlueFlame / doorbell register.
+    pub bf: BfLayout,
+    /// Largest inline payload the SQ was sized for.
+    pub max_inline_data: u32,
+    /// Largest number of gather entries per send WQE the SQ was sized for.
+    pub max_send_sge: u32,
+    /// Largest number of scatter entries per receive WQE.
+    pub max_recv_sge: u32,
+    /// Whether every send WQE must request a completion (`sq_sig_all`).
+    pub sq_sig_all: bool,
+    /// Whether the receive side uses a shared receive queue.
+    pub uses_srq: bool,
+}
+
+/// Everything the data path needs to poll and arm a CQ (`struct mlx5dv_cq`).
+#[derive(Clone, Copy, Debug)]
+pub struct CqLayout {
+    /// CQE buffer: `cqe_cnt` entries of `cqe_size` bytes.
+    pub buf: *mut u8,
+    /// CQ doorbell record: `dbrec[0]` set_ci (24 bits), `dbrec[1]` arm, both BE32.
+    pub dbrec: *mut u32,
+    /// Entries, a power of two.
+    pub cqe_cnt: u32,
+    /// 64 or 128.
+    pub cqe_size: u32,
+    /// The UAR page base; the arm doorbell is at +0x20 (`MLX5_CQ_DOORBELL`).
+    pub cq_uar: *mut u8,
+    /// CQ number (24 bits).
+    pub cqn: u32,
+    /// The CQ was created to ignore overrun: the consumer index need not be written.
+    pub ignore_overrun: bool,
+}
+
+/// Everything the data path needs to post on an SRQ (`struct mlx5dv_srq`, linked-list topology).
+#[derive(Clone, Copy, Debug)]
+pub struct SrqLayout {
+    /// WQE buffer.
+    pub buf: *mut u8,
+    /// Doorbell record: one BE32, the 16-bit count of WQEs ever posted.
+    pub dbrec: *mut u32,
+    /// Bytes per WQE (a power of two ≥ 32: next segment + data segments).
+    pub stride: u32,
+    /// Number of WQEs in the buffer (`tail + 1`).
+    pub wqe_cnt: u32,
+    /// Index of the first free WQE (0 at creation).
+    pub head: u32,
+    /// Index of the last WQE of the free list.
+    pub tail: u32,
+    /// SRQ number (24 bits).
+    pub srqn: u32,
+    /// Scatter entries per WQE.
+    pub max_sge: u32,
+}
+
+// SAFETY: the layouts are plain descriptions of device-shared memory; they carry no thread
+// affinity. Whoever dereferences the pointers (the `qp` crate, the sim) upholds the aliasing
+// rules documented there.
+unsafe impl Send for WqLayout {}
+unsafe impl Sync for WqLayout {}
+unsafe impl Send for BfLayout {}
+unsafe impl Sync for BfLayout {}
+unsafe impl Send for QpLayout {}
+unsafe impl Sync for QpLayout {}
+unsafe impl Send for CqLayout {}
+unsafe impl Sync for CqLayout {}
+unsafe impl Send for SrqLayout {}
+unsafe impl Sync for SrqLayout {}

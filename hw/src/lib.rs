@@ -1,0 +1,26 @@
+//! # mlx5-hw
+//!
+//! The hardware boundary of mlx5-direct:
+//!
+//! - [`mmio`]: doorbell-record stores, the 8-byte doorbell, the BlueFlame copy and the
+//!   barriers that order them, per architecture;
+//! - [`layout`]: what a device hands the data path (rings, doorbell records, UAR registers),
+//!   shaped like `mlx5dv_init_obj`'s output;
+//! - [`device`]: the control-path contract (open, PD, MR, CQ, QP, SRQ, modify, query, events,
+//!   counters) that the software ConnectX and the verbs backend both implement;
+//! - [`attr`]: verbs attribute types with verbs.h values;
+//! - [`qp_state`]: the QP state machine table (the Linux kernel's `qp_state_table`), used to
+//!   validate every modify before it reaches a device, and by the software ConnectX.
+//! - `verbs` (feature `verbs`): libibverbs + mlx5dv backend.
+
+pub mod attr;
+pub mod device;
+pub mod error;
+pub mod layout;
+pub mod mmio;
+pub mod qp_state;
+
+pub use attr::*;
+pub use device::*;
+pub use error::{Error, ModifyError, Result};
+pub use layout::*;

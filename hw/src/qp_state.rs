@@ -1,0 +1,1 @@
+//! The QP state machine table. (Filled in by the control-path work.)

@@ -1,0 +1,309 @@
+//! DS / basic-block arithmetic and the WQE writer over a circular send ring.
+//!
+//! A send ring is `wqe_cnt` 64-byte basic blocks (BBs). A WQE starts on a BB boundary and is a
+//! sequence of 16-byte units (DS). rdma-core and UCX do not pad the ring end with NOPs: when a
+//! WQE's segments run past the end, the next 16 bytes continue at the ring start, and an inline
+//! payload (or the second half of a 32-byte masked atomic) is split across the end
+//! (rdma-core `providers/mlx5/qp.c` `_mlx5_post_send`, `memcpy_to_wqe`; UCX `ib_mlx5.inl`
+//! `uct_ib_mlx5_txwq_wrap_*`, `uct_ib_mlx5_inline_copy`).
+
+use crate::opcode::{MAX_DS, SEND_WQE_BB, SEND_WQE_DS};
+use crate::seg::{CtrlSeg, InlineHdr, Segment};
+
+/// DS units for a WQE of `bytes` bytes: `ceil(bytes / 16)`.
+#[inline(always)]
+pub const fn ds_for_bytes(bytes: usize) -> u32 {
+    bytes.div_ceil(SEND_WQE_DS) as u32
+}
+
+/// Basic blocks a WQE of `ds` DS units occupies: `ceil(ds / 4)` (rdma-core
+/// `DIV_ROUND_UP(size * 16, 64)`).
+#[inline(always)]
+pub const fn bbs_for_ds(ds: u32) -> u32 {
+    ds.div_ceil(4)
+}
+
+/// Why a WQE could not be written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WqeError {
+    /// The WQE would need `needed` bytes but at most `max` are allowed (ring size, the 6-bit DS
+    /// field, or the QP's limit).
+    TooLarge {
+        /// Bytes the WQE needs.
+        needed: usize,
+        /// Bytes allowed.
+        max: usize,
+    },
+}
+
+impl core::fmt::Display for WqeError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            WqeError::TooLarge { needed, max } => {
+                write!(f, "WQE of {needed} bytes exceeds the {max}-byte limit of this queue")
+            }
+        }
+    }
+}
+
+/// A send ring: `wqe_cnt` basic blocks of 64 bytes starting at `buf`.
+#[derive(Clone, Copy, Debug)]
+pub struct SqRing {
+    start: *mut u8,
+    end: *mut u8,
+    wqe_cnt: u32,
+}
+
+impl SqRing {
+    /// Describe a ring.
+    ///
+    /// # Safety
+    /// `buf` must be 64-byte aligned and valid for reads and writes of `wqe_cnt × 64` bytes for
+    /// as long as the ring and every writer made from it are used. `wqe_cnt` must be a power of
+    /// two (as `mlx5dv_qp.sq.wqe_cnt` is).
+    pub unsafe fn new(buf: *mut u8, wqe_cnt: u32) -> SqRing {
+        debug_assert!(wqe_cnt.is_power_of_two());
+        SqRing { start: buf, end: buf.add(wqe_cnt as usize * SEND_WQE_BB), wqe_cnt }
+    }
+    /// Number of basic blocks.
+    #[inline(always)]
+    pub fn wqe_cnt(&self) -> u32 {
+        self.wqe_cnt
+    }
+    /// Ring start.
+    #[inline(always)]
+    pub fn start(&self) -> *mut u8 {
+        self.start
+    }
+    /// One past the ring end.
+    #[inline(always)]
+    pub fn end(&self) -> *mut u8 {
+        self.end
+    }
+    /// Ring size in bytes.
+    #[inline(always)]
+    pub fn bytes(&self) -> usize {
+        self.wqe_cnt as usize * SEND_WQE_BB
+    }
+    /// The basic block of producer index `pi` (`pi & (wqe_cnt - 1)`; rdma-core
+    /// `mlx5_get_send_wqe`).
+    #[inline(always)]
+    pub fn bb(&self, pi: u16) -> *mut u8 {
+        let slot = (pi as usize) & (self.wqe_cnt as usize - 1);
+        // SAFETY: slot < wqe_cnt, so the result is inside the ring.
+        unsafe { self.start.add(slot * SEND_WQE_BB) }
+    }
+    /// The largest WQE this ring can hold, in bytes: the ring itself, the 6-bit DS field and
+    /// `MLX5_SEND_WQE_MAX_WQEBBS`, whichever is least.
+    #[inline(always)]
+    pub fn max_wqe_bytes(&self) -> usize {
+        let ds_max = MAX_DS as usize * SEND_WQE_DS;
+        let ring = self.bytes();
+        if ring < ds_max {
+            ring
+        } else {
+            ds_max
+        }
+    }
+}
+
+/// Writes one WQE into a [`SqRing`], segment by segment, wrapping at 16-byte granularity.
+///
+/// The control segment is written last, by [`WqeWriter::finish`], once the DS count is known.
+/// Nothing is checked against the ring's free space: the caller has reserved the blocks.
+#[derive(Debug)]
+pub struct WqeWriter {
+    start: *mut u8,
+    end: *mut u8,
+    ctrl: *mut u8,
+    cur: *mut u8,
+    size: usize,
+    max: usize,
+}
+
+impl WqeWriter {
+    /// Start a WQE at producer index `pi`; at most `max_bytes` (clamped to
+    /// [`SqRing::max_wqe_bytes`]) may be written.
+    #[inline(always)]
+    pub fn new(ring: &SqRing, pi: u16, max_bytes: usize) -> WqeWriter {
+        let ctrl = ring.bb(pi);
+        let ring_max = ring.max_wqe_bytes();
+        WqeWriter {
+            start: ring.start,
+            end: ring.end,
+            ctrl,
+            // SAFETY: a BB is 64 bytes, so ctrl + 16 is inside the ring.
+            cur: unsafe { ctrl.add(SEND_WQE_DS) },
+            size: SEND_WQE_DS,
+            max: if max_bytes < ring_max { max_bytes } else { ring_max },
+        }
+    }
+
+    /// Bytes written so far, control segment included.
+    #[inline(always)]
+    pub fn size(&self) -> usize {
+        self.size
+    }
+
+    /// Pointer to the control segment (the WQE's first block).
+    #[inline(always)]
+    pub fn ctrl_ptr(&self) -> *mut u8 {
+        self.ctrl
+    }
+
+    #[inline(always)]
+    fn reserve(&self, n: usize) -> Result<(), WqeError> {
+        if self.size + n > self.max {
+            return Err(WqeError::TooLarge { needed: self.size + n, max: self.max });
+        }
+        Ok(())
+    }
+
+    #[inline(always)]
+    fn advance16(&mut self) {
+        // SAFETY: cur is 16-aligned inside [start, end); end is 64-aligned.
+        self.cur = unsafe { self.cur.add(SEND_WQE_DS) };
+        if self.cur == self.end {
+            self.cur = self.start;
+        }
+    }
+
+    /// Append a fixed-size segment (a multiple of 16 bytes), each 16-byte unit wrapping on
+    /// its own.
+    #[inline(always)]
+    pub fn push<S: Segment>(&mut self, seg: &S) -> Result<(), WqeError> {
+        debug_assert!(S::SIZE % SEND_WQE_DS == 0);
+        self.reserve(S::SIZE)?;
+        let src = seg as *const S as *const u8;
+        let mut off = 0;
+        while off < S::SIZE {
+            // SAFETY: `cur` has 16 writable bytes (inside the ring); the source has `S::SIZE`.
+            unsafe { core::ptr::copy_nonoverlapping(src.add(off), self.cur, SEND_WQE_DS) };
+            self.advance16();
+            off += SEND_WQE_DS;
+        }
+        self.size += S::SIZE;
+        Ok(())
+    }
+
+    /// Append one inline segment holding the concatenation of `parts` (rdma-core
+    /// `set_data_inl_seg`: all SGEs go into a single segment), the payload split across the ring
+    /// end when it gets there. An empty payload adds no segment (rdma-core sets `sz = 0`).
+    /// Returns the payload length.
+    #[inline(always)]
+    pub fn push_inline(&mut self, parts: &[&[u8]]) -> Result<u32, WqeError> {
+        let mut len = 0usize;
+        for p in parts {
+            len += p.len();
+        }
+        if len == 0 {
+            return Ok(0);
+        }
+        let seg = crate::seg::inline_seg_size(len);
+        self.reserve(seg)?;
+        let hdr = InlineHdr::new(len as u32);
+        // SAFETY: cur has 16 writable bytes; the 4-byte header fits before any wrap point.
+        unsafe { core::ptr::copy_nonoverlapping(hdr.as_bytes().as_ptr(), self.cur, 4) };
+        // SAFETY: cur + 4 is inside the same 16-byte unit.
+        let mut dst = unsafe { self.cur.add(4) };
+        for p in parts {
+            let mut src: &[u8] = p;
+            while !src.is_empty() {
+                let room = self.end as usize - dst as usize;
+                let n = if src.len() < room { src.len() } else { room };
+                // SAFETY: `n` bytes fit before the ring end; `reserve` bounded the total.
+                unsafe { core::ptr::copy_nonoverlapping(src.as_ptr(), dst, n) };
+                src = &src[n..];
+                // SAFETY: dst + n <= end.
+                dst = unsafe { dst.add(n) };
+                if dst == self.end {
+                    dst = self.start;
+                }
+            }
+        }
+        let ring = self.end as usize - self.start as usize;
+        let mut next = self.cur as usize + seg;
+        if next >= self.end as usize {
+            next -= ring;
+        }
+        self.cur = next as *mut u8;
+        self.size += seg;
+        Ok(len as u32)
+    }
+
+    /// Write the control segment with the final DS count and return `(ds, basic blocks)`.
+    /// `fm_ce_se` and `imm_be` (network order) as in [`CtrlSeg::new`].
+    #[inline(always)]
+    pub fn finish(
+        self,
+        pi: u16,
+        opcode: u8,
+        opmod: u8,
+        qpn: u32,
+        fm_ce_se: u8,
+        imm_be: u32,
+    ) -> (u32, u32) {
+        let ds = ds_for_bytes(self.size);
+        let ctrl = CtrlSeg::new(pi, opcode, opmod, qpn, fm_ce_se, ds as u8, 0, imm_be);
+        // SAFETY: ctrl points at the WQE's first block, 64-byte aligned.
+        unsafe { core::ptr::write(self.ctrl as *mut CtrlSeg, ctrl) };
+        (ds, bbs_for_ds(ds))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::seg::{DataSeg, MaskedCs64Seg, RaddrSeg};
+
+    #[repr(C, align(64))]
+    struct Ring([u8; 256]);
+
+    #[test]
+    fn arithmetic() {
+        assert_eq!(ds_for_bytes(16), 1);
+        assert_eq!(ds_for_bytes(40), 3);
+        assert_eq!(bbs_for_ds(4), 1);
+        assert_eq!(bbs_for_ds(5), 2);
+    }
+
+    #[test]
+    fn wraps_segments_and_inline() {
+        let mut r = Ring([0xee; 256]);
+        let ring = unsafe { SqRing::new(r.0.as_mut_ptr(), 4) };
+        // Start in the last block: ctrl at 192, raddr at 208, inline header at 224.
+        let mut w = WqeWriter::new(&ring, 3, 1008);
+        w.push(&RaddrSeg::new(0x1122, 7)).unwrap();
+        let payload: [u8; 40] = core::array::from_fn(|i| i as u8);
+        w.push_inline(&[&payload]).unwrap();
+        let (ds, bbs) = w.finish(3, crate::OPCODE_RDMA_WRITE, 0, 0x42, 0x08, 0);
+        assert_eq!(ds, 5);
+        assert_eq!(bbs, 2);
+        assert_eq!(&r.0[224..228], &[0x80, 0, 0, 40]);
+        assert_eq!(&r.0[228..256], &payload[..28]);
+        assert_eq!(&r.0[0..12], &payload[28..]);
+        assert_eq!(r.0[192 + 7], 5);
+    }
+
+    #[test]
+    fn masked_atomic_second_half_wraps() {
+        let mut r = Ring([0; 256]);
+        let ring = unsafe { SqRing::new(r.0.as_mut_ptr(), 4) };
+        let mut w = WqeWriter::new(&ring, 3, 1008);
+        w.push(&RaddrSeg::new(0, 0)).unwrap();
+        w.push(&DataSeg::new(1, 2, 3)).unwrap();
+        w.push(&MaskedCs64Seg::new(1, 2, 3, 4)).unwrap();
+        assert_eq!(u64::from_be_bytes(r.0[240..248].try_into().unwrap()), 3);
+        assert_eq!(u64::from_be_bytes(r.0[0..8].try_into().unwrap()), 4);
+    }
+
+    #[test]
+    fn too_large_is_an_error() {
+        let mut r = Ring([0; 256]);
+        let ring = unsafe { SqRing::new(r.0.as_mut_ptr(), 1) };
+        let mut w = WqeWriter::new(&ring, 0, 1008);
+        w.push(&RaddrSeg::new(0, 0)).unwrap();
+        let big = [0u8; 64];
+        assert_eq!(w.push_inline(&[&big]), Err(WqeError::TooLarge { needed: 32 + 80, max: 64 }));
+    }
+}
