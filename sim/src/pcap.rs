@@ -1,0 +1,1 @@
+//! pcap capture of the fabric's frames.
