@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# The whole test suite of mlx5-direct, on a fresh Debian machine with a Rust toolchain.
+# Installs the Debian packages it needs when they are missing, then builds and tests every crate
+# with all features, then runs the verbs suite against the real kernel (Soft-RoCE in a VM).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need=()
+have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
+for p in libibverbs-dev libclang-dev clang tshark valgrind; do
+  have_pkg "$p" || need+=("$p")
+done
+if [ ${#need[@]} -gt 0 ]; then
+  echo "== installing Debian packages: ${need[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+
+mkdir -p target
+echo "== cargo test (workspace, all features)"
+cargo test --workspace --all-features 2>&1 | tee target/test-output.txt
+
+if [ -x tools/rxe-vm/run-verbs-tests.sh ]; then
+  echo "== verbs suite against the Linux kernel (Soft-RoCE VM)"
+  tools/rxe-vm/run-verbs-tests.sh 2>&1 | tee -a target/test-output.txt
+fi
+
+passed=$(grep -Eo '^test result: [a-zA-Z]+\. [0-9]+ passed' target/test-output.txt | awk '{s+=$4} END {print s+0}')
+failed=$(grep -Eo '[0-9]+ failed' target/test-output.txt | awk '{s+=$1} END {print s+0}')
+echo "summary: ${passed} passed, ${failed} failed"
+[ "$failed" -eq 0 ]
