@@ -48,6 +48,25 @@ pub enum ModifyError {
         /// What is wrong with it.
         why: String,
     },
+    /// A typed transition step was built for another QP type (an RC `Init→RTR` step applied to
+    /// a UD QP, ...).
+    #[error("the {step} step is for {expected} QPs and cannot be applied to a {qp_type} QP")]
+    WrongQpType {
+        /// The step (`Init->RTR (RC)`, ...).
+        step: &'static str,
+        /// The QP types the step is for.
+        expected: &'static str,
+        /// The QP's type.
+        qp_type: QpType,
+    },
+    /// The device accepted the modify but `query_qp` reports another state.
+    #[error("modify to {wanted} succeeded but query_qp reports the QP in {reached}")]
+    StateNotReached {
+        /// The state asked for.
+        wanted: QpState,
+        /// The state the QP is in.
+        reached: QpState,
+    },
     /// `IBV_QP_CUR_STATE` named a state the QP is not in.
     #[error("IBV_QP_CUR_STATE says {claimed} but the QP is in {actual}")]
     CurrentStateMismatch {

@@ -19,6 +19,7 @@ pub mod error;
 pub mod layout;
 pub mod mmio;
 pub mod qp_state;
+pub mod transition;
 
 pub use attr::*;
 pub use device::*;
