@@ -15,6 +15,8 @@
 //! See `docs/architecture.md` for how they fit together.
 #![forbid(unsafe_code)]
 
+pub mod dump;
+
 pub use mlx5_cq as cq;
 pub use mlx5_hw as hw;
 pub use mlx5_qp as qp;

@@ -1,1 +1,19 @@
-//! Test-only crate: see tests/.
+//! # mlx5-conformance
+//!
+//! Test-only crate that holds the Rust layouts of mlx5-direct against rdma-core's own
+//! `<infiniband/mlx5dv.h>`. `build.rs` compiles a small C oracle (`oracle/oracle.c`) that calls
+//! the header's static-inline helpers (`mlx5dv_set_ctrl_seg`, `mlx5dv_set_data_seg`,
+//! `mlx5dv_set_dgram_seg`, `mlx5dv_get_cqe_*`, `mlx5dv_set_cqe_owner`) on buffers owned by the
+//! Rust tests, and reports `sizeof` / `offsetof` / constant values by name. The tests in
+//! `tests/` compare bytes, sizes, offsets and constants.
+//!
+//! If the header is not installed, the crate still builds (`cfg(oracle_missing)`), but every
+//! function of [`oracle`] panics with the install command, so every test fails loudly.
+#![deny(missing_docs)]
+
+pub mod oracle;
+
+/// The message every test fails with when the header is not installed.
+pub const INSTALL_HINT: &str =
+    "<infiniband/mlx5dv.h> was not found when this crate was built: install libibverbs-dev \
+     (apt-get install libibverbs-dev) and rebuild";

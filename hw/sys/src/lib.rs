@@ -39,3 +39,6 @@ pub use verbs::*;
 pub const MLX5_RCV_DBR: usize = 0;
 /// Doorbell-record index of the SQ counter in a QP's `dbrec` (`MLX5_SND_DBR`, mlx5dv.h).
 pub const MLX5_SND_DBR: usize = 1;
+
+#[cfg(test)]
+mod layout_tests;

@@ -175,7 +175,6 @@ pub struct mlx5dv_pd {
 
 /// One `{in, out}` pair of [`mlx5dv_obj`].
 #[repr(C)]
-#[derive(Clone, Copy, Debug)]
 pub struct mlx5dv_obj_pair<I, O> {
     /// The verbs object.
     pub in_: *mut I,
@@ -183,9 +182,29 @@ pub struct mlx5dv_obj_pair<I, O> {
     pub out: *mut O,
 }
 
+impl<I, O> Clone for mlx5dv_obj_pair<I, O> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<I, O> Copy for mlx5dv_obj_pair<I, O> {}
+
+impl<I, O> core::fmt::Debug for mlx5dv_obj_pair<I, O> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("mlx5dv_obj_pair")
+            .field("in", &self.in_)
+            .field("out", &self.out)
+            .finish()
+    }
+}
+
 impl<I, O> Default for mlx5dv_obj_pair<I, O> {
     fn default() -> Self {
-        mlx5dv_obj_pair { in_: core::ptr::null_mut(), out: core::ptr::null_mut() }
+        mlx5dv_obj_pair {
+            in_: core::ptr::null_mut(),
+            out: core::ptr::null_mut(),
+        }
     }
 }
 
