@@ -19,6 +19,8 @@ pub mod error;
 pub mod layout;
 pub mod mmio;
 pub mod qp_state;
+#[cfg(feature = "verbs")]
+pub mod verbs;
 pub mod transition;
 
 pub use attr::*;

@@ -1,0 +1,312 @@
+//! [`Device`] for [`VerbsDevice`]: the contract's calls mapped onto libibverbs.
+
+use std::ffi::c_int;
+use std::os::fd::RawFd;
+use std::time::Duration;
+
+use super::*;
+
+impl Device for VerbsDevice {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn query_device(&self) -> Result<DeviceAttr> {
+        Ok(self.attr.clone())
+    }
+
+    fn query_port(&self, port: u8) -> Result<PortAttr> {
+        // SAFETY: all-zero is a valid `ibv_port_attr`.
+        let mut p: ibv::ibv_port_attr = unsafe { std::mem::zeroed() };
+        // SAFETY: `ctx` is open; `p` is a valid out-pointer of the size passed along.
+        let ret = unsafe { ibv::___ibv_query_port(self.ctx, port, &mut p) };
+        if ret != 0 {
+            let e = status_io_error(ret);
+            return Err(if e.raw_os_error() == Some(libc::EINVAL) {
+                Error::InvalidArgument(format!(
+                    "{} has no port {port} (it has {})",
+                    self.name, self.attr.phys_port_cnt
+                ))
+            } else {
+                classify("ibv_query_port", e)
+            });
+        }
+        Ok(port_from_ibv(&p))
+    }
+
+    fn query_gid(&self, port: u8, index: u32) -> Result<Gid> {
+        let idx = c_int::try_from(index)
+            .map_err(|_| Error::InvalidArgument(format!("GID index {index} is too large")))?;
+        let mut g = ibv::ibv_gid { raw: [0; 16] };
+        // SAFETY: `ctx` is open; `g` is a valid out-pointer.
+        let ret = unsafe { ibv::ibv_query_gid(self.ctx, port, idx, &mut g) };
+        if ret != 0 {
+            return Err(Error::InvalidArgument(format!(
+                "ibv_query_gid({}, port {port}, index {index}) failed: {}",
+                self.name,
+                status_io_error(ret)
+            )));
+        }
+        // SAFETY: `raw` spans the whole union; any bytes are a valid array.
+        Ok(Gid(unsafe { g.raw }))
+    }
+
+    fn alloc_pd(&self) -> Result<PdId> {
+        let mut objs = self.lock();
+        // SAFETY: `ctx` is open.
+        let pd = unsafe { ibv::ibv_alloc_pd(self.ctx) };
+        if pd.is_null() {
+            return Err(null_error("ibv_alloc_pd"));
+        }
+        Ok(PdId(objs.pds.insert(PdEntry { pd })?))
+    }
+
+    fn dealloc_pd(&self, pd: PdId) -> Result<()> {
+        let mut objs = self.lock();
+        let p = objs.pds.get(pd.0)?.pd;
+        let users = objs.mrs.iter().filter(|(_, e)| e.pd == pd).count()
+            + objs.qps.iter().filter(|(_, e)| e.pd == pd).count()
+            + objs.srqs.iter().filter(|(_, e)| e.pd == pd).count()
+            + objs.ahs.iter().filter(|(_, e)| e.pd == pd).count();
+        if users > 0 {
+            return Err(Error::Busy(format!(
+                "PD {} still has {users} MR/QP/SRQ/AH object(s); destroy them first",
+                pd.0
+            )));
+        }
+        // SAFETY: `p` is live and unused.
+        check("ibv_dealloc_pd", unsafe { ibv::ibv_dealloc_pd(p) })?;
+        objs.pds.remove(pd.0)?;
+        Ok(())
+    }
+
+    unsafe fn reg_mr(
+        &self,
+        pd: PdId,
+        addr: *mut u8,
+        len: usize,
+        access: AccessFlags,
+    ) -> Result<MrInfo> {
+        let mut objs = self.lock();
+        let p = Self::pd_ptr(&objs, pd)?;
+        // SAFETY: `p` is a live PD; the caller guarantees the memory stays valid until
+        // `dereg_mr` (this function's contract).
+        let mr = unsafe { ibv::ibv_reg_mr(p, addr.cast(), len, access.bits() as c_int) };
+        if mr.is_null() {
+            return Err(null_error("ibv_reg_mr"));
+        }
+        // SAFETY: `mr` is live.
+        let (lkey, rkey) = unsafe { ((*mr).lkey, (*mr).rkey) };
+        let id = objs.mrs.insert(MrEntry { mr, pd })?;
+        Ok(MrInfo {
+            id: MrId(id),
+            addr: addr as u64,
+            length: len as u64,
+            lkey,
+            rkey,
+            access,
+        })
+    }
+
+    fn dereg_mr(&self, mr: MrId) -> Result<()> {
+        let mut objs = self.lock();
+        let m = objs.mrs.get(mr.0)?.mr;
+        // SAFETY: `m` is live.
+        check("ibv_dereg_mr", unsafe { ibv::ibv_dereg_mr(m) })?;
+        objs.mrs.remove(mr.0)?;
+        Ok(())
+    }
+
+    fn create_cq(&self, attr: &CqInitAttr) -> Result<CqInfo> {
+        if !self.mlx5 {
+            return Err(self.direct_path_error("create_cq"));
+        }
+        let c = self.create_cq_verbs(attr)?;
+        match c.layout {
+            Some(layout) => Ok(CqInfo { id: c.id, layout }),
+            None => Err(self.direct_path_error("create_cq")),
+        }
+    }
+
+    fn destroy_cq(&self, cq: CqId) -> Result<()> {
+        let mut objs = self.lock();
+        let e = objs.cqs.get(cq.0)?;
+        if objs
+            .qps
+            .iter()
+            .any(|(_, q)| q.send_cq == cq || q.recv_cq == cq)
+        {
+            return Err(Error::Busy(format!(
+                "CQ {} is used by a QP; destroy the QP first",
+                cq.0
+            )));
+        }
+        if e.waiters > 0 || e.claimed {
+            return Err(Error::Busy(format!(
+                "CQ {} is being waited on or polled by a baseline handle",
+                cq.0
+            )));
+        }
+        // SAFETY: `e.cq` is live.
+        check("ibv_destroy_cq", unsafe { ibv::ibv_destroy_cq(e.cq) })?;
+        let e = objs.cqs.remove(cq.0)?;
+        if !e.channel.is_null() {
+            // SAFETY: its only CQ is gone.
+            check("ibv_destroy_comp_channel", unsafe {
+                ibv::ibv_destroy_comp_channel(e.channel)
+            })?;
+        }
+        Ok(())
+    }
+
+    fn create_srq(&self, pd: PdId, attr: &SrqInitAttr) -> Result<SrqInfo> {
+        if !self.mlx5 {
+            return Err(self.direct_path_error("create_srq"));
+        }
+        let s = self.create_srq_verbs(pd, attr)?;
+        match s.layout {
+            Some(layout) => Ok(SrqInfo { id: s.id, layout }),
+            None => Err(self.direct_path_error("create_srq")),
+        }
+    }
+
+    fn arm_srq_limit(&self, srq: SrqId, limit: u32) -> Result<()> {
+        let objs = self.lock();
+        let s = objs.srqs.get(srq.0)?.srq;
+        modify_srq_limit(s, limit)
+    }
+
+    fn destroy_srq(&self, srq: SrqId) -> Result<()> {
+        let mut objs = self.lock();
+        let s = objs.srqs.get(srq.0)?.srq;
+        if objs.qps.iter().any(|(_, q)| q.srq == Some(srq)) {
+            return Err(Error::Busy(format!(
+                "SRQ {} is used by a QP; destroy it first",
+                srq.0
+            )));
+        }
+        // SAFETY: `s` is live and unused.
+        check("ibv_destroy_srq", unsafe { ibv::ibv_destroy_srq(s) })?;
+        objs.srqs.remove(srq.0)?;
+        Ok(())
+    }
+
+    fn create_qp(&self, pd: PdId, attr: &QpInitAttr) -> Result<QpInfo> {
+        if !self.mlx5 {
+            return Err(self.direct_path_error("create_qp"));
+        }
+        let q = self.create_qp_verbs(pd, attr)?;
+        match q.layout {
+            Some(layout) => Ok(QpInfo {
+                id: q.id,
+                qpn: q.qpn,
+                cap: q.cap,
+                layout,
+            }),
+            None => Err(self.direct_path_error("create_qp")),
+        }
+    }
+
+    fn modify_qp(&self, qp: QpId, attr: &QpAttr, mask: AttrMask) -> Result<()> {
+        let limits = self.limits_for(attr, mask)?;
+        let objs = self.lock();
+        let e = objs.qps.get(qp.0)?;
+        let cur = Self::current_state(e.qp)?;
+        let next = qp_state::validate_with_limits(cur, attr, mask, e.qp_type, &limits)?;
+        let mut a = qp_attr_to_ibv(attr);
+        // SAFETY: `e.qp` is live (the lock is held); `a` outlives the call.
+        let ret = unsafe { ibv::ibv_modify_qp(e.qp, &mut a, mask.bits() as c_int) };
+        check("ibv_modify_qp", ret)?;
+        // SAFETY: `e.qp` is live.
+        let qpn = unsafe { (*e.qp).qp_num };
+        let path = if mask.contains(AttrMask::AV) {
+            attr.ah_attr
+                .grh
+                .map(|g| g.dgid.to_string())
+                .unwrap_or_else(|| format!("lid {}", attr.ah_attr.dlid))
+        } else {
+            String::new()
+        };
+        // DEBUG, not INFO: `mlx5_hw::transition::apply` emits the one INFO event per state
+        // change (DESIGN.md §7); this one records what reached the device.
+        tracing::debug!(
+            device = %self.name,
+            qpn,
+            old = %cur,
+            new = %next,
+            dest_qpn = mask.contains(AttrMask::DEST_QPN).then_some(attr.dest_qp_num),
+            sq_psn = mask.contains(AttrMask::SQ_PSN).then_some(attr.sq_psn),
+            rq_psn = mask.contains(AttrMask::RQ_PSN).then_some(attr.rq_psn),
+            path = %path,
+            "QP state change"
+        );
+        Ok(())
+    }
+
+    fn query_qp(&self, qp: QpId) -> Result<QpAttr> {
+        let objs = self.lock();
+        let e = objs.qps.get(qp.0)?;
+        let mut a = zeroed_qp_attr();
+        // SAFETY: all-zero is a valid `ibv_qp_init_attr`.
+        let mut init: ibv::ibv_qp_init_attr = unsafe { std::mem::zeroed() };
+        // SAFETY: `e.qp` is live; out-pointers are valid.
+        let ret = unsafe { ibv::ibv_query_qp(e.qp, &mut a, QUERY_MASK.bits() as c_int, &mut init) };
+        check("ibv_query_qp", ret)?;
+        Ok(qp_attr_from_ibv(&a))
+    }
+
+    fn destroy_qp(&self, qp: QpId) -> Result<()> {
+        let mut objs = self.lock();
+        let e = objs.qps.get(qp.0)?;
+        if e.claimed {
+            return Err(Error::Busy(format!(
+                "QP {} has a baseline handle; drop it first",
+                qp.0
+            )));
+        }
+        // SAFETY: `e.qp` is live and unclaimed; its domains are its own.
+        let r = unsafe { destroy_qp_and_domains(e.qp, e.parent, e.td) };
+        check("ibv_destroy_qp", r)?;
+        objs.qps.remove(qp.0)?;
+        Ok(())
+    }
+
+    fn create_ah(&self, pd: PdId, attr: &AhAttr) -> Result<AhInfo> {
+        if !self.mlx5 {
+            return Err(self.direct_path_error("create_ah"));
+        }
+        let a = self.create_ah_verbs(pd, attr)?;
+        match a.av {
+            Some(av) => Ok(AhInfo { id: a.id, av }),
+            None => Err(self.direct_path_error("create_ah")),
+        }
+    }
+
+    fn destroy_ah(&self, ah: AhId) -> Result<()> {
+        let mut objs = self.lock();
+        let a = objs.ahs.get(ah.0)?.ah;
+        // SAFETY: `a` is live; posts that use it hold the lock (`with_ah`).
+        check("ibv_destroy_ah", unsafe { ibv::ibv_destroy_ah(a) })?;
+        objs.ahs.remove(ah.0)?;
+        Ok(())
+    }
+
+    fn poll_async_event(&self) -> Option<AsyncEvent> {
+        self.next_async_event()
+    }
+
+    fn wait_cq_event(&self, cq: CqId, timeout: Duration) -> Result<bool> {
+        self.wait_cq_event_on_channel(cq, timeout)
+    }
+
+    fn cq_event_fd(&self, cq: CqId) -> Option<RawFd> {
+        let objs = self.lock();
+        let e = objs.cqs.get(cq.0).ok()?;
+        // SAFETY: `e.channel` is NULL or live while the CQ is in the table.
+        (!e.channel.is_null()).then(|| unsafe { (*e.channel).fd })
+    }
+
+    fn counters(&self, port: u8) -> Result<Vec<Counter>> {
+        read_counters(std::path::Path::new(SYSFS_INFINIBAND), &self.name, port)
+    }
+}

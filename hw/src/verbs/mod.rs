@@ -1,0 +1,30 @@
+//! The libibverbs + mlx5dv backend of the device contract (feature `verbs`).
+//!
+//! - [`list_devices`] and [`VerbsDevice::open`]: find and open a device; a missing device is
+//!   [`crate::Error::NoDevice`] naming the devices that exist.
+//! - [`VerbsDevice`] implements [`crate::Device`]. On mlx5 it creates CQs and QPs through
+//!   mlx5dv (CQE size, ignore-overrun, scatter-to-CQE disabled, one thread domain per QP for a
+//!   dedicated BlueFlame register) and reads their rings back with `mlx5dv_init_obj` into
+//!   [`crate::layout`] records. On any other device (Soft-RoCE) the `*_verbs` methods still
+//!   create, modify and destroy objects; the layout-returning trait methods answer
+//!   [`crate::Error::Unsupported`] and [`crate::DeviceAttr::direct_path`] is `false`.
+//! - [`baseline`]: the plain `ibv_post_send` / `ibv_post_recv` / `ibv_poll_cq` data path that
+//!   benchmarks compare against, and the data path used on Soft-RoCE.
+//! - [`read_counters`]: `hw_counters` and port counters from sysfs.
+//!
+//! Every QP modify goes through [`crate::qp_state::validate_with_limits`] before
+//! `ibv_modify_qp`; [`VerbsDevice::modify_qp_raw`] exists only to compare the kernel's own
+//! verdict with the table in tests.
+
+pub mod baseline;
+mod convert;
+mod counters;
+mod device;
+mod ffi;
+mod list;
+mod mlx5;
+mod table;
+
+pub use counters::{read_counters, SYSFS_INFINIBAND};
+pub use device::{VerbsAh, VerbsCq, VerbsDevice, VerbsQp, VerbsSrq};
+pub use list::{list_devices, DeviceInfo};

@@ -1,0 +1,1018 @@
+//! The verbs backend against the real Linux kernel: Soft-RoCE (`rdma_rxe`) devices rxe0 and
+//! rxe1 inside the project's VM (`tools/rxe-vm/`).
+//!
+//! Run them with `tools/rxe-vm/run-verbs-tests.sh`, which builds this binary, boots the VM once
+//! and runs it there with `MLX5_HW_RXE_VM=1`. On the host they are `#[ignore]`d (so
+//! `cargo test` reports them as ignored instead of passing silently); run with `--ignored`
+//! outside the VM, they fail and say how to run them.
+//!
+//! What they check: device/port/GID queries and object lifecycles on a real kernel; every
+//! transition through the typed steps ([`mlx5_hw::transition`]); that for a few hundred
+//! state × mask × QP-type combinations the kernel's verdict on a raw `ibv_modify_qp` equals
+//! [`mlx5_hw::qp_state::check_modify`]; SEND/WRITE/READ/atomics over RC, UC and UD through the
+//! baseline data path between rxe0 and rxe1 (GID index 1, IPv4-mapped); and the Error → Reset →
+//! Init → RTR → RTS recovery with traffic afterwards.
+#![cfg(feature = "verbs")]
+
+use std::time::Duration;
+
+use mlx5_hw::qp_state::{self, check_modify};
+use mlx5_hw::transition::{self, Changes, PeerPath, Step, ToInit, ToRtr, ToRts};
+use mlx5_hw::verbs::baseline::{BaselineCq, BaselineQp, Completion, SendOp, SendWr, Sge, UdDest};
+use mlx5_hw::verbs::{list_devices, VerbsDevice, VerbsQp};
+use mlx5_hw::{
+    AccessFlags, AhAttr, AttrMask, CqId, CqInitAttr, Device, Error, Gid, GlobalRoute, LinkLayer,
+    MrInfo, Mtu, PdId, PortState, QpAttr, QpCap, QpInitAttr, QpState, QpType,
+};
+
+/// Set by run-verbs-tests.sh inside the VM.
+const IN_VM: &str = "MLX5_HW_RXE_VM";
+const PORT: u8 = 1;
+/// GID index of the IPv4-mapped address (RoCE v2) on each rxe port in the VM.
+const GID_IPV4: u8 = 1;
+const WAIT: Duration = Duration::from_secs(10);
+const QKEY: u32 = 0x1111_1111;
+
+/// Fails loudly unless this runs inside the VM with both Soft-RoCE devices present.
+fn require_vm() {
+    if std::env::var_os(IN_VM).is_none() {
+        panic!(
+            "these tests run inside the Soft-RoCE VM against the real kernel; run \
+             tools/rxe-vm/run-verbs-tests.sh (it sets {IN_VM}=1 inside the VM)"
+        );
+    }
+    let names: Vec<String> = list_devices()
+        .unwrap()
+        .into_iter()
+        .map(|d| d.name)
+        .collect();
+    assert!(
+        names.iter().any(|n| n == "rxe0") && names.iter().any(|n| n == "rxe1"),
+        "{IN_VM} is set but rxe0/rxe1 are missing (found {names:?}): the VM's Soft-RoCE setup failed"
+    );
+}
+
+/// Page-aligned memory the device may read and write. Accessed only through raw pointers:
+/// after `reg_mr` the kernel writes into it behind the compiler's back.
+struct Buf {
+    ptr: *mut u8,
+    len: usize,
+}
+
+impl Buf {
+    fn new(len: usize) -> Buf {
+        let layout = std::alloc::Layout::from_size_align(len, 4096).unwrap();
+        // SAFETY: non-zero size.
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        assert!(!ptr.is_null());
+        Buf { ptr, len }
+    }
+    fn addr(&self, off: usize) -> u64 {
+        assert!(off <= self.len);
+        self.ptr as u64 + off as u64
+    }
+    fn write(&self, off: usize, data: &[u8]) {
+        assert!(off + data.len() <= self.len);
+        // SAFETY: in bounds; no operation on this range is in flight when tests write.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.ptr.add(off), data.len()) };
+    }
+    fn read(&self, off: usize, len: usize) -> Vec<u8> {
+        assert!(off + len <= self.len);
+        let mut v = vec![0u8; len];
+        // SAFETY: in bounds; read after the completion of the operation that wrote it.
+        unsafe { std::ptr::copy_nonoverlapping(self.ptr.add(off), v.as_mut_ptr(), len) };
+        v
+    }
+    fn read_u64(&self, off: usize) -> u64 {
+        u64::from_ne_bytes(self.read(off, 8).try_into().unwrap())
+    }
+}
+
+impl Drop for Buf {
+    fn drop(&mut self) {
+        let layout = std::alloc::Layout::from_size_align(self.len, 4096).unwrap();
+        // SAFETY: allocated in `new` with this layout; every MR on it is deregistered first
+        // (each test drops its device, which deregisters, before its buffers).
+        unsafe { std::alloc::dealloc(self.ptr, layout) };
+    }
+}
+
+const ALL_ACCESS: AccessFlags = AccessFlags::LOCAL_WRITE
+    .union(AccessFlags::REMOTE_WRITE)
+    .union(AccessFlags::REMOTE_READ)
+    .union(AccessFlags::REMOTE_ATOMIC);
+
+/// One side of a connection: device, PD, a registered buffer, CQ and QP.
+struct Side {
+    dev: VerbsDevice,
+    pd: PdId,
+    mr: MrInfo,
+    cq: CqId,
+    qp: VerbsQp,
+    qp_type: QpType,
+    gid: Gid,
+    buf: Buf,
+}
+
+impl Side {
+    fn new(name: &str, qp_type: QpType, with_channel: bool) -> Side {
+        let dev = VerbsDevice::open(name).unwrap();
+        let pd = dev.alloc_pd().unwrap();
+        let buf = Buf::new(1 << 16);
+        // SAFETY: `buf` outlives the registration: `Side` declares `dev` before `buf`, so the
+        // device (and with it the MR) is dropped first.
+        let mr = unsafe { dev.reg_mr(pd, buf.ptr, buf.len, ALL_ACCESS) }.unwrap();
+        let cq = dev
+            .create_cq_verbs(&CqInitAttr {
+                cqe: 128,
+                with_channel,
+                ..CqInitAttr::default()
+            })
+            .unwrap()
+            .id;
+        let qp = dev
+            .create_qp_verbs(
+                pd,
+                &QpInitAttr {
+                    qp_type,
+                    send_cq: cq,
+                    recv_cq: cq,
+                    srq: None,
+                    cap: QpCap {
+                        max_send_wr: 64,
+                        max_recv_wr: 64,
+                        max_send_sge: 2,
+                        max_recv_sge: 2,
+                        max_inline_data: 64,
+                    },
+                    sq_sig_all: false,
+                },
+            )
+            .unwrap();
+        assert!(qp.layout.is_none(), "rxe has no mlx5 layout");
+        let gid = dev.query_gid(PORT, GID_IPV4.into()).unwrap();
+        Side {
+            dev,
+            pd,
+            mr,
+            cq,
+            qp,
+            qp_type,
+            gid,
+            buf,
+        }
+    }
+
+    fn state(&self) -> QpState {
+        self.dev.query_qp(self.qp.id).unwrap().qp_state
+    }
+
+    fn apply(&self, steps: &[Step]) -> QpAttr {
+        transition::apply_all(
+            &self.dev,
+            self.qp.id,
+            self.qp_type,
+            self.qp.qpn,
+            self.state(),
+            steps,
+        )
+        .unwrap_or_else(|e| panic!("{} QP {:#x}: {e}", self.qp_type, self.qp.qpn))
+    }
+
+    fn sge(&self, off: usize, len: u32) -> Sge {
+        Sge {
+            addr: self.buf.addr(off),
+            length: len,
+            lkey: self.mr.lkey,
+        }
+    }
+}
+
+fn path_to(peer: &Side, psn: u32) -> PeerPath {
+    PeerPath {
+        path_mtu: Mtu::Mtu1024,
+        dest_qpn: peer.qp.qpn,
+        rq_psn: psn,
+        ah: ah_to(peer.gid),
+    }
+}
+
+fn ah_to(gid: Gid) -> AhAttr {
+    AhAttr {
+        port_num: PORT,
+        grh: Some(GlobalRoute {
+            dgid: gid,
+            sgid_index: GID_IPV4,
+            hop_limit: 64,
+            ..Default::default()
+        }),
+        ..AhAttr::default()
+    }
+}
+
+fn init_step(t: QpType) -> Step {
+    match t {
+        QpType::Ud => Step::Init(ToInit::Datagram {
+            port: PORT,
+            pkey_index: 0,
+            qkey: QKEY,
+        }),
+        _ => Step::Init(ToInit::Connected {
+            port: PORT,
+            pkey_index: 0,
+            access: AccessFlags::REMOTE_WRITE
+                | AccessFlags::REMOTE_READ
+                | AccessFlags::REMOTE_ATOMIC,
+        }),
+    }
+}
+
+/// Reset → Init → RTR → RTS for `a` talking to `b`; `a` sends from `psn_a`, `b` from `psn_b`.
+fn connect_steps(a: &Side, b: &Side, psn_a: u32, psn_b: u32) -> Vec<Step> {
+    let rtr = match a.qp_type {
+        QpType::Rc => ToRtr::Rc {
+            path: path_to(b, psn_b),
+            max_dest_rd_atomic: 4,
+            min_rnr_timer: 12,
+        },
+        QpType::Uc => ToRtr::Uc {
+            path: path_to(b, psn_b),
+        },
+        QpType::Ud => ToRtr::Ud,
+    };
+    let rts = match a.qp_type {
+        QpType::Rc => ToRts::Rc {
+            sq_psn: psn_a,
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            max_rd_atomic: 4,
+        },
+        _ => ToRts::Unreliable { sq_psn: psn_a },
+    };
+    vec![init_step(a.qp_type), Step::Rtr(rtr), Step::Rts(rts)]
+}
+
+fn connect(a: &Side, b: &Side, psn_a: u32, psn_b: u32) {
+    let got = a.apply(&connect_steps(a, b, psn_a, psn_b));
+    assert_eq!(got.qp_state, QpState::Rts);
+    let got = b.apply(&connect_steps(b, a, psn_b, psn_a));
+    assert_eq!(got.qp_state, QpState::Rts);
+}
+
+fn one(cq: &mut BaselineCq<'_>, what: &str) -> Completion {
+    let c = cq.wait(1, WAIT).unwrap();
+    assert_eq!(c.len(), 1, "no completion for {what} within {WAIT:?}");
+    c[0]
+}
+
+fn ok(cq: &mut BaselineCq<'_>, what: &str) -> Completion {
+    let c = one(cq, what);
+    assert!(
+        c.is_success(),
+        "{what}: {} (vendor_err {:#x})",
+        c.status_str(),
+        c.vendor_err
+    );
+    c
+}
+
+// ------------------------------------------------------------------------------------------
+
+#[test]
+#[ignore = "needs Soft-RoCE: run tools/rxe-vm/run-verbs-tests.sh"]
+fn devices_ports_gids_and_counters() {
+    require_vm();
+    let devs = list_devices().unwrap();
+    assert!(devs.iter().all(|d| !d.mlx5), "rxe is not mlx5: {devs:?}");
+    for (name, ip) in [("rxe0", [192, 0, 2, 1]), ("rxe1", [192, 0, 2, 2])] {
+        let dev = VerbsDevice::open(name).unwrap();
+        assert!(!dev.is_mlx5());
+        let a = dev.query_device().unwrap();
+        assert!(!a.direct_path && !a.blueflame, "{a:?}");
+        assert_eq!(a.phys_port_cnt, 1);
+        assert!(a.max_qp > 0 && a.max_cqe > 0 && a.max_qp_wr > 0, "{a:?}");
+        let p = dev.query_port(PORT).unwrap();
+        assert_eq!(p.state, PortState::Active);
+        assert_eq!(p.link_layer, LinkLayer::Ethernet);
+        assert!(p.gid_tbl_len > u32::from(GID_IPV4));
+        assert_eq!(
+            dev.query_gid(PORT, GID_IPV4.into()).unwrap(),
+            Gid::from_ipv4(ip)
+        );
+        let e = dev.query_port(2).unwrap_err().to_string();
+        assert!(e.contains("no port 2"), "{e}");
+        let c = dev.counters(PORT).unwrap();
+        assert!(c.iter().any(|c| c.name == "duplicate_request"), "{c:?}");
+        assert!(dev.counters(9).is_err());
+        assert!(dev.poll_async_event().is_none());
+    }
+    // inside the VM, the mlx5 error names the devices that exist
+    match VerbsDevice::open("mlx5_0") {
+        Err(Error::NoDevice { why, .. }) => assert!(why.contains("rxe0, rxe1"), "{why}"),
+        other => panic!("expected NoDevice, got {other:?}"),
+    }
+}
+
+#[test]
+#[ignore = "needs Soft-RoCE: run tools/rxe-vm/run-verbs-tests.sh"]
+fn object_lifecycle_and_direct_path_refusal() {
+    require_vm();
+    let dev = VerbsDevice::open("rxe0").unwrap();
+    let pd = dev.alloc_pd().unwrap();
+    let buf = Buf::new(8192);
+    // SAFETY: `buf` outlives the registration (deregistered below).
+    let mr = unsafe {
+        dev.reg_mr(
+            pd,
+            buf.ptr,
+            buf.len,
+            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ,
+        )
+    }
+    .unwrap();
+    assert_eq!((mr.addr, mr.length), (buf.ptr as u64, 8192));
+    assert_ne!(mr.lkey, 0);
+    // remote write without local write is refused by the kernel (IB spec o10-?; ib_check_mr_access)
+    // SAFETY: as above.
+    let bad = unsafe { dev.reg_mr(pd, buf.ptr, buf.len, AccessFlags::REMOTE_WRITE) };
+    assert!(
+        bad.is_err(),
+        "REMOTE_WRITE without LOCAL_WRITE was accepted"
+    );
+
+    let cq = dev
+        .create_cq_verbs(&CqInitAttr {
+            cqe: 100,
+            with_channel: true,
+            ..Default::default()
+        })
+        .unwrap();
+    assert!(cq.cqe >= 100 && cq.layout.is_none());
+    assert!(dev.cq_event_fd(cq.id).is_some());
+    let cq2 = dev.create_cq_verbs(&CqInitAttr::default()).unwrap();
+    assert!(dev.cq_event_fd(cq2.id).is_none());
+    let e = dev
+        .wait_cq_event(cq2.id, Duration::from_millis(1))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("without a completion channel"), "{e}");
+    assert!(
+        !dev.wait_cq_event(cq.id, Duration::from_millis(20)).unwrap(),
+        "no event expected"
+    );
+    // 128-byte CQEs mean nothing without mlx5
+    let e = dev
+        .create_cq_verbs(&CqInitAttr {
+            cqe_size: 128,
+            ..Default::default()
+        })
+        .unwrap_err();
+    assert!(matches!(e, Error::Unsupported(_)), "{e}");
+
+    let srq = dev
+        .create_srq_verbs(
+            pd,
+            &mlx5_hw::SrqInitAttr {
+                max_wr: 32,
+                max_sge: 1,
+                srq_limit: 4,
+            },
+        )
+        .unwrap();
+    assert!(srq.layout.is_none());
+    dev.arm_srq_limit(srq.id, 8).unwrap();
+
+    let mut qps = Vec::new();
+    for t in QpType::ALL {
+        let attr = QpInitAttr {
+            qp_type: t,
+            send_cq: cq.id,
+            recv_cq: cq2.id,
+            srq: (t == QpType::Rc).then_some(srq.id),
+            cap: QpCap {
+                max_send_wr: 16,
+                max_recv_wr: 16,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data: 0,
+            },
+            sq_sig_all: true,
+        };
+        let q = dev.create_qp_verbs(pd, &attr).unwrap();
+        assert!(q.qpn > 1 && q.cap.max_send_wr >= 16, "{q:?}");
+        assert_eq!(dev.query_qp(q.id).unwrap().qp_state, QpState::Reset);
+        assert_eq!(dev.qp_type(q.id).unwrap(), t);
+        // validation runs before ibv_modify_qp: an illegal modify never reaches the kernel
+        let to_rts = QpAttr {
+            qp_state: QpState::Rts,
+            ..QpAttr::default()
+        };
+        match dev.modify_qp(q.id, &to_rts, AttrMask::STATE) {
+            Err(Error::Modify(mlx5_hw::ModifyError::IllegalTransition { from, to, .. })) => {
+                assert_eq!((from, to), (QpState::Reset, QpState::Rts))
+            }
+            other => panic!("Reset->RTS was not refused by the table: {other:?}"),
+        }
+        assert_eq!(dev.query_qp(q.id).unwrap().qp_state, QpState::Reset);
+        // the contract's layout-returning calls say what is missing
+        let e = dev.create_qp(pd, &attr).unwrap_err().to_string();
+        assert!(
+            e.contains("needs an mlx5 device") && e.contains("rxe0"),
+            "{e}"
+        );
+        qps.push(q);
+    }
+    let ah = dev
+        .create_ah_verbs(pd, &ah_to(Gid::from_ipv4([192, 0, 2, 2])))
+        .unwrap();
+    assert!(ah.av.is_none());
+    assert!(matches!(
+        dev.create_ah(pd, &ah_to(Gid::from_ipv4([192, 0, 2, 2]))),
+        Err(Error::Unsupported(_))
+    ));
+
+    // objects in use cannot be destroyed out of order
+    assert!(matches!(dev.dealloc_pd(pd), Err(Error::Busy(_))));
+    assert!(matches!(dev.destroy_cq(cq.id), Err(Error::Busy(_))));
+    assert!(matches!(dev.destroy_srq(srq.id), Err(Error::Busy(_))));
+    {
+        let _held = BaselineQp::new(&dev, qps[0].id).unwrap();
+        assert!(
+            BaselineQp::new(&dev, qps[0].id).is_err(),
+            "two baseline handles on one QP"
+        );
+        assert!(matches!(dev.destroy_qp(qps[0].id), Err(Error::Busy(_))));
+    }
+    for q in &qps {
+        dev.destroy_qp(q.id).unwrap();
+    }
+    assert!(matches!(
+        dev.destroy_qp(qps[0].id),
+        Err(Error::UnknownHandle { kind: "QP", .. })
+    ));
+    dev.destroy_ah(ah.id).unwrap();
+    dev.destroy_srq(srq.id).unwrap();
+    dev.destroy_cq(cq.id).unwrap();
+    dev.destroy_cq(cq2.id).unwrap();
+    dev.dereg_mr(mr.id).unwrap();
+    dev.dealloc_pd(pd).unwrap();
+    // a second device object: leave things alive and let Drop tear them down in order
+    let dev2 = VerbsDevice::open("rxe1").unwrap();
+    let pd2 = dev2.alloc_pd().unwrap();
+    let cq3 = dev2
+        .create_cq_verbs(&CqInitAttr {
+            with_channel: true,
+            ..Default::default()
+        })
+        .unwrap();
+    let attr = QpInitAttr {
+        qp_type: QpType::Rc,
+        send_cq: cq3.id,
+        recv_cq: cq3.id,
+        srq: None,
+        cap: QpCap {
+            max_send_wr: 4,
+            max_recv_wr: 4,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 0,
+        },
+        sq_sig_all: false,
+    };
+    dev2.create_qp_verbs(pd2, &attr).unwrap();
+    drop(dev2);
+}
+
+#[test]
+#[ignore = "needs Soft-RoCE: run tools/rxe-vm/run-verbs-tests.sh"]
+fn every_transition_through_the_typed_steps() {
+    require_vm();
+    for t in QpType::ALL {
+        let a = Side::new("rxe0", t, false);
+        let b = Side::new("rxe1", t, false);
+        let mut steps = connect_steps(&a, &b, 0x10, 0x20);
+        steps.push(Step::Drain { notify: false });
+        let sqd = a.apply(&steps);
+        assert_eq!(sqd.qp_state, QpState::Sqd, "{t}");
+        wait_drained(&a);
+        let change = match t {
+            QpType::Ud => Step::SetQkey(0x2222),
+            _ => Step::Change(Changes {
+                access: Some(AccessFlags::REMOTE_WRITE),
+                ..Default::default()
+            }),
+        };
+        let got = a.apply(&[change]);
+        assert_eq!(got.qp_state, QpState::Sqd);
+        let got = a.apply(&[Step::Resume(Changes::default())]);
+        assert_eq!(got.qp_state, QpState::Rts);
+        let rts_change = match t {
+            QpType::Ud => Step::SetQkey(0x3333),
+            _ => Step::Change(Changes {
+                access: Some(ALL_ACCESS.difference(AccessFlags::LOCAL_WRITE)),
+                ..Default::default()
+            }),
+        };
+        let got = a.apply(&[rts_change]);
+        assert_eq!(got.qp_state, QpState::Rts);
+        if t == QpType::Ud {
+            assert_eq!(got.qkey, 0x3333);
+        }
+        let got = a.apply(&[Step::Error]);
+        assert_eq!(got.qp_state, QpState::Error);
+        let got = a.apply(&[Step::Reset]);
+        assert_eq!(got.qp_state, QpState::Reset);
+        // Init → Init change and Init → Error, Error → Reset
+        let got = a.apply(&[init_step(t)]);
+        assert_eq!(got.qp_state, QpState::Init);
+        let got = a.apply(&[Step::Error, Step::Reset]);
+        assert_eq!(got.qp_state, QpState::Reset);
+        // an illegal step is refused before it reaches the kernel, with the reason
+        let e = transition::apply(
+            &a.dev,
+            a.qp.id,
+            t,
+            a.qp.qpn,
+            QpState::Reset,
+            &connect_steps(&a, &b, 1, 2)[2],
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("RESET") && e.contains("RTS"), "{e}");
+        assert_eq!(a.state(), QpState::Reset);
+    }
+}
+
+/// rxe refuses to leave SQD for anything but Error while the send queue is still draining
+/// (`rxe_qp_chk_attr`), so wait for `sq_draining` to clear.
+fn wait_drained(s: &Side) {
+    let deadline = std::time::Instant::now() + WAIT;
+    while s.dev.query_qp(s.qp.id).unwrap().sq_draining {
+        assert!(std::time::Instant::now() < deadline, "SQ never drained");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// The attribute bits sampled: everything the contract carries except ALT_PATH,
+/// PATH_MIG_STATE, CAP and RATE_LIMIT (their values are not in [`QpAttr`], so a kernel
+/// refusal there would be about values, not the table).
+const SAMPLED: [AttrMask; 18] = [
+    AttrMask::STATE,
+    AttrMask::CUR_STATE,
+    AttrMask::EN_SQD_ASYNC_NOTIFY,
+    AttrMask::ACCESS_FLAGS,
+    AttrMask::PKEY_INDEX,
+    AttrMask::PORT,
+    AttrMask::QKEY,
+    AttrMask::AV,
+    AttrMask::PATH_MTU,
+    AttrMask::TIMEOUT,
+    AttrMask::RETRY_CNT,
+    AttrMask::RNR_RETRY,
+    AttrMask::RQ_PSN,
+    AttrMask::MAX_QP_RD_ATOMIC,
+    AttrMask::MIN_RNR_TIMER,
+    AttrMask::SQ_PSN,
+    AttrMask::MAX_DEST_RD_ATOMIC,
+    AttrMask::DEST_QPN,
+];
+
+fn sampled_all() -> AttrMask {
+    SAMPLED.iter().fold(AttrMask::empty(), |m, b| m | *b)
+}
+
+/// Typed steps from Reset to `s` (SQE cannot be entered by a modify).
+fn steps_to(s: QpState, a: &Side, b: &Side) -> Vec<Step> {
+    let c = connect_steps(a, b, 0x100, 0x200);
+    match s {
+        QpState::Reset => vec![],
+        QpState::Init => c[..1].to_vec(),
+        QpState::Rtr => c[..2].to_vec(),
+        QpState::Rts => c,
+        QpState::Sqd => [c, vec![Step::Drain { notify: false }]].concat(),
+        QpState::Error => vec![c[0], Step::Error],
+        QpState::Sqe => unreachable!("SQE is entered only by the device"),
+    }
+}
+
+fn put_in(s: QpState, a: &Side, b: &Side) {
+    let cur = a.state();
+    if cur != QpState::Reset {
+        transition::apply(&a.dev, a.qp.id, a.qp_type, a.qp.qpn, cur, &Step::Reset).unwrap();
+    }
+    a.apply(&steps_to(s, a, b));
+    if s == QpState::Sqd {
+        wait_drained(a);
+    }
+    assert_eq!(a.state(), s);
+}
+
+/// Verdicts where the Debian 6.1 kernel with rxe answers EINVAL although
+/// `ib_modify_qp_is_ok`'s table (and so ours) accepts the modify, i.e. refusals from below the
+/// table. Each was observed in this VM; an unlisted disagreement fails the test.
+///
+/// - UC SQD→SQD with `IBV_QP_AV`: EINVAL, while `IBV_QP_STATE` alone, `| ACCESS_FLAGS` and
+///   `| PKEY_INDEX` succeed, and RC SQD→SQD accepts `IBV_QP_AV` (seen with
+///   linux-image-6.1.0-56-amd64; the rejecting check was not identified).
+fn known_divergence(t: QpType, cur: QpState, next: QpState, mask: AttrMask) -> bool {
+    t == QpType::Uc && cur == QpState::Sqd && next == QpState::Sqd && mask.contains(AttrMask::AV)
+}
+
+#[test]
+#[ignore = "needs Soft-RoCE: run tools/rxe-vm/run-verbs-tests.sh"]
+fn kernel_verdicts_match_the_state_table() {
+    require_vm();
+    let reachable = [
+        QpState::Reset,
+        QpState::Init,
+        QpState::Rtr,
+        QpState::Rts,
+        QpState::Sqd,
+        QpState::Error,
+    ];
+    let mut compared = 0usize;
+    let mut mismatches = Vec::new();
+    let mut known_seen = Vec::new();
+    let mut pick = 0usize; // rotates the extra bit chosen for "forbidden" masks
+    for t in QpType::ALL {
+        let a = Side::new("rxe0", t, false);
+        let b = Side::new("rxe1", t, false);
+        for cur in reachable {
+            put_in(cur, &a, &b);
+            for next in QpState::ALL {
+                let mut masks = Vec::new();
+                match qp_state::rule(cur, next, t) {
+                    Some(rule) => {
+                        let req = rule.required | AttrMask::STATE;
+                        masks.push(req);
+                        masks.push((rule.allowed() & sampled_all()) | AttrMask::STATE);
+                        if let Some((_, bit)) = rule.required.iter_names().next() {
+                            masks.push(req.difference(bit));
+                        }
+                        let extra: Vec<AttrMask> = SAMPLED
+                            .iter()
+                            .copied()
+                            .filter(|b| !rule.allowed().contains(*b))
+                            .collect();
+                        if !extra.is_empty() {
+                            masks.push(req | extra[pick % extra.len()]);
+                            pick += 1;
+                        }
+                    }
+                    None => {
+                        // what the target state would typically carry, from a legal source
+                        let typical = QpState::ALL
+                            .iter()
+                            .find_map(|&from| qp_state::rule(from, next, t))
+                            .map(|r| r.required)
+                            .unwrap_or_default();
+                        masks.push(typical | AttrMask::STATE);
+                    }
+                }
+                for mask in masks {
+                    let attr = QpAttr {
+                        qp_state: next,
+                        cur_qp_state: cur,
+                        path_mtu: Mtu::Mtu1024,
+                        qkey: QKEY,
+                        rq_psn: 0x300,
+                        sq_psn: 0x400,
+                        dest_qp_num: b.qp.qpn,
+                        qp_access_flags: AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ,
+                        pkey_index: 0,
+                        port_num: PORT,
+                        ah_attr: ah_to(b.gid),
+                        max_rd_atomic: 1,
+                        max_dest_rd_atomic: 1,
+                        min_rnr_timer: 12,
+                        timeout: 14,
+                        retry_cnt: 7,
+                        rnr_retry: 7,
+                        ..QpAttr::default()
+                    };
+                    let target = if mask.contains(AttrMask::STATE) {
+                        next
+                    } else {
+                        cur
+                    };
+                    let table = check_modify(cur, target, t, mask);
+                    let kernel = a.dev.modify_qp_raw(a.qp.id, &attr, mask).unwrap();
+                    compared += 1;
+                    let agree = match (&table, &kernel) {
+                        (Ok(()), Ok(())) => true,
+                        (Err(_), Err(e)) => e.raw_os_error() == Some(libc::EINVAL),
+                        _ => false,
+                    };
+                    if !agree && known_divergence(t, cur, target, mask) {
+                        known_seen.push(format!("{t} {cur}->{target} {mask:?}"));
+                    } else if !agree {
+                        mismatches.push(format!(
+                            "{t} {cur}->{target} mask {mask:?}: table {:?}, kernel {:?}",
+                            table.as_ref().map_err(|e| e.to_string()),
+                            kernel.as_ref().map_err(|e| e.to_string())
+                        ));
+                    }
+                    if kernel.is_ok() || a.state() != cur {
+                        put_in(cur, &a, &b);
+                    }
+                }
+            }
+        }
+    }
+    eprintln!(
+        "compared {compared} modifies with the kernel: {} unexplained mismatches, known rxe \
+         divergences seen: {known_seen:?}",
+        mismatches.len()
+    );
+    assert!(compared >= 200, "only {compared} combinations compared");
+    assert!(
+        mismatches.is_empty(),
+        "kernel and table disagree:\n{}",
+        mismatches.join("\n")
+    );
+}
+
+// ------------------------------------------------------------------------------------------ data
+
+#[test]
+#[ignore = "needs Soft-RoCE: run tools/rxe-vm/run-verbs-tests.sh"]
+fn rc_send_write_read_atomics_and_cq_events() {
+    require_vm();
+    let a = Side::new("rxe0", QpType::Rc, false);
+    let b = Side::new("rxe1", QpType::Rc, true);
+    connect(&a, &b, 0x1234, 0xabcd);
+    let mut qa = BaselineQp::new(&a.dev, a.qp.id).unwrap();
+    let mut qb = BaselineQp::new(&b.dev, b.qp.id).unwrap();
+    let mut ca = BaselineCq::new(&a.dev, a.cq).unwrap();
+    let mut cb = BaselineCq::new(&b.dev, b.cq).unwrap();
+
+    // SEND with immediate, waited for through b's completion channel
+    a.buf.write(0, b"hello from rxe0");
+    qb.post_recv(7, &[b.sge(0, 256)]).unwrap();
+    cb.req_notify(false).unwrap();
+    qa.post_send(&SendWr::new(
+        1,
+        SendOp::SendImm(0xfeed_beef),
+        &[a.sge(0, 15)],
+    ))
+    .unwrap();
+    assert!(
+        b.dev.wait_cq_event(b.cq, WAIT).unwrap(),
+        "no completion event on rxe1"
+    );
+    let r = ok(&mut cb, "receive");
+    assert_eq!((r.wr_id, r.byte_len, r.imm), (7, 15, Some(0xfeed_beef)));
+    assert_eq!(r.qp_num, b.qp.qpn);
+    assert_eq!(b.buf.read(0, 15), b"hello from rxe0");
+    let s = ok(&mut ca, "send");
+    assert_eq!(s.wr_id, 1);
+
+    // RDMA WRITE (+ inline), then RDMA READ back
+    let pattern: Vec<u8> = (0..4096u32).map(|i| (i * 7 + 3) as u8).collect();
+    a.buf.write(4096, &pattern);
+    let w = SendOp::Write {
+        remote_addr: b.buf.addr(8192),
+        rkey: b.mr.rkey,
+    };
+    qa.post_send(&SendWr::new(2, w, &[a.sge(4096, 4096)]))
+        .unwrap();
+    assert_eq!(ok(&mut ca, "write").wr_id, 2);
+    assert_eq!(b.buf.read(8192, 4096), pattern);
+    a.buf.write(100, b"inline!");
+    let w = SendOp::Write {
+        remote_addr: b.buf.addr(20000),
+        rkey: b.mr.rkey,
+    };
+    qa.post_send(&SendWr {
+        inline: true,
+        ..SendWr::new(3, w, &[a.sge(100, 7)])
+    })
+    .unwrap();
+    ok(&mut ca, "inline write");
+    assert_eq!(b.buf.read(20000, 7), b"inline!");
+    let rd = SendOp::Read {
+        remote_addr: b.buf.addr(8192),
+        rkey: b.mr.rkey,
+    };
+    qa.post_send(&SendWr::new(
+        4,
+        rd,
+        &[a.sge(32768, 2048), a.sge(40960, 2048)],
+    ))
+    .unwrap();
+    assert_eq!(ok(&mut ca, "read").wr_id, 4);
+    assert_eq!(a.buf.read(32768, 2048), pattern[..2048]);
+    assert_eq!(a.buf.read(40960, 2048), pattern[2048..]);
+
+    // WRITE with immediate consumes a receive
+    qb.post_recv(8, &[b.sge(0, 16)]).unwrap();
+    let w = SendOp::WriteImm {
+        remote_addr: b.buf.addr(24000),
+        rkey: b.mr.rkey,
+        imm: 42,
+    };
+    qa.post_send(&SendWr::new(5, w, &[a.sge(100, 7)])).unwrap();
+    ok(&mut ca, "write imm");
+    let r = ok(&mut cb, "write-imm receive");
+    assert_eq!((r.wr_id, r.imm), (8, Some(42)));
+
+    // atomics: rxe replies with the original value in host byte order
+    b.buf.write(48000, &1000u64.to_ne_bytes());
+    let fa = SendOp::FetchAdd {
+        remote_addr: b.buf.addr(48000),
+        rkey: b.mr.rkey,
+        add: 5,
+    };
+    qa.post_send(&SendWr::new(6, fa, &[a.sge(50000, 8)]))
+        .unwrap();
+    ok(&mut ca, "fetch-add");
+    assert_eq!(b.buf.read_u64(48000), 1005);
+    assert_eq!(
+        a.buf.read_u64(50000),
+        1000,
+        "fetch-add reply not in host order"
+    );
+    let cs = SendOp::CompareSwap {
+        remote_addr: b.buf.addr(48000),
+        rkey: b.mr.rkey,
+        compare: 1005,
+        swap: 77,
+    };
+    qa.post_send(&SendWr::new(7, cs, &[a.sge(50008, 8)]))
+        .unwrap();
+    ok(&mut ca, "compare-swap");
+    assert_eq!(b.buf.read_u64(48000), 77);
+    assert_eq!(a.buf.read_u64(50008), 1005);
+
+    // a bad rkey is a remote access error, and the QP goes to Error
+    let w = SendOp::Write {
+        remote_addr: b.buf.addr(0),
+        rkey: b.mr.rkey ^ 0x5a00,
+    };
+    qa.post_send(&SendWr::new(9, w, &[a.sge(0, 8)])).unwrap();
+    let c = one(&mut ca, "bad-rkey write");
+    assert!(!c.is_success(), "write with a wrong rkey succeeded");
+    assert!(c.status_str().contains("access"), "{}", c.status_str());
+    assert_eq!(a.state(), QpState::Error);
+}
+
+#[test]
+#[ignore = "needs Soft-RoCE: run tools/rxe-vm/run-verbs-tests.sh"]
+fn uc_write_and_send() {
+    require_vm();
+    let a = Side::new("rxe0", QpType::Uc, false);
+    let b = Side::new("rxe1", QpType::Uc, false);
+    connect(&a, &b, 0x77, 0x99);
+    let mut qa = BaselineQp::new(&a.dev, a.qp.id).unwrap();
+    let mut qb = BaselineQp::new(&b.dev, b.qp.id).unwrap();
+    let mut ca = BaselineCq::new(&a.dev, a.cq).unwrap();
+    let mut cb = BaselineCq::new(&b.dev, b.cq).unwrap();
+    a.buf.write(0, &[0xab; 3000]);
+    let w = SendOp::Write {
+        remote_addr: b.buf.addr(4096),
+        rkey: b.mr.rkey,
+    };
+    qa.post_send(&SendWr::new(1, w, &[a.sge(0, 3000)])).unwrap();
+    ok(&mut ca, "UC write");
+    // UC has no ACK: the local completion can precede placement at the peer
+    let deadline = std::time::Instant::now() + WAIT;
+    while b.buf.read(4096, 3000) != vec![0xab; 3000] {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "UC write never landed"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    qb.post_recv(3, &[b.sge(0, 64)]).unwrap();
+    qa.post_send(&SendWr::new(2, SendOp::Send, &[a.sge(0, 64)]))
+        .unwrap();
+    ok(&mut ca, "UC send");
+    let r = ok(&mut cb, "UC receive");
+    assert_eq!((r.wr_id, r.byte_len), (3, 64));
+    // RDMA READ does not exist on UC: refused at post or as an error completion
+    let rd = SendOp::Read {
+        remote_addr: b.buf.addr(0),
+        rkey: b.mr.rkey,
+    };
+    if qa.post_send(&SendWr::new(4, rd, &[a.sge(0, 8)])).is_ok() {
+        assert!(
+            !one(&mut ca, "UC read").is_success(),
+            "READ on a UC QP succeeded"
+        );
+    }
+}
+
+#[test]
+#[ignore = "needs Soft-RoCE: run tools/rxe-vm/run-verbs-tests.sh"]
+fn ud_send_with_address_handle() {
+    require_vm();
+    let a = Side::new("rxe0", QpType::Ud, false);
+    let b = Side::new("rxe1", QpType::Ud, false);
+    connect(&a, &b, 0x1, 0x2);
+    let ah = a.dev.create_ah_verbs(a.pd, &ah_to(b.gid)).unwrap();
+    let mut qa = BaselineQp::new(&a.dev, a.qp.id).unwrap();
+    let mut qb = BaselineQp::new(&b.dev, b.qp.id).unwrap();
+    let mut ca = BaselineCq::new(&a.dev, a.cq).unwrap();
+    let mut cb = BaselineCq::new(&b.dev, b.cq).unwrap();
+    // a UD receive buffer starts with the 40-byte GRH (IBTA §11.4.1.2 ibv_post_recv)
+    qb.post_recv(11, &[b.sge(0, 40 + 512)]).unwrap();
+    a.buf.write(0, b"datagram");
+    let dest = UdDest {
+        ah: ah.id,
+        remote_qpn: b.qp.qpn,
+        remote_qkey: QKEY,
+    };
+    qa.post_send(&SendWr {
+        ud: Some(dest),
+        ..SendWr::new(10, SendOp::Send, &[a.sge(0, 8)])
+    })
+    .unwrap();
+    ok(&mut ca, "UD send");
+    let r = ok(&mut cb, "UD receive");
+    assert_eq!((r.wr_id, r.byte_len, r.src_qp), (11, 48, a.qp.qpn));
+    assert_eq!(b.buf.read(40, 8), b"datagram");
+    // a UD send needs a destination; a connected-QP destination on UD is refused
+    let e = qa
+        .post_send(&SendWr::new(12, SendOp::Send, &[a.sge(0, 8)]))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("destination"), "{e}");
+    // a wrong Q_Key is dropped by the receiver: no receive completion
+    qb.post_recv(13, &[b.sge(0, 40 + 512)]).unwrap();
+    let dest = UdDest {
+        remote_qkey: QKEY ^ 1,
+        ..dest
+    };
+    qa.post_send(&SendWr {
+        ud: Some(dest),
+        ..SendWr::new(14, SendOp::Send, &[a.sge(0, 8)])
+    })
+    .unwrap();
+    ok(&mut ca, "UD send with a wrong Q_Key");
+    assert!(
+        cb.wait(1, Duration::from_millis(300)).unwrap().is_empty(),
+        "wrong Q_Key delivered"
+    );
+}
+
+#[test]
+#[ignore = "needs Soft-RoCE: run tools/rxe-vm/run-verbs-tests.sh"]
+fn error_flush_and_recovery_then_traffic_again() {
+    require_vm();
+    let a = Side::new("rxe0", QpType::Rc, false);
+    let b = Side::new("rxe1", QpType::Rc, false);
+    connect(&a, &b, 0x10, 0x20);
+    let mut ca = BaselineCq::new(&a.dev, a.cq).unwrap();
+    let mut cb = BaselineCq::new(&b.dev, b.cq).unwrap();
+    {
+        let mut qa = BaselineQp::new(&a.dev, a.qp.id).unwrap();
+        // traffic before the error
+        a.buf.write(0, b"before");
+        let w = SendOp::Write {
+            remote_addr: b.buf.addr(0),
+            rkey: b.mr.rkey,
+        };
+        qa.post_send(&SendWr::new(1, w, &[a.sge(0, 6)])).unwrap();
+        ok(&mut ca, "write before error");
+        // a posted receive is flushed when the QP enters Error: nothing is lost
+        qa.post_recv(2, &[a.sge(1024, 64)]).unwrap();
+        a.apply(&[Step::Error]);
+        let f = one(&mut ca, "flushed receive");
+        assert_eq!(f.wr_id, 2);
+        assert!(
+            !f.is_success() && f.status_str().to_lowercase().contains("flush"),
+            "{}",
+            f.status_str()
+        );
+        // a send posted in Error completes with a flush error too
+        qa.post_send(&SendWr::new(3, SendOp::Send, &[a.sge(0, 4)]))
+            .unwrap();
+        let f = one(&mut ca, "send posted in Error");
+        assert_eq!(f.wr_id, 3);
+        assert!(!f.is_success());
+    }
+    // the seed's rebuild: Error → Reset → Init → RTR → RTS, on both sides with fresh PSNs
+    b.apply(&[Step::Error, Step::Reset]);
+    a.apply(&[Step::Reset]);
+    connect(&a, &b, 0x5000, 0x6000);
+    let mut qa = BaselineQp::new(&a.dev, a.qp.id).unwrap();
+    let mut qb = BaselineQp::new(&b.dev, b.qp.id).unwrap();
+    a.buf.write(0, b"after recovery");
+    qb.post_recv(20, &[b.sge(512, 64)]).unwrap();
+    qa.post_send(&SendWr::new(21, SendOp::Send, &[a.sge(0, 14)]))
+        .unwrap();
+    ok(&mut ca, "send after recovery");
+    let r = ok(&mut cb, "receive after recovery");
+    assert_eq!((r.wr_id, r.byte_len), (20, 14));
+    assert_eq!(b.buf.read(512, 14), b"after recovery");
+    let w = SendOp::Write {
+        remote_addr: b.buf.addr(2048),
+        rkey: b.mr.rkey,
+    };
+    qa.post_send(&SendWr::new(22, w, &[a.sge(0, 14)])).unwrap();
+    ok(&mut ca, "write after recovery");
+    assert_eq!(b.buf.read(2048, 14), b"after recovery");
+    let rts = a.dev.query_qp(a.qp.id).unwrap();
+    assert_eq!((rts.qp_state, rts.dest_qp_num), (QpState::Rts, b.qp.qpn));
+}

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Run the verbs backend's tests against the real Linux kernel verbs stack (Soft-RoCE).
+#
+#   tools/rxe-vm/run-verbs-tests.sh [extra libtest args, e.g. a test name filter]
+#
+# 1. builds the test binaries of mlx5-hw with `--features verbs` (verbs_rxe, verbs_host);
+# 2. boots the Soft-RoCE VM once (run.sh: Debian's 6.1 kernel under QEMU, rxe0 + rxe1);
+# 3. runs both binaries inside it, the rxe tests with --include-ignored and MLX5_HW_RXE_VM=1.
+#
+# Exits non-zero with a clear message if the build fails, the VM cannot start (no QEMU, no
+# kernel package, Soft-RoCE setup failed, timeout) or any test fails. Honours CARGO_TARGET_DIR;
+# the VM knobs of run.sh (RXE_VM_TIMEOUT, RXE_VM_VERBOSE, ...) apply.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+root=$(cd "$here/../.." && pwd)
+cd "$root"
+say() { printf 'run-verbs-tests: %s\n' "$*" >&2; }
+
+# Packages, kernel and initramfs first: the build needs libibverbs-dev and librdmacm-dev too.
+"$here/setup.sh" || { say "FAILED: the VM could not be prepared (tools/rxe-vm/setup.sh; run it as root once)"; exit 2; }
+
+say "building the verbs test binaries (cargo test -p mlx5-hw --features verbs --no-run)"
+json=$(mktemp); trap 'rm -f "$json"' EXIT
+if ! cargo test -p mlx5-hw --features verbs --no-run --message-format=json \
+       --test verbs_rxe --test verbs_host >"$json"; then
+  say "FAILED: cargo could not build the verbs tests (libibverbs-dev, librdmacm-dev, libclang-dev needed)"
+  exit 1
+fi
+mapfile -t bins < <(python3 - "$json" <<'PY'
+import json, sys
+for line in open(sys.argv[1]):
+    try:
+        m = json.loads(line)
+    except ValueError:
+        continue
+    if m.get("reason") == "compiler-artifact" and m.get("executable") \
+            and m["target"]["name"] in ("verbs_rxe", "verbs_host"):
+        print(m["target"]["name"], m["executable"])
+PY
+)
+rxe_bin= host_bin=
+for b in "${bins[@]}"; do
+  case $b in
+    "verbs_rxe "*) rxe_bin=${b#verbs_rxe } ;;
+    "verbs_host "*) host_bin=${b#verbs_host } ;;
+  esac
+done
+[ -n "$rxe_bin" ] && [ -n "$host_bin" ] || { say "FAILED: test binaries not found in cargo's output"; exit 1; }
+
+args=$(printf ' %q' "$@")
+export MLX5_HW_RXE_VM=1 RUST_BACKTRACE=${RUST_BACKTRACE:-1}
+export RXE_VM_ENV="MLX5_HW_RXE_VM RUST_BACKTRACE ${RXE_VM_ENV:-}"
+say "booting the Soft-RoCE VM (TCG: about 8 s) and running the tests inside"
+start=$SECONDS
+set +e
+"$here/run.sh" "$(printf '%q' "$rxe_bin") --include-ignored --test-threads=2$args && $(printf '%q' "$host_bin")$args"
+rc=$?
+set -e
+case $rc in
+  0)   say "passed ($((SECONDS - start)) s in the VM)" ;;
+  2)   say "FAILED: the VM could not be prepared (tools/rxe-vm/setup.sh; needs root for apt-get once)" ;;
+  124) say "FAILED: the VM timed out (RXE_VM_TIMEOUT=${RXE_VM_TIMEOUT:-600})" ;;
+  125) say "FAILED: the VM did not start or died before the tests ended (see the console above)" ;;
+  126) say "FAILED: Soft-RoCE could not be set up inside the VM" ;;
+  *)   say "FAILED: tests failed inside the VM (exit $rc)" ;;
+esac
+exit $rc
