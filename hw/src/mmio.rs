@@ -9,7 +9,8 @@
 //! on aarch64 they are `dmb oshst`, `dmb oshld` and `dsb st` (Rust's `fence` lowers to
 //! inner-shareable `dmb ish*`, which does not order against DMA, so inline asm is used).
 
-use core::sync::atomic::{compiler_fence, Ordering};
+#[cfg(not(target_arch = "aarch64"))]
+use core::sync::atomic::Ordering;
 
 /// Order earlier stores to ordinary memory (WQEs, doorbell records) before later stores that
 /// the device observes (rdma-core `udma_to_device_barrier`).
@@ -21,7 +22,7 @@ pub fn to_device_barrier() {
         core::arch::asm!("dmb oshst", options(nostack, preserves_flags));
     }
     #[cfg(not(target_arch = "aarch64"))]
-    compiler_fence(Ordering::SeqCst);
+    core::sync::atomic::compiler_fence(Ordering::SeqCst);
 }
 
 /// After seeing a valid bit written by the device (CQE owner), order later loads of the rest

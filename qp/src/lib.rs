@@ -1,1 +1,84 @@
-//! placeholder
+//! # mlx5-qp: the mlx5 data path
+//!
+//! Post WQEs, ring doorbells and BlueFlame, poll CQEs — on a real ConnectX and on the software
+//! ConnectX alike. A device hands out rings, doorbell records and UAR pages
+//! ([`mlx5_hw::QpLayout`], [`mlx5_hw::CqLayout`], [`mlx5_hw::SrqLayout`], shaped like
+//! `mlx5dv_init_obj`'s output); the types here drive them directly, with no trait object or
+//! device branch on the hot path.
+//!
+//! - [`Qp`]: validate a [`SendWr`] and write its WQE (segments wrap at 16 bytes at the ring
+//!   end, inline data split across it), ring the doorbell ([`Qp::post`], or several posts and
+//!   one doorbell with [`Qp::batch`]); post receives; post caller-built WQEs
+//!   ([`Qp::post_raw`]).
+//! - [`Srq`]: a shared receive queue on its linked free list.
+//! - [`Cq`]: poll completions into a caller's `&mut [Wc]`, demultiplexed to QPs and SRQs
+//!   through a [`Resolve`] table such as [`QpTable`]; arm for events.
+//!
+//! ## Safety
+//! Constructors from layouts are `unsafe`: the caller promises the memory the layout names is
+//! live and owned by that one object (each constructor spells out its contract). After that,
+//! every safe call either does what it says or returns an [`Error`] — bad input never writes
+//! a malformed WQE, never panics. The one promise that stays with the caller: **memory named
+//! by a WR's SGEs must stay valid and registered until that WR's completion is polled**.
+//!
+//! ## Completions: what is reported
+//! Every posted WR is retired exactly once. A signaled send WR produces one [`Wc`]; an
+//! unsignaled one that succeeds produces none and is retired by its QP's next completion
+//! (rdma-core `wqe_head`, UCX `hw_ci`). From the first error completion of a QP on, every WR
+//! it retires produces a `Wc` (the failing one with its status and syndrome, the rest
+//! `IBV_WC_WR_FLUSH_ERR`), and [`Qp::flush_outstanding`] reports what a QP in Error still holds.
+//! Every receive WR produces one `Wc`. Details: [`Cq::poll`].
+//!
+//! ## Cost
+//! No allocation, lock or system call per post or poll: the per-slot bookkeeping arrays are
+//! allocated at construction. `Qp`, `Srq` and `Cq` are `Send` but not `Sync`:
+//!
+//! ```compile_fail
+//! fn shared<T: Sync>() {}
+//! shared::<mlx5_qp::Qp>();
+//! ```
+//!
+//! ## Typical use
+//! ```no_run
+//! # use mlx5_qp::*;
+//! # fn demo(layout: &mlx5_hw::QpLayout, cq_layout: &mlx5_hw::CqLayout, sge: Sge, remote: RemoteAddr)
+//! #     -> Result<()> {
+//! // SAFETY: the layouts come from live device objects that outlive `qp` and `cq`.
+//! let mut qp = unsafe { Qp::from_layout(layout, None)? };
+//! let mut cq = unsafe { Cq::from_layout(cq_layout)? };
+//! qp.set_state(mlx5_hw::QpState::Rts); // after the control path's modify to RTS
+//! qp.post(&SendWr::write(1, remote).inline(b"hello").signaled())?; // BlueFlame
+//! {
+//!     let mut batch = qp.batch(); // one doorbell for both
+//!     batch.post(&SendWr::write(2, remote).sges(&[sge]))?;
+//!     batch.post(&SendWr::send(3).sges(&[sge]).signaled())?;
+//! }
+//! let mut wcs = [Wc::default(); 16];
+//! let n = cq.poll(&mut qp, &mut wcs)?;
+//! for wc in &wcs[..n] {
+//!     if !wc.is_ok() {
+//!         eprintln!("WR {} failed: {} ({:?})", wc.wr_id, wc.status, wc.syndrome_name());
+//!     }
+//! }
+//! # Ok(()) }
+//! ```
+#![deny(missing_docs)]
+#![deny(unsafe_op_in_unsafe_fn)]
+
+pub mod connect;
+mod cq;
+mod error;
+mod qp;
+mod rq;
+mod scatter;
+mod sq;
+mod srq;
+mod wc;
+mod wr;
+
+pub use cq::{Cq, QpTable, Resolve};
+pub use error::{Error, Result};
+pub use qp::{Batch, Qp, MAX_SQ_BBS};
+pub use srq::Srq;
+pub use wc::{Wc, WcFlags, WcOpcode, WcStatus};
+pub use wr::{RecvWr, RemoteAddr, SendData, SendFlags, SendOp, SendWr, Sge, UdDest};

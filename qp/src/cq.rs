@@ -1,0 +1,453 @@
+//! Polling and arming a completion queue.
+//!
+//! A CQ may serve many QPs and SRQs. [`Cq::poll`] reads CQEs in order and hands each to the QP
+//! (or SRQ) it names, found through a [`Resolve`] table the caller passes in: a single
+//! [`Qp`], a slice of them, a [`QpTable`] (sorted QPNs, binary search: no hash map and no
+//! allocation on the hot path), or anything implementing the trait.
+
+use crate::error::{Error, Result};
+use crate::qp::Qp;
+use crate::sq::{CqeInfo, Progress};
+use crate::srq::Srq;
+use crate::wc::{Wc, WcFlags, WcOpcode, WcStatus};
+use mlx5_cq::{
+    arm_value, cqe64_offset, cqe_opcode_name, sw_owned, ArmCmd, Cqe64, CQE_FORMAT_COMPRESSED,
+    CQE_FORMAT_INLINE32, CQE_FORMAT_INLINE64, CQE_REQ, CQE_REQ_ERR, CQE_RESP_ERR, CQE_RESP_SEND,
+    CQE_RESP_SEND_IMM, CQE_RESP_SEND_INV, CQE_RESP_WR_IMM, CQ_ARM_DB, CQ_CI_MASK, CQ_DOORBELL,
+    CQ_SET_CI,
+};
+use mlx5_hw::{mmio, CqLayout};
+use mlx5_wqe::seg::DataSeg;
+
+/// Finds the QP or SRQ a CQE belongs to.
+pub trait Resolve {
+    /// The QP with this number, if this table holds it.
+    fn qp(&mut self, qpn: u32) -> Option<&mut Qp>;
+    /// The SRQ with this number, if this table holds it.
+    fn srq(&mut self, srqn: u32) -> Option<&mut Srq> {
+        let _ = srqn;
+        None
+    }
+}
+
+impl Resolve for Qp {
+    #[inline(always)]
+    fn qp(&mut self, qpn: u32) -> Option<&mut Qp> {
+        (self.qpn() == qpn).then_some(self)
+    }
+}
+
+impl Resolve for [Qp] {
+    #[inline(always)]
+    fn qp(&mut self, qpn: u32) -> Option<&mut Qp> {
+        self.iter_mut().find(|q| q.qpn() == qpn)
+    }
+}
+
+impl Resolve for [&mut Qp] {
+    #[inline(always)]
+    fn qp(&mut self, qpn: u32) -> Option<&mut Qp> {
+        self.iter_mut().find(|q| q.qpn() == qpn).map(|q| &mut **q)
+    }
+}
+
+/// QPs and the SRQs some of them receive through.
+impl<A: Resolve + ?Sized> Resolve for (&mut A, &mut [Srq]) {
+    #[inline(always)]
+    fn qp(&mut self, qpn: u32) -> Option<&mut Qp> {
+        self.0.qp(qpn)
+    }
+    #[inline(always)]
+    fn srq(&mut self, srqn: u32) -> Option<&mut Srq> {
+        self.1.iter_mut().find(|s| s.srqn() == srqn)
+    }
+}
+
+/// An owning table of QPs and SRQs for a CQ that serves many of them. Lookup by QPN is a
+/// binary search over a sorted index built when QPs are added (no hashing, no allocation
+/// while polling).
+#[derive(Debug, Default)]
+pub struct QpTable {
+    qps: Vec<Qp>,
+    srqs: Vec<Srq>,
+    /// (qpn, index into `qps`), sorted by qpn.
+    index: Vec<(u32, usize)>,
+}
+
+impl QpTable {
+    /// An empty table.
+    pub fn new() -> QpTable {
+        QpTable::default()
+    }
+    /// Add a QP; returns its position for [`QpTable::qp_at`]. A QP with the same QPN replaces
+    /// the previous one's index entry.
+    pub fn insert_qp(&mut self, qp: Qp) -> usize {
+        let pos = self.qps.len();
+        let qpn = qp.qpn();
+        self.qps.push(qp);
+        match self.index.binary_search_by_key(&qpn, |e| e.0) {
+            Ok(i) => self.index[i].1 = pos,
+            Err(i) => self.index.insert(i, (qpn, pos)),
+        }
+        pos
+    }
+    /// Add an SRQ; returns its position for [`QpTable::srq_at`].
+    pub fn insert_srq(&mut self, srq: Srq) -> usize {
+        self.srqs.push(srq);
+        self.srqs.len() - 1
+    }
+    /// The QP at `pos`.
+    pub fn qp_at(&mut self, pos: usize) -> Option<&mut Qp> {
+        self.qps.get_mut(pos)
+    }
+    /// The SRQ at `pos`.
+    pub fn srq_at(&mut self, pos: usize) -> Option<&mut Srq> {
+        self.srqs.get_mut(pos)
+    }
+    /// All QPs.
+    pub fn qps_mut(&mut self) -> &mut [Qp] {
+        &mut self.qps
+    }
+}
+
+impl Resolve for QpTable {
+    #[inline]
+    fn qp(&mut self, qpn: u32) -> Option<&mut Qp> {
+        let i = self.index.binary_search_by_key(&qpn, |e| e.0).ok()?;
+        let pos = self.index[i].1;
+        self.qps.get_mut(pos)
+    }
+    #[inline]
+    fn srq(&mut self, srqn: u32) -> Option<&mut Srq> {
+        self.srqs.iter_mut().find(|s| s.srqn() == srqn)
+    }
+}
+
+/// A completion queue's consumer side.
+///
+/// Owned by one thread (`Send`, not `Sync`). Poll it with [`Cq::poll`]; arm it with
+/// [`Cq::arm`] and call [`Cq::ack_event`] for every completion event consumed from the device.
+#[derive(Debug)]
+pub struct Cq {
+    buf: *mut u8,
+    dbrec: *mut u32,
+    cqe_cnt: u32,
+    cqe_size: usize,
+    cqe_off: usize,
+    uar: *mut u8,
+    cqn: u32,
+    ignore_overrun: bool,
+    ci: u32,
+    arm_sn: u32,
+}
+
+// SAFETY: the raw pointers name device-shared memory owned by the CQ object, not by a thread;
+// `Cq` has no interior mutability. Not `Sync`: polling needs `&mut self`.
+unsafe impl Send for Cq {}
+
+impl Cq {
+    /// Build the consumer side of a CQ from what the device handed out.
+    ///
+    /// # Safety
+    /// `layout` describes a live CQ: `buf` (`cqe_cnt × cqe_size` bytes, initialised by the
+    /// device or rdma-core with `op_own = 0xF0`), `dbrec` and `cq_uar` stay mapped until this
+    /// `Cq` is dropped, and nothing else consumes this CQ (no `ibv_poll_cq`, no second `Cq`).
+    pub unsafe fn from_layout(layout: &CqLayout) -> Result<Cq> {
+        if layout.buf.is_null() || layout.dbrec.is_null() || layout.cq_uar.is_null() {
+            return Err(Error::BadLayout(
+                "CQ buffer, doorbell record or UAR is null",
+            ));
+        }
+        if !layout.cqe_cnt.is_power_of_two() || layout.cqe_cnt > 1 << 24 {
+            return Err(Error::BadLayout("CQ cqe_cnt must be a power of two ≤ 2^24"));
+        }
+        if layout.cqe_size != 64 && layout.cqe_size != 128 {
+            return Err(Error::BadLayout("CQE size must be 64 or 128"));
+        }
+        if !(layout.buf as usize).is_multiple_of(64) || !(layout.cq_uar as usize).is_multiple_of(8)
+        {
+            return Err(Error::BadLayout("CQ buffer or UAR misaligned"));
+        }
+        Ok(Cq {
+            buf: layout.buf,
+            dbrec: layout.dbrec,
+            cqe_cnt: layout.cqe_cnt,
+            cqe_size: layout.cqe_size as usize,
+            cqe_off: cqe64_offset(layout.cqe_size),
+            uar: layout.cq_uar,
+            cqn: layout.cqn,
+            ignore_overrun: layout.ignore_overrun,
+            ci: 0,
+            arm_sn: 0,
+        })
+    }
+
+    /// CQ number.
+    #[inline(always)]
+    pub fn cqn(&self) -> u32 {
+        self.cqn
+    }
+
+    /// Consumer index (free-running; the device sees its low 24 bits).
+    #[inline(always)]
+    pub fn ci(&self) -> u32 {
+        self.ci
+    }
+
+    /// The arm sequence number the next [`Cq::arm`] uses (2 bits).
+    #[inline(always)]
+    pub fn arm_sn(&self) -> u32 {
+        self.arm_sn & 3
+    }
+
+    #[inline(always)]
+    fn slot(&self, ci: u32) -> *mut u8 {
+        let i = (ci & (self.cqe_cnt - 1)) as usize;
+        // SAFETY: i < cqe_cnt, so the slot is inside the buffer.
+        unsafe { self.buf.add(i * self.cqe_size) }
+    }
+
+    /// Poll up to `wcs.len()` completions; returns how many were written.
+    ///
+    /// Each CQE whose owner bit matches the lap and whose opcode is not INVALID is read after
+    /// `from_device_barrier` and handed to the QP or SRQ it names in `table`; after the batch
+    /// the consumer index goes to `dbrec[0]` (24 bits) unless the CQ ignores overrun.
+    ///
+    /// **Accounting** (every posted WR is retired exactly once):
+    /// - a signaled send WR produces one completion; unsignaled ones that succeed produce
+    ///   none and are retired by the next completion of their QP (verbs semantics);
+    /// - an error CQE produces an error completion for the WR it names, with the syndrome and
+    ///   vendor syndrome; the unsignaled WRs before a *non-flush* error had completed in order
+    ///   and are retired silently; before a *flush* error, and for every WR retired after the
+    ///   first error, each WR gets a completion (`IBV_WC_WR_FLUSH_ERR` when the device did not
+    ///   name it);
+    /// - every receive WR produces one completion;
+    /// - [`Qp::flush_outstanding`] reports what a QP in Error still holds.
+    ///
+    /// When `wcs` fills in the middle of such a run, the CQE stays unconsumed and the next
+    /// poll continues where this one stopped. Inline-scattered data (CQE formats 1 and 2) is
+    /// copied into the receive buffers (or a READ/atomic's local buffer) before the
+    /// completion is returned.
+    ///
+    /// **Errors.** A CQE for a QPN or SRQ not in `table`, one naming no outstanding WQE, or an
+    /// unsupported kind (compressed, resize, signature) is consumed and returned as an error
+    /// — but only when it is the first CQE of a call: completions already written are returned
+    /// first, and the bad CQE is reported by the next call.
+    #[inline]
+    pub fn poll<R: Resolve + ?Sized>(&mut self, table: &mut R, wcs: &mut [Wc]) -> Result<usize> {
+        let start = self.ci;
+        let mut n = 0;
+        let mut err = None;
+        while n < wcs.len() {
+            let slot = self.slot(self.ci);
+            // SAFETY: the 64-byte CQE lies at +0 or +64 of the slot, inside the buffer.
+            let cqe_ptr = unsafe { slot.add(self.cqe_off) };
+            // SAFETY: op_own is the last byte of the CQE; volatile, the device writes it.
+            let op_own = unsafe { core::ptr::read_volatile(cqe_ptr.add(63)) };
+            if !sw_owned(op_own, self.ci, self.cqe_cnt) {
+                break;
+            }
+            mmio::from_device_barrier();
+            // SAFETY: the CQE is software-owned now; read all 64 bytes after the barrier.
+            let cqe = unsafe { core::ptr::read_volatile(cqe_ptr as *const Cqe64) };
+            match self.handle(&cqe, slot, table, &mut wcs[n..]) {
+                Ok(Progress::Done(k)) => {
+                    n += k;
+                    self.ci = self.ci.wrapping_add(1);
+                }
+                Ok(Progress::Partial(k)) => {
+                    n += k;
+                    break;
+                }
+                Ok(Progress::Bad(why)) => {
+                    let e = Error::BadCqe {
+                        cqn: self.cqn,
+                        qpn: cqe.qpn(),
+                        wqe_counter: cqe.wqe_counter(),
+                        why,
+                    };
+                    if n == 0 {
+                        self.ci = self.ci.wrapping_add(1);
+                        err = Some(e);
+                    }
+                    break;
+                }
+                Err(e) => {
+                    if n == 0 {
+                        self.ci = self.ci.wrapping_add(1);
+                        err = Some(e);
+                    }
+                    break;
+                }
+            }
+        }
+        if self.ci != start {
+            self.update_ci();
+        }
+        if let Some(e) = err {
+            tracing::warn!(cqn = self.cqn, error = %e, "CQE ignored");
+            return Err(e);
+        }
+        Ok(n)
+    }
+
+    #[inline(always)]
+    fn update_ci(&mut self) {
+        if self.ignore_overrun {
+            return;
+        }
+        // The CQE reads must be done before the device may reuse the slots: x86 never lets a
+        // store pass an earlier load, elsewhere a load barrier orders them.
+        #[cfg(target_arch = "x86_64")]
+        core::sync::atomic::compiler_fence(core::sync::atomic::Ordering::SeqCst);
+        #[cfg(not(target_arch = "x86_64"))]
+        mmio::from_device_barrier();
+        // SAFETY: `dbrec` is the CQ's live doorbell record (constructor contract).
+        unsafe { mmio::write_dbrec(self.dbrec.add(CQ_SET_CI), self.ci & CQ_CI_MASK) };
+    }
+
+    #[inline(always)]
+    fn handle<R: Resolve + ?Sized>(
+        &mut self,
+        cqe: &Cqe64,
+        slot: *mut u8,
+        table: &mut R,
+        out: &mut [Wc],
+    ) -> Result<Progress> {
+        let opcode = cqe.opcode();
+        let format = cqe.format();
+        let unsupported = || Error::UnsupportedCqe {
+            cqn: self.cqn,
+            opcode,
+            name: cqe_opcode_name(opcode),
+            format,
+        };
+        if format == CQE_FORMAT_COMPRESSED {
+            return Err(unsupported());
+        }
+        let front: [u8; 64];
+        let inline: Option<&[u8]> = match format {
+            CQE_FORMAT_INLINE32 => Some(&cqe.as_bytes()[..32]),
+            CQE_FORMAT_INLINE64 if self.cqe_size == 128 => {
+                // SAFETY: the first half of a 128-byte slot, inside the buffer, read after the
+                // ownership check and its barrier.
+                front = unsafe { core::ptr::read_volatile(slot as *const [u8; 64]) };
+                Some(&front[..])
+            }
+            _ => None,
+        };
+        let qpn = cqe.qpn();
+        match opcode {
+            CQE_REQ | CQE_REQ_ERR => {
+                let (status, syndrome, vendor_err) = if opcode == CQE_REQ_ERR {
+                    let e = cqe.as_err();
+                    (
+                        WcStatus::from_syndrome(e.syndrome),
+                        e.syndrome,
+                        e.vendor_err_synd,
+                    )
+                } else {
+                    (WcStatus::Success, 0, 0)
+                };
+                let info = CqeInfo {
+                    qpn,
+                    status,
+                    syndrome,
+                    vendor_err,
+                    byte_cnt: cqe.byte_cnt(),
+                };
+                let cqn = self.cqn;
+                let qp = table.qp(qpn).ok_or(Error::UnknownQpn { cqn, qpn })?;
+                if let (Some(data), WcStatus::Success) = (inline, status) {
+                    // Requester scatter-to-CQE: a READ or atomic reply (mlx5-facts §5.4).
+                    let mut segs = [DataSeg::default(); 16];
+                    let k = qp.reply_sges(cqe.wqe_counter(), &mut segs);
+                    let len = (cqe.byte_cnt() as usize).min(data.len());
+                    // SAFETY: the WQE is outstanding: its local segments are the caller's
+                    // buffers, valid until this completion (post contract).
+                    unsafe { crate::scatter::scatter(&data[..len], &segs[..k]) };
+                }
+                Ok(qp.complete_send(cqe.wqe_counter(), &info, out))
+            }
+            CQE_RESP_SEND | CQE_RESP_SEND_IMM | CQE_RESP_SEND_INV | CQE_RESP_WR_IMM
+            | CQE_RESP_ERR => {
+                let mut wc = Wc {
+                    qp_num: qpn,
+                    opcode: WcOpcode::Recv,
+                    ..Wc::default()
+                };
+                if opcode == CQE_RESP_ERR {
+                    let e = cqe.as_err();
+                    wc.status = WcStatus::from_syndrome(e.syndrome);
+                    wc.syndrome = e.syndrome;
+                    wc.vendor_err = e.vendor_err_synd;
+                } else {
+                    wc.byte_len = cqe.byte_cnt();
+                    wc.src_qp = cqe.src_qpn();
+                    wc.slid = u16::from_be(cqe.slid);
+                    // rdma-core `handle_responder`: g = (flags_rqpn >> 28) & 3.
+                    if (u32::from_be(cqe.flags_rqpn) >> 28) & 3 != 0 {
+                        wc.flags |= WcFlags::GRH;
+                    }
+                    let imm = u32::from_be(cqe.imm_inval_pkey);
+                    match opcode {
+                        CQE_RESP_SEND_IMM => {
+                            wc.flags |= WcFlags::WITH_IMM;
+                            wc.imm_data = imm;
+                        }
+                        CQE_RESP_WR_IMM => {
+                            wc.opcode = WcOpcode::RecvRdmaWithImm;
+                            wc.flags |= WcFlags::WITH_IMM;
+                            wc.imm_data = imm;
+                        }
+                        CQE_RESP_SEND_INV => {
+                            wc.flags |= WcFlags::WITH_INV;
+                            wc.imm_data = imm;
+                        }
+                        _ => {}
+                    }
+                }
+                let cqn = self.cqn;
+                let qp = table.qp(qpn).ok_or(Error::UnknownQpn { cqn, qpn })?;
+                match qp.srqn() {
+                    None => Ok(qp.complete_recv(cqe.wqe_counter(), wc, inline, out)),
+                    Some(srqn) => {
+                        let srq = table.srq(srqn).ok_or(Error::UnknownSrqn { cqn, srqn })?;
+                        Ok(srq.complete(cqe.wqe_counter(), wc, inline, out))
+                    }
+                }
+            }
+            _ => Err(unsupported()),
+        }
+    }
+
+    /// Request a completion event for the next completion (`solicited_only = false`) or the
+    /// next solicited or error completion (rdma-core `mlx5_arm_cq`): `dbrec[1] =
+    /// BE32(sn << 28 | cmd | ci)`, then WC start, then the 64-bit doorbell
+    /// `BE32(sn << 28 | cmd | ci) ‖ BE32(cqn)` at `cq_uar + 0x20`, then flush.
+    #[inline]
+    pub fn arm(&mut self, solicited_only: bool) {
+        let cmd = if solicited_only {
+            ArmCmd::Solicited
+        } else {
+            ArmCmd::Next
+        };
+        let v = arm_value(self.arm_sn, cmd, self.ci);
+        // SAFETY: `dbrec` is the CQ's live doorbell record (constructor contract).
+        unsafe { mmio::write_dbrec(self.dbrec.add(CQ_ARM_DB), v) };
+        mmio::wc_start();
+        let db = ((v as u64) << 32 | self.cqn as u64).to_be();
+        // SAFETY: `uar + 0x20` is the CQ doorbell register of the live UAR page (8-byte
+        // aligned, checked at construction); one 64-bit store, bytes in device order.
+        unsafe { core::ptr::write_volatile(self.uar.add(CQ_DOORBELL) as *mut u64, db) };
+        mmio::flush_writes();
+    }
+
+    /// Account for one completion event consumed from the device (`ibv_get_cq_event` /
+    /// [`mlx5_hw::Device::wait_cq_event`]): advances the arm sequence number, as rdma-core's
+    /// `mlx5_cq_event` does, so that the next arm is told apart from the last.
+    #[inline]
+    pub fn ack_event(&mut self) {
+        self.arm_sn = self.arm_sn.wrapping_add(1);
+    }
+}

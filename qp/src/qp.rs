@@ -1,0 +1,779 @@
+//! The queue pair's data path: validate a WR, write its WQE into the send ring, ring the
+//! doorbell or BlueFlame; post receives; keep the bookkeeping that completions need.
+
+use crate::error::{Error, Result};
+use crate::rq::{check_sges, RecvQueue};
+use crate::sq::{CqeInfo, Doorbell, Progress, SendQueue, SlotMeta};
+use crate::wc::{Wc, WcOpcode};
+use crate::wr::{RecvWr, SendData, SendFlags, SendOp, SendWr, Sge};
+use mlx5_cq::RCV_DBR;
+use mlx5_hw::{QpLayout, QpState, QpType};
+use mlx5_wqe::opcode as op;
+use mlx5_wqe::ring::{bbs_for_ds, ds_for_bytes, SqRing, WqeWriter};
+use mlx5_wqe::seg::{
+    inline_seg_size, AtomicSeg, AvSeg, DataSeg, MaskedCs32Seg, MaskedCs64Seg, MaskedFa32Seg,
+    MaskedFa64Seg, RaddrSeg, Segment,
+};
+use mlx5_wqe::{SEND_WQE_BB, SEND_WQE_DS, SEND_WQE_MAX_WQEBBS};
+
+/// The largest send ring this data path drives: wqe_index and the CQE's wqe_counter are 16-bit,
+/// and telling a live block from a stale one needs at least one spare bit.
+pub const MAX_SQ_BBS: u32 = 1 << 15;
+
+/// The first 16 bytes of an address vector: the compact UD AV (UCX
+/// `uct_ib_mlx5_get_compact_av`).
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct CompactAv([u8; 16]);
+// SAFETY: a 16-byte array, POD without padding.
+unsafe impl Segment for CompactAv {}
+
+/// Atomic operands as they go into the WQE.
+#[derive(Clone, Copy)]
+enum AtomicOperands {
+    None,
+    Std(AtomicSeg),
+    MaskedCs32(MaskedCs32Seg),
+    MaskedCs64(MaskedCs64Seg),
+    MaskedFa32(MaskedFa32Seg),
+    MaskedFa64(MaskedFa64Seg),
+}
+
+/// Everything about a WQE decided before a byte is written.
+struct Plan<'a> {
+    opcode: u8,
+    opmod: u8,
+    imm_be: u32,
+    remote: Option<crate::wr::RemoteAddr>,
+    atomic: AtomicOperands,
+    /// The atomic's local buffer (one data segment of the operand size).
+    local: Option<Sge>,
+    data: SendData<'a>,
+    /// Total bytes, ctrl included.
+    bytes: usize,
+    wc_opcode: WcOpcode,
+    atomic_size: u8,
+}
+
+/// The data path of one queue pair.
+///
+/// # What the types guarantee and what the caller promises
+/// Every post is checked against the QP (state, QP type, SGE count, inline size, WQE size,
+/// atomic alignment, free space) before anything is written: a bad request is an [`Error`],
+/// never a corrupt ring. What the types cannot check is the memory a WR names: **the buffers
+/// of every SGE must stay valid, and registered with the lkey given, until the WR's
+/// completion has been polled** (or the QP has been reset). Inline data is copied during the
+/// post; its buffer is free when `post` returns.
+///
+/// A `Qp` is owned by one thread: it is `Send` but not `Sync`, and no call takes a lock,
+/// allocates or makes a system call. The control path (creating the QP, moving it through its
+/// states) stays with the device; it tells the data path the state it reached with
+/// [`Qp::set_state`].
+#[derive(Debug)]
+pub struct Qp {
+    qpn: u32,
+    qp_type: QpType,
+    state: QpState,
+    sq: SendQueue,
+    rq: Option<RecvQueue>,
+    srqn: Option<u32>,
+    max_inline: u32,
+    max_send_sge: u32,
+    max_wqe_bytes: usize,
+    sig_all: bool,
+}
+
+// SAFETY: the raw pointers inside name device-shared memory (rings, doorbell record, UAR)
+// that belongs to the QP object, not to a thread, and `Qp` has no interior mutability; moving
+// it to another thread is sound. It is deliberately not `Sync`: every post needs `&mut self`.
+unsafe impl Send for Qp {}
+
+#[inline(always)]
+fn aligned(p: *const u8, a: usize) -> bool {
+    (p as usize).is_multiple_of(a)
+}
+
+impl Qp {
+    /// Build the data path of a QP from what the device handed out. The QP starts in Reset,
+    /// as a freshly created one is; call [`Qp::set_state`] after each modify.
+    ///
+    /// `srqn` is the SRQ number when the QP receives through an SRQ (then poll with a
+    /// [`crate::Resolve`] table that holds that [`crate::Srq`]).
+    ///
+    /// # Safety
+    /// - `layout` describes a live QP: `sq.buf` (64-byte aligned, `sq.wqe_cnt × 64` bytes),
+    ///   `rq.buf`, `dbrec` and `bf.reg` (two halves of `bf.size` bytes, or at least 8 bytes
+    ///   when `bf.size` is 0) are mapped and stay valid until this `Qp` is dropped: destroy the
+    ///   device QP after dropping it.
+    /// - Nothing else posts to this QP (no second `Qp` from the same layout, no
+    ///   `ibv_post_send`/`ibv_post_recv`: their indices would diverge).
+    /// - The BlueFlame register is this QP's alone (a dedicated bfreg, as a thread domain and
+    ///   parent domain give; mlx5-facts §3.4), or every QP sharing it is driven from this
+    ///   thread *and* `bf.size` is 0: the half toggle lives in this `Qp`.
+    pub unsafe fn from_layout(layout: &QpLayout, srqn: Option<u32>) -> Result<Qp> {
+        let sq = &layout.sq;
+        if sq.buf.is_null() || layout.dbrec.is_null() || layout.bf.reg.is_null() {
+            return Err(Error::BadLayout(
+                "SQ buffer, doorbell record or BF register is null",
+            ));
+        }
+        if sq.stride != SEND_WQE_BB as u32 {
+            return Err(Error::BadLayout(
+                "SQ stride must be 64 (mlx5dv_qp.sq.stride)",
+            ));
+        }
+        if !sq.wqe_cnt.is_power_of_two() || sq.wqe_cnt > MAX_SQ_BBS {
+            return Err(Error::BadLayout(
+                "SQ wqe_cnt must be a power of two no larger than 32768",
+            ));
+        }
+        if !aligned(sq.buf, SEND_WQE_BB)
+            || !aligned(layout.dbrec as *const u8, 8)
+            || !aligned(layout.bf.reg, 8)
+        {
+            return Err(Error::BadLayout(
+                "SQ buffer, doorbell record or BF register misaligned",
+            ));
+        }
+        if !layout.bf.size.is_multiple_of(SEND_WQE_BB as u32) || layout.bf.size > 2048 {
+            return Err(Error::BadLayout(
+                "bf.size must be 0 or a multiple of 64 (256 usually)",
+            ));
+        }
+        if layout.uses_srq != srqn.is_some() {
+            return Err(Error::BadLayout(
+                "pass the SRQ number exactly when the QP uses an SRQ",
+            ));
+        }
+        let rq = if layout.uses_srq || layout.rq.wqe_cnt == 0 {
+            None
+        } else {
+            let r = &layout.rq;
+            if r.buf.is_null() || !aligned(r.buf, 16) {
+                return Err(Error::BadLayout("RQ buffer null or misaligned"));
+            }
+            if !r.wqe_cnt.is_power_of_two() || r.wqe_cnt > 1 << 15 {
+                return Err(Error::BadLayout(
+                    "RQ wqe_cnt must be a power of two ≤ 32768",
+                ));
+            }
+            if !r.stride.is_power_of_two() || r.stride < 16 {
+                return Err(Error::BadLayout("RQ stride must be a power of two ≥ 16"));
+            }
+            // SAFETY: validated above; validity over time is the caller's contract; the
+            // doorbell record is two BE32 words, RCV_DBR is the first.
+            Some(unsafe {
+                RecvQueue::new(
+                    r.buf,
+                    r.wqe_cnt,
+                    r.stride,
+                    layout.max_recv_sge,
+                    layout.dbrec.add(RCV_DBR),
+                )
+            })
+        };
+        // SAFETY: buf is 64-aligned (checked) and holds wqe_cnt blocks (caller contract);
+        // wqe_cnt is a power of two (checked).
+        let ring = unsafe { SqRing::new(sq.buf, sq.wqe_cnt) };
+        let max_wqe_bytes = ring
+            .max_wqe_bytes()
+            .min(SEND_WQE_MAX_WQEBBS as usize * SEND_WQE_BB);
+        let db = Doorbell {
+            reg: layout.bf.reg,
+            size: layout.bf.size,
+            offset: 0,
+        };
+        // SAFETY: the ring and register are valid (caller contract); SND_DBR is the second
+        // word of the two-word doorbell record; wqe_cnt ≤ 32768 (checked).
+        let sq = unsafe { SendQueue::new(ring, layout.dbrec.add(mlx5_cq::SND_DBR), db) };
+        Ok(Qp {
+            qpn: layout.qpn & 0x00ff_ffff,
+            qp_type: layout.qp_type,
+            state: QpState::Reset,
+            sq,
+            rq,
+            srqn,
+            max_inline: layout.max_inline_data,
+            max_send_sge: layout.max_send_sge,
+            max_wqe_bytes,
+            sig_all: layout.sq_sig_all,
+        })
+    }
+
+    /// QP number.
+    #[inline(always)]
+    pub fn qpn(&self) -> u32 {
+        self.qpn
+    }
+    /// Transport type.
+    #[inline(always)]
+    pub fn qp_type(&self) -> QpType {
+        self.qp_type
+    }
+    /// The state the control path last reported.
+    #[inline(always)]
+    pub fn state(&self) -> QpState {
+        self.state
+    }
+    /// The SRQ the QP receives through, if any.
+    #[inline(always)]
+    pub fn srqn(&self) -> Option<u32> {
+        self.srqn
+    }
+    /// Largest inline payload.
+    #[inline(always)]
+    pub fn max_inline_data(&self) -> u32 {
+        self.max_inline
+    }
+    /// Largest WQE in bytes.
+    #[inline(always)]
+    pub fn max_wqe_bytes(&self) -> usize {
+        self.max_wqe_bytes
+    }
+    /// Free send-queue blocks (64 bytes each).
+    #[inline(always)]
+    pub fn sq_free_bbs(&self) -> u32 {
+        self.sq.free()
+    }
+    /// Send-queue blocks posted and not retired.
+    #[inline(always)]
+    pub fn sq_outstanding_bbs(&self) -> u32 {
+        self.sq.outstanding()
+    }
+    /// Receive WRs posted and not completed (0 with an SRQ).
+    #[inline(always)]
+    pub fn rq_outstanding(&self) -> u32 {
+        self.rq.as_ref().map_or(0, |r| r.outstanding())
+    }
+    /// The next send producer index (`wqe_index` of the next WQE).
+    #[inline(always)]
+    pub fn sq_pi(&self) -> u16 {
+        self.sq.pi
+    }
+    /// The BlueFlame half the next doorbell goes to (0 or `bf.size`).
+    #[inline(always)]
+    pub fn bf_offset(&self) -> u32 {
+        self.sq.db.offset
+    }
+
+    /// Record the state the control path moved the QP to. Moving to Reset clears the rings'
+    /// indices and doorbell records as rdma-core's `mlx5_modify_qp` does: every WR still
+    /// outstanding is forgotten (call [`Qp::flush_outstanding`] in Error first to get a
+    /// completion for each).
+    pub fn set_state(&mut self, state: QpState) {
+        tracing::debug!(qpn = self.qpn, old = %self.state, new = %state, "data path QP state");
+        if state == QpState::Reset {
+            self.sq.reset();
+            if let Some(rq) = self.rq.as_mut() {
+                rq.reset();
+            }
+        }
+        self.state = state;
+    }
+
+    /// Post one send WR and ring the doorbell (BlueFlame when it fits).
+    #[inline]
+    pub fn post(&mut self, wr: &SendWr<'_>) -> Result<()> {
+        self.post_deferred(wr)?;
+        self.sq.ring_doorbell();
+        Ok(())
+    }
+
+    /// Write a send WR into the ring without ringing the doorbell; the device sees it after
+    /// the next [`Qp::ring_doorbell`] (or a post that rings). See also [`Qp::batch`].
+    #[inline]
+    pub fn post_deferred(&mut self, wr: &SendWr<'_>) -> Result<()> {
+        let plan = self.plan(wr)?;
+        self.write(wr, &plan)
+    }
+
+    /// Announce every WQE written since the last doorbell: one doorbell-record update, then a
+    /// BlueFlame copy when exactly one WQE of at most `bf.size` bytes is pending, else the
+    /// 8-byte doorbell of the last WQE.
+    #[inline]
+    pub fn ring_doorbell(&mut self) {
+        self.sq.ring_doorbell();
+    }
+
+    /// WQEs written but not yet announced.
+    #[inline(always)]
+    pub fn pending_doorbell(&self) -> u32 {
+        self.sq.pending()
+    }
+
+    /// Post several WRs and ring once: the guard rings the doorbell when dropped.
+    ///
+    /// ```no_run
+    /// # fn f(qp: &mut mlx5_qp::Qp, wr1: &mlx5_qp::SendWr, wr2: &mlx5_qp::SendWr)
+    /// #     -> mlx5_qp::Result<()> {
+    /// let mut b = qp.batch();
+    /// b.post(wr1)?;
+    /// b.post(wr2)?;
+    /// drop(b); // one doorbell record update, one 8-byte doorbell
+    /// # Ok(()) }
+    /// ```
+    #[inline]
+    pub fn batch(&mut self) -> Batch<'_> {
+        Batch { qp: self }
+    }
+
+    #[inline(always)]
+    fn check_send_state(&self) -> Result<()> {
+        match self.state {
+            QpState::Rts | QpState::Sqd => Ok(()),
+            QpState::Sqe | QpState::Error => Err(Error::WrongState {
+                op: "post a send",
+                state: self.state,
+                hint: "poll the CQ for the error completions, then recover the QP \
+                       (Error -> Reset -> Init -> RTR -> RTS)",
+            }),
+            _ => Err(Error::WrongState {
+                op: "post a send",
+                state: self.state,
+                hint: "move the QP to RTS first (and report it with Qp::set_state)",
+            }),
+        }
+    }
+
+    #[inline(always)]
+    fn plan<'a>(&self, wr: &SendWr<'a>) -> Result<Plan<'a>> {
+        self.check_send_state()?;
+        let op = &wr.op;
+        let rc_only = !matches!(op, SendOp::Send | SendOp::SendImm { .. });
+        match self.qp_type {
+            QpType::Rc => {}
+            QpType::Uc => {
+                if !matches!(
+                    op,
+                    SendOp::Send
+                        | SendOp::SendImm { .. }
+                        | SendOp::Write { .. }
+                        | SendOp::WriteImm { .. }
+                ) {
+                    return Err(Error::OpNotSupported {
+                        op: op.name(),
+                        qp_type: self.qp_type,
+                    });
+                }
+            }
+            QpType::Ud => {
+                if rc_only {
+                    return Err(Error::OpNotSupported {
+                        op: op.name(),
+                        qp_type: self.qp_type,
+                    });
+                }
+            }
+        }
+        let av_bytes = match (self.qp_type, wr.ud) {
+            (QpType::Ud, Some(d)) => d.wqe_bytes(),
+            (QpType::Ud, None) => return Err(Error::MissingAddress),
+            (_, Some(_)) => {
+                return Err(Error::UnexpectedAddress {
+                    qp_type: self.qp_type,
+                })
+            }
+            (_, None) => 0,
+        };
+        let none = AtomicOperands::None;
+        #[rustfmt::skip]
+        let (opcode, opmod, imm, remote, atomic, local, wc_opcode, atomic_size) = match *op {
+            SendOp::Send => (op::OPCODE_SEND, 0, 0, None, none, None, WcOpcode::Send, 0),
+            SendOp::SendImm { imm } => (op::OPCODE_SEND_IMM, 0, imm, None, none, None, WcOpcode::Send, 0),
+            SendOp::Write { remote } => (op::OPCODE_RDMA_WRITE, 0, 0, Some(remote), none, None, WcOpcode::RdmaWrite, 0),
+            SendOp::WriteImm { remote, imm } => (op::OPCODE_RDMA_WRITE_IMM, 0, imm, Some(remote), none, None, WcOpcode::RdmaWrite, 0),
+            SendOp::Read { remote } => (op::OPCODE_RDMA_READ, 0, 0, Some(remote), none, None, WcOpcode::RdmaRead, 0),
+            SendOp::CompSwap { remote, local, compare, swap } =>
+                (op::OPCODE_ATOMIC_CS, 0, 0, Some(remote), AtomicOperands::Std(AtomicSeg::cas(compare, swap)), Some(local), WcOpcode::CompSwap, 8),
+            SendOp::FetchAdd { remote, local, add } =>
+                (op::OPCODE_ATOMIC_FA, 0, 0, Some(remote), AtomicOperands::Std(AtomicSeg::faa(add)), Some(local), WcOpcode::FetchAdd, 8),
+            SendOp::MaskedCompSwap32 { remote, local, compare, compare_mask, swap, swap_mask } =>
+                (op::OPCODE_ATOMIC_MASKED_CS, op::OPMOD_EXT_ATOMIC_32, 0, Some(remote),
+                 AtomicOperands::MaskedCs32(MaskedCs32Seg::new(compare, compare_mask, swap, swap_mask)), Some(local), WcOpcode::MaskedCompSwap, 4),
+            SendOp::MaskedCompSwap64 { remote, local, compare, compare_mask, swap, swap_mask } =>
+                (op::OPCODE_ATOMIC_MASKED_CS, op::OPMOD_EXT_ATOMIC_64, 0, Some(remote),
+                 AtomicOperands::MaskedCs64(MaskedCs64Seg::new(compare, compare_mask, swap, swap_mask)), Some(local), WcOpcode::MaskedCompSwap, 8),
+            SendOp::MaskedFetchAdd32 { remote, local, add, field_boundary } =>
+                (op::OPCODE_ATOMIC_MASKED_FA, op::OPMOD_EXT_ATOMIC_32, 0, Some(remote),
+                 AtomicOperands::MaskedFa32(MaskedFa32Seg::new(add, field_boundary)), Some(local), WcOpcode::MaskedFetchAdd, 4),
+            SendOp::MaskedFetchAdd64 { remote, local, add, field_boundary } =>
+                (op::OPCODE_ATOMIC_MASKED_FA, op::OPMOD_EXT_ATOMIC_64, 0, Some(remote),
+                 AtomicOperands::MaskedFa64(MaskedFa64Seg::new(add, field_boundary)), Some(local), WcOpcode::MaskedFetchAdd, 8),
+        };
+        let atomic_bytes = match atomic {
+            AtomicOperands::None => 0,
+            AtomicOperands::MaskedCs64(_) => 32,
+            _ => 16,
+        };
+        let data_bytes = if let Some(l) = local {
+            // Atomics: the operands are in the constructor; the local buffer is one data
+            // segment of the operand size (rdma-core `set_data_ptr_seg_atomic`).
+            match wr.data {
+                SendData::Sges([]) => {}
+                _ => return Err(Error::UnexpectedData { op: op.name() }),
+            }
+            let size = atomic_size as u32;
+            if l.length < size {
+                return Err(Error::AtomicBufferTooShort {
+                    len: l.length,
+                    size,
+                });
+            }
+            if let Some(r) = remote {
+                if !r.addr.is_multiple_of(size as u64) {
+                    return Err(Error::UnalignedAtomic {
+                        addr: r.addr,
+                        align: size,
+                    });
+                }
+            }
+            SEND_WQE_DS
+        } else {
+            match wr.data {
+                SendData::Sges(sges) => {
+                    check_sges(sges, self.max_send_sge)?;
+                    // rdma-core skips zero-length gather entries.
+                    sges.iter().filter(|s| s.length != 0).count() * SEND_WQE_DS
+                }
+                SendData::Inline(b) => self.inline_bytes(wr, b.len())?,
+                SendData::InlineParts(parts) => {
+                    let len = parts.iter().map(|p| p.len()).sum();
+                    self.inline_bytes(wr, len)?
+                }
+            }
+        };
+        let bytes = SEND_WQE_DS
+            + av_bytes
+            + if remote.is_some() { SEND_WQE_DS } else { 0 }
+            + atomic_bytes
+            + data_bytes;
+        if bytes > self.max_wqe_bytes {
+            return Err(Error::WqeTooLarge {
+                bytes,
+                max: self.max_wqe_bytes,
+            });
+        }
+        Ok(Plan {
+            opcode,
+            opmod,
+            imm_be: imm.to_be(),
+            remote,
+            atomic,
+            local,
+            data: wr.data,
+            bytes,
+            wc_opcode,
+            atomic_size,
+        })
+    }
+
+    #[inline(always)]
+    fn inline_bytes(&self, wr: &SendWr<'_>, len: usize) -> Result<usize> {
+        if matches!(wr.op, SendOp::Read { .. }) {
+            return Err(Error::InlineRead);
+        }
+        if len > self.max_inline as usize {
+            return Err(Error::InlineTooLarge {
+                len,
+                max: self.max_inline,
+            });
+        }
+        Ok(if len == 0 { 0 } else { inline_seg_size(len) })
+    }
+
+    #[inline(always)]
+    fn fm_ce_se(&self, flags: SendFlags) -> u8 {
+        let mut v = 0;
+        if self.sig_all || flags.contains(SendFlags::SIGNALED) {
+            v |= op::CTRL_CQ_UPDATE;
+        }
+        if flags.contains(SendFlags::FENCE) {
+            v |= op::CTRL_FENCE;
+        }
+        if flags.contains(SendFlags::SOLICITED) {
+            v |= op::CTRL_SOLICITED;
+        }
+        v
+    }
+
+    #[inline(always)]
+    fn write(&mut self, wr: &SendWr<'_>, plan: &Plan<'_>) -> Result<()> {
+        let bbs = bbs_for_ds(ds_for_bytes(plan.bytes));
+        let free = self.sq.free();
+        if bbs > free {
+            return Err(Error::SqFull { needed: bbs, free });
+        }
+        let pi = self.sq.pi;
+        let mut w = WqeWriter::new(&self.sq.ring, pi, plan.bytes);
+        let too_large = |_| Error::WqeTooLarge {
+            bytes: plan.bytes,
+            max: self.max_wqe_bytes,
+        };
+        if let Some(d) = wr.ud {
+            if d.is_compact() {
+                let av: &AvSeg = d.av();
+                let mut c = [0u8; 16];
+                c.copy_from_slice(&av.as_bytes()[..16]);
+                w.push(&CompactAv(c)).map_err(too_large)?;
+            } else {
+                w.push(d.av()).map_err(too_large)?;
+            }
+        }
+        if let Some(r) = plan.remote {
+            w.push(&RaddrSeg::new(r.addr, r.rkey)).map_err(too_large)?;
+        }
+        match plan.atomic {
+            AtomicOperands::None => {}
+            AtomicOperands::Std(s) => w.push(&s).map_err(too_large)?,
+            AtomicOperands::MaskedCs32(s) => w.push(&s).map_err(too_large)?,
+            AtomicOperands::MaskedCs64(s) => w.push(&s).map_err(too_large)?,
+            AtomicOperands::MaskedFa32(s) => w.push(&s).map_err(too_large)?,
+            AtomicOperands::MaskedFa64(s) => w.push(&s).map_err(too_large)?,
+        }
+        if let Some(l) = plan.local {
+            w.push(&DataSeg::new(plan.atomic_size as u32, l.lkey, l.addr))
+                .map_err(too_large)?;
+        } else {
+            match plan.data {
+                SendData::Sges(sges) => {
+                    for s in sges.iter().filter(|s| s.length != 0) {
+                        w.push(&DataSeg::new(s.length, s.lkey, s.addr))
+                            .map_err(too_large)?;
+                    }
+                }
+                SendData::Inline(b) => {
+                    w.push_inline(&[b]).map_err(too_large)?;
+                }
+                SendData::InlineParts(parts) => {
+                    w.push_inline(parts).map_err(too_large)?;
+                }
+            }
+        }
+        let fm_ce_se = self.fm_ce_se(wr.flags);
+        let (_, wbbs) = w.finish(pi, plan.opcode, plan.opmod, self.qpn, fm_ce_se, plan.imm_be);
+        debug_assert_eq!(wbbs, bbs);
+        self.sq.commit(
+            wr.wr_id,
+            SlotMeta {
+                pi,
+                bbs: bbs as u8,
+                signaled: fm_ce_se & op::CTRL_CE_MASK != 0,
+                atomic_size: plan.atomic_size,
+                opcode: plan.wc_opcode,
+            },
+        );
+        Ok(())
+    }
+
+    /// Post a caller-built WQE (rdma-core `mlx5dv_wr_raw_wqe`) and ring the doorbell.
+    ///
+    /// `wqe` is the whole WQE, ctrl segment first, a multiple of 16 bytes. The library copies
+    /// it into the ring (wrapping at the ring end), then overwrites exactly two ctrl fields:
+    /// `wqe_index` (bytes 1–2, the producer index) and the QPN (bytes 4–6). It ORs
+    /// `MLX5_WQE_CTRL_CQ_UPDATE` into `fm_ce_se` when the QP signals every WR. Everything else
+    /// (opmod, opcode, DS count, signature, fence/completion/solicited bits, immediate,
+    /// segments) is the caller's; the DS count must equal `wqe.len() / 16`. A completion is
+    /// expected when `fm_ce_se` asks for one (CE ≠ 0). The caller vouches for what the
+    /// segments name, as for any post.
+    #[inline]
+    pub fn post_raw(&mut self, wr_id: u64, wqe: &[u8]) -> Result<()> {
+        self.post_raw_deferred(wr_id, wqe)?;
+        self.sq.ring_doorbell();
+        Ok(())
+    }
+
+    /// [`Qp::post_raw`] without the doorbell.
+    pub fn post_raw_deferred(&mut self, wr_id: u64, wqe: &[u8]) -> Result<()> {
+        self.check_send_state()?;
+        if wqe.len() < SEND_WQE_DS || !wqe.len().is_multiple_of(SEND_WQE_DS) {
+            return Err(Error::BadRawWqe(
+                "length must be a non-zero multiple of 16 bytes",
+            ));
+        }
+        if wqe.len() > self.max_wqe_bytes {
+            return Err(Error::WqeTooLarge {
+                bytes: wqe.len(),
+                max: self.max_wqe_bytes,
+            });
+        }
+        if (wqe[7] & 0x3f) as usize != wqe.len() / SEND_WQE_DS {
+            return Err(Error::BadRawWqe(
+                "ctrl DS count (byte 7) must equal the length / 16",
+            ));
+        }
+        let bbs = bbs_for_ds(ds_for_bytes(wqe.len()));
+        let free = self.sq.free();
+        if bbs > free {
+            return Err(Error::SqFull { needed: bbs, free });
+        }
+        let pi = self.sq.pi;
+        let ring = self.sq.ring;
+        let mut dst = ring.bb(pi);
+        for chunk in wqe.chunks_exact(SEND_WQE_DS) {
+            // SAFETY: `dst` is a 16-byte unit of a free block inside the ring (room checked).
+            unsafe {
+                core::ptr::copy_nonoverlapping(chunk.as_ptr(), dst, SEND_WQE_DS);
+                dst = dst.add(SEND_WQE_DS);
+            }
+            if dst == ring.end() {
+                dst = ring.start();
+            }
+        }
+        let ctrl = ring.bb(pi);
+        let mut fm_ce_se = wqe[11];
+        if self.sig_all {
+            fm_ce_se |= op::CTRL_CQ_UPDATE;
+        }
+        let idx = pi.to_be_bytes();
+        let qpn = self.qpn.to_be_bytes();
+        // SAFETY: ctrl is the WQE's first block; bytes 1..=2, 4..=6 and 11 are inside it.
+        unsafe {
+            *ctrl.add(1) = idx[0];
+            *ctrl.add(2) = idx[1];
+            *ctrl.add(4) = qpn[1];
+            *ctrl.add(5) = qpn[2];
+            *ctrl.add(6) = qpn[3];
+            *ctrl.add(11) = fm_ce_se;
+        }
+        let opcode = wqe[3];
+        let atomic_size = match (opcode, wqe[0]) {
+            (op::OPCODE_ATOMIC_CS | op::OPCODE_ATOMIC_FA, _) => 8,
+            (
+                op::OPCODE_ATOMIC_MASKED_CS | op::OPCODE_ATOMIC_MASKED_FA,
+                op::OPMOD_EXT_ATOMIC_32,
+            ) => 4,
+            (op::OPCODE_ATOMIC_MASKED_CS | op::OPCODE_ATOMIC_MASKED_FA, _) => 8,
+            _ => 0,
+        };
+        self.sq.commit(
+            wr_id,
+            SlotMeta {
+                pi,
+                bbs: bbs as u8,
+                signaled: fm_ce_se & op::CTRL_CE_MASK != 0,
+                atomic_size,
+                opcode: WcOpcode::from_send_opcode(opcode),
+            },
+        );
+        Ok(())
+    }
+
+    /// Post one receive WR. Its buffers must stay valid and registered until its completion
+    /// is polled. Not available when the QP receives through an SRQ (post there).
+    #[inline]
+    pub fn post_recv(&mut self, wr_id: u64, sges: &[Sge]) -> Result<()> {
+        self.post_recv_list(&[RecvWr { wr_id, sges }])
+    }
+
+    /// Post several receive WRs with one doorbell-record update; all are checked before any is
+    /// written (all or nothing).
+    #[inline]
+    pub fn post_recv_list(&mut self, wrs: &[RecvWr<'_>]) -> Result<()> {
+        match self.state {
+            QpState::Reset | QpState::Error => {
+                return Err(Error::WrongState {
+                    op: "post a receive",
+                    state: self.state,
+                    hint: "receives may be posted from Init on, and not in Error",
+                })
+            }
+            _ => {}
+        }
+        match self.rq.as_mut() {
+            Some(rq) => rq.post(wrs),
+            None if self.srqn.is_some() => Err(Error::WrongState {
+                op: "post a receive on a QP that uses an SRQ",
+                state: self.state,
+                hint: "post to the Srq instead",
+            }),
+            None => Err(Error::RqFull { capacity: 0 }),
+        }
+    }
+
+    /// Report every WR still outstanding on this QP (send and receive) as flushed
+    /// (`IBV_WC_WR_FLUSH_ERR`) and retire it. For a QP in Error whose device will report
+    /// nothing more (before [`Qp::set_state`] to Reset): with it every posted WR is accounted
+    /// for exactly once. Returns the completions written; call again while it fills `out`.
+    pub fn flush_outstanding(&mut self, out: &mut [Wc]) -> Result<usize> {
+        if self.state != QpState::Error {
+            return Err(Error::WrongState {
+                op: "flush outstanding WRs",
+                state: self.state,
+                hint: "only a QP in Error has its WRs flushed",
+            });
+        }
+        let n = match self.sq.flush_all(self.qpn, out) {
+            Progress::Done(n) => n,
+            Progress::Partial(n) => return Ok(n),
+            Progress::Bad(_) => 0,
+        };
+        let m = match self.rq.as_mut() {
+            Some(rq) => match rq.flush_all(self.qpn, &mut out[n..]) {
+                Progress::Done(m) | Progress::Partial(m) => m,
+                Progress::Bad(_) => 0,
+            },
+            None => 0,
+        };
+        Ok(n + m)
+    }
+
+    pub(crate) fn complete_send(
+        &mut self,
+        wqe_counter: u16,
+        info: &CqeInfo,
+        out: &mut [Wc],
+    ) -> Progress {
+        self.sq.complete(wqe_counter, info, out)
+    }
+
+    pub(crate) fn complete_recv(
+        &mut self,
+        wqe_counter: u16,
+        wc: Wc,
+        inline: Option<&[u8]>,
+        out: &mut [Wc],
+    ) -> Progress {
+        match self.rq.as_mut() {
+            Some(rq) => rq.complete(wqe_counter, wc, inline, out),
+            None => Progress::Bad("receive completion on a QP without a receive queue"),
+        }
+    }
+
+    pub(crate) fn reply_sges(&self, wqe_counter: u16, out: &mut [DataSeg; 16]) -> usize {
+        self.sq.reply_sges(wqe_counter, out)
+    }
+}
+
+/// Several posts, one doorbell: the guard returned by [`Qp::batch`] rings when dropped.
+#[derive(Debug)]
+pub struct Batch<'a> {
+    qp: &'a mut Qp,
+}
+
+impl Batch<'_> {
+    /// Write a send WR; the doorbell rings when the batch ends.
+    #[inline]
+    pub fn post(&mut self, wr: &SendWr<'_>) -> Result<()> {
+        self.qp.post_deferred(wr)
+    }
+    /// Write a caller-built WQE ([`Qp::post_raw`]); the doorbell rings when the batch ends.
+    #[inline]
+    pub fn post_raw(&mut self, wr_id: u64, wqe: &[u8]) -> Result<()> {
+        self.qp.post_raw_deferred(wr_id, wqe)
+    }
+    /// The QP (for its limits and free space).
+    #[inline]
+    pub fn qp(&self) -> &Qp {
+        self.qp
+    }
+    /// End the batch now and ring.
+    #[inline]
+    pub fn ring(self) {}
+}
+
+impl Drop for Batch<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        self.qp.sq.ring_doorbell();
+    }
+}

@@ -1,0 +1,215 @@
+//! The receive queue of a QP: a ring of fixed-stride WQEs made of data segments, ended by the
+//! `MLX5_INVALID_LKEY` terminator when shorter than the stride (rdma-core
+//! `providers/mlx5/qp.c` `mlx5_post_recv`; mlx5-facts §4.1).
+//!
+//! `head` counts WQEs ever posted, `tail` WQEs retired, both 16-bit. There is no MMIO doorbell:
+//! after a store barrier the new `head` goes into `dbrec[0]`. The device completes receive
+//! WQEs in order, and the responder CQE's `wqe_counter` names the WQE.
+
+use crate::error::{Error, Result};
+use crate::scatter::scatter;
+use crate::sq::Progress;
+use crate::wc::{Wc, WcStatus};
+use crate::wr::{RecvWr, Sge};
+use mlx5_cq::SYNDROME_WR_FLUSH_ERR;
+use mlx5_hw::mmio;
+use mlx5_wqe::seg::DataSeg;
+
+/// The receive side of a QP without an SRQ.
+#[derive(Debug)]
+pub(crate) struct RecvQueue {
+    buf: *mut u8,
+    wqe_cnt: u32,
+    mask: u16,
+    stride: usize,
+    /// Data segments per WQE (`stride / 16`).
+    slots: usize,
+    /// Scatter entries a WR may use (`min(max_recv_sge, slots)`).
+    pub max_sge: u32,
+    /// `&dbrec[MLX5_RCV_DBR]`.
+    dbrec: *mut u32,
+    pub head: u16,
+    pub tail: u16,
+    wr_id: Box<[u64]>,
+}
+
+/// Check a scatter list against a queue's limit.
+#[inline(always)]
+pub(crate) fn check_sges(sges: &[Sge], max: u32) -> Result<()> {
+    if sges.len() > max as usize {
+        return Err(Error::TooManySges {
+            given: sges.len(),
+            max,
+        });
+    }
+    for s in sges {
+        if s.length > i32::MAX as u32 {
+            return Err(Error::SgeTooLong { len: s.length });
+        }
+    }
+    Ok(())
+}
+
+/// Write a scatter list at `wqe` (a WQE's first data segment with `slots` segments of room),
+/// skipping zero-length entries and adding the terminator when it is shorter.
+///
+/// # Safety
+/// `wqe` points to `slots × 16` writable bytes of a receive ring; `sges` has been checked to
+/// hold at most `slots` entries.
+#[inline(always)]
+pub(crate) unsafe fn write_scatter(wqe: *mut u8, slots: usize, sges: &[Sge]) {
+    let dst = wqe as *mut DataSeg;
+    let mut n = 0;
+    for s in sges {
+        if s.length == 0 {
+            continue;
+        }
+        // SAFETY: n < slots (checked by the caller), so the segment is inside the WQE.
+        unsafe { core::ptr::write(dst.add(n), DataSeg::new(s.length, s.lkey, s.addr)) };
+        n += 1;
+    }
+    if n < slots {
+        // SAFETY: as above.
+        unsafe { core::ptr::write(dst.add(n), DataSeg::terminator()) };
+    }
+}
+
+impl RecvQueue {
+    /// # Safety
+    /// `buf` holds `wqe_cnt × stride` bytes of the QP's RQ, `dbrec` points at `dbrec[0]`;
+    /// both stay valid while the queue is used; `wqe_cnt` is a power of two ≤ 32768 and
+    /// `stride` a power of two ≥ 16.
+    pub unsafe fn new(
+        buf: *mut u8,
+        wqe_cnt: u32,
+        stride: u32,
+        max_recv_sge: u32,
+        dbrec: *mut u32,
+    ) -> RecvQueue {
+        let slots = stride as usize / 16;
+        RecvQueue {
+            buf,
+            wqe_cnt,
+            mask: (wqe_cnt - 1) as u16,
+            stride: stride as usize,
+            slots,
+            max_sge: max_recv_sge.min(slots as u32),
+            dbrec,
+            head: 0,
+            tail: 0,
+            wr_id: vec![0; wqe_cnt as usize].into_boxed_slice(),
+        }
+    }
+
+    /// WQEs posted and not yet completed.
+    #[inline(always)]
+    pub fn outstanding(&self) -> u32 {
+        self.head.wrapping_sub(self.tail) as u32
+    }
+
+    #[inline(always)]
+    fn wqe(&self, idx: u16) -> *mut u8 {
+        // SAFETY: the slot is < wqe_cnt, so the WQE is inside the ring.
+        unsafe { self.buf.add((idx & self.mask) as usize * self.stride) }
+    }
+
+    /// Post a list of receive WRs: all are checked first (all or nothing), then written, then
+    /// one store barrier and one doorbell-record update.
+    #[inline]
+    pub fn post(&mut self, wrs: &[RecvWr<'_>]) -> Result<()> {
+        if wrs.len() as u32 > self.wqe_cnt - self.outstanding() {
+            return Err(Error::RqFull {
+                capacity: self.wqe_cnt,
+            });
+        }
+        for wr in wrs {
+            check_sges(wr.sges, self.max_sge)?;
+        }
+        for wr in wrs {
+            // SAFETY: the WQE is a free slot of the ring (room checked above) with `slots`
+            // segments; the list was checked against max_sge ≤ slots.
+            unsafe { write_scatter(self.wqe(self.head), self.slots, wr.sges) };
+            self.wr_id[(self.head & self.mask) as usize] = wr.wr_id;
+            self.head = self.head.wrapping_add(1);
+        }
+        mmio::to_device_barrier();
+        // SAFETY: `dbrec` is the QP's live doorbell record.
+        unsafe { mmio::write_dbrec(self.dbrec, self.head as u32) };
+        Ok(())
+    }
+
+    /// Account for a responder CQE naming the WQE at `wqe_counter`. WQEs complete in order, so
+    /// a counter past `tail` means the device skipped some: each is reported as flushed so that
+    /// none is lost. `inline` is scatter-to-CQE data to copy into the WQE's buffers.
+    pub fn complete(
+        &mut self,
+        wqe_counter: u16,
+        mut wc: Wc,
+        inline: Option<&[u8]>,
+        out: &mut [Wc],
+    ) -> Progress {
+        let dist = wqe_counter.wrapping_sub(self.tail) & self.mask;
+        if dist as u32 >= self.outstanding() {
+            return Progress::Bad("outside the outstanding receive range");
+        }
+        let c = self.tail.wrapping_add(dist);
+        let mut n = 0;
+        while self.tail != c {
+            if n == out.len() {
+                return Progress::Partial(n);
+            }
+            out[n] = self.flushed(wc.qp_num);
+            n += 1;
+            self.tail = self.tail.wrapping_add(1);
+        }
+        if n == out.len() {
+            return Progress::Partial(n);
+        }
+        if let (Some(data), true) = (inline, wc.status == WcStatus::Success) {
+            let len = (wc.byte_len as usize).min(data.len());
+            // SAFETY: the WQE at `c` is outstanding: its segments are the caller's buffers,
+            // valid until this completion (post contract).
+            unsafe {
+                let segs = core::slice::from_raw_parts(self.wqe(c) as *const DataSeg, self.slots);
+                scatter(&data[..len], segs);
+            }
+        }
+        wc.wr_id = self.wr_id[(c & self.mask) as usize];
+        out[n] = wc;
+        self.tail = c.wrapping_add(1);
+        Progress::Done(n + 1)
+    }
+
+    fn flushed(&mut self, qpn: u32) -> Wc {
+        Wc {
+            wr_id: self.wr_id[(self.tail & self.mask) as usize],
+            status: WcStatus::WrFlushErr,
+            opcode: crate::wc::WcOpcode::Recv,
+            qp_num: qpn,
+            syndrome: SYNDROME_WR_FLUSH_ERR,
+            ..Wc::default()
+        }
+    }
+
+    /// Report every outstanding WQE as flushed (resumable like [`Self::complete`]).
+    pub fn flush_all(&mut self, qpn: u32, out: &mut [Wc]) -> Progress {
+        let mut n = 0;
+        while self.tail != self.head {
+            if n == out.len() {
+                return Progress::Partial(n);
+            }
+            out[n] = self.flushed(qpn);
+            n += 1;
+            self.tail = self.tail.wrapping_add(1);
+        }
+        Progress::Done(n)
+    }
+
+    /// Forget everything (the QP went to Reset).
+    pub fn reset(&mut self) {
+        self.head = 0;
+        self.tail = 0;
+        // SAFETY: `dbrec` is the live doorbell record.
+        unsafe { mmio::write_dbrec(self.dbrec, 0) };
+    }
+}

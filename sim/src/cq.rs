@@ -1,0 +1,321 @@
+//! Completion queues: the CQE ring, the doorbell record, the arm doorbell and the completion
+//! event.
+//!
+//! What a ConnectX does, and the sources:
+//! - CQEs are 64 bytes, or 128 with the 64-byte CQE in the second half (rdma-core `cq.c`
+//!   `get_cqe`); the buffer starts with every `op_own = 0xF0` (`mlx5_alloc_cq_buf`).
+//! - The owner bit of the CQE written at producer index `pi` is the lap parity
+//!   `(pi >> log2(cqe_cnt)) & 1`, and `op_own` is written last (rdma-core `get_sw_cqe`).
+//! - `dbrec[0]` is the 24-bit consumer index (set_ci); a CQE that would land on an entry the
+//!   consumer has not released is an overrun: the CQ stops and `IBV_EVENT_CQ_ERR` is raised,
+//!   unless the CQ was created with `IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN` (mlx5-facts §5.7).
+//! - Arming: `dbrec[1] = sn << 28 | cmd | ci`, then the same word and the CQN as a 64-bit write
+//!   at UAR + 0x20 (rdma-core `mlx5_arm_cq`). The next CQE (or the next solicited / error CQE
+//!   for `REQ_NOT_SOL`) raises one completion event and disarms the CQ; if CQEs past the armed
+//!   consumer index already exist, the event fires at once.
+
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+use mlx5_cq::{CQE_REQ_ERR, CQE_RESP_ERR, CQ_CI_MASK, CQ_DB_REQ_NOT_SOL, CQ_DOORBELL};
+
+use crate::bugs::{BugLog, DriverBugKind};
+use crate::mem::DmaBuf;
+
+/// The value the arm doorbell word is reset to after each write: it names CQN 0xffffffff,
+/// which no CQ has, so a driver write always changes it.
+const ARM_POISON: [u8; 8] = [0xff; 8];
+
+/// What to put in one CQE (host-order values; see `mlx5_cq::Cqe64` for the layout).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CqeSpec {
+    /// CQE opcode (`MLX5_CQE_*`).
+    pub opcode: u8,
+    /// Bytes transferred.
+    pub byte_cnt: u32,
+    /// Immediate, as the 4 network-order bytes.
+    pub imm: [u8; 4],
+    /// QPN of the QP the CQE belongs to.
+    pub qpn: u32,
+    /// Requester CQE: `MLX5_OPCODE_*` of the completed WQE (bits 31:24 of `sop_drop_qpn`).
+    pub send_opcode: u8,
+    /// WQE counter.
+    pub wqe_counter: u16,
+    /// `flags_rqpn`: source QPN (23:0) and flags.
+    pub flags_rqpn: u32,
+    /// SRQ number (responder on an SRQ).
+    pub srqn: u32,
+    /// Solicited event bit.
+    pub se: bool,
+    /// Error CQE: syndrome.
+    pub syndrome: u8,
+    /// Error CQE: vendor syndrome.
+    pub vendor_syndrome: u8,
+}
+
+impl CqeSpec {
+    /// Whether this is an error CQE.
+    pub fn is_error(&self) -> bool {
+        matches!(self.opcode, CQE_REQ_ERR | CQE_RESP_ERR)
+    }
+
+    /// The 64 bytes of the CQE with owner bit `owner`.
+    pub fn encode(&self, owner: u8) -> [u8; 64] {
+        let mut b = [0u8; 64];
+        if self.is_error() {
+            // struct mlx5_err_cqe
+            b[32..36].copy_from_slice(&(self.srqn & 0x00ff_ffff).to_be_bytes());
+            b[54] = self.vendor_syndrome;
+            b[55] = self.syndrome;
+        } else {
+            b[24..28].copy_from_slice(&self.flags_rqpn.to_be_bytes());
+            b[32..36].copy_from_slice(&(self.srqn & 0x00ff_ffff).to_be_bytes());
+            b[36..40].copy_from_slice(&self.imm);
+            b[44..48].copy_from_slice(&self.byte_cnt.to_be_bytes());
+        }
+        let sop = (self.send_opcode as u32) << 24 | (self.qpn & 0x00ff_ffff);
+        b[56..60].copy_from_slice(&sop.to_be_bytes());
+        b[60..62].copy_from_slice(&self.wqe_counter.to_be_bytes());
+        b[63] = (self.opcode << 4) | ((self.se as u8) << 1) | (owner & 1);
+        b
+    }
+}
+
+/// An armed request for a completion event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Arm {
+    /// 2-bit sequence number.
+    pub sn: u32,
+    /// Only solicited (and error) completions fire.
+    pub solicited: bool,
+    /// Consumer index at arm time.
+    pub ci: u32,
+}
+
+/// A completion queue.
+#[derive(Debug)]
+pub struct Cq {
+    /// CQ number.
+    pub cqn: u32,
+    /// CQE buffer.
+    pub buf: DmaBuf,
+    /// Doorbell record (set_ci at 0, arm at 4).
+    pub dbrec: DmaBuf,
+    /// UAR page of this CQ (arm doorbell at 0x20).
+    pub uar: DmaBuf,
+    /// Entries.
+    pub cqe_cnt: u32,
+    /// 64 or 128.
+    pub cqe_size: u32,
+    /// Created with ignore-overrun.
+    pub ignore_overrun: bool,
+    /// Producer index (free running).
+    pub pi: u32,
+    /// The CQ overran and stopped.
+    pub errored: bool,
+    /// Pending arm request.
+    pub arm: Option<Arm>,
+    /// Completion channel (eventfd).
+    pub eventfd: Option<OwnedFd>,
+    /// QPs using this CQ.
+    pub users: u32,
+}
+
+/// Why a CQE was not written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CqeOutcome {
+    /// Written.
+    Written,
+    /// The CQ overran now (the caller raises `IBV_EVENT_CQ_ERR`).
+    Overrun,
+    /// The CQ is in error; the CQE was dropped.
+    Dropped,
+}
+
+impl Cq {
+    /// Create a CQ's memory: CQEs initialised with `op_own = 0xF0`, arm doorbell poisoned.
+    pub fn new(
+        cqn: u32,
+        cqe_cnt: u32,
+        cqe_size: u32,
+        ignore_overrun: bool,
+        channel: bool,
+    ) -> Option<Cq> {
+        let buf = DmaBuf::new((cqe_cnt * cqe_size) as usize)?;
+        for i in 0..cqe_cnt as usize {
+            buf.write((i + 1) * cqe_size as usize - 1, &[0xf0]);
+        }
+        let dbrec = DmaBuf::new(8)?;
+        let uar = DmaBuf::new(4096)?;
+        uar.write(CQ_DOORBELL, &ARM_POISON);
+        let eventfd = if channel {
+            // SAFETY: plain syscall; the returned descriptor is owned below.
+            let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+            if fd < 0 {
+                return None;
+            }
+            // SAFETY: `fd` is a fresh descriptor we own.
+            Some(unsafe { OwnedFd::from_raw_fd(fd) })
+        } else {
+            None
+        };
+        Some(Cq {
+            cqn,
+            buf,
+            dbrec,
+            uar,
+            cqe_cnt,
+            cqe_size,
+            ignore_overrun,
+            pi: 0,
+            errored: false,
+            arm: None,
+            eventfd,
+            users: 0,
+        })
+    }
+
+    /// The consumer index the driver last published (`dbrec[0]`, 24 bits).
+    pub fn consumer_index(&self) -> u32 {
+        self.dbrec.read_be32(0) & CQ_CI_MASK
+    }
+
+    /// Write one CQE.
+    pub fn push(&mut self, spec: &CqeSpec) -> CqeOutcome {
+        if self.errored {
+            return CqeOutcome::Dropped;
+        }
+        let used = self.pi.wrapping_sub(self.consumer_index()) & CQ_CI_MASK;
+        if !self.ignore_overrun && used >= self.cqe_cnt {
+            self.errored = true;
+            return CqeOutcome::Overrun;
+        }
+        let slot = (self.pi & (self.cqe_cnt - 1)) as usize;
+        let owner = ((self.pi & self.cqe_cnt) != 0) as u8;
+        let bytes = spec.encode(owner);
+        let base = slot * self.cqe_size as usize + if self.cqe_size == 128 { 64 } else { 0 };
+        if self.cqe_size == 128 {
+            self.buf.fill(slot * 128, 64, 0);
+        }
+        // Everything but op_own first, then op_own: the entry becomes valid last.
+        self.buf.write(base, &bytes[..63]);
+        std::sync::atomic::fence(std::sync::atomic::Ordering::Release);
+        self.buf.write(base + 63, &bytes[63..]);
+        self.pi = self.pi.wrapping_add(1);
+        if let Some(arm) = self.arm {
+            if !arm.solicited || spec.se || spec.is_error() {
+                self.fire();
+            }
+        }
+        CqeOutcome::Written
+    }
+
+    /// Raise the completion event and disarm.
+    fn fire(&mut self) {
+        self.arm = None;
+        if let Some(fd) = &self.eventfd {
+            let one: u64 = 1;
+            // SAFETY: writing 8 bytes from a live u64 to an eventfd we own.
+            let _ = unsafe { libc::write(fd.as_raw_fd(), (&one as *const u64).cast(), 8) };
+        }
+    }
+
+    /// The eventfd, if the CQ has a completion channel.
+    pub fn event_fd(&self) -> Option<RawFd> {
+        self.eventfd.as_ref().map(|f| f.as_raw_fd())
+    }
+
+    /// Look at the arm doorbell in the UAR page; returns whether anything happened.
+    pub fn scan_arm(&mut self, dev: &str, bugs: &mut BugLog) -> bool {
+        let v = self.uar.read8(CQ_DOORBELL);
+        if v == ARM_POISON {
+            return false;
+        }
+        self.uar.write(CQ_DOORBELL, &ARM_POISON);
+        let word = u32::from_be_bytes([v[0], v[1], v[2], v[3]]);
+        let cqn = u32::from_be_bytes([v[4], v[5], v[6], v[7]]);
+        if cqn != self.cqn {
+            bugs.report(
+                dev,
+                self.cqn,
+                DriverBugKind::CqArmMismatch,
+                format!(
+                    "arm doorbell at UAR+0x20 names CQN {cqn:#x}, this CQ is {:#x}; ignored",
+                    self.cqn
+                ),
+            );
+            return true;
+        }
+        let rec = self.dbrec.read_be32(4);
+        if rec != word {
+            bugs.report(dev, self.cqn, DriverBugKind::CqArmMismatch, format!(
+                "arm doorbell word {word:#010x} differs from the arm doorbell record dbrec[1] = {rec:#010x}"));
+        }
+        let arm = Arm {
+            sn: (word >> 28) & 3,
+            solicited: word & CQ_DB_REQ_NOT_SOL != 0,
+            ci: word & CQ_CI_MASK,
+        };
+        self.arm = Some(arm);
+        // CQEs already produced past the armed consumer index fire at once.
+        if !arm.solicited && (self.pi & CQ_CI_MASK) != arm.ci {
+            self.fire();
+        }
+        true
+    }
+}
+
+/// Wait up to `timeout` for the eventfd to become readable, then consume one event.
+pub fn wait_event_fd(fd: RawFd, timeout: std::time::Duration) -> std::io::Result<bool> {
+    let mut pfd = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+    // SAFETY: one valid pollfd.
+    let r = unsafe { libc::poll(&mut pfd, 1, ms) };
+    if r < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    if r == 0 {
+        return Ok(false);
+    }
+    let mut v: u64 = 0;
+    // SAFETY: reading 8 bytes into a live u64 from an eventfd.
+    let n = unsafe { libc::read(fd, (&mut v as *mut u64).cast(), 8) };
+    Ok(n == 8 && v > 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mlx5_cq::{Cqe64, CQE_REQ};
+
+    #[test]
+    fn owner_flips_per_lap_and_overrun_stops() {
+        let mut cq = Cq::new(5, 4, 64, false, false).unwrap();
+        assert_eq!(cq.buf.read8(56)[7], 0xf0);
+        let spec = CqeSpec {
+            opcode: CQE_REQ,
+            qpn: 9,
+            wqe_counter: 3,
+            ..Default::default()
+        };
+        for _ in 0..4 {
+            assert_eq!(cq.push(&spec), CqeOutcome::Written);
+        }
+        assert_eq!(cq.push(&spec), CqeOutcome::Overrun);
+        assert!(cq.errored);
+        let mut cq = Cq::new(5, 4, 128, false, false).unwrap();
+        for i in 0..6u32 {
+            cq.dbrec.write_be32(0, i);
+            cq.push(&spec);
+        }
+        let mut b = [0u8; 64];
+        cq.buf.read(64, &mut b);
+        let c = Cqe64::from_bytes(&b);
+        assert_eq!(c.owner(), 1, "second lap");
+        assert_eq!(c.qpn(), 9);
+        assert_eq!(c.wqe_counter(), 3);
+    }
+}

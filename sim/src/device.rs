@@ -1,0 +1,628 @@
+//! `SimDevice`: one software ConnectX, implementing the project's device contract
+//! (`mlx5_hw::Device`) the way libibverbs + libmlx5 + the kernel driver would on a ConnectX:
+//! the objects it creates hand out memory laid out as `mlx5dv_init_obj` describes it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use mlx5_hw::{
+    AccessFlags, AhAttr, AhId, AhInfo, AsyncEvent, AttrMask, BfLayout, Counter, CqId, CqInfo,
+    CqInitAttr, CqLayout, Device, DeviceAttr, Error, Gid, LinkLayer, MrId, MrInfo, Mtu, PdId,
+    PortAttr, PortState, QpAttr, QpId, QpInfo, QpInitAttr, QpLayout, Result, SrqId, SrqInfo,
+    SrqInitAttr, SrqLayout, WqLayout,
+};
+
+use crate::bugs::DriverBug;
+use crate::cq::{wait_event_fd, Cq};
+use crate::fabric::Inner;
+use crate::mem::Region;
+use crate::modify::{modify_qp, query_qp, MAX_RD_ATOMIC};
+use crate::qp::Qp;
+use crate::sizing::{self, cq_entries, qp_geometry, srq_geometry};
+use crate::srq::Srq;
+use crate::transport::flow_label_to_udp_sport;
+use crate::world::{Dev, World};
+
+/// Counter names `counters()` always reports (mlx5 `hw_counters` and port counters).
+const COUNTER_NAMES: [&str; 23] = [
+    "port_xmit_packets",
+    "port_rcv_packets",
+    "out_of_sequence",
+    "packet_seq_err",
+    "duplicate_request",
+    "local_ack_timeout_err",
+    "rnr_nak_retry_err",
+    "out_of_buffer",
+    "implied_nak_seq_err",
+    "req_cqe_error",
+    "req_cqe_flush_error",
+    "req_remote_access_errors",
+    "req_remote_invalid_request",
+    "resp_cqe_error",
+    "resp_cqe_flush_error",
+    "resp_local_length_error",
+    "resp_remote_access_errors",
+    "rx_read_requests",
+    "rx_atomic_requests",
+    "rx_write_requests",
+    // The software ConnectX's own (no mlx5 equivalent).
+    "rx_dropped",
+    "rx_qkey_violation",
+    "duplicate_response",
+];
+
+/// One software ConnectX on a [`crate::Fabric`].
+#[derive(Clone)]
+pub struct SimDevice {
+    inner: Arc<Inner>,
+    idx: usize,
+    name: String,
+}
+
+impl std::fmt::Debug for SimDevice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SimDevice")
+            .field("name", &self.name)
+            .finish()
+    }
+}
+
+impl SimDevice {
+    pub(crate) fn new(inner: Arc<Inner>, idx: usize, name: String) -> SimDevice {
+        SimDevice { inner, idx, name }
+    }
+
+    fn with<R>(&self, f: impl FnOnce(&mut Dev) -> Result<R>) -> Result<R> {
+        let mut w = self.inner.lock();
+        let d = w.devs.get_mut(self.idx).ok_or(Error::UnknownHandle {
+            kind: "device",
+            id: self.idx as u32,
+        })?;
+        f(d)
+    }
+
+    fn with_world<R>(&self, f: impl FnOnce(&mut World) -> Result<R>) -> Result<R> {
+        let mut w = self.inner.lock();
+        f(&mut w)
+    }
+
+    /// GID 0 of port 1.
+    pub fn gid(&self) -> Gid {
+        self.with(|d| Ok(d.port.gid)).unwrap_or_default()
+    }
+
+    /// Driver bugs this device reported.
+    pub fn driver_bugs(&self) -> Vec<DriverBug> {
+        self.with(|d| Ok(d.bugs.all().to_vec())).unwrap_or_default()
+    }
+
+    /// Remove and return the driver bugs this device reported.
+    pub fn take_driver_bugs(&self) -> Vec<DriverBug> {
+        self.with(|d| Ok(d.bugs.take())).unwrap_or_default()
+    }
+
+    /// The value of one counter.
+    pub fn counter(&self, name: &str) -> u64 {
+        self.with(|d| Ok(d.counters.0.get(name).copied().unwrap_or(0)))
+            .unwrap_or(0)
+    }
+
+    /// Take port 1 up or down.
+    pub fn set_port_state(&self, state: PortState) {
+        let _ = self.with(|d| {
+            let was = d.port.state;
+            d.port.state = state;
+            if was != state {
+                d.events.push_back(if state == PortState::Active {
+                    AsyncEvent::PortActive(1)
+                } else {
+                    AsyncEvent::PortError(1)
+                });
+            }
+            Ok(())
+        });
+    }
+
+    fn pd_exists(d: &Dev, pd: PdId) -> Result<()> {
+        if d.pds.contains(&pd.0) {
+            Ok(())
+        } else {
+            Err(Error::UnknownHandle {
+                kind: "PD",
+                id: pd.0,
+            })
+        }
+    }
+
+    fn link_layer(&self) -> LinkLayer {
+        let ll = self
+            .inner
+            .link_layer
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        ll.get(self.idx).copied().unwrap_or(LinkLayer::Ethernet)
+    }
+}
+
+fn sizing_err(e: sizing::SizingError) -> Error {
+    Error::InvalidArgument(e.to_string())
+}
+
+fn no_mem(what: &str) -> Error {
+    Error::Resources(format!("could not allocate {what}"))
+}
+
+impl Device for SimDevice {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn query_device(&self) -> Result<DeviceAttr> {
+        self.with(|d| {
+            Ok(DeviceAttr {
+                fw_ver: "16.35.0000 (software ConnectX)".into(),
+                vendor_id: 0x02c9,
+                vendor_part_id: 4119,
+                node_guid: d.guid,
+                phys_port_cnt: 1,
+                max_qp: 1 << 17,
+                max_qp_wr: sizing::MAX_QP_WR,
+                max_sge: 30,
+                max_cq: 1 << 16,
+                max_cqe: (1 << 22) - 1,
+                max_mr: 1 << 20,
+                max_qp_rd_atom: MAX_RD_ATOMIC,
+                max_qp_init_rd_atom: MAX_RD_ATOMIC,
+                max_srq: 1 << 16,
+                max_srq_wr: sizing::MAX_QP_WR - 1,
+                direct_path: true,
+                blueflame: true,
+            })
+        })
+    }
+
+    fn query_port(&self, port: u8) -> Result<PortAttr> {
+        if port != 1 {
+            return Err(Error::InvalidArgument(format!(
+                "port {port}: the device has port 1 only"
+            )));
+        }
+        let ll = self.link_layer();
+        self.with(|d| {
+            Ok(PortAttr {
+                state: d.port.state,
+                max_mtu: Mtu::Mtu4096,
+                active_mtu: d.port.mtu,
+                lid: if ll == LinkLayer::InfiniBand {
+                    d.port.lid
+                } else {
+                    0
+                },
+                link_layer: ll,
+                gid_tbl_len: 1,
+            })
+        })
+    }
+
+    fn query_gid(&self, port: u8, index: u32) -> Result<Gid> {
+        if port != 1 || index != 0 {
+            return Err(Error::InvalidArgument(format!(
+                "GID {index} of port {port}: the device has one GID on port 1"
+            )));
+        }
+        Ok(self.gid())
+    }
+
+    fn alloc_pd(&self) -> Result<PdId> {
+        self.with(|d| {
+            let id = d.alloc_id();
+            d.pds.insert(id);
+            Ok(PdId(id))
+        })
+    }
+
+    fn dealloc_pd(&self, pd: PdId) -> Result<()> {
+        self.with(|d| {
+            Self::pd_exists(d, pd)?;
+            let used = d.mrs.uses_pd(pd.0)
+                || d.qps.values().any(|q| q.pd == pd.0)
+                || d.srqs.values().any(|s| s.pd == pd.0)
+                || d.ahs.values().any(|a| a.0 == pd.0);
+            if used {
+                return Err(Error::Busy(format!(
+                    "PD {} still has MRs, QPs, SRQs or AHs",
+                    pd.0
+                )));
+            }
+            d.pds.remove(&pd.0);
+            Ok(())
+        })
+    }
+
+    unsafe fn reg_mr(
+        &self,
+        pd: PdId,
+        addr: *mut u8,
+        len: usize,
+        access: AccessFlags,
+    ) -> Result<MrInfo> {
+        // ibv_reg_mr(3): remote write or atomic access requires local write.
+        if access.intersects(AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC)
+            && !access.contains(AccessFlags::LOCAL_WRITE)
+        {
+            return Err(Error::InvalidArgument(
+                "IBV_ACCESS_REMOTE_WRITE / REMOTE_ATOMIC require IBV_ACCESS_LOCAL_WRITE".into(),
+            ));
+        }
+        if addr.is_null() && len > 0 {
+            return Err(Error::InvalidArgument("reg_mr of a null address".into()));
+        }
+        let base = addr as u64;
+        base.checked_add(len as u64)
+            .ok_or_else(|| Error::InvalidArgument("address range wraps".into()))?;
+        // SAFETY: the caller of this unsafe trait method promises the range stays valid until
+        // dereg_mr and every operation on it completed (the `Device::reg_mr` contract).
+        let region = unsafe { Region::new(base, len as u64) };
+        self.with(|d| {
+            Self::pd_exists(d, pd)?;
+            let (idx, lkey, rkey) = d.mrs.insert(pd.0, region, access);
+            Ok(MrInfo {
+                id: MrId(idx),
+                addr: base,
+                length: len as u64,
+                lkey,
+                rkey,
+                access,
+            })
+        })
+    }
+
+    fn dereg_mr(&self, mr: MrId) -> Result<()> {
+        self.with(|d| {
+            d.mrs.remove(mr.0).map(|_| ()).ok_or(Error::UnknownHandle {
+                kind: "MR",
+                id: mr.0,
+            })
+        })
+    }
+
+    fn create_cq(&self, attr: &CqInitAttr) -> Result<CqInfo> {
+        if attr.cqe_size != 64 && attr.cqe_size != 128 {
+            return Err(Error::InvalidArgument(format!(
+                "cqe_size {} (must be 64 or 128)",
+                attr.cqe_size
+            )));
+        }
+        if attr.cqe == 0 || attr.cqe > (1 << 22) - 1 {
+            return Err(Error::InvalidArgument(format!(
+                "cqe {} (must be 1..=4194303)",
+                attr.cqe
+            )));
+        }
+        self.with(|d| {
+            let cqn = d.alloc_id();
+            let cq = Cq::new(
+                cqn,
+                cq_entries(attr.cqe),
+                attr.cqe_size,
+                attr.ignore_overrun,
+                attr.with_channel,
+            )
+            .ok_or_else(|| no_mem("CQ"))?;
+            let layout = CqLayout {
+                buf: cq.buf.as_ptr(),
+                dbrec: cq.dbrec.as_ptr().cast(),
+                cqe_cnt: cq.cqe_cnt,
+                cqe_size: cq.cqe_size,
+                cq_uar: cq.uar.as_ptr(),
+                cqn,
+                ignore_overrun: attr.ignore_overrun,
+            };
+            d.cqs.insert(cqn, cq);
+            Ok(CqInfo {
+                id: CqId(cqn),
+                layout,
+            })
+        })
+    }
+
+    fn destroy_cq(&self, cq: CqId) -> Result<()> {
+        self.with(|d| {
+            let c = d.cqs.get(&cq.0).ok_or(Error::UnknownHandle {
+                kind: "CQ",
+                id: cq.0,
+            })?;
+            if c.users > 0 {
+                return Err(Error::Busy(format!(
+                    "CQ {:#x} is used by {} QP(s)",
+                    cq.0, c.users
+                )));
+            }
+            d.cqs.remove(&cq.0);
+            Ok(())
+        })
+    }
+
+    fn create_srq(&self, pd: PdId, attr: &SrqInitAttr) -> Result<SrqInfo> {
+        let g = srq_geometry(attr.max_wr, attr.max_sge).map_err(sizing_err)?;
+        self.with(|d| {
+            Self::pd_exists(d, pd)?;
+            let srqn = d.alloc_id();
+            let srq = Srq::new(srqn, pd.0, g, attr.srq_limit).ok_or_else(|| no_mem("SRQ"))?;
+            let layout = SrqLayout {
+                buf: srq.buf.as_ptr(),
+                dbrec: srq.dbrec.as_ptr().cast(),
+                stride: g.stride,
+                wqe_cnt: g.wqe_cnt,
+                head: 0,
+                tail: g.wqe_cnt - 1,
+                srqn,
+                max_sge: g.max_sge,
+            };
+            d.srqs.insert(srqn, srq);
+            Ok(SrqInfo {
+                id: SrqId(srqn),
+                layout,
+            })
+        })
+    }
+
+    fn arm_srq_limit(&self, srq: SrqId, limit: u32) -> Result<()> {
+        self.with(|d| {
+            let s = d.srqs.get_mut(&srq.0).ok_or(Error::UnknownHandle {
+                kind: "SRQ",
+                id: srq.0,
+            })?;
+            if limit >= s.geom.wqe_cnt {
+                return Err(Error::InvalidArgument(format!(
+                    "srq_limit {limit} is not below the SRQ's {} WQEs",
+                    s.geom.wqe_cnt - 1
+                )));
+            }
+            s.limit = limit;
+            Ok(())
+        })
+    }
+
+    fn destroy_srq(&self, srq: SrqId) -> Result<()> {
+        self.with(|d| {
+            let s = d.srqs.get(&srq.0).ok_or(Error::UnknownHandle {
+                kind: "SRQ",
+                id: srq.0,
+            })?;
+            if s.users > 0 {
+                return Err(Error::Busy(format!(
+                    "SRQ {:#x} is used by {} QP(s)",
+                    srq.0, s.users
+                )));
+            }
+            d.srqs.remove(&srq.0);
+            Ok(())
+        })
+    }
+
+    fn create_qp(&self, pd: PdId, attr: &QpInitAttr) -> Result<QpInfo> {
+        let g = qp_geometry(attr.qp_type, &attr.cap, attr.srq.is_some()).map_err(sizing_err)?;
+        self.with(|d| {
+            Self::pd_exists(d, pd)?;
+            for cq in [attr.send_cq, attr.recv_cq] {
+                if !d.cqs.contains_key(&cq.0) {
+                    return Err(Error::UnknownHandle {
+                        kind: "CQ",
+                        id: cq.0,
+                    });
+                }
+            }
+            if let Some(s) = attr.srq {
+                if !d.srqs.contains_key(&s.0) {
+                    return Err(Error::UnknownHandle {
+                        kind: "SRQ",
+                        id: s.0,
+                    });
+                }
+            }
+            let qpn = d.alloc_id();
+            let qp = Qp::new(
+                qpn,
+                attr.qp_type,
+                pd.0,
+                attr.send_cq.0,
+                attr.recv_cq.0,
+                attr.srq.map(|s| s.0),
+                attr.sq_sig_all,
+                g,
+            )
+            .ok_or_else(|| no_mem("QP"))?;
+            let layout = QpLayout {
+                qpn,
+                qp_type: attr.qp_type,
+                dbrec: qp.dbrec.as_ptr().cast(),
+                sq: WqLayout {
+                    buf: qp.buf.as_ptr().wrapping_add(g.sq_offset as usize),
+                    wqe_cnt: g.sq_wqe_cnt,
+                    stride: 64,
+                },
+                rq: WqLayout {
+                    buf: qp.buf.as_ptr(),
+                    wqe_cnt: g.rq_wqe_cnt,
+                    stride: g.rq_stride,
+                },
+                bf: BfLayout {
+                    reg: qp.bf_reg(),
+                    size: qp.bf_size(),
+                },
+                max_inline_data: g.cap.max_inline_data,
+                max_send_sge: g.cap.max_send_sge,
+                max_recv_sge: g.cap.max_recv_sge,
+                sq_sig_all: attr.sq_sig_all,
+                uses_srq: attr.srq.is_some(),
+            };
+            for cq in [attr.send_cq, attr.recv_cq] {
+                if let Some(c) = d.cqs.get_mut(&cq.0) {
+                    c.users += 1;
+                }
+            }
+            if let Some(s) = attr.srq.and_then(|s| d.srqs.get_mut(&s.0)) {
+                s.users += 1;
+            }
+            d.qps.insert(qpn, qp);
+            Ok(QpInfo {
+                id: QpId(qpn),
+                qpn,
+                cap: g.cap,
+                layout,
+            })
+        })
+    }
+
+    fn modify_qp(&self, qp: QpId, attr: &QpAttr, mask: AttrMask) -> Result<()> {
+        self.with_world(|w| modify_qp(w, self.idx, qp.0, attr, mask))
+    }
+
+    fn query_qp(&self, qp: QpId) -> Result<QpAttr> {
+        self.with_world(|w| query_qp(w, self.idx, qp.0))
+    }
+
+    fn destroy_qp(&self, qp: QpId) -> Result<()> {
+        self.with(|d| {
+            let q = d.qps.remove(&qp.0).ok_or(Error::UnknownHandle {
+                kind: "QP",
+                id: qp.0,
+            })?;
+            for cq in [q.send_cq, q.recv_cq] {
+                if let Some(c) = d.cqs.get_mut(&cq) {
+                    c.users = c.users.saturating_sub(1);
+                }
+            }
+            if let Some(s) = q.srq.and_then(|s| d.srqs.get_mut(&s)) {
+                s.users = s.users.saturating_sub(1);
+            }
+            Ok(())
+        })
+    }
+
+    fn create_ah(&self, pd: PdId, attr: &AhAttr) -> Result<AhInfo> {
+        self.with_world(|w| {
+            let d = w.devs.get(self.idx).ok_or(Error::UnknownHandle {
+                kind: "device",
+                id: self.idx as u32,
+            })?;
+            Self::pd_exists(d, pd)?;
+            let av = build_av(w, attr)?;
+            let d = &mut w.devs[self.idx];
+            let id = d.alloc_id();
+            d.ahs.insert(id, (pd.0, av));
+            Ok(AhInfo { id: AhId(id), av })
+        })
+    }
+
+    fn destroy_ah(&self, ah: AhId) -> Result<()> {
+        self.with(|d| {
+            d.ahs.remove(&ah.0).map(|_| ()).ok_or(Error::UnknownHandle {
+                kind: "AH",
+                id: ah.0,
+            })
+        })
+    }
+
+    fn poll_async_event(&self) -> Option<AsyncEvent> {
+        self.with(|d| Ok(d.events.pop_front())).ok().flatten()
+    }
+
+    fn wait_cq_event(&self, cq: CqId, timeout: Duration) -> Result<bool> {
+        let fd = self.cq_event_fd(cq).ok_or_else(|| {
+            Error::Unsupported(format!(
+                "CQ {:#x} was created without a completion channel (with_channel)",
+                cq.0
+            ))
+        })?;
+        self.inner.lock().run_until_idle();
+        wait_event_fd(fd, timeout).map_err(|e| Error::Verbs {
+            call: "poll(eventfd)",
+            source: e,
+        })
+    }
+
+    fn cq_event_fd(&self, cq: CqId) -> Option<std::os::fd::RawFd> {
+        self.with(|d| Ok(d.cqs.get(&cq.0).and_then(|c| c.event_fd())))
+            .ok()
+            .flatten()
+    }
+
+    fn counters(&self, port: u8) -> Result<Vec<Counter>> {
+        if port != 1 {
+            return Err(Error::InvalidArgument(format!(
+                "port {port}: the device has port 1 only"
+            )));
+        }
+        self.with(|d| {
+            let mut v: Vec<Counter> = COUNTER_NAMES
+                .iter()
+                .map(|n| Counter {
+                    name: n.to_string(),
+                    value: d.counters.0.get(n).copied().unwrap_or(0),
+                })
+                .collect();
+            for (k, val) in &d.counters.0 {
+                if !COUNTER_NAMES.contains(k) {
+                    v.push(Counter {
+                        name: k.to_string(),
+                        value: *val,
+                    });
+                }
+            }
+            Ok(v)
+        })
+    }
+
+    fn progress(&self) {
+        self.inner.lock().run_until_idle();
+    }
+}
+
+/// The 48-byte address vector of an AH, as rdma-core's `mlx5_create_ah` fills `struct
+/// mlx5_wqe_av` (mlx5-facts §1.4): extended bit in `dqp_dct`, static rate and SL, the UDP
+/// source port in `rlid` on RoCE (from the flow label, `mlx5_ah_set_udp_sport`; rdma-core
+/// picks a random port when the label is 0, the software ConnectX a fixed one from the GID so
+/// runs repeat), destination MAC, traffic class, hop limit, SGID index + flow label, GID.
+fn build_av(w: &World, attr: &AhAttr) -> Result<[u8; 48]> {
+    let mut av = [0u8; 48];
+    av[8..12].copy_from_slice(&mlx5_wqe::EXTENDED_UD_AV.to_be_bytes());
+    match &attr.grh {
+        Some(grh) => {
+            let peer = w
+                .devs
+                .iter()
+                .find(|d| d.port.gid == grh.dgid)
+                .ok_or_else(|| {
+                    Error::InvalidArgument(format!(
+                        "create_ah: no device on the fabric has GID {}",
+                        grh.dgid
+                    ))
+                })?;
+            av[12] = (attr.static_rate & 0xf) << 4 | (attr.sl & 7) << 1;
+            let fl = if grh.flow_label != 0 {
+                grh.flow_label & 0xf_ffff
+            } else {
+                grh.dgid
+                    .0
+                    .iter()
+                    .fold(0u32, |a, &b| a.rotate_left(5) ^ b as u32)
+                    & 0xf_ffff
+            };
+            av[14..16].copy_from_slice(&flow_label_to_udp_sport(fl).to_be_bytes());
+            av[20..26].copy_from_slice(&peer.port.mac.0);
+            av[26] = grh.traffic_class;
+            av[27] = grh.hop_limit;
+            let gfl = (grh.sgid_index as u32) << 20 | (grh.flow_label & 0xf_ffff);
+            av[28..32].copy_from_slice(&gfl.to_be_bytes());
+            av[32..48].copy_from_slice(&grh.dgid.0);
+        }
+        None => {
+            av[12] = (attr.static_rate & 0xf) << 4 | (attr.sl & 0xf);
+            av[13] = attr.src_path_bits & 0x7f;
+            av[14..16].copy_from_slice(&attr.dlid.to_be_bytes());
+        }
+    }
+    Ok(av)
+}

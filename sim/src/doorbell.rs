@@ -1,0 +1,267 @@
+//! How the device learns of send work: only from writes to the QP's UAR page.
+//!
+//! The driver (rdma-core `post_send_db`, UCX `uct_ib_mlx5_txwq_ring_doorbell`; mlx5-facts §3.3)
+//! writes the WQEs, then the SQ doorbell record `dbrec[1]`, then either an 8-byte doorbell (the
+//! first 8 bytes of the last WQE's ctrl segment) or a BlueFlame copy (whole 64-byte blocks of
+//! the WQE) to `bf.reg + offset`, and toggles `offset` by `bf.size`.
+//!
+//! The software ConnectX sees RAM, not a register, so it fills each 256-byte BlueFlame half with
+//! a poison word that no driver can write as a doorbell: ctrl bytes 0..7 of
+//! `ff ff ff ff ff ff ff 00` name QPN 0xffffff with DS 0, and bytes 8..15 carry `fm_ce_se`
+//! 0xff whose reserved bits rdma-core never sets. A half whose first 8 bytes changed received
+//! a write: if bytes 8..15 are still poison it was an 8-byte doorbell, otherwise a BlueFlame
+//! copy of the blocks that changed. After reading, the half is poisoned again.
+//!
+//! Every doorbell is checked against the ring (mlx5-facts §3.3): it must carry this QP's number
+//! and the index of a WQE among those newly posted, the doorbell record must have advanced, and
+//! a BlueFlame copy must equal the ring. The NIC executes the BlueFlame copy, so the device
+//! does too; differences are reported as driver bugs. Work is then processed up to the doorbell
+//! record's value. Several doorbells rung between two scans of the device overwrite each other
+//! in RAM; the newest of each half is checked and the ring is processed as a whole.
+
+use crate::bugs::{BugLog, DriverBugKind};
+use crate::mem::DmaBuf;
+use crate::qp::Qp;
+use crate::wqe::{ring_bytes, Ctrl};
+
+/// Offset of the QP's bfreg in its UAR page (`MLX5_BF_OFFSET`, bfreg 0).
+pub const BF_OFFSET: usize = 0x800;
+/// Size of one BlueFlame half (`bf.size`; UCX `UCT_IB_MLX5_BF_REG_SIZE`).
+pub const BF_HALF: usize = 256;
+/// The poison word.
+const POISON: [u8; 8] = [0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x00];
+
+/// One write seen in a BlueFlame half.
+#[derive(Clone, Debug)]
+struct Observed {
+    half: usize,
+    bytes: Vec<u8>,
+    /// 64-byte blocks that differ from poison (0 for an 8-byte doorbell).
+    blocks: usize,
+}
+
+/// Per-QP doorbell detection state.
+#[derive(Debug, Default)]
+pub struct DoorbellState {
+    /// The SQ producer index the device has been told about by a doorbell.
+    pub sq_known: u16,
+    /// Half of the last doorbell seen, when known.
+    pub last_half: Option<usize>,
+    /// A BlueFlame copy to execute instead of the ring: (WQE index, bytes).
+    pub bf: Option<(u16, Vec<u8>)>,
+    /// Doorbells seen.
+    pub count: u64,
+}
+
+impl DoorbellState {
+    /// Fill both BlueFlame halves with poison.
+    pub fn poison(&self, uar: &DmaBuf) {
+        for i in 0..(2 * BF_HALF / 8) {
+            uar.write(BF_OFFSET + i * 8, &POISON);
+        }
+    }
+}
+
+fn is_poison(b: &[u8]) -> bool {
+    b.chunks(8).all(|c| c == POISON)
+}
+
+/// Read a half until two reads agree (a BlueFlame copy in progress on another thread settles
+/// within a few stores).
+fn stable_read(uar: &DmaBuf, off: usize) -> Vec<u8> {
+    let mut a = vec![0u8; BF_HALF];
+    let mut b = vec![0u8; BF_HALF];
+    uar.read(off, &mut a);
+    for _ in 0..16 {
+        std::hint::spin_loop();
+        uar.read(off, &mut b);
+        if a == b {
+            break;
+        }
+        std::mem::swap(&mut a, &mut b);
+    }
+    a
+}
+
+/// Look at the QP's BlueFlame halves; returns whether a doorbell was seen.
+pub fn scan(qp: &mut Qp, dev: &str, bugs: &mut BugLog) -> bool {
+    let mut seen = Vec::new();
+    for half in 0..2 {
+        let off = BF_OFFSET + half * BF_HALF;
+        if qp.uar.read8(off) == POISON {
+            continue;
+        }
+        let bytes = stable_read(&qp.uar, off);
+        for i in 0..BF_HALF / 8 {
+            qp.uar.write(off + i * 8, &POISON);
+        }
+        let blocks = if is_poison(&bytes[8..16]) {
+            0
+        } else {
+            (0..BF_HALF / 64)
+                .filter(|k| !is_poison(&bytes[k * 64..k * 64 + 64]))
+                .count()
+        };
+        seen.push(Observed {
+            half,
+            bytes,
+            blocks,
+        });
+    }
+    if seen.is_empty() {
+        return false;
+    }
+    qp.db.count += seen.len() as u64;
+    if seen.len() == 1 {
+        if qp.db.last_half == Some(seen[0].half) && seen[0].blocks > 0 {
+            bugs.report(
+                dev,
+                qp.qpn,
+                DriverBugKind::BlueFlameHalfNotToggled,
+                format!(
+                    "BlueFlame copy to half {:#x} again; the previous doorbell used the same half",
+                    BF_OFFSET + seen[0].half * BF_HALF
+                ),
+            );
+        }
+        qp.db.last_half = Some(seen[0].half);
+    } else {
+        qp.db.last_half = None;
+    }
+    check_and_latch(qp, &seen, dev, bugs);
+    true
+}
+
+fn check_and_latch(qp: &mut Qp, seen: &[Observed], dev: &str, bugs: &mut BugLog) {
+    let wqe_cnt = qp.geom.sq_wqe_cnt;
+    let dbr = qp.sq_dbr();
+    let pending = dbr.wrapping_sub(qp.db.sq_known) as u32;
+    // The oldest WQE the device may still need: the first one not completed.
+    let oldest = qp
+        .req
+        .outstanding
+        .front()
+        .map(|p| p.index)
+        .unwrap_or(qp.sq_ci);
+    let in_use = dbr.wrapping_sub(oldest) as u32;
+    if pending > wqe_cnt || in_use > wqe_cnt {
+        bugs.report(
+            dev,
+            qp.qpn,
+            DriverBugKind::DbrOverflow,
+            format!(
+                "SQ doorbell record {dbr} is {in_use} basic blocks ahead of the oldest WQE not yet \
+                 completed ({oldest}) but the SQ has {wqe_cnt}: WQEs were overwritten or the \
+                 record is garbage; doorbell ignored"
+            ),
+        );
+        return;
+    }
+    // The WQE starts in the newly posted range, following each ctrl's DS.
+    let mut starts = Vec::new();
+    let mut at = qp.db.sq_known;
+    while at != dbr && starts.len() <= wqe_cnt as usize {
+        let c = Ctrl::parse(&ring_bytes(&qp.buf, qp.sq_off(), wqe_cnt, at, 16));
+        starts.push(at);
+        let next = at.wrapping_add(c.bbs());
+        if dbr.wrapping_sub(at) < c.bbs() {
+            break;
+        }
+        at = next;
+    }
+    for obs in seen {
+        let ctrl = Ctrl::parse(&obs.bytes[..16]);
+        let what = if obs.blocks == 0 {
+            "8-byte doorbell"
+        } else {
+            "BlueFlame copy"
+        };
+        if ctrl.qpn != qp.qpn {
+            bugs.report(
+                dev,
+                qp.qpn,
+                DriverBugKind::DoorbellQpnMismatch,
+                format!(
+                    "{what} carries QPN {:#x}, written to QP {:#x}'s register",
+                    ctrl.qpn, qp.qpn
+                ),
+            );
+        }
+        if pending == 0 {
+            let ring = Ctrl::parse(&ring_bytes(
+                &qp.buf,
+                qp.sq_off(),
+                wqe_cnt,
+                qp.db.sq_known,
+                16,
+            ));
+            if wqe_cnt > 0 && ring.index == ctrl.index && ctrl.index == qp.db.sq_known {
+                bugs.report(
+                    dev,
+                    qp.qpn,
+                    DriverBugKind::DbrNotAdvanced,
+                    format!(
+                        "{what} for WQE {} but the SQ doorbell record is still {dbr}",
+                        ctrl.index
+                    ),
+                );
+            } else {
+                bugs.report(
+                    dev,
+                    qp.qpn,
+                    DriverBugKind::DoorbellNothingNew,
+                    format!(
+                        "{what} names WQE {} but nothing new was posted (doorbell record {dbr})",
+                        ctrl.index
+                    ),
+                );
+            }
+            continue;
+        }
+        if !starts.contains(&ctrl.index) {
+            bugs.report(
+                dev,
+                qp.qpn,
+                DriverBugKind::DoorbellIndexMismatch,
+                format!(
+                    "{what} names WQE index {} but the new WQEs start at {:?}",
+                    ctrl.index, starts
+                ),
+            );
+            continue;
+        }
+        let ring = ring_bytes(&qp.buf, qp.sq_off(), wqe_cnt, ctrl.index, 64);
+        if obs.blocks == 0 {
+            if ring[..8] != obs.bytes[..8] {
+                bugs.report(
+                    dev,
+                    qp.qpn,
+                    DriverBugKind::DoorbellIndexMismatch,
+                    format!(
+                        "8-byte doorbell {:02x?} differs from the ctrl bytes {:02x?} of WQE {}",
+                        &obs.bytes[..8],
+                        &ring[..8],
+                        ctrl.index
+                    ),
+                );
+            }
+            continue;
+        }
+        let blocks = (ctrl.ds as usize).div_ceil(4);
+        if ctrl.ds == 0 || blocks * 64 > BF_HALF || obs.blocks < blocks {
+            bugs.report(dev, qp.qpn, DriverBugKind::BlueFlameSize, format!(
+                "BlueFlame copy of {} block(s) for a WQE of DS {} ({} block(s)); a half holds {}; executing the ring",
+                obs.blocks, ctrl.ds, blocks, BF_HALF / 64));
+            continue;
+        }
+        let ring = ring_bytes(&qp.buf, qp.sq_off(), wqe_cnt, ctrl.index, blocks * 64);
+        let copy = &obs.bytes[..blocks * 64];
+        if let Some(pos) = ring.iter().zip(copy).position(|(a, b)| a != b) {
+            bugs.report(dev, qp.qpn, DriverBugKind::BlueFlameMismatch, format!(
+                "BlueFlame copy of WQE {} differs from the ring at byte {pos} (ring {:#04x}, copy {:#04x}); the copy executes",
+                ctrl.index, ring[pos], copy[pos]));
+        }
+        qp.db.bf = Some((ctrl.index, copy.to_vec()));
+    }
+    qp.db.sq_known = dbr;
+}

@@ -1,0 +1,242 @@
+//! Every byte the software ConnectX reads or writes goes through this module.
+//!
+//! Two kinds of memory are shared with the driver, as on a real NIC:
+//!
+//! - [`DmaBuf`]: memory the *device* owns and hands out (QP/CQ/SRQ buffers, doorbell records,
+//!   UAR pages): page-aligned, zeroed, freed when the object is destroyed. rdma-core allocates
+//!   these in `mlx5_alloc_qp_buf` / `mlx5_alloc_cq_buf` / `mlx5_alloc_dbrec` and zeroes the QP
+//!   buffer (`memset` in `mlx5_alloc_qp_buf`, rdma-core `providers/mlx5/verbs.c`).
+//! - [`Region`]: memory the *application* registered with `reg_mr`; the device touches it only
+//!   through a bounds-checked window, so no byte outside a registered region is ever accessed.
+//!
+//! The driver writes these bytes concurrently (threaded mode) as it would with DMA memory, so
+//! all accesses are volatile byte/word accesses: the device never forms a Rust reference to
+//! shared memory. This is the only module with `unsafe` in the crate, apart from the
+//! registration entry point that creates a [`Region`] from the caller's `reg_mr` promise.
+
+use std::alloc::{alloc_zeroed, dealloc, Layout};
+use std::ptr::NonNull;
+
+/// Size of a page, the alignment of every device allocation.
+pub const PAGE_SIZE: usize = 4096;
+
+/// A zeroed, page-aligned allocation owned by the device and shared with the driver.
+#[derive(Debug)]
+pub struct DmaBuf {
+    ptr: NonNull<u8>,
+    len: usize,
+    layout: Layout,
+}
+
+// SAFETY: the buffer is plain memory; every access goes through volatile reads/writes below,
+// so moving the owner between threads or sharing it is sound.
+unsafe impl Send for DmaBuf {}
+// SAFETY: as above; no interior references are ever handed out.
+unsafe impl Sync for DmaBuf {}
+
+impl DmaBuf {
+    /// Allocate `len` bytes (rounded up to whole pages), zeroed. `None` if `len` is 0 or the
+    /// allocation fails.
+    pub fn new(len: usize) -> Option<DmaBuf> {
+        let len = len.checked_add(PAGE_SIZE - 1)? & !(PAGE_SIZE - 1);
+        if len == 0 {
+            return None;
+        }
+        let layout = Layout::from_size_align(len, PAGE_SIZE).ok()?;
+        // SAFETY: the layout has a non-zero size.
+        let ptr = NonNull::new(unsafe { alloc_zeroed(layout) })?;
+        Some(DmaBuf { ptr, len, layout })
+    }
+
+    /// Base address handed to the driver.
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+
+    /// Length in bytes (whole pages).
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Never empty (kept for clippy's `len_without_is_empty`).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    fn in_bounds(&self, off: usize, n: usize) -> bool {
+        off.checked_add(n).is_some_and(|end| end <= self.len)
+    }
+
+    /// Copy `dst.len()` bytes from offset `off`; `false` (and nothing read) if out of bounds.
+    pub fn read(&self, off: usize, dst: &mut [u8]) -> bool {
+        if !self.in_bounds(off, dst.len()) {
+            return false;
+        }
+        // SAFETY: bounds checked above; the pointer is valid for `len` bytes while `self` lives.
+        unsafe { volatile_copy_from(self.ptr.as_ptr().add(off), dst) };
+        true
+    }
+
+    /// Copy `src` to offset `off`; `false` (and nothing written) if out of bounds.
+    pub fn write(&self, off: usize, src: &[u8]) -> bool {
+        if !self.in_bounds(off, src.len()) {
+            return false;
+        }
+        // SAFETY: bounds checked above.
+        unsafe { volatile_copy_to(self.ptr.as_ptr().add(off), src) };
+        true
+    }
+
+    /// Fill `n` bytes at `off` with `byte`.
+    pub fn fill(&self, off: usize, n: usize, byte: u8) -> bool {
+        if !self.in_bounds(off, n) {
+            return false;
+        }
+        for i in 0..n {
+            // SAFETY: off + i < off + n <= len.
+            unsafe { std::ptr::write_volatile(self.ptr.as_ptr().add(off + i), byte) };
+        }
+        true
+    }
+
+    /// Read a big-endian u32 (doorbell records); 0 if out of bounds.
+    pub fn read_be32(&self, off: usize) -> u32 {
+        let mut b = [0u8; 4];
+        self.read(off, &mut b);
+        u32::from_be_bytes(b)
+    }
+
+    /// Write a big-endian u32.
+    pub fn write_be32(&self, off: usize, v: u32) -> bool {
+        self.write(off, &v.to_be_bytes())
+    }
+
+    /// Read 8 bytes as they sit in memory.
+    pub fn read8(&self, off: usize) -> [u8; 8] {
+        let mut b = [0u8; 8];
+        self.read(off, &mut b);
+        b
+    }
+}
+
+impl Drop for DmaBuf {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new` with exactly this layout.
+        unsafe { dealloc(self.ptr.as_ptr(), self.layout) };
+    }
+}
+
+/// A registered memory region: the window `[base, base + len)` of application memory the
+/// device may access.
+#[derive(Clone, Copy, Debug)]
+pub struct Region {
+    base: u64,
+    len: u64,
+}
+
+impl Region {
+    /// Describe a registered region.
+    ///
+    /// # Safety
+    /// `[base, base + len)` must be valid for reads and writes until the region is dropped by
+    /// the device (the `reg_mr` contract of `mlx5_hw::Device`).
+    pub unsafe fn new(base: u64, len: u64) -> Region {
+        Region { base, len }
+    }
+
+    /// Start address.
+    pub fn base(&self) -> u64 {
+        self.base
+    }
+
+    /// Length.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Whether the region is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Whether `[addr, addr + n)` lies inside the region.
+    pub fn contains(&self, addr: u64, n: u64) -> bool {
+        addr >= self.base
+            && addr
+                .checked_add(n)
+                .is_some_and(|end| end <= self.base.saturating_add(self.len))
+    }
+
+    /// Read `dst.len()` bytes at virtual address `addr`; `false` (nothing read) if any byte
+    /// lies outside the region.
+    pub fn read(&self, addr: u64, dst: &mut [u8]) -> bool {
+        if !self.contains(addr, dst.len() as u64) {
+            return false;
+        }
+        // SAFETY: inside the registered window, valid per the `new` contract.
+        unsafe { volatile_copy_from(addr as usize as *const u8, dst) };
+        true
+    }
+
+    /// Write `src` at virtual address `addr`; `false` (nothing written) if any byte lies
+    /// outside the region.
+    pub fn write(&self, addr: u64, src: &[u8]) -> bool {
+        if !self.contains(addr, src.len() as u64) {
+            return false;
+        }
+        // SAFETY: inside the registered window, valid per the `new` contract.
+        unsafe { volatile_copy_to(addr as usize as *mut u8, src) };
+        true
+    }
+}
+
+/// # Safety
+/// `src` must be valid for `dst.len()` byte reads.
+unsafe fn volatile_copy_from(src: *const u8, dst: &mut [u8]) {
+    for (i, d) in dst.iter_mut().enumerate() {
+        // SAFETY: caller guarantees `src + i` is readable.
+        *d = unsafe { std::ptr::read_volatile(src.add(i)) };
+    }
+}
+
+/// # Safety
+/// `dst` must be valid for `src.len()` byte writes.
+unsafe fn volatile_copy_to(dst: *mut u8, src: &[u8]) {
+    for (i, s) in src.iter().enumerate() {
+        // SAFETY: caller guarantees `dst + i` is writable.
+        unsafe { std::ptr::write_volatile(dst.add(i), *s) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dma_buf_is_zeroed_aligned_and_checked() {
+        let b = DmaBuf::new(100).unwrap();
+        assert_eq!(b.len(), PAGE_SIZE);
+        assert_eq!(b.as_ptr() as usize % PAGE_SIZE, 0);
+        assert_eq!(b.read_be32(0), 0);
+        assert!(b.write_be32(8, 0x1234_5678));
+        assert_eq!(b.read_be32(8), 0x1234_5678);
+        assert!(!b.write(PAGE_SIZE - 2, &[1, 2, 3]));
+        assert!(!b.read(usize::MAX, &mut [0u8; 2]));
+        assert!(DmaBuf::new(0).is_none());
+    }
+
+    #[test]
+    fn region_refuses_every_byte_outside() {
+        let mut mem = [0u8; 32];
+        let base = mem.as_mut_ptr() as u64;
+        // SAFETY: `mem` outlives the region.
+        let r = unsafe { Region::new(base + 8, 16) };
+        assert!(r.write(base + 8, &[1; 16]));
+        assert!(!r.write(base + 7, &[2; 2]));
+        assert!(!r.write(base + 23, &[2; 2]));
+        assert!(!r.read(u64::MAX - 1, &mut [0; 4]));
+        assert_eq!(mem[7], 0);
+        assert_eq!(mem[8], 1);
+        assert_eq!(mem[24], 0);
+    }
+}

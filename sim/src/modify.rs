@@ -1,0 +1,219 @@
+//! `modify_qp` and `query_qp` as the kernel driver and the firmware carry them out.
+//!
+//! Every modify is first checked by the one state table of the project,
+//! `mlx5_hw::qp_state::validate_with_limits` (the kernel's `qp_state_table` and
+//! `ib_modify_qp_is_ok`, plus the device's limits). Then, as `mlx5_ib_modify_qp` does:
+//! the attributes in the mask are stored (query returns what was set); Reset zeroes the
+//! doorbell record and the ring indexes (rdma-core `mlx5_modify_qp`); RTR resolves the path's
+//! destination MAC from the GID (the kernel resolves it through the neighbour table; here,
+//! through the fabric: an unknown GID refuses the modify) and loads the expected PSN; RTS
+//! loads the send PSN and the retry counters; SQD arms the SQ-drained event when asked; Error
+//! flushes (no async event: the application asked for it).
+
+use mlx5_hw::qp_state::{validate_with_limits, DeviceLimits};
+use mlx5_hw::{AttrMask, Error, QpAttr, QpState, QpType, Result};
+
+use crate::engine::flush;
+use crate::transport::{flow_label_of_qpns, flow_label_to_udp_sport, Path};
+use crate::wire::{Addressing, Psn};
+use crate::world::World;
+
+/// Largest `max_rd_atomic` / `max_dest_rd_atomic` (ConnectX reports 16).
+pub const MAX_RD_ATOMIC: u32 = 16;
+
+fn copy_masked(dst: &mut QpAttr, src: &QpAttr, mask: AttrMask) {
+    if mask.contains(AttrMask::ACCESS_FLAGS) {
+        dst.qp_access_flags = src.qp_access_flags;
+    }
+    if mask.contains(AttrMask::PKEY_INDEX) {
+        dst.pkey_index = src.pkey_index;
+    }
+    if mask.contains(AttrMask::PORT) {
+        dst.port_num = src.port_num;
+    }
+    if mask.contains(AttrMask::QKEY) {
+        dst.qkey = src.qkey;
+    }
+    if mask.contains(AttrMask::AV) {
+        dst.ah_attr = src.ah_attr;
+    }
+    if mask.contains(AttrMask::PATH_MTU) {
+        dst.path_mtu = src.path_mtu;
+    }
+    if mask.contains(AttrMask::TIMEOUT) {
+        dst.timeout = src.timeout;
+    }
+    if mask.contains(AttrMask::RETRY_CNT) {
+        dst.retry_cnt = src.retry_cnt;
+    }
+    if mask.contains(AttrMask::RNR_RETRY) {
+        dst.rnr_retry = src.rnr_retry;
+    }
+    if mask.contains(AttrMask::RQ_PSN) {
+        dst.rq_psn = src.rq_psn;
+    }
+    if mask.contains(AttrMask::MAX_QP_RD_ATOMIC) {
+        dst.max_rd_atomic = src.max_rd_atomic;
+    }
+    if mask.contains(AttrMask::MIN_RNR_TIMER) {
+        dst.min_rnr_timer = src.min_rnr_timer;
+    }
+    if mask.contains(AttrMask::SQ_PSN) {
+        dst.sq_psn = src.sq_psn;
+    }
+    if mask.contains(AttrMask::MAX_DEST_RD_ATOMIC) {
+        dst.max_dest_rd_atomic = src.max_dest_rd_atomic;
+    }
+    if mask.contains(AttrMask::DEST_QPN) {
+        dst.dest_qp_num = src.dest_qp_num;
+    }
+    if mask.contains(AttrMask::EN_SQD_ASYNC_NOTIFY) {
+        dst.en_sqd_async_notify = src.en_sqd_async_notify;
+    }
+}
+
+/// Resolve the path of a connected QP from its address vector.
+fn resolve_path(w: &World, idx: usize, attr: &QpAttr, qpn: u32) -> Result<Path> {
+    let me = &w.devs[idx].port;
+    let ah = &attr.ah_attr;
+    let peer = match &ah.grh {
+        Some(grh) => w.devs.iter().find(|d| d.port.gid == grh.dgid).ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "IBV_QP_AV: no device on the fabric has GID {} (the destination MAC cannot be resolved)",
+                grh.dgid
+            ))
+        })?,
+        None => w.devs.iter().find(|d| d.port.lid == ah.dlid).ok_or_else(|| {
+            Error::InvalidArgument(format!("IBV_QP_AV: no port on the fabric has LID {}", ah.dlid))
+        })?,
+    };
+    let grh = ah.grh.unwrap_or_default();
+    let fl = if grh.flow_label != 0 {
+        grh.flow_label
+    } else {
+        flow_label_of_qpns(qpn, attr.dest_qp_num)
+    };
+    let mut addr = Addressing::new(
+        me.mac,
+        peer.port.mac,
+        me.ip,
+        peer.port.ip,
+        flow_label_to_udp_sport(fl),
+    );
+    if grh.hop_limit != 0 {
+        addr.ttl = grh.hop_limit;
+    }
+    addr.dscp = grh.traffic_class >> 2;
+    Ok(Path {
+        addr,
+        dest_qpn: attr.dest_qp_num,
+        mtu: attr.path_mtu.bytes(),
+    })
+}
+
+/// Apply `ibv_modify_qp` to QP `qpn` of device `idx`.
+pub fn modify_qp(w: &mut World, idx: usize, qpn: u32, attr: &QpAttr, mask: AttrMask) -> Result<()> {
+    let dev = w.devs.get(idx).ok_or(Error::UnknownHandle {
+        kind: "device",
+        id: idx as u32,
+    })?;
+    let qp = dev.qps.get(&qpn).ok_or(Error::UnknownHandle {
+        kind: "QP",
+        id: qpn,
+    })?;
+    let cur = qp.state();
+    let limits = DeviceLimits {
+        num_ports: 1,
+        pkey_tbl_len: Some(1),
+        gid_tbl_len: 1,
+        max_mtu: dev.port.mtu,
+        max_rd_atomic: MAX_RD_ATOMIC,
+        max_dest_rd_atomic: MAX_RD_ATOMIC,
+        privileged_qkey: false,
+    };
+    let next = validate_with_limits(cur, attr, mask, qp.qp_type, &limits)?;
+    let mut new_attr = qp.attr;
+    copy_masked(&mut new_attr, attr, mask);
+    let path = if qp.qp_type != QpType::Ud
+        && (mask.contains(AttrMask::AV)
+            || mask.contains(AttrMask::PATH_MTU)
+            || mask.contains(AttrMask::DEST_QPN))
+        && matches!(next, QpState::Rtr | QpState::Rts | QpState::Sqd)
+    {
+        Some(resolve_path(w, idx, &new_attr, qpn)?)
+    } else {
+        None
+    };
+    let now = w.now;
+    let dev = &mut w.devs[idx];
+    let mut out = Vec::new();
+    dev.with_qp(qpn, now, &mut out, |qp, ctx| {
+        if next == QpState::Reset {
+            qp.reset_queues();
+            qp.attr = QpAttr {
+                cap: qp.geom.cap,
+                ..Default::default()
+            };
+        } else {
+            qp.attr = new_attr;
+        }
+        if let Some(p) = path {
+            qp.path = Some(p);
+        }
+        match (cur, next) {
+            (QpState::Init, QpState::Rtr) => {
+                qp.resp.epsn = Psn::new(qp.attr.rq_psn);
+            }
+            (QpState::Rtr, QpState::Rts) => {
+                qp.req.psn = Psn::new(qp.attr.sq_psn);
+                qp.req.reset_retries(qp.attr.retry_cnt, qp.attr.rnr_retry);
+            }
+            (_, QpState::Sqd) if cur != QpState::Sqd => {
+                qp.sqd_notify =
+                    mask.contains(AttrMask::EN_SQD_ASYNC_NOTIFY) && qp.attr.en_sqd_async_notify;
+            }
+            _ => {}
+        }
+        if mask.contains(AttrMask::SQ_PSN) && next != QpState::Reset {
+            qp.req.psn = Psn::new(qp.attr.sq_psn);
+        }
+        if mask.contains(AttrMask::RETRY_CNT) || mask.contains(AttrMask::RNR_RETRY) {
+            qp.req.reset_retries(qp.attr.retry_cnt, qp.attr.rnr_retry);
+        }
+        qp.attr.qp_state = next;
+        qp.attr.cur_qp_state = next;
+        tracing::info!(
+            device = ctx.dev,
+            qpn = qp.qpn,
+            old = %cur,
+            new = %next,
+            dest_qpn = qp.attr.dest_qp_num,
+            sq_psn = qp.attr.sq_psn,
+            rq_psn = qp.attr.rq_psn,
+            path = ?qp.path.map(|p| p.addr.dst_ip),
+            "modify_qp"
+        );
+        if next == QpState::Error && cur != QpState::Error {
+            flush(qp, ctx);
+        }
+    });
+    w.transmit(out);
+    Ok(())
+}
+
+/// `ibv_query_qp`: the attributes as set, the current state, the capabilities.
+pub fn query_qp(w: &World, idx: usize, qpn: u32) -> Result<QpAttr> {
+    let dev = w.devs.get(idx).ok_or(Error::UnknownHandle {
+        kind: "device",
+        id: idx as u32,
+    })?;
+    let qp = dev.qps.get(&qpn).ok_or(Error::UnknownHandle {
+        kind: "QP",
+        id: qpn,
+    })?;
+    let mut a = qp.attr;
+    a.cur_qp_state = a.qp_state;
+    a.cap = qp.geom.cap;
+    a.sq_draining = a.qp_state == QpState::Sqd && !qp.req.outstanding.is_empty();
+    Ok(a)
+}

@@ -1,0 +1,870 @@
+//! The requester: turns send WQEs into packets and completes them.
+//!
+//! RC (IBTA Vol 1 §9.7 "Reliable service"): each request consumes PSNs (one per packet; a READ
+//! as many as its response has packets, §9.7.3.1.3); the requester keeps every unacknowledged
+//! request with its packets, completes requests in order when ACKs (coalesced, §9.7.5.1.1),
+//! READ responses or atomic ACKs cover them, retransmits from a NAK'd PSN (PSN sequence error,
+//! §9.7.5.2.1), waits the RNR timer after an RNR NAK and retries up to `rnr_retry` times (7 =
+//! forever, §9.7.5.2.8), retransmits after the local ACK timeout 4.096 µs × 2^timeout up to
+//! `retry_cnt` times (§9.7.6.1.3), and completes a request with an error NAK with the matching
+//! syndrome (REMOTE_INVAL_REQ 0x12, REMOTE_ACCESS 0x13, REMOTE_OP 0x14). At most
+//! `max_rd_atomic` READ/atomic requests are outstanding (§9.7.8, `ibv_modify_qp(3)`; 0 acts as
+//! 1 as on mlx5, whose QP context holds log2 of the depth), and a fenced WQE waits for them.
+//! UC and UD (§9.8, §9.8.5): packets go out and the WQE completes when the last one is sent.
+
+use std::collections::VecDeque;
+
+use mlx5_cq::{
+    SYNDROME_LOCAL_PROT_ERR, SYNDROME_LOCAL_QP_OP_ERR, SYNDROME_REMOTE_ACCESS_ERR,
+    SYNDROME_REMOTE_INVAL_REQ_ERR, SYNDROME_REMOTE_OP_ERR, SYNDROME_RNR_RETRY_EXC_ERR,
+    SYNDROME_TRANSPORT_RETRY_EXC_ERR,
+};
+use mlx5_hw::{AsyncEvent, QpId, QpState, QpType};
+
+use crate::bugs::DriverBugKind;
+use crate::engine::{enter_sqe, fail_qp, send_cqe, Ctx};
+use crate::qp::Qp;
+use crate::srq::Sge;
+use crate::transport::Frame;
+use crate::wire::{
+    gid_to_ipv4, local_ack_timeout, Addressing, AtomicEth, Bth, Deth, ImmDt, MacAddr, NakCode,
+    Opcode, Operation, Packet, Psn, Reth, Syndrome, Transport,
+};
+use crate::wqe::{
+    parse, ring_bytes, AtomicOp, Ctrl, Gather, ParseLimits, SendWqe, WqeFault, WqeKind,
+};
+
+/// What completes an outstanding request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Expect {
+    /// An ACK covering its last PSN.
+    Ack,
+    /// READ response data for the local scatter list.
+    Read {
+        /// Local buffers.
+        local: Vec<Sge>,
+        /// Bytes expected.
+        len: u64,
+    },
+    /// An atomic ACK carrying the original value.
+    Atomic {
+        /// Local buffer.
+        local: Sge,
+        /// Operand size.
+        size: u8,
+    },
+}
+
+/// An outstanding send WQE.
+#[derive(Clone, Debug)]
+pub struct Pending {
+    /// WQE index (first basic block).
+    pub index: u16,
+    /// `MLX5_OPCODE_*`.
+    pub opcode: u8,
+    /// CQE requested.
+    pub signaled: bool,
+    /// First PSN.
+    pub first_psn: Psn,
+    /// PSNs consumed (0 for a NOP).
+    pub npsn: u32,
+    /// The packets, for retransmission.
+    pub frames: Vec<Frame>,
+    /// Bytes of the message (CQE byte count).
+    pub byte_len: u32,
+    /// What completes it.
+    pub expect: Expect,
+    /// Completed (waiting for earlier ones to retire).
+    pub done: bool,
+}
+
+impl Pending {
+    fn last_psn(&self) -> Psn {
+        self.first_psn.add(self.npsn.saturating_sub(1))
+    }
+    fn contains(&self, p: Psn) -> bool {
+        self.npsn > 0 && p.in_range(self.first_psn, self.first_psn.add(self.npsn))
+    }
+    fn is_rd_atomic(&self) -> bool {
+        !matches!(self.expect, Expect::Ack)
+    }
+}
+
+/// Requester state of a QP.
+#[derive(Debug, Default)]
+pub struct Requester {
+    /// Next PSN to send.
+    pub psn: Psn,
+    /// Outstanding requests, oldest first.
+    pub outstanding: VecDeque<Pending>,
+    /// Local ACK timer deadline (virtual ns).
+    pub timer: Option<u64>,
+    /// Transport retries left.
+    pub retries_left: u8,
+    /// RNR retries left (ignored when `rnr_retry` is 7).
+    pub rnr_left: u8,
+    /// Waiting out an RNR NAK: (until, PSN to resend from).
+    pub rnr_until: Option<(u64, Psn)>,
+}
+
+impl Requester {
+    /// Arm the retry counters from the QP attributes (RTS).
+    pub fn reset_retries(&mut self, retry_cnt: u8, rnr_retry: u8) {
+        self.retries_left = retry_cnt;
+        self.rnr_left = rnr_retry;
+    }
+}
+
+fn ack_timeout(qp: &Qp) -> Option<u64> {
+    local_ack_timeout(qp.attr.timeout).map(|d| d.as_nanos() as u64)
+}
+
+fn restart_timer(qp: &mut Qp, now: u64) {
+    qp.req.timer = if qp.req.outstanding.is_empty() {
+        None
+    } else {
+        ack_timeout(qp).map(|t| now + t)
+    };
+}
+
+/// Execute posted WQEs while the QP is in RTS; returns whether anything was done.
+pub fn progress(qp: &mut Qp, ctx: &mut Ctx) -> bool {
+    let mut work = false;
+    for _ in 0..256 {
+        if qp.state() != QpState::Rts || qp.sq_ci == qp.db.sq_known || qp.req.rnr_until.is_some() {
+            break;
+        }
+        let index = qp.sq_ci;
+        let avail = qp.db.sq_known.wrapping_sub(index);
+        let bf = match &qp.db.bf {
+            Some((i, b)) if *i == index => Some(b.clone()),
+            _ => None,
+        };
+        let head = match &bf {
+            Some(b) => b[..16].to_vec(),
+            None => ring_bytes(&qp.buf, qp.sq_off(), qp.geom.sq_wqe_cnt, index, 16),
+        };
+        let ctrl = Ctrl::parse(&head);
+        let ring_bytes_total = qp.geom.sq_wqe_cnt as usize * 64;
+        let nbytes = ctrl.ds as usize * 16;
+        let bbs = ctrl.bbs().min(avail).max(1);
+        let fault = if ctrl.ds == 0 || ctrl.ds > 0x3f {
+            Some(format!("DS {} is not a WQE size (1..=63)", ctrl.ds))
+        } else if nbytes > ring_bytes_total {
+            Some(format!(
+                "DS {} ({nbytes} bytes) is larger than the {ring_bytes_total}-byte SQ",
+                ctrl.ds
+            ))
+        } else if ctrl.bbs() > avail {
+            Some(format!(
+                "the WQE's {} basic blocks run past the doorbell record ({avail} posted)",
+                ctrl.bbs()
+            ))
+        } else {
+            None
+        };
+        let parsed = match fault {
+            Some(why) => Err(WqeFault {
+                syndrome: SYNDROME_LOCAL_QP_OP_ERR,
+                why,
+            }),
+            None => {
+                let bytes = match &bf {
+                    Some(b) if b.len() >= nbytes => b[..nbytes].to_vec(),
+                    _ => ring_bytes(&qp.buf, qp.sq_off(), qp.geom.sq_wqe_cnt, index, nbytes),
+                };
+                let lim = ParseLimits {
+                    qp_type: qp.qp_type,
+                    qpn: qp.qpn,
+                    max_send_sge: qp.geom.cap.max_send_sge,
+                    ud_mtu: ctx.port.mtu.bytes(),
+                };
+                parse(&bytes, &lim)
+            }
+        };
+        let wqe = match parsed {
+            Ok(w) => w,
+            Err(f) => {
+                local_failure(qp, ctx, index, ctrl.opcode, bbs, &f);
+                return true;
+            }
+        };
+        // Flow control: READ/atomic depth and fences.
+        let rd = qp
+            .req
+            .outstanding
+            .iter()
+            .filter(|p| p.is_rd_atomic() && !p.done)
+            .count();
+        let is_rd = matches!(wqe.kind, WqeKind::Read { .. } | WqeKind::Atomic { .. });
+        if qp.qp_type == QpType::Rc
+            && ((is_rd && rd >= (qp.attr.max_rd_atomic.max(1)) as usize)
+                || (wqe.fenced() && rd > 0))
+        {
+            break;
+        }
+        if qp.sq_sig_all && !wqe.signaled() {
+            ctx.bugs.report(ctx.dev, qp.qpn, DriverBugKind::SqSigAllNotApplied, format!(
+                "WQE {index} lacks CQ_UPDATE in fm_ce_se although the QP was created with sq_sig_all (rdma-core ORs it into every WQE); completing it signaled"));
+        }
+        if matches!(qp.db.bf, Some((i, _)) if i == index) {
+            qp.db.bf = None;
+        }
+        qp.sq_ci = qp.sq_ci.wrapping_add(bbs);
+        work = true;
+        if let Err(f) = execute(qp, ctx, &wqe, index) {
+            // sq_ci already moved past the WQE; report it and fail the QP.
+            report_local(qp, ctx, index, wqe.ctrl.opcode, &f);
+            return true;
+        }
+    }
+    work
+}
+
+fn report_local(qp: &mut Qp, ctx: &mut Ctx, index: u16, opcode: u8, f: &WqeFault) {
+    tracing::warn!(device = ctx.dev, qpn = qp.qpn, index, syndrome = f.syndrome, why = %f.why, "send WQE failed");
+    // Earlier outstanding requests stay outstanding; the error CQE must follow their
+    // completions, so completed-but-unretired ones go first.
+    retire(qp, ctx);
+    let earlier: Vec<Pending> = qp.req.outstanding.drain(..).collect();
+    for p in &earlier {
+        send_cqe(
+            qp,
+            ctx,
+            p.index,
+            p.opcode,
+            0,
+            Some(mlx5_cq::SYNDROME_WR_FLUSH_ERR),
+        );
+    }
+    send_cqe(qp, ctx, index, opcode, 0, Some(f.syndrome));
+    if qp.qp_type == QpType::Rc {
+        fail_qp(qp, ctx, Some(AsyncEvent::QpFatal(QpId(qp.qpn))));
+    } else {
+        enter_sqe(qp, ctx);
+    }
+}
+
+fn local_failure(qp: &mut Qp, ctx: &mut Ctx, index: u16, opcode: u8, bbs: u16, f: &WqeFault) {
+    qp.sq_ci = qp.sq_ci.wrapping_add(bbs);
+    if matches!(qp.db.bf, Some((i, _)) if i == index) {
+        qp.db.bf = None;
+    }
+    report_local(qp, ctx, index, opcode, f);
+}
+
+fn prot(why: String) -> WqeFault {
+    WqeFault {
+        syndrome: SYNDROME_LOCAL_PROT_ERR,
+        why,
+    }
+}
+
+/// Read the gather list (LOCAL_PROT on any key, PD or bounds violation).
+fn gather(qp: &Qp, ctx: &Ctx, data: &Gather) -> Result<Vec<u8>, WqeFault> {
+    match data {
+        Gather::Inline(v) => Ok(v.clone()),
+        Gather::Sges(sges) => {
+            let mut out = Vec::with_capacity(data.len() as usize);
+            for (i, s) in sges.iter().enumerate() {
+                if s.len == 0 {
+                    continue;
+                }
+                let mr = ctx
+                    .mrs
+                    .local(s.lkey, qp.pd, s.addr, s.len as u64, false)
+                    .map_err(|e| {
+                        prot(format!(
+                            "gather entry {i}: lkey {:#x} addr {:#x} len {}: {e:?}",
+                            s.lkey, s.addr, s.len
+                        ))
+                    })?;
+                let start = out.len();
+                out.resize(start + s.len as usize, 0);
+                mr.region.read(s.addr, &mut out[start..]);
+            }
+            Ok(out)
+        }
+    }
+}
+
+/// Check a local scatter list for LOCAL_WRITE.
+fn check_scatter(qp: &Qp, ctx: &Ctx, sges: &[Sge]) -> Result<(), WqeFault> {
+    for (i, s) in sges.iter().enumerate() {
+        if s.len == 0 {
+            continue;
+        }
+        ctx.mrs
+            .local(s.lkey, qp.pd, s.addr, s.len as u64, true)
+            .map_err(|e| {
+                prot(format!(
+                    "scatter entry {i}: lkey {:#x} addr {:#x} len {} (needs LOCAL_WRITE): {e:?}",
+                    s.lkey, s.addr, s.len
+                ))
+            })?;
+    }
+    Ok(())
+}
+
+/// Write `data` at byte `offset` of a scatter list; false if a key check fails.
+pub fn scatter(qp: &Qp, ctx: &Ctx, sges: &[Sge], mut offset: u64, data: &[u8]) -> bool {
+    let mut rest = data;
+    for s in sges {
+        if rest.is_empty() {
+            break;
+        }
+        let len = s.len as u64;
+        if offset >= len {
+            offset -= len;
+            continue;
+        }
+        let n = ((len - offset) as usize).min(rest.len());
+        let Ok(mr) = ctx
+            .mrs
+            .local(s.lkey, qp.pd, s.addr + offset, n as u64, true)
+        else {
+            return false;
+        };
+        if !mr.region.write(s.addr + offset, &rest[..n]) {
+            return false;
+        }
+        rest = &rest[n..];
+        offset = 0;
+    }
+    rest.is_empty()
+}
+
+fn transport_of(t: QpType) -> Transport {
+    match t {
+        QpType::Rc => Transport::Rc,
+        QpType::Uc => Transport::Uc,
+        QpType::Ud => Transport::Ud,
+    }
+}
+
+fn opcode(t: Transport, op: Operation) -> Opcode {
+    // Every (transport, operation) pair used here is defined by IBTA Table 38.
+    Opcode::new(t, op).unwrap_or(Opcode::RC_SEND_ONLY)
+}
+
+/// Execute one WQE: build and send its packets, and track or complete it.
+fn execute(qp: &mut Qp, ctx: &mut Ctx, wqe: &SendWqe, index: u16) -> Result<(), WqeFault> {
+    let t = transport_of(qp.qp_type);
+    let signaled = wqe.signaled() || qp.sq_sig_all;
+    let op = wqe.ctrl.opcode;
+    let mut pending = Pending {
+        index,
+        opcode: op,
+        signaled,
+        first_psn: qp.req.psn,
+        npsn: 0,
+        frames: Vec::new(),
+        byte_len: 0,
+        expect: Expect::Ack,
+        done: false,
+    };
+    match &wqe.kind {
+        WqeKind::Nop => {
+            pending.done = true;
+        }
+        WqeKind::Send {
+            data,
+            imm,
+            ud: Some(ud),
+        } => {
+            let payload = gather(qp, ctx, data)?;
+            pending.byte_len = payload.len() as u32;
+            // The WR's Q_Key is replaced by the QP's when its high bit is set (IBTA §10.2.5).
+            let qkey = if ud.qkey & 0x8000_0000 != 0 {
+                qp.attr.qkey
+            } else {
+                ud.qkey
+            };
+            let dst_ip = gid_to_ipv4(&ud.rgid);
+            let addr = Addressing {
+                ttl: if ud.hop_limit == 0 {
+                    Addressing::DEFAULT_TTL
+                } else {
+                    ud.hop_limit
+                },
+                dscp: ud.tclass >> 2,
+                ..Addressing::new(
+                    ctx.port.mac,
+                    MacAddr(ud.rmac),
+                    ctx.port.ip,
+                    dst_ip.unwrap_or(std::net::Ipv4Addr::UNSPECIFIED),
+                    if ud.extended { ud.rlid } else { 0xc000 },
+                )
+            };
+            let operation = if imm.is_some() {
+                Operation::SendOnlyWithImmediate
+            } else {
+                Operation::SendOnly
+            };
+            let mut bth = Bth::new(opcode(t, operation), ud.dqpn, qp.req.psn);
+            bth.solicited = wqe.solicited();
+            let mut pkt = Packet::new(addr, bth);
+            pkt.deth = Some(Deth {
+                qkey,
+                src_qp: qp.qpn,
+            });
+            pkt.imm = imm.map(|b| ImmDt(u32::from_be_bytes(b)));
+            pkt.payload = payload;
+            qp.req.psn = qp.req.psn.next();
+            ctx.counters.inc("port_xmit_packets");
+            ctx.out.push(Frame { pkt, ext: None });
+            pending.done = true;
+        }
+        WqeKind::Send {
+            data,
+            imm,
+            ud: None,
+        } => {
+            let payload = gather(qp, ctx, data)?;
+            pending.byte_len = payload.len() as u32;
+            segment(
+                qp,
+                ctx,
+                &mut pending,
+                t,
+                false,
+                None,
+                *imm,
+                wqe.solicited(),
+                &payload,
+            );
+        }
+        WqeKind::Write { remote, data, imm } => {
+            let payload = gather(qp, ctx, data)?;
+            pending.byte_len = payload.len() as u32;
+            let reth = Reth {
+                va: remote.va,
+                rkey: remote.rkey,
+                dma_len: payload.len() as u32,
+            };
+            segment(
+                qp,
+                ctx,
+                &mut pending,
+                t,
+                true,
+                Some(reth),
+                *imm,
+                wqe.solicited(),
+                &payload,
+            );
+        }
+        WqeKind::Read { remote, local } => {
+            check_scatter(qp, ctx, local)?;
+            let len: u64 = local.iter().map(|s| s.len as u64).sum();
+            let Some(path) = qp.path else {
+                return Err(WqeFault {
+                    syndrome: SYNDROME_LOCAL_QP_OP_ERR,
+                    why: "no path".into(),
+                });
+            };
+            let mut bth = Bth::new(
+                opcode(t, Operation::RdmaReadRequest),
+                path.dest_qpn,
+                qp.req.psn,
+            );
+            bth.ack_req = true;
+            let mut pkt = Packet::new(path.addr, bth);
+            pkt.reth = Some(Reth {
+                va: remote.va,
+                rkey: remote.rkey,
+                dma_len: len as u32,
+            });
+            pending.byte_len = len as u32;
+            pending.npsn = (len.div_ceil(path.mtu as u64)).max(1) as u32;
+            pending.expect = Expect::Read {
+                local: local.clone(),
+                len,
+            };
+            pending.frames.push(Frame { pkt, ext: None });
+        }
+        WqeKind::Atomic {
+            remote,
+            op: aop,
+            local,
+        } => {
+            check_scatter(qp, ctx, std::slice::from_ref(local))?;
+            let Some(path) = qp.path else {
+                return Err(WqeFault {
+                    syndrome: SYNDROME_LOCAL_QP_OP_ERR,
+                    why: "no path".into(),
+                });
+            };
+            let operation = match aop {
+                AtomicOp::Cas { .. } | AtomicOp::MaskedCs { .. } => Operation::CompareSwap,
+                _ => Operation::FetchAdd,
+            };
+            let (swap_add, compare) = match *aop {
+                AtomicOp::Cas { compare, swap } => (swap, compare),
+                AtomicOp::Faa { add } => (add, 0),
+                AtomicOp::MaskedCs { compare, swap, .. } => (swap, compare),
+                AtomicOp::MaskedFa { add, boundary, .. } => (add, boundary),
+            };
+            let mut bth = Bth::new(opcode(t, operation), path.dest_qpn, qp.req.psn);
+            bth.ack_req = true;
+            let mut pkt = Packet::new(path.addr, bth);
+            pkt.atomic_eth = Some(AtomicEth {
+                va: remote.va,
+                rkey: remote.rkey,
+                swap_add,
+                compare,
+            });
+            pending.byte_len = aop.size() as u32;
+            pending.npsn = 1;
+            pending.expect = Expect::Atomic {
+                local: *local,
+                size: aop.size(),
+            };
+            pending.frames.push(Frame {
+                pkt,
+                ext: aop.is_masked().then_some(*aop),
+            });
+        }
+    }
+    qp.req.psn = qp.req.psn.add(pending.npsn);
+    if qp.qp_type == QpType::Rc {
+        for f in &pending.frames {
+            ctx.counters.inc("port_xmit_packets");
+            ctx.out.push(f.clone());
+        }
+        let idle = qp.req.outstanding.is_empty();
+        qp.req.outstanding.push_back(pending);
+        if idle {
+            restart_timer(qp, ctx.now);
+        }
+        retire(qp, ctx);
+    } else {
+        for f in pending.frames.drain(..) {
+            ctx.counters.inc("port_xmit_packets");
+            ctx.out.push(f);
+        }
+        if pending.signaled {
+            send_cqe(qp, ctx, index, op, pending.byte_len, None);
+        }
+    }
+    Ok(())
+}
+
+/// Build the packets of a SEND or WRITE message (IBTA §9.4: first/middle/last/only by path
+/// MTU; RETH on the first WRITE packet, ImmDt on the last, AckReq on the last RC packet).
+#[allow(clippy::too_many_arguments)]
+fn segment(
+    qp: &Qp,
+    ctx: &Ctx,
+    p: &mut Pending,
+    t: Transport,
+    write: bool,
+    reth: Option<Reth>,
+    imm: Option<[u8; 4]>,
+    solicited: bool,
+    payload: &[u8],
+) {
+    let Some(path) = qp.path else {
+        tracing::error!(
+            device = ctx.dev,
+            qpn = qp.qpn,
+            "connected QP in RTS without a path"
+        );
+        return;
+    };
+    let mtu = path.mtu as usize;
+    let n = payload.len().div_ceil(mtu).max(1);
+    for i in 0..n {
+        let chunk = &payload[(i * mtu).min(payload.len())..((i + 1) * mtu).min(payload.len())];
+        let last = i + 1 == n;
+        let operation = match (write, n == 1, i == 0, last, imm.is_some()) {
+            (false, true, _, _, false) => Operation::SendOnly,
+            (false, true, _, _, true) => Operation::SendOnlyWithImmediate,
+            (false, false, true, _, _) => Operation::SendFirst,
+            (false, false, _, false, _) => Operation::SendMiddle,
+            (false, false, _, true, false) => Operation::SendLast,
+            (false, false, _, true, true) => Operation::SendLastWithImmediate,
+            (true, true, _, _, false) => Operation::RdmaWriteOnly,
+            (true, true, _, _, true) => Operation::RdmaWriteOnlyWithImmediate,
+            (true, false, true, _, _) => Operation::RdmaWriteFirst,
+            (true, false, _, false, _) => Operation::RdmaWriteMiddle,
+            (true, false, _, true, false) => Operation::RdmaWriteLast,
+            (true, false, _, true, true) => Operation::RdmaWriteLastWithImmediate,
+        };
+        let mut bth = Bth::new(
+            opcode(t, operation),
+            path.dest_qpn,
+            p.first_psn.add(i as u32),
+        );
+        bth.ack_req = last && t == Transport::Rc;
+        bth.solicited = last && solicited && (!write || imm.is_some());
+        let mut pkt = Packet::new(path.addr, bth);
+        if i == 0 {
+            pkt.reth = reth;
+        }
+        if last {
+            pkt.imm = imm.map(|b| ImmDt(u32::from_be_bytes(b)));
+        }
+        pkt.payload = chunk.to_vec();
+        p.frames.push(Frame { pkt, ext: None });
+    }
+    p.npsn = n as u32;
+}
+
+/// Retire completed requests from the front, writing CQEs for the signaled ones.
+pub fn retire(qp: &mut Qp, ctx: &mut Ctx) {
+    while qp.req.outstanding.front().is_some_and(|p| p.done) {
+        let Some(p) = qp.req.outstanding.pop_front() else {
+            break;
+        };
+        if p.signaled {
+            send_cqe(qp, ctx, p.index, p.opcode, p.byte_len, None);
+        }
+    }
+}
+
+/// Mark requests acknowledged up to and including PSN `upto`.
+fn ack_upto(qp: &mut Qp, ctx: &mut Ctx, upto: Psn) -> bool {
+    let mut progressed = false;
+    for p in qp.req.outstanding.iter_mut() {
+        if p.done {
+            continue;
+        }
+        if p.npsn > 0 && p.last_psn().is_after(upto) {
+            break;
+        }
+        if p.expect != Expect::Ack {
+            // An ACK beyond an unanswered READ/atomic: its response was lost (implied NAK,
+            // IBTA §9.7.5.1.5); it is retransmitted by the timer.
+            break;
+        }
+        p.done = true;
+        progressed = true;
+    }
+    if progressed {
+        qp.req.retries_left = qp.attr.retry_cnt;
+        qp.req.rnr_left = qp.attr.rnr_retry;
+        retire(qp, ctx);
+        restart_timer(qp, ctx.now);
+    }
+    progressed
+}
+
+fn resend_from(qp: &mut Qp, ctx: &mut Ctx, from: Psn) {
+    for p in &qp.req.outstanding {
+        if p.done {
+            continue;
+        }
+        for (k, f) in p.frames.iter().enumerate() {
+            let psn = p.first_psn.add(k as u32);
+            if !psn.is_before(from) || p.contains(from) && k == 0 && p.is_rd_atomic() {
+                ctx.counters.inc("port_xmit_packets");
+                ctx.out.push(f.clone());
+            }
+        }
+    }
+    restart_timer(qp, ctx.now);
+}
+
+fn fail_pending(qp: &mut Qp, ctx: &mut Ctx, at: Psn, syndrome: u8) {
+    retire(qp, ctx);
+    while let Some(p) = qp.req.outstanding.pop_front() {
+        if p.contains(at) || p.first_psn.is_after(at) || qp.req.outstanding.is_empty() {
+            send_cqe(qp, ctx, p.index, p.opcode, 0, Some(syndrome));
+            break;
+        }
+        // Earlier requests were implicitly acknowledged by the NAK (IBTA §9.7.5.1.1).
+        if p.signaled {
+            send_cqe(qp, ctx, p.index, p.opcode, p.byte_len, None);
+        }
+    }
+    fail_qp(qp, ctx, Some(AsyncEvent::QpFatal(QpId(qp.qpn))));
+}
+
+/// Fire expired timers (ACK timeout, RNR wait); returns whether anything happened.
+pub fn timers(qp: &mut Qp, ctx: &mut Ctx) -> bool {
+    if !matches!(qp.state(), QpState::Rts | QpState::Sqd) {
+        return false;
+    }
+    if let Some((until, psn)) = qp.req.rnr_until {
+        if ctx.now >= until {
+            qp.req.rnr_until = None;
+            resend_from(qp, ctx, psn);
+            return true;
+        }
+        return false;
+    }
+    let Some(deadline) = qp.req.timer else {
+        return false;
+    };
+    if ctx.now < deadline || qp.req.outstanding.is_empty() {
+        return false;
+    }
+    ctx.counters.inc("local_ack_timeout_err");
+    if qp.req.retries_left == 0 {
+        let at = qp
+            .req
+            .outstanding
+            .iter()
+            .find(|p| !p.done)
+            .map(|p| p.first_psn)
+            .unwrap_or(qp.req.psn);
+        fail_pending(qp, ctx, at, SYNDROME_TRANSPORT_RETRY_EXC_ERR);
+        return true;
+    }
+    qp.req.retries_left -= 1;
+    let from = qp
+        .req
+        .outstanding
+        .iter()
+        .find(|p| !p.done)
+        .map(|p| p.first_psn)
+        .unwrap_or(qp.req.psn);
+    resend_from(qp, ctx, from);
+    true
+}
+
+/// Handle a response packet (ACK, NAK, READ response, atomic ACK) for this requester.
+pub fn on_response(qp: &mut Qp, ctx: &mut Ctx, frame: &Frame) {
+    if qp.qp_type != QpType::Rc || !matches!(qp.state(), QpState::Rts | QpState::Sqd | QpState::Sqe)
+    {
+        ctx.counters.inc("rx_dropped");
+        return;
+    }
+    let pkt = &frame.pkt;
+    let psn = pkt.bth.psn;
+    let op = pkt.bth.opcode.operation();
+    // A response must name a PSN of an outstanding request (IBTA §9.7.5.1.1: responses
+    // outside [oldest unacknowledged, next PSN) are ghosts or duplicates and are ignored).
+    let lo = qp
+        .req
+        .outstanding
+        .iter()
+        .find(|p| !p.done && p.npsn > 0)
+        .map(|p| p.first_psn);
+    if !lo.is_some_and(|lo| psn.in_range(lo, qp.req.psn)) {
+        ctx.counters.inc("duplicate_response");
+        return;
+    }
+    if let Some(aeth) = pkt.aeth {
+        match aeth.syndrome {
+            Syndrome::Ack { .. } => {}
+            Syndrome::RnrNak(timer) => {
+                // mlx5 `rnr_nak_retry_err`: RNR NAKs received.
+                ctx.counters.inc("rnr_nak_retry_err");
+                ack_upto(qp, ctx, psn.sub(1));
+                if qp.attr.rnr_retry != 7 {
+                    if qp.req.rnr_left == 0 {
+                        fail_pending(qp, ctx, psn, SYNDROME_RNR_RETRY_EXC_ERR);
+                        return;
+                    }
+                    qp.req.rnr_left -= 1;
+                }
+                qp.req.timer = None;
+                qp.req.rnr_until = Some((ctx.now + timer.duration().as_nanos() as u64, psn));
+                return;
+            }
+            Syndrome::Nak(code) => {
+                ack_upto(qp, ctx, psn.sub(1));
+                let syndrome = match code {
+                    NakCode::PsnSequenceError => {
+                        if qp.req.rnr_until.is_none() {
+                            ctx.counters.inc("packet_seq_err");
+                            resend_from(qp, ctx, psn);
+                        }
+                        return;
+                    }
+                    NakCode::InvalidRequest | NakCode::InvalidRdRequest => {
+                        SYNDROME_REMOTE_INVAL_REQ_ERR
+                    }
+                    NakCode::RemoteAccessError => SYNDROME_REMOTE_ACCESS_ERR,
+                    NakCode::RemoteOperationalError => SYNDROME_REMOTE_OP_ERR,
+                };
+                fail_pending(qp, ctx, psn, syndrome);
+                return;
+            }
+        }
+    }
+    match op {
+        Operation::Acknowledge => {
+            ack_upto(qp, ctx, psn);
+        }
+        Operation::RdmaReadResponseFirst
+        | Operation::RdmaReadResponseMiddle
+        | Operation::RdmaReadResponseLast
+        | Operation::RdmaReadResponseOnly => read_response(qp, ctx, frame),
+        Operation::AtomicAcknowledge => {
+            let Some(pos) = qp
+                .req
+                .outstanding
+                .iter()
+                .position(|p| p.contains(psn) && !p.done)
+            else {
+                ctx.counters.inc("duplicate_response");
+                return;
+            };
+            ack_upto(qp, ctx, psn.sub(1));
+            let (local, size) = match &qp.req.outstanding[pos].expect {
+                Expect::Atomic { local, size } => (*local, *size),
+                _ => return,
+            };
+            let orig = pkt.atomic_ack_eth.map(|a| a.orig).unwrap_or(0);
+            // Replies are written big-endian (atomic_req_8B_endianness_mode 0, mlx5-facts §1.4).
+            let bytes = orig.to_be_bytes();
+            let data = if size == 4 { &bytes[4..] } else { &bytes[..] };
+            if !scatter(qp, ctx, &[local], 0, data) {
+                let p = &qp.req.outstanding[pos];
+                let at = p.first_psn;
+                fail_pending(qp, ctx, at, SYNDROME_LOCAL_PROT_ERR);
+                return;
+            }
+            qp.req.outstanding[pos].done = true;
+            qp.req.retries_left = qp.attr.retry_cnt;
+            retire(qp, ctx);
+            restart_timer(qp, ctx.now);
+        }
+        _ => ctx.counters.inc("rx_dropped"),
+    }
+}
+
+fn read_response(qp: &mut Qp, ctx: &mut Ctx, frame: &Frame) {
+    let pkt = &frame.pkt;
+    let psn = pkt.bth.psn;
+    let Some(pos) = qp
+        .req
+        .outstanding
+        .iter()
+        .position(|p| p.contains(psn) && !p.done)
+    else {
+        ctx.counters.inc("duplicate_response");
+        return;
+    };
+    if pkt.aeth.is_some() {
+        let first = qp.req.outstanding[pos].first_psn;
+        ack_upto(qp, ctx, first.sub(1));
+    }
+    let Some(pos) = qp
+        .req
+        .outstanding
+        .iter()
+        .position(|p| p.contains(psn) && !p.done)
+    else {
+        return;
+    };
+    let Some(path) = qp.path else { return };
+    let (local, first) = match &qp.req.outstanding[pos].expect {
+        Expect::Read { local, .. } => (local.clone(), qp.req.outstanding[pos].first_psn),
+        _ => return,
+    };
+    let offset = first.distance_to(psn) as u64 * path.mtu as u64;
+    if !scatter(qp, ctx, &local, offset, &pkt.payload) {
+        fail_pending(qp, ctx, first, SYNDROME_LOCAL_PROT_ERR);
+        return;
+    }
+    if pkt.bth.opcode.position().ends_message() {
+        qp.req.outstanding[pos].done = true;
+        qp.req.retries_left = qp.attr.retry_cnt;
+        retire(qp, ctx);
+        restart_timer(qp, ctx.now);
+    }
+}

@@ -1,0 +1,719 @@
+//! The responder: what a QP does with request packets addressed to it.
+//!
+//! RC (IBTA Vol 1 §9.7): the expected PSN decides between executing (expected), answering a
+//! duplicate (ACK again, replay a READ, return the saved result of an atomic; §9.7.5.1.2) and
+//! NAKing a PSN sequence error once (§9.7.5.2.1). A SEND's first packet consumes a receive WQE
+//! (none: RNR NAK with `min_rnr_timer`, §9.7.5.2.8); a WRITE with immediate consumes one at its
+//! last packet. Class C errors (IBTA §9.9.3 responder error behaviour; the kernel's rxe
+//! `do_class_ac_error` for the same cases) NAK and move the responder QP to Error:
+//! - NAK Invalid Request → the requester gets REMOTE_INVAL_REQ (0x12): an operation the QP's
+//!   access flags do not allow (READ/atomic also need `max_dest_rd_atomic` > 0, as mlx5 clears
+//!   remote read/atomic access when it is 0), a misaligned atomic, a message longer than the
+//!   receive WQE (the responder's receive completes with LOCAL_LENGTH 0x01), a WRITE longer than
+//!   its RETH length, a missing first packet;
+//! - NAK Remote Access Error → REMOTE_ACCESS (0x13): bad rkey, other PD, out of bounds, the MR
+//!   lacks REMOTE_WRITE/READ/ATOMIC;
+//! - NAK Remote Operational Error → REMOTE_OP (0x14): the receive WQE's own lkey check failed
+//!   (its completion is LOCAL_PROT 0x04).
+//!
+//! UC (§9.8): no ACKs; a PSN gap drops the message in progress and waits for a first/only
+//! packet; errors drop the message. UD (§9.8.5): the DETH Q_Key must equal the QP's Q_Key, or
+//! the packet is dropped; the receive buffer gets the 40-byte GRH first (IBTA §11.4.1.2; on
+//! RoCEv2 with IPv4 the IPv4 header sits in its last 20 bytes, `ibv_poll_cq(3)` "IBV_WC_GRH").
+//!
+//! Atomics operate on the responder's memory as big-endian words and return the original
+//! bytes unchanged, which the requester writes to its buffer: 8-byte replies are big-endian as
+//! with `atomic_req_8B_endianness_mode` 0, and so are the masked (extended) ones (mlx5-facts
+//! §1.4, UNCONFIRMED on hardware).
+
+use std::collections::VecDeque;
+
+use mlx5_cq::{
+    CQE_RESP_SEND, CQE_RESP_SEND_IMM, CQE_RESP_WR_IMM, SYNDROME_LOCAL_LENGTH_ERR,
+    SYNDROME_LOCAL_PROT_ERR,
+};
+use mlx5_hw::{AccessFlags, AsyncEvent, QpId, QpType};
+
+use crate::cq::CqeSpec;
+use crate::engine::{fail_qp, recv_err_cqe, Ctx};
+use crate::qp::{Qp, RecvWqe};
+use crate::transport::requester::scatter;
+use crate::transport::Frame;
+use crate::wire::{
+    Aeth, AtomicAckEth, Bth, NakCode, Opcode, Operation, Packet, Psn, PsnWindow, RnrTimer,
+    Syndrome, Transport,
+};
+use crate::wqe::AtomicOp;
+
+/// A message being received.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum InMsg {
+    /// A SEND filling a receive WQE.
+    Send {
+        /// The WQE.
+        wqe: RecvWqe,
+        /// Bytes received so far.
+        offset: u64,
+    },
+    /// A WRITE into remote memory.
+    Write {
+        /// Next address.
+        va: u64,
+        /// Key.
+        rkey: u32,
+        /// Total length from the RETH.
+        len: u64,
+        /// Bytes received so far.
+        offset: u64,
+    },
+    /// UC: the rest of a message being dropped.
+    Drop,
+}
+
+/// Responder state of a QP.
+#[derive(Debug, Default)]
+pub struct Responder {
+    /// Expected PSN.
+    pub epsn: Psn,
+    /// Message sequence number (24 bits): requests completed.
+    pub msn: u32,
+    /// Message in progress.
+    pub cur: Option<InMsg>,
+    /// A PSN sequence error NAK was sent and no expected packet arrived since.
+    pub nak_sent: bool,
+    /// Results of recent atomics, for duplicate replay: (PSN, original value).
+    pub atomic_cache: VecDeque<(Psn, u64)>,
+}
+
+fn send_back(qp: &Qp, ctx: &mut Ctx, req: &Packet, op: Opcode, psn: Psn) -> Packet {
+    let _ = ctx;
+    Packet::new(req.addr.reversed(), Bth::new(op, qp.attr.dest_qp_num, psn))
+}
+
+fn ack(qp: &Qp, ctx: &mut Ctx, req: &Packet, psn: Psn) {
+    let mut p = send_back(qp, ctx, req, Opcode::RC_ACKNOWLEDGE, psn);
+    p.aeth = Some(Aeth {
+        syndrome: Syndrome::Ack {
+            credits: Syndrome::CREDITS_INVALID,
+        },
+        msn: qp.resp.msn,
+    });
+    ctx.counters.inc("port_xmit_packets");
+    ctx.out.push(Frame { pkt: p, ext: None });
+}
+
+fn nak(qp: &Qp, ctx: &mut Ctx, req: &Packet, psn: Psn, syndrome: Syndrome) {
+    let mut p = send_back(qp, ctx, req, Opcode::RC_ACKNOWLEDGE, psn);
+    p.aeth = Some(Aeth {
+        syndrome,
+        msn: qp.resp.msn,
+    });
+    ctx.counters.inc("port_xmit_packets");
+    ctx.out.push(Frame { pkt: p, ext: None });
+}
+
+/// Class C error: NAK and move the QP to Error.
+fn class_c(qp: &mut Qp, ctx: &mut Ctx, req: &Packet, code: NakCode, why: &str) {
+    tracing::warn!(
+        device = ctx.dev,
+        qpn = qp.qpn,
+        ?code,
+        why,
+        "responder error"
+    );
+    if qp.qp_type == QpType::Rc {
+        nak(qp, ctx, req, req.bth.psn, Syndrome::Nak(code));
+    }
+    if code == NakCode::RemoteAccessError {
+        ctx.counters.inc("resp_remote_access_errors");
+    }
+    let ev = match code {
+        NakCode::RemoteAccessError => AsyncEvent::QpAccessError(QpId(qp.qpn)),
+        _ => AsyncEvent::QpRequestError(QpId(qp.qpn)),
+    };
+    qp.resp.cur = None;
+    if qp.qp_type == QpType::Rc {
+        fail_qp(qp, ctx, Some(ev));
+    }
+}
+
+fn recv_ready(qp: &Qp, ctx: &mut Ctx) -> bool {
+    match qp.srq {
+        Some(s) => ctx.srqs.get(&s).is_some_and(|srq| {
+            let posted = srq.dbrec.read_be32(0) as u16;
+            posted != srq.consumed
+        }),
+        None => qp.geom.rq_wqe_cnt > 0 && qp.rq_dbr() != qp.rq_ci,
+    }
+}
+
+fn take_recv(qp: &mut Qp, ctx: &mut Ctx) -> Option<RecvWqe> {
+    let srq = match qp.srq {
+        Some(s) => Some(ctx.srqs.get_mut(&s)?),
+        None => None,
+    };
+    let w = match srq {
+        Some(srq) => {
+            let w = qp.take_recv(Some(srq), ctx.dev, ctx.bugs);
+            // SRQ limit event (IBTA §10.2.9.3): fires once when the count drops below it.
+            if srq.limit > 0 && srq.available(ctx.dev, ctx.bugs) < srq.limit {
+                srq.limit = 0;
+                ctx.events
+                    .push_back(AsyncEvent::SrqLimitReached(mlx5_hw::SrqId(srq.srqn)));
+            }
+            w
+        }
+        None => qp.take_recv(None, ctx.dev, ctx.bugs),
+    };
+    if w.is_none() {
+        ctx.counters.inc("out_of_buffer");
+    }
+    w
+}
+
+fn capacity(w: &RecvWqe) -> u64 {
+    w.sges.iter().map(|s| s.len as u64).sum()
+}
+
+fn recv_cqe(
+    qp: &Qp,
+    ctx: &mut Ctx,
+    w: &RecvWqe,
+    opcode: u8,
+    byte_cnt: u32,
+    pkt: &Packet,
+    flags: u32,
+) {
+    let src = pkt.deth.map(|d| d.src_qp).unwrap_or(qp.attr.dest_qp_num);
+    let spec = CqeSpec {
+        opcode,
+        byte_cnt,
+        imm: pkt.imm.map(|i| i.0.to_be_bytes()).unwrap_or_default(),
+        qpn: qp.qpn,
+        wqe_counter: w.counter,
+        flags_rqpn: (src & 0x00ff_ffff) | flags,
+        srqn: w.srqn.unwrap_or(0),
+        se: pkt.bth.solicited,
+        ..Default::default()
+    };
+    ctx.cqe(qp.recv_cq, &spec);
+}
+
+/// Handle a request packet addressed to this QP.
+pub fn on_request(qp: &mut Qp, ctx: &mut Ctx, frame: &Frame) {
+    let t = frame.pkt.bth.opcode.transport();
+    let ok = matches!(
+        (qp.qp_type, t),
+        (QpType::Rc, Transport::Rc) | (QpType::Uc, Transport::Uc) | (QpType::Ud, Transport::Ud)
+    );
+    if !ok {
+        ctx.counters.inc("rx_dropped");
+        return;
+    }
+    match qp.qp_type {
+        QpType::Ud => ud(qp, ctx, frame),
+        QpType::Uc => uc(qp, ctx, frame),
+        QpType::Rc => rc(qp, ctx, frame),
+    }
+}
+
+fn ud(qp: &mut Qp, ctx: &mut Ctx, frame: &Frame) {
+    let pkt = &frame.pkt;
+    let Some(deth) = pkt.deth else { return };
+    if deth.qkey != qp.attr.qkey {
+        ctx.counters.inc("rx_qkey_violation");
+        return;
+    }
+    let Some(w) = take_recv(qp, ctx) else { return };
+    let grh = grh_bytes(pkt);
+    let total = grh.len() as u64 + pkt.payload.len() as u64;
+    if total > capacity(&w) {
+        recv_err_cqe(qp, ctx, w.counter, w.srqn, SYNDROME_LOCAL_LENGTH_ERR);
+        return;
+    }
+    let mut data = grh;
+    data.extend_from_slice(&pkt.payload);
+    if !scatter(qp, ctx, &w.sges, 0, &data) {
+        recv_err_cqe(qp, ctx, w.counter, w.srqn, SYNDROME_LOCAL_PROT_ERR);
+        return;
+    }
+    let op = if pkt.imm.is_some() {
+        CQE_RESP_SEND_IMM
+    } else {
+        CQE_RESP_SEND
+    };
+    // flags_rqpn: bit 28 = GRH in the receive buffer, bit 25 = IPv4 packet (mlx5-facts §5.1).
+    recv_cqe(qp, ctx, &w, op, total as u32, pkt, (1 << 28) | (1 << 25));
+}
+
+/// The 40-byte GRH area of a UD receive: 20 zero bytes, then the IPv4 header.
+fn grh_bytes(pkt: &Packet) -> Vec<u8> {
+    let mut g = vec![0u8; 40];
+    let a = &pkt.addr;
+    let udp_len = 8
+        + pkt.transport_header_len()
+        + pkt.payload.len()
+        + Packet::pad_for(pkt.payload.len()) as usize
+        + 4;
+    let total = (20 + udp_len) as u16;
+    let h = &mut g[20..40];
+    h[0] = 0x45;
+    h[1] = (a.dscp << 2) | a.ecn as u8;
+    h[2..4].copy_from_slice(&total.to_be_bytes());
+    h[4..6].copy_from_slice(&a.ip_id.to_be_bytes());
+    h[6] = 0x40;
+    h[8] = a.ttl;
+    h[9] = 17;
+    h[12..16].copy_from_slice(&a.src_ip.octets());
+    h[16..20].copy_from_slice(&a.dst_ip.octets());
+    let mut sum: u32 = 0;
+    for c in h.chunks(2) {
+        sum += u16::from_be_bytes([c[0], c[1]]) as u32;
+    }
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    h[10..12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+    g
+}
+
+fn uc(qp: &mut Qp, ctx: &mut Ctx, frame: &Frame) {
+    let pkt = &frame.pkt;
+    let psn = pkt.bth.psn;
+    let pos = pkt.bth.opcode.position();
+    if psn != qp.resp.epsn {
+        ctx.counters.inc("out_of_sequence");
+        qp.resp.cur = None;
+        if !pos.starts_message() {
+            return;
+        }
+    }
+    qp.resp.epsn = psn.next();
+    if pos.starts_message() && qp.resp.cur.is_some() {
+        // The previous message never got its last packet: it is lost.
+        qp.resp.cur = None;
+    }
+    if matches!(qp.resp.cur, Some(InMsg::Drop)) {
+        if pos.ends_message() {
+            qp.resp.cur = None;
+        }
+        return;
+    }
+    data_packet(qp, ctx, frame);
+}
+
+fn rc(qp: &mut Qp, ctx: &mut Ctx, frame: &Frame) {
+    let pkt = &frame.pkt;
+    let psn = pkt.bth.psn;
+    match psn.window(qp.resp.epsn) {
+        PsnWindow::Expected => qp.resp.nak_sent = false,
+        PsnWindow::Duplicate => {
+            ctx.counters.inc("duplicate_request");
+            duplicate(qp, ctx, frame);
+            return;
+        }
+        PsnWindow::OutOfSequence => {
+            ctx.counters.inc("out_of_sequence");
+            if !qp.resp.nak_sent {
+                qp.resp.nak_sent = true;
+                let e = qp.resp.epsn;
+                nak(qp, ctx, pkt, e, Syndrome::Nak(NakCode::PsnSequenceError));
+            }
+            return;
+        }
+    }
+    match pkt.bth.opcode.operation() {
+        Operation::RdmaReadRequest => {
+            ctx.counters.inc("rx_read_requests");
+            read(qp, ctx, frame, true)
+        }
+        Operation::CompareSwap | Operation::FetchAdd => {
+            ctx.counters.inc("rx_atomic_requests");
+            atomic(qp, ctx, frame)
+        }
+        _ => data_packet(qp, ctx, frame),
+    }
+}
+
+/// SEND and WRITE packets (RC and UC).
+fn data_packet(qp: &mut Qp, ctx: &mut Ctx, frame: &Frame) {
+    let pkt = &frame.pkt;
+    let op = pkt.bth.opcode;
+    let pos = op.position();
+    let rc = qp.qp_type == QpType::Rc;
+    if op.is_send() {
+        if pos.starts_message() {
+            if qp.resp.cur.is_some() {
+                return class_c(
+                    qp,
+                    ctx,
+                    pkt,
+                    NakCode::InvalidRequest,
+                    "SEND first while a message is in progress",
+                );
+            }
+            let Some(w) = take_recv(qp, ctx) else {
+                if rc {
+                    let t = RnrTimer::from_low_bits(qp.attr.min_rnr_timer);
+                    nak(qp, ctx, pkt, pkt.bth.psn, Syndrome::RnrNak(t));
+                } else {
+                    qp.resp.cur = if pos.ends_message() {
+                        None
+                    } else {
+                        Some(InMsg::Drop)
+                    };
+                }
+                return;
+            };
+            qp.resp.cur = Some(InMsg::Send { wqe: w, offset: 0 });
+        }
+        let Some(InMsg::Send { wqe, offset }) = qp.resp.cur.clone() else {
+            return class_c(
+                qp,
+                ctx,
+                pkt,
+                NakCode::InvalidRequest,
+                "SEND middle/last without a first",
+            );
+        };
+        let end = offset + pkt.payload.len() as u64;
+        if end > capacity(&wqe) {
+            recv_err_cqe(qp, ctx, wqe.counter, wqe.srqn, SYNDROME_LOCAL_LENGTH_ERR);
+            qp.resp.cur = if rc || pos.ends_message() {
+                None
+            } else {
+                Some(InMsg::Drop)
+            };
+            return class_c(
+                qp,
+                ctx,
+                pkt,
+                NakCode::InvalidRequest,
+                "message longer than the receive WQE",
+            );
+        }
+        if !scatter(qp, ctx, &wqe.sges, offset, &pkt.payload) {
+            recv_err_cqe(qp, ctx, wqe.counter, wqe.srqn, SYNDROME_LOCAL_PROT_ERR);
+            qp.resp.cur = if rc || pos.ends_message() {
+                None
+            } else {
+                Some(InMsg::Drop)
+            };
+            return class_c(
+                qp,
+                ctx,
+                pkt,
+                NakCode::RemoteOperationalError,
+                "receive WQE failed its lkey check",
+            );
+        }
+        if pos.ends_message() {
+            let opc = if pkt.imm.is_some() {
+                CQE_RESP_SEND_IMM
+            } else {
+                CQE_RESP_SEND
+            };
+            recv_cqe(qp, ctx, &wqe, opc, end as u32, pkt, 0);
+            qp.resp.cur = None;
+            qp.resp.msn = (qp.resp.msn + 1) & 0x00ff_ffff;
+        } else {
+            qp.resp.cur = Some(InMsg::Send { wqe, offset: end });
+        }
+    } else if op.is_rdma_write() {
+        if !qp.attr.qp_access_flags.contains(AccessFlags::REMOTE_WRITE) {
+            return class_c(
+                qp,
+                ctx,
+                pkt,
+                NakCode::InvalidRequest,
+                "QP access flags lack REMOTE_WRITE",
+            );
+        }
+        if pos.starts_message() {
+            ctx.counters.inc("rx_write_requests");
+            let Some(reth) = pkt.reth else {
+                return class_c(
+                    qp,
+                    ctx,
+                    pkt,
+                    NakCode::InvalidRequest,
+                    "WRITE first without RETH",
+                );
+            };
+            let len = reth.dma_len as u64;
+            if len > 0 {
+                if let Err(e) =
+                    ctx.mrs
+                        .remote(reth.rkey, qp.pd, reth.va, len, AccessFlags::REMOTE_WRITE)
+                {
+                    let why = format!(
+                        "WRITE rkey {:#x} va {:#x} len {len}: {e:?}",
+                        reth.rkey, reth.va
+                    );
+                    if !rc {
+                        qp.resp.cur = if pos.ends_message() {
+                            None
+                        } else {
+                            Some(InMsg::Drop)
+                        };
+                    }
+                    return class_c(qp, ctx, pkt, NakCode::RemoteAccessError, &why);
+                }
+            }
+            qp.resp.cur = Some(InMsg::Write {
+                va: reth.va,
+                rkey: reth.rkey,
+                len,
+                offset: 0,
+            });
+        }
+        let Some(InMsg::Write {
+            va,
+            rkey,
+            len,
+            offset,
+        }) = qp.resp.cur.clone()
+        else {
+            return class_c(
+                qp,
+                ctx,
+                pkt,
+                NakCode::InvalidRequest,
+                "WRITE middle/last without a first",
+            );
+        };
+        let end = offset + pkt.payload.len() as u64;
+        if end > len {
+            return class_c(
+                qp,
+                ctx,
+                pkt,
+                NakCode::InvalidRequest,
+                "WRITE longer than its RETH length",
+            );
+        }
+        if pos.ends_message() && pkt.imm.is_some() && !recv_ready(qp, ctx) {
+            if rc {
+                let t = RnrTimer::from_low_bits(qp.attr.min_rnr_timer);
+                nak(qp, ctx, pkt, pkt.bth.psn, Syndrome::RnrNak(t));
+            } else {
+                ctx.counters.inc("out_of_buffer");
+                qp.resp.cur = None;
+            }
+            if pos == crate::wire::Position::Only {
+                qp.resp.cur = None;
+            }
+            return;
+        }
+        if !pkt.payload.is_empty() {
+            match ctx.mrs.remote(
+                rkey,
+                qp.pd,
+                va + offset,
+                pkt.payload.len() as u64,
+                AccessFlags::REMOTE_WRITE,
+            ) {
+                Ok(mr) => {
+                    mr.region.write(va + offset, &pkt.payload);
+                }
+                Err(e) => {
+                    let why = format!("WRITE rkey {rkey:#x}: {e:?}");
+                    return class_c(qp, ctx, pkt, NakCode::RemoteAccessError, &why);
+                }
+            }
+        }
+        if pos.ends_message() {
+            if pkt.imm.is_some() {
+                if let Some(w) = take_recv(qp, ctx) {
+                    recv_cqe(qp, ctx, &w, CQE_RESP_WR_IMM, len as u32, pkt, 0);
+                }
+            }
+            qp.resp.cur = None;
+            qp.resp.msn = (qp.resp.msn + 1) & 0x00ff_ffff;
+        } else {
+            qp.resp.cur = Some(InMsg::Write {
+                va,
+                rkey,
+                len,
+                offset: end,
+            });
+        }
+    } else {
+        return class_c(qp, ctx, pkt, NakCode::InvalidRequest, "unexpected opcode");
+    }
+    if rc {
+        qp.resp.epsn = pkt.bth.psn.next();
+        if pkt.bth.ack_req || pos.ends_message() {
+            ack(qp, ctx, pkt, pkt.bth.psn);
+        }
+    }
+}
+
+fn rd_atomic_allowed(qp: &Qp, need: AccessFlags) -> bool {
+    qp.attr.max_dest_rd_atomic > 0 && qp.attr.qp_access_flags.contains(need)
+}
+
+/// READ request: check and stream the response (IBTA §9.7.3.1.3, §9.4.4).
+fn read(qp: &mut Qp, ctx: &mut Ctx, frame: &Frame, fresh: bool) {
+    let pkt = &frame.pkt;
+    if !rd_atomic_allowed(qp, AccessFlags::REMOTE_READ) {
+        return class_c(
+            qp,
+            ctx,
+            pkt,
+            NakCode::InvalidRequest,
+            "READ not allowed: QP lacks REMOTE_READ or max_dest_rd_atomic is 0",
+        );
+    }
+    let Some(reth) = pkt.reth else {
+        return class_c(qp, ctx, pkt, NakCode::InvalidRequest, "READ without RETH");
+    };
+    let len = reth.dma_len as u64;
+    if len > crate::wqe::MAX_MSG {
+        return class_c(
+            qp,
+            ctx,
+            pkt,
+            NakCode::InvalidRequest,
+            "READ longer than 2^31 bytes",
+        );
+    }
+    let mut data = Vec::new();
+    if len > 0 {
+        // Check before allocating: the length comes from the wire.
+        match ctx
+            .mrs
+            .remote(reth.rkey, qp.pd, reth.va, len, AccessFlags::REMOTE_READ)
+        {
+            Ok(mr) => {
+                data = vec![0u8; len as usize];
+                mr.region.read(reth.va, &mut data);
+            }
+            Err(e) => {
+                let why = format!(
+                    "READ rkey {:#x} va {:#x} len {len}: {e:?}",
+                    reth.rkey, reth.va
+                );
+                return class_c(qp, ctx, pkt, NakCode::RemoteAccessError, &why);
+            }
+        }
+    }
+    let mtu = qp.path.map(|p| p.mtu).unwrap_or(1024) as usize;
+    let n = data.len().div_ceil(mtu).max(1);
+    if fresh {
+        qp.resp.msn = (qp.resp.msn + 1) & 0x00ff_ffff;
+        qp.resp.epsn = pkt.bth.psn.add(n as u32);
+    }
+    for i in 0..n {
+        let op = match (n, i) {
+            (1, _) => Opcode::RC_RDMA_READ_RESPONSE_ONLY,
+            (_, 0) => Opcode::RC_RDMA_READ_RESPONSE_FIRST,
+            (_, k) if k + 1 == n => Opcode::RC_RDMA_READ_RESPONSE_LAST,
+            _ => Opcode::RC_RDMA_READ_RESPONSE_MIDDLE,
+        };
+        let mut p = send_back(qp, ctx, pkt, op, pkt.bth.psn.add(i as u32));
+        if op.has_aeth() {
+            p.aeth = Some(Aeth {
+                syndrome: Syndrome::Ack {
+                    credits: Syndrome::CREDITS_INVALID,
+                },
+                msn: qp.resp.msn,
+            });
+        }
+        p.payload = data[(i * mtu).min(data.len())..((i + 1) * mtu).min(data.len())].to_vec();
+        ctx.counters.inc("port_xmit_packets");
+        ctx.out.push(Frame { pkt: p, ext: None });
+    }
+}
+
+/// Atomic request (IBTA §9.4.5).
+fn atomic(qp: &mut Qp, ctx: &mut Ctx, frame: &Frame) {
+    let pkt = &frame.pkt;
+    if !rd_atomic_allowed(qp, AccessFlags::REMOTE_ATOMIC) {
+        return class_c(
+            qp,
+            ctx,
+            pkt,
+            NakCode::InvalidRequest,
+            "atomic not allowed: QP lacks REMOTE_ATOMIC or max_dest_rd_atomic is 0",
+        );
+    }
+    let Some(a) = pkt.atomic_eth else {
+        return class_c(
+            qp,
+            ctx,
+            pkt,
+            NakCode::InvalidRequest,
+            "atomic without AtomicETH",
+        );
+    };
+    let op = frame
+        .ext
+        .unwrap_or(if pkt.bth.opcode.operation() == Operation::CompareSwap {
+            AtomicOp::Cas {
+                compare: a.compare,
+                swap: a.swap_add,
+            }
+        } else {
+            AtomicOp::Faa { add: a.swap_add }
+        });
+    let size = op.size() as u64;
+    if a.va % size != 0 {
+        return class_c(qp, ctx, pkt, NakCode::InvalidRequest, "misaligned atomic");
+    }
+    let mr = match ctx
+        .mrs
+        .remote(a.rkey, qp.pd, a.va, size, AccessFlags::REMOTE_ATOMIC)
+    {
+        Ok(mr) => mr,
+        Err(e) => {
+            let why = format!("atomic rkey {:#x} va {:#x}: {e:?}", a.rkey, a.va);
+            return class_c(qp, ctx, pkt, NakCode::RemoteAccessError, &why);
+        }
+    };
+    let mut b = vec![0u8; size as usize];
+    mr.region.read(a.va, &mut b);
+    let old = b.iter().fold(0u64, |acc, &x| acc << 8 | x as u64);
+    let new = op.apply(old);
+    let nb = new.to_be_bytes();
+    mr.region.write(a.va, &nb[8 - size as usize..]);
+    qp.resp.atomic_cache.push_back((pkt.bth.psn, old));
+    if qp.resp.atomic_cache.len() > 16 {
+        qp.resp.atomic_cache.pop_front();
+    }
+    qp.resp.msn = (qp.resp.msn + 1) & 0x00ff_ffff;
+    qp.resp.epsn = pkt.bth.psn.next();
+    atomic_ack(qp, ctx, pkt, old);
+}
+
+fn atomic_ack(qp: &Qp, ctx: &mut Ctx, req: &Packet, orig: u64) {
+    let mut p = send_back(qp, ctx, req, Opcode::RC_ATOMIC_ACKNOWLEDGE, req.bth.psn);
+    p.aeth = Some(Aeth {
+        syndrome: Syndrome::Ack {
+            credits: Syndrome::CREDITS_INVALID,
+        },
+        msn: qp.resp.msn,
+    });
+    p.atomic_ack_eth = Some(AtomicAckEth { orig });
+    ctx.counters.inc("port_xmit_packets");
+    ctx.out.push(Frame { pkt: p, ext: None });
+}
+
+/// A duplicate request (IBTA §9.7.5.1.2): never executed twice.
+fn duplicate(qp: &mut Qp, ctx: &mut Ctx, frame: &Frame) {
+    let pkt = &frame.pkt;
+    match pkt.bth.opcode.operation() {
+        Operation::RdmaReadRequest => read(qp, ctx, frame, false),
+        Operation::CompareSwap | Operation::FetchAdd => {
+            if let Some(&(_, old)) = qp.resp.atomic_cache.iter().find(|(p, _)| *p == pkt.bth.psn) {
+                atomic_ack(qp, ctx, pkt, old);
+            }
+        }
+        _ => {
+            if pkt.bth.ack_req || pkt.bth.opcode.position().ends_message() {
+                let last = qp.resp.epsn.sub(1);
+                ack(qp, ctx, pkt, last);
+            }
+        }
+    }
+}

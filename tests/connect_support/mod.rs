@@ -1,0 +1,192 @@
+//! Shared setup for the connect and recovery tests on the software ConnectX: one side = a
+//! device, a PD, a CQ, a QP (Reset) with its data path, and a registered buffer. Connecting is
+//! left to `mlx5_qp::connect`, which is what these tests exercise.
+#![allow(dead_code)]
+
+use mlx5_direct::hw::{
+    AccessFlags, CqInitAttr, Device, MrInfo, PdId, QpCap, QpInfo, QpInitAttr, QpType,
+};
+use mlx5_direct::qp::connect::{ConnectParams, QpLink, QpRef, RemoteBuffer};
+use mlx5_direct::qp::{Cq, Qp, RemoteAddr, Sge, Wc};
+use mlx5_direct::sim::{DeviceConfig, Fabric, SimDevice};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+
+/// A registered buffer.
+pub struct Buf {
+    mem: Vec<u64>,
+    pub mr: MrInfo,
+}
+
+impl Buf {
+    pub fn new(dev: &SimDevice, pd: PdId, len: usize) -> Buf {
+        let mut mem = vec![0u64; len.div_ceil(8)];
+        let access = AccessFlags::LOCAL_WRITE
+            | AccessFlags::REMOTE_WRITE
+            | AccessFlags::REMOTE_READ
+            | AccessFlags::REMOTE_ATOMIC;
+        // SAFETY: `mem` lives in the Buf, which each test keeps until the fabric is idle and
+        // the QPs are done with it.
+        let mr = unsafe { dev.reg_mr(pd, mem.as_mut_ptr() as *mut u8, len, access) }.unwrap();
+        Buf { mem, mr }
+    }
+    pub fn addr(&self) -> u64 {
+        self.mem.as_ptr() as u64
+    }
+    pub fn bytes(&self) -> &[u8] {
+        // SAFETY: a Vec<u64> viewed as bytes, within its length.
+        unsafe {
+            std::slice::from_raw_parts(self.mem.as_ptr() as *const u8, self.mr.length as usize)
+        }
+    }
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as above.
+        unsafe {
+            std::slice::from_raw_parts_mut(
+                self.mem.as_mut_ptr() as *mut u8,
+                self.mr.length as usize,
+            )
+        }
+    }
+    pub fn sge(&self, off: usize, len: u32) -> Sge {
+        Sge {
+            addr: self.addr() + off as u64,
+            length: len,
+            lkey: self.mr.lkey,
+        }
+    }
+    pub fn remote_buffer(&self) -> RemoteBuffer {
+        RemoteBuffer {
+            addr: self.addr(),
+            rkey: self.mr.rkey,
+            len: self.mr.length,
+        }
+    }
+}
+
+/// The remote address `off` bytes into a buffer the peer announced.
+pub fn remote(b: &RemoteBuffer, off: u64) -> RemoteAddr {
+    RemoteAddr::new(b.addr + off, b.rkey)
+}
+
+/// One side: everything a QP needs, in Reset.
+pub struct Side {
+    pub dev: SimDevice,
+    pub pd: PdId,
+    pub cq: Cq,
+    pub info: QpInfo,
+    pub qp: Qp,
+    pub buf: Buf,
+    /// How many receives `post_receives` posts (0: the receiver never posts, for RNR).
+    pub recv_count: Arc<AtomicU32>,
+}
+
+pub const RECV_SLOT: usize = 256;
+pub const RECV_BASE: usize = 1 << 15;
+
+impl Side {
+    pub fn new(dev: &SimDevice, qp_type: QpType) -> Side {
+        let pd = dev.alloc_pd().unwrap();
+        let cqi = dev
+            .create_cq(&CqInitAttr {
+                cqe: 256,
+                cqe_size: 64,
+                ignore_overrun: false,
+                with_channel: false,
+            })
+            .unwrap();
+        // SAFETY: the CQ lives as long as the device; it is never destroyed in these tests.
+        let cq = unsafe { Cq::from_layout(&cqi.layout) }.unwrap();
+        let info = dev
+            .create_qp(
+                pd,
+                &QpInitAttr {
+                    qp_type,
+                    send_cq: cqi.id,
+                    recv_cq: cqi.id,
+                    srq: None,
+                    cap: QpCap {
+                        max_send_wr: 64,
+                        max_recv_wr: 64,
+                        max_send_sge: 2,
+                        max_recv_sge: 2,
+                        max_inline_data: 128,
+                    },
+                    sq_sig_all: false,
+                },
+            )
+            .unwrap();
+        // SAFETY: the QP is never destroyed while this `Qp` exists.
+        let qp = unsafe { Qp::from_layout(&info.layout, None) }.unwrap();
+        let buf = Buf::new(dev, pd, 1 << 16);
+        Side {
+            dev: dev.clone(),
+            pd,
+            cq,
+            info,
+            qp,
+            buf,
+            recv_count: Arc::new(AtomicU32::new(8)),
+        }
+    }
+
+    pub fn qp_ref(&self) -> QpRef {
+        QpRef::new(&self.info, self.pd)
+    }
+
+    /// Params that announce this side's buffer.
+    pub fn params(&self, base: &ConnectParams) -> ConnectParams {
+        base.clone().with_buffer(self.buf.remote_buffer())
+    }
+
+    /// The data-path link: receives of RECV_SLOT bytes in the upper half of the buffer
+    /// (wr_id = 1000 + slot).
+    pub fn link(&mut self) -> QpLink<'_, impl FnMut(&mut Qp) -> mlx5_direct::qp::Result<()>> {
+        let n = self.recv_count.load(Ordering::SeqCst);
+        let sges: Vec<Sge> = (0..n as usize)
+            .map(|i| self.buf.sge(RECV_BASE + i * RECV_SLOT, RECV_SLOT as u32))
+            .collect();
+        QpLink::new(&mut self.qp, &mut self.cq, move |qp: &mut Qp| {
+            for (i, s) in sges.iter().enumerate() {
+                qp.post_recv(1000 + i as u64, std::slice::from_ref(s))?;
+            }
+            Ok(())
+        })
+    }
+
+    /// The bytes of receive slot `i`.
+    pub fn slot(&self, i: usize, len: usize) -> &[u8] {
+        &self.buf.bytes()[RECV_BASE + i * RECV_SLOT..][..len]
+    }
+
+    /// Step the fabric until idle, then poll everything available.
+    pub fn pump(&mut self, f: &Fabric) -> Vec<Wc> {
+        f.run_until_idle();
+        let mut out = Vec::new();
+        let mut wcs = [Wc::default(); 32];
+        loop {
+            let n = self.cq.poll(&mut self.qp, &mut wcs).unwrap();
+            if n == 0 {
+                return out;
+            }
+            out.extend_from_slice(&wcs[..n]);
+        }
+    }
+}
+
+/// A fabric with two RoCE devices (10.0.0.1 and 10.0.0.2).
+pub fn fabric2() -> (Fabric, SimDevice, SimDevice) {
+    let f = Fabric::new();
+    let a = f.add_device(DeviceConfig::new([10, 0, 0, 1]));
+    let b = f.add_device(DeviceConfig::new([10, 0, 0, 2]));
+    (f, a, b)
+}
+
+/// Fail on any driver bug the software ConnectX saw.
+pub fn no_driver_bugs(f: &Fabric) {
+    let bugs = f.driver_bugs();
+    assert!(
+        bugs.is_empty(),
+        "driver bugs reported by the software ConnectX: {bugs:#?}"
+    );
+}
