@@ -13,6 +13,12 @@
 //!   at UAR + 0x20 (rdma-core `mlx5_arm_cq`). The next CQE (or the next solicited / error CQE
 //!   for `REQ_NOT_SOL`) raises one completion event and disarms the CQ; if CQEs past the armed
 //!   consumer index already exist, the event fires at once.
+//!
+//! rdma-core points every CQ at a shared UAR page (`cq_uar`); the software ConnectX gives each
+//! CQ its own page, because it sees RAM and not a register: arm writes of two CQs to one page
+//! between two steps would overwrite each other. The arm word is poisoned (CQN 0xffffffff)
+//! after each read, like the BlueFlame halves. The 2-bit arm sequence number is recorded but
+//! not used to discard stale arms (how ConnectX uses it is not documented in the sources).
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 

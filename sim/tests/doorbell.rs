@@ -139,3 +139,22 @@ fn blueflame_same_half_twice_is_reported() {
     assert_eq!(kinds(&p), vec![DriverBugKind::BlueFlameHalfNotToggled]);
     assert_eq!(remote.read(8, 2), b"xy");
 }
+
+#[test]
+fn one_doorbell_for_a_batch_names_the_last_wqe() {
+    let mut p = Pair::new(Opts::new(QpType::Rc));
+    let remote = p.mem(true, 64);
+    let mut last = (0, 0);
+    for k in 0..3u64 {
+        last = write_inline(&mut p.a.qp, remote.addr() + k * 8, remote.rkey(), b"batch");
+    }
+    p.a.qp.write_sq_dbr(p.a.qp.sq_pi);
+    // rdma-core `post_send_db`: one doorbell with the ctrl of the last WQE of the batch.
+    p.a.qp.doorbell(last.0, last.1);
+    p.run();
+    for k in 0..3 {
+        assert_eq!(remote.read(k * 8, 5), b"batch");
+    }
+    assert_eq!(p.a.scq.drain().len(), 3);
+    p.assert_no_bugs();
+}
