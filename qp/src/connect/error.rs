@@ -74,6 +74,16 @@ pub enum ConnectError {
     /// An operation that needs a control connection on an in-process connection.
     #[error("this connection has no control channel (in-process pair): use rebuild_pair")]
     NoControlChannel,
+    /// [`super::Connection::replace_qp`] was given a QP that cannot replace the current one.
+    #[error("cannot replace QP {old_qpn:#x} with QP {new_qpn:#x}: {why}")]
+    InvalidReplacement {
+        /// The connection's current QP.
+        old_qpn: u32,
+        /// The QP offered as the replacement.
+        new_qpn: u32,
+        /// Why it does not fit.
+        why: String,
+    },
     /// The QP is not in a state the operation can start from.
     #[error("cannot {op}: the QP is in {state} ({hint})")]
     WrongState {

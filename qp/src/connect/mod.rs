@@ -4,7 +4,9 @@
 //! - [`Control`]: the TCP control connection (blocking, every step under a deadline);
 //! - [`plan()`]: the attribute computation every way of connecting shares;
 //! - [`Connection`]: connect over TCP ([`Connection::accept`] / [`Connection::connect`]) or in
-//!   one process ([`connect_pair`]), then [`Connection::rebuild`] after an error;
+//!   one process ([`connect_pair`]), then [`Connection::rebuild`] after an error, and
+//!   [`Connection::replace_qp`] first when the QP itself is gone (destroyed: a new QP takes
+//!   over, and the rebuild announces its QPN to the peer);
 //! - [`diag`]: readable dumps of a QP, the device counters and an error completion.
 //!
 //! Only [`mlx5_hw::Device`] and [`mlx5_hw::transition`] are used to reach the device, so the

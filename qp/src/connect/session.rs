@@ -13,6 +13,11 @@
 //!
 //! [`Connection::rebuild`] is the seed's `rebuild_qp`: Error, drain the CQ, tell the peer
 //! (REBUILD with a fresh PSN), Reset, prepare, finish, READY — every step logged.
+//!
+//! A QP that was destroyed cannot be brought back: [`Connection::replace_qp`] retires it
+//! (every WR its data path still holds is flushed) and swaps in a new QP; the next rebuild
+//! announces the new QPN in the REBUILD message, and the peer, which met RETRY_EXC_ERR
+//! sending to the vanished QPN, reconnects to it.
 
 use super::control::Control;
 use super::error::{ConnectError, Result};
@@ -93,7 +98,8 @@ pub struct RebuildReport {
     pub generation: u32,
     /// Why the rebuild happened (this side's reason, or the peer's if it asked).
     pub reason: WcStatus,
-    /// The state the QP was in when the rebuild started.
+    /// The state the QP was in when the rebuild started (Reset for a QP swapped in by
+    /// [`Connection::replace_qp`]).
     pub from_state: QpState,
     /// Every completion drained from the CQ and flushed from the data path, in order.
     pub drained: Vec<Wc>,
@@ -101,6 +107,11 @@ pub struct RebuildReport {
     pub sq_psn: (u32, u32),
     /// The peer's new send PSN (this side's new `rq_psn`).
     pub peer_psn: u32,
+    /// This side's QPN before and after: they differ when [`Connection::replace_qp`] swapped
+    /// in a new QP since the last generation.
+    pub qpn: (u32, u32),
+    /// The peer's QPN before and after: they differ when the peer replaced its QP.
+    pub peer_qpn: (u32, u32),
 }
 
 impl RebuildReport {
@@ -127,6 +138,18 @@ pub struct Connection {
     ud_peer: Option<UdPeer>,
     control: Option<Control>,
     pending_rebuild: Option<(Endpoint, WcStatus, u32)>,
+    /// Set by [`Connection::replace_qp`] until the next rebuild succeeds: the QPN the last
+    /// generation ran on and the completions retired from the replaced QPs' data paths.
+    replaced: Option<Replaced>,
+}
+
+/// What [`Connection::replace_qp`] leaves for the next rebuild's report.
+#[derive(Debug)]
+struct Replaced {
+    /// The QPN of the last connected generation.
+    qpn: u32,
+    /// Completions of the replaced QPs' WRs, in the order they were retired.
+    retired: Vec<Wc>,
 }
 
 impl Connection {
@@ -198,6 +221,7 @@ impl Connection {
                     ud_peer,
                     control: Some(control),
                     pending_rebuild: None,
+                    replaced: None,
                 })
             }
             Err(e) => {
@@ -269,6 +293,7 @@ impl Connection {
                     target: "mlx5_qp::connect",
                     qpn = self.qp.qpn,
                     peer_qpn = endpoint.qpn,
+                    peer_qpn_before = self.peer.qpn,
                     reason = reason.name(),
                     generation,
                     "the peer requests a rebuild"
@@ -352,6 +377,82 @@ impl Connection {
         }
     }
 
+    /// Swaps in `new_qp` for this side's QP, which was destroyed or is beyond use (a fatal
+    /// async event, a QP destroyed by mistake, a restarted component that owned it). The next
+    /// [`Connection::rebuild`] (or [`rebuild_pair`]) brings `new_qp` up and announces its QPN
+    /// in the REBUILD message; the peer connects its QP to the new QPN.
+    ///
+    /// `new_qp` must have been created by the caller with the same type, and still be in
+    /// Reset. `old_link` is the data path of the old QP: if the device still knows the old QP
+    /// it is moved to Error and its completions are drained through `old_link`; either way
+    /// every WR the data path still holds is reported as flushed (pass
+    /// [`super::ControlOnly`] when that data path is gone too). These completions head the
+    /// next [`RebuildReport::drained`], so every WR of the old QP is retired exactly once.
+    ///
+    /// Returns the old QP's reference; destroy it once its data path is dropped (a `Qp` must
+    /// not outlive the device QP it posts to). On an error nothing was swapped.
+    pub fn replace_qp(
+        &mut self,
+        dev: &dyn Device,
+        new_qp: QpRef,
+        old_link: &mut dyn Link,
+    ) -> Result<QpRef> {
+        let old = self.qp;
+        let next = self.generation.wrapping_add(1);
+        if new_qp.id == old.id || new_qp.qpn == old.qpn {
+            return Err(ConnectError::InvalidReplacement {
+                old_qpn: old.qpn,
+                new_qpn: new_qp.qpn,
+                why: "it is the connection's current QP; create a new one".into(),
+            });
+        }
+        if new_qp.qp_type != old.qp_type {
+            return Err(ConnectError::InvalidReplacement {
+                old_qpn: old.qpn,
+                new_qpn: new_qp.qpn,
+                why: format!(
+                    "it is a {} QP and the connection is {}: the peer's QP only talks to the \
+                     same transport",
+                    new_qp.qp_type, old.qp_type
+                ),
+            });
+        }
+        let state = dev.query_qp(new_qp.id)?.qp_state;
+        if state != QpState::Reset {
+            return Err(ConnectError::InvalidReplacement {
+                old_qpn: old.qpn,
+                new_qpn: new_qp.qpn,
+                why: format!(
+                    "it is in {state}; the replacement must be a freshly created QP (Reset)"
+                ),
+            });
+        }
+        tracing::warn!(
+            target: "mlx5_qp::connect",
+            qpn = old.qpn,
+            new_qpn = new_qp.qpn,
+            generation = next,
+            "replace QP: retire the old QP before swapping in the new one"
+        );
+        let retired = retire(dev, &old, old_link, &self.params, next)?;
+        let replaced = self.replaced.get_or_insert(Replaced {
+            qpn: old.qpn,
+            retired: Vec::new(),
+        });
+        replaced.retired.extend_from_slice(&retired);
+        self.qp = new_qp;
+        self.state = QpState::Reset;
+        tracing::info!(
+            target: "mlx5_qp::connect",
+            old_qpn = old.qpn,
+            qpn = new_qp.qpn,
+            generation = next,
+            retired = retired.len(),
+            "replace QP: new QP in place; rebuild to announce it to the peer"
+        );
+        Ok(old)
+    }
+
     /// Tells the peer this side is done (an ABORT with `Shutdown`) and closes the control
     /// connection. The QP is left as it is; destroy it with the device.
     pub fn close(mut self) -> Result<()> {
@@ -381,6 +482,25 @@ impl Connection {
                 tracing::warn!(target: "mlx5_qp::connect", error = %e, "destroying the old address handle failed");
             }
         }
+        let replaced = self.replaced.take();
+        let qpn_before = replaced.as_ref().map_or(self.qp.qpn, |r| r.qpn);
+        let drained = match replaced {
+            Some(r) if !r.retired.is_empty() => {
+                let mut all = r.retired;
+                all.extend(drained);
+                all
+            }
+            _ => drained,
+        };
+        if peer.qpn != self.peer.qpn {
+            tracing::info!(
+                target: "mlx5_qp::connect",
+                qpn = self.qp.qpn,
+                old_peer_qpn = self.peer.qpn,
+                peer_qpn = peer.qpn,
+                "the peer replaced its QP: connected to its new QPN"
+            );
+        }
         let report = RebuildReport {
             generation: self.generation.wrapping_add(1),
             reason,
@@ -388,6 +508,8 @@ impl Connection {
             drained,
             sq_psn: (self.local.psn, local.psn),
             peer_psn: peer.psn,
+            qpn: (qpn_before, self.qp.qpn),
+            peer_qpn: (self.peer.qpn, peer.qpn),
         };
         self.generation = report.generation;
         self.local = local;
@@ -466,6 +588,7 @@ pub fn connect_pair(a: PairSide<'_>, b: PairSide<'_>) -> Result<(Connection, Con
         ud_peer,
         control: None,
         pending_rebuild: None,
+        replaced: None,
     };
     Ok((
         mk(a.qp, a.params, ea, eb, pa, ua),
@@ -630,9 +753,52 @@ fn reset(
     } else {
         Vec::new()
     };
-    log_step(qp, generation, "Error -> Reset");
-    drive(dev, qp, link, cur, &Step::Reset, None)?;
+    if cur == QpState::Reset {
+        // A QP swapped in by `replace_qp` (or one reset by an earlier, failed rebuild).
+        log_step(qp, generation, "already in Reset (nothing to flush)");
+    } else {
+        log_step(qp, generation, "Error -> Reset");
+        drive(dev, qp, link, cur, &Step::Reset, None)?;
+    }
     Ok((from, drained))
+}
+
+/// Takes a QP that is being replaced out of service: Error (if the device still knows it and
+/// it is not there yet), then every completion polled and every WR the data path still holds
+/// flushed. A QP the device no longer knows (destroyed) can only have its data path flushed.
+fn retire(
+    dev: &dyn Device,
+    qp: &QpRef,
+    link: &mut dyn Link,
+    params: &ConnectParams,
+    generation: u32,
+) -> Result<Vec<Wc>> {
+    match dev.query_qp(qp.id) {
+        Ok(a) => {
+            let mut cur = a.qp_state;
+            if cur == QpState::Reset {
+                link.set_state(cur);
+                log_step(qp, generation, "old QP in Reset: nothing outstanding");
+                return Ok(Vec::new());
+            }
+            if cur != QpState::Error {
+                log_step(qp, generation, "move the old QP to Error to flush its work");
+                cur = drive(dev, qp, link, cur, &Step::Error, None)?.qp_state;
+            }
+            link.set_state(cur);
+        }
+        Err(e) => {
+            tracing::warn!(
+                target: "mlx5_qp::connect",
+                qpn = qp.qpn,
+                generation,
+                error = %e,
+                "the old QP is gone from the device (destroyed): flushing what its data path holds"
+            );
+            link.set_state(QpState::Error);
+        }
+    }
+    Ok(drain(dev, qp, link, params, generation))
 }
 
 /// Polls until the CQ has been empty for a few rounds (or the I/O timeout passes), then
@@ -1150,6 +1316,143 @@ mod tests {
         assert_eq!(cs.peer().psn, client.local().psn);
         assert_eq!(client.peer().psn, cs.local().psn);
         assert_eq!(report.peer_psn, rs.sq_psn.1);
+    }
+
+    #[test]
+    fn replace_qp_refuses_a_qp_that_cannot_take_over() {
+        let d = FakeDevice::new(Mtu::Mtu4096, 1);
+        let (qa, qb) = (d.qp(QpType::Rc), d.qp(QpType::Rc));
+        let (mut ca, _) = connect_pair(
+            side(&d, qa, &mut Rec::default(), &params()),
+            side(&d, qb, &mut Rec::default(), &params()),
+        )
+        .unwrap();
+        let ud = d.qp(QpType::Ud);
+        let used = d.qp(QpType::Rc);
+        d.force_state(used.id, QpState::Init);
+        for (new, want) in [(qa, "current QP"), (ud, "UD QP"), (used, "INIT")] {
+            let mut link = Rec::default();
+            let e = ca.replace_qp(&d, new, &mut link).unwrap_err();
+            assert!(
+                matches!(e, ConnectError::InvalidReplacement { .. })
+                    && e.to_string().contains(want),
+                "{e}"
+            );
+            assert!(link.states.is_empty(), "the old QP was left alone");
+        }
+        assert_eq!(ca.qp(), qa, "nothing swapped");
+        assert_eq!(d.query_qp(qa.id).unwrap().qp_state, QpState::Rts);
+    }
+
+    #[test]
+    fn replace_qp_retires_the_old_qp_and_the_rebuild_announces_the_new_one() {
+        let d = FakeDevice::new(Mtu::Mtu4096, 1);
+        let (qa, qb) = (d.qp(QpType::Uc), d.qp(QpType::Uc));
+        let (mut la, mut lb) = (Rec::default(), Rec::default());
+        let (mut ca, mut cb) = connect_pair(
+            side(&d, qa, &mut la, &params()),
+            side(&d, qb, &mut lb, &params()),
+        )
+        .unwrap();
+        // Still known to the device: moved to Error before it is given up.
+        let qb2 = d.qp(QpType::Uc);
+        let old = cb.replace_qp(&d, qb2, &mut lb).unwrap();
+        assert_eq!(old, qb);
+        assert_eq!(d.query_qp(qb.id).unwrap().qp_state, QpState::Error);
+        assert_eq!(lb.states.last(), Some(&QpState::Error));
+        assert_eq!((cb.qp(), cb.state()), (qb2, QpState::Reset));
+        d.destroy_qp(qb.id).unwrap();
+        // Already destroyed: only the data path can be flushed; not an error.
+        let qb3 = d.qp(QpType::Uc);
+        assert_eq!(cb.replace_qp(&d, qb3, &mut Rec::default()).unwrap(), qb2);
+        d.destroy_qp(qb2.id).unwrap();
+
+        let mut lb3 = Rec::default();
+        let (ra, rb) = rebuild_pair(
+            &d,
+            &mut ca,
+            &mut la,
+            &d,
+            &mut cb,
+            &mut lb3,
+            WcStatus::RetryExcErr,
+        )
+        .unwrap();
+        assert_eq!(
+            rb.qpn,
+            (qb.qpn, qb3.qpn),
+            "the last generation's QPN, then the new"
+        );
+        assert_eq!(ra.qpn, (qa.qpn, qa.qpn));
+        assert_eq!(ra.peer_qpn, (qb.qpn, qb3.qpn));
+        assert_eq!(rb.from_state, QpState::Reset);
+        assert_eq!(
+            lb3.states,
+            [QpState::Reset, QpState::Init, QpState::Rtr, QpState::Rts],
+            "no Reset->Reset modify for the new QP"
+        );
+        assert_eq!(lb3.posted_in, [QpState::Init]);
+        let (aa, ab) = (d.query_qp(qa.id).unwrap(), d.query_qp(qb3.id).unwrap());
+        assert_eq!((aa.dest_qp_num, ab.dest_qp_num), (qb3.qpn, qa.qpn));
+        assert_eq!((aa.rq_psn, ab.rq_psn), (ab.sq_psn, aa.sq_psn));
+        assert_eq!(
+            (cb.qp(), cb.local().qpn, ca.peer().qpn),
+            (qb3, qb3.qpn, qb3.qpn)
+        );
+        // The next rebuild is an ordinary one again.
+        let (_, rb) = rebuild_pair(
+            &d,
+            &mut ca,
+            &mut la,
+            &d,
+            &mut cb,
+            &mut lb3,
+            WcStatus::Success,
+        )
+        .unwrap();
+        assert_eq!(
+            (rb.qpn, rb.peer_qpn),
+            ((qb3.qpn, qb3.qpn), (qa.qpn, qa.qpn))
+        );
+    }
+
+    #[test]
+    fn tcp_rebuild_after_replace_reaches_the_new_qpn() {
+        let d = Arc::new(FakeDevice::new(Mtu::Mtu4096, 1));
+        let (qa, qb) = (d.qp(QpType::Rc), d.qp(QpType::Rc));
+        let qb2 = d.qp(QpType::Rc);
+        let d2 = d.clone();
+        let (server, client) = over_tcp(
+            move |l| {
+                let mut link = Rec::default();
+                let mut c = Connection::accept(l, &*d2, qa, &mut link, &params()).unwrap();
+                let deadline = Instant::now() + Duration::from_secs(5);
+                while c.poll_control().unwrap().is_none() {
+                    assert!(Instant::now() < deadline, "no rebuild request arrived");
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                let r = c.rebuild(&*d2, &mut link, WcStatus::Success).unwrap();
+                (c, r)
+            },
+            |addr| {
+                let mut c =
+                    Connection::connect(addr, &*d, qb, &mut Rec::default(), &params()).unwrap();
+                c.replace_qp(&*d, qb2, &mut Rec::default()).unwrap();
+                d.destroy_qp(qb.id).unwrap();
+                let r = c
+                    .rebuild(&*d, &mut Rec::default(), WcStatus::LocQpOpErr)
+                    .unwrap();
+                (c, r)
+            },
+        );
+        let ((cs, rs), (cc, rc)) = (server, client);
+        assert_eq!(rs.peer_qpn, (qb.qpn, qb2.qpn));
+        assert_eq!(rs.reason, WcStatus::LocQpOpErr);
+        assert_eq!(rc.qpn, (qb.qpn, qb2.qpn));
+        assert_eq!(cs.peer().qpn, qb2.qpn);
+        assert_eq!(d.query_qp(qa.id).unwrap().dest_qp_num, qb2.qpn);
+        assert_eq!(d.query_qp(qb2.id).unwrap().dest_qp_num, qa.qpn);
+        assert_eq!(cc.state(), QpState::Rts);
     }
 
     #[test]
