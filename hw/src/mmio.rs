@@ -133,3 +133,36 @@ pub unsafe fn bf_copy(
         }
     }
 }
+
+/// Copy one 64-byte basic block to the BlueFlame register `dst`, straight-line: four 16-byte
+/// SSE2 stores on x86_64 (UCX `uct_ib_mlx5_bf_copy_bb` copies in `__m128i` words), eight
+/// 64-bit stores elsewhere, always in ascending address order and volatile so that the
+/// compiler neither merges, reorders nor turns them into `memcpy`. The bytes written are those
+/// of [`bf_copy`] with `blocks = 1`.
+///
+/// # Safety
+/// `dst` must be a BlueFlame half (or RAM standing in for one) with room for 64 bytes and
+/// `src` a 64-byte block; both 16-byte aligned (a ring's blocks and a bfreg half are).
+#[inline(always)]
+pub unsafe fn bf_copy_bb(dst: *mut u8, src: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use core::arch::x86_64::__m128i;
+        let s = src as *const __m128i;
+        let d = dst as *mut __m128i;
+        // SAFETY: the caller guarantees 64 readable bytes at `src`, 64 writable at `dst`,
+        // both 16-byte aligned; SSE2 is part of the x86_64 baseline.
+        for i in 0..4 {
+            core::ptr::write_volatile(d.add(i), core::ptr::read(s.add(i)));
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let s = src as *const u64;
+        let d = dst as *mut u64;
+        // SAFETY: as above, 8-byte granules.
+        for i in 0..8 {
+            core::ptr::write_volatile(d.add(i), core::ptr::read(s.add(i)));
+        }
+    }
+}

@@ -3,16 +3,16 @@
 
 use crate::error::{Error, Result};
 use crate::rq::{check_sges, RecvQueue};
-use crate::sq::{CqeInfo, Doorbell, Progress, SendQueue, SlotMeta};
+use crate::sq::{CqeInfo, Doorbell, Progress, SendQueue};
 use crate::wc::{Wc, WcOpcode};
-use crate::wr::{RecvWr, SendData, SendFlags, SendOp, SendWr, Sge};
+use crate::wr::{RecvWr, RemoteAddr, SendData, SendFlags, SendOp, SendWr, Sge};
 use mlx5_cq::RCV_DBR;
 use mlx5_hw::{QpLayout, QpState, QpType};
 use mlx5_wqe::opcode as op;
 use mlx5_wqe::ring::{bbs_for_ds, ds_for_bytes, SqRing, WqeWriter};
 use mlx5_wqe::seg::{
-    inline_seg_size, AtomicSeg, AvSeg, DataSeg, MaskedCs32Seg, MaskedCs64Seg, MaskedFa32Seg,
-    MaskedFa64Seg, RaddrSeg, Segment,
+    inline_seg_size, AtomicSeg, AvSeg, DataSeg, InlineHdr, MaskedCs32Seg, MaskedCs64Seg,
+    MaskedFa32Seg, MaskedFa64Seg, RaddrSeg, Segment,
 };
 use mlx5_wqe::{SEND_WQE_BB, SEND_WQE_DS, SEND_WQE_MAX_WQEBBS};
 
@@ -81,6 +81,137 @@ pub struct Qp {
     max_send_sge: u32,
     max_wqe_bytes: usize,
     sig_all: bool,
+    /// `qpn << 8`, the ctrl segment's `qpn_ds` before the DS count is ORed in.
+    qpn_shifted: u32,
+    /// `MLX5_WQE_CTRL_CQ_UPDATE` when the QP signals every WR, else 0.
+    sig_all_ce: u8,
+    /// What the lean entry points check in one branch.
+    fast: FastLimits,
+}
+
+/// The limits of the lean entry points ([`Qp::post_write_inline`] and friends), derived from
+/// the QP's type, state and caps so that one comparison each replaces the generic checks.
+/// They are conservative: whatever they let through, [`Qp::post`] would accept and write the
+/// same way; whatever they stop goes to [`Qp::post`] itself, which returns its error.
+#[derive(Clone, Copy, Debug, Default)]
+struct FastLimits {
+    /// Blocks that may be outstanding after a lean post: the ring size when the QP is RC or
+    /// UC and in RTS or SQD, else 0 (every lean post then takes the generic path).
+    room: u32,
+    /// `room`, or 0 when the QP allows no gather entry.
+    room_sge: u32,
+    /// Largest inline payload of a WRITE: `max_inline_data`, and a WQE of ctrl + raddr +
+    /// inline within `max_wqe_bytes`.
+    inline_rdma: usize,
+    /// Largest inline payload of a SEND (ctrl + inline).
+    inline_send: usize,
+}
+
+/// `fm_ce_se` for each combination of [`SendFlags`] bits (rdma-core `_mlx5_post_send`:
+/// `IBV_SEND_SIGNALED` → `MLX5_WQE_CTRL_CQ_UPDATE`, `IBV_SEND_FENCE` → `MLX5_WQE_CTRL_FENCE`,
+/// `IBV_SEND_SOLICITED` → `MLX5_WQE_CTRL_SOLICITED`).
+const FM_CE_SE: [u8; 8] = {
+    let mut t = [0u8; 8];
+    let mut i = 0;
+    while i < 8 {
+        let f = SendFlags::from_bits_truncate(i as u8);
+        let mut v = 0;
+        if f.contains(SendFlags::SIGNALED) {
+            v |= op::CTRL_CQ_UPDATE;
+        }
+        if f.contains(SendFlags::FENCE) {
+            v |= op::CTRL_FENCE;
+        }
+        if f.contains(SendFlags::SOLICITED) {
+            v |= op::CTRL_SOLICITED;
+        }
+        t[i] = v;
+        i += 1;
+    }
+    t
+};
+const _: () = assert!(
+    SendFlags::all().bits() < 8,
+    "FM_CE_SE covers three flag bits"
+);
+
+/// Bytes before the inline segment of a lean WRITE (ctrl + raddr) and of a lean SEND (ctrl).
+const RDMA_HDR: usize = 2 * SEND_WQE_DS;
+const SEND_HDR: usize = SEND_WQE_DS;
+
+/// Blocks and DS count of a WQE of `hdr` bytes of fixed segments plus an inline segment of
+/// `len` payload bytes (none when `len` is 0, as rdma-core does): `ceil((hdr + 4 + len) / 64)`
+/// blocks (the inline segment's 16-byte padding never crosses a block boundary the payload
+/// does not). Wrapping arithmetic: callers check `len` before using the result.
+#[inline(always)]
+fn inline_shape(hdr: usize, len: usize) -> (u32, u32) {
+    let end = len.wrapping_add(hdr + 4);
+    let bbs = (end.wrapping_add(SEND_WQE_BB - 1) / SEND_WQE_BB) as u32;
+    let ds = if len == 0 {
+        (hdr / SEND_WQE_DS) as u32
+    } else {
+        (end.wrapping_add(SEND_WQE_DS - 1) / SEND_WQE_DS) as u32
+    };
+    (bbs, ds)
+}
+
+/// Write the inline segment of `data` at `ctrl + offset` (`offset` < 64, a multiple of 16:
+/// inside the WQE's first block): the BE32 header `len | MLX5_INLINE_SEG`, then the payload,
+/// split at the ring end (rdma-core `set_data_inl_seg` / `memcpy_to_wqe`; the same bytes as
+/// `WqeWriter::push_inline`). Nothing for an empty payload.
+///
+/// # Safety
+/// `ctrl` is a block of `ring` and the WQE's blocks (`inline_shape`) are reserved.
+#[inline(always)]
+unsafe fn write_inline(ring: &SqRing, ctrl: *mut u8, offset: usize, data: &[u8]) {
+    let len = data.len();
+    if len == 0 {
+        return;
+    }
+    // SAFETY (the block): the caller reserved the WQE's blocks; the header is in its first
+    // block; the payload runs to the ring end and continues at the start.
+    unsafe {
+        let seg = ctrl.add(offset);
+        (seg as *mut u32).write(InlineHdr::new(len as u32).byte_count);
+        let dst = seg.add(4);
+        // A payload that fits the first block never reaches the ring end (blocks are whole);
+        // with a constant length the compiler drops the test.
+        if len <= SEND_WQE_BB - offset - 4 {
+            copy_payload(data.as_ptr(), dst, len);
+        } else {
+            let room = ring.end() as usize - dst as usize;
+            if len <= room {
+                copy_payload(data.as_ptr(), dst, len);
+            } else {
+                core::ptr::copy_nonoverlapping(data.as_ptr(), dst, room);
+                core::ptr::copy_nonoverlapping(data.as_ptr().add(room), ring.start(), len - room);
+            }
+        }
+    }
+}
+
+/// Copy `len` bytes, short payloads with two overlapping unaligned loads and stores instead
+/// of a call to `memcpy` (the bytes written are the same).
+///
+/// # Safety
+/// `src` is readable and `dst` writable for `len` bytes; they do not overlap.
+#[inline(always)]
+unsafe fn copy_payload(src: *const u8, dst: *mut u8, len: usize) {
+    use core::ptr::{read_unaligned as rd, write_unaligned as wr};
+    // SAFETY: every access below is inside the first `len` bytes of `src` / `dst`.
+    unsafe {
+        if (8..=16).contains(&len) {
+            let (a, b) = (rd(src as *const u64), rd(src.add(len - 8) as *const u64));
+            wr(dst as *mut u64, a);
+            wr(dst.add(len - 8) as *mut u64, b);
+        } else if (4..8).contains(&len) {
+            let (a, b) = (rd(src as *const u32), rd(src.add(len - 4) as *const u32));
+            wr(dst as *mut u32, a);
+            wr(dst.add(len - 4) as *mut u32, b);
+        } else {
+            core::ptr::copy_nonoverlapping(src, dst, len);
+        }
+    }
 }
 
 // SAFETY: the raw pointers inside name device-shared memory (rings, doorbell record, UAR)
@@ -178,11 +309,7 @@ impl Qp {
         let max_wqe_bytes = ring
             .max_wqe_bytes()
             .min(SEND_WQE_MAX_WQEBBS as usize * SEND_WQE_BB);
-        let db = Doorbell {
-            reg: layout.bf.reg,
-            size: layout.bf.size,
-            offset: 0,
-        };
+        let db = Doorbell::new(layout.bf.reg, layout.bf.size);
         // SAFETY: the ring and register are valid (caller contract); SND_DBR is the second
         // word of the two-word doorbell record; wqe_cnt ≤ 32768 (checked).
         let sq = unsafe { SendQueue::new(ring, layout.dbrec.add(mlx5_cq::SND_DBR), db) };
@@ -197,7 +324,29 @@ impl Qp {
             max_send_sge: layout.max_send_sge,
             max_wqe_bytes,
             sig_all: layout.sq_sig_all,
+            qpn_shifted: (layout.qpn & 0x00ff_ffff) << 8,
+            sig_all_ce: if layout.sq_sig_all {
+                op::CTRL_CQ_UPDATE
+            } else {
+                0
+            },
+            fast: FastLimits::default(),
         })
+    }
+
+    /// Recompute the lean entry points' limits (after a state change).
+    fn update_fast_limits(&mut self) {
+        let postable = matches!(self.state, QpState::Rts | QpState::Sqd)
+            && matches!(self.qp_type, QpType::Rc | QpType::Uc);
+        let room = if postable { self.sq.ring.wqe_cnt() } else { 0 };
+        let max_inline = self.max_inline as usize;
+        self.fast = FastLimits {
+            room,
+            room_sge: if self.max_send_sge >= 1 { room } else { 0 },
+            // ctrl + raddr + align16(4 + len) <= max_wqe_bytes (a multiple of 16).
+            inline_rdma: max_inline.min(self.max_wqe_bytes.saturating_sub(RDMA_HDR + 4)),
+            inline_send: max_inline.min(self.max_wqe_bytes.saturating_sub(SEND_HDR + 4)),
+        };
     }
 
     /// QP number.
@@ -253,7 +402,7 @@ impl Qp {
     /// The BlueFlame half the next doorbell goes to (0 or `bf.size`).
     #[inline(always)]
     pub fn bf_offset(&self) -> u32 {
-        self.sq.db.offset
+        self.sq.db.offset()
     }
 
     /// Record the state the control path moved the QP to. Moving to Reset clears the rings'
@@ -269,13 +418,221 @@ impl Qp {
             }
         }
         self.state = state;
+        self.update_fast_limits();
     }
 
     /// Post one send WR and ring the doorbell (BlueFlame when it fits).
-    #[inline]
+    ///
+    /// The four most common shapes — WRITE or SEND, inline or one gather entry, no UD
+    /// destination — go to their lean entry points ([`Qp::post_write_inline`],
+    /// [`Qp::post_write`], [`Qp::post_send_inline`], [`Qp::post_send`]), which do exactly what
+    /// the generic path does in fewer instructions; when the WR is built at the call site the
+    /// compiler resolves this choice and only the lean path remains.
+    #[inline(always)]
     pub fn post(&mut self, wr: &SendWr<'_>) -> Result<()> {
-        self.post_deferred(wr)?;
-        self.sq.ring_doorbell();
+        if wr.ud.is_none() {
+            match (wr.op, wr.data) {
+                (SendOp::Write { remote }, SendData::Inline(d)) => {
+                    return self.post_write_inline(wr.wr_id, d, remote, wr.flags)
+                }
+                (SendOp::Write { remote }, SendData::Sges([sge])) => {
+                    return self.post_write(wr.wr_id, *sge, remote, wr.flags)
+                }
+                (SendOp::Send, SendData::Inline(d)) => {
+                    return self.post_send_inline(wr.wr_id, d, wr.flags)
+                }
+                (SendOp::Send, SendData::Sges([sge])) => {
+                    return self.post_send(wr.wr_id, *sge, wr.flags)
+                }
+                _ => {}
+            }
+        }
+        self.post_planned(wr)
+    }
+
+    /// The generic post: plan (every check), write, ring.
+    #[inline]
+    fn post_planned(&mut self, wr: &SendWr<'_>) -> Result<()> {
+        let plan = self.plan(wr)?;
+        let (ctrl, bbs) = self.write(wr, &plan)?;
+        if self.sq.pending() == 0 {
+            self.sq.ring_one(ctrl, bbs);
+        } else {
+            self.sq.defer(ctrl, bbs);
+            self.sq.ring_doorbell();
+        }
+        Ok(())
+    }
+
+    // The lean entry points' rare cases (an error, a WR left pending by `post_deferred`, a QP
+    // type or limit the lean check does not cover) go to the generic post of the equivalent WR, out of
+    // line so that the hot path keeps neither the WR nor the error on its stack.
+    #[cold]
+    #[inline(never)]
+    fn post_write_inline_generic(
+        &mut self,
+        wr_id: u64,
+        data: &[u8],
+        remote: RemoteAddr,
+        flags: SendFlags,
+    ) -> Result<()> {
+        self.post_planned(&SendWr::write(wr_id, remote).inline(data).flags(flags))
+    }
+    #[cold]
+    #[inline(never)]
+    fn post_write_generic(
+        &mut self,
+        wr_id: u64,
+        sge: Sge,
+        remote: RemoteAddr,
+        flags: SendFlags,
+    ) -> Result<()> {
+        self.post_planned(&SendWr::write(wr_id, remote).sges(&[sge]).flags(flags))
+    }
+    #[cold]
+    #[inline(never)]
+    fn post_send_inline_generic(
+        &mut self,
+        wr_id: u64,
+        data: &[u8],
+        flags: SendFlags,
+    ) -> Result<()> {
+        self.post_planned(&SendWr::send(wr_id).inline(data).flags(flags))
+    }
+    #[cold]
+    #[inline(never)]
+    fn post_send_generic(&mut self, wr_id: u64, sge: Sge, flags: SendFlags) -> Result<()> {
+        self.post_planned(&SendWr::send(wr_id).sges(&[sge]).flags(flags))
+    }
+
+    /// Whether a lean post of `bbs` blocks may go ahead: its data check `data_ok`, the
+    /// state, type and free blocks (`room` is 0 when the state or type forbids lean posts),
+    /// and nothing pending, in one branch.
+    #[inline(always)]
+    fn lean_ok(&self, data_ok: bool, bbs: u32, room: u32) -> bool {
+        data_ok & (self.sq.outstanding().wrapping_add(bbs) <= room) & (self.sq.pending() == 0)
+    }
+
+    /// The end of every lean post: ctrl segment, bookkeeping, doorbell.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn lean_finish(
+        &mut self,
+        ctrl: *mut u8,
+        wr_id: u64,
+        opcode: u8,
+        ds: u32,
+        bbs: u32,
+        flags: SendFlags,
+        wc_opcode: WcOpcode,
+    ) {
+        self.seal(ctrl, wr_id, opcode, 0, ds, bbs, flags, 0, wc_opcode, 0);
+        self.sq.ring_one(ctrl, bbs);
+    }
+
+    /// RDMA WRITE of `data` carried inline, doorbell rung (BlueFlame when it fits): exactly
+    /// `post(&SendWr::write(wr_id, remote).inline(data).flags(flags))` — the same checks,
+    /// errors, WQE, doorbell and completion — on a path specialised for it, the one a
+    /// latency-bound loop wants (DESIGN §6). Falls back to [`Qp::post`] for anything its
+    /// single check does not cover.
+    #[inline(always)]
+    pub fn post_write_inline(
+        &mut self,
+        wr_id: u64,
+        data: &[u8],
+        remote: RemoteAddr,
+        flags: SendFlags,
+    ) -> Result<()> {
+        let (bbs, ds) = inline_shape(RDMA_HDR, data.len());
+        if !self.lean_ok(data.len() <= self.fast.inline_rdma, bbs, self.fast.room) {
+            return self.post_write_inline_generic(wr_id, data, remote, flags);
+        }
+        let ctrl = self.sq.next_ctrl();
+        // SAFETY: `ctrl` is the next block and the WQE's `bbs` blocks are free (checked); the
+        // raddr segment is the second 16 bytes of the first block, the inline segment the third.
+        unsafe {
+            (ctrl.add(SEND_WQE_DS) as *mut RaddrSeg).write(RaddrSeg::new(remote.addr, remote.rkey));
+            write_inline(&self.sq.ring, ctrl, RDMA_HDR, data);
+        }
+        self.lean_finish(
+            ctrl,
+            wr_id,
+            op::OPCODE_RDMA_WRITE,
+            ds,
+            bbs,
+            flags,
+            WcOpcode::RdmaWrite,
+        );
+        Ok(())
+    }
+
+    /// RDMA WRITE from one registered buffer, doorbell rung: exactly
+    /// `post(&SendWr::write(wr_id, remote).sges(&[sge]).flags(flags))`, specialised.
+    #[inline(always)]
+    pub fn post_write(
+        &mut self,
+        wr_id: u64,
+        sge: Sge,
+        remote: RemoteAddr,
+        flags: SendFlags,
+    ) -> Result<()> {
+        // A zero-length entry is skipped by the generic path; one over 2^31-1 is an error.
+        let len_ok = sge.length.wrapping_sub(1) < i32::MAX as u32;
+        if !self.lean_ok(len_ok, 1, self.fast.room_sge) {
+            return self.post_write_generic(wr_id, sge, remote, flags);
+        }
+        let ctrl = self.sq.next_ctrl();
+        // SAFETY: as in `post_write_inline`; ctrl + raddr + data segment fill 48 bytes of the
+        // one free block.
+        unsafe {
+            (ctrl.add(SEND_WQE_DS) as *mut RaddrSeg).write(RaddrSeg::new(remote.addr, remote.rkey));
+            (ctrl.add(RDMA_HDR) as *mut DataSeg)
+                .write(DataSeg::new(sge.length, sge.lkey, sge.addr));
+        }
+        self.lean_finish(
+            ctrl,
+            wr_id,
+            op::OPCODE_RDMA_WRITE,
+            3,
+            1,
+            flags,
+            WcOpcode::RdmaWrite,
+        );
+        Ok(())
+    }
+
+    /// SEND of `data` carried inline, doorbell rung: exactly
+    /// `post(&SendWr::send(wr_id).inline(data).flags(flags))`, specialised (RC and UC; a UD
+    /// QP needs a destination and takes the generic path, which says so).
+    #[inline(always)]
+    pub fn post_send_inline(&mut self, wr_id: u64, data: &[u8], flags: SendFlags) -> Result<()> {
+        let (bbs, ds) = inline_shape(SEND_HDR, data.len());
+        if !self.lean_ok(data.len() <= self.fast.inline_send, bbs, self.fast.room) {
+            return self.post_send_inline_generic(wr_id, data, flags);
+        }
+        let ctrl = self.sq.next_ctrl();
+        // SAFETY: `ctrl` is the next block and the WQE's blocks are free (checked); the inline
+        // segment is the second 16 bytes of the first block.
+        unsafe { write_inline(&self.sq.ring, ctrl, SEND_HDR, data) };
+        self.lean_finish(ctrl, wr_id, op::OPCODE_SEND, ds, bbs, flags, WcOpcode::Send);
+        Ok(())
+    }
+
+    /// SEND from one registered buffer, doorbell rung: exactly
+    /// `post(&SendWr::send(wr_id).sges(&[sge]).flags(flags))`, specialised (RC and UC).
+    #[inline(always)]
+    pub fn post_send(&mut self, wr_id: u64, sge: Sge, flags: SendFlags) -> Result<()> {
+        let len_ok = sge.length.wrapping_sub(1) < i32::MAX as u32;
+        if !self.lean_ok(len_ok, 1, self.fast.room_sge) {
+            return self.post_send_generic(wr_id, sge, flags);
+        }
+        let ctrl = self.sq.next_ctrl();
+        // SAFETY: ctrl + data segment fill 32 bytes of the one free block.
+        unsafe {
+            (ctrl.add(SEND_HDR) as *mut DataSeg)
+                .write(DataSeg::new(sge.length, sge.lkey, sge.addr));
+        }
+        self.lean_finish(ctrl, wr_id, op::OPCODE_SEND, 2, 1, flags, WcOpcode::Send);
         Ok(())
     }
 
@@ -284,7 +641,9 @@ impl Qp {
     #[inline]
     pub fn post_deferred(&mut self, wr: &SendWr<'_>) -> Result<()> {
         let plan = self.plan(wr)?;
-        self.write(wr, &plan)
+        let (ctrl, bbs) = self.write(wr, &plan)?;
+        self.sq.defer(ctrl, bbs);
+        Ok(())
     }
 
     /// Announce every WQE written since the last doorbell: one doorbell-record update, then a
@@ -483,21 +842,46 @@ impl Qp {
 
     #[inline(always)]
     fn fm_ce_se(&self, flags: SendFlags) -> u8 {
-        let mut v = 0;
-        if self.sig_all || flags.contains(SendFlags::SIGNALED) {
-            v |= op::CTRL_CQ_UPDATE;
-        }
-        if flags.contains(SendFlags::FENCE) {
-            v |= op::CTRL_FENCE;
-        }
-        if flags.contains(SendFlags::SOLICITED) {
-            v |= op::CTRL_SOLICITED;
-        }
-        v
+        FM_CE_SE[(flags.bits() & 7) as usize] | self.sig_all_ce
+    }
+
+    /// Write the ctrl segment of the WQE at `ctrl` (the block of the producer index) and
+    /// record the WQE: shared by [`Qp::post`] and the lean entry points.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn seal(
+        &mut self,
+        ctrl: *mut u8,
+        wr_id: u64,
+        opcode: u8,
+        opmod: u8,
+        ds: u32,
+        bbs: u32,
+        flags: SendFlags,
+        imm_be: u32,
+        wc_opcode: WcOpcode,
+        atomic_size: u8,
+    ) {
+        let pi = self.sq.pi;
+        let fm_ce_se = self.fm_ce_se(flags);
+        // SAFETY: `ctrl` is the block of `pi` (callers take it from `next_ctrl`).
+        unsafe {
+            SendQueue::write_ctrl(
+                ctrl,
+                pi,
+                opcode,
+                opmod,
+                self.qpn_shifted,
+                ds,
+                fm_ce_se,
+                imm_be,
+            )
+        };
+        self.sq.commit(wr_id, bbs, fm_ce_se, atomic_size, wc_opcode);
     }
 
     #[inline(always)]
-    fn write(&mut self, wr: &SendWr<'_>, plan: &Plan<'_>) -> Result<()> {
+    fn write(&mut self, wr: &SendWr<'_>, plan: &Plan<'_>) -> Result<(*mut u8, u32)> {
         let bbs = bbs_for_ds(ds_for_bytes(plan.bytes));
         let free = self.sq.free();
         if bbs > free {
@@ -549,20 +933,22 @@ impl Qp {
                 }
             }
         }
-        let fm_ce_se = self.fm_ce_se(wr.flags);
-        let (_, wbbs) = w.finish(pi, plan.opcode, plan.opmod, self.qpn, fm_ce_se, plan.imm_be);
-        debug_assert_eq!(wbbs, bbs);
-        self.sq.commit(
+        let ds = ds_for_bytes(w.size());
+        debug_assert_eq!(bbs_for_ds(ds), bbs);
+        let ctrl = w.ctrl_ptr();
+        self.seal(
+            ctrl,
             wr.wr_id,
-            SlotMeta {
-                pi,
-                bbs: bbs as u8,
-                signaled: fm_ce_se & op::CTRL_CE_MASK != 0,
-                atomic_size: plan.atomic_size,
-                opcode: plan.wc_opcode,
-            },
+            plan.opcode,
+            plan.opmod,
+            ds,
+            bbs,
+            wr.flags,
+            plan.imm_be,
+            plan.wc_opcode,
+            plan.atomic_size,
         );
-        Ok(())
+        Ok((ctrl, bbs))
     }
 
     /// Post a caller-built WQE (rdma-core `mlx5dv_wr_raw_wqe`) and ring the doorbell.
@@ -647,14 +1033,12 @@ impl Qp {
         };
         self.sq.commit(
             wr_id,
-            SlotMeta {
-                pi,
-                bbs: bbs as u8,
-                signaled: fm_ce_se & op::CTRL_CE_MASK != 0,
-                atomic_size,
-                opcode: WcOpcode::from_send_opcode(opcode),
-            },
+            bbs,
+            fm_ce_se,
+            atomic_size,
+            WcOpcode::from_send_opcode(opcode),
         );
+        self.sq.defer(ctrl, bbs);
         Ok(())
     }
 
@@ -724,6 +1108,17 @@ impl Qp {
         out: &mut [Wc],
     ) -> Progress {
         self.sq.complete(wqe_counter, info, out)
+    }
+
+    #[inline(always)]
+    pub(crate) fn complete_send_success(
+        &mut self,
+        wqe_counter: u16,
+        qpn: u32,
+        byte_cnt: u32,
+        out: &mut Wc,
+    ) -> Option<usize> {
+        self.sq.complete_success(wqe_counter, qpn, byte_cnt, out)
     }
 
     pub(crate) fn complete_recv(

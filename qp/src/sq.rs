@@ -56,11 +56,56 @@ pub(crate) enum Progress {
 #[derive(Debug)]
 pub(crate) struct Doorbell {
     /// Base of the bfreg (`mlx5dv_qp.bf.reg`).
-    pub reg: *mut u8,
+    reg: *mut u8,
+    /// The half the next write goes to (`reg` or `reg + size`).
+    cur: *mut u8,
+    /// `reg ^ (reg + size)`: XORed into `cur` it moves to the other half, one instruction
+    /// (UCX `uct_ib_mlx5_txwq_ring_doorbell` does `addr ^= 256`); 0 when `size` is 0.
+    flip: usize,
     /// Half size (`bf.size`), 0 when only 8-byte doorbells may be used.
     pub size: u32,
+    /// Whether a one-block WQE may take the straight-line 16-byte-store copy
+    /// ([`mmio::bf_copy_bb`]): BlueFlame is available and the register is 16-byte aligned
+    /// (a bfreg is; the constructor only demands 8, so a looser one takes [`mmio::bf_copy`]).
+    one_bb: bool,
+}
+
+impl Doorbell {
+    /// The register of `reg` with halves of `size` bytes, starting at the first half.
+    pub fn new(reg: *mut u8, size: u32) -> Doorbell {
+        let other = reg.wrapping_add(size as usize);
+        Doorbell {
+            reg,
+            cur: reg,
+            flip: reg as usize ^ other as usize,
+            size,
+            one_bb: size != 0 && (reg as usize).is_multiple_of(16),
+        }
+    }
+
     /// Which half the next write goes to (0 or `size`).
-    pub offset: u32,
+    #[inline(always)]
+    pub fn offset(&self) -> u32 {
+        (self.cur as usize - self.reg as usize) as u32
+    }
+}
+
+/// One ring slot's bookkeeping: the WR id and what its completion needs, stored together so
+/// a post writes one array entry.
+#[derive(Clone, Copy, Debug, Default)]
+struct Slot {
+    wr_id: u64,
+    meta: SlotMeta,
+}
+
+/// Control-segment word 0..8 in memory order: `opmod | wqe_index | opcode` (BE32) then
+/// `qpn | ds` (BE32), as one native `u64` (rdma-core `mlx5dv_set_ctrl_seg`).
+#[inline(always)]
+fn pack_be32s(first: u32, second: u32) -> u64 {
+    let mut b = [0u8; 8];
+    b[..4].copy_from_slice(&first.to_be_bytes());
+    b[4..].copy_from_slice(&second.to_be_bytes());
+    u64::from_ne_bytes(b)
 }
 
 /// The send side of a QP.
@@ -73,8 +118,7 @@ pub(crate) struct SendQueue {
     pub pi: u16,
     pub ci: u16,
     mask: u16,
-    wr_id: Box<[u64]>,
-    meta: Box<[SlotMeta]>,
+    slots: Box<[Slot]>,
     /// WQEs written since the last doorbell.
     pending: u32,
     /// The last written WQE's first block and size, for the doorbell.
@@ -97,8 +141,7 @@ impl SendQueue {
             pi: 0,
             ci: 0,
             mask: (n - 1) as u16,
-            wr_id: vec![0; n].into_boxed_slice(),
-            meta: vec![SlotMeta::default(); n].into_boxed_slice(),
+            slots: vec![Slot::default(); n].into_boxed_slice(),
             pending: 0,
             last_ctrl: ring.start(),
             last_bbs: 0,
@@ -118,53 +161,133 @@ impl SendQueue {
         self.ring.wqe_cnt() - self.outstanding()
     }
 
-    /// Record a WQE just written at `pi` and advance past it.
+    /// The first block of the next WQE.
     #[inline(always)]
-    pub fn commit(&mut self, wr_id: u64, meta: SlotMeta) {
+    pub fn next_ctrl(&self) -> *mut u8 {
         let slot = (self.pi & self.mask) as usize;
-        self.last_ctrl = self.ring.bb(self.pi);
-        self.last_bbs = meta.bbs as u32;
-        // Slots are < wqe_cnt = the arrays' length.
-        self.wr_id[slot] = wr_id;
-        self.meta[slot] = meta;
-        self.pi = self.pi.wrapping_add(meta.bbs as u16);
+        // SAFETY: slot < wqe_cnt, so the block is inside the ring.
+        unsafe { self.ring.start().add(slot * SEND_WQE_BB) }
+    }
+
+    /// Write the control segment of the WQE at `ctrl` (which starts at block `pi`) as two
+    /// 64-bit stores, byte for byte what `mlx5_wqe::seg::CtrlSeg::new` lays out with
+    /// signature 0 (rdma-core `mlx5dv_set_ctrl_seg`): `qpn_shifted` is `qpn << 8`.
+    ///
+    /// # Safety
+    /// `ctrl` is the 64-byte block of producer index `pi` inside the ring.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    pub unsafe fn write_ctrl(
+        ctrl: *mut u8,
+        pi: u16,
+        opcode: u8,
+        opmod: u8,
+        qpn_shifted: u32,
+        ds: u32,
+        fm_ce_se: u8,
+        imm_be: u32,
+    ) {
+        let w0 = pack_be32s(
+            (opmod as u32) << 24 | (pi as u32) << 8 | opcode as u32,
+            qpn_shifted | ds,
+        );
+        // Bytes 8..16: signature 0, DCI stream id 0, fm_ce_se, then the immediate as given.
+        let w1 = pack_be32s(fm_ce_se as u32, u32::from_be(imm_be));
+        let p = ctrl as *mut u64;
+        // SAFETY: the caller guarantees the block; it is 64-byte aligned.
+        unsafe {
+            p.write(w0);
+            p.add(1).write(w1);
+        }
+    }
+
+    /// Record the WQE of `bbs` blocks just written at `pi` (its ctrl segment, with this
+    /// `fm_ce_se`, included) and advance past it.
+    #[inline(always)]
+    pub fn commit(
+        &mut self,
+        wr_id: u64,
+        bbs: u32,
+        fm_ce_se: u8,
+        atomic_size: u8,
+        opcode: WcOpcode,
+    ) {
+        let pi = self.pi;
+        let meta = SlotMeta {
+            pi,
+            bbs: bbs as u8,
+            signaled: fm_ce_se & mlx5_wqe::opcode::CTRL_CE_MASK != 0,
+            atomic_size,
+            opcode,
+        };
+        // Slots are < wqe_cnt = the array's length.
+        self.slots[(pi & self.mask) as usize] = Slot { wr_id, meta };
+        self.pi = pi.wrapping_add(bbs as u16);
+    }
+
+    /// Leave the WQE at `ctrl` for the next [`SendQueue::ring_doorbell`].
+    #[inline(always)]
+    pub fn defer(&mut self, ctrl: *mut u8, bbs: u32) {
+        self.last_ctrl = ctrl;
+        self.last_bbs = bbs;
         self.pending += 1;
     }
 
+    /// Ring for the one WQE at `ctrl` of `bbs` blocks just committed, when nothing else is
+    /// pending (the doorbell of [`SendQueue::ring_doorbell`] with one pending WQE).
+    #[inline(always)]
+    pub fn ring_one(&mut self, ctrl: *mut u8, bbs: u32) {
+        debug_assert_eq!(self.pending, 0);
+        self.ring(ctrl, bbs);
+    }
+
     /// Ring the doorbell for every WQE written since the last ring (mlx5-facts §3.3,
-    /// rdma-core `post_send_db`): store barrier → `dbrec[1] = BE32(pi)` → WC start → one
-    /// BlueFlame copy of the WQE when it is the only one and fits a half (whole 64-byte blocks,
-    /// source wrapping at the ring end), else the 8-byte doorbell of the last WQE's ctrl →
-    /// flush → toggle the half.
+    /// rdma-core `post_send_db`): BlueFlame when exactly one WQE of at most `bf.size` bytes
+    /// is pending, else the 8-byte doorbell of the last one.
     #[inline(always)]
     pub fn ring_doorbell(&mut self) {
-        if self.pending == 0 {
-            return;
+        match self.pending {
+            0 => return,
+            1 => self.ring(self.last_ctrl, self.last_bbs),
+            _ => self.ring(self.last_ctrl, 0),
         }
+        self.pending = 0;
+    }
+
+    /// The doorbell sequence: store barrier → `dbrec[1] = BE32(pi)` → WC start → a BlueFlame
+    /// copy of the `bf_bbs` blocks at `ctrl` when they fit a half (whole 64-byte blocks, the
+    /// source wrapping at the ring end; one straight-line block for a one-block WQE), else
+    /// (or when `bf_bbs` is 0) the 8-byte doorbell of the ctrl at `ctrl` → flush → toggle
+    /// the half.
+    #[inline(always)]
+    fn ring(&mut self, ctrl: *mut u8, bf_bbs: u32) {
+        let pi = self.pi;
         mmio::to_device_barrier();
         // SAFETY: `dbrec` is the live SQ doorbell record (constructor contract).
-        unsafe { mmio::write_dbrec(self.dbrec, self.pi as u32) };
+        unsafe { mmio::write_dbrec(self.dbrec, pi as u32) };
         mmio::wc_start();
-        // SAFETY: `reg + offset` is inside this QP's bfreg (offset is 0 or bf.size); the BF
-        // copy writes at most bf.size bytes there; `last_ctrl` is a block of the ring and the
-        // WQE's blocks are inside the ring (the source wraps at its end).
+        let dst = self.db.cur;
+        // SAFETY: `cur` is one half of this QP's bfreg (16-byte aligned when `one_bb`: the
+        // halves are `size`, a multiple of 64, apart); a BF copy writes at most bf.size
+        // bytes there; `ctrl` is a block of the ring and the WQE's blocks are inside the ring
+        // (the source wraps at its end).
         unsafe {
-            let dst = self.db.reg.add(self.db.offset as usize);
-            if self.pending == 1 && self.last_bbs as usize * SEND_WQE_BB <= self.db.size as usize {
+            if bf_bbs == 1 && self.db.one_bb {
+                mmio::bf_copy_bb(dst, ctrl);
+            } else if bf_bbs != 0 && bf_bbs as usize * SEND_WQE_BB <= self.db.size as usize {
                 mmio::bf_copy(
                     dst,
-                    self.last_ctrl,
-                    self.last_bbs as usize,
+                    ctrl,
+                    bf_bbs as usize,
                     self.ring.start(),
                     self.ring.end(),
                 );
             } else {
-                mmio::ring_db64(dst, self.last_ctrl);
+                mmio::ring_db64(dst, ctrl);
             }
         }
         mmio::flush_writes();
-        self.db.offset ^= self.db.size;
-        self.pending = 0;
+        self.db.cur = (dst as usize ^ self.db.flip) as *mut u8;
     }
 
     /// WQEs written but not yet announced by a doorbell.
@@ -173,23 +296,21 @@ impl SendQueue {
         self.pending
     }
 
+    #[inline(always)]
     fn wc(&self, slot: usize, info: &CqeInfo, status: WcStatus, syndrome: u8) -> Wc {
-        let m = self.meta[slot];
+        let Slot { wr_id, meta: m } = self.slots[slot];
         let ok = status == WcStatus::Success;
-        let byte_len = match m.opcode {
-            WcOpcode::RdmaRead if ok => info.byte_cnt,
-            WcOpcode::CompSwap
-            | WcOpcode::FetchAdd
-            | WcOpcode::MaskedCompSwap
-            | WcOpcode::MaskedFetchAdd
-                if ok =>
-            {
-                m.atomic_size as u32
-            }
-            _ => 0,
+        // A READ reports the bytes read, an atomic its operand size (non-zero only for the
+        // atomic opcodes, set when posting), everything else and every error 0.
+        let byte_len = if !ok {
+            0
+        } else if m.opcode == WcOpcode::RdmaRead {
+            info.byte_cnt
+        } else {
+            m.atomic_size as u32
         };
         Wc {
-            wr_id: self.wr_id[slot],
+            wr_id,
             status,
             opcode: m.opcode,
             byte_len,
@@ -201,6 +322,44 @@ impl SendQueue {
             },
             syndrome,
             ..Wc::default()
+        }
+    }
+
+    /// The common case of [`SendQueue::complete`], for a success CQE before any error: retire
+    /// every block up to and including the WQE at `wqe_counter` and, when it was signaled,
+    /// write its completion to `out`. Returns how many completions were written, or `None`
+    /// — having changed nothing — when the CQE needs [`SendQueue::complete`] (the queue is
+    /// reporting errors, or the counter names no outstanding WQE).
+    #[inline(always)]
+    pub fn complete_success(
+        &mut self,
+        wqe_counter: u16,
+        qpn: u32,
+        byte_cnt: u32,
+        out: &mut Wc,
+    ) -> Option<usize> {
+        // Unmasked: with `m.pi == wqe_counter` below, a counter this test lets through names
+        // the same WQE `complete` would find; any other goes to `complete`.
+        let dist = wqe_counter.wrapping_sub(self.ci);
+        let slot = (wqe_counter & self.mask) as usize;
+        let m = self.slots[slot].meta;
+        // No error seen, inside the outstanding range, first block of a WQE.
+        if self.error_mode | (dist >= self.pi.wrapping_sub(self.ci)) | (m.pi != wqe_counter) {
+            return None;
+        }
+        let info = CqeInfo {
+            qpn,
+            status: WcStatus::Success,
+            syndrome: 0,
+            vendor_err: 0,
+            byte_cnt,
+        };
+        self.ci = wqe_counter.wrapping_add(m.bbs as u16);
+        if m.signaled {
+            *out = self.wc(slot, &info, WcStatus::Success, 0);
+            Some(1)
+        } else {
+            Some(0)
         }
     }
 
@@ -223,7 +382,7 @@ impl SendQueue {
         }
         let c = self.ci.wrapping_add(dist);
         let cslot = (c & self.mask) as usize;
-        if self.meta[cslot].pi != c {
+        if self.slots[cslot].meta.pi != c {
             return Progress::Bad("not the first block of a WQE");
         }
         let failed = info.status != WcStatus::Success;
@@ -237,7 +396,7 @@ impl SendQueue {
         if self.error_mode {
             while self.ci != c {
                 let slot = (self.ci & self.mask) as usize;
-                let m = self.meta[slot];
+                let m = self.slots[slot].meta;
                 if m.pi != self.ci || m.bbs == 0 || c.wrapping_sub(self.ci) < m.bbs as u16 {
                     return Progress::Bad("the WQE chain before it is broken");
                 }
@@ -249,7 +408,7 @@ impl SendQueue {
                 self.ci = self.ci.wrapping_add(m.bbs as u16);
             }
         }
-        let m = self.meta[cslot];
+        let m = self.slots[cslot].meta;
         if m.signaled || failed || self.error_mode {
             if n == out.len() {
                 self.ci = c;
@@ -275,7 +434,7 @@ impl SendQueue {
         let mut n = 0;
         while self.ci != self.pi {
             let slot = (self.ci & self.mask) as usize;
-            let m = self.meta[slot];
+            let m = self.slots[slot].meta;
             if m.pi != self.ci || m.bbs == 0 {
                 return Progress::Bad("the WQE chain is broken");
             }
