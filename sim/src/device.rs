@@ -2,6 +2,7 @@
 //! (`mlx5_hw::Device`) the way libibverbs + libmlx5 + the kernel driver would on a ConnectX:
 //! the objects it creates hand out memory laid out as `mlx5dv_init_obj` describes it.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,12 +22,42 @@ use crate::qp::Qp;
 use crate::sizing::{self, cq_entries, qp_geometry, srq_geometry};
 use crate::srq::Srq;
 use crate::transport::flow_label_to_udp_sport;
+use crate::udp_port::{UdpPeer, UdpPort};
 use crate::world::{Dev, World};
 
-/// Counter names `counters()` always reports (mlx5 `hw_counters` and port counters).
-const COUNTER_NAMES: [&str; 23] = [
+/// Counter names `counters()` always reports, in this order.
+///
+/// The mlx5 `hw_counters` names are the Linux kernel's (`drivers/infiniband/hw/mlx5/counters.c`:
+/// `basic_q_cnts`, `out_of_seq_q_cnts`, `retrans_q_cnts`, `extended_err_cnts`,
+/// `ext_ppcnt_cnts`); the port counters are IBTA PortCounters as sysfs `counters/` spells them
+/// (data counters in units of 4 octets). What each counts here:
+/// - `out_of_sequence` (responder: a request PSN after the expected one; requester: a READ
+///   response after a missing one), `duplicate_request` (responder: a request PSN before the
+///   expected one), `packet_seq_err` (requester: NAK sequence errors received),
+///   `implied_nak_seq_err` (requester: an ACK beyond an unanswered READ/atomic),
+///   `local_ack_timeout_err` (requester: ACK timer expiries), `rnr_nak_retry_err` (requester:
+///   RNR NAKs received), `out_of_buffer` (responder: no receive WQE);
+/// - `rx_read_requests`, `rx_write_requests`, `rx_atomic_requests` (responder: executed);
+/// - `req_cqe_error`, `req_cqe_flush_error`, `resp_cqe_error`, `resp_cqe_flush_error`,
+///   `req_remote_access_errors`, `req_remote_invalid_request`, `resp_remote_access_errors`,
+///   `resp_local_length_error` (error completions and NAKs);
+/// - `rx_icrc_encapsulated` (frames whose ICRC check failed);
+/// - `port_xmit_packets`, `port_xmit_data`, `port_rcv_packets`, `port_rcv_data`,
+///   `port_rcv_errors` (frames that failed to parse), `port_xmit_discards` (frames sent
+///   while the port was down).
+///
+/// Not modelled: `roce_adp_retrans*`, `roce_slow_restart*` (adaptive retransmission) and the
+/// congestion counters. The software ConnectX's own counters, with no mlx5 equivalent:
+/// `rx_dropped` (a packet for a QP that does not exist or cannot receive in its state),
+/// `rx_qkey_violation` (a UD packet whose Q_Key does not match) and `duplicate_response`
+/// (requester: a response for nothing outstanding).
+const COUNTER_NAMES: [&str; 28] = [
     "port_xmit_packets",
     "port_rcv_packets",
+    "port_xmit_data",
+    "port_rcv_data",
+    "port_rcv_errors",
+    "port_xmit_discards",
     "out_of_sequence",
     "packet_seq_err",
     "duplicate_request",
@@ -45,6 +76,7 @@ const COUNTER_NAMES: [&str; 23] = [
     "rx_read_requests",
     "rx_atomic_requests",
     "rx_write_requests",
+    "rx_icrc_encapsulated",
     // The software ConnectX's own (no mlx5 equivalent).
     "rx_dropped",
     "rx_qkey_violation",
@@ -89,6 +121,63 @@ impl SimDevice {
     /// GID 0 of port 1.
     pub fn gid(&self) -> Gid {
         self.with(|d| Ok(d.port.gid)).unwrap_or_default()
+    }
+
+    /// IPv4 address of port 1.
+    pub fn ipv4(&self) -> std::net::Ipv4Addr {
+        self.with(|d| Ok(d.port.ip))
+            .unwrap_or(std::net::Ipv4Addr::UNSPECIFIED)
+    }
+
+    /// MAC address of port 1.
+    pub fn mac(&self) -> [u8; 6] {
+        self.with(|d| Ok(d.port.mac.0)).unwrap_or_default()
+    }
+
+    /// Bind the device to a local UDP socket (e.g. `127.0.0.1:0`), so frames to devices in
+    /// other processes travel as UDP datagrams ([`crate::udp_port`]); returns the bound address
+    /// to give to the peers. Binding again replaces the socket (the peer table is kept).
+    pub fn bind_udp(&self, addr: impl std::net::ToSocketAddrs) -> std::io::Result<SocketAddr> {
+        let addr = addr.to_socket_addrs()?.next().ok_or_else(|| {
+            std::io::Error::new(std::io::ErrorKind::InvalidInput, "no socket address")
+        })?;
+        let mut port = UdpPort::bind(addr)?;
+        let local = port.local_addr()?;
+        let mut w = self.inner.lock();
+        let d = w.devs.get_mut(self.idx).ok_or_else(|| {
+            std::io::Error::new(std::io::ErrorKind::NotFound, "device left the fabric")
+        })?;
+        if let Some(old) = d.udp.take() {
+            old.copy_peers_to(&mut port);
+        }
+        d.udp = Some(port);
+        Ok(local)
+    }
+
+    /// Add (or replace) a device in another process: the device with IPv4 address `ipv4`
+    /// (GID `::ffff:ipv4`, MAC `02:00:` + the address, as [`crate::DeviceConfig`] derives it)
+    /// is reached through the UDP socket at `addr`. Requires [`bind_udp`](Self::bind_udp).
+    pub fn add_udp_peer(&self, ipv4: [u8; 4], addr: SocketAddr) -> std::io::Result<()> {
+        let mac = [0x02, 0x00, ipv4[0], ipv4[1], ipv4[2], ipv4[3]];
+        let mut w = self.inner.lock();
+        let port = w
+            .devs
+            .get_mut(self.idx)
+            .and_then(|d| d.udp.as_mut())
+            .ok_or_else(|| {
+                std::io::Error::new(
+                    std::io::ErrorKind::NotConnected,
+                    "add_udp_peer: bind the device to a UDP socket first (bind_udp)",
+                )
+            })?;
+        port.add_peer(
+            ipv4.into(),
+            UdpPeer {
+                addr,
+                mac: crate::wire::MacAddr(mac),
+            },
+        );
+        Ok(())
     }
 
     /// Driver bugs this device reported.
@@ -508,7 +597,7 @@ impl Device for SimDevice {
                 id: self.idx as u32,
             })?;
             Self::pd_exists(d, pd)?;
-            let av = build_av(w, attr)?;
+            let av = build_av(w, self.idx, attr)?;
             let d = &mut w.devs[self.idx];
             let id = d.alloc_id();
             d.ahs.insert(id, (pd.0, av));
@@ -585,21 +674,17 @@ impl Device for SimDevice {
 /// source port in `rlid` on RoCE (from the flow label, `mlx5_ah_set_udp_sport`; rdma-core
 /// picks a random port when the label is 0, the software ConnectX a fixed one from the GID so
 /// runs repeat), destination MAC, traffic class, hop limit, SGID index + flow label, GID.
-fn build_av(w: &World, attr: &AhAttr) -> Result<[u8; 48]> {
+fn build_av(w: &World, idx: usize, attr: &AhAttr) -> Result<[u8; 48]> {
     let mut av = [0u8; 48];
     av[8..12].copy_from_slice(&mlx5_wqe::EXTENDED_UD_AV.to_be_bytes());
     match &attr.grh {
         Some(grh) => {
-            let peer = w
-                .devs
-                .iter()
-                .find(|d| d.port.gid == grh.dgid)
-                .ok_or_else(|| {
-                    Error::InvalidArgument(format!(
-                        "create_ah: no device on the fabric has GID {}",
-                        grh.dgid
-                    ))
-                })?;
+            let (_, peer_mac) = w.resolve_gid(idx, &grh.dgid).ok_or_else(|| {
+                Error::InvalidArgument(format!(
+                    "create_ah: no device on the fabric (or UDP peer) has GID {}",
+                    grh.dgid
+                ))
+            })?;
             av[12] = (attr.static_rate & 0xf) << 4 | (attr.sl & 7) << 1;
             let fl = if grh.flow_label != 0 {
                 grh.flow_label & 0xf_ffff
@@ -611,7 +696,7 @@ fn build_av(w: &World, attr: &AhAttr) -> Result<[u8; 48]> {
                     & 0xf_ffff
             };
             av[14..16].copy_from_slice(&flow_label_to_udp_sport(fl).to_be_bytes());
-            av[20..26].copy_from_slice(&peer.port.mac.0);
+            av[20..26].copy_from_slice(&peer_mac.0);
             av[26] = grh.traffic_class;
             av[27] = grh.hop_limit;
             let gfl = (grh.sgid_index as u32) << 20 | (grh.flow_label & 0xf_ffff);

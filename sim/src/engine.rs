@@ -24,7 +24,7 @@ use crate::cq::{Cq, CqeOutcome, CqeSpec};
 use crate::mr::MrTable;
 use crate::qp::Qp;
 use crate::srq::Srq;
-use crate::transport::{requester, Frame};
+use crate::transport::{requester, responder, Frame};
 use crate::wire::MacAddr;
 use crate::wqe::{ring_bytes, Ctrl};
 
@@ -52,7 +52,12 @@ pub struct Counters(pub BTreeMap<&'static str, u64>);
 impl Counters {
     /// Add one.
     pub fn inc(&mut self, name: &'static str) {
-        *self.0.entry(name).or_insert(0) += 1;
+        self.add(name, 1);
+    }
+
+    /// Add `n`.
+    pub fn add(&mut self, name: &'static str, n: u64) {
+        *self.0.entry(name).or_insert(0) += n;
     }
 }
 
@@ -261,6 +266,11 @@ pub fn enter_sqe(qp: &mut Qp, ctx: &mut Ctx) {
 /// happened.
 pub fn process_qp(qp: &mut Qp, ctx: &mut Ctx) -> bool {
     let mut work = crate::doorbell::scan(qp, ctx.dev, ctx.bugs);
+    if qp.can_receive() {
+        work |= responder::flush_ack(qp, ctx);
+    } else {
+        qp.resp.ack_due = None;
+    }
     work |= requester::timers(qp, ctx);
     match qp.state() {
         QpState::Error => work |= flush(qp, ctx),

@@ -1,5 +1,6 @@
-//! The fabric: any number of software ConnectX devices on one lossless Ethernet/IP link, and
-//! the two ways to run it.
+//! The fabric: any number of software ConnectX devices on one Ethernet/IP network (lossless
+//! unless faults are injected, [`crate::faults`]; other processes reachable over UDP,
+//! [`crate::udp_port`]), and the two ways to run it.
 //!
 //! - Deterministic: nothing happens until the caller steps ([`Fabric::step`],
 //!   [`Fabric::run_until_idle`], `Device::progress`) or moves the virtual clock
@@ -186,7 +187,10 @@ impl Fabric {
     }
 
     /// Capture every frame put on the wire to a pcap file (nanosecond timestamps of virtual
-    /// time), replacing any capture in progress.
+    /// time), replacing any capture in progress. Frames are captured as their device transmits
+    /// them, before the fabric's faults apply: retransmissions appear each time they are sent,
+    /// frames the fabric drops are included, injected duplicates and corruption are not
+    /// ([`crate::world`]).
     pub fn capture_to(&self, path: impl AsRef<std::path::Path>) -> std::io::Result<()> {
         let w = crate::pcap::PcapWriter::create(path, crate::pcap::Resolution::Nanos)?;
         self.inner.lock().capture = Some(w);
@@ -202,6 +206,25 @@ impl Fabric {
             }
             None => Ok(0),
         }
+    }
+
+    /// The fault controls: loss, duplication, reordering, delay, corruption and link state per
+    /// link, direction or QP ([`crate::faults`]).
+    pub fn faults(&self) -> crate::faults::Faults {
+        crate::faults::Faults {
+            inner: self.inner.clone(),
+        }
+    }
+
+    /// Seed the generator every random fault draws from (default 0), so a run with faults is
+    /// reproducible.
+    pub fn set_seed(&self, seed: u64) {
+        self.inner.lock().faults.set_seed(seed);
+    }
+
+    /// Frames in flight (sent, not yet arrived).
+    pub fn in_flight(&self) -> usize {
+        self.inner.lock().wire.len()
     }
 
     /// Frames that could not be encoded or parsed (0 unless something is wrong with the

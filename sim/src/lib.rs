@@ -9,8 +9,16 @@
 //! - The device learns of send work only from doorbell / BlueFlame writes to its UAR pages
 //!   ([`doorbell`]), of receive work from the doorbell records, and fetches and checks WQEs
 //!   from the rings ([`wqe`]) the way hardware does.
-//! - Messages travel between QPs as RoCEv2 packets ([`wire`], [`transport`]) with RC PSNs,
-//!   ACK/NAK, RNR and retransmission on a virtual clock.
+//! - Messages travel between QPs as RoCEv2 frames ([`wire`], [`transport`]): Ethernet, IPv4,
+//!   UDP 4791, BTH and extension headers, ICRC, segmented by the path MTU; RC with 24-bit
+//!   PSNs, coalesced ACKs, NAKs, RNR, duplicate detection, responder resources for READ and
+//!   atomic replay, and retransmission on a virtual clock.
+//! - The network between ports is as lossy as a test asks ([`faults`]): loss, duplication,
+//!   reordering, delay, corruption (caught by the ICRC) and links going down, per link,
+//!   direction or QP, reproducible for a seed. Counters carry the mlx5 names
+//!   ([`device::SimDevice`]'s `counters`).
+//! - Devices in different processes talk over UDP on the loopback ([`udp_port`]), the frame
+//!   bytes as the datagram, so a client and a server can run as two programs.
 //! - Completions, arming and events follow the CQ contract ([`cq`]); flushing follows IB
 //!   verbs ([`engine`]).
 //! - Everything the driver can get wrong without hardware noticing is reported as a
@@ -23,6 +31,7 @@ pub mod device;
 pub mod doorbell;
 pub mod engine;
 pub mod fabric;
+pub mod faults;
 pub mod mem;
 pub mod modify;
 pub mod mr;
@@ -31,6 +40,7 @@ pub mod qp;
 pub mod sizing;
 pub mod srq;
 pub mod transport;
+pub mod udp_port;
 pub mod wire;
 pub mod world;
 pub mod wqe;
@@ -38,3 +48,4 @@ pub mod wqe;
 pub use bugs::{DriverBug, DriverBugKind};
 pub use device::SimDevice;
 pub use fabric::{DeviceConfig, Fabric, FabricThread};
+pub use faults::{Class, FaultStats, Faults, Rate};

@@ -76,16 +76,24 @@ fn copy_masked(dst: &mut QpAttr, src: &QpAttr, mask: AttrMask) {
 fn resolve_path(w: &World, idx: usize, attr: &QpAttr, qpn: u32) -> Result<Path> {
     let me = &w.devs[idx].port;
     let ah = &attr.ah_attr;
-    let peer = match &ah.grh {
-        Some(grh) => w.devs.iter().find(|d| d.port.gid == grh.dgid).ok_or_else(|| {
+    let (peer_ip, peer_mac) = match &ah.grh {
+        Some(grh) => w.resolve_gid(idx, &grh.dgid).ok_or_else(|| {
             Error::InvalidArgument(format!(
-                "IBV_QP_AV: no device on the fabric has GID {} (the destination MAC cannot be resolved)",
+                "IBV_QP_AV: no device on the fabric (or UDP peer) has GID {} (the destination MAC cannot be resolved)",
                 grh.dgid
             ))
         })?,
-        None => w.devs.iter().find(|d| d.port.lid == ah.dlid).ok_or_else(|| {
-            Error::InvalidArgument(format!("IBV_QP_AV: no port on the fabric has LID {}", ah.dlid))
-        })?,
+        None => w
+            .devs
+            .iter()
+            .find(|d| d.port.lid == ah.dlid)
+            .map(|d| (d.port.ip, d.port.mac))
+            .ok_or_else(|| {
+                Error::InvalidArgument(format!(
+                    "IBV_QP_AV: no port on the fabric has LID {}",
+                    ah.dlid
+                ))
+            })?,
     };
     let grh = ah.grh.unwrap_or_default();
     let fl = if grh.flow_label != 0 {
@@ -95,9 +103,9 @@ fn resolve_path(w: &World, idx: usize, attr: &QpAttr, qpn: u32) -> Result<Path> 
     };
     let mut addr = Addressing::new(
         me.mac,
-        peer.port.mac,
+        peer_mac,
         me.ip,
-        peer.port.ip,
+        peer_ip,
         flow_label_to_udp_sport(fl),
     );
     if grh.hop_limit != 0 {
@@ -197,7 +205,7 @@ pub fn modify_qp(w: &mut World, idx: usize, qpn: u32, attr: &QpAttr, mask: AttrM
             flush(qp, ctx);
         }
     });
-    w.transmit(out);
+    w.transmit(idx, out);
     Ok(())
 }
 

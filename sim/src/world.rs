@@ -1,39 +1,56 @@
-//! The fabric's state behind one lock: every device with its objects, the virtual clock, and
-//! the packets in flight on a lossless, in-order link.
+//! The fabric's state behind one lock: every device with its objects, the virtual clock, the
+//! frames in flight, and the fault rules.
 //!
 //! One step: every CQ's arm doorbell and every QP's BlueFlame register is examined, timers
-//! fire, send queues execute (each device in turn, QPs in QPN order), then every packet on the
-//! wire is delivered to the device that owns its destination IPv4 address and MAC (an
-//! Ethernet + IP fabric like RoCEv2's) and to the QP its BTH names. Everything is in a fixed
-//! order, so a run is reproducible.
+//! fire, send queues execute (each device in turn, QPs in QPN order), UDP sockets are polled,
+//! then every frame on the wire whose arrival time has come is delivered to the device that
+//! owns its destination IPv4 address and MAC (an Ethernet + IP fabric like RoCEv2's) and to the
+//! QP its BTH names, or sent to the process that owns it ([`crate::udp_port`]). Everything is
+//! in a fixed order, so a run is reproducible.
 //!
-//! Packets travel as bytes: each is encoded into a RoCEv2 frame (Ethernet, IPv4, UDP 4791,
+//! Frames travel as bytes: each is encoded into a RoCEv2 frame (Ethernet, IPv4, UDP 4791,
 //! transport headers, payload, ICRC; [`crate::wire`]) when sent and parsed (ICRC checked) when
-//! delivered, and can be captured to a pcap file with the virtual time as timestamp.
+//! delivered. On the way the fault rules ([`crate::faults`]) may drop, duplicate, corrupt or
+//! delay it; a delayed frame arrives when the virtual clock reaches its time.
+//!
+//! Capture: a frame is written to the pcap file when its device transmits it, before the
+//! fabric's faults apply (a tap at the sender's port): retransmissions appear as often as they
+//! are sent, frames the fabric then drops are in the capture, injected duplicates and
+//! corruption are not. Frames received from another process are captured by that process.
+//!
+//! Counters kept here (mlx5 names): `port_xmit_packets`, `port_xmit_data` and
+//! `port_rcv_packets`, `port_rcv_data` (IBTA PortCounters: data in units of 4 octets, here of
+//! the whole frame without FCS), `port_xmit_discards` (a frame sent while the port is down),
+//! `port_rcv_errors` (a frame that fails to parse) and `rx_icrc_encapsulated` (the ICRC check
+//! failed; the kernel's `drivers/infiniband/hw/mlx5/counters.c` `ext_ppcnt_cnts`).
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::net::Ipv4Addr;
 
 use mlx5_hw::{AsyncEvent, PortState};
+use rand::Rng;
 
 use crate::bugs::BugLog;
 use crate::cq::Cq;
 use crate::engine::{process_qp, Counters, Ctx, Port};
+use crate::faults::{FaultState, Meta};
 use crate::mr::MrTable;
 use crate::pcap::PcapWriter;
 use crate::qp::Qp;
 use crate::srq::Srq;
-use crate::transport::{requester, responder, Frame};
-use crate::wire::Packet;
-use crate::wqe::AtomicOp;
+use crate::transport::{ext_atomic, requester, responder, Frame};
+use crate::udp_port::UdpPort;
+use crate::wire::{MacAddr, Packet, ParseError, BTH_OFFSET, IPV4_OFFSET};
 
-/// A frame on the wire: the encoded RoCEv2 bytes, and the masked-atomic operands that travel
-/// beside an extended atomic request (see [`crate::transport`]).
+/// A frame on the wire: the encoded RoCEv2 bytes, its arrival time and its sender.
 #[derive(Clone, Debug)]
 pub struct WireFrame {
-    /// Ethernet frame bytes.
+    /// Ethernet frame bytes (with the masked-atomic trailer when there is one).
     pub bytes: Vec<u8>,
-    /// Masked-atomic operands.
-    pub ext: Option<AtomicOp>,
+    /// Virtual time (ns) at which it arrives.
+    pub at: u64,
+    /// Index of the sending device; `None` for a frame received from another process.
+    pub from: Option<usize>,
 }
 
 /// One device.
@@ -65,6 +82,8 @@ pub struct Dev {
     pub counters: Counters,
     /// Next object number.
     pub next_id: u32,
+    /// The UDP socket to devices in other processes, when bound.
+    pub udp: Option<UdpPort>,
 }
 
 impl Dev {
@@ -84,6 +103,7 @@ impl Dev {
             bugs: BugLog::default(),
             counters: Counters::default(),
             next_id: 0x100,
+            udp: None,
         }
     }
 
@@ -137,12 +157,15 @@ pub struct World {
     pub now: u64,
     /// Devices, by index.
     pub devs: Vec<Dev>,
-    /// Frames in flight.
+    /// Frames in flight, in arrival order.
     pub wire: VecDeque<WireFrame>,
     /// Capture of every frame put on the wire.
     pub capture: Option<PcapWriter<std::io::BufWriter<std::fs::File>>>,
-    /// Frames that could not be encoded (a software ConnectX bug) or parsed.
+    /// Frames that could not be encoded (a software ConnectX bug) or parsed (other than an
+    /// ICRC mismatch, which is corruption and counted by the receiving device).
     pub malformed: u64,
+    /// Fault rules.
+    pub faults: FaultState,
 }
 
 impl std::fmt::Debug for World {
@@ -150,17 +173,25 @@ impl std::fmt::Debug for World {
         f.debug_struct("World")
             .field("now", &self.now)
             .field("devs", &self.devs.len())
+            .field("in_flight", &self.wire.len())
             .finish()
     }
+}
+
+/// Frame length in the 4-octet units of the IBTA data counters.
+fn words(len: usize) -> u64 {
+    len.div_ceil(4) as u64
 }
 
 impl World {
     /// One step; returns whether anything happened.
     pub fn step(&mut self) -> bool {
         let mut work = false;
-        let mut out = Vec::new();
         let now = self.now;
+        let mut outs = Vec::with_capacity(self.devs.len());
+        let mut inbound = Vec::new();
         for d in &mut self.devs {
+            let mut out = Vec::new();
             for cq in d.cqs.values_mut() {
                 work |= cq.scan_arm(&d.name, &mut d.bugs);
             }
@@ -168,65 +199,163 @@ impl World {
             for qpn in qpns {
                 work |= d.with_qp(qpn, now, &mut out, process_qp).unwrap_or(false);
             }
+            if let Some(u) = &d.udp {
+                u.poll(&mut inbound);
+            }
+            outs.push(out);
         }
-        self.transmit(out);
-        let n = self.wire.len();
-        for _ in 0..n {
+        for (i, out) in outs.into_iter().enumerate() {
+            self.transmit(i, out);
+        }
+        for bytes in inbound {
+            self.enqueue(WireFrame {
+                bytes,
+                at: now,
+                from: None,
+            });
+        }
+        let due = self.wire.iter().take_while(|f| f.at <= now).count();
+        for _ in 0..due {
             let Some(f) = self.wire.pop_front() else {
                 break;
             };
             work = true;
-            match Packet::parse(&f.bytes) {
-                Ok(pkt) => self.deliver(Frame { pkt, ext: f.ext }),
-                Err(e) => {
-                    self.malformed += 1;
-                    tracing::warn!(error = %e, "frame failed to parse; dropped");
-                }
-            }
+            self.route(f);
         }
         work
     }
 
-    /// Encode frames onto the wire (and into the capture).
-    pub fn transmit(&mut self, frames: Vec<Frame>) {
+    /// Put a frame in flight, keeping arrival order (stable for equal times).
+    fn enqueue(&mut self, f: WireFrame) {
+        let pos = self
+            .wire
+            .iter()
+            .rposition(|x| x.at <= f.at)
+            .map_or(0, |i| i + 1);
+        self.wire.insert(pos, f);
+    }
+
+    /// Encode frames sent by device `from` onto the wire (and into the capture), through the
+    /// fault rules.
+    pub fn transmit(&mut self, from: usize, frames: Vec<Frame>) {
         for f in frames {
-            match f.pkt.emit() {
-                Ok(bytes) => {
-                    if let Some(cap) = &mut self.capture {
-                        let ts = std::time::Duration::from_nanos(self.now);
-                        if let Err(e) = cap.write_frame(ts, &bytes) {
-                            tracing::error!(error = %e, "pcap capture failed; capture stopped");
-                            self.capture = None;
-                        }
-                    }
-                    self.wire.push_back(WireFrame { bytes, ext: f.ext });
-                }
+            let mut bytes = match f.pkt.emit() {
+                Ok(b) => b,
                 Err(e) => {
                     self.malformed += 1;
                     tracing::error!(error = %e, packet = ?f.pkt, "software ConnectX built a packet it cannot encode");
+                    continue;
                 }
+            };
+            if let Some(t) = f.ext.as_ref().and_then(ext_atomic::encode) {
+                bytes.extend_from_slice(&t);
+            }
+            let Some(d) = self.devs.get_mut(from) else {
+                continue;
+            };
+            if d.port.state != PortState::Active {
+                // Nothing leaves a port that is down.
+                d.counters.inc("port_xmit_discards");
+                continue;
+            }
+            d.counters.inc("port_xmit_packets");
+            d.counters.add("port_xmit_data", words(bytes.len()));
+            if let Some(cap) = &mut self.capture {
+                let ts = std::time::Duration::from_nanos(self.now);
+                if let Err(e) = cap.write_frame(ts, &bytes) {
+                    tracing::error!(error = %e, "pcap capture failed; capture stopped");
+                    self.capture = None;
+                }
+            }
+            let copies = self.faults.judge(&Meta::of(&f.pkt));
+            let n = copies.len();
+            for (k, c) in copies.into_iter().enumerate() {
+                let mut b = if k + 1 == n {
+                    std::mem::take(&mut bytes)
+                } else {
+                    bytes.clone()
+                };
+                if c.corrupt {
+                    // One bit between the BTH and the end of the ICRC: the ICRC (a CRC-32)
+                    // detects every single-bit error.
+                    let end = IPV4_OFFSET + u16::from_be_bytes([b[16], b[17]]) as usize;
+                    let off = self.faults.rng.gen_range(BTH_OFFSET..end.min(b.len()));
+                    let bit = self.faults.rng.gen_range(0..8);
+                    b[off] ^= 1 << bit;
+                }
+                self.enqueue(WireFrame {
+                    bytes: b,
+                    at: self.now + c.delay,
+                    from: Some(from),
+                });
             }
         }
     }
 
-    /// Deliver one packet.
-    fn deliver(&mut self, f: Frame) {
-        let a = f.pkt.addr;
-        let src_down = self.devs.iter().any(|d| {
-            d.port.ip == a.src_ip && d.port.mac == a.src_mac && d.port.state != PortState::Active
-        });
-        let Some(d) = self.devs.iter_mut().find(|d| {
-            d.port.ip == a.dst_ip && d.port.mac == a.dst_mac && d.port.state == PortState::Active
-        }) else {
-            tracing::debug!(dst = %a.dst_ip, mac = %a.dst_mac, "no device for packet; dropped");
-            return;
-        };
-        d.counters.inc("port_rcv_packets");
-        // Nothing leaves a port that is down.
-        if src_down {
-            d.counters.inc("rx_dropped");
+    /// Hand an arrived frame to its device, or to the process that owns its address.
+    fn route(&mut self, f: WireFrame) {
+        let b = &f.bytes;
+        if b.len() < IPV4_OFFSET + 20 {
+            self.malformed += 1;
             return;
         }
+        let mut mac = [0u8; 6];
+        mac.copy_from_slice(&b[..6]);
+        let mac = MacAddr(mac);
+        let ip = Ipv4Addr::new(b[30], b[31], b[32], b[33]);
+        if let Some(i) = self
+            .devs
+            .iter()
+            .position(|d| d.port.ip == ip && d.port.mac == mac)
+        {
+            if self.devs[i].port.state != PortState::Active {
+                tracing::debug!(dst = %ip, "destination port down; frame lost");
+                return;
+            }
+            self.deliver_bytes(i, f.bytes);
+            return;
+        }
+        let sent = f
+            .from
+            .and_then(|s| self.devs.get(s))
+            .and_then(|d| d.udp.as_ref())
+            .is_some_and(|u| u.send(ip, &f.bytes));
+        if !sent {
+            tracing::debug!(dst = %ip, %mac, "no device for frame; dropped");
+        }
+    }
+
+    /// Receive a frame on device `i`: count it, check it, hand it to its QP.
+    fn deliver_bytes(&mut self, i: usize, bytes: Vec<u8>) {
+        let d = &mut self.devs[i];
+        d.counters.inc("port_rcv_packets");
+        d.counters.add("port_rcv_data", words(bytes.len()));
+        match Packet::parse(&bytes) {
+            Ok(pkt) => {
+                let ext = ext_atomic::decode(ext_atomic::after_datagram(&bytes));
+                self.deliver(i, Frame { pkt, ext });
+            }
+            Err(ParseError::IcrcMismatch { found, expected }) => {
+                d.counters.inc("port_rcv_errors");
+                d.counters.inc("rx_icrc_encapsulated");
+                tracing::debug!(
+                    device = d.name,
+                    found,
+                    expected,
+                    "ICRC mismatch; frame dropped"
+                );
+            }
+            Err(e) => {
+                d.counters.inc("port_rcv_errors");
+                self.malformed += 1;
+                tracing::warn!(error = %e, "frame failed to parse; dropped");
+            }
+        }
+    }
+
+    /// Deliver one packet to a QP of device `i`.
+    fn deliver(&mut self, i: usize, f: Frame) {
+        let d = &mut self.devs[i];
         let qpn = f.pkt.bth.dest_qp;
         let mut out = Vec::new();
         let now = self.now;
@@ -244,7 +373,7 @@ impl World {
         if handled.is_none() {
             d.counters.inc("rx_dropped");
         }
-        self.transmit(out);
+        self.transmit(i, out);
     }
 
     /// Steps until nothing happens (bounded); returns the number of steps that did work.
@@ -256,20 +385,22 @@ impl World {
         n
     }
 
-    /// The earliest timer still in the future, if any.
+    /// The earliest timer or frame arrival still in the future, if any.
     pub fn next_deadline(&self) -> Option<u64> {
-        self.devs
+        let timers = self
+            .devs
             .iter()
             .flat_map(|d| d.qps.values())
             .filter_map(|qp| match qp.req.rnr_until {
                 Some((t, _)) => Some(t),
                 None => qp.req.timer,
-            })
-            .filter(|&t| t > self.now)
-            .min()
+            });
+        let frames = self.wire.iter().map(|f| f.at);
+        timers.chain(frames).filter(|&t| t > self.now).min()
     }
 
-    /// Advance virtual time to `target`, firing every timer on the way in order.
+    /// Advance virtual time to `target`, firing every timer and delivering every delayed frame
+    /// on the way, in order.
     pub fn advance_to(&mut self, target: u64) {
         self.run_until_idle();
         let mut guard = 0;
@@ -283,5 +414,16 @@ impl World {
         }
         self.now = self.now.max(target);
         self.run_until_idle();
+    }
+
+    /// The IPv4 and MAC address of the device with GID `gid`: on this fabric, or a UDP peer of
+    /// device `via`.
+    pub fn resolve_gid(&self, via: usize, gid: &mlx5_hw::Gid) -> Option<(Ipv4Addr, MacAddr)> {
+        if let Some(d) = self.devs.iter().find(|d| d.port.gid == *gid) {
+            return Some((d.port.ip, d.port.mac));
+        }
+        let ip = crate::wire::gid_to_ipv4(&gid.0)?;
+        let p = self.devs.get(via)?.udp.as_ref()?.peer(ip)?;
+        Some((ip, p.mac))
     }
 }

@@ -14,7 +14,11 @@
 //!   than the QP was created for, a masked atomic with an unknown opmod.
 //! - LOCAL_LENGTH_ERR (0x01), "the sum of the data segment lengths exceeded the message length
 //!   for the channel": a UD message above the path MTU, a message above 2^31 bytes, an atomic
-//!   whose local buffer is shorter than its operand.
+//!   whose local buffer is shorter than its operand. For the UD case IBTA Vol 1 C10-93.1.1
+//!   says the CI emits no packet *and reports no error* (the Linux rxe driver completes such
+//!   a send successfully, `rxe_req.c`); what ConnectX does is not in any public source we
+//!   found. The software ConnectX sends nothing and completes the WQE with LOCAL_LENGTH so the
+//!   mistake is visible (UNCONFIRMED on hardware).
 
 use mlx5_cq::{SYNDROME_LOCAL_LENGTH_ERR, SYNDROME_LOCAL_QP_OP_ERR};
 use mlx5_hw::QpType;

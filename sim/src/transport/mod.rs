@@ -9,8 +9,10 @@
 //!
 //! Masked (extended) atomics: the ConnectX wire encoding of extended atomics is not public, so
 //! the software ConnectX sends them as CmpSwap / FetchAdd packets and carries the masked
-//! operands beside the packet ([`Frame::ext`]).
+//! operands in a trailer after the IPv4 datagram ([`ext_atomic`]); inside the device they ride
+//! beside the packet ([`Frame::ext`]).
 
+pub mod ext_atomic;
 pub mod requester;
 pub mod responder;
 

@@ -4,7 +4,8 @@
 //! as many as its response has packets, §9.7.3.1.3); the requester keeps every unacknowledged
 //! request with its packets, completes requests in order when ACKs (coalesced, §9.7.5.1.1),
 //! READ responses or atomic ACKs cover them, retransmits from a NAK'd PSN (PSN sequence error,
-//! §9.7.5.2.1), waits the RNR timer after an RNR NAK and retries up to `rnr_retry` times (7 =
+//! §9.7.5.2.1), from an unanswered READ/atomic that a later ACK covers (implied NAK,
+//! §9.7.5.1.5) and from a READ whose responses show a gap, waits the RNR timer after an RNR NAK and retries up to `rnr_retry` times (7 =
 //! forever, §9.7.5.2.8), retransmits after the local ACK timeout 4.096 µs × 2^timeout up to
 //! `retry_cnt` times (§9.7.6.1.3), and completes a request with an error NAK with the matching
 //! syndrome (REMOTE_INVAL_REQ 0x12, REMOTE_ACCESS 0x13, REMOTE_OP 0x14). At most
@@ -76,6 +77,12 @@ pub struct Pending {
     pub expect: Expect,
     /// Completed (waiting for earlier ones to retire).
     pub done: bool,
+    /// READ: the PSN of the next response packet expected (responses arrive in order; a gap
+    /// means one was lost).
+    pub next_resp: Psn,
+    /// READ: a gap was seen and the request resent; further out-of-order responses are ignored
+    /// until the resent responses start arriving.
+    pub gap_resent: bool,
 }
 
 impl Pending {
@@ -105,6 +112,11 @@ pub struct Requester {
     pub rnr_left: u8,
     /// Waiting out an RNR NAK: (until, PSN to resend from).
     pub rnr_until: Option<(u64, Psn)>,
+    /// The PSN the last NAK-triggered retry resent from, until progress or a timeout: a
+    /// second NAK for the same PSN (a duplicated NAK, or one for packets already in flight)
+    /// does not start another retry (as rxe's completer ignores NAKs while a retry is under
+    /// way, `rxe_comp.c` `started_retry`).
+    pub retrying_from: Option<Psn>,
 }
 
 impl Requester {
@@ -362,6 +374,8 @@ fn execute(qp: &mut Qp, ctx: &mut Ctx, wqe: &SendWqe, index: u16) -> Result<(), 
         byte_len: 0,
         expect: Expect::Ack,
         done: false,
+        next_resp: qp.req.psn,
+        gap_resent: false,
     };
     match &wqe.kind {
         WqeKind::Nop => {
@@ -411,7 +425,6 @@ fn execute(qp: &mut Qp, ctx: &mut Ctx, wqe: &SendWqe, index: u16) -> Result<(), 
             pkt.imm = imm.map(|b| ImmDt(u32::from_be_bytes(b)));
             pkt.payload = payload;
             qp.req.psn = qp.req.psn.next();
-            ctx.counters.inc("port_xmit_packets");
             ctx.out.push(Frame { pkt, ext: None });
             pending.done = true;
         }
@@ -529,7 +542,6 @@ fn execute(qp: &mut Qp, ctx: &mut Ctx, wqe: &SendWqe, index: u16) -> Result<(), 
     qp.req.psn = qp.req.psn.add(pending.npsn);
     if qp.qp_type == QpType::Rc {
         for f in &pending.frames {
-            ctx.counters.inc("port_xmit_packets");
             ctx.out.push(f.clone());
         }
         let idle = qp.req.outstanding.is_empty();
@@ -540,7 +552,6 @@ fn execute(qp: &mut Qp, ctx: &mut Ctx, wqe: &SendWqe, index: u16) -> Result<(), 
         retire(qp, ctx);
     } else {
         for f in pending.frames.drain(..) {
-            ctx.counters.inc("port_xmit_packets");
             ctx.out.push(f);
         }
         if pending.signaled {
@@ -624,8 +635,14 @@ pub fn retire(qp: &mut Qp, ctx: &mut Ctx) {
 }
 
 /// Mark requests acknowledged up to and including PSN `upto`.
+///
+/// An ACK that covers a READ or atomic whose response has not arrived means the response was
+/// lost (the responder executes in order): an implied NAK (IBTA Vol 1 §9.7.5.1.5), counted as
+/// mlx5's `implied_nak_seq_err`, and the requester resends from that request.
+/// Returns whether an implied NAK resent requests.
 fn ack_upto(qp: &mut Qp, ctx: &mut Ctx, upto: Psn) -> bool {
     let mut progressed = false;
+    let mut implied = None;
     for p in qp.req.outstanding.iter_mut() {
         if p.done {
             continue;
@@ -634,31 +651,55 @@ fn ack_upto(qp: &mut Qp, ctx: &mut Ctx, upto: Psn) -> bool {
             break;
         }
         if p.expect != Expect::Ack {
-            // An ACK beyond an unanswered READ/atomic: its response was lost (implied NAK,
-            // IBTA §9.7.5.1.5); it is retransmitted by the timer.
+            implied = Some(p.first_psn);
             break;
         }
         p.done = true;
         progressed = true;
     }
     if progressed {
+        qp.req.retrying_from = None;
         qp.req.retries_left = qp.attr.retry_cnt;
         qp.req.rnr_left = qp.attr.rnr_retry;
         retire(qp, ctx);
         restart_timer(qp, ctx.now);
     }
-    progressed
+    if let Some(first) = implied {
+        ctx.counters.inc("implied_nak_seq_err");
+        retry(qp, ctx, first);
+    }
+    implied.is_some()
+}
+
+/// Resend from `from` after a NAK, an implied NAK or a READ response gap; each such retry
+/// without progress in between uses one of `retry_cnt` (as rxe's completer does for sequence
+/// errors, `rxe_comp.c`), so a path that keeps losing the same packet ends in RETRY_EXC_ERR
+/// instead of looping.
+fn retry(qp: &mut Qp, ctx: &mut Ctx, from: Psn) {
+    if qp.req.retrying_from == Some(from) {
+        return;
+    }
+    qp.req.retrying_from = Some(from);
+    if qp.req.retries_left == 0 {
+        fail_pending(qp, ctx, from, SYNDROME_TRANSPORT_RETRY_EXC_ERR);
+        return;
+    }
+    qp.req.retries_left -= 1;
+    resend_from(qp, ctx, from);
 }
 
 fn resend_from(qp: &mut Qp, ctx: &mut Ctx, from: Psn) {
-    for p in &qp.req.outstanding {
+    for p in qp.req.outstanding.iter_mut() {
         if p.done {
             continue;
+        }
+        if p.is_rd_atomic() && (p.contains(from) || p.first_psn.is_after(from)) {
+            // The whole READ is requested again: its responses restart at its first PSN.
+            p.next_resp = p.first_psn;
         }
         for (k, f) in p.frames.iter().enumerate() {
             let psn = p.first_psn.add(k as u32);
             if !psn.is_before(from) || p.contains(from) && k == 0 && p.is_rd_atomic() {
-                ctx.counters.inc("port_xmit_packets");
                 ctx.out.push(f.clone());
             }
         }
@@ -666,17 +707,22 @@ fn resend_from(qp: &mut Qp, ctx: &mut Ctx, from: Psn) {
     restart_timer(qp, ctx.now);
 }
 
+/// Fail the oldest request that is not complete with `syndrome` and move the QP to Error
+/// (which flushes the rest). Requests before it that are complete get their CQEs first; a
+/// READ or atomic is never completed without its response.
 fn fail_pending(qp: &mut Qp, ctx: &mut Ctx, at: Psn, syndrome: u8) {
     retire(qp, ctx);
-    while let Some(p) = qp.req.outstanding.pop_front() {
-        if p.contains(at) || p.first_psn.is_after(at) || qp.req.outstanding.is_empty() {
-            send_cqe(qp, ctx, p.index, p.opcode, 0, Some(syndrome));
-            break;
+    if let Some(p) = qp.req.outstanding.pop_front() {
+        if !p.contains(at) {
+            tracing::debug!(
+                device = ctx.dev,
+                qpn = qp.qpn,
+                at = at.get(),
+                first = p.first_psn.get(),
+                "the oldest incomplete request takes the error"
+            );
         }
-        // Earlier requests were implicitly acknowledged by the NAK (IBTA §9.7.5.1.1).
-        if p.signaled {
-            send_cqe(qp, ctx, p.index, p.opcode, p.byte_len, None);
-        }
+        send_cqe(qp, ctx, p.index, p.opcode, 0, Some(syndrome));
     }
     fail_qp(qp, ctx, Some(AsyncEvent::QpFatal(QpId(qp.qpn))));
 }
@@ -701,6 +747,7 @@ pub fn timers(qp: &mut Qp, ctx: &mut Ctx) -> bool {
         return false;
     }
     ctx.counters.inc("local_ack_timeout_err");
+    qp.req.retrying_from = None;
     if qp.req.retries_left == 0 {
         let at = qp
             .req
@@ -753,6 +800,9 @@ pub fn on_response(qp: &mut Qp, ctx: &mut Ctx, frame: &Frame) {
                 // mlx5 `rnr_nak_retry_err`: RNR NAKs received.
                 ctx.counters.inc("rnr_nak_retry_err");
                 ack_upto(qp, ctx, psn.sub(1));
+                if qp.state() == QpState::Error {
+                    return;
+                }
                 if qp.attr.rnr_retry != 7 {
                     if qp.req.rnr_left == 0 {
                         fail_pending(qp, ctx, psn, SYNDROME_RNR_RETRY_EXC_ERR);
@@ -765,12 +815,16 @@ pub fn on_response(qp: &mut Qp, ctx: &mut Ctx, frame: &Frame) {
                 return;
             }
             Syndrome::Nak(code) => {
-                ack_upto(qp, ctx, psn.sub(1));
+                let resent = ack_upto(qp, ctx, psn.sub(1));
+                if qp.state() == QpState::Error {
+                    return;
+                }
                 let syndrome = match code {
                     NakCode::PsnSequenceError => {
-                        if qp.req.rnr_until.is_none() {
-                            ctx.counters.inc("packet_seq_err");
-                            resend_from(qp, ctx, psn);
+                        // mlx5 `packet_seq_err`: NAK sequence errors received.
+                        ctx.counters.inc("packet_seq_err");
+                        if qp.req.rnr_until.is_none() && !resent {
+                            retry(qp, ctx, psn);
                         }
                         return;
                     }
@@ -803,7 +857,17 @@ pub fn on_response(qp: &mut Qp, ctx: &mut Ctx, frame: &Frame) {
                 ctx.counters.inc("duplicate_response");
                 return;
             };
-            ack_upto(qp, ctx, psn.sub(1));
+            let first = qp.req.outstanding[pos].first_psn;
+            ack_upto(qp, ctx, first.sub(1));
+            // Earlier requests may have retired (or the QP failed): look it up again.
+            let Some(pos) = qp
+                .req
+                .outstanding
+                .iter()
+                .position(|p| p.contains(psn) && !p.done)
+            else {
+                return;
+            };
             let (local, size) = match &qp.req.outstanding[pos].expect {
                 Expect::Atomic { local, size } => (*local, *size),
                 _ => return,
@@ -819,6 +883,7 @@ pub fn on_response(qp: &mut Qp, ctx: &mut Ctx, frame: &Frame) {
                 return;
             }
             qp.req.outstanding[pos].done = true;
+            qp.req.retrying_from = None;
             qp.req.retries_left = qp.attr.retry_cnt;
             retire(qp, ctx);
             restart_timer(qp, ctx.now);
@@ -841,7 +906,11 @@ fn read_response(qp: &mut Qp, ctx: &mut Ctx, frame: &Frame) {
     };
     if pkt.aeth.is_some() {
         let first = qp.req.outstanding[pos].first_psn;
-        ack_upto(qp, ctx, first.sub(1));
+        if ack_upto(qp, ctx, first.sub(1)) {
+            // An earlier READ/atomic lost its response and everything from it was resent,
+            // this READ included: its responses will come again.
+            return;
+        }
     }
     let Some(pos) = qp
         .req
@@ -856,6 +925,24 @@ fn read_response(qp: &mut Qp, ctx: &mut Ctx, frame: &Frame) {
         Expect::Read { local, .. } => (local.clone(), qp.req.outstanding[pos].first_psn),
         _ => return,
     };
+    let expected = qp.req.outstanding[pos].next_resp;
+    if psn != expected {
+        if psn.is_before(expected) {
+            // A response already received (a duplicate or the replay of a resent READ).
+            ctx.counters.inc("duplicate_response");
+        } else {
+            // A response is missing: responses of one READ come in order (IBTA Vol 1
+            // §9.7.5.1.5), so request the READ again, once per gap.
+            ctx.counters.inc("out_of_sequence");
+            if !qp.req.outstanding[pos].gap_resent {
+                qp.req.outstanding[pos].gap_resent = true;
+                retry(qp, ctx, first);
+            }
+        }
+        return;
+    }
+    qp.req.outstanding[pos].next_resp = psn.next();
+    qp.req.outstanding[pos].gap_resent = false;
     let offset = first.distance_to(psn) as u64 * path.mtu as u64;
     if !scatter(qp, ctx, &local, offset, &pkt.payload) {
         fail_pending(qp, ctx, first, SYNDROME_LOCAL_PROT_ERR);
@@ -863,6 +950,7 @@ fn read_response(qp: &mut Qp, ctx: &mut Ctx, frame: &Frame) {
     }
     if pkt.bth.opcode.position().ends_message() {
         qp.req.outstanding[pos].done = true;
+        qp.req.retrying_from = None;
         qp.req.retries_left = qp.attr.retry_cnt;
         retire(qp, ctx);
         restart_timer(qp, ctx.now);

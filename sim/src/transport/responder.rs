@@ -1,8 +1,11 @@
 //! The responder: what a QP does with request packets addressed to it.
 //!
 //! RC (IBTA Vol 1 §9.7): the expected PSN decides between executing (expected), answering a
-//! duplicate (ACK again, replay a READ, return the saved result of an atomic; §9.7.5.1.2) and
-//! NAKing a PSN sequence error once (§9.7.5.2.1). A SEND's first packet consumes a receive WQE
+//! duplicate (ACK again, replay a READ, return the saved result of an atomic, both from the
+//! responder resources of `max_dest_rd_atomic` entries; §9.7.5.1.2) and NAKing a PSN sequence
+//! error once per gap (§9.7.5.2.1). ACKs are coalesced: the packets delivered in one step are
+//! acknowledged by one ACK carrying the PSN of the last (§9.7.5.1.1), sent at the next step or
+//! before any other response. A SEND's first packet consumes a receive WQE
 //! (none: RNR NAK with `min_rnr_timer`, §9.7.5.2.8); a WRITE with immediate consumes one at its
 //! last packet. Class C errors (IBTA §9.9.3 responder error behaviour; the kernel's rxe
 //! `do_class_ac_error` for the same cases) NAK and move the responder QP to Error:
@@ -17,7 +20,8 @@
 //!   (its completion is LOCAL_PROT 0x04).
 //!
 //! UC (§9.8): no ACKs; a PSN gap drops the message in progress and waits for a first/only
-//! packet; errors drop the message. UD (§9.8.5): the DETH Q_Key must equal the QP's Q_Key, or
+//! packet, and the receive WQE the dropped SEND had taken serves the next SEND, so nothing
+//! completes for the lost message; errors drop the message. UD (§9.8.5): the DETH Q_Key must equal the QP's Q_Key, or
 //! the packet is dropped; the receive buffer gets the 40-byte GRH first (IBTA §11.4.1.2; on
 //! RoCEv2 with IPv4 the IPv4 header sits in its last 20 bytes, `ibv_poll_cq(3)` "IBV_WC_GRH").
 //!
@@ -70,6 +74,28 @@ pub enum InMsg {
     Drop,
 }
 
+/// A READ or atomic the responder executed, kept to answer its duplicates (IBTA Vol 1
+/// §9.7.5.1.2: a duplicate READ is executed again, a duplicate atomic returns the saved result
+/// and is never applied twice). The table holds `max_dest_rd_atomic` entries (the responder
+/// resources the QP was given, `ibv_modify_qp(3)`), oldest replaced first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RdAtomic {
+    /// A READ of `npsn` response packets starting at `psn`.
+    Read {
+        /// PSN of the request.
+        psn: Psn,
+        /// Response packets.
+        npsn: u32,
+    },
+    /// An atomic at `psn` that read `orig`.
+    Atomic {
+        /// PSN of the request.
+        psn: Psn,
+        /// The original value returned.
+        orig: u64,
+    },
+}
+
 /// Responder state of a QP.
 #[derive(Debug, Default)]
 pub struct Responder {
@@ -81,8 +107,15 @@ pub struct Responder {
     pub cur: Option<InMsg>,
     /// A PSN sequence error NAK was sent and no expected packet arrived since.
     pub nak_sent: bool,
-    /// Results of recent atomics, for duplicate replay: (PSN, original value).
-    pub atomic_cache: VecDeque<(Psn, u64)>,
+    /// Responder resources: recent READs and atomics, for duplicate replay.
+    pub resources: VecDeque<RdAtomic>,
+    /// An ACK not sent yet: ACKs of packets delivered in one step are coalesced into one
+    /// acknowledging the last of them (IBTA Vol 1 §9.7.5.1.1 allows one ACK for several
+    /// requests); it goes out at the next step, or before any other response.
+    pub ack_due: Option<Packet>,
+    /// UC: the receive WQE of a message that was dropped, reused by the next SEND (a UC message
+    /// with a missing packet completes nothing, IBTA Vol 1 §9.8.3).
+    pub held: Option<RecvWqe>,
 }
 
 fn send_back(qp: &Qp, ctx: &mut Ctx, req: &Packet, op: Opcode, psn: Psn) -> Packet {
@@ -90,7 +123,18 @@ fn send_back(qp: &Qp, ctx: &mut Ctx, req: &Packet, op: Opcode, psn: Psn) -> Pack
     Packet::new(req.addr.reversed(), Bth::new(op, qp.attr.dest_qp_num, psn))
 }
 
-fn ack(qp: &Qp, ctx: &mut Ctx, req: &Packet, psn: Psn) {
+/// Send the coalesced ACK, if one is due.
+pub fn flush_ack(qp: &mut Qp, ctx: &mut Ctx) -> bool {
+    match qp.resp.ack_due.take() {
+        Some(p) => {
+            ctx.out.push(Frame { pkt: p, ext: None });
+            true
+        }
+        None => false,
+    }
+}
+
+fn ack(qp: &mut Qp, ctx: &mut Ctx, req: &Packet, psn: Psn) {
     let mut p = send_back(qp, ctx, req, Opcode::RC_ACKNOWLEDGE, psn);
     p.aeth = Some(Aeth {
         syndrome: Syndrome::Ack {
@@ -98,18 +142,25 @@ fn ack(qp: &Qp, ctx: &mut Ctx, req: &Packet, psn: Psn) {
         },
         msn: qp.resp.msn,
     });
-    ctx.counters.inc("port_xmit_packets");
-    ctx.out.push(Frame { pkt: p, ext: None });
+    qp.resp.ack_due = Some(p);
 }
 
-fn nak(qp: &Qp, ctx: &mut Ctx, req: &Packet, psn: Psn, syndrome: Syndrome) {
+fn nak(qp: &mut Qp, ctx: &mut Ctx, req: &Packet, psn: Psn, syndrome: Syndrome) {
+    flush_ack(qp, ctx);
     let mut p = send_back(qp, ctx, req, Opcode::RC_ACKNOWLEDGE, psn);
     p.aeth = Some(Aeth {
         syndrome,
         msn: qp.resp.msn,
     });
-    ctx.counters.inc("port_xmit_packets");
     ctx.out.push(Frame { pkt: p, ext: None });
+}
+
+fn remember(qp: &mut Qp, r: RdAtomic) {
+    qp.resp.resources.push_back(r);
+    let cap = qp.attr.max_dest_rd_atomic.max(1) as usize;
+    while qp.resp.resources.len() > cap {
+        qp.resp.resources.pop_front();
+    }
 }
 
 /// Class C error: NAK and move the QP to Error.
@@ -283,15 +334,18 @@ fn uc(qp: &mut Qp, ctx: &mut Ctx, frame: &Frame) {
     let pos = pkt.bth.opcode.position();
     if psn != qp.resp.epsn {
         ctx.counters.inc("out_of_sequence");
-        qp.resp.cur = None;
+        uc_abandon(qp);
         if !pos.starts_message() {
+            // Drop the rest of this message: the next first/only packet starts afresh.
+            qp.resp.epsn = psn.next();
+            qp.resp.cur = (!pos.ends_message()).then_some(InMsg::Drop);
             return;
         }
     }
     qp.resp.epsn = psn.next();
     if pos.starts_message() && qp.resp.cur.is_some() {
         // The previous message never got its last packet: it is lost.
-        qp.resp.cur = None;
+        uc_abandon(qp);
     }
     if matches!(qp.resp.cur, Some(InMsg::Drop)) {
         if pos.ends_message() {
@@ -300,6 +354,14 @@ fn uc(qp: &mut Qp, ctx: &mut Ctx, frame: &Frame) {
         return;
     }
     data_packet(qp, ctx, frame);
+}
+
+/// UC: drop the message in progress; its receive WQE (if a SEND had taken one) is kept for
+/// the next SEND, so the lost message completes nothing.
+fn uc_abandon(qp: &mut Qp) {
+    if let Some(InMsg::Send { wqe, .. }) = qp.resp.cur.take() {
+        qp.resp.held = Some(wqe);
+    }
 }
 
 fn rc(qp: &mut Qp, ctx: &mut Ctx, frame: &Frame) {
@@ -352,7 +414,8 @@ fn data_packet(qp: &mut Qp, ctx: &mut Ctx, frame: &Frame) {
                     "SEND first while a message is in progress",
                 );
             }
-            let Some(w) = take_recv(qp, ctx) else {
+            let held = qp.resp.held.take();
+            let Some(w) = held.or_else(|| take_recv(qp, ctx)) else {
                 if rc {
                     let t = RnrTimer::from_low_bits(qp.attr.min_rnr_timer);
                     nak(qp, ctx, pkt, pkt.bth.psn, Syndrome::RnrNak(t));
@@ -603,7 +666,15 @@ fn read(qp: &mut Qp, ctx: &mut Ctx, frame: &Frame, fresh: bool) {
     if fresh {
         qp.resp.msn = (qp.resp.msn + 1) & 0x00ff_ffff;
         qp.resp.epsn = pkt.bth.psn.add(n as u32);
+        remember(
+            qp,
+            RdAtomic::Read {
+                psn: pkt.bth.psn,
+                npsn: n as u32,
+            },
+        );
     }
+    flush_ack(qp, ctx);
     for i in 0..n {
         let op = match (n, i) {
             (1, _) => Opcode::RC_RDMA_READ_RESPONSE_ONLY,
@@ -621,7 +692,6 @@ fn read(qp: &mut Qp, ctx: &mut Ctx, frame: &Frame, fresh: bool) {
             });
         }
         p.payload = data[(i * mtu).min(data.len())..((i + 1) * mtu).min(data.len())].to_vec();
-        ctx.counters.inc("port_xmit_packets");
         ctx.out.push(Frame { pkt: p, ext: None });
     }
 }
@@ -677,16 +747,20 @@ fn atomic(qp: &mut Qp, ctx: &mut Ctx, frame: &Frame) {
     let new = op.apply(old);
     let nb = new.to_be_bytes();
     mr.region.write(a.va, &nb[8 - size as usize..]);
-    qp.resp.atomic_cache.push_back((pkt.bth.psn, old));
-    if qp.resp.atomic_cache.len() > 16 {
-        qp.resp.atomic_cache.pop_front();
-    }
+    remember(
+        qp,
+        RdAtomic::Atomic {
+            psn: pkt.bth.psn,
+            orig: old,
+        },
+    );
     qp.resp.msn = (qp.resp.msn + 1) & 0x00ff_ffff;
     qp.resp.epsn = pkt.bth.psn.next();
     atomic_ack(qp, ctx, pkt, old);
 }
 
-fn atomic_ack(qp: &Qp, ctx: &mut Ctx, req: &Packet, orig: u64) {
+fn atomic_ack(qp: &mut Qp, ctx: &mut Ctx, req: &Packet, orig: u64) {
+    flush_ack(qp, ctx);
     let mut p = send_back(qp, ctx, req, Opcode::RC_ATOMIC_ACKNOWLEDGE, req.bth.psn);
     p.aeth = Some(Aeth {
         syndrome: Syndrome::Ack {
@@ -695,18 +769,32 @@ fn atomic_ack(qp: &Qp, ctx: &mut Ctx, req: &Packet, orig: u64) {
         msn: qp.resp.msn,
     });
     p.atomic_ack_eth = Some(AtomicAckEth { orig });
-    ctx.counters.inc("port_xmit_packets");
     ctx.out.push(Frame { pkt: p, ext: None });
 }
 
-/// A duplicate request (IBTA §9.7.5.1.2): never executed twice.
+/// A duplicate request (IBTA §9.7.5.1.2): never executed twice. A READ or atomic is answered
+/// from the responder resources only while its entry is still there; an older one is dropped
+/// (the requester cannot have it outstanding: it never has more than `max_rd_atomic` in
+/// flight, which must not exceed the responder's `max_dest_rd_atomic`).
 fn duplicate(qp: &mut Qp, ctx: &mut Ctx, frame: &Frame) {
     let pkt = &frame.pkt;
+    let psn = pkt.bth.psn;
     match pkt.bth.opcode.operation() {
-        Operation::RdmaReadRequest => read(qp, ctx, frame, false),
+        Operation::RdmaReadRequest => {
+            let known = qp.resp.resources.iter().any(
+                |r| matches!(*r, RdAtomic::Read { psn: p, npsn } if psn.in_range(p, p.add(npsn))),
+            );
+            if known {
+                read(qp, ctx, frame, false);
+            }
+        }
         Operation::CompareSwap | Operation::FetchAdd => {
-            if let Some(&(_, old)) = qp.resp.atomic_cache.iter().find(|(p, _)| *p == pkt.bth.psn) {
-                atomic_ack(qp, ctx, pkt, old);
+            let saved = qp.resp.resources.iter().find_map(|r| match *r {
+                RdAtomic::Atomic { psn: p, orig } if p == psn => Some(orig),
+                _ => None,
+            });
+            if let Some(orig) = saved {
+                atomic_ack(qp, ctx, pkt, orig);
             }
         }
         _ => {

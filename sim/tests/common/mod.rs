@@ -13,6 +13,8 @@ use mlx5_sim::{DeviceConfig, Fabric, SimDevice};
 use mlx5_wqe::recv::{write_scatter, Sge};
 use mlx5_wqe::{DataSeg, SqRing, WqeWriter};
 
+pub mod ops;
+
 /// Registered test memory (8-byte aligned).
 pub struct Mem {
     buf: Box<[u64]>,
@@ -541,14 +543,40 @@ impl Pair {
     }
 
     pub fn connect(&self) {
+        self.connect_psns(200, 100);
+    }
+
+    /// Connect with A sending from `a_sq_psn` and B from `b_sq_psn`.
+    pub fn connect_psns(&self, a_sq_psn: u32, b_sq_psn: u32) {
         let o = &self.opts;
         for s in [&self.a, &self.b] {
             modify(s, init_attr(o));
         }
-        modify(&self.a, rtr_attr(o, self.b.qp.qpn(), self.b.dev.gid(), 100));
-        modify(&self.b, rtr_attr(o, self.a.qp.qpn(), self.a.dev.gid(), 200));
-        modify(&self.a, rts_attr(o, 200));
-        modify(&self.b, rts_attr(o, 100));
+        modify(
+            &self.a,
+            rtr_attr(o, self.b.qp.qpn(), self.b.dev.gid(), b_sq_psn),
+        );
+        modify(
+            &self.b,
+            rtr_attr(o, self.a.qp.qpn(), self.a.dev.gid(), a_sq_psn),
+        );
+        modify(&self.a, rts_attr(o, a_sq_psn));
+        modify(&self.b, rts_attr(o, b_sq_psn));
+    }
+
+    /// Two devices with QPs created but not connected.
+    pub fn unconnected(o: Opts) -> Pair {
+        let fabric = Fabric::new();
+        let da = fabric.add_device(DeviceConfig::new([10, 0, 0, 1]).mtu(Mtu::Mtu4096));
+        let db = fabric.add_device(DeviceConfig::new([10, 0, 0, 2]).mtu(Mtu::Mtu4096));
+        let a = side(&da, &o, None);
+        let b = side(&db, &o, None);
+        Pair {
+            fabric,
+            a,
+            b,
+            opts: o,
+        }
     }
 
     pub fn run(&self) {

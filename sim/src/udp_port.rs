@@ -1,0 +1,110 @@
+//! Carrying frames between processes: a device bound to a local UDP socket, and a peer table
+//! from the IPv4 address of a device in another process to the UDP address of its socket.
+//!
+//! Each process runs its own [`crate::Fabric`]; a frame whose destination IPv4 address belongs
+//! to no device of the local fabric leaves through the sending device's socket to the peer that
+//! owns the address, and the UDP payload is exactly the RoCEv2 frame bytes (Ethernet header
+//! through ICRC, plus the masked-atomic trailer of [`crate::transport::ext_atomic`] when there
+//! is one). Received datagrams are put on the local wire as if they came off the link. The
+//! socket is non-blocking and polled by every [`crate::Fabric::step`], so this works in
+//! deterministic mode (the caller steps) and threaded mode (the background thread steps).
+//!
+//! A peer's MAC address is the default of [`crate::DeviceConfig`] (`02:00:a:b:c:d` from its
+//! IPv4 address) unless given, and its GID is the IPv4-mapped one, so `modify_qp(RTR)` and
+//! `create_ah` resolve a remote GID as they resolve a local one.
+
+use std::collections::BTreeMap;
+use std::io;
+use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
+
+use crate::wire::MacAddr;
+
+/// The largest datagram read (a 4096-byte MTU frame plus headers and trailer fits easily).
+const MAX_DATAGRAM: usize = 9216;
+/// Datagrams read per poll, so one busy peer cannot starve the step.
+const MAX_PER_POLL: usize = 256;
+
+/// A device in another process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UdpPeer {
+    /// UDP address of its socket.
+    pub addr: SocketAddr,
+    /// Its port's MAC address.
+    pub mac: MacAddr,
+}
+
+/// A device's UDP socket and its peers.
+#[derive(Debug)]
+pub struct UdpPort {
+    socket: UdpSocket,
+    peers: BTreeMap<Ipv4Addr, UdpPeer>,
+}
+
+impl UdpPort {
+    /// Bind a non-blocking socket.
+    pub fn bind(addr: SocketAddr) -> io::Result<UdpPort> {
+        let socket = UdpSocket::bind(addr)?;
+        socket.set_nonblocking(true)?;
+        Ok(UdpPort {
+            socket,
+            peers: BTreeMap::new(),
+        })
+    }
+
+    /// The address the socket is bound to.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.socket.local_addr()
+    }
+
+    /// Add or replace the peer owning `ip`.
+    pub fn add_peer(&mut self, ip: Ipv4Addr, peer: UdpPeer) {
+        self.peers.insert(ip, peer);
+    }
+
+    /// Copy the peer table into another port (rebinding keeps the peers).
+    pub fn copy_peers_to(&self, other: &mut UdpPort) {
+        for (ip, p) in &self.peers {
+            other.peers.insert(*ip, *p);
+        }
+    }
+
+    /// The peer owning `ip`.
+    pub fn peer(&self, ip: Ipv4Addr) -> Option<&UdpPeer> {
+        self.peers.get(&ip)
+    }
+
+    /// Send a frame to the peer owning `ip`; false if there is none or the send failed (a
+    /// full socket buffer is a loss, as on a congested link).
+    pub fn send(&self, ip: Ipv4Addr, frame: &[u8]) -> bool {
+        let Some(p) = self.peers.get(&ip) else {
+            return false;
+        };
+        match self.socket.send_to(frame, p.addr) {
+            Ok(_) => true,
+            Err(e) => {
+                tracing::debug!(error = %e, peer = %p.addr, "UDP send failed; frame lost");
+                false
+            }
+        }
+    }
+
+    /// Read the datagrams waiting on the socket (at most a bounded number).
+    pub fn poll(&self, out: &mut Vec<Vec<u8>>) {
+        let mut buf = vec![0u8; MAX_DATAGRAM];
+        for _ in 0..MAX_PER_POLL {
+            match self.socket.recv_from(&mut buf) {
+                Ok((n, _)) => out.push(buf[..n].to_vec()),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) => {
+                    // E.g. ECONNREFUSED from an ICMP port-unreachable of an earlier send.
+                    tracing::debug!(error = %e, "UDP receive error");
+                    if e.kind() != io::ErrorKind::ConnectionRefused
+                        && e.kind() != io::ErrorKind::ConnectionReset
+                    {
+                        break;
+                    }
+                }
+            }
+        }
+    }
+}
