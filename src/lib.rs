@@ -10,12 +10,15 @@
 //! - [`hw`]: MMIO primitives (doorbell record, 8-byte doorbell, BlueFlame copy, barriers), the
 //!   device contract (the control path) and its libibverbs + mlx5dv backend (feature `verbs`);
 //! - [`qp`]: the data path (post, ring, poll) that runs unchanged on every device;
-//! - [`sim`]: the software ConnectX that every test and the default demo run on.
+//! - [`sim`]: the software ConnectX that every test and the default demo run on;
+//! - [`perf`]: statistics, report lines and arguments of the perftest-compatible `lat` and
+//!   `bw` tools.
 //!
 //! See `docs/architecture.md` for how they fit together.
 #![forbid(unsafe_code)]
 
 pub mod dump;
+pub mod perf;
 
 pub use mlx5_cq as cq;
 pub use mlx5_hw as hw;

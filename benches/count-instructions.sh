@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Instructions per post and per poll of the mlx5-direct data path, counted exactly by
+# valgrind's callgrind (DESIGN §6): examples/count_post_poll.rs posts N inline 8-byte RDMA
+# WRITEs through BlueFlame and polls their N CQEs on rings in ordinary memory; each post and
+# each poll goes through one #[inline(never)] function, and callgrind counts only inside it
+# (--toggle-collect), one run per function. The count divided by N is the cost of one call,
+# WR construction and call/return included.
+#
+# Usage: benches/count-instructions.sh [N]        (N defaults to 10000)
+#   COUNT_BIN=path  use an already built count_post_poll instead of building it (release)
+#   KEEP=dir        keep the callgrind output files there (for callgrind_annotate)
+# The last two lines of the output are always
+#   instructions per post: N
+#   instructions per poll: N
+# Reference (DESIGN §6): libmlx5 spends 339 instructions in ibv_post_send for this WQE and 294
+# through ibv_wr_*; the targets here are at most 40 per post and 20 per polled CQE.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+n="${1:-10000}"
+case "$n" in '' | *[!0-9]* | 0) echo "N must be a positive integer, got '$n'" >&2; exit 2 ;; esac
+
+if ! command -v valgrind >/dev/null 2>&1; then
+  echo "== installing valgrind" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq >&2
+  apt-get install -y -qq valgrind >/dev/null
+fi
+
+bin="${COUNT_BIN:-}"
+if [ -z "$bin" ]; then
+  cargo build --release -p mlx5-direct --example count_post_poll >&2
+  target="${CARGO_TARGET_DIR:-$(pwd)/target}"
+  bin="$target/release/examples/count_post_poll"
+fi
+[ -x "$bin" ] || { echo "no executable at $bin" >&2; exit 1; }
+
+out="${KEEP:-$(mktemp -d)}"
+mkdir -p "$out"
+[ -n "${KEEP:-}" ] || trap 'rm -rf "$out"' EXIT
+
+# Events counted inside one function, over the whole run.
+count() {
+  local fn="$1" file="$out/callgrind.$1.out"
+  valgrind --tool=callgrind --callgrind-out-file="$file" --collect-atstart=no \
+    --toggle-collect="*count_post_poll::measured_$fn" "$bin" "$n" >&2 2>"$out/valgrind.$fn.log" || {
+    cat "$out/valgrind.$fn.log" >&2
+    echo "count_post_poll failed under valgrind" >&2
+    exit 1
+  }
+  local total
+  total=$(awk '/^(summary|totals):/ {print $2; exit}' "$file")
+  [ -n "$total" ] || { echo "no totals in $file" >&2; exit 1; }
+  echo "$total"
+}
+
+post=$(count post)
+poll=$(count poll)
+floor=$(count floor)
+per() { awk -v t="$1" -v n="$n" 'BEGIN { printf "%.0f", t / n }'; }
+echo "N = $n; callgrind totals: post $post, poll $poll, floor $floor"
+echo "instructions per floor (64-byte WQE + doorbell record + BlueFlame copy): $(per "$floor")"
+echo "instructions per post: $(per "$post")"
+echo "instructions per poll: $(per "$poll")"

@@ -1,0 +1,291 @@
+//! Rings in ordinary memory standing in for a device (DESIGN §6): a 64-byte aligned send ring,
+//! a doorbell record, a RAM page in place of the UAR (the BlueFlame register at +0x800, as
+//! rdma-core's first bfreg), and a CQ buffer initialised as rdma-core leaves it
+//! (`op_own = 0xF0`, `mlx5_alloc_cq_buf`). The caller plays the device: it writes requester
+//! CQEs with the right owner bit so that [`Cq::poll`] sees valid completions and the send
+//! queue gets its credits back.
+//!
+//! Shared by the criterion benchmarks (`benches/post_poll.rs`) and the instruction-count
+//! program (`examples/count_post_poll.rs`), which include it with `#[path]`.
+#![allow(dead_code)]
+
+use mlx5_cq::{Cqe64, CQE_INITIAL_OP_OWN, CQE_REQ};
+use mlx5_hw::{mmio, BfLayout, CqLayout, QpLayout, QpState, QpType, WqLayout};
+use mlx5_qp::{Cq, Qp, RemoteAddr, Wc};
+use mlx5_wqe::opcode as op;
+use std::alloc::{alloc_zeroed, dealloc, Layout};
+
+/// Offset of the QP's BlueFlame register in the UAR page (rdma-core `MLX5_BF_OFFSET`).
+pub const BF_OFF: usize = 0x800;
+
+/// A zeroed, aligned heap buffer that lives as long as the rings built on it.
+pub struct Mem {
+    ptr: *mut u8,
+    layout: Layout,
+}
+
+impl Mem {
+    /// `len` zero bytes aligned to `align`.
+    pub fn new(len: usize, align: usize) -> Mem {
+        let layout = Layout::from_size_align(len.max(1), align).expect("valid layout");
+        // SAFETY: the size is non-zero.
+        let ptr = unsafe { alloc_zeroed(layout) };
+        assert!(!ptr.is_null(), "out of memory");
+        Mem { ptr, layout }
+    }
+
+    /// Base address.
+    pub fn ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+
+    /// Size in bytes.
+    pub fn len(&self) -> usize {
+        self.layout.size()
+    }
+}
+
+impl Drop for Mem {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new` with this layout.
+        unsafe { dealloc(self.ptr, self.layout) }
+    }
+}
+
+/// Shape of the QP under test.
+#[derive(Clone, Copy, Debug)]
+pub struct RigCfg {
+    /// RC or UD.
+    pub qp_type: QpType,
+    /// Send ring size in 64-byte blocks.
+    pub sq_bbs: u32,
+    /// BlueFlame half size: 256 for the BlueFlame cases, 0 for the 8-byte doorbell.
+    pub bf_size: u32,
+    /// CQ entries.
+    pub cqe_cnt: u32,
+}
+
+impl RigCfg {
+    /// An RC QP with BlueFlame, a 1024-block send ring and a 1024-entry CQ.
+    pub fn rc_bf() -> RigCfg {
+        RigCfg {
+            qp_type: QpType::Rc,
+            sq_bbs: 1024,
+            bf_size: 256,
+            cqe_cnt: 1024,
+        }
+    }
+}
+
+/// The payload of the inline cases.
+pub const PAYLOAD: [u8; 8] = *b"8 bytes!";
+/// The remote buffer every WR names.
+pub const REMOTE: RemoteAddr = RemoteAddr::new(0x7f00_0000_1000, 0x0bad_cafe);
+
+/// QPN of the QP under test.
+pub const QPN: u32 = 0x1234;
+
+/// A QP and a CQ on RAM rings, in RTS, with the caller as the device.
+pub struct Rig {
+    // Field order matters: the data-path objects drop before the memory they point into.
+    /// The QP under test.
+    pub qp: Qp,
+    /// Its send CQ.
+    pub cq: Cq,
+    /// Producer index of the last WQE posted (what the next requester CQE names).
+    pub last_pi: u16,
+    cq_pi: u32,
+    cqe_cnt: u32,
+    wcs: Vec<Wc>,
+    _sq: Mem,
+    _qp_dbrec: Mem,
+    _uar: Mem,
+    cq_buf: Mem,
+    _cq_dbrec: Mem,
+    _cq_uar: Mem,
+}
+
+impl Rig {
+    /// Allocate the rings and build the data-path objects.
+    pub fn new(cfg: RigCfg) -> Rig {
+        let sq = Mem::new(cfg.sq_bbs as usize * 64, 4096);
+        let qp_dbrec = Mem::new(64, 64);
+        let uar = Mem::new(4096, 4096);
+        let layout = QpLayout {
+            qpn: QPN,
+            qp_type: cfg.qp_type,
+            dbrec: qp_dbrec.ptr() as *mut u32,
+            sq: WqLayout {
+                buf: sq.ptr(),
+                wqe_cnt: cfg.sq_bbs,
+                stride: 64,
+            },
+            rq: WqLayout {
+                buf: core::ptr::null_mut(),
+                wqe_cnt: 0,
+                stride: 64,
+            },
+            bf: BfLayout {
+                // SAFETY: BF_OFF plus two 256-byte halves fit in the 4 KiB page.
+                reg: unsafe { uar.ptr().add(BF_OFF) },
+                size: cfg.bf_size,
+            },
+            max_inline_data: 220,
+            max_send_sge: 4,
+            max_recv_sge: 4,
+            sq_sig_all: false,
+            uses_srq: false,
+        };
+        let cq_buf = Mem::new(cfg.cqe_cnt as usize * 64, 4096);
+        for i in 0..cfg.cqe_cnt as usize {
+            // SAFETY: the last byte of slot i is inside the buffer.
+            unsafe { *cq_buf.ptr().add(i * 64 + 63) = CQE_INITIAL_OP_OWN };
+        }
+        let cq_dbrec = Mem::new(64, 64);
+        let cq_uar = Mem::new(4096, 4096);
+        let cq_layout = CqLayout {
+            buf: cq_buf.ptr(),
+            dbrec: cq_dbrec.ptr() as *mut u32,
+            cqe_cnt: cfg.cqe_cnt,
+            cqe_size: 64,
+            cq_uar: cq_uar.ptr(),
+            cqn: 0x77,
+            ignore_overrun: false,
+        };
+        // SAFETY: every pointer in the layouts names memory owned by this Rig, which drops the
+        // Qp and Cq first; nothing else posts to or polls these rings.
+        let mut qp = unsafe { Qp::from_layout(&layout, None) }.expect("valid QP layout");
+        // SAFETY: as above.
+        let cq = unsafe { Cq::from_layout(&cq_layout) }.expect("valid CQ layout");
+        qp.set_state(QpState::Rts);
+        Rig {
+            qp,
+            cq,
+            last_pi: 0,
+            cq_pi: 0,
+            cqe_cnt: cfg.cqe_cnt,
+            wcs: vec![Wc::default(); 64],
+            _sq: sq,
+            _qp_dbrec: qp_dbrec,
+            _uar: uar,
+            cq_buf,
+            _cq_dbrec: cq_dbrec,
+            _cq_uar: cq_uar,
+        }
+    }
+
+    /// Play the device: write a requester success CQE naming the WQE at `wqe_counter` into the
+    /// next CQ slot, every byte but `op_own` first, then `op_own` with the lap's owner bit
+    /// (rdma-core `get_sw_cqe`: owner = `!!(ci & cqe_cnt)`).
+    pub fn push_req_cqe(&mut self, wqe_counter: u16, send_opcode: u8) {
+        let cqe = Cqe64 {
+            sop_drop_qpn: ((send_opcode as u32) << 24 | QPN).to_be(),
+            wqe_counter: wqe_counter.to_be(),
+            ..Cqe64::default()
+        };
+        let slot = (self.cq_pi & (self.cqe_cnt - 1)) as usize * 64;
+        let owner = ((self.cq_pi & self.cqe_cnt) != 0) as u8;
+        let bytes = cqe.as_bytes();
+        // SAFETY: the slot is inside the CQ buffer; the Cq reads it only after op_own is valid.
+        unsafe {
+            let dst = self.cq_buf.ptr().add(slot);
+            core::ptr::copy_nonoverlapping(bytes.as_ptr(), dst, 63);
+            core::ptr::write_volatile(dst.add(63), (CQE_REQ << 4) | owner);
+        }
+        self.cq_pi = self.cq_pi.wrapping_add(1);
+    }
+
+    /// Retire everything outstanding on the send queue: one CQE naming the last WQE, polled.
+    pub fn retire(&mut self, send_opcode: u8) {
+        if self.qp.sq_outstanding_bbs() == 0 {
+            return;
+        }
+        self.push_req_cqe(self.last_pi, send_opcode);
+        loop {
+            let n = self
+                .cq
+                .poll(&mut self.qp, &mut self.wcs)
+                .expect("poll of a valid CQE");
+            if n == 0 {
+                break;
+            }
+        }
+        assert_eq!(self.qp.sq_outstanding_bbs(), 0, "the CQE retired the ring");
+    }
+}
+
+/// The floor: the stores a post cannot avoid, written with the same `mmio` primitives the data
+/// path uses and nothing else — a 64-byte WQE from a template (its `wqe_index` patched), the
+/// store barrier, the SQ doorbell record, WC start, a 64-byte BlueFlame copy, the flush, and
+/// the half toggle (rdma-core `post_send_db`).
+pub struct Floor {
+    ring: Mem,
+    dbrec: Mem,
+    uar: Mem,
+    pi: u16,
+    bf_offset: usize,
+    template: [u64; 8],
+}
+
+const FLOOR_BBS: u16 = 1024;
+
+impl Floor {
+    /// A ring, doorbell record and UAR page of their own, and the WQE template.
+    pub fn new() -> Floor {
+        // ctrl: opmod 0 | wqe_index | opcode WRITE ; qpn << 8 | ds 3 ; CE ; imm 0
+        let mut wqe = [0u8; 64];
+        wqe[3] = op::OPCODE_RDMA_WRITE;
+        wqe[4..8].copy_from_slice(&(QPN << 8 | 3).to_be_bytes());
+        wqe[11] = op::CTRL_CQ_UPDATE;
+        wqe[16..24].copy_from_slice(&REMOTE.addr.to_be_bytes());
+        wqe[24..28].copy_from_slice(&REMOTE.rkey.to_be_bytes());
+        wqe[32..36].copy_from_slice(&(8u32 | 0x8000_0000).to_be_bytes());
+        wqe[36..44].copy_from_slice(&PAYLOAD);
+        let mut template = [0u64; 8];
+        for (i, w) in template.iter_mut().enumerate() {
+            *w = u64::from_ne_bytes(wqe[i * 8..i * 8 + 8].try_into().unwrap_or([0; 8]));
+        }
+        Floor {
+            ring: Mem::new(FLOOR_BBS as usize * 64, 4096),
+            dbrec: Mem::new(64, 64),
+            uar: Mem::new(4096, 4096),
+            pi: 0,
+            bf_offset: 0,
+            template,
+        }
+    }
+
+    /// One post's worth of stores.
+    #[inline(always)]
+    pub fn post(&mut self) {
+        let slot = (self.pi & (FLOOR_BBS - 1)) as usize * 64;
+        let mut w = self.template;
+        // Bytes 1..=2 of the ctrl segment: the big-endian wqe_index.
+        let idx = self.pi.to_be_bytes();
+        let mut b0 = w[0].to_ne_bytes();
+        b0[1] = idx[0];
+        b0[2] = idx[1];
+        w[0] = u64::from_ne_bytes(b0);
+        self.pi = self.pi.wrapping_add(1);
+        // SAFETY: the slot is one 64-byte block inside the ring; the doorbell record is the
+        // second BE32 of a live 64-byte buffer; the BlueFlame half (offset 0 or 256 past
+        // BF_OFF) lies inside the 4 KiB RAM page; the source block is inside the ring.
+        unsafe {
+            let dst = self.ring.ptr().add(slot);
+            core::ptr::write(dst as *mut [u64; 8], w);
+            mmio::to_device_barrier();
+            mmio::write_dbrec((self.dbrec.ptr() as *mut u32).add(1), self.pi as u32);
+            mmio::wc_start();
+            let ring_end = self.ring.ptr().add(self.ring.len());
+            mmio::bf_copy(
+                self.uar.ptr().add(BF_OFF + self.bf_offset),
+                dst,
+                1,
+                self.ring.ptr(),
+                ring_end,
+            );
+            mmio::flush_writes();
+        }
+        self.bf_offset ^= 256;
+    }
+}

@@ -1,0 +1,82 @@
+//! The program `benches/count-instructions.sh` runs under `valgrind --tool=callgrind`: it posts
+//! N inline 8-byte RDMA WRITEs through BlueFlame and polls their N CQEs on rings in ordinary
+//! memory (DESIGN §6), each through one `#[inline(never)]` function whose name the script gives
+//! callgrind's `--toggle-collect`, so that only the post (or the poll) is counted.
+//!
+//! Usage: `count_post_poll [N]` (default 10000). It checks its own results — every post
+//! accepted, every poll returns exactly the completion of the WR it names — and exits non-zero
+//! otherwise, so a count is never taken of a run that went wrong.
+
+#[path = "../benches/support/ram_rings.rs"]
+mod ram_rings;
+
+use mlx5_qp::{Cq, Qp, SendWr, Wc};
+use mlx5_wqe::opcode as op;
+use ram_rings::{Floor, Rig, RigCfg, PAYLOAD, REMOTE};
+use std::process::ExitCode;
+
+/// One post as a user writes it: build the WR, post it (BlueFlame, one 64-byte block).
+#[inline(never)]
+pub fn measured_post(qp: &mut Qp, wr_id: u64) -> bool {
+    let wr = SendWr::write(wr_id, REMOTE).inline(&PAYLOAD).signaled();
+    qp.post(&wr).is_ok()
+}
+
+/// One poll of one ready CQE into a one-entry array.
+#[inline(never)]
+pub fn measured_poll(cq: &mut Cq, qp: &mut Qp, wcs: &mut [Wc; 1]) -> usize {
+    cq.poll(qp, wcs).unwrap_or(0)
+}
+
+/// The floor: the stores any post makes (64-byte WQE, doorbell record, BlueFlame copy, fences).
+#[inline(never)]
+pub fn measured_floor(f: &mut Floor) {
+    f.post();
+}
+
+fn main() -> ExitCode {
+    let n: u64 = match std::env::args().nth(1).map(|a| a.parse()) {
+        None => 10_000,
+        Some(Ok(n)) if n > 0 => n,
+        Some(_) => {
+            eprintln!("usage: count_post_poll [N > 0]");
+            return ExitCode::from(2);
+        }
+    };
+    let mut rig = Rig::new(RigCfg::rc_bf());
+    let chunk = rig.qp.sq_free_bbs() as u64;
+    let mut wcs = [Wc::default(); 1];
+    let mut done = 0;
+    while done < n {
+        let k = chunk.min(n - done);
+        let first = rig.qp.sq_pi();
+        for i in 0..k {
+            if !measured_post(&mut rig.qp, done + i) {
+                eprintln!("post {} was refused", done + i);
+                return ExitCode::FAILURE;
+            }
+        }
+        // Play the device: one CQE per WQE, in order.
+        for i in 0..k {
+            rig.push_req_cqe(first.wrapping_add(i as u16), op::OPCODE_RDMA_WRITE);
+        }
+        for i in 0..k {
+            let got = measured_poll(&mut rig.cq, &mut rig.qp, &mut wcs);
+            if got != 1 || wcs[0].wr_id != done + i || !wcs[0].is_ok() {
+                eprintln!("poll {}: {got} completions, {:?}", done + i, wcs[0]);
+                return ExitCode::FAILURE;
+            }
+        }
+        done += k;
+    }
+    if rig.qp.sq_outstanding_bbs() != 0 {
+        eprintln!("{} blocks still outstanding", rig.qp.sq_outstanding_bbs());
+        return ExitCode::FAILURE;
+    }
+    let mut floor = Floor::new();
+    for _ in 0..n {
+        measured_floor(&mut floor);
+    }
+    println!("posted and polled {n} inline 8-byte RDMA WRITEs");
+    ExitCode::SUCCESS
+}

@@ -1,0 +1,370 @@
+//! What the tools and examples need that takes `unsafe`: registering a buffer with a device and
+//! building the data path ([`Qp`], [`Cq`], [`Srq`]) from the layouts the device hands out. The
+//! facade library forbids unsafe code, so this file is included with `#[path]` by the `lat` and
+//! `bw` binaries and by the examples.
+//!
+//! Lifetimes: a [`Side`] owns its buffer and data-path objects and drops the data path first;
+//! the device objects (QPs, CQs, MRs) live as long as the device, which every program here
+//! keeps until it exits. Keep the fabric (and its thread) alive longer than the sides: declare
+//! it first.
+#![allow(dead_code)]
+
+use mlx5_direct::hw::{
+    AccessFlags, CqId, CqInitAttr, Device, MrInfo, PdId, QpCap, QpInfo, QpInitAttr, QpType,
+    SrqInfo, SrqInitAttr,
+};
+use mlx5_direct::perf::{Error, Result};
+use mlx5_direct::qp::connect::{QpRef, RemoteBuffer};
+use mlx5_direct::qp::{Cq, Qp, RemoteAddr, Sge, Srq};
+use mlx5_direct::sim::{DeviceConfig, Fabric, FabricThread, SimDevice};
+use std::sync::Arc;
+
+/// Every right a test buffer needs: local write (receives, READ targets) and remote
+/// READ/WRITE/atomics.
+pub fn all_access() -> AccessFlags {
+    AccessFlags::LOCAL_WRITE
+        | AccessFlags::REMOTE_WRITE
+        | AccessFlags::REMOTE_READ
+        | AccessFlags::REMOTE_ATOMIC
+}
+
+/// A buffer registered with a device. The device (the software ConnectX thread or a NIC)
+/// reads and writes it behind Rust's back, so every access goes through volatile reads and
+/// writes.
+pub struct Buf {
+    mem: Vec<u64>,
+    len: usize,
+    /// The registration: lkey, rkey, address.
+    pub mr: MrInfo,
+}
+
+impl Buf {
+    /// `len` zero bytes (8-byte aligned) registered in `pd` with `access`.
+    pub fn new(dev: &dyn Device, pd: PdId, len: usize, access: AccessFlags) -> Result<Buf> {
+        let mut mem = vec![0u64; len.div_ceil(8).max(1)];
+        // SAFETY: `mem` is owned by the returned Buf and is never reallocated; the programs
+        // that use it keep it (and the device) alive until the device is done with it.
+        let mr = unsafe { dev.reg_mr(pd, mem.as_mut_ptr() as *mut u8, len, access) }?;
+        Ok(Buf { mem, len, mr })
+    }
+
+    /// Start address.
+    pub fn addr(&self) -> u64 {
+        self.mem.as_ptr() as u64
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// A gather/scatter entry for `len` bytes at `off`.
+    pub fn sge(&self, off: usize, len: u32) -> Sge {
+        Sge {
+            addr: self.addr() + off as u64,
+            length: len,
+            lkey: self.mr.lkey,
+        }
+    }
+
+    /// What to announce to the peer.
+    pub fn remote_buffer(&self) -> RemoteBuffer {
+        RemoteBuffer {
+            addr: self.addr(),
+            rkey: self.mr.rkey,
+            len: self.len as u64,
+        }
+    }
+
+    fn check(&self, off: usize, n: usize) {
+        assert!(
+            off.checked_add(n).is_some_and(|e| e <= self.len),
+            "buffer access {off}+{n} outside {} bytes",
+            self.len
+        );
+    }
+
+    /// Read one byte the device may have written.
+    #[inline]
+    pub fn read_u8(&self, off: usize) -> u8 {
+        self.check(off, 1);
+        // SAFETY: in bounds (checked); volatile because the device writes this memory.
+        unsafe { core::ptr::read_volatile((self.mem.as_ptr() as *const u8).add(off)) }
+    }
+
+    /// Write one byte (before posting a WR that sends it).
+    #[inline]
+    pub fn write_u8(&self, off: usize, v: u8) {
+        self.check(off, 1);
+        // SAFETY: in bounds; volatile because the device reads this memory. The Vec's
+        // memory is only reached through raw pointers once registered.
+        unsafe { core::ptr::write_volatile((self.mem.as_ptr() as *mut u8).add(off), v) }
+    }
+
+    /// Copy bytes in.
+    pub fn write(&self, off: usize, src: &[u8]) {
+        for (i, &b) in src.iter().enumerate() {
+            self.write_u8(off + i, b);
+        }
+    }
+
+    /// Copy bytes out.
+    pub fn read(&self, off: usize, n: usize) -> Vec<u8> {
+        (0..n).map(|i| self.read_u8(off + i)).collect()
+    }
+
+    /// An 8-byte value in the byte order it sits in memory (big-endian for atomic results
+    /// and operands, mlx5-facts §1.4).
+    pub fn read_be64(&self, off: usize) -> u64 {
+        let b = self.read(off, 8);
+        u64::from_be_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]])
+    }
+
+    /// Store an 8-byte big-endian value (an atomic target as the responder sees it).
+    pub fn write_be64(&self, off: usize, v: u64) {
+        self.write(off, &v.to_be_bytes());
+    }
+}
+
+/// The remote address `off` bytes into a buffer the peer announced.
+pub fn remote(b: &RemoteBuffer, off: u64) -> RemoteAddr {
+    RemoteAddr::new(b.addr + off, b.rkey)
+}
+
+/// Shape of one side.
+#[derive(Clone, Copy, Debug)]
+pub struct SideCfg {
+    /// Transport.
+    pub qp_type: QpType,
+    /// QPs sharing the CQ.
+    pub qps: u32,
+    /// Send WRs per QP.
+    pub sq_depth: u32,
+    /// Receive WRs per QP (ignored with an SRQ).
+    pub rq_depth: u32,
+    /// Inline bytes per WR.
+    pub inline: u32,
+    /// Buffer size.
+    pub buf_len: usize,
+    /// Receive through a shared receive queue of this many WRs.
+    pub srq: Option<u32>,
+}
+
+impl SideCfg {
+    /// One RC QP with room for 128 sends and 128 receives, 220 bytes inline, a 64 KiB buffer.
+    pub fn rc() -> SideCfg {
+        SideCfg {
+            qp_type: QpType::Rc,
+            qps: 1,
+            sq_depth: 128,
+            rq_depth: 128,
+            inline: 220,
+            buf_len: 1 << 16,
+            srq: None,
+        }
+    }
+}
+
+/// One end: a PD, a CQ, one or more QPs (Reset) with their data paths, maybe an SRQ, and a
+/// registered buffer.
+pub struct Side {
+    // Data-path objects first: they point into device memory and drop before anything else.
+    /// The data paths of the QPs, in creation order.
+    pub qps: Vec<Qp>,
+    /// The CQ every QP (and the SRQ) completes on.
+    pub cq: Cq,
+    /// The shared receive queue, if configured.
+    pub srq: Option<Srq>,
+    /// The device's records of the QPs.
+    pub infos: Vec<QpInfo>,
+    /// The SRQ's record.
+    pub srq_info: Option<SrqInfo>,
+    /// Protection domain.
+    pub pd: PdId,
+    /// The CQ's handle.
+    pub cq_id: CqId,
+    /// The registered buffer.
+    pub buf: Buf,
+    /// The device.
+    pub dev: Arc<dyn Device>,
+}
+
+impl Side {
+    /// Create everything on `dev`.
+    pub fn new(dev: Arc<dyn Device>, cfg: &SideCfg) -> Result<Side> {
+        let pd = dev.alloc_pd()?;
+        let cqe = (cfg.sq_depth + cfg.rq_depth.max(cfg.srq.unwrap_or(0))) * cfg.qps.max(1);
+        let cqi = dev.create_cq(&CqInitAttr {
+            cqe: cqe.max(64),
+            cqe_size: 64,
+            ignore_overrun: false,
+            with_channel: false,
+        })?;
+        // SAFETY: the CQ is never destroyed while the device lives, and this `Cq` is its only
+        // consumer.
+        let cq = unsafe { Cq::from_layout(&cqi.layout) }?;
+        let (srq, srq_info) = match cfg.srq {
+            Some(n) => {
+                let si = dev.create_srq(
+                    pd,
+                    &SrqInitAttr {
+                        max_wr: n,
+                        max_sge: 1,
+                        srq_limit: 0,
+                    },
+                )?;
+                // SAFETY: the SRQ is never destroyed while the device lives; this `Srq` is the
+                // only one posting to it.
+                let s = unsafe { Srq::from_layout(&si.layout) }?;
+                (Some(s), Some(si))
+            }
+            None => (None, None),
+        };
+        let mut qps = Vec::new();
+        let mut infos = Vec::new();
+        for _ in 0..cfg.qps.max(1) {
+            let info = dev.create_qp(
+                pd,
+                &QpInitAttr {
+                    qp_type: cfg.qp_type,
+                    send_cq: cqi.id,
+                    recv_cq: cqi.id,
+                    srq: srq_info.map(|s| s.id),
+                    cap: QpCap {
+                        max_send_wr: cfg.sq_depth,
+                        max_recv_wr: if cfg.srq.is_some() { 0 } else { cfg.rq_depth },
+                        max_send_sge: 1,
+                        max_recv_sge: 1,
+                        max_inline_data: cfg.inline,
+                    },
+                    sq_sig_all: false,
+                },
+            )?;
+            let srqn = srq_info.map(|s| s.layout.srqn);
+            // SAFETY: the QP is never destroyed while this `Qp` exists (the device outlives
+            // it), and nothing else posts to it.
+            let qp = unsafe { Qp::from_layout(&info.layout, srqn) }?;
+            qps.push(qp);
+            infos.push(info);
+        }
+        let buf = Buf::new(&*dev, pd, cfg.buf_len, all_access())?;
+        Ok(Side {
+            qps,
+            cq,
+            srq,
+            infos,
+            srq_info,
+            pd,
+            cq_id: cqi.id,
+            buf,
+            dev,
+        })
+    }
+
+    /// The control path's name for QP `i`.
+    pub fn qp_ref(&self, i: usize) -> QpRef {
+        QpRef::new(&self.infos[i], self.pd)
+    }
+}
+
+/// The devices a run uses, and the software ConnectX's fabric when that is what they are.
+pub struct Devices {
+    /// This side's device.
+    pub local: Arc<dyn Device>,
+    /// The other end's device in loopback mode.
+    pub peer: Option<Arc<dyn Device>>,
+    /// Name for the banner.
+    pub name: String,
+    /// The fabric of the software ConnectX (None for a verbs device).
+    pub fabric: Option<Fabric>,
+    /// Its background thread, when threaded.
+    pub thread: Option<FabricThread>,
+    /// The software ConnectX devices themselves (fault injection: port state, counters).
+    pub sims: Vec<SimDevice>,
+    /// The verbs device, for the libibverbs baseline path (`--path verbs`).
+    #[cfg(feature = "verbs")]
+    pub verbs: Option<Arc<mlx5_direct::hw::verbs::VerbsDevice>>,
+}
+
+impl Devices {
+    /// Two software ConnectX devices (10.0.0.1 and 10.0.0.2) on one fabric; threaded when
+    /// `threaded`, else stepped by the caller (`fabric.run_until_idle()`).
+    pub fn sim_pair(threaded: bool) -> Devices {
+        let fabric = Fabric::new();
+        let a: SimDevice = fabric.add_device(DeviceConfig::new([10, 0, 0, 1]));
+        let b: SimDevice = fabric.add_device(DeviceConfig::new([10, 0, 0, 2]));
+        let thread = threaded.then(|| fabric.start_thread());
+        Devices {
+            local: Arc::new(a.clone()),
+            peer: Some(Arc::new(b.clone())),
+            sims: vec![a, b],
+            #[cfg(feature = "verbs")]
+            verbs: None,
+            name: "sim0 + sim1 (software ConnectX, one process)".into(),
+            fabric: Some(fabric),
+            thread,
+        }
+    }
+
+    /// What the software ConnectX reported as driver bugs, one per line (empty when none or
+    /// on a verbs device): printed when a run fails, since it says which side was wrong.
+    pub fn driver_bugs(&self) -> Vec<String> {
+        self.fabric
+            .as_ref()
+            .map(|f| f.driver_bugs().iter().map(|b| b.to_string()).collect())
+            .unwrap_or_default()
+    }
+
+    /// Whether these are software ConnectX devices.
+    pub fn is_sim(&self) -> bool {
+        self.fabric.is_some()
+    }
+}
+
+/// Open the device named on the command line: `sim` is the software ConnectX (loopback only:
+/// it cannot reach another process); anything else is a verbs device, which needs the `verbs`
+/// feature.
+pub fn open_devices(name: &str, loopback: bool) -> Result<Devices> {
+    if name == "sim" || name.starts_with("sim") && name[3..].chars().all(|c| c.is_ascii_digit()) {
+        if !loopback {
+            return Err(Error::Usage(
+                "the software ConnectX (-d sim) lives inside one process and cannot reach a \
+                 peer in another process: run both ends here with --loopback, or use a verbs \
+                 device such as -d mlx5_0"
+                    .into(),
+            ));
+        }
+        let d = Devices::sim_pair(true);
+        if d.thread.as_ref().is_some_and(|t| !t.is_running()) {
+            return Err(Error::Usage(
+                "could not start the software ConnectX thread".into(),
+            ));
+        }
+        return Ok(d);
+    }
+    open_verbs(name, loopback)
+}
+
+#[cfg(feature = "verbs")]
+fn open_verbs(name: &str, loopback: bool) -> Result<Devices> {
+    let verbs = Arc::new(mlx5_direct::hw::verbs::VerbsDevice::open(name)?);
+    let dev: Arc<dyn Device> = verbs.clone();
+    Ok(Devices {
+        verbs: Some(verbs),
+        peer: loopback.then(|| dev.clone()),
+        local: dev,
+        name: name.to_string(),
+        fabric: None,
+        thread: None,
+        sims: Vec::new(),
+    })
+}
+
+#[cfg(not(feature = "verbs"))]
+fn open_verbs(name: &str, _loopback: bool) -> Result<Devices> {
+    Err(Error::Usage(format!(
+        "device {name:?}: this build has no verbs backend. Rebuild with `--features verbs` \
+         (needs libibverbs-dev) to use a ConnectX, or use -d sim --loopback for the software \
+         ConnectX"
+    )))
+}

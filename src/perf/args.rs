@@ -1,0 +1,194 @@
+//! Command-line arguments of `lat` and `bw`, with perftest's flag names where they make sense
+//! (perftest `src/perftest_parameters.c` `usage`): `-d/--ib-dev`, `-i/--ib-port`,
+//! `-p/--port`, `-s/--size`, `-n/--iters`, `-a/--all`, `-I/--inline_size`, `-q/--qp`,
+//! `-t/--tx-depth`, `--report_gbits`; the server is the side started without an address.
+
+use clap::{Args, Parser, ValueEnum};
+use std::path::PathBuf;
+
+/// Which post path to measure.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum PathKind {
+    /// This library's data path: WQEs written by Rust, doorbell/BlueFlame, raw CQEs.
+    Direct,
+    /// libibverbs' `ibv_post_send` / `ibv_poll_cq` on the same device (needs a verbs device).
+    Verbs,
+}
+
+impl PathKind {
+    /// How the banner names it.
+    pub fn describe(self) -> &'static str {
+        match self {
+            PathKind::Direct => "direct (mlx5-direct post/poll)",
+            PathKind::Verbs => "verbs (ibv_post_send/ibv_poll_cq)",
+        }
+    }
+}
+
+/// What both tools share.
+#[derive(Args, Clone, Debug)]
+pub struct Common {
+    /// The server's address: given, this side is the client; omitted, the server.
+    pub server: Option<String>,
+    /// Device: `sim` (the software ConnectX, default) or a verbs device such as `mlx5_0`
+    /// (needs the `verbs` feature).
+    #[arg(short = 'd', long = "ib-dev", default_value = "sim")]
+    pub device: String,
+    /// Device port.
+    #[arg(short = 'i', long = "ib-port", default_value_t = 1)]
+    pub ib_port: u8,
+    /// TCP port of the endpoint exchange (perftest's default).
+    #[arg(short = 'p', long = "port", default_value_t = 18515)]
+    pub port: u16,
+    /// Message size in bytes.
+    #[arg(short = 's', long = "size")]
+    pub size: Option<u64>,
+    /// Iterations per message size.
+    #[arg(short = 'n', long = "iters")]
+    pub iters: Option<u64>,
+    /// Run every size from 2 bytes to 8 MiB (powers of two).
+    #[arg(short = 'a', long = "all")]
+    pub all: bool,
+    /// Largest message sent inline (copied into the WQE); capped by the QP.
+    #[arg(short = 'I', long = "inline_size")]
+    pub inline: Option<u32>,
+    /// Which post path to measure.
+    #[arg(long, value_enum, default_value_t = PathKind::Direct)]
+    pub path: PathKind,
+    /// Both ends in this process, on two software ConnectX devices (threaded mode), or on one
+    /// verbs device.
+    #[arg(long)]
+    pub loopback: bool,
+}
+
+/// The latency tests.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LatTest {
+    /// RDMA WRITE ping-pong (`ib_write_lat`): half the round trip.
+    Write,
+    /// SEND/RECV ping-pong (`ib_send_lat`): half the round trip.
+    Send,
+    /// RDMA READ (`ib_read_lat`): the whole READ.
+    Read,
+}
+
+impl LatTest {
+    /// perftest's title.
+    pub fn title(self) -> &'static str {
+        match self {
+            LatTest::Write => "RDMA_Write Latency Test",
+            LatTest::Send => "Send Latency Test",
+            LatTest::Read => "RDMA_Read Latency Test",
+        }
+    }
+}
+
+/// `lat`: ping-pong latency like perftest's `ib_write_lat`, `ib_send_lat`, `ib_read_lat`.
+#[derive(Parser, Clone, Debug)]
+#[command(
+    name = "lat",
+    version,
+    about = "Latency of RDMA WRITE, SEND and READ, perftest style",
+    after_help = "Examples:\n  lat write --loopback -n 1000\n  lat send -d mlx5_0            (server)\n  lat send -d mlx5_0 10.0.0.1   (client)"
+)]
+pub struct LatArgs {
+    /// Which latency test.
+    #[arg(value_enum)]
+    pub test: LatTest,
+    /// Shared flags.
+    #[command(flatten)]
+    pub common: Common,
+    /// Also write the latency histogram (of the last size) as an SVG picture.
+    #[arg(long, value_name = "FILE")]
+    pub histogram: Option<PathBuf>,
+}
+
+/// The bandwidth tests.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum BwTest {
+    /// RDMA WRITE (`ib_write_bw`).
+    Write,
+    /// RDMA READ (`ib_read_bw`).
+    Read,
+}
+
+impl BwTest {
+    /// perftest's title.
+    pub fn title(self) -> &'static str {
+        match self {
+            BwTest::Write => "RDMA_Write BW Test",
+            BwTest::Read => "RDMA_Read BW Test",
+        }
+    }
+}
+
+/// `bw`: message rate and bandwidth like perftest's `ib_write_bw` / `ib_read_bw`.
+#[derive(Parser, Clone, Debug)]
+#[command(
+    name = "bw",
+    version,
+    about = "Message rate and bandwidth of RDMA WRITE and READ, perftest style",
+    after_help = "Examples:\n  bw write --loopback -s 8 -n 100000\n  bw write -q 4 -d mlx5_0 10.0.0.1 --report_gbits"
+)]
+pub struct BwArgs {
+    /// Which bandwidth test.
+    #[arg(value_enum)]
+    pub test: BwTest,
+    /// Shared flags.
+    #[command(flatten)]
+    pub common: Common,
+    /// Number of QPs; messages go round-robin, `-n` per QP.
+    #[arg(short = 'q', long = "qp", default_value_t = 1)]
+    pub qps: u32,
+    /// Send queue depth: WRs in flight per QP.
+    #[arg(short = 't', long = "tx-depth", default_value_t = 128)]
+    pub tx_depth: u32,
+    /// Request a completion every this many WRs (perftest `--cq-mod`).
+    #[arg(long = "cq-mod", default_value_t = 100)]
+    pub cq_mod: u32,
+    /// Report Gb/sec instead of MB/sec.
+    #[arg(long = "report_gbits", alias = "report-gbits")]
+    pub report_gbits: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn perftest_flags_parse() {
+        let a = LatArgs::try_parse_from([
+            "lat", "write", "-s", "64", "-n", "10", "-I", "32", "-d", "mlx5_0", "-p", "9999",
+            "10.0.0.1",
+        ])
+        .unwrap();
+        assert_eq!(a.test, LatTest::Write);
+        assert_eq!(a.common.size, Some(64));
+        assert_eq!(a.common.iters, Some(10));
+        assert_eq!(a.common.inline, Some(32));
+        assert_eq!(a.common.device, "mlx5_0");
+        assert_eq!(a.common.port, 9999);
+        assert_eq!(a.common.server.as_deref(), Some("10.0.0.1"));
+        let b = BwArgs::try_parse_from([
+            "bw",
+            "read",
+            "-q",
+            "4",
+            "-a",
+            "--report_gbits",
+            "--loopback",
+            "--path",
+            "verbs",
+        ])
+        .unwrap();
+        assert_eq!(b.qps, 4);
+        assert!(b.common.all && b.report_gbits && b.common.loopback);
+        assert_eq!(b.common.path, PathKind::Verbs);
+        assert!(b.common.server.is_none());
+    }
+
+    #[test]
+    fn unknown_test_is_rejected() {
+        assert!(LatArgs::try_parse_from(["lat", "atomic"]).is_err());
+    }
+}

@@ -1,0 +1,169 @@
+//! perftest's report layout: a banner, the column header and one row per message size, with
+//! the column names of `ib_write_lat` and `ib_write_bw` (perftest `src/perftest_parameters.h`
+//! `RESULT_LINE`, `RESULT_FMT_LAT`, `RESULT_FMT`, `RESULT_FMT_G`) so that scripts written for
+//! perftest's output read these tools' output too.
+
+use super::stats::{BwStats, LatencyStats, PERFTEST_GBIT, PERFTEST_MB};
+use std::fmt::Write as _;
+
+/// perftest's separator line (`RESULT_LINE`).
+pub const RESULT_LINE: &str =
+    "---------------------------------------------------------------------------------------";
+
+/// The latency column header (`RESULT_FMT_LAT`).
+pub const LAT_HEADER: &str = " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] ";
+
+/// The bandwidth column header (`RESULT_FMT`, or `RESULT_FMT_G` with `--report_gbits`).
+pub fn bw_header(gbits: bool) -> &'static str {
+    if gbits {
+        " #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]"
+    } else {
+        " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]"
+    }
+}
+
+/// What the banner above the table says.
+#[derive(Clone, Debug)]
+pub struct Banner<'a> {
+    /// `RDMA_Write Latency Test`, `RDMA_Write BW Test`, ...
+    pub title: &'a str,
+    /// Device name.
+    pub device: &'a str,
+    /// `direct (mlx5-direct)` or `verbs (ibv_post_send)`.
+    pub path: &'a str,
+    /// Connection type (`RC`).
+    pub connection: &'a str,
+    /// Number of QPs.
+    pub qps: u32,
+    /// Largest inline size.
+    pub inline: u32,
+    /// Send queue depth.
+    pub tx_depth: u32,
+    /// Path MTU in bytes.
+    pub mtu: u32,
+    /// Extra `name : value` lines (local and remote QPN/PSN, ...).
+    pub extra: Vec<(String, String)>,
+}
+
+impl Banner<'_> {
+    /// The banner, perftest style.
+    pub fn render(&self) -> String {
+        let mut s = String::new();
+        let _ = writeln!(s, "{RESULT_LINE}");
+        let _ = writeln!(s, "{:^87}", self.title);
+        let _ = writeln!(s, " Device         : {}", self.device);
+        let _ = writeln!(s, " Data path      : {}", self.path);
+        let _ = writeln!(s, " Connection type: {}", self.connection);
+        let _ = writeln!(s, " Number of qps  : {}", self.qps);
+        let _ = writeln!(s, " TX depth       : {}", self.tx_depth);
+        let _ = writeln!(s, " Mtu            : {}[B]", self.mtu);
+        let _ = writeln!(s, " Max inline data: {}[B]", self.inline);
+        for (k, v) in &self.extra {
+            let _ = writeln!(s, " {k:<15}: {v}");
+        }
+        let _ = write!(s, "{RESULT_LINE}");
+        s
+    }
+}
+
+/// One latency row, columns under [`LAT_HEADER`].
+pub fn lat_row(s: &LatencyStats) -> String {
+    format!(
+        " {:<7} {:<10} {:<14.2} {:<12.2} {:<16.2} {:<14.2} {:<15.2} {:<22.2} {:<.2}",
+        s.bytes, s.iterations, s.min, s.max, s.typical, s.avg, s.stdev, s.p99, s.p999
+    )
+}
+
+/// The percentile block printed under a latency table (HdrHistogram quantiles).
+pub fn lat_percentiles(s: &LatencyStats) -> String {
+    let qs = [0.5, 0.9, 0.99, 0.999, 0.9999, 1.0];
+    let mut out = format!(" percentiles[usec] for {} bytes:", s.bytes);
+    for q in qs {
+        let _ = write!(out, " p{}={:.2}", q * 100.0, s.quantile(q));
+    }
+    out
+}
+
+/// One bandwidth row, columns under [`bw_header`].
+pub fn bw_row(s: &BwStats, gbits: bool) -> String {
+    let unit = if gbits { PERFTEST_GBIT } else { PERFTEST_MB };
+    format!(
+        " {:<10} {:<14} {:<18.2} {:<20.2} {:.6}",
+        s.bytes,
+        s.iterations,
+        s.peak_bps / unit,
+        s.avg_bps / unit,
+        s.msg_rate / 1e6
+    )
+}
+
+/// The message sizes of `-a`: 2, 4, ..., 2^23 (perftest `MAX_SIZE` 8 MiB), capped at `max`.
+pub fn all_sizes(max: u64) -> Vec<u64> {
+    (1..=23).map(|k| 1u64 << k).filter(|&s| s <= max).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn columns(header: &str) -> Vec<&str> {
+        header
+            .split("  ")
+            .map(str::trim)
+            .filter(|c| !c.is_empty())
+            .collect()
+    }
+
+    #[test]
+    fn lat_header_has_perftest_columns() {
+        assert_eq!(
+            columns(LAT_HEADER),
+            [
+                "#bytes #iterations",
+                "t_min[usec]",
+                "t_max[usec]",
+                "t_typical[usec]",
+                "t_avg[usec]",
+                "t_stdev[usec]",
+                "99% percentile[usec]",
+                "99.9% percentile[usec]"
+            ]
+        );
+    }
+
+    #[test]
+    fn lat_row_has_nine_numbers() {
+        let s = LatencyStats::from_nanos(64, &[1500, 2500, 2000]).unwrap();
+        let row = lat_row(&s);
+        let nums: Vec<f64> = row.split_whitespace().map(|t| t.parse().unwrap()).collect();
+        assert_eq!(nums.len(), 9, "{row}");
+        assert_eq!(nums[0], 64.0);
+        assert_eq!(nums[1], 3.0);
+        assert_eq!(nums[2], 1.5);
+        assert_eq!(nums[3], 2.5);
+    }
+
+    #[test]
+    fn bw_row_units() {
+        let s = BwStats::new(1 << 20, 100, Duration::from_secs(1), None);
+        let mb: Vec<f64> = bw_row(&s, false)
+            .split_whitespace()
+            .map(|t| t.parse().unwrap())
+            .collect();
+        assert_eq!(mb, [1048576.0, 100.0, 100.0, 100.0, 0.0001]);
+        let gb: Vec<f64> = bw_row(&s, true)
+            .split_whitespace()
+            .map(|t| t.parse().unwrap())
+            .collect();
+        assert_eq!(gb[3], 0.84); // 100 MiB/s = 0.8389 Gb/s
+        assert!(bw_header(true).contains("Gb/sec") && bw_header(false).contains("MB/sec"));
+    }
+
+    #[test]
+    fn all_sizes_are_powers_of_two_from_2() {
+        assert_eq!(all_sizes(16), [2, 4, 8, 16]);
+        assert_eq!(all_sizes(u64::MAX).len(), 23);
+        assert_eq!(*all_sizes(u64::MAX).last().unwrap(), 8 << 20);
+    }
+}

@@ -1,0 +1,208 @@
+//! The perftest-compatible tools run end to end in `--loopback` mode on the software ConnectX:
+//! their output has perftest's columns with positive numbers, and bad requests are clear errors
+//! (exit status 1, no panic).
+
+use std::process::{Command, Output};
+
+fn run(bin: &str, args: &[&str]) -> Output {
+    Command::new(bin).args(args).output().expect("run the tool")
+}
+
+fn stdout_of(bin: &str, args: &[&str]) -> String {
+    let out = run(bin, args);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{bin} {args:?} failed: {}\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+/// The numeric rows under the line that contains `header`.
+fn rows_after(stdout: &str, header: &str) -> Vec<Vec<f64>> {
+    let lines: Vec<&str> = stdout.lines().collect();
+    let at = lines
+        .iter()
+        .position(|l| l.contains(header))
+        .unwrap_or_else(|| panic!("no header {header:?} in:\n{stdout}"));
+    lines[at + 1..]
+        .iter()
+        .take_while(|l| !l.starts_with("---"))
+        .map(|l| {
+            l.split_whitespace()
+                .map(|t| {
+                    t.parse()
+                        .unwrap_or_else(|_| panic!("not a number {t:?} in row {l:?}"))
+                })
+                .collect()
+        })
+        .collect()
+}
+
+const LAT_COLUMNS: [&str; 9] = [
+    "#bytes",
+    "#iterations",
+    "t_min[usec]",
+    "t_max[usec]",
+    "t_typical[usec]",
+    "t_avg[usec]",
+    "t_stdev[usec]",
+    "99% percentile[usec]",
+    "99.9% percentile[usec]",
+];
+
+fn check_lat(test: &str, size: &str) {
+    let out = stdout_of(
+        env!("CARGO_BIN_EXE_lat"),
+        &[test, "--loopback", "-n", "40", "-s", size],
+    );
+    for c in LAT_COLUMNS {
+        assert!(out.contains(c), "column {c:?} missing:\n{out}");
+    }
+    let rows = rows_after(&out, "t_typical[usec]");
+    assert_eq!(rows.len(), 1, "{out}");
+    let r = &rows[0];
+    assert_eq!(r.len(), 9, "{out}");
+    assert_eq!(r[0], size.parse::<f64>().unwrap());
+    assert_eq!(r[1], 40.0);
+    assert!(
+        r[2..].iter().all(|&v| v > 0.0),
+        "non-positive figure: {r:?}"
+    );
+    // min ≤ typical ≤ max, min ≤ avg ≤ max, p99 ≤ p99.9.
+    assert!(
+        r[2] <= r[4] && r[4] <= r[3] && r[2] <= r[5] && r[5] <= r[3],
+        "{r:?}"
+    );
+    assert!(r[7] <= r[8] * 1.001, "{r:?}");
+}
+
+#[test]
+fn lat_write_loopback() {
+    check_lat("write", "8");
+}
+
+#[test]
+fn lat_send_loopback() {
+    check_lat("send", "64");
+}
+
+#[test]
+fn lat_read_loopback_not_inline_sized() {
+    check_lat("read", "2048");
+}
+
+#[test]
+fn lat_all_sizes_and_histogram() {
+    let dir = std::env::temp_dir().join(format!("mlx5-direct-lat-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let svg = dir.join("lat.svg");
+    let out = stdout_of(
+        env!("CARGO_BIN_EXE_lat"),
+        &[
+            "write",
+            "--loopback",
+            "-a",
+            "-n",
+            "3",
+            "--histogram",
+            svg.to_str().unwrap(),
+        ],
+    );
+    let rows = rows_after(&out, "t_typical[usec]");
+    let sizes: Vec<f64> = rows.iter().map(|r| r[0]).collect();
+    let want: Vec<f64> = (1..=23).map(|k| (1u64 << k) as f64).collect();
+    assert_eq!(sizes, want);
+    let picture = std::fs::read_to_string(&svg).unwrap();
+    assert!(picture.starts_with("<svg") && picture.contains("p99.9"));
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn bw_write_and_read_loopback() {
+    for (test, extra) in [("write", "MB/sec"), ("read", "MB/sec")] {
+        let out = stdout_of(
+            env!("CARGO_BIN_EXE_bw"),
+            &[test, "--loopback", "-n", "300", "-s", "4096", "-q", "2"],
+        );
+        for c in [
+            "#bytes",
+            "#iterations",
+            "BW peak[",
+            "BW average[",
+            "MsgRate[Mpps]",
+            extra,
+        ] {
+            assert!(out.contains(c), "column {c:?} missing:\n{out}");
+        }
+        let rows = rows_after(&out, "MsgRate[Mpps]");
+        assert_eq!(rows.len(), 1, "{out}");
+        let r = &rows[0];
+        assert_eq!(r.len(), 5, "{out}");
+        assert_eq!(r[0], 4096.0);
+        assert_eq!(r[1], 600.0, "-n is per QP");
+        assert!(r[2] > 0.0 && r[3] > 0.0 && r[4] > 0.0, "{r:?}");
+        assert!(r[2] >= r[3], "peak below average: {r:?}");
+    }
+}
+
+#[test]
+fn bw_report_gbits_inline_messages() {
+    let out = stdout_of(
+        env!("CARGO_BIN_EXE_bw"),
+        &[
+            "write",
+            "--loopback",
+            "-n",
+            "500",
+            "-s",
+            "8",
+            "--report_gbits",
+        ],
+    );
+    assert!(out.contains("BW average[Gb/sec]"), "{out}");
+    let r = &rows_after(&out, "MsgRate[Mpps]")[0];
+    assert!(r[4] > 0.0);
+}
+
+fn check_clear_error(bin: &str, args: &[&str], needle: &str) {
+    let out = run(bin, args);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+    assert!(stderr.contains(needle), "{args:?}: {stderr}");
+    assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+}
+
+#[test]
+fn bad_requests_are_clear_errors() {
+    let lat = env!("CARGO_BIN_EXE_lat");
+    let bw = env!("CARGO_BIN_EXE_bw");
+    check_clear_error(
+        lat,
+        &["write", "--loopback", "--path", "verbs"],
+        "needs a verbs device",
+    );
+    check_clear_error(
+        bw,
+        &["write", "--loopback", "--path", "verbs"],
+        "needs a verbs device",
+    );
+    check_clear_error(lat, &["write", "-s", "8"], "--loopback");
+    check_clear_error(lat, &["write", "--loopback", "-s", "0"], "-s must be");
+    check_clear_error(bw, &["write", "--loopback", "-q", "0"], "-q must be");
+    #[cfg(not(feature = "verbs"))]
+    check_clear_error(
+        lat,
+        &["write", "-d", "mlx5_0", "--loopback"],
+        "--features verbs",
+    );
+    #[cfg(feature = "verbs")]
+    {
+        // With the verbs backend and no such device: the device list, not a panic.
+        let out = run(lat, &["write", "-d", "mlx5_nonexistent", "--loopback"]);
+        assert_eq!(out.status.code(), Some(1));
+        assert!(!String::from_utf8_lossy(&out.stderr).contains("panicked"));
+    }
+}
