@@ -1,26 +1,27 @@
-//! Error recovery: a peer that stops answering, retry exhaustion, rebuild, resume.
+//! Error recovery: inject loss until the sender gives up, rebuild, resume.
 //!
 //! ```text
 //! cargo run --example error_recovery
 //! ```
 //!
 //! Two RC QPs on the software ConnectX (deterministic mode, virtual time) exchange RDMA
-//! WRITEs. Then B's link goes down: A's WRITE is retransmitted every ACK timeout
-//! (4.096 µs × 2^timeout) until `retry_cnt` is used up, and completes with
-//! `IBV_WC_RETRY_EXC_ERR`; A's QP is in Error and every WR behind it is flushed (seed README
-//! §5). The link comes back, both QPs are rebuilt Error → Reset → Init → RTR → RTS with fresh
-//! PSNs (`rebuild_pair`, the in-process twin of `Connection::rebuild`), the failed WRITE and
-//! the ones flushed behind it are posted again, and B's memory is checked byte for byte.
+//! WRITEs. Then the fabric's fault injection drops every frame on the link between them
+//! (loss rate 1.0): A's WRITE is retransmitted every ACK timeout (4.096 µs × 2^timeout,
+//! IBTA §9.7.6.1.3) until `retry_cnt` is used up, and completes with `IBV_WC_RETRY_EXC_ERR`;
+//! A's QP is in Error and every WR behind it is flushed (seed README §5). Both QPs are rebuilt
+//! Error → Reset → Init → RTR → RTS with fresh PSNs (`rebuild_pair`, the in-process twin of
+//! `Connection::rebuild`), the fault is removed, the failed WRITE and the ones flushed behind
+//! it are posted again, and B's memory is checked byte for byte.
 
 #[path = "../src/bin/support/side.rs"]
 mod side;
 
-use mlx5_direct::hw::PortState;
+use mlx5_direct::hw::QpState;
 use mlx5_direct::qp::connect::{
     connect_pair, rebuild_pair, ConnectParams, PairSide, QpLink, RemoteBuffer,
 };
 use mlx5_direct::qp::{Qp, SendWr, Wc, WcStatus};
-use mlx5_direct::sim::Fabric;
+use mlx5_direct::sim::{Fabric, Rate};
 use side::{remote, Devices, Side, SideCfg};
 use std::process::ExitCode;
 use std::time::Duration;
@@ -30,9 +31,12 @@ type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 /// Records written to B: 16 of 64 bytes each, record `i` filled with byte `i + 1`.
 const RECORDS: u64 = 16;
 const RECORD: usize = 64;
-/// Written before the link goes down, during the outage, after the rebuild.
+/// Written before the fault, during it (lost), after the rebuild.
 const BEFORE: u64 = 6;
 const DURING: u64 = 4;
+/// Seed of the fabric's fault generator (a loss rate of 1.0 draws nothing from it, but a run
+/// with any other rate is reproducible for a given seed).
+const SEED: u64 = 7;
 
 fn main() -> ExitCode {
     match run() {
@@ -73,7 +77,7 @@ fn counter(devs: &Devices, dev: usize, name: &str) -> u64 {
 }
 
 fn run() -> Result<()> {
-    println!("mlx5-direct error recovery: retry exhaustion, rebuild, resume\n");
+    println!("mlx5-direct error recovery: inject loss until RETRY_EXC_ERR, rebuild, resume\n");
     let devs = Devices::sim_pair(false);
     let fabric: Fabric = devs.fabric.clone().ok_or("no fabric")?;
     let mut a = Side::new(devs.local.clone(), &SideCfg::rc())?;
@@ -111,7 +115,8 @@ fn run() -> Result<()> {
     };
     let b_buf = ca.remote_buffer().ok_or("B announced no buffer")?;
     println!(
-        "  connected   A {:#x} ⇄ B {:#x}, ACK timeout 4.096 µs × 2^10, retry_cnt 3",
+        "  1 connect    RC QPs A {:#x} ⇄ B {:#x}; ACK timeout 4.096 µs × 2^10 ≈ 4.2 ms, \
+         retry_cnt 3",
         ca.local().qpn,
         cb.local().qpn
     );
@@ -125,16 +130,25 @@ fn run() -> Result<()> {
     if done.len() != BEFORE as usize || done.iter().any(|w| !w.is_ok()) {
         return Err(format!("before the fault: {done:?}").into());
     }
-    println!("  traffic     records 0..{BEFORE} written to B, all completed");
+    println!("  2 traffic    records 0..{BEFORE} written to B, all completed");
 
-    // B's link goes down; A keeps writing.
-    let sim_b = devs.sims.get(1).ok_or("no software ConnectX B")?;
-    sim_b.set_port_state(PortState::Down);
-    println!("  fault       B's port goes down");
+    // Fault: the link between A and B drops every frame; A keeps writing.
+    let (sim_a, sim_b) = match devs.sims.as_slice() {
+        [a, b, ..] => (a, b),
+        _ => return Err("no software ConnectX pair".into()),
+    };
+    fabric.set_seed(SEED);
+    let faults = fabric.faults();
+    faults.link(sim_a, sim_b).loss(Rate(1.0));
+    println!("  3 fault      link A ⇄ B drops every frame (loss rate 1.0, seed {SEED})");
     for i in BEFORE..BEFORE + DURING {
         write_record(&mut a, &b_buf, i)?;
     }
-    let retries_before = counter(&devs, 0, "local_ack_timeout_err");
+    println!(
+        "               A posts records {BEFORE}..{} regardless",
+        BEFORE + DURING
+    );
+    let timeouts_before = counter(&devs, 0, "local_ack_timeout_err");
     let mut seen = Vec::new();
     let mut waited = Duration::ZERO;
     while seen.is_empty() && waited < Duration::from_secs(1) {
@@ -149,18 +163,36 @@ fn run() -> Result<()> {
     if first.status != WcStatus::RetryExcErr {
         return Err(format!("expected RETRY_EXC_ERR first, got {first:?}").into());
     }
+    let state_a = da.query_qp(ra.id)?.qp_state;
+    if state_a != QpState::Error {
+        return Err(format!("A's QP is in {state_a} after RETRY_EXC_ERR, want ERR").into());
+    }
+    let lost = (BEFORE..BEFORE + DURING).all(|i| {
+        b.buf
+            .read(i as usize * RECORD, RECORD)
+            .iter()
+            .all(|&x| x == 0)
+    });
+    if !lost {
+        return Err("a record written during the fault reached B".into());
+    }
     println!(
-        "  error       after {:?} of virtual time: WR {} completed with {} (syndrome {}); \
-         ACK timeouts counted: {}",
-        waited,
+        "  4 error      after {} ms of virtual time: WR {} completed with {} (syndrome {})",
+        waited.as_millis(),
         first.wr_id,
         first.status.name(),
         first.syndrome_name().unwrap_or("?"),
-        counter(&devs, 0, "local_ack_timeout_err") - retries_before
+    );
+    println!(
+        "               ACK timeouts counted by A: {}; frames dropped by the fault: {}; A's QP \
+         is in {}; records {BEFORE}..{} never reached B",
+        counter(&devs, 0, "local_ack_timeout_err") - timeouts_before,
+        faults.stats().dropped,
+        state_a.name(),
+        BEFORE + DURING
     );
 
-    // Link back; rebuild both QPs. The rebuild drains what is left and flushes the rest.
-    sim_b.set_port_state(PortState::Active);
+    // Rebuild both QPs. The rebuild drains what is left and flushes the rest.
     let (rep_a, rep_b) = {
         let mut la = QpLink::new(&mut a.qps[0], &mut a.cq, |_: &mut Qp| Ok(()));
         let mut lb = QpLink::new(&mut b.qps[0], &mut b.cq, |_: &mut Qp| Ok(()));
@@ -174,16 +206,14 @@ fn run() -> Result<()> {
             WcStatus::RetryExcErr,
         )?
     };
-    // Every WR posted during the outage is accounted for exactly once: the error completion
+    // Every WR posted during the fault is accounted for exactly once: the error completion
     // above, and a flush (now or in the rebuild's drain) for each one behind it.
     let mut retired: Vec<u64> = seen.iter().map(|w| w.wr_id).collect();
     retired.extend(rep_a.drained.iter().map(|w| w.wr_id));
     retired.sort_unstable();
     let expected: Vec<u64> = (BEFORE..BEFORE + DURING).collect();
     if retired != expected {
-        return Err(
-            format!("WRs retired during the outage: {retired:?}, want {expected:?}").into(),
-        );
+        return Err(format!("WRs retired during the fault: {retired:?}, want {expected:?}").into());
     }
     let flushed = seen
         .iter()
@@ -194,16 +224,23 @@ fn run() -> Result<()> {
         return Err(format!("{flushed} flushed WRs, want {}", DURING - 1).into());
     }
     println!(
-        "  rebuild     link up; both QPs Error → Reset → Init → RTR → RTS, generation {}; \
-         A's PSN {:#08x} → {:#08x}, B's {:#08x} → {:#08x}",
-        rep_a.generation, rep_a.sq_psn.0, rep_a.sq_psn.1, rep_b.sq_psn.0, rep_b.sq_psn.1
+        "  5 rebuild    both QPs Error → Reset → Init → RTR → RTS, generation {}",
+        rep_a.generation
     );
     println!(
-        "              every WR of the outage retired once: 1 × {}, {} × {}",
+        "               fresh PSNs: A {:#08x} → {:#08x}, B {:#08x} → {:#08x}",
+        rep_a.sq_psn.0, rep_a.sq_psn.1, rep_b.sq_psn.0, rep_b.sq_psn.1
+    );
+    println!(
+        "               every WR of the fault retired once: 1 × {}, {} × {}",
         WcStatus::RetryExcErr.name(),
         DURING - 1,
         WcStatus::WrFlushErr.name()
     );
+
+    // Heal the link.
+    faults.link(sim_a, sim_b).clear();
+    println!("  6 heal       fault removed: the link A ⇄ B delivers again");
 
     // Resume: post the lost records again, then the rest.
     for i in BEFORE..RECORDS {
@@ -221,8 +258,8 @@ fn run() -> Result<()> {
         }
     }
     println!(
-        "  resume      records {BEFORE}..{RECORDS} written again; all {RECORDS} records verified \
-         in B's memory"
+        "  7 resume     records {BEFORE}..{RECORDS} written (the lost ones again); all {RECORDS} \
+         records verified in B's memory"
     );
     let bugs = fabric.driver_bugs();
     if !bugs.is_empty() {

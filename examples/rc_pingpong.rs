@@ -2,103 +2,59 @@
 //! exchange their QP endpoints over TCP, then bounce a message back and forth.
 //!
 //! ```text
-//! cargo run --example rc_pingpong -- --loopback          both ends here (software ConnectX)
-//! cargo run --features verbs --example rc_pingpong -- -d mlx5_0                (server)
-//! cargo run --features verbs --example rc_pingpong -- -d mlx5_0 192.0.2.1      (client)
+//! cargo run --example rc_pingpong                        server, on the software ConnectX
+//! cargo run --example rc_pingpong -- 127.0.0.1           client, in another terminal
+//! cargo run --example rc_pingpong -- --loopback          both ends in one process
+//! cargo run --features verbs --example rc_pingpong -- -d mlx5_0            (server on a NIC)
+//! cargo run --features verbs --example rc_pingpong -- -d mlx5_0 192.0.2.1  (client)
 //! ```
 //!
-//! The software ConnectX lives inside one process (it has no transport between processes
-//! yet), so on it both ends run here, in two threads, each with its own device on the shared
-//! fabric (threaded mode), connected through a real TCP exchange on 127.0.0.1 — the same
-//! `Connection::accept` / `Connection::connect` a server and a client process use. Every
-//! message is checked byte for byte; the exit status says whether all arrived intact.
+//! Flags: `-p PORT` (TCP, default 18515; `-p 0` lets the server pick and print it), `-s SIZE`
+//! (default 4096), `-n ITERS` (default 1000), `-d DEV`. On the software ConnectX each process
+//! has its own device; the two swap UDP addresses on the control socket, then connect their
+//! QPs with `Connection` as on a NIC, and RoCEv2 frames travel between the processes over UDP.
+//! Every message is checked byte for byte on arrival; the exit status says whether all
+//! arrived intact.
 
+#[path = "support/pingpong.rs"]
+mod pingpong;
 #[path = "../src/bin/support/side.rs"]
 mod side;
 
 use mlx5_direct::hw::QpType;
 use mlx5_direct::qp::connect::{ConnectParams, Connection, QpLink};
 use mlx5_direct::qp::{Qp, SendWr, Wc};
-use side::{open_devices, Side, SideCfg};
-use std::net::TcpListener;
+use pingpong::{finish, say, who, Opts, Outcome, Result, STALL};
+use side::{Devices, Rendezvous, Side, SideCfg};
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-type Result<T> = std::result::Result<T, Box<dyn std::error::Error + Send + Sync>>;
-
+/// Receives kept posted.
 const RECVS: u32 = 16;
 
-/// Options, `ibv_rc_pingpong` style.
-struct Opts {
-    server: Option<String>,
-    device: String,
-    port: u16,
-    size: usize,
-    iters: u64,
-    loopback: bool,
-}
-
-fn parse() -> std::result::Result<Opts, String> {
-    let mut o = Opts {
-        server: None,
-        device: "sim".into(),
-        port: 18515,
-        size: 4096,
-        iters: 1000,
-        loopback: false,
-    };
-    let mut args = std::env::args().skip(1);
-    while let Some(a) = args.next() {
-        let mut val = |flag: &str| args.next().ok_or(format!("{flag} needs a value"));
-        match a.as_str() {
-            "-d" | "--ib-dev" => o.device = val(&a)?,
-            "-p" | "--port" => o.port = val(&a)?.parse().map_err(|e| format!("-p: {e}"))?,
-            "-s" | "--size" => o.size = val(&a)?.parse().map_err(|e| format!("-s: {e}"))?,
-            "-n" | "--iters" => o.iters = val(&a)?.parse().map_err(|e| format!("-n: {e}"))?,
-            "--loopback" => o.loopback = true,
-            "-h" | "--help" => {
-                return Err(
-                    "usage: rc_pingpong [--loopback] [-d DEV] [-p PORT] [-s SIZE] \
-                            [-n ITERS] [SERVER]"
-                        .into(),
-                )
-            }
-            s if !s.starts_with('-') => o.server = Some(s.to_string()),
-            s => return Err(format!("unknown option {s}")),
-        }
-    }
-    if o.size == 0 || o.size > 1 << 20 || o.iters == 0 {
-        return Err("-s must be 1..=1048576 and -n at least 1".into());
-    }
-    Ok(o)
-}
-
 fn main() -> ExitCode {
-    let o = match parse() {
+    let o = match pingpong::parse("rc_pingpong", 4096, 1 << 20) {
         Ok(o) => o,
         Err(e) => {
             eprintln!("{e}");
             return ExitCode::from(2);
         }
     };
-    match run(&o) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("rc_pingpong: FAILED: {e}");
-            ExitCode::FAILURE
-        }
-    }
-}
-
-fn cfg(size: usize) -> SideCfg {
-    SideCfg {
+    let cfg = SideCfg {
         qp_type: QpType::Rc,
         qps: 1,
         sq_depth: 16,
         rq_depth: RECVS,
         inline: 0,
-        buf_len: 2 * size,
+        buf_len: 2 * o.size,
         srq: None,
+    };
+    match pingpong::run("rc_pingpong", &o, &cfg, rc_side) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("rc_pingpong: FAILED: {e}");
+            ExitCode::FAILURE
+        }
     }
 }
 
@@ -110,19 +66,17 @@ fn pattern(i: u64, from_client: bool, size: usize) -> Vec<u8> {
         .collect()
 }
 
-/// Connect over TCP, then ping-pong. The buffer's first half is sent, the second receives.
-fn side_main(
-    mut s: Side,
-    server: Option<String>,
-    listener: Option<TcpListener>,
-    o: &Opts,
-) -> Result<(Duration, Side)> {
-    let size = o.size;
+/// One end: connect, then ping-pong — the client sends first, the server answers each
+/// message. The buffer's first half is sent, the second receives.
+fn rc_side(mut s: Side, devs: &Devices, rv: &Rendezvous, o: &Opts) -> Result<Outcome> {
+    let (size, client, who) = (o.size, rv.is_client(), who(rv));
     let recv = s.buf.sge(size, size as u32);
     let params = ConnectParams::default();
-    let qp_ref = s.qp_ref(0);
-    let dev = s.dev.clone();
-    let client = server.is_some();
+    let (control, udp) = rv.control(devs, params.io_timeout)?;
+    if let Some(u) = udp {
+        say(&format!("  {who}: {u}"));
+    }
+    let (qp_ref, dev) = (s.qp_ref(0), s.dev.clone());
     let conn = {
         let mut link = QpLink::new(&mut s.qps[0], &mut s.cq, move |qp: &mut Qp| {
             for i in 0..RECVS as u64 {
@@ -130,70 +84,65 @@ fn side_main(
             }
             Ok(())
         });
-        match (&listener, &server) {
-            (Some(l), _) => Connection::accept(l, &*dev, qp_ref, &mut link, &params)?,
-            (None, Some(h)) => {
-                Connection::connect((h.as_str(), o.port), &*dev, qp_ref, &mut link, &params)?
-            }
-            (None, None) => return Err("no listener and no server address".into()),
-        }
+        Connection::over(control, &*dev, qp_ref, &mut link, &params)?
     };
-    let (l, r) = (conn.local(), conn.peer());
-    println!(
-        "  {}: local address:  QPN {:#08x}, PSN {:#08x}, GID {}",
-        if client { "client" } else { "server" },
-        l.qpn,
-        l.psn,
-        l.gid
-    );
-    println!(
-        "  {}: remote address: QPN {:#08x}, PSN {:#08x}, GID {}",
-        if client { "client" } else { "server" },
-        r.qpn,
-        r.psn,
-        r.gid
-    );
+    for (what, e) in [
+        ("local address: ", conn.local()),
+        ("remote address:", conn.peer()),
+    ] {
+        say(&format!(
+            "  {who}: {what} QPN {:#08x}, PSN {:#08x}, GID {}",
+            e.qpn, e.psn, e.gid
+        ));
+    }
     let mut wcs = [Wc::default(); 16];
+    let (mut posted, mut sent) = (0u64, 0u64);
+    let mut checked = 0u64;
     let start = Instant::now();
     for i in 0..o.iters {
-        let send = |s: &mut Side| -> Result<()> {
+        let mut send = |s: &mut Side| -> Result<()> {
             s.buf.write(0, &pattern(i, client, size));
             let sge = [s.buf.sge(0, size as u32)];
             s.qps[0].post(&SendWr::send(i).sges(&sge).signaled())?;
+            posted += 1;
             Ok(())
         };
         if client {
             send(&mut s)?;
         }
-        // Wait for the peer's message (send completions retire on the way).
-        let deadline = Instant::now() + Duration::from_secs(10);
+        // Wait for the peer's message; send completions retire on the way.
+        let deadline = Instant::now() + STALL;
         let mut got = false;
         while !got {
             let n = s.cq.poll(&mut s.qps[..], &mut wcs)?;
             for wc in &wcs[..n] {
                 if !wc.is_ok() {
+                    let (op, st) = (wc.opcode.name(), wc.status.name());
+                    return Err(format!("iteration {i}: {op} completed with {st}").into());
+                }
+                if !wc.opcode.is_recv() {
+                    sent += 1;
+                    continue;
+                }
+                if wc.byte_len as usize != size
+                    || s.buf.read(size, size) != pattern(i, !client, size)
+                {
+                    return Err(format!("iteration {i}: the message arrived damaged").into());
+                }
+                s.qps[0].post_recv(wc.wr_id, std::slice::from_ref(&recv))?;
+                got = true;
+                checked += 1;
+            }
+            if n == 0 {
+                if Instant::now() > deadline {
                     return Err(format!(
-                        "iteration {i}: {} {}",
-                        wc.opcode.name(),
-                        wc.status.name()
+                        "iteration {i}: no message from the peer for {STALL:?} (this side: \
+                             {posted} sends posted, {sent} completed)"
                     )
                     .into());
                 }
-                if wc.opcode.is_recv() {
-                    let want = pattern(i, !client, size);
-                    if wc.byte_len as usize != size || s.buf.read(size, size) != want {
-                        return Err(format!("iteration {i}: the message arrived damaged").into());
-                    }
-                    s.qps[0].post_recv(wc.wr_id, std::slice::from_ref(&recv))?;
-                    got = true;
-                }
-            }
-            if n == 0 {
-                // Two spinning ends and the device thread share the cores: let it run.
+                // The device thread shares the cores with the spinning ends: let it run.
                 std::thread::yield_now();
-            }
-            if Instant::now() > deadline {
-                return Err(format!("iteration {i}: no message from the peer for 10 s").into());
             }
         }
         if !client {
@@ -201,61 +150,29 @@ fn side_main(
         }
     }
     let took = start.elapsed();
-    // Let the last send complete before the QP goes away.
-    std::thread::sleep(Duration::from_millis(20));
-    let _ = s.cq.poll(&mut s.qps[..], &mut wcs);
-    drop(conn);
-    Ok((took, s))
-}
-
-fn report(o: &Opts, took: Duration) {
-    let bytes = 2 * o.size as u64 * o.iters;
-    let secs = took.as_secs_f64();
-    println!(
-        "{bytes} bytes in {secs:.2} seconds = {:.2} Mbit/sec",
-        bytes as f64 * 8.0 / secs / 1e6
-    );
-    println!(
-        "{} iters in {secs:.2} seconds = {:.2} usec/iter",
-        o.iters,
-        secs * 1e6 / o.iters as f64
-    );
-}
-
-fn run(o: &Opts) -> Result<()> {
-    let devs = open_devices(&o.device, o.loopback)?;
-    if o.loopback {
-        let peer = devs.peer.clone().unwrap_or_else(|| devs.local.clone());
-        let a = Side::new(devs.local.clone(), &cfg(o.size))?;
-        let b = Side::new(peer, &cfg(o.size))?;
-        let listener = TcpListener::bind(("127.0.0.1", 0))?;
-        let port = listener.local_addr()?.port();
-        println!("rc_pingpong: server and client in one process, TCP exchange on 127.0.0.1:{port}");
-        let server_opts = Opts {
-            server: None,
-            device: o.device.clone(),
-            port,
-            ..*o
-        };
-        let client_opts = Opts {
-            server: Some("127.0.0.1".into()),
-            device: o.device.clone(),
-            port,
-            ..*o
-        };
-        let server = std::thread::spawn(move || side_main(b, None, Some(listener), &server_opts));
-        let (took, a) = side_main(a, Some("127.0.0.1".into()), None, &client_opts)?;
-        let (_, b) = server.join().map_err(|_| "the server thread panicked")??;
-        report(o, took);
-        drop((a, b));
-        return Ok(());
+    // Every send acknowledged before the goodbye.
+    let deadline = Instant::now() + STALL;
+    while sent < posted {
+        let n = s.cq.poll(&mut s.qps[..], &mut wcs)?;
+        for wc in &wcs[..n] {
+            if !wc.is_ok() {
+                return Err(
+                    format!("last sends: {} {}", wc.opcode.name(), wc.status.name()).into(),
+                );
+            }
+            sent += u64::from(!wc.opcode.is_recv());
+        }
+        if Instant::now() > deadline {
+            return Err(
+                format!("{} sends not acknowledged within {STALL:?}", posted - sent).into(),
+            );
+        }
+        std::thread::yield_now();
     }
-    let s = Side::new(devs.local.clone(), &cfg(o.size))?;
-    let listener = match &o.server {
-        None => Some(TcpListener::bind(("0.0.0.0", o.port))?),
-        Some(_) => None,
-    };
-    let (took, _s) = side_main(s, o.server.clone(), listener, o)?;
-    report(o, took);
-    Ok(())
+    finish(conn, client)?;
+    say(&format!(
+        "  {who}: {} messages of {size} bytes received, every one checked byte for byte",
+        o.iters
+    ));
+    Ok(Outcome { took, checked })
 }

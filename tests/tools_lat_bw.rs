@@ -1,8 +1,13 @@
-//! The perftest-compatible tools run end to end in `--loopback` mode on the software ConnectX:
-//! their output has perftest's columns with positive numbers, and bad requests are clear errors
+//! The perftest-compatible tools run end to end on the software ConnectX, in `--loopback` mode
+//! and as a server and a client process (each with its own device, frames over UDP): their
+//! output has perftest's columns with positive numbers, and bad requests are clear errors
 //! (exit status 1, no panic).
 
+mod examples_support;
+
+use std::path::Path;
 use std::process::{Command, Output};
+use std::time::Duration;
 
 fn run(bin: &str, args: &[&str]) -> Output {
     Command::new(bin).args(args).output().expect("run the tool")
@@ -189,7 +194,12 @@ fn bad_requests_are_clear_errors() {
         &["write", "--loopback", "--path", "verbs"],
         "needs a verbs device",
     );
-    check_clear_error(lat, &["write", "-s", "8"], "--loopback");
+    check_clear_error(
+        lat,
+        &["write", "--loopback", "127.0.0.1"],
+        "give no server address",
+    );
+    check_clear_error(bw, &["read", "--loopback", "::1"], "give no server address");
     check_clear_error(lat, &["write", "--loopback", "-s", "0"], "-s must be");
     check_clear_error(bw, &["write", "--loopback", "-q", "0"], "-q must be");
     #[cfg(not(feature = "verbs"))]
@@ -205,4 +215,119 @@ fn bad_requests_are_clear_errors() {
         assert_eq!(out.status.code(), Some(1));
         assert!(!String::from_utf8_lossy(&out.stderr).contains("panicked"));
     }
+}
+
+/// `tool` as a server and a client process; returns (server, client) stdout.
+fn two_processes(tool: &str, args: &[&str]) -> (String, String) {
+    examples_support::two_processes(
+        Path::new(tool),
+        args,
+        "Waiting for client to connect on TCP port ",
+        Duration::from_secs(60),
+    )
+}
+
+/// The text after `name :` on the banner line that starts with `name`.
+fn field(out: &str, name: &str) -> String {
+    let l = out
+        .lines()
+        .find(|l| l.trim_start().starts_with(name))
+        .unwrap_or_else(|| panic!("no {name:?} line:\n{out}"));
+    l[l.find(':').unwrap() + 1..].trim().to_string()
+}
+
+/// What both ends print when they run in two processes: their own software ConnectX and the
+/// UDP link to the peer's.
+fn check_udp_links(server: &str, client: &str) {
+    for (out, me, peer) in [
+        (server, "10.0.0.1", "10.0.0.2"),
+        (client, "10.0.0.2", "10.0.0.1"),
+    ] {
+        let link = out
+            .lines()
+            .find(|l| l.starts_with(" UDP link"))
+            .unwrap_or_else(|| panic!("no UDP link line:\n{out}"));
+        assert!(
+            link.contains(&format!("software ConnectX {me} at UDP 127.0.0.1:"))
+                && link.contains(&format!("peer software ConnectX {peer} at UDP 127.0.0.1:")),
+            "{link}"
+        );
+    }
+}
+
+/// lat: the QPN and PSN each end announced are the ones the other connected to.
+fn check_lat_addresses(server: &str, client: &str) {
+    assert_eq!(
+        field(server, "local address"),
+        field(client, "remote address")
+    );
+    assert_eq!(
+        field(client, "local address"),
+        field(server, "remote address")
+    );
+}
+
+#[test]
+fn lat_write_server_and_client_processes() {
+    let lat = env!("CARGO_BIN_EXE_lat");
+    let (server, client) = two_processes(lat, &["write", "-n", "60", "-s", "32"]);
+    check_udp_links(&server, &client);
+    check_lat_addresses(&server, &client);
+    for c in LAT_COLUMNS {
+        assert!(client.contains(c), "column {c:?} missing:\n{client}");
+    }
+    let rows = rows_after(&client, "t_typical[usec]");
+    assert_eq!(rows.len(), 1, "{client}");
+    let r = &rows[0];
+    assert_eq!(r.len(), 9, "{client}");
+    assert_eq!((r[0], r[1]), (32.0, 60.0), "{r:?}");
+    assert!(
+        r[2..].iter().all(|&v| v > 0.0),
+        "non-positive figure: {r:?}"
+    );
+    assert!(r[2] <= r[5] && r[5] <= r[3], "min ≤ avg ≤ max: {r:?}");
+    // The server answers; the client measures.
+    assert!(!server.contains("t_typical"), "{server}");
+}
+
+#[test]
+fn lat_send_server_and_client_processes() {
+    let lat = env!("CARGO_BIN_EXE_lat");
+    let (server, client) = two_processes(lat, &["send", "-n", "40", "-s", "300"]);
+    check_udp_links(&server, &client);
+    check_lat_addresses(&server, &client);
+    let r = &rows_after(&client, "t_typical[usec]")[0];
+    assert_eq!((r[0], r[1]), (300.0, 40.0), "{r:?}");
+    assert!(r[2..].iter().all(|&v| v > 0.0), "{r:?}");
+}
+
+#[test]
+fn bw_write_server_and_client_processes() {
+    let bw = env!("CARGO_BIN_EXE_bw");
+    let (server, client) = two_processes(
+        bw,
+        &["write", "-n", "200", "-s", "2048", "-q", "2", "-t", "16"],
+    );
+    check_udp_links(&server, &client);
+    // Each QP's line reads "local QPN a PSN b, remote QPN c PSN d": crosswise equal.
+    for q in ["QP 0", "QP 1"] {
+        let (s, c) = (field(&server, q), field(&client, q));
+        let halves = |l: &str| -> (String, String) {
+            let (local, remote) = l.split_once(", remote ").expect("local, remote");
+            (
+                local.trim_start_matches("local ").to_string(),
+                remote.to_string(),
+            )
+        };
+        let ((sl, sr), (cl, cr)) = (halves(&s), halves(&c));
+        assert_eq!((sl, sr), (cr, cl), "{q}: server {s:?}, client {c:?}");
+    }
+    let rows = rows_after(&client, "MsgRate[Mpps]");
+    assert_eq!(rows.len(), 1, "{client}");
+    let r = &rows[0];
+    assert_eq!(r.len(), 5, "{client}");
+    assert_eq!((r[0], r[1]), (2048.0, 400.0), "-n is per QP: {r:?}");
+    assert!(r[2] > 0.0 && r[3] > 0.0 && r[4] > 0.0, "{r:?}");
+    assert!(r[2] >= r[3], "peak below average: {r:?}");
+    assert!(!server.contains("MsgRate"), "{server}");
 }

@@ -2,10 +2,21 @@
 //! library's data path, over one or many QPs.
 //!
 //! ```text
-//! bw write --loopback -s 8 -n 100000      both ends here, on the software ConnectX
-//! bw write -d mlx5_0 -q 4                 server (passive: it only serves)
-//! bw write -d mlx5_0 -q 4 10.0.0.1        client
+//! bw write                                server (passive: it only serves), software ConnectX
+//! bw write 127.0.0.1                      client, in another terminal
+//! bw write --loopback -s 8 -n 100000      both ends in one process
+//! bw write -d mlx5_0 -q 4                 server on a ConnectX (--features verbs)
+//! bw write -d mlx5_0 -q 4 192.0.2.1       client
 //! ```
+//!
+//! Across processes each has its own software ConnectX; they swap UDP addresses on the first
+//! control connection, and RoCEv2 frames travel between them over UDP. `-p 0` lets the server
+//! pick a free TCP port (it prints it). With `-q N` there is one control connection per QP.
+//! Between processes a deep queue of large messages (`-t 128` of 4 KiB: 512 frames at once)
+//! would overflow the kernel's UDP receive buffer, and a lost frame is retransmitted only
+//! after the ACK timeout; so there the client keeps at most
+//! [`UDP_FRAMES_IN_FLIGHT`] frames in flight, and leaves out sizes
+//! above that many frames (`sizes_for_udp_link`).
 //!
 //! The client keeps up to `-t` WRs in flight on every QP, asks for a completion every
 //! `--cq-mod` WRs (and on the last), and times from the first post to the last completion.
@@ -18,16 +29,17 @@ use clap::Parser;
 use mlx5_direct::hw::QpType;
 use mlx5_direct::perf::args::{BwArgs, BwTest, PathKind};
 use mlx5_direct::perf::progress::Progress;
+use mlx5_direct::perf::rendezvous::{sizes_for_udp_link, UDP_FRAMES_IN_FLIGHT};
 use mlx5_direct::perf::report::{self, Banner};
 use mlx5_direct::perf::stats::BwStats;
 use mlx5_direct::perf::{Error, Result};
 use mlx5_direct::qp::connect::{
-    connect_pair, ConnectParams, Connection, ControlEvent, ControlOnly, PairSide, QpLink,
-    RemoteBuffer,
+    connect_pair, AbortCode, ConnectParams, Connection, ControlEvent, ControlOnly, PairSide,
+    QpLink, RemoteBuffer,
 };
 use mlx5_direct::qp::{Cq, Qp, RemoteAddr, SendWr, Sge, Wc};
-use side::{open_devices, remote, Devices, Side, SideCfg};
-use std::net::TcpListener;
+use side::{open_devices, remote, Devices, Rendezvous, Side, SideCfg, UdpLink};
+use std::io::Write;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -66,6 +78,11 @@ fn plan(a: &BwArgs) -> Result<Plan> {
     };
     if sizes.iter().any(|&s| s == 0 || s > 1 << 30) {
         return Err(Error::Usage("-s must be between 1 and 1 GiB".into()));
+    }
+    if c.loopback && c.server.is_some() {
+        return Err(Error::Usage(
+            "--loopback runs both ends here: give no server address".into(),
+        ));
     }
     let iters = c.iters.unwrap_or(5000);
     if iters == 0 {
@@ -222,7 +239,10 @@ impl Poster for Verbs<'_> {
     }
 }
 
-/// Post `iters` messages of `size` on every QP and wait for them all; returns the figures.
+/// Post `iters` messages of `size` on every QP, at most `depth` in flight per QP, and wait for
+/// them all; returns the figures. `yield_idle`: give the core away when no completion is ready
+/// (on the software ConnectX, whose device thread needs a core to move the frames).
+#[allow(clippy::too_many_arguments)]
 fn measure(
     poster: &mut dyn Poster,
     buf: &side::Buf,
@@ -231,7 +251,12 @@ fn measure(
     p: &Plan,
     inline: u64,
     size: u64,
+    depth: u32,
+    yield_idle: bool,
 ) -> Result<BwStats> {
+    let depth = u64::from(depth.max(1));
+    // A completion at least every `depth` WRs, or the window never reopens.
+    let cq_mod = p.cq_mod.min(depth);
     // One peer buffer per QP.
     let nq = peers.len();
     let payload = vec![0xa5u8; size.min(inline) as usize];
@@ -242,7 +267,7 @@ fn measure(
     let total = p.iters * nq as u64;
     let mut completed = 0u64;
     let mut got = [(0usize, 0u64); 32];
-    let window = (p.depth as u64).max(p.cq_mod);
+    let window = depth.max(cq_mod);
     let mut best: Option<(u64, Duration)> = None;
     let mut mark = (Instant::now(), 0u64);
     let mut last_progress = Instant::now();
@@ -250,7 +275,7 @@ fn measure(
     let start = Instant::now();
     while completed < total {
         for q in 0..nq {
-            while posted[q] < p.iters && posted[q] - done[q] < p.depth as u64 {
+            while posted[q] < p.iters && posted[q] - done[q] < depth {
                 let i = posted[q];
                 poster.post(
                     q,
@@ -260,7 +285,7 @@ fn measure(
                         remote: remote(&peers[q], 0),
                         sge,
                         inline: (size <= inline).then_some(&payload[..]),
-                        signaled: (i + 1).is_multiple_of(p.cq_mod) || i + 1 == p.iters,
+                        signaled: (i + 1).is_multiple_of(cq_mod) || i + 1 == p.iters,
                     },
                 )?;
                 posted[q] += 1;
@@ -274,7 +299,11 @@ fn measure(
                     secs: STALL.as_secs(),
                 });
             }
-            std::hint::spin_loop();
+            if yield_idle {
+                std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
             continue;
         }
         last_progress = Instant::now();
@@ -302,6 +331,14 @@ fn measure(
     Ok(BwStats::new(size, total, took, best))
 }
 
+/// The send queue depth for `size`-byte messages over the UDP link: `-t`, lowered so that all
+/// QPs together keep at most [`UDP_FRAMES_IN_FLIGHT`] frames of `mtu` bytes in flight.
+fn udp_depth(p: &Plan, size: u64, mtu: u32) -> u32 {
+    let frames = size.div_ceil(u64::from(mtu.max(1))).max(1) * u64::from(p.qps.max(1));
+    let fit = (UDP_FRAMES_IN_FLIGHT / frames).max(1);
+    p.depth.min(fit.min(u64::from(u32::MAX)) as u32)
+}
+
 fn check_path(a: &BwArgs, devs: &Devices) -> Result<()> {
     match (a.common.path, devs.is_sim()) {
         (PathKind::Direct, _) | (PathKind::Verbs, false) => Ok(()),
@@ -313,8 +350,18 @@ fn check_path(a: &BwArgs, devs: &Devices) -> Result<()> {
     }
 }
 
-fn banner(a: &BwArgs, devs: &Devices, p: &Plan, inline: u32, conns: &[Connection]) -> String {
+fn banner(
+    a: &BwArgs,
+    devs: &Devices,
+    p: &Plan,
+    inline: u32,
+    conns: &[Connection],
+    udp: Option<&UdpLink>,
+) -> String {
     let mut extra = Vec::new();
+    if let Some(u) = udp {
+        extra.push(("UDP link".into(), u.to_string()));
+    }
     for (i, c) in conns.iter().enumerate().take(4) {
         extra.push((
             format!("QP {i}"),
@@ -368,8 +415,10 @@ fn measure_verbs(
         done: vec![Completion::default(); 32],
     };
     for &size in &p.sizes {
-        let s = measure(&mut v, &me.buf, a.test, peers, p, inline, size)?;
-        println!("{}", report::bw_row(&s, a.report_gbits));
+        let s = measure(
+            &mut v, &me.buf, a.test, peers, p, inline, size, p.depth, false,
+        )?;
+        say(&report::bw_row(&s, a.report_gbits));
     }
     Ok(())
 }
@@ -391,7 +440,7 @@ fn measure_verbs(
 fn run(a: &BwArgs) -> Result<()> {
     let p = plan(a)?;
     let c = &a.common;
-    let devs = open_devices(&c.device, c.loopback)?;
+    let devs = open_devices(&c.device, c.loopback, c.server.is_some())?;
     let r = run_on(a, &p, &devs);
     if r.is_err() {
         for b in devs.driver_bugs() {
@@ -412,6 +461,7 @@ fn run_on(a: &BwArgs, p: &Plan, devs: &Devices) -> Result<()> {
     }
     .with_buffer(me.buf.remote_buffer());
     let mut conns = Vec::new();
+    let mut udp = None;
     // In loopback the peer is passive: its data path is never touched, so it connects
     // without one.
     let mut peer_side = None;
@@ -441,45 +491,48 @@ fn run_on(a: &BwArgs, p: &Plan, devs: &Devices) -> Result<()> {
         }
         peer_side = Some(peer);
     } else {
-        let listener = if c.server.is_none() {
-            let l = TcpListener::bind(("0.0.0.0", c.port)).map_err(|e| Error::Io {
-                path: format!("TCP port {}", c.port),
-                source: e,
-            })?;
-            eprintln!(" Waiting for client to connect on TCP port {} ...", c.port);
-            Some(l)
-        } else {
-            None
-        };
+        let rv = Rendezvous::new(c.server.as_deref(), c.port)?;
+        if let Rendezvous::Server(l) = &rv {
+            let port = l.local_addr().map_or(c.port, |a| a.port());
+            say(&format!(
+                " Waiting for client to connect on TCP port {port} ..."
+            ));
+        }
+        // One control connection per QP, in QP order on both sides.
         for q in 0..p.qps as usize {
             let r = me.qp_ref(q);
             let dev = me.dev.clone();
+            let (control, link) = rv.control(devs, params.io_timeout)?;
+            udp = udp.or(link);
             let mut link = QpLink::new(&mut me.qps[q], &mut me.cq, |_: &mut _| Ok(()));
-            let conn = match (&listener, &c.server) {
-                (Some(l), _) => Connection::accept(l, &*dev, r, &mut link, &params)?,
-                (None, Some(host)) => {
-                    Connection::connect((host.as_str(), c.port), &*dev, r, &mut link, &params)?
-                }
-                (None, None) => return Err(Error::Usage("neither server nor client".into())),
-            };
-            conns.push(conn);
+            conns.push(Connection::over(control, &*dev, r, &mut link, &params)?);
         }
     }
     let inline = p.inline.min(me.qps[0].max_inline_data());
-    println!("{}", banner(a, devs, p, inline, &conns));
+    say(&banner(a, devs, p, inline, &conns, udp.as_ref()));
     let client = c.loopback || c.server.is_some();
     if !client {
         // The server only serves; the client closes the control connections when done.
-        let mut open = conns.len();
-        while open > 0 {
-            for conn in conns.iter_mut() {
-                if let Some(ControlEvent::PeerAborted(_)) = conn.poll_control()? {
-                    open -= 1;
+        let mut open: Vec<bool> = vec![true; conns.len()];
+        while open.iter().any(|&o| o) {
+            for (conn, open) in conns.iter_mut().zip(open.iter_mut()) {
+                if !*open {
+                    continue;
+                }
+                match conn.poll_control()? {
+                    Some(ControlEvent::PeerAborted(AbortCode::Shutdown)) => *open = false,
+                    Some(ControlEvent::PeerAborted(code)) => {
+                        return Err(Error::Usage(format!(
+                            "the client aborted: {}",
+                            code.describe()
+                        )))
+                    }
+                    Some(ControlEvent::RebuildRequested { .. }) | None => {}
                 }
             }
             std::thread::sleep(Duration::from_millis(1));
         }
-        println!("{}", report::RESULT_LINE);
+        say(report::RESULT_LINE);
         return Ok(());
     }
     let peers: Vec<RemoteBuffer> = conns
@@ -489,7 +542,19 @@ fn run_on(a: &BwArgs, p: &Plan, devs: &Devices) -> Result<()> {
                 .ok_or_else(|| Error::Usage("the peer announced no buffer".into()))
         })
         .collect::<Result<_>>()?;
-    println!("{}", report::bw_header(a.report_gbits));
+    let mtu = conns.first().map_or(1024, |c| c.path_mtu().bytes());
+    let (sizes, note) = sizes_for_udp_link(&p.sizes, udp.is_some(), mtu)?;
+    if udp.is_some() {
+        say(&format!(
+            " note: at most {UDP_FRAMES_IN_FLIGHT} frames in flight on the UDP link: larger \
+             messages go fewer at a time than -t {}",
+            p.depth
+        ));
+    }
+    if let Some(n) = note {
+        say(&n);
+    }
+    say(report::bw_header(a.report_gbits));
     let inline = inline as u64;
     match a.common.path {
         PathKind::Direct => {
@@ -498,14 +563,21 @@ fn run_on(a: &BwArgs, p: &Plan, devs: &Devices) -> Result<()> {
                 cq: &mut me.cq,
                 wcs: [Wc::default(); 32],
             };
-            for &size in &p.sizes {
-                let s = measure(&mut d, &me.buf, a.test, &peers, p, inline, size)?;
-                println!("{}", report::bw_row(&s, a.report_gbits));
+            let yield_idle = devs.is_sim();
+            for &size in &sizes {
+                let depth = match udp {
+                    Some(_) => udp_depth(p, size, mtu),
+                    None => p.depth,
+                };
+                let s = measure(
+                    &mut d, &me.buf, a.test, &peers, p, inline, size, depth, yield_idle,
+                )?;
+                say(&report::bw_row(&s, a.report_gbits));
             }
         }
         PathKind::Verbs => measure_verbs(a, devs, &me, &peers, p, inline)?,
     }
-    println!("{}", report::RESULT_LINE);
+    say(report::RESULT_LINE);
     for conn in conns {
         if !c.loopback {
             conn.close()?;
@@ -513,4 +585,11 @@ fn run_on(a: &BwArgs, p: &Plan, devs: &Devices) -> Result<()> {
     }
     drop(peer_side);
     Ok(())
+}
+
+/// Print a line now: a script or test may be waiting for it.
+fn say(line: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}");
+    let _ = out.flush();
 }

@@ -2,10 +2,17 @@
 //! through this library's data path.
 //!
 //! ```text
-//! lat write --loopback -n 1000          both ends here, on the software ConnectX
-//! lat send -d mlx5_0                    server
-//! lat send -d mlx5_0 10.0.0.1           client
+//! lat write                             server, on the software ConnectX (-d sim)
+//! lat write 127.0.0.1                   client, in another terminal
+//! lat write --loopback -n 1000          both ends in one process
+//! lat send -d mlx5_0                    server on a ConnectX (--features verbs)
+//! lat send -d mlx5_0 192.0.2.1          client
+//! lat send -d mlx5_0 --path verbs ...   the same through libibverbs, for comparison
 //! ```
+//!
+//! Across processes each has its own software ConnectX; they swap UDP addresses on the
+//! control connection, and RoCEv2 frames travel between them over UDP. `-p 0` lets the server
+//! pick a free TCP port (it prints it).
 //!
 //! WRITE: each side writes the message into the other's buffer and waits for its last byte to
 //! change (perftest's method); SEND: each side waits for the receive completion; the figure is
@@ -16,19 +23,23 @@
 mod side;
 
 use clap::Parser;
+use mlx5_direct::hw::Device;
 use mlx5_direct::hw::QpType;
 use mlx5_direct::perf::args::{Common, LatArgs, LatTest, PathKind};
 use mlx5_direct::perf::progress::Progress;
+use mlx5_direct::perf::rendezvous::sizes_for_udp_link;
 use mlx5_direct::perf::report::{self, Banner};
 use mlx5_direct::perf::stats::LatencyStats;
 use mlx5_direct::perf::{svg, Error, Result};
 use mlx5_direct::qp::connect::{
-    connect_pair, ConnectParams, Connection, ControlEvent, PairSide, QpLink, RemoteBuffer,
+    connect_pair, AbortCode, ConnectParams, Connection, ControlEvent, Link, PairSide, QpLink,
+    QpRef, RemoteBuffer,
 };
-use mlx5_direct::qp::{Qp, SendWr, Sge, Wc};
-use side::{open_devices, remote, Devices, Side, SideCfg};
-use std::net::TcpListener;
+use mlx5_direct::qp::{Cq, Qp, RemoteAddr, SendWr, Sge, Wc};
+use side::{open_devices, remote, Buf, Devices, Rendezvous, Side, SideCfg, UdpLink};
+use std::io::Write;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// How long any one wait may take before the run is declared stuck.
@@ -49,9 +60,97 @@ fn main() -> ExitCode {
     }
 }
 
+/// A completion as the ping-pong sees it.
+#[derive(Clone, Copy, Debug, Default)]
+struct Done {
+    /// A receive (of the peer's SEND), else a send-side completion.
+    recv: bool,
+    wr_id: u64,
+}
+
+/// What one message is.
+#[derive(Clone, Copy, Debug)]
+enum Op {
+    /// RDMA WRITE to this remote address.
+    Write(RemoteAddr),
+    /// SEND.
+    Send,
+    /// RDMA READ from this remote address.
+    Read(RemoteAddr),
+}
+
+/// The post/poll path under measurement: this library's ([`Direct`]), or libibverbs'
+/// (`Verbs`, `--path verbs`).
+trait LatPath {
+    /// Post one signaled WR: `sge` is the local buffer (the READ's destination), `inline` the
+    /// same bytes when they go inline.
+    fn post(&mut self, wr_id: u64, op: Op, sge: Sge, inline: Option<&[u8]>) -> Result<()>;
+    /// Post one receive.
+    fn post_recv(&mut self, wr_id: u64, sge: Sge) -> Result<()>;
+    /// Poll ready completions; an error completion is an error.
+    fn poll(&mut self, out: &mut [Done]) -> Result<usize>;
+}
+
+/// This library's data path.
+struct Direct<'a> {
+    qp: &'a mut Qp,
+    cq: &'a mut Cq,
+    wcs: [Wc; 16],
+}
+
+impl<'a> Direct<'a> {
+    fn new(qp: &'a mut Qp, cq: &'a mut Cq) -> Self {
+        Direct {
+            qp,
+            cq,
+            wcs: [Wc::default(); 16],
+        }
+    }
+}
+
+impl LatPath for Direct<'_> {
+    #[inline]
+    fn post(&mut self, wr_id: u64, op: Op, sge: Sge, inline: Option<&[u8]>) -> Result<()> {
+        let wr = match op {
+            Op::Write(to) => SendWr::write(wr_id, to),
+            Op::Send => SendWr::send(wr_id),
+            Op::Read(from) => SendWr::read(wr_id, from),
+        }
+        .signaled();
+        let sges = [sge];
+        match inline {
+            Some(bytes) => self.qp.post(&wr.inline(bytes))?,
+            None => self.qp.post(&wr.sges(&sges))?,
+        }
+        Ok(())
+    }
+
+    fn post_recv(&mut self, wr_id: u64, sge: Sge) -> Result<()> {
+        self.qp.post_recv(wr_id, std::slice::from_ref(&sge))?;
+        Ok(())
+    }
+
+    #[inline]
+    fn poll(&mut self, out: &mut [Done]) -> Result<usize> {
+        let max = out.len().min(self.wcs.len());
+        let n = self.cq.poll(&mut *self.qp, &mut self.wcs[..max])?;
+        for (o, wc) in out.iter_mut().zip(&self.wcs[..n]) {
+            if !wc.is_ok() {
+                return Err(Error::completion(wc));
+            }
+            *o = Done {
+                recv: wc.opcode.is_recv(),
+                wr_id: wc.wr_id,
+            };
+        }
+        Ok(n)
+    }
+}
+
 /// One end's data path during a ping-pong.
-struct Pinger<'a> {
-    side: &'a mut Side,
+struct Pinger<'a, P> {
+    path: P,
+    buf: &'a Buf,
     remote: RemoteBuffer,
     /// Offset of the receive half of both buffers (the send half starts at 0).
     half: usize,
@@ -61,14 +160,29 @@ struct Pinger<'a> {
     sends_posted: u64,
     sends_done: u64,
     recvs: u64,
-    wcs: [Wc; 16],
+    done: [Done; 16],
+    /// Give the core away while waiting instead of spinning: on the software ConnectX, whose
+    /// device thread needs a core to move the frames (two processes on two cores are four
+    /// busy threads).
+    yield_idle: bool,
 }
 
-impl Pinger<'_> {
-    fn post(&mut self, wr: &SendWr<'_>) -> Result<()> {
-        self.side.qps[0].post(wr)?;
-        self.sends_posted += 1;
-        Ok(())
+impl<'a, P: LatPath> Pinger<'a, P> {
+    fn new(path: P, buf: &'a Buf, remote: RemoteBuffer, inline: u32, p: &Plan) -> Self {
+        Pinger {
+            path,
+            buf,
+            remote,
+            half: p.half,
+            inline,
+            payload: vec![0; inline as usize + 1],
+            next_wr: 0,
+            sends_posted: 0,
+            sends_done: 0,
+            recvs: 0,
+            done: [Done::default(); 16],
+            yield_idle: false,
+        }
     }
 
     /// Post one message of `size` bytes ending in `stamp`: an RDMA WRITE into the peer's
@@ -76,37 +190,32 @@ impl Pinger<'_> {
     fn post_msg(&mut self, test: LatTest, size: usize, stamp: u8) -> Result<()> {
         let id = self.next_wr;
         self.next_wr += 1;
-        let wr = match test {
-            LatTest::Write => SendWr::write(id, remote(&self.remote, self.half as u64)),
-            _ => SendWr::send(id),
-        }
-        .signaled();
+        let op = match test {
+            LatTest::Write => Op::Write(remote(&self.remote, self.half as u64)),
+            _ => Op::Send,
+        };
+        let sge = self.buf.sge(0, size as u32);
         if size as u32 <= self.inline {
             self.payload[size - 1] = stamp;
-            let payload = std::mem::take(&mut self.payload);
-            let r = self.post(&wr.inline(&payload[..size]));
-            self.payload = payload;
-            r
+            self.path.post(id, op, sge, Some(&self.payload[..size]))?;
         } else {
-            self.side.buf.write_u8(size - 1, stamp);
-            let sge = [self.side.buf.sge(0, size as u32)];
-            self.post(&wr.sges(&sge))
+            self.buf.write_u8(size - 1, stamp);
+            self.path.post(id, op, sge, None)?;
         }
+        self.sends_posted += 1;
+        Ok(())
     }
 
     /// Poll what is ready: count send completions and receives (reposting each receive);
     /// an error completion ends the run.
     fn drain(&mut self) -> Result<()> {
-        let n = self.side.cq.poll(&mut self.side.qps[..], &mut self.wcs)?;
+        let n = self.path.poll(&mut self.done)?;
         for i in 0..n {
-            let wc = self.wcs[i];
-            if !wc.is_ok() {
-                return Err(Error::completion(&wc));
-            }
-            if wc.opcode.is_recv() {
+            let d = self.done[i];
+            if d.recv {
                 self.recvs += 1;
-                let sge = [self.side.buf.sge(self.half, self.half as u32)];
-                self.side.qps[0].post_recv(wc.wr_id, &sge)?;
+                let sge = self.buf.sge(self.half, self.half as u32);
+                self.path.post_recv(d.wr_id, sge)?;
             } else {
                 self.sends_done += 1;
             }
@@ -114,7 +223,14 @@ impl Pinger<'_> {
         Ok(())
     }
 
-    fn wait(&mut self, what: &'static str, mut done: impl FnMut(&Self) -> bool) -> Result<()> {
+    /// Spin until `done`, draining the CQ every `every` spins (1 when `done` waits for a
+    /// completion; more when it watches memory and the drain only retires sends).
+    fn wait(
+        &mut self,
+        what: &'static str,
+        every: u32,
+        mut done: impl FnMut(&Self) -> bool,
+    ) -> Result<()> {
         let start = Instant::now();
         let mut spins = 0u32;
         loop {
@@ -122,7 +238,7 @@ impl Pinger<'_> {
                 return Ok(());
             }
             spins = spins.wrapping_add(1);
-            if spins.is_multiple_of(64) {
+            if spins.is_multiple_of(every) {
                 self.drain()?;
                 if spins.is_multiple_of(65536) && start.elapsed() > STALL {
                     return Err(Error::Timeout {
@@ -131,7 +247,11 @@ impl Pinger<'_> {
                     });
                 }
             }
-            std::hint::spin_loop();
+            if self.yield_idle {
+                std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
         }
     }
 
@@ -140,19 +260,11 @@ impl Pinger<'_> {
         match test {
             LatTest::Write => {
                 let off = self.half + size - 1;
-                self.wait("the peer's RDMA WRITE", |p| {
-                    p.side.buf.read_u8(off) == stamp
-                })
+                self.wait("the peer's RDMA WRITE", 64, |p| p.buf.read_u8(off) == stamp)
             }
             _ => {
                 let want = self.recvs + 1;
-                loop {
-                    self.drain()?;
-                    if self.recvs >= want {
-                        return Ok(());
-                    }
-                    self.wait("the peer's SEND", |p| p.recvs >= want)?;
-                }
+                self.wait("the peer's SEND", 1, |p| p.recvs >= want)
             }
         }
     }
@@ -161,24 +273,18 @@ impl Pinger<'_> {
     fn read(&mut self, size: usize) -> Result<()> {
         let id = self.next_wr;
         self.next_wr += 1;
-        let sge = [self.side.buf.sge(self.half, size as u32)];
-        let wr = SendWr::read(id, remote(&self.remote, 0))
-            .sges(&sge)
-            .signaled();
-        self.post(&wr)?;
+        let sge = self.buf.sge(self.half, size as u32);
+        self.path
+            .post(id, Op::Read(remote(&self.remote, 0)), sge, None)?;
+        self.sends_posted += 1;
         let want = self.sends_posted;
-        loop {
-            self.drain()?;
-            if self.sends_done >= want {
-                return Ok(());
-            }
-        }
+        self.wait("the RDMA READ's completion", 1, |p| p.sends_done >= want)
     }
 
     /// Wait for every send to complete (between sizes, outside the timed loops).
     fn settle(&mut self) -> Result<()> {
         let want = self.sends_posted;
-        self.wait("send completions", |p| p.sends_done >= want)
+        self.wait("send completions", 1, |p| p.sends_done >= want)
     }
 }
 
@@ -201,6 +307,11 @@ fn plan(args: &LatArgs) -> Result<Plan> {
     if sizes.iter().any(|&s| s == 0 || s > 1 << 30) {
         return Err(Error::Usage("-s must be between 1 and 1 GiB".into()));
     }
+    if c.loopback && c.server.is_some() {
+        return Err(Error::Usage(
+            "--loopback runs both ends here: give no server address".into(),
+        ));
+    }
     let iters = c.iters.unwrap_or(1000);
     if iters == 0 {
         return Err(Error::Usage("-n must be at least 1".into()));
@@ -221,17 +332,12 @@ fn plan(args: &LatArgs) -> Result<Plan> {
 
 fn check_path(c: &Common, devs: &Devices) -> Result<()> {
     match (c.path, devs.is_sim()) {
-        (PathKind::Direct, _) => Ok(()),
         (PathKind::Verbs, true) => Err(Error::Usage(
             "--path verbs needs a verbs device: the software ConnectX has no libibverbs data \
              path. Use -d mlx5_N (built with --features verbs), or --path direct"
                 .into(),
         )),
-        (PathKind::Verbs, false) => Err(Error::Usage(
-            "--path verbs is not wired into lat yet (bw has it); the libibverbs baseline lives in \
-             mlx5_hw::verbs::baseline (run --path direct meanwhile)"
-                .into(),
-        )),
+        _ => Ok(()),
     }
 }
 
@@ -247,7 +353,7 @@ fn side_cfg(p: &Plan) -> SideCfg {
     }
 }
 
-/// The closure that posts the receives when the QP reaches Init.
+/// The closure that posts the receives (SEND test) when the QP reaches Init.
 fn receives(test: LatTest, sge: Sge) -> impl FnMut(&mut Qp) -> mlx5_direct::qp::Result<()> {
     move |qp: &mut Qp| {
         if test == LatTest::Send {
@@ -259,24 +365,88 @@ fn receives(test: LatTest, sge: Sge) -> impl FnMut(&mut Qp) -> mlx5_direct::qp::
     }
 }
 
-fn pinger<'a>(side: &'a mut Side, peer: RemoteBuffer, p: &Plan) -> Pinger<'a> {
-    let inline = p.inline.min(side.qps[0].max_inline_data());
-    Pinger {
-        side,
-        remote: peer,
-        half: p.half,
-        inline,
-        payload: vec![0; inline as usize + 1],
-        next_wr: 0,
-        sends_posted: 0,
-        sends_done: 0,
-        recvs: 0,
-        wcs: [Wc::default(); 16],
+/// What connecting one end needs, taken from its [`Side`] before its data path is borrowed.
+struct EndInfo {
+    dev: Arc<dyn Device>,
+    qp: QpRef,
+    params: ConnectParams,
+    /// The receive half: where the peer's messages land.
+    recv: Sge,
+}
+
+fn end_info(s: &Side, c: &Common, p: &Plan) -> EndInfo {
+    EndInfo {
+        dev: s.dev.clone(),
+        qp: s.qp_ref(0),
+        params: ConnectParams {
+            port: c.ib_port,
+            ..ConnectParams::default()
+        }
+        .with_buffer(s.buf.remote_buffer()),
+        recv: s.buf.sge(p.half, p.half as u32),
     }
 }
 
-fn banner(args: &LatArgs, devs: &Devices, inline: u32, conn: &Connection) -> String {
+/// Connect the two ends of a loopback run.
+fn connect_loopback(
+    a: &EndInfo,
+    la: &mut dyn Link,
+    b: &EndInfo,
+    lb: &mut dyn Link,
+) -> Result<(Connection, Connection)> {
+    Ok(connect_pair(
+        PairSide {
+            dev: &*a.dev,
+            qp: a.qp,
+            link: la,
+            params: &a.params,
+        },
+        PairSide {
+            dev: &*b.dev,
+            qp: b.qp,
+            link: lb,
+            params: &b.params,
+        },
+    )?)
+}
+
+/// Connect this end to the peer process through `rv`.
+fn connect_end(
+    me: &EndInfo,
+    link: &mut dyn Link,
+    rv: &Rendezvous,
+    devs: &Devices,
+) -> Result<(Connection, Option<UdpLink>)> {
+    let (control, udp) = rv.control(devs, me.params.io_timeout)?;
+    let conn = Connection::over(control, &*me.dev, me.qp, link, &me.params)?;
+    Ok((conn, udp))
+}
+
+fn banner(
+    args: &LatArgs,
+    devs: &Devices,
+    inline: u32,
+    conn: &Connection,
+    udp: Option<&UdpLink>,
+) -> String {
     let mtu = conn.path_mtu().bytes();
+    let mut extra = vec![
+        (
+            "local address".into(),
+            format!(
+                "QPN {:#08x} PSN {:#08x}",
+                conn.local().qpn,
+                conn.local().psn
+            ),
+        ),
+        (
+            "remote address".into(),
+            format!("QPN {:#08x} PSN {:#08x}", conn.peer().qpn, conn.peer().psn),
+        ),
+    ];
+    if let Some(u) = udp {
+        extra.push(("UDP link".into(), u.to_string()));
+    }
     Banner {
         title: args.test.title(),
         device: &devs.name,
@@ -286,20 +456,7 @@ fn banner(args: &LatArgs, devs: &Devices, inline: u32, conn: &Connection) -> Str
         inline,
         tx_depth: 1,
         mtu,
-        extra: vec![
-            (
-                "local address".into(),
-                format!(
-                    "QPN {:#08x} PSN {:#08x}",
-                    conn.local().qpn,
-                    conn.local().psn
-                ),
-            ),
-            (
-                "remote address".into(),
-                format!("QPN {:#08x} PSN {:#08x}", conn.peer().qpn, conn.peer().psn),
-            ),
-        ],
+        extra,
     }
     .render()
 }
@@ -307,7 +464,7 @@ fn banner(args: &LatArgs, devs: &Devices, inline: u32, conn: &Connection) -> Str
 fn run(args: &LatArgs) -> Result<()> {
     let p = plan(args)?;
     let c = &args.common;
-    let devs = open_devices(&c.device, c.loopback)?;
+    let devs = open_devices(&c.device, c.loopback, c.server.is_some())?;
     let r = run_on(args, &p, &devs);
     if r.is_err() {
         for b in devs.driver_bugs() {
@@ -321,113 +478,153 @@ fn run_on(args: &LatArgs, p: &Plan, devs: &Devices) -> Result<()> {
     let c = &args.common;
     check_path(c, devs)?;
     let cfg = side_cfg(p);
-    if c.loopback {
-        let peer_dev = devs.peer.clone().unwrap_or_else(|| devs.local.clone());
-        let mut a = Side::new(devs.local.clone(), &cfg)?;
-        let mut b = Side::new(peer_dev, &cfg)?;
-        let (ca, cb) = {
-            let (pa, pb) = (
-                ConnectParams::default().with_buffer(a.buf.remote_buffer()),
-                ConnectParams::default().with_buffer(b.buf.remote_buffer()),
-            );
-            let (ra, rb) = (a.qp_ref(0), b.qp_ref(0));
-            let (sa, sb) = (
-                a.buf.sge(p.half, p.half as u32),
-                b.buf.sge(p.half, p.half as u32),
-            );
-            let (da, db) = (a.dev.clone(), b.dev.clone());
-            let mut la = QpLink::new(&mut a.qps[0], &mut a.cq, receives(p.test, sa));
-            let mut lb = QpLink::new(&mut b.qps[0], &mut b.cq, receives(p.test, sb));
-            connect_pair(
-                PairSide {
-                    dev: &*da,
-                    qp: ra,
-                    link: &mut la,
-                    params: &pa,
-                },
-                PairSide {
-                    dev: &*db,
-                    qp: rb,
-                    link: &mut lb,
-                    params: &pb,
-                },
-            )?
-        };
-        let (ba, bb) = (buffer_of(&ca)?, buffer_of(&cb)?);
-        let mut pa = pinger(&mut a, ba, p);
-        let mut pb = pinger(&mut b, bb, p);
-        println!("{}", banner(args, devs, pa.inline, &ca));
-        println!("{}", report::LAT_HEADER);
-        let mut last = None;
-        let mut stamp = 0u8;
-        for &size in &p.sizes {
-            let size = size as usize;
-            let mut samples = Vec::with_capacity(p.iters as usize);
-            let mut progress = Progress::new(format!("{size} bytes"), p.iters);
-            for i in 0..p.iters {
-                stamp = next_stamp(stamp);
-                let t0 = Instant::now();
-                let ns = match p.test {
-                    LatTest::Read => {
-                        pa.read(size)?;
-                        t0.elapsed().as_nanos() as u64
-                    }
-                    t => {
-                        pa.post_msg(t, size, stamp)?;
-                        pb.wait_msg(t, size, stamp)?;
-                        pb.post_msg(t, size, stamp)?;
-                        pa.wait_msg(t, size, stamp)?;
-                        t0.elapsed().as_nanos() as u64 / 2
-                    }
-                };
-                samples.push(ns);
-                progress.update(i);
-            }
-            drop(progress);
-            pa.settle()?;
-            pb.settle()?;
-            last = print_row(size as u64, &samples).or(last);
+    let rv = if c.loopback {
+        None
+    } else {
+        let rv = Rendezvous::new(c.server.as_deref(), c.port)?;
+        if let Rendezvous::Server(l) = &rv {
+            let port = l.local_addr().map_or(c.port, |a| a.port());
+            say(&format!(
+                " Waiting for client to connect on TCP port {port} ..."
+            ));
         }
-        finish(args, last)?;
-        drop((ca, cb));
-        return Ok(());
-    }
-    // Server or client over TCP, one process per end.
-    let mut s = Side::new(devs.local.clone(), &cfg)?;
-    let params = ConnectParams {
-        port: c.ib_port,
-        ..ConnectParams::default()
-    }
-    .with_buffer(s.buf.remote_buffer());
-    let qp_ref = s.qp_ref(0);
-    let sge = s.buf.sge(p.half, p.half as u32);
-    let dev = s.dev.clone();
-    let conn = {
-        let mut link = QpLink::new(&mut s.qps[0], &mut s.cq, receives(p.test, sge));
-        match &c.server {
-            None => {
-                let listener = TcpListener::bind(("0.0.0.0", c.port)).map_err(|e| Error::Io {
-                    path: format!("TCP port {}", c.port),
-                    source: e,
-                })?;
-                eprintln!(" Waiting for client to connect on TCP port {} ...", c.port);
-                Connection::accept(&listener, &*dev, qp_ref, &mut link, &params)?
-            }
-            Some(host) => {
-                Connection::connect((host.as_str(), c.port), &*dev, qp_ref, &mut link, &params)?
-            }
-        }
+        Some(rv)
     };
-    let peer = buffer_of(&conn)?;
-    let mut me = pinger(&mut s, peer, p);
-    let client = c.server.is_some();
-    println!("{}", banner(args, devs, me.inline, &conn));
-    if client {
-        println!("{}", report::LAT_HEADER);
+    match c.path {
+        PathKind::Direct => run_direct(args, p, devs, &cfg, rv.as_ref()),
+        PathKind::Verbs => run_verbs(args, p, devs, &cfg, rv.as_ref()),
     }
+}
+
+/// This library's data path: both ends here (`rv` is `None`) or this end of two processes.
+fn run_direct(
+    args: &LatArgs,
+    p: &Plan,
+    devs: &Devices,
+    cfg: &SideCfg,
+    rv: Option<&Rendezvous>,
+) -> Result<()> {
+    let c = &args.common;
+    let mut a = Side::new(devs.local.clone(), cfg)?;
+    let ia = end_info(&a, c, p);
+    let Side { qps, cq, buf, .. } = &mut a;
+    let Some(rv) = rv else {
+        let peer_dev = devs.peer.clone().unwrap_or_else(|| devs.local.clone());
+        let mut b = Side::new(peer_dev, cfg)?;
+        let ib = end_info(&b, c, p);
+        let Side {
+            qps: qps_b,
+            cq: cq_b,
+            buf: buf_b,
+            ..
+        } = &mut b;
+        let (ca, cb) = {
+            let mut la = QpLink::new(&mut qps[0], cq, receives(p.test, ia.recv));
+            let mut lb = QpLink::new(&mut qps_b[0], cq_b, receives(p.test, ib.recv));
+            connect_loopback(&ia, &mut la, &ib, &mut lb)?
+        };
+        let inline = p.inline.min(qps[0].max_inline_data());
+        let mut pa = Pinger::new(
+            Direct::new(&mut qps[0], cq),
+            buf,
+            buffer_of(&ca)?,
+            inline,
+            p,
+        );
+        let mut pb = Pinger::new(
+            Direct::new(&mut qps_b[0], cq_b),
+            buf_b,
+            buffer_of(&cb)?,
+            inline,
+            p,
+        );
+        (pa.yield_idle, pb.yield_idle) = (devs.is_sim(), devs.is_sim());
+        return measure_loopback(args, p, devs, pa, pb, &ca);
+    };
+    let (conn, udp) = {
+        let mut link = QpLink::new(&mut qps[0], cq, receives(p.test, ia.recv));
+        connect_end(&ia, &mut link, rv, devs)?
+    };
+    let inline = p.inline.min(qps[0].max_inline_data());
+    let mut me = Pinger::new(
+        Direct::new(&mut qps[0], cq),
+        buf,
+        buffer_of(&conn)?,
+        inline,
+        p,
+    );
+    me.yield_idle = devs.is_sim();
+    measure_end(args, p, devs, me, conn, udp, rv.is_client())
+}
+
+/// Both ends here: A pings, B answers, A measures.
+fn measure_loopback<P: LatPath, Q: LatPath>(
+    args: &LatArgs,
+    p: &Plan,
+    devs: &Devices,
+    mut pa: Pinger<'_, P>,
+    mut pb: Pinger<'_, Q>,
+    ca: &Connection,
+) -> Result<()> {
+    println!("{}", banner(args, devs, pa.inline, ca, None));
+    println!("{}", report::LAT_HEADER);
     let mut last = None;
     let mut stamp = 0u8;
     for &size in &p.sizes {
+        let size = size as usize;
+        let mut samples = Vec::with_capacity(p.iters as usize);
+        let mut progress = Progress::new(format!("{size} bytes"), p.iters);
+        for i in 0..p.iters {
+            stamp = next_stamp(stamp);
+            let t0 = Instant::now();
+            let ns = match p.test {
+                LatTest::Read => {
+                    pa.read(size)?;
+                    t0.elapsed().as_nanos() as u64
+                }
+                t => {
+                    pa.post_msg(t, size, stamp)?;
+                    pb.wait_msg(t, size, stamp)?;
+                    pb.post_msg(t, size, stamp)?;
+                    pa.wait_msg(t, size, stamp)?;
+                    t0.elapsed().as_nanos() as u64 / 2
+                }
+            };
+            samples.push(ns);
+            progress.update(i);
+        }
+        drop(progress);
+        pa.settle()?;
+        pb.settle()?;
+        last = print_row(size as u64, &samples).or(last);
+    }
+    finish(args, last)
+}
+
+/// This end of a run across processes: the client pings and measures, the server answers
+/// (READ: the server only serves) until the client says goodbye.
+fn measure_end<P: LatPath>(
+    args: &LatArgs,
+    p: &Plan,
+    devs: &Devices,
+    mut me: Pinger<'_, P>,
+    mut conn: Connection,
+    udp: Option<UdpLink>,
+    client: bool,
+) -> Result<()> {
+    say(&banner(args, devs, me.inline, &conn, udp.as_ref()));
+    // Both ends leave out the same sizes, so they stay in step.
+    let mtu = conn.path_mtu().bytes();
+    let (sizes, note) = sizes_for_udp_link(&p.sizes, udp.is_some(), mtu)?;
+    if let Some(n) = note {
+        say(&n);
+    }
+    if client {
+        say(report::LAT_HEADER);
+    }
+    let mut last = None;
+    let mut stamp = 0u8;
+    for &size in &sizes {
         let size = size as usize;
         let mut samples = Vec::with_capacity(p.iters as usize);
         for _ in 0..p.iters {
@@ -455,26 +652,33 @@ fn run_on(args: &LatArgs, p: &Plan, devs: &Devices) -> Result<()> {
             last = print_row(size as u64, &samples).or(last);
         }
     }
-    let mut conn = conn;
     if client {
         conn.close()?;
-        finish(args, last)?;
-    } else {
-        // The client says when it is done (READ: the server only serves).
-        let start = Instant::now();
-        loop {
-            match conn.poll_control()? {
-                Some(ControlEvent::PeerAborted(_)) => break,
-                Some(ControlEvent::RebuildRequested { .. }) | None => {}
-            }
-            if start.elapsed() > Duration::from_secs(3600) {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        println!("{}", report::RESULT_LINE);
+        return finish(args, last);
     }
+    // The client says when it is done (READ: the server only serves until then).
+    loop {
+        match conn.poll_control()? {
+            Some(ControlEvent::PeerAborted(AbortCode::Shutdown)) => break,
+            Some(ControlEvent::PeerAborted(code)) => {
+                return Err(Error::Usage(format!(
+                    "the client aborted: {}",
+                    code.describe()
+                )))
+            }
+            Some(ControlEvent::RebuildRequested { .. }) | None => {}
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    say(report::RESULT_LINE);
     Ok(())
+}
+
+/// Print a line now: a script or test may be waiting for it.
+fn say(line: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}");
+    let _ = out.flush();
 }
 
 /// Stamps cycle through 1..=255 so that consecutive messages always differ from each other
@@ -494,14 +698,14 @@ fn buffer_of(conn: &Connection) -> Result<RemoteBuffer> {
 
 fn print_row(size: u64, samples: &[u64]) -> Option<LatencyStats> {
     let s = LatencyStats::from_nanos(size, samples)?;
-    println!("{}", report::lat_row(&s));
+    say(&report::lat_row(&s));
     Some(s)
 }
 
 fn finish(args: &LatArgs, last: Option<LatencyStats>) -> Result<()> {
-    println!("{}", report::RESULT_LINE);
+    say(report::RESULT_LINE);
     if let Some(s) = &last {
-        println!("{}", report::lat_percentiles(s));
+        say(&report::lat_percentiles(s));
         if let Some(path) = &args.histogram {
             std::fs::write(path, svg::histogram_svg(args.test.title(), s)).map_err(|e| {
                 Error::Io {
@@ -509,8 +713,212 @@ fn finish(args: &LatArgs, last: Option<LatencyStats>) -> Result<()> {
                     source: e,
                 }
             })?;
-            println!(" histogram written to {}", path.display());
+            say(&format!(" histogram written to {}", path.display()));
         }
     }
     Ok(())
+}
+
+/// `--path verbs` needs the `verbs` feature.
+#[cfg(not(feature = "verbs"))]
+fn run_verbs(
+    _args: &LatArgs,
+    _p: &Plan,
+    _devs: &Devices,
+    _cfg: &SideCfg,
+    _rv: Option<&Rendezvous>,
+) -> Result<()> {
+    Err(Error::Usage(
+        "--path verbs needs the `verbs` feature (rebuild with --features verbs)".into(),
+    ))
+}
+
+#[cfg(feature = "verbs")]
+use verbs_path::run_verbs;
+
+/// `--path verbs`: the same QPs and CQs, driven through libibverbs' `ibv_post_send`,
+/// `ibv_post_recv` and `ibv_poll_cq` (`mlx5_hw::verbs::baseline`), as perftest drives them.
+#[cfg(feature = "verbs")]
+mod verbs_path {
+    use super::*;
+    use mlx5_direct::hw::verbs::baseline::{
+        BaselineCq, BaselineQp, Completion, SendOp, SendWr as VWr, Sge as VSge,
+    };
+    use mlx5_direct::hw::verbs::VerbsDevice;
+
+    /// `IBV_WC_RECV`: every receive opcode has this bit (rdma-core `libibverbs/verbs.h`,
+    /// `enum ibv_wc_opcode`: "consumers can test if a completion is a receive by testing
+    /// (opcode & IBV_WC_RECV)").
+    const IBV_WC_RECV: u32 = 1 << 7;
+
+    fn vsge(s: Sge) -> VSge {
+        VSge {
+            addr: s.addr,
+            length: s.length,
+            lkey: s.lkey,
+        }
+    }
+
+    /// libibverbs' data path on one QP and its CQ.
+    pub(super) struct Verbs<'d> {
+        qp: BaselineQp<'d>,
+        cq: BaselineCq<'d>,
+        done: [Completion; 16],
+    }
+
+    impl LatPath for Verbs<'_> {
+        fn post(&mut self, wr_id: u64, op: Op, sge: Sge, inline: Option<&[u8]>) -> Result<()> {
+            let op = match op {
+                Op::Write(to) => SendOp::Write {
+                    remote_addr: to.addr,
+                    rkey: to.rkey,
+                },
+                Op::Send => SendOp::Send,
+                Op::Read(from) => SendOp::Read {
+                    remote_addr: from.addr,
+                    rkey: from.rkey,
+                },
+            };
+            // IBV_SEND_INLINE copies from the SGE's address: the bytes must be there.
+            let sges = [match inline {
+                Some(bytes) => VSge {
+                    addr: bytes.as_ptr() as u64,
+                    length: bytes.len() as u32,
+                    lkey: sge.lkey,
+                },
+                None => vsge(sge),
+            }];
+            let mut wr = VWr::new(wr_id, op, &sges);
+            wr.inline = inline.is_some();
+            self.qp.post_send(&wr)?;
+            Ok(())
+        }
+
+        fn post_recv(&mut self, wr_id: u64, sge: Sge) -> Result<()> {
+            self.qp.post_recv(wr_id, &[vsge(sge)])?;
+            Ok(())
+        }
+
+        fn poll(&mut self, out: &mut [Done]) -> Result<usize> {
+            let max = out.len().min(self.done.len());
+            let n = self.cq.poll(&mut self.done[..max])?;
+            for (o, c) in out.iter_mut().zip(&self.done[..n]) {
+                if !c.is_success() {
+                    return Err(Error::Completion {
+                        wr_id: c.wr_id,
+                        what: "verbs work request",
+                        status: c.status_str(),
+                        hint: format!("; vendor syndrome {:#x}", c.vendor_err),
+                    });
+                }
+                *o = Done {
+                    recv: c.opcode & IBV_WC_RECV != 0,
+                    wr_id: c.wr_id,
+                };
+            }
+            Ok(n)
+        }
+    }
+
+    /// The control path's view of a verbs data path: receives are posted through
+    /// `ibv_post_recv` when the QP reaches Init, so none is missing when the peer starts.
+    struct VerbsLink<'q, 'd> {
+        qp: &'q mut BaselineQp<'d>,
+        test: LatTest,
+        recv: Sge,
+        /// Why posting a receive failed (the link's error type cannot carry it).
+        failed: Option<mlx5_direct::hw::Error>,
+    }
+
+    impl Link for VerbsLink<'_, '_> {
+        fn set_state(&mut self, _state: mlx5_direct::hw::QpState) {}
+        fn post_receives(&mut self) -> mlx5_direct::qp::Result<()> {
+            if self.test != LatTest::Send {
+                return Ok(());
+            }
+            for i in 0..RECV_DEPTH as u64 {
+                if let Err(e) = self.qp.post_recv(i, &[vsge(self.recv)]) {
+                    self.failed = Some(e);
+                    return Err(mlx5_direct::qp::Error::BadLayout(
+                        "ibv_post_recv refused a receive",
+                    ));
+                }
+            }
+            Ok(())
+        }
+        fn poll(&mut self, _out: &mut [Wc]) -> mlx5_direct::qp::Result<usize> {
+            Ok(0)
+        }
+        fn flush_outstanding(&mut self, _out: &mut [Wc]) -> mlx5_direct::qp::Result<usize> {
+            Ok(0)
+        }
+    }
+
+    impl<'q, 'd> VerbsLink<'q, 'd> {
+        fn new(qp: &'q mut BaselineQp<'d>, test: LatTest, recv: Sge) -> Self {
+            VerbsLink {
+                qp,
+                test,
+                recv,
+                failed: None,
+            }
+        }
+        /// The real cause of a failed connect, when it was a receive.
+        fn cause(&mut self, e: Error) -> Error {
+            self.failed.take().map_or(e, Error::from)
+        }
+    }
+
+    fn claim<'d>(dev: &'d VerbsDevice, s: &Side) -> Result<(BaselineQp<'d>, BaselineCq<'d>)> {
+        Ok((
+            BaselineQp::new(dev, s.infos[0].id)?,
+            BaselineCq::new(dev, s.cq_id)?,
+        ))
+    }
+
+    fn verbs<'d>(qp: BaselineQp<'d>, cq: BaselineCq<'d>) -> Verbs<'d> {
+        Verbs {
+            qp,
+            cq,
+            done: [Completion::default(); 16],
+        }
+    }
+
+    pub(super) fn run_verbs(
+        args: &LatArgs,
+        p: &Plan,
+        devs: &Devices,
+        cfg: &SideCfg,
+        rv: Option<&Rendezvous>,
+    ) -> Result<()> {
+        let c = &args.common;
+        let dev = devs
+            .verbs
+            .as_deref()
+            .ok_or_else(|| Error::Usage("--path verbs needs a verbs device".into()))?;
+        let a = Side::new(devs.local.clone(), cfg)?;
+        let ia = end_info(&a, c, p);
+        let inline = p.inline.min(a.qps[0].max_inline_data());
+        let (mut qa, cqa) = claim(dev, &a)?;
+        let Some(rv) = rv else {
+            let peer_dev = devs.peer.clone().unwrap_or_else(|| devs.local.clone());
+            let b = Side::new(peer_dev, cfg)?;
+            let ib = end_info(&b, c, p);
+            let (mut qb, cqb) = claim(dev, &b)?;
+            let (ca, cb) = {
+                let mut la = VerbsLink::new(&mut qa, p.test, ia.recv);
+                let mut lb = VerbsLink::new(&mut qb, p.test, ib.recv);
+                connect_loopback(&ia, &mut la, &ib, &mut lb).map_err(|e| lb.cause(la.cause(e)))?
+            };
+            let pa = Pinger::new(verbs(qa, cqa), &a.buf, buffer_of(&ca)?, inline, p);
+            let pb = Pinger::new(verbs(qb, cqb), &b.buf, buffer_of(&cb)?, inline, p);
+            return measure_loopback(args, p, devs, pa, pb, &ca);
+        };
+        let (conn, udp) = {
+            let mut link = VerbsLink::new(&mut qa, p.test, ia.recv);
+            connect_end(&ia, &mut link, rv, devs).map_err(|e| link.cause(e))?
+        };
+        let me = Pinger::new(verbs(qa, cqa), &a.buf, buffer_of(&conn)?, inline, p);
+        measure_end(args, p, devs, me, conn, udp, rv.is_client())
+    }
 }

@@ -37,7 +37,8 @@ pub struct Common {
     /// Device port.
     #[arg(short = 'i', long = "ib-port", default_value_t = 1)]
     pub ib_port: u8,
-    /// TCP port of the endpoint exchange (perftest's default).
+    /// TCP port of the endpoint exchange (perftest's default; 0: the server picks a free one
+    /// and prints it).
     #[arg(short = 'p', long = "port", default_value_t = 18515)]
     pub port: u16,
     /// Message size in bytes.
@@ -56,7 +57,8 @@ pub struct Common {
     #[arg(long, value_enum, default_value_t = PathKind::Direct)]
     pub path: PathKind,
     /// Both ends in this process, on two software ConnectX devices (threaded mode), or on one
-    /// verbs device.
+    /// verbs device. Without it, this process is the server (no address) or the client, and
+    /// on the software ConnectX each process has its own device, reaching the other over UDP.
     #[arg(long)]
     pub loopback: bool,
 }
@@ -89,7 +91,7 @@ impl LatTest {
     name = "lat",
     version,
     about = "Latency of RDMA WRITE, SEND and READ, perftest style",
-    after_help = "Examples:\n  lat write --loopback -n 1000\n  lat send -d mlx5_0            (server)\n  lat send -d mlx5_0 10.0.0.1   (client)"
+    after_help = "Examples:\n  lat write                     server, software ConnectX (-d sim)\n  lat write 127.0.0.1           client, another process\n  lat write --loopback -n 1000  both ends in one process\n  lat send -d mlx5_0            server on a ConnectX (--features verbs)\n  lat send -d mlx5_0 192.0.2.1  client"
 )]
 pub struct LatArgs {
     /// Which latency test.
@@ -128,7 +130,7 @@ impl BwTest {
     name = "bw",
     version,
     about = "Message rate and bandwidth of RDMA WRITE and READ, perftest style",
-    after_help = "Examples:\n  bw write --loopback -s 8 -n 100000\n  bw write -q 4 -d mlx5_0 10.0.0.1 --report_gbits"
+    after_help = "Examples:\n  bw write                            server, software ConnectX (-d sim)\n  bw write 127.0.0.1                  client, another process\n  bw write --loopback -s 8 -n 100000  both ends in one process\n  bw write -q 4 -d mlx5_0 192.0.2.1 --report_gbits"
 )]
 pub struct BwArgs {
     /// Which bandwidth test.

@@ -37,6 +37,22 @@ pub enum Error {
         /// Seconds waited.
         secs: u64,
     },
+    /// The peer on the control connection is not what this side expects.
+    #[error("peer {peer}: {why}")]
+    Peer {
+        /// The peer's address.
+        peer: String,
+        /// What is wrong, and what to do about it.
+        why: String,
+    },
+    /// A socket operation of the control connection failed.
+    #[error("{during}: {source}")]
+    Net {
+        /// What was being done.
+        during: String,
+        /// The cause.
+        source: std::io::Error,
+    },
     /// Writing the report or the histogram picture failed.
     #[error("writing {path}: {source}")]
     Io {

@@ -1,7 +1,8 @@
 //! What the tools and examples need that takes `unsafe`: registering a buffer with a device and
 //! building the data path ([`Qp`], [`Cq`], [`Srq`]) from the layouts the device hands out. The
 //! facade library forbids unsafe code, so this file is included with `#[path]` by the `lat` and
-//! `bw` binaries and by the examples.
+//! `bw` binaries and by the examples. Also here, since every one of them opens devices the same
+//! way: [`open_devices`] and the control connection to a peer process, [`Rendezvous`].
 //!
 //! Lifetimes: a [`Side`] owns its buffer and data-path objects and drops the data path first;
 //! the device objects (QPs, CQs, MRs) live as long as the device, which every program here
@@ -13,11 +14,19 @@ use mlx5_direct::hw::{
     AccessFlags, CqId, CqInitAttr, Device, MrInfo, PdId, QpCap, QpInfo, QpInitAttr, QpType,
     SrqInfo, SrqInitAttr,
 };
+use mlx5_direct::perf::rendezvous::{self, SimHello};
 use mlx5_direct::perf::{Error, Result};
-use mlx5_direct::qp::connect::{QpRef, RemoteBuffer};
+use mlx5_direct::qp::connect::{Control, QpRef, RemoteBuffer};
 use mlx5_direct::qp::{Cq, Qp, RemoteAddr, Sge, Srq};
 use mlx5_direct::sim::{DeviceConfig, Fabric, FabricThread, SimDevice};
-use std::sync::Arc;
+use std::net::{SocketAddr, TcpListener};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+/// The IPv4 address of the server's software ConnectX in a run across processes.
+pub const SERVER_SIM_IP: [u8; 4] = [10, 0, 0, 1];
+/// The IPv4 address of the client's.
+pub const CLIENT_SIM_IP: [u8; 4] = [10, 0, 0, 2];
 
 /// Every right a test buffer needs: local write (receives, READ targets) and remote
 /// READ/WRITE/atomics.
@@ -281,6 +290,8 @@ pub struct Devices {
     pub thread: Option<FabricThread>,
     /// The software ConnectX devices themselves (fault injection: port state, counters).
     pub sims: Vec<SimDevice>,
+    /// Where the software ConnectX's frames arrive, once bound (runs across processes).
+    pub udp: OnceLock<SocketAddr>,
     /// The verbs device, for the libibverbs baseline path (`--path verbs`).
     #[cfg(feature = "verbs")]
     pub verbs: Option<Arc<mlx5_direct::hw::verbs::VerbsDevice>>,
@@ -298,9 +309,38 @@ impl Devices {
             local: Arc::new(a.clone()),
             peer: Some(Arc::new(b.clone())),
             sims: vec![a, b],
+            udp: OnceLock::new(),
             #[cfg(feature = "verbs")]
             verbs: None,
             name: "sim0 + sim1 (software ConnectX, one process)".into(),
+            fabric: Some(fabric),
+            thread,
+        }
+    }
+
+    /// One software ConnectX for a run across processes, threaded: the server's has address
+    /// [`SERVER_SIM_IP`], the client's [`CLIENT_SIM_IP`]. Its UDP socket is bound, and the
+    /// peer's address learnt, when the control connection opens ([`Rendezvous::control`]).
+    pub fn sim_process(client: bool) -> Devices {
+        let fabric = Fabric::new();
+        let (ip, name) = if client {
+            (CLIENT_SIM_IP, "sim1")
+        } else {
+            (SERVER_SIM_IP, "sim0")
+        };
+        let d: SimDevice = fabric.add_device(DeviceConfig::new(ip).name(name));
+        let thread = Some(fabric.start_thread());
+        Devices {
+            local: Arc::new(d.clone()),
+            peer: None,
+            sims: vec![d],
+            udp: OnceLock::new(),
+            #[cfg(feature = "verbs")]
+            verbs: None,
+            name: format!(
+                "{name} (software ConnectX {}, frames to the peer process over UDP)",
+                std::net::Ipv4Addr::from(ip)
+            ),
             fabric: Some(fabric),
             thread,
         }
@@ -321,20 +361,16 @@ impl Devices {
     }
 }
 
-/// Open the device named on the command line: `sim` is the software ConnectX (loopback only:
-/// it cannot reach another process); anything else is a verbs device, which needs the `verbs`
-/// feature.
-pub fn open_devices(name: &str, loopback: bool) -> Result<Devices> {
+/// Open the device named on the command line: `sim` is the software ConnectX (with `loopback`
+/// two devices in this process, else one that reaches the peer process over UDP; `client`
+/// says which end this is); anything else is a verbs device, which needs the `verbs` feature.
+pub fn open_devices(name: &str, loopback: bool, client: bool) -> Result<Devices> {
     if name == "sim" || name.starts_with("sim") && name[3..].chars().all(|c| c.is_ascii_digit()) {
-        if !loopback {
-            return Err(Error::Usage(
-                "the software ConnectX (-d sim) lives inside one process and cannot reach a \
-                 peer in another process: run both ends here with --loopback, or use a verbs \
-                 device such as -d mlx5_0"
-                    .into(),
-            ));
-        }
-        let d = Devices::sim_pair(true);
+        let d = if loopback {
+            Devices::sim_pair(true)
+        } else {
+            Devices::sim_process(client)
+        };
         if d.thread.as_ref().is_some_and(|t| !t.is_running()) {
             return Err(Error::Usage(
                 "could not start the software ConnectX thread".into(),
@@ -357,6 +393,7 @@ fn open_verbs(name: &str, loopback: bool) -> Result<Devices> {
         fabric: None,
         thread: None,
         sims: Vec::new(),
+        udp: OnceLock::new(),
     })
 }
 
@@ -367,4 +404,116 @@ fn open_verbs(name: &str, _loopback: bool) -> Result<Devices> {
          (needs libibverbs-dev) to use a ConnectX, or use -d sim --loopback for the software \
          ConnectX"
     )))
+}
+
+/// How this process reaches its peer: the TCP control connection (the server listens, the
+/// client connects), and for a software ConnectX in another process, where each device's
+/// frames go (the [`rendezvous`] pre-exchange on the same socket).
+pub enum Rendezvous {
+    /// The server: waits for its client on this listener.
+    Server(TcpListener),
+    /// The client: connects to the server.
+    Client {
+        /// The server's host name or address.
+        host: String,
+        /// Its TCP port.
+        port: u16,
+    },
+}
+
+/// The UDP path between the software ConnectX of two processes, as agreed on the control
+/// socket.
+#[derive(Clone, Copy, Debug)]
+pub struct UdpLink {
+    /// This process's device.
+    pub local: SimHello,
+    /// The peer's.
+    pub peer: SimHello,
+}
+
+impl std::fmt::Display for UdpLink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ⇄ peer {}", self.local, self.peer)
+    }
+}
+
+impl Rendezvous {
+    /// The server (`server` is `None`) binds TCP `port` on every address; the client will
+    /// connect to `server`:`port`.
+    pub fn new(server: Option<&str>, port: u16) -> Result<Rendezvous> {
+        Ok(match server {
+            None => Rendezvous::Server(rendezvous::listen(port)?),
+            Some(h) => Rendezvous::Client {
+                host: h.to_string(),
+                port,
+            },
+        })
+    }
+
+    /// Whether this side is the client.
+    pub fn is_client(&self) -> bool {
+        matches!(self, Rendezvous::Client { .. })
+    }
+
+    /// Open one control connection (the server waits for its client as long as it takes; the
+    /// client retries for `timeout` while the server does not listen yet). On a software
+    /// ConnectX that talks to another process, bind its UDP socket on the address the control
+    /// connection uses (the first time) and swap UDP addresses with the peer first.
+    pub fn control(&self, devs: &Devices, timeout: Duration) -> Result<(Control, Option<UdpLink>)> {
+        let (mut stream, peer) = match self {
+            Rendezvous::Server(l) => rendezvous::accept(l)?,
+            Rendezvous::Client { host, port } => rendezvous::connect(host, *port, timeout)?,
+        };
+        let link = match (devs.sims.first(), devs.peer.is_none()) {
+            (Some(sim), true) => Some(udp_exchange(devs, sim, &mut stream, timeout)?),
+            _ => None,
+        };
+        Ok((Control::from_stream(stream, peer, timeout)?, link))
+    }
+}
+
+/// Bind the device's UDP socket (once) on the control connection's local address, swap
+/// [`SimHello`]s and add the peer's device to the UDP peer table.
+fn udp_exchange(
+    devs: &Devices,
+    sim: &SimDevice,
+    stream: &mut std::net::TcpStream,
+    timeout: Duration,
+) -> Result<UdpLink> {
+    let net = |during: &str, source| Error::Net {
+        during: during.to_string(),
+        source,
+    };
+    let udp = match devs.udp.get() {
+        Some(a) => *a,
+        None => {
+            let ip = stream
+                .local_addr()
+                .map_err(|e| net("the control connection's local address", e))?
+                .ip();
+            let a = sim
+                .bind_udp(SocketAddr::new(ip, 0))
+                .map_err(|e| net("bind the software ConnectX to UDP", e))?;
+            *devs.udp.get_or_init(|| a)
+        }
+    };
+    let local = SimHello {
+        ipv4: sim.ipv4(),
+        udp,
+    };
+    let peer = rendezvous::exchange(stream, &local, timeout)?;
+    if peer.ipv4 == local.ipv4 {
+        return Err(Error::Peer {
+            peer: peer.udp.to_string(),
+            why: format!(
+                "its software ConnectX has this side's address {}: start one end as the server \
+                 (no address) and the other as the client (with the server's address)",
+                local.ipv4
+            ),
+        });
+    }
+    sim.add_udp_peer(peer.ipv4.octets(), peer.udp)
+        .map_err(|e| net("add the peer's UDP address", e))?;
+    tracing::info!(%local, %peer, "software ConnectX linked to the peer process over UDP");
+    Ok(UdpLink { local, peer })
 }
