@@ -15,6 +15,7 @@ use mlx5_hw::{
 
 use crate::bugs::DriverBug;
 use crate::cq::{wait_event_fd, Cq};
+use crate::doorbell::DoorbellStats;
 use crate::fabric::Inner;
 use crate::mem::Region;
 use crate::modify::{modify_qp, query_qp, MAX_RD_ATOMIC};
@@ -188,6 +189,19 @@ impl SimDevice {
     /// Remove and return the driver bugs this device reported.
     pub fn take_driver_bugs(&self) -> Vec<DriverBug> {
         self.with(|d| Ok(d.bugs.take())).unwrap_or_default()
+    }
+
+    /// What the doorbell scanners saw on this device's QPs: doorbells, and in threaded mode how
+    /// many BlueFlame copies were verified against the ring ([`crate::doorbell::threaded`]).
+    pub fn doorbell_stats(&self) -> DoorbellStats {
+        self.with(|d| {
+            let mut s = DoorbellStats::default();
+            for qp in d.qps.values() {
+                s.add(&qp.db);
+            }
+            Ok(s)
+        })
+        .unwrap_or_default()
     }
 
     /// The value of one counter.

@@ -8,28 +8,40 @@
 //! The software ConnectX sees RAM, not a register, so it fills each 256-byte BlueFlame half with
 //! a poison word that no driver can write as a doorbell: ctrl bytes 0..7 of
 //! `ff ff ff ff ff ff ff 00` name QPN 0xffffff with DS 0, and bytes 8..15 carry `fm_ce_se`
-//! 0xff whose reserved bits rdma-core never sets. A half whose first 8 bytes changed received
-//! a write: if bytes 8..15 are still poison it was an 8-byte doorbell, otherwise a BlueFlame
-//! copy of the blocks that changed. After reading, the half is poisoned again.
+//! 0xff whose reserved bits rdma-core never sets.
 //!
-//! Every doorbell is checked against the ring (mlx5-facts §3.3): it must carry this QP's number
-//! and the index of a WQE among those newly posted, the doorbell record must have advanced, and
-//! a BlueFlame copy must equal the ring. The NIC executes the BlueFlame copy, so the device
-//! does too; differences are reported as driver bugs. Work is then processed up to the doorbell
-//! record's value. Several doorbells rung between two scans of the device overwrite each other
-//! in RAM; the newest of each half is checked and the ring is processed as a whole.
+//! Two scanners, one per way of running the fabric ([`crate::fabric`]):
+//!
+//! - **Deterministic** ([`scan`]): the driver never runs during a scan. A half whose first 8
+//!   bytes changed received a write: if bytes 8..15 are still poison it was an 8-byte
+//!   doorbell, otherwise a BlueFlame copy of the blocks that changed. After reading, the half
+//!   is poisoned again. Every doorbell is checked against the ring (mlx5-facts §3.3): it must
+//!   carry this QP's number and the index of a WQE among those newly posted, the doorbell
+//!   record must have advanced, two BlueFlame copies in a row must use both halves, and a
+//!   BlueFlame copy must equal the ring. The NIC executes the BlueFlame copy, so the device
+//!   does too; differences are reported as driver bugs. Work is then processed up to the
+//!   doorbell record's value; a record without a doorbell does nothing. Several doorbells rung
+//!   between two scans of the device overwrite each other in RAM; the newest of each half is
+//!   checked and the ring is processed as a whole.
+//! - **Threaded** ([`threaded::scan`]): the fabric's thread scans while the driver writes, so
+//!   a half may be read in the middle of a copy. The doorbell record drives execution (the
+//!   ring up to it runs, never a copy), and a half is judged only once the write in it has
+//!   settled, reporting only what is certain; [`threaded`] lists the interleavings and which
+//!   checks only deterministic mode makes.
 
 use crate::bugs::{BugLog, DriverBugKind};
 use crate::mem::DmaBuf;
 use crate::qp::Qp;
 use crate::wqe::{ring_bytes, Ctrl};
 
+pub mod threaded;
+
 /// Offset of the QP's bfreg in its UAR page (`MLX5_BF_OFFSET`, bfreg 0).
 pub const BF_OFFSET: usize = 0x800;
 /// Size of one BlueFlame half (`bf.size`; UCX `UCT_IB_MLX5_BF_REG_SIZE`).
 pub const BF_HALF: usize = 256;
 /// The poison word.
-const POISON: [u8; 8] = [0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x00];
+pub(crate) const POISON: [u8; 8] = [0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x00];
 
 /// One write seen in a BlueFlame half.
 #[derive(Clone, Debug)]
@@ -47,10 +59,50 @@ pub struct DoorbellState {
     pub sq_known: u16,
     /// Half of the last doorbell seen, when known.
     pub last_half: Option<usize>,
-    /// A BlueFlame copy to execute instead of the ring: (WQE index, bytes).
+    /// A BlueFlame copy to execute instead of the ring: (WQE index, bytes); deterministic mode
+    /// only (threaded mode executes the ring).
     pub bf: Option<(u16, Vec<u8>)>,
     /// Doorbells seen.
     pub count: u64,
+    /// Threaded mode: BlueFlame copies verified equal to the ring.
+    pub bf_verified: u64,
+    /// Threaded mode: of those, copies the device first saw incomplete (the driver was in the
+    /// middle of the copy) and verified at a later scan.
+    pub bf_verified_late: u64,
+    /// Threaded mode: writes judged, once settled, to be 8-byte doorbells.
+    pub db8: u64,
+    /// Threaded mode: writes that ended without a verdict (overwritten before they settled,
+    /// naming a WQE already completed, or written when the half was not known clean).
+    pub unjudged: u64,
+    /// Threaded mode: what is known of each half (`None` in deterministic mode).
+    pub threaded: Option<threaded::Watcher>,
+}
+
+/// What the doorbell scanners saw on a device, summed over its QPs (since each QP was created
+/// or last reset).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DoorbellStats {
+    /// Doorbell and BlueFlame writes seen.
+    pub doorbells: u64,
+    /// Threaded mode: BlueFlame copies verified equal to the ring.
+    pub bf_verified: u64,
+    /// Threaded mode: of those, copies first seen incomplete and verified at a later scan.
+    pub bf_verified_late: u64,
+    /// Threaded mode: writes judged, once settled, to be 8-byte doorbells.
+    pub db8: u64,
+    /// Threaded mode: writes that ended without a verdict.
+    pub unjudged: u64,
+}
+
+impl DoorbellStats {
+    /// Add one QP's counts.
+    pub fn add(&mut self, db: &DoorbellState) {
+        self.doorbells += db.count;
+        self.bf_verified += db.bf_verified;
+        self.bf_verified_late += db.bf_verified_late;
+        self.db8 += db.db8;
+        self.unjudged += db.unjudged;
+    }
 }
 
 impl DoorbellState {
@@ -83,7 +135,7 @@ fn stable_read(uar: &DmaBuf, off: usize) -> Vec<u8> {
     a
 }
 
-/// Look at the QP's BlueFlame halves; returns whether a doorbell was seen.
+/// Deterministic mode: look at the QP's BlueFlame halves; returns whether a doorbell was seen.
 pub fn scan(qp: &mut Qp, dev: &str, bugs: &mut BugLog) -> bool {
     let mut seen = Vec::new();
     for half in 0..2 {

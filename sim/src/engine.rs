@@ -101,6 +101,9 @@ pub struct Ctx<'a> {
     pub out: &'a mut Vec<Frame>,
     /// Counters.
     pub counters: &'a mut Counters,
+    /// The fabric runs on its own thread while drivers write (threaded doorbell scanning,
+    /// [`crate::doorbell::threaded`]).
+    pub threaded: bool,
 }
 
 impl Ctx<'_> {
@@ -265,7 +268,11 @@ pub fn enter_sqe(qp: &mut Qp, ctx: &mut Ctx) {
 /// One step of a QP: doorbells, timers, then send work or flushing. Returns whether anything
 /// happened.
 pub fn process_qp(qp: &mut Qp, ctx: &mut Ctx) -> bool {
-    let mut work = crate::doorbell::scan(qp, ctx.dev, ctx.bugs);
+    let mut work = if ctx.threaded {
+        crate::doorbell::threaded::scan(qp, ctx.dev, ctx.bugs)
+    } else {
+        crate::doorbell::scan(qp, ctx.dev, ctx.bugs)
+    };
     if qp.can_receive() {
         work |= responder::flush_ack(qp, ctx);
     } else {

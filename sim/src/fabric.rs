@@ -8,7 +8,10 @@
 //!   reproducible and a 7-retry timeout takes no wall time.
 //! - Threaded: [`Fabric::start_thread`] polls doorbells in the background, with the virtual
 //!   clock following the wall clock, for examples and latency runs; the thread stops when the
-//!   returned guard is dropped.
+//!   returned guard is dropped. The driver writes while the device reads, so doorbells are
+//!   scanned differently ([`crate::doorbell::threaded`]): the doorbell record drives
+//!   execution and BlueFlame copies are only checked once settled; deterministic mode makes
+//!   the stricter checks.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -138,7 +141,9 @@ impl Fabric {
             state: PortState::Active,
         };
         let guid = 0x0002_c903_0000_0000 | (idx as u64 + 1);
-        w.devs.push(Dev::new(name.clone(), port, guid));
+        let mut dev = Dev::new(name.clone(), port, guid);
+        dev.threaded = w.threads > 0;
+        w.devs.push(dev);
         drop(w);
         let mut ll = self
             .inner
@@ -235,10 +240,16 @@ impl Fabric {
 
     /// Run the fabric on a background thread until the guard is dropped. The virtual clock
     /// follows the wall clock while it runs.
+    ///
+    /// While it runs, doorbells are scanned in threaded mode
+    /// ([`crate::doorbell::threaded`]): the doorbell record drives execution and BlueFlame
+    /// writes are judged once settled, since the driver may be in the middle of a copy when
+    /// the device looks. Stop it when the driver is not posting.
     pub fn start_thread(&self) -> FabricThread {
         let stop = Arc::new(AtomicBool::new(false));
         let inner = self.inner.clone();
         let flag = stop.clone();
+        self.inner.lock().enter_threaded();
         let handle = std::thread::Builder::new()
             .name("mlx5-sim".into())
             .spawn(move || {
@@ -265,8 +276,12 @@ impl Fabric {
                         }
                     }
                 }
+                inner.lock().leave_threaded();
             })
             .ok();
+        if handle.is_none() {
+            self.inner.lock().leave_threaded();
+        }
         FabricThread { stop, handle }
     }
 }

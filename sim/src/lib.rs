@@ -47,5 +47,6 @@ pub mod wqe;
 
 pub use bugs::{DriverBug, DriverBugKind};
 pub use device::SimDevice;
+pub use doorbell::DoorbellStats;
 pub use fabric::{DeviceConfig, Fabric, FabricThread};
 pub use faults::{Class, FaultStats, Faults, Rate};

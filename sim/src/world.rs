@@ -84,6 +84,8 @@ pub struct Dev {
     pub next_id: u32,
     /// The UDP socket to devices in other processes, when bound.
     pub udp: Option<UdpPort>,
+    /// Scan doorbells in threaded mode ([`World::enter_threaded`]).
+    pub threaded: bool,
 }
 
 impl Dev {
@@ -104,6 +106,7 @@ impl Dev {
             counters: Counters::default(),
             next_id: 0x100,
             udp: None,
+            threaded: false,
         }
     }
 
@@ -131,6 +134,7 @@ impl Dev {
             events,
             bugs,
             counters,
+            threaded,
             ..
         } = self;
         let qp = qps.get_mut(&qpn)?;
@@ -145,6 +149,7 @@ impl Dev {
             bugs,
             out,
             counters,
+            threaded: *threaded,
         };
         Some(f(qp, &mut ctx))
     }
@@ -166,6 +171,9 @@ pub struct World {
     pub malformed: u64,
     /// Fault rules.
     pub faults: FaultState,
+    /// Background threads running the fabric ([`crate::Fabric::start_thread`]); while there is
+    /// one, doorbells are scanned in threaded mode.
+    pub threads: u32,
 }
 
 impl std::fmt::Debug for World {
@@ -184,6 +192,30 @@ fn words(len: usize) -> u64 {
 }
 
 impl World {
+    /// A background thread starts running the fabric: every device scans doorbells in threaded
+    /// mode ([`crate::doorbell::threaded`]) until the last such thread leaves.
+    pub fn enter_threaded(&mut self) {
+        self.threads += 1;
+        for d in &mut self.devs {
+            d.threaded = true;
+        }
+    }
+
+    /// A background thread stops: when it was the last, every device returns to deterministic
+    /// doorbell scanning, with the BlueFlame halves poisoned as that mode expects.
+    pub fn leave_threaded(&mut self) {
+        self.threads = self.threads.saturating_sub(1);
+        if self.threads > 0 {
+            return;
+        }
+        for d in &mut self.devs {
+            d.threaded = false;
+            for qp in d.qps.values_mut() {
+                crate::doorbell::threaded::leave(qp);
+            }
+        }
+    }
+
     /// One step; returns whether anything happened.
     pub fn step(&mut self) -> bool {
         let mut work = false;

@@ -88,14 +88,19 @@ impl Cq {
         let slot = (self.ci & (l.cqe_cnt - 1)) as usize * l.cqe_size as usize
             + if l.cqe_size == 128 { 64 } else { 0 };
         let mut b = [0u8; 64];
+        // The owner byte first, then (after the barrier) the rest, like rdma-core: read the
+        // other way round, a CQE being written by the device thread could pair the new owner
+        // byte with the previous lap's contents.
         // SAFETY: the slot is inside the CQ buffer.
-        for (i, x) in b.iter_mut().enumerate() {
-            *x = unsafe { core::ptr::read_volatile(l.buf.add(slot + i)) };
-        }
+        b[63] = unsafe { core::ptr::read_volatile(l.buf.add(slot + 63)) };
         if !sw_owned(b[63], self.ci, l.cqe_cnt) {
             return None;
         }
         mmio::from_device_barrier();
+        for (i, x) in b.iter_mut().enumerate().take(63) {
+            // SAFETY: the slot is inside the CQ buffer.
+            *x = unsafe { core::ptr::read_volatile(l.buf.add(slot + i)) };
+        }
         self.ci = self.ci.wrapping_add(1);
         // SAFETY: dbrec is the CQ's doorbell record.
         unsafe { mmio::write_dbrec(l.dbrec, self.ci & 0xff_ffff) };
