@@ -23,6 +23,39 @@ use crate::wire::MacAddr;
 const MAX_DATAGRAM: usize = 9216;
 /// Datagrams read per poll, so one busy peer cannot starve the step.
 const MAX_PER_POLL: usize = 256;
+/// Receive buffer asked for: the kernel default (about 208 KiB) overflows after about 64
+/// full-MTU frames, which turns a deep queue or a single large message into retransmissions.
+const RECV_BUFFER: libc::c_int = 4 << 20;
+
+/// Ask for a [`RECV_BUFFER`]-byte receive buffer: `SO_RCVBUFFORCE` (honoured for
+/// CAP_NET_ADMIN, e.g. root in CI) and then `SO_RCVBUF` (capped by `net.core.rmem_max`). A
+/// refusal only means more loss under bursts, which the transport recovers from, so errors are
+/// logged and ignored.
+fn grow_receive_buffer(socket: &UdpSocket) {
+    use std::os::fd::AsRawFd;
+    let fd = socket.as_raw_fd();
+    for opt in [libc::SO_RCVBUFFORCE, libc::SO_RCVBUF] {
+        let val = RECV_BUFFER;
+        // SAFETY: `fd` is the open socket `socket` owns for the duration of this call; `val` is
+        // a live c_int and the length passed is its size.
+        let rc = unsafe {
+            libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                opt,
+                &val as *const libc::c_int as *const libc::c_void,
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        if rc == 0 {
+            return;
+        }
+    }
+    tracing::debug!(
+        error = %io::Error::last_os_error(),
+        "could not enlarge the UDP receive buffer; bursts beyond about 64 frames may be lost"
+    );
+}
 
 /// A device in another process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -45,6 +78,7 @@ impl UdpPort {
     pub fn bind(addr: SocketAddr) -> io::Result<UdpPort> {
         let socket = UdpSocket::bind(addr)?;
         socket.set_nonblocking(true)?;
+        grow_receive_buffer(&socket);
         Ok(UdpPort {
             socket,
             peers: BTreeMap::new(),
