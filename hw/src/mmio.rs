@@ -103,6 +103,18 @@ pub unsafe fn ring_db64(reg: *mut u8, ctrl: *const u8) {
     core::ptr::write_volatile(reg as *mut u64, v);
 }
 
+/// Ring the 8-byte doorbell with a value already in a register: `w0` is the first 8 bytes of
+/// the last WQE's ctrl segment in memory order (what [`ring_db64`] reads from the ring), one
+/// 64-bit volatile store.
+///
+/// # Safety
+/// `reg` must be an 8-byte aligned doorbell register (or RAM standing in for one).
+#[inline(always)]
+pub unsafe fn write_db64(reg: *mut u8, w0: u64) {
+    // SAFETY: the caller guarantees the register; volatile, the device reads it.
+    core::ptr::write_volatile(reg as *mut u64, w0);
+}
+
 /// Copy `blocks` 64-byte blocks of a WQE to the BlueFlame register `dst`, in ascending order,
 /// the source wrapping from `ring_end` back to `ring_start` (rdma-core `mlx5_bf_copy`, UCX
 /// `uct_ib_mlx5_bf_copy`). Each block is eight 64-bit volatile stores so that the compiler

@@ -221,7 +221,9 @@ impl Cq {
     ///
     /// **Accounting** (every posted WR is retired exactly once):
     /// - a signaled send WR produces one completion; unsignaled ones that succeed produce
-    ///   none and are retired by the next completion of their QP (verbs semantics);
+    ///   none and are retired by the next completion of their QP (verbs semantics); a success
+    ///   CQE gives the WR it names a completion (a device writes one only for a signaled WR;
+    ///   rdma-core reports every CQE it polls);
     /// - an error CQE produces an error completion for the WR it names, with the syndrome and
     ///   vendor syndrome; the unsignaled WRs before a *non-flush* error had completed in order
     ///   and are retired silently; before a *flush* error, and for every WR retired after the
@@ -242,21 +244,23 @@ impl Cq {
     #[inline(always)]
     pub fn poll<R: Resolve + ?Sized>(&mut self, table: &mut R, wcs: &mut [Wc]) -> Result<usize> {
         let start = self.ci;
+        // Read once: the stores into `wcs` and the queues would make the compiler reload them.
+        let (cqe0, cqe_cnt, size_shift) = (self.cqe0, self.cqe_cnt, self.size_shift);
         let mut n = 0;
         let mut err = None;
         while n < wcs.len() {
             let ci = self.ci;
-            let idx = (ci & (self.cqe_cnt - 1)) as usize;
+            let idx = (ci & (cqe_cnt - 1)) as usize;
             // SAFETY: idx < cqe_cnt, so the 64-byte CQE (at +0 or +64 of its slot) is inside
             // the buffer.
-            let cqe_ptr = unsafe { self.cqe0.add(idx << self.size_shift) };
+            let cqe_ptr = unsafe { cqe0.add(idx << size_shift) };
             // SAFETY: op_own is the last byte of the CQE; volatile, the device writes it.
             let op_own = unsafe { core::ptr::read_volatile(cqe_ptr.add(63)) };
             // The common case in one test (UCX `uct_ib_mlx5_poll_cq` tests error, invalid
             // and compressed CQEs with one mask, mlx5-facts §5.2): opcode REQ (bits 7:4 = 0),
             // no inline scatter and not compressed (format, bits 3:2 = 0), owner bit (bit 0)
             // equal to the lap parity (rdma-core `get_sw_cqe`, §5.3). SE (bit 1) is ignored.
-            let parity = ((ci & self.cqe_cnt) != 0) as u8;
+            let parity = ((ci & cqe_cnt) != 0) as u8;
             if (op_own ^ parity) & 0xfd == 0 {
                 mmio::from_device_barrier();
                 // SAFETY: the CQE is software-owned; bytes 56..64 (sop_drop_qpn, wqe_counter,
@@ -272,18 +276,18 @@ impl Cq {
                 let qpn = u32::from_be_bytes([0, tail[1], tail[2], tail[3]]);
                 let wqe_counter = u16::from_be_bytes([tail[4], tail[5]]);
                 if let Some(qp) = table.qp(qpn) {
-                    if let Some(k) = qp.complete_send_success(
+                    if qp.complete_send_success(
                         wqe_counter,
                         qpn,
                         u32::from_be_bytes(byte_cnt),
                         &mut wcs[n],
                     ) {
-                        n += k;
+                        n += 1;
                         self.ci = ci.wrapping_add(1);
                         continue;
                     }
                 }
-            } else if !sw_owned(op_own, ci, self.cqe_cnt) {
+            } else if !sw_owned(op_own, ci, cqe_cnt) {
                 break;
             }
             match self.poll_one_slow(cqe_ptr, table, &mut wcs[n..]) {
@@ -309,6 +313,155 @@ impl Cq {
         }
         if let Some(e) = err {
             return Err(self.report(e));
+        }
+        Ok(n)
+    }
+
+    /// Poll the send completions of one QP, lean: the WR ids of its successful send WRs go
+    /// to `wr_ids` (returns how many), every other completion — an error or flush, a
+    /// receive — to `other`, in CQE order, so that every completion is still delivered
+    /// exactly once (the accounting of [`Cq::poll`]).
+    ///
+    /// The common CQE — a successful requester CQE of `qp` (opcode REQ, no inline data, SE
+    /// clear) naming its oldest outstanding WQE, a one-block WQE that is not an
+    /// atomic — costs one owner-byte test, the load barrier, one 8-byte load and a compare
+    /// for QPN and `wqe_counter` together, one meta byte and one WR id, each copied straight
+    /// to `wr_ids`; the consumer index goes to the doorbell record once per call. Anything
+    /// else ends that run; when it is the first CQE of a call, the call hands it to
+    /// [`Cq::poll`] (out of line) and sorts what it returns: successful send completions
+    /// (a READ, an atomic, a WR retiring unsignaled ones before it) to `wr_ids`, the rest to
+    /// `other`.
+    ///
+    /// Errors are those of [`Cq::poll`] (a CQE of another QP, one naming no outstanding WQE,
+    /// an unsupported format), reported by the call that meets them first. An empty
+    /// `wr_ids` polls nothing.
+    ///
+    /// ```no_run
+    /// # fn f(cq: &mut mlx5_qp::Cq, qp: &mut mlx5_qp::Qp) -> mlx5_qp::Result<()> {
+    /// let mut done = [0u64; 16];
+    /// let n = cq.poll_send(qp, &mut done, |wc| eprintln!("WR {} failed: {}", wc.wr_id, wc.status))?;
+    /// for id in &done[..n] { /* WR `id` succeeded */ }
+    /// # Ok(()) }
+    /// ```
+    #[inline(always)]
+    pub fn poll_send<F: FnMut(Wc)>(
+        &mut self,
+        qp: &mut Qp,
+        wr_ids: &mut [u64],
+        other: F,
+    ) -> Result<usize> {
+        let n = self.poll_send_lean(qp, wr_ids);
+        if n != 0 || wr_ids.is_empty() || !self.next_ready() {
+            return Ok(n);
+        }
+        self.poll_send_other(qp, wr_ids, other)
+    }
+
+    /// Whether the CQE at the consumer index is software-owned (any opcode but INVALID).
+    #[inline(always)]
+    fn next_ready(&self) -> bool {
+        let idx = (self.ci & (self.cqe_cnt - 1)) as usize;
+        // SAFETY: idx < cqe_cnt: op_own, the last byte of a CQE inside the buffer; volatile,
+        // the device writes it.
+        let op_own =
+            unsafe { core::ptr::read_volatile(self.cqe0.add((idx << self.size_shift) + 63)) };
+        sw_owned(op_own, self.ci, self.cqe_cnt)
+    }
+
+    /// The run of common CQEs of [`Cq::poll_send`] ([`Cq::lean_run`]), in the common loop
+    /// when every outstanding WQE has the common shape and CQEs are 64 bytes.
+    #[inline(always)]
+    fn poll_send_lean(&mut self, qp: &mut Qp, out: &mut [u64]) -> usize {
+        if !(qp.sq_all_common() & (self.size_shift == 6)) {
+            return self.poll_send_lean_rare(qp, out);
+        }
+        let run = self.lean_run(qp, out);
+        // SAFETY: `lean_run` bounded the run.
+        let n = unsafe { run.run::<false, 6>() };
+        self.lean_retired(qp, n);
+        n
+    }
+
+    /// [`Cq::poll_send`]'s run when some outstanding WQE is of an uncommon shape (the meta
+    /// bytes are read) or the CQEs are 128 bytes: out of line, to keep the common loop's
+    /// registers free.
+    #[inline(never)]
+    fn poll_send_lean_rare(&mut self, qp: &mut Qp, out: &mut [u64]) -> usize {
+        let common = qp.sq_all_common();
+        let run = self.lean_run(qp, out);
+        // SAFETY: `lean_run` bounded the run.
+        let n = unsafe {
+            match (common, self.size_shift) {
+                (true, 6) => run.run::<false, 6>(),
+                (true, _) => run.run::<false, 7>(),
+                (false, 6) => run.run::<true, 6>(),
+                (false, _) => run.run::<true, 7>(),
+            }
+        };
+        self.lean_retired(qp, n);
+        n
+    }
+
+    /// The next lean run: at most `out.len()` CQEs, not past the end of the CQ buffer's lap
+    /// (the owner value is the lap's) nor of the send ring (the slots are then consecutive),
+    /// and not more than the send queue has outstanding blocks — each CQE retires exactly
+    /// one, so the WQE it must name is always outstanding and its slot's bookkeeping current.
+    #[inline(always)]
+    fn lean_run(&self, qp: &Qp, out: &mut [u64]) -> LeanRun {
+        let v = qp.sq_lean_view();
+        let ci = self.ci;
+        let idx = ci & (self.cqe_cnt - 1);
+        let slot = (v.ci & v.mask) as usize;
+        let k = out
+            .len()
+            .min((self.cqe_cnt - idx) as usize)
+            .min(v.room as usize)
+            .min(v.mask as usize + 1 - slot);
+        // SAFETY: idx < cqe_cnt; slot + k <= wqe_cnt and k <= out.len() (the run's bound).
+        unsafe {
+            LeanRun {
+                cqe: self.cqe0.add((idx as usize) << self.size_shift),
+                own: ((ci & self.cqe_cnt) != 0) as u8,
+                expect: LeanRun::expect(qp.cqe_qpn_key(), v.ci),
+                meta: v.meta.add(slot),
+                wr_ids: v.wr_ids.add(slot),
+                out: out.as_mut_ptr(),
+                k,
+            }
+        }
+    }
+
+    /// Account for `n` CQEs consumed by a lean run: the consumer indices, the credits, the
+    /// doorbell record (once per call).
+    #[inline(always)]
+    fn lean_retired(&mut self, qp: &mut Qp, n: usize) {
+        if n != 0 {
+            self.ci = self.ci.wrapping_add(n as u32);
+            qp.sq_lean_retired(n as u16);
+            self.update_ci();
+        }
+    }
+
+    /// The rest of [`Cq::poll_send`]: [`Cq::poll`] into a small array, sorted.
+    #[cold]
+    #[inline(never)]
+    fn poll_send_other<F: FnMut(Wc)>(
+        &mut self,
+        qp: &mut Qp,
+        wr_ids: &mut [u64],
+        mut other: F,
+    ) -> Result<usize> {
+        let mut wcs = [Wc::default(); 16];
+        let room = wr_ids.len().min(wcs.len());
+        let k = self.poll(qp, &mut wcs[..room])?;
+        let mut n = 0;
+        for wc in &wcs[..k] {
+            if wc.is_ok() && !wc.opcode.is_recv() {
+                wr_ids[n] = wc.wr_id;
+                n += 1;
+            } else {
+                other(*wc);
+            }
         }
         Ok(n)
     }
@@ -507,5 +660,88 @@ impl Cq {
     #[inline]
     pub fn ack_event(&mut self) {
         self.arm_sn = self.arm_sn.wrapping_add(1);
+    }
+}
+
+/// One run of the lean poll ([`Cq::poll_send`]): `k` CQEs at most from `cqe`, the WQEs' slots
+/// consecutive from `meta` / `wr_ids`, the WR ids to `out`.
+pub(crate) struct LeanRun {
+    cqe: *const u8,
+    /// The owner bit of this lap: a plain REQ CQE's whole `op_own`.
+    own: u8,
+    /// QPN and `wqe_counter` the first CQE must carry ([`LeanRun::expect`]).
+    expect: u64,
+    meta: *const u8,
+    wr_ids: *const u64,
+    out: *mut u64,
+    k: usize,
+}
+
+/// Bytes 1..=5 of a CQE's last 8 (bytes 57..62: QPN, `wqe_counter`) in a little-endian load.
+const QPN_COUNTER: u64 = 0x0000_ffff_ffff_ff00;
+/// One more `wqe_counter` in that load: +1 to its low byte (byte 61). A carry out of that byte
+/// lands in the signature byte, outside the mask: the CQE then does not match and ends the
+/// run; the next call starts afresh from the send queue's index.
+const COUNTER_ONE: u64 = 1 << 40;
+
+impl LeanRun {
+    /// What a little-endian load of bytes 56..64 of a REQ CQE of `qpn` naming block `pi`
+    /// holds under [`QPN_COUNTER`]: `sop_drop_qpn` (BE32: opcode 31:24, QPN 23:0) then
+    /// `wqe_counter` (BE16), `struct mlx5_cqe64` in mlx5dv.h. `qpn_key` is the QPN's part,
+    /// `LeanRun::qpn_key(qpn)`, which the QP keeps.
+    #[inline(always)]
+    fn expect(qpn_key: u64, pi: u16) -> u64 {
+        qpn_key | (u16::from_le_bytes(pi.to_be_bytes()) as u64) << 32
+    }
+
+    /// The QPN's part of [`LeanRun::expect`].
+    pub(crate) const fn qpn_key(qpn: u32) -> u64 {
+        let b = (qpn & 0x00ff_ffff).to_be_bytes();
+        u64::from_le_bytes([b[0], b[1], b[2], b[3], 0, 0, 0, 0])
+    }
+
+    /// Consume CQEs while each is a successful REQ CQE naming the next WQE (and, with
+    /// `CHECK_META`, that WQE's meta byte is 0; without, the caller knows all are); returns
+    /// how many. CQEs are `1 << SHIFT` bytes apart.
+    ///
+    /// # Safety
+    /// `cqe` is a CQE of the buffer with `k - 1` more after it; `meta`, `wr_ids` and `out`
+    /// hold `k` entries.
+    #[inline(always)]
+    unsafe fn run<const CHECK_META: bool, const SHIFT: u32>(self) -> usize {
+        let LeanRun {
+            mut cqe,
+            own,
+            mut expect,
+            meta,
+            wr_ids,
+            out,
+            k,
+        } = self;
+        // Index from -k up to 0 against the ends of the arrays: the loop's count is its index.
+        // SAFETY: k entries each.
+        let (meta_end, wr_end, out_end) = unsafe { (meta.add(k), wr_ids.add(k), out.add(k)) };
+        let mut j = -(k as isize);
+        while j != 0 {
+            // SAFETY: the CQE is inside the buffer (fewer than k so far); op_own volatile (the
+            // device writes it); the other bytes read after the ownership test and its
+            // barrier (rdma-core `get_sw_cqe`, then `udma_from_device_barrier`); `end + j`
+            // (-k <= j < 0) is one of the k entries.
+            unsafe {
+                if core::ptr::read_volatile(cqe.add(63)) != own {
+                    break;
+                }
+                mmio::from_device_barrier();
+                let tail = u64::from_le(core::ptr::read_volatile(cqe.add(56) as *const u64));
+                if tail & QPN_COUNTER != expect || (CHECK_META && *meta_end.offset(j) != 0) {
+                    break;
+                }
+                *out_end.offset(j) = *wr_end.offset(j);
+                cqe = cqe.add(1 << SHIFT);
+            }
+            expect = expect.wrapping_add(COUNTER_ONE);
+            j += 1;
+        }
+        (k as isize + j) as usize
     }
 }

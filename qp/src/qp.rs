@@ -4,8 +4,9 @@
 use crate::error::{Error, Result};
 use crate::rq::{check_sges, RecvQueue};
 use crate::sq::{CqeInfo, Doorbell, Progress, SendQueue};
-use crate::wc::{Wc, WcOpcode};
+use crate::wc::Wc;
 use crate::wr::{RecvWr, RemoteAddr, SendData, SendFlags, SendOp, SendWr, Sge};
+use core::mem::MaybeUninit;
 use mlx5_cq::RCV_DBR;
 use mlx5_hw::{QpLayout, QpState, QpType};
 use mlx5_wqe::opcode as op;
@@ -51,7 +52,6 @@ struct Plan<'a> {
     data: SendData<'a>,
     /// Total bytes, ctrl included.
     bytes: usize,
-    wc_opcode: WcOpcode,
     atomic_size: u8,
 }
 
@@ -85,21 +85,30 @@ pub struct Qp {
     qpn_shifted: u32,
     /// `MLX5_WQE_CTRL_CQ_UPDATE` when the QP signals every WR, else 0.
     sig_all_ce: u8,
-    /// What the lean entry points check in one branch.
+    /// The ctrl segment's first 8 bytes of a lean RDMA WRITE and SEND before the byte swap,
+    /// without `wqe_index`: `opcode << 32 | qpn << 8 | ds` with the DS count of the shape most
+    /// posted ([`WRITE_DS`], [`SEND_DS`]; [`lean_w0`]).
+    ctrl_write: u64,
+    ctrl_send: u64,
+    /// What the lean poll expects in a CQE of this QP, the QPN's part
+    /// (`LeanRun::qpn_key`).
+    cqe_qpn_key: u64,
+    /// What the lean entry points check their data against.
     fast: FastLimits,
 }
 
-/// The limits of the lean entry points ([`Qp::post_write_inline`] and friends), derived from
-/// the QP's type, state and caps so that one comparison each replaces the generic checks.
-/// They are conservative: whatever they let through, [`Qp::post`] would accept and write the
-/// same way; whatever they stop goes to [`Qp::post`] itself, which returns its error.
+/// The data limits of the lean entry points ([`Qp::post_write_inline`] and friends), derived
+/// from the QP's caps so that one comparison each replaces the generic checks; the QP's state
+/// and type, a pending doorbell and the free blocks are the send queue's lean credits, one
+/// more comparison ([`SendQueue::lean_room`]). They are conservative: whatever they let
+/// through, [`Qp::post`] would accept and write the same way; whatever they stop goes to the
+/// generic post, which returns its error.
 #[derive(Clone, Copy, Debug, Default)]
 struct FastLimits {
-    /// Blocks that may be outstanding after a lean post: the ring size when the QP is RC or
-    /// UC and in RTS or SQD, else 0 (every lean post then takes the generic path).
-    room: u32,
-    /// `room`, or 0 when the QP allows no gather entry.
-    room_sge: u32,
+    /// A gather entry's `length - 1` must be below this: `i32::MAX` (lengths 1..=2^31-1;
+    /// a zero-length entry is skipped by the generic path, a longer one is an error), or 0
+    /// when the QP allows no gather entry.
+    sge_len: u32,
     /// Largest inline payload of a WRITE: `max_inline_data`, and a WQE of ctrl + raddr +
     /// inline within `max_wqe_bytes`.
     inline_rdma: usize,
@@ -153,6 +162,33 @@ fn inline_shape(hdr: usize, len: usize) -> (u32, u32) {
         (end.wrapping_add(SEND_WQE_DS - 1) / SEND_WQE_DS) as u32
     };
     (bbs, ds)
+}
+
+/// The DS count in the QP's WRITE template: ctrl + raddr + one data segment, or an inline
+/// payload of at most 12 bytes.
+const WRITE_DS: u32 = 3;
+/// The DS count in the QP's SEND template: ctrl + one data segment, or at most 12 bytes inline.
+const SEND_DS: u32 = 2;
+
+/// The blocks a lean inline post asks [`SendQueue::lean_room`] for: its `bbs`, or more than
+/// any ring holds when the payload is over the lean path's `limit` — one comparison then
+/// covers the data, the state and the room.
+#[inline(always)]
+fn inline_blocks(len: usize, limit: usize, bbs: u32) -> u32 {
+    if len <= limit {
+        bbs
+    } else {
+        u32::MAX
+    }
+}
+
+/// The first 8 bytes of a lean WQE's ctrl segment, in memory order: `opmod 0 | wqe_index |
+/// opcode` then `qpn << 8 | ds`, both BE32 (rdma-core `mlx5dv_set_ctrl_seg`), from the QP's
+/// template `opcode << 32 | qpn << 8 | tmpl_ds`: a shift, an OR, a byte swap, and an XOR
+/// when `ds` differs from the template's (both constant in the common shapes).
+#[inline(always)]
+fn lean_w0(pi: u16, tmpl: u64, tmpl_ds: u32, ds: u32) -> u64 {
+    (((pi as u64) << 40 | tmpl) ^ (tmpl_ds ^ ds) as u64).to_be()
 }
 
 /// Write the inline segment of `data` at `ctrl + offset` (`offset` < 64, a multiple of 16:
@@ -325,11 +361,18 @@ impl Qp {
             max_wqe_bytes,
             sig_all: layout.sq_sig_all,
             qpn_shifted: (layout.qpn & 0x00ff_ffff) << 8,
+            ctrl_write: (op::OPCODE_RDMA_WRITE as u64) << 32
+                | ((layout.qpn & 0x00ff_ffff) as u64) << 8
+                | WRITE_DS as u64,
+            ctrl_send: (op::OPCODE_SEND as u64) << 32
+                | ((layout.qpn & 0x00ff_ffff) as u64) << 8
+                | SEND_DS as u64,
             sig_all_ce: if layout.sq_sig_all {
                 op::CTRL_CQ_UPDATE
             } else {
                 0
             },
+            cqe_qpn_key: crate::cq::LeanRun::qpn_key(layout.qpn),
             fast: FastLimits::default(),
         })
     }
@@ -338,11 +381,14 @@ impl Qp {
     fn update_fast_limits(&mut self) {
         let postable = matches!(self.state, QpState::Rts | QpState::Sqd)
             && matches!(self.qp_type, QpType::Rc | QpType::Uc);
-        let room = if postable { self.sq.ring.wqe_cnt() } else { 0 };
+        self.sq.set_open(postable);
         let max_inline = self.max_inline as usize;
         self.fast = FastLimits {
-            room,
-            room_sge: if self.max_send_sge >= 1 { room } else { 0 },
+            sge_len: if self.max_send_sge >= 1 {
+                i32::MAX as u32
+            } else {
+                0
+            },
             // ctrl + raddr + align16(4 + len) <= max_wqe_bytes (a multiple of 16).
             inline_rdma: max_inline.min(self.max_wqe_bytes.saturating_sub(RDMA_HDR + 4)),
             inline_send: max_inline.min(self.max_wqe_bytes.saturating_sub(SEND_HDR + 4)),
@@ -465,10 +511,12 @@ impl Qp {
     }
 
     // The lean entry points' rare cases (an error, a WR left pending by `post_deferred`, a QP
-    // type or limit the lean check does not cover) go to the generic post of the equivalent WR, out of
-    // line so that the hot path keeps neither the WR nor the error on its stack.
-    #[cold]
-    #[inline(never)]
+    // type or limit the lean check does not cover) go to the generic post of the equivalent
+    // WR, out of line so that the hot path keeps neither the WR nor the error on its stack.
+    // The result comes back through a pointer passed last, not as the return value: a
+    // `Result<()>` is returned through a hidden first argument, which would make the hot path
+    // shuffle `self` and `wr_id` out of the registers they arrive in to match it.
+    #[inline(always)]
     fn post_write_inline_generic(
         &mut self,
         wr_id: u64,
@@ -476,10 +524,24 @@ impl Qp {
         remote: RemoteAddr,
         flags: SendFlags,
     ) -> Result<()> {
-        self.post_planned(&SendWr::write(wr_id, remote).inline(data).flags(flags))
+        let mut r = MaybeUninit::uninit();
+        self.post_write_inline_slow(wr_id, data, remote, flags, &mut r);
+        // SAFETY: `post_write_inline_slow` always writes `r`.
+        unsafe { r.assume_init() }
     }
     #[cold]
     #[inline(never)]
+    fn post_write_inline_slow(
+        &mut self,
+        wr_id: u64,
+        data: &[u8],
+        remote: RemoteAddr,
+        flags: SendFlags,
+        r: &mut MaybeUninit<Result<()>>,
+    ) {
+        r.write(self.post_planned(&SendWr::write(wr_id, remote).inline(data).flags(flags)));
+    }
+    #[inline(always)]
     fn post_write_generic(
         &mut self,
         wr_id: u64,
@@ -487,47 +549,132 @@ impl Qp {
         remote: RemoteAddr,
         flags: SendFlags,
     ) -> Result<()> {
-        self.post_planned(&SendWr::write(wr_id, remote).sges(&[sge]).flags(flags))
+        let mut r = MaybeUninit::uninit();
+        let Sge { addr, length, lkey } = sge;
+        self.post_write_slow(wr_id, (addr, length, lkey), remote, flags, &mut r);
+        // SAFETY: `post_write_slow` always writes `r`.
+        unsafe { r.assume_init() }
     }
     #[cold]
     #[inline(never)]
+    fn post_write_slow(
+        &mut self,
+        wr_id: u64,
+        (addr, length, lkey): (u64, u32, u32),
+        remote: RemoteAddr,
+        flags: SendFlags,
+        r: &mut MaybeUninit<Result<()>>,
+    ) {
+        let sge = Sge { addr, length, lkey };
+        r.write(self.post_planned(&SendWr::write(wr_id, remote).sges(&[sge]).flags(flags)));
+    }
+    #[inline(always)]
     fn post_send_inline_generic(
         &mut self,
         wr_id: u64,
         data: &[u8],
         flags: SendFlags,
     ) -> Result<()> {
-        self.post_planned(&SendWr::send(wr_id).inline(data).flags(flags))
+        let mut r = MaybeUninit::uninit();
+        self.post_send_inline_slow(wr_id, data, flags, &mut r);
+        // SAFETY: `post_send_inline_slow` always writes `r`.
+        unsafe { r.assume_init() }
     }
     #[cold]
     #[inline(never)]
-    fn post_send_generic(&mut self, wr_id: u64, sge: Sge, flags: SendFlags) -> Result<()> {
-        self.post_planned(&SendWr::send(wr_id).sges(&[sge]).flags(flags))
+    fn post_send_inline_slow(
+        &mut self,
+        wr_id: u64,
+        data: &[u8],
+        flags: SendFlags,
+        r: &mut MaybeUninit<Result<()>>,
+    ) {
+        r.write(self.post_planned(&SendWr::send(wr_id).inline(data).flags(flags)));
     }
-
-    /// Whether a lean post of `bbs` blocks may go ahead: its data check `data_ok`, the
-    /// state, type and free blocks (`room` is 0 when the state or type forbids lean posts),
-    /// and nothing pending, in one branch.
     #[inline(always)]
-    fn lean_ok(&self, data_ok: bool, bbs: u32, room: u32) -> bool {
-        data_ok & (self.sq.outstanding().wrapping_add(bbs) <= room) & (self.sq.pending() == 0)
+    fn post_send_generic(&mut self, wr_id: u64, sge: Sge, flags: SendFlags) -> Result<()> {
+        let mut r = MaybeUninit::uninit();
+        let Sge { addr, length, lkey } = sge;
+        self.post_send_slow(wr_id, (addr, length, lkey), flags, &mut r);
+        // SAFETY: `post_send_slow` always writes `r`.
+        unsafe { r.assume_init() }
+    }
+    #[cold]
+    #[inline(never)]
+    fn post_send_slow(
+        &mut self,
+        wr_id: u64,
+        (addr, length, lkey): (u64, u32, u32),
+        flags: SendFlags,
+        r: &mut MaybeUninit<Result<()>>,
+    ) {
+        let sge = Sge { addr, length, lkey };
+        r.write(self.post_planned(&SendWr::send(wr_id).sges(&[sge]).flags(flags)));
     }
 
-    /// The end of every lean post: ctrl segment, bookkeeping, doorbell.
+    /// The blocks a lean post of one gather entry asks [`SendQueue::lean_room`] for: 1, or
+    /// more than any ring holds when the entry is not one the lean path writes (a zero-length
+    /// entry is skipped by the generic path, one over 2^31-1 is an error, a QP may allow no
+    /// gather entry) — one comparison then covers the data, the state and the room.
+    #[inline(always)]
+    fn sge_blocks(&self, sge: Sge) -> u32 {
+        if sge.length.wrapping_sub(1) < self.fast.sge_len {
+            1
+        } else {
+            u32::MAX
+        }
+    }
+
+    /// `fm_ce_se` of a lean post; constant when `flags` is and asks for a completion.
+    #[inline(always)]
+    fn lean_fm(&self, flags: SendFlags) -> u8 {
+        let fm = FM_CE_SE[(flags.bits() & 7) as usize];
+        if flags.contains(SendFlags::SIGNALED) {
+            fm
+        } else {
+            fm | self.sig_all_ce
+        }
+    }
+
+    /// The end of every lean post, once the segments after the ctrl segment are in the ring:
+    /// the ctrl segment (two stores of values built in registers), the WR id, the doorbell.
+    /// `slot` is the block of the producer index, `ctrl` its address, `tmpl` the QP's
+    /// `ctrl_write` or `ctrl_send` and its DS count.
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     fn lean_finish(
         &mut self,
         ctrl: *mut u8,
+        slot: usize,
         wr_id: u64,
-        opcode: u8,
+        (tmpl, tmpl_ds): (u64, u32),
         ds: u32,
         bbs: u32,
         flags: SendFlags,
-        wc_opcode: WcOpcode,
     ) {
-        self.seal(ctrl, wr_id, opcode, 0, ds, bbs, flags, 0, wc_opcode, 0);
-        self.sq.ring_one(ctrl, bbs);
+        let pi = self.sq.pi;
+        let w0 = lean_w0(pi, tmpl, tmpl_ds, ds);
+        let fm = self.lean_fm(flags);
+        // Bytes 8..16: signature 0, DCI stream id 0, fm_ce_se, immediate 0.
+        let w1 = ((fm as u64) << 32).to_be();
+        // SAFETY: `ctrl` is the WQE's first block, 64-byte aligned, reserved by the caller.
+        unsafe {
+            (ctrl as *mut u64).write(w0);
+            (ctrl as *mut u64).add(1).write(w1);
+        }
+        self.sq.commit_lean(pi, slot, wr_id, bbs);
+        self.sq
+            .ring_with(ctrl, w0, pi.wrapping_add(bbs as u16), bbs);
+    }
+
+    /// The next WQE's block and its address, for a lean post.
+    #[inline(always)]
+    fn lean_ctrl(&self) -> (usize, *mut u8) {
+        let slot = self.sq.slot(self.sq.pi);
+        // SAFETY: slot < wqe_cnt: the block is inside the ring.
+        (slot, unsafe {
+            self.sq.ring.start().add(slot * SEND_WQE_BB)
+        })
     }
 
     /// RDMA WRITE of `data` carried inline, doorbell rung (BlueFlame when it fits): exactly
@@ -544,26 +691,31 @@ impl Qp {
         flags: SendFlags,
     ) -> Result<()> {
         let (bbs, ds) = inline_shape(RDMA_HDR, data.len());
-        if !self.lean_ok(data.len() <= self.fast.inline_rdma, bbs, self.fast.room) {
-            return self.post_write_inline_generic(wr_id, data, remote, flags);
+        if self
+            .sq
+            .lean_room(inline_blocks(data.len(), self.fast.inline_rdma, bbs))
+        {
+            let (slot, ctrl) = self.lean_ctrl();
+            // SAFETY: `ctrl` is the next block and the WQE's `bbs` blocks are free (checked);
+            // the raddr segment is the second 16 bytes of the first block, the inline segment
+            // the third.
+            unsafe {
+                (ctrl.add(SEND_WQE_DS) as *mut RaddrSeg)
+                    .write(RaddrSeg::new(remote.addr, remote.rkey));
+                write_inline(&self.sq.ring, ctrl, RDMA_HDR, data);
+            }
+            self.lean_finish(
+                ctrl,
+                slot,
+                wr_id,
+                (self.ctrl_write, WRITE_DS),
+                ds,
+                bbs,
+                flags,
+            );
+            return Ok(());
         }
-        let ctrl = self.sq.next_ctrl();
-        // SAFETY: `ctrl` is the next block and the WQE's `bbs` blocks are free (checked); the
-        // raddr segment is the second 16 bytes of the first block, the inline segment the third.
-        unsafe {
-            (ctrl.add(SEND_WQE_DS) as *mut RaddrSeg).write(RaddrSeg::new(remote.addr, remote.rkey));
-            write_inline(&self.sq.ring, ctrl, RDMA_HDR, data);
-        }
-        self.lean_finish(
-            ctrl,
-            wr_id,
-            op::OPCODE_RDMA_WRITE,
-            ds,
-            bbs,
-            flags,
-            WcOpcode::RdmaWrite,
-        );
-        Ok(())
+        self.post_write_inline_generic(wr_id, data, remote, flags)
     }
 
     /// RDMA WRITE from one registered buffer, doorbell rung: exactly
@@ -576,29 +728,20 @@ impl Qp {
         remote: RemoteAddr,
         flags: SendFlags,
     ) -> Result<()> {
-        // A zero-length entry is skipped by the generic path; one over 2^31-1 is an error.
-        let len_ok = sge.length.wrapping_sub(1) < i32::MAX as u32;
-        if !self.lean_ok(len_ok, 1, self.fast.room_sge) {
-            return self.post_write_generic(wr_id, sge, remote, flags);
+        if self.sq.lean_room(self.sge_blocks(sge)) {
+            let (slot, ctrl) = self.lean_ctrl();
+            // SAFETY: as in `post_write_inline`; ctrl + raddr + data segment fill 48 bytes of
+            // the one free block.
+            unsafe {
+                (ctrl.add(SEND_WQE_DS) as *mut RaddrSeg)
+                    .write(RaddrSeg::new(remote.addr, remote.rkey));
+                (ctrl.add(RDMA_HDR) as *mut DataSeg)
+                    .write(DataSeg::new(sge.length, sge.lkey, sge.addr));
+            }
+            self.lean_finish(ctrl, slot, wr_id, (self.ctrl_write, WRITE_DS), 3, 1, flags);
+            return Ok(());
         }
-        let ctrl = self.sq.next_ctrl();
-        // SAFETY: as in `post_write_inline`; ctrl + raddr + data segment fill 48 bytes of the
-        // one free block.
-        unsafe {
-            (ctrl.add(SEND_WQE_DS) as *mut RaddrSeg).write(RaddrSeg::new(remote.addr, remote.rkey));
-            (ctrl.add(RDMA_HDR) as *mut DataSeg)
-                .write(DataSeg::new(sge.length, sge.lkey, sge.addr));
-        }
-        self.lean_finish(
-            ctrl,
-            wr_id,
-            op::OPCODE_RDMA_WRITE,
-            3,
-            1,
-            flags,
-            WcOpcode::RdmaWrite,
-        );
-        Ok(())
+        self.post_write_generic(wr_id, sge, remote, flags)
     }
 
     /// SEND of `data` carried inline, doorbell rung: exactly
@@ -607,33 +750,35 @@ impl Qp {
     #[inline(always)]
     pub fn post_send_inline(&mut self, wr_id: u64, data: &[u8], flags: SendFlags) -> Result<()> {
         let (bbs, ds) = inline_shape(SEND_HDR, data.len());
-        if !self.lean_ok(data.len() <= self.fast.inline_send, bbs, self.fast.room) {
-            return self.post_send_inline_generic(wr_id, data, flags);
+        if self
+            .sq
+            .lean_room(inline_blocks(data.len(), self.fast.inline_send, bbs))
+        {
+            let (slot, ctrl) = self.lean_ctrl();
+            // SAFETY: `ctrl` is the next block and the WQE's blocks are free (checked); the
+            // inline segment is the second 16 bytes of the first block.
+            unsafe { write_inline(&self.sq.ring, ctrl, SEND_HDR, data) };
+            self.lean_finish(ctrl, slot, wr_id, (self.ctrl_send, SEND_DS), ds, bbs, flags);
+            return Ok(());
         }
-        let ctrl = self.sq.next_ctrl();
-        // SAFETY: `ctrl` is the next block and the WQE's blocks are free (checked); the inline
-        // segment is the second 16 bytes of the first block.
-        unsafe { write_inline(&self.sq.ring, ctrl, SEND_HDR, data) };
-        self.lean_finish(ctrl, wr_id, op::OPCODE_SEND, ds, bbs, flags, WcOpcode::Send);
-        Ok(())
+        self.post_send_inline_generic(wr_id, data, flags)
     }
 
     /// SEND from one registered buffer, doorbell rung: exactly
     /// `post(&SendWr::send(wr_id).sges(&[sge]).flags(flags))`, specialised (RC and UC).
     #[inline(always)]
     pub fn post_send(&mut self, wr_id: u64, sge: Sge, flags: SendFlags) -> Result<()> {
-        let len_ok = sge.length.wrapping_sub(1) < i32::MAX as u32;
-        if !self.lean_ok(len_ok, 1, self.fast.room_sge) {
-            return self.post_send_generic(wr_id, sge, flags);
+        if self.sq.lean_room(self.sge_blocks(sge)) {
+            let (slot, ctrl) = self.lean_ctrl();
+            // SAFETY: ctrl + data segment fill 32 bytes of the one free block.
+            unsafe {
+                (ctrl.add(SEND_HDR) as *mut DataSeg)
+                    .write(DataSeg::new(sge.length, sge.lkey, sge.addr));
+            }
+            self.lean_finish(ctrl, slot, wr_id, (self.ctrl_send, SEND_DS), 2, 1, flags);
+            return Ok(());
         }
-        let ctrl = self.sq.next_ctrl();
-        // SAFETY: ctrl + data segment fill 32 bytes of the one free block.
-        unsafe {
-            (ctrl.add(SEND_HDR) as *mut DataSeg)
-                .write(DataSeg::new(sge.length, sge.lkey, sge.addr));
-        }
-        self.lean_finish(ctrl, wr_id, op::OPCODE_SEND, 2, 1, flags, WcOpcode::Send);
-        Ok(())
+        self.post_send_generic(wr_id, sge, flags)
     }
 
     /// Write a send WR into the ring without ringing the doorbell; the device sees it after
@@ -736,28 +881,28 @@ impl Qp {
         };
         let none = AtomicOperands::None;
         #[rustfmt::skip]
-        let (opcode, opmod, imm, remote, atomic, local, wc_opcode, atomic_size) = match *op {
-            SendOp::Send => (op::OPCODE_SEND, 0, 0, None, none, None, WcOpcode::Send, 0),
-            SendOp::SendImm { imm } => (op::OPCODE_SEND_IMM, 0, imm, None, none, None, WcOpcode::Send, 0),
-            SendOp::Write { remote } => (op::OPCODE_RDMA_WRITE, 0, 0, Some(remote), none, None, WcOpcode::RdmaWrite, 0),
-            SendOp::WriteImm { remote, imm } => (op::OPCODE_RDMA_WRITE_IMM, 0, imm, Some(remote), none, None, WcOpcode::RdmaWrite, 0),
-            SendOp::Read { remote } => (op::OPCODE_RDMA_READ, 0, 0, Some(remote), none, None, WcOpcode::RdmaRead, 0),
+        let (opcode, opmod, imm, remote, atomic, local, atomic_size) = match *op {
+            SendOp::Send => (op::OPCODE_SEND, 0, 0, None, none, None, 0),
+            SendOp::SendImm { imm } => (op::OPCODE_SEND_IMM, 0, imm, None, none, None, 0),
+            SendOp::Write { remote } => (op::OPCODE_RDMA_WRITE, 0, 0, Some(remote), none, None, 0),
+            SendOp::WriteImm { remote, imm } => (op::OPCODE_RDMA_WRITE_IMM, 0, imm, Some(remote), none, None, 0),
+            SendOp::Read { remote } => (op::OPCODE_RDMA_READ, 0, 0, Some(remote), none, None, 0),
             SendOp::CompSwap { remote, local, compare, swap } =>
-                (op::OPCODE_ATOMIC_CS, 0, 0, Some(remote), AtomicOperands::Std(AtomicSeg::cas(compare, swap)), Some(local), WcOpcode::CompSwap, 8),
+                (op::OPCODE_ATOMIC_CS, 0, 0, Some(remote), AtomicOperands::Std(AtomicSeg::cas(compare, swap)), Some(local), 8),
             SendOp::FetchAdd { remote, local, add } =>
-                (op::OPCODE_ATOMIC_FA, 0, 0, Some(remote), AtomicOperands::Std(AtomicSeg::faa(add)), Some(local), WcOpcode::FetchAdd, 8),
+                (op::OPCODE_ATOMIC_FA, 0, 0, Some(remote), AtomicOperands::Std(AtomicSeg::faa(add)), Some(local), 8),
             SendOp::MaskedCompSwap32 { remote, local, compare, compare_mask, swap, swap_mask } =>
                 (op::OPCODE_ATOMIC_MASKED_CS, op::OPMOD_EXT_ATOMIC_32, 0, Some(remote),
-                 AtomicOperands::MaskedCs32(MaskedCs32Seg::new(compare, compare_mask, swap, swap_mask)), Some(local), WcOpcode::MaskedCompSwap, 4),
+                 AtomicOperands::MaskedCs32(MaskedCs32Seg::new(compare, compare_mask, swap, swap_mask)), Some(local), 4),
             SendOp::MaskedCompSwap64 { remote, local, compare, compare_mask, swap, swap_mask } =>
                 (op::OPCODE_ATOMIC_MASKED_CS, op::OPMOD_EXT_ATOMIC_64, 0, Some(remote),
-                 AtomicOperands::MaskedCs64(MaskedCs64Seg::new(compare, compare_mask, swap, swap_mask)), Some(local), WcOpcode::MaskedCompSwap, 8),
+                 AtomicOperands::MaskedCs64(MaskedCs64Seg::new(compare, compare_mask, swap, swap_mask)), Some(local), 8),
             SendOp::MaskedFetchAdd32 { remote, local, add, field_boundary } =>
                 (op::OPCODE_ATOMIC_MASKED_FA, op::OPMOD_EXT_ATOMIC_32, 0, Some(remote),
-                 AtomicOperands::MaskedFa32(MaskedFa32Seg::new(add, field_boundary)), Some(local), WcOpcode::MaskedFetchAdd, 4),
+                 AtomicOperands::MaskedFa32(MaskedFa32Seg::new(add, field_boundary)), Some(local), 4),
             SendOp::MaskedFetchAdd64 { remote, local, add, field_boundary } =>
                 (op::OPCODE_ATOMIC_MASKED_FA, op::OPMOD_EXT_ATOMIC_64, 0, Some(remote),
-                 AtomicOperands::MaskedFa64(MaskedFa64Seg::new(add, field_boundary)), Some(local), WcOpcode::MaskedFetchAdd, 8),
+                 AtomicOperands::MaskedFa64(MaskedFa64Seg::new(add, field_boundary)), Some(local), 8),
         };
         let atomic_bytes = match atomic {
             AtomicOperands::None => 0,
@@ -821,7 +966,6 @@ impl Qp {
             local,
             data: wr.data,
             bytes,
-            wc_opcode,
             atomic_size,
         })
     }
@@ -859,7 +1003,6 @@ impl Qp {
         bbs: u32,
         flags: SendFlags,
         imm_be: u32,
-        wc_opcode: WcOpcode,
         atomic_size: u8,
     ) {
         let pi = self.sq.pi;
@@ -877,7 +1020,7 @@ impl Qp {
                 imm_be,
             )
         };
-        self.sq.commit(wr_id, bbs, fm_ce_se, atomic_size, wc_opcode);
+        self.sq.commit(wr_id, bbs, atomic_size);
     }
 
     #[inline(always)]
@@ -945,7 +1088,6 @@ impl Qp {
             bbs,
             wr.flags,
             plan.imm_be,
-            plan.wc_opcode,
             plan.atomic_size,
         );
         Ok((ctrl, bbs))
@@ -1031,13 +1173,7 @@ impl Qp {
             (op::OPCODE_ATOMIC_MASKED_CS | op::OPCODE_ATOMIC_MASKED_FA, _) => 8,
             _ => 0,
         };
-        self.sq.commit(
-            wr_id,
-            bbs,
-            fm_ce_se,
-            atomic_size,
-            WcOpcode::from_send_opcode(opcode),
-        );
+        self.sq.commit(wr_id, bbs, atomic_size);
         self.sq.defer(ctrl, bbs);
         Ok(())
     }
@@ -1117,8 +1253,32 @@ impl Qp {
         qpn: u32,
         byte_cnt: u32,
         out: &mut Wc,
-    ) -> Option<usize> {
+    ) -> bool {
         self.sq.complete_success(wqe_counter, qpn, byte_cnt, out)
+    }
+
+    /// What the lean poll reads of the send queue once per batch.
+    #[inline(always)]
+    pub(crate) fn sq_lean_view(&self) -> crate::sq::LeanView {
+        self.sq.lean_view()
+    }
+
+    /// The QPN's part of what the lean poll expects in this QP's CQEs.
+    #[inline(always)]
+    pub(crate) fn cqe_qpn_key(&self) -> u64 {
+        self.cqe_qpn_key
+    }
+
+    /// Whether every outstanding send WQE has meta byte 0 (the lean poll need not read them).
+    #[inline(always)]
+    pub(crate) fn sq_all_common(&self) -> bool {
+        self.sq.all_common()
+    }
+
+    /// The lean poll retired `k` one-block WQEs.
+    #[inline(always)]
+    pub(crate) fn sq_lean_retired(&mut self, k: u16) {
+        self.sq.lean_retired(k)
     }
 
     pub(crate) fn complete_recv(

@@ -15,19 +15,48 @@ use mlx5_wqe::ring::SqRing;
 use mlx5_wqe::seg::DataSeg;
 use mlx5_wqe::SEND_WQE_BB;
 
-/// What the data path remembers about the WQE that starts at a block.
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct SlotMeta {
-    /// Producer index of the WQE's first block (to recognise a stale slot).
-    pub pi: u16,
-    /// Blocks the WQE occupies (1..=16).
-    pub bbs: u8,
-    /// Whether a success produces a completion.
-    pub signaled: bool,
-    /// Operand size of an atomic (the completion's byte_len), 0 otherwise.
-    pub atomic_size: u8,
-    /// Completion opcode.
-    pub opcode: WcOpcode,
+/// What the data path remembers about the WQE that starts at a block, beyond its WR id: one
+/// byte, 0 for the common shape (one block, not an atomic), so that a post of that shape
+/// stores nothing but the WR id. The opcode is not kept: the WQE's ctrl segment stays in the
+/// ring until the WQE is retired, and its byte 3 is the opcode (rdma-core `handle_good_req`
+/// reads the same value from the CQE's `sop_drop_qpn`). Whether the WQE was signaled is not
+/// kept either: a success CQE names the WQE it completes, and that WQE gets the completion
+/// (the device writes one only for a signaled WQE; rdma-core reports every CQE it polls);
+/// the WQEs before it are the unsignaled ones it retires silently.
+///
+/// Invariant: a slot's byte is non-zero only while a WQE that starts there is outstanding;
+/// every path that retires a WQE clears its byte (the lean poll retires only WQEs whose byte
+/// is 0), so a free slot needs no store for a common-shape post.
+pub(crate) mod meta {
+    /// Bits 3:0: blocks - 1.
+    const BBS: u8 = 0x0f;
+    /// Bits 5:4: the atomic operand size (the completion's byte_len): 1 = 4 bytes, 2 = 8.
+    const ATOMIC_SHIFT: u32 = 4;
+
+    /// The byte of a WQE of `bbs` blocks (1..=16).
+    #[inline(always)]
+    pub const fn encode(bbs: u32, atomic_size: u8) -> u8 {
+        let a = match atomic_size {
+            4 => 1,
+            8 => 2,
+            _ => 0,
+        };
+        (bbs.wrapping_sub(1) as u8 & BBS) | a << ATOMIC_SHIFT
+    }
+    /// Blocks the WQE occupies.
+    #[inline(always)]
+    pub const fn bbs(m: u8) -> u16 {
+        (m & BBS) as u16 + 1
+    }
+    /// Operand size of an atomic, 0 otherwise.
+    #[inline(always)]
+    pub const fn atomic_size(m: u8) -> u8 {
+        match (m >> ATOMIC_SHIFT) & 3 {
+            1 => 4,
+            2 => 8,
+            _ => 0,
+        }
+    }
 }
 
 /// The fields of a CQE the queues need to build completions.
@@ -90,13 +119,15 @@ impl Doorbell {
     }
 }
 
-/// One ring slot's bookkeeping: the WR id and what its completion needs, stored together so
-/// a post writes one array entry.
-#[derive(Clone, Copy, Debug, Default)]
-struct Slot {
-    wr_id: u64,
-    meta: SlotMeta,
-}
+/// A branch hint: the path that calls this is not the one to lay out straight.
+#[cold]
+#[inline(always)]
+fn unlikely() {}
+
+/// Added to the lean credits while lean posts are closed (the QP's state or type forbids
+/// them, or a WQE waits for its doorbell): larger than any ring, so the credits stay negative
+/// whatever is retired meanwhile and the lean entry points' one comparison fails.
+const CLOSED: i32 = 1 << 30;
 
 /// Control-segment word 0..8 in memory order: `opmod | wqe_index | opcode` (BE32) then
 /// `qpn | ds` (BE32), as one native `u64` (rdma-core `mlx5dv_set_ctrl_seg`).
@@ -117,8 +148,15 @@ pub(crate) struct SendQueue {
     pub db: Doorbell,
     pub pi: u16,
     pub ci: u16,
-    mask: u16,
-    slots: Box<[Slot]>,
+    /// `wqe_cnt - 1` (a `u32`: ANDed with a 16-bit index without a widening load).
+    mask: u32,
+    /// The WR id of the WQE that starts at each block.
+    wr_ids: Box<[u64]>,
+    /// The [`meta`] byte of the WQE that starts at each block (0 elsewhere).
+    meta: Box<[u8]>,
+    /// How many bytes of `meta` are not 0 (outstanding WQEs of an uncommon shape): while
+    /// none is, the lean poll need not read them.
+    uncommon: u32,
     /// WQEs written since the last doorbell.
     pending: u32,
     /// The last written WQE's first block and size, for the doorbell.
@@ -126,6 +164,28 @@ pub(crate) struct SendQueue {
     last_bbs: u32,
     /// Set by the first error CQE: from then on every retired WQE is reported.
     pub error_mode: bool,
+    /// What the lean entry points compare a WQE's blocks against: the free blocks, less
+    /// [`CLOSED`] unless `open` and nothing is pending. Kept by the lean post (`-= bbs`) and
+    /// the lean retire (`+= blocks`), recomputed by every other path.
+    credits: i32,
+    /// Whether the QP's state and type allow lean posts ([`crate::Qp`] decides).
+    open: bool,
+}
+
+/// What a lean poll reads of a send queue once per batch ([`SendQueue::lean_view`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct LeanView {
+    /// The first block not retired.
+    pub ci: u16,
+    /// Blocks that a run of one-block WQEs may retire: the outstanding blocks. (After an
+    /// error the full path reports every retired WQE, but for a success CQE naming the oldest
+    /// outstanding WQE that is exactly the one completion the lean run reports.)
+    pub room: u16,
+    /// `wqe_cnt - 1`.
+    pub mask: u16,
+    /// `wr_ids` and `meta`, indexed by `block & mask`.
+    pub wr_ids: *const u64,
+    pub meta: *const u8,
 }
 
 impl SendQueue {
@@ -134,19 +194,25 @@ impl SendQueue {
     /// constructor requires; `ring.wqe_cnt()` is a power of two no larger than 32768.
     pub unsafe fn new(ring: SqRing, dbrec: *mut u32, db: Doorbell) -> SendQueue {
         let n = ring.wqe_cnt() as usize;
-        SendQueue {
+        let mut sq = SendQueue {
             ring,
             dbrec,
             db,
             pi: 0,
             ci: 0,
-            mask: (n - 1) as u16,
-            slots: vec![Slot::default(); n].into_boxed_slice(),
+            mask: (n - 1) as u32,
+            wr_ids: vec![0; n].into_boxed_slice(),
+            meta: vec![0; n].into_boxed_slice(),
+            uncommon: 0,
             pending: 0,
             last_ctrl: ring.start(),
             last_bbs: 0,
             error_mode: false,
-        }
+            credits: 0,
+            open: false,
+        };
+        sq.refresh_credits();
+        sq
     }
 
     /// Blocks in flight (posted and not retired).
@@ -161,12 +227,10 @@ impl SendQueue {
         self.ring.wqe_cnt() - self.outstanding()
     }
 
-    /// The first block of the next WQE.
+    /// The bookkeeping slot (and ring block) of producer index `pi`.
     #[inline(always)]
-    pub fn next_ctrl(&self) -> *mut u8 {
-        let slot = (self.pi & self.mask) as usize;
-        // SAFETY: slot < wqe_cnt, so the block is inside the ring.
-        unsafe { self.ring.start().add(slot * SEND_WQE_BB) }
+    pub fn slot(&self, pi: u16) -> usize {
+        (pi as u32 & self.mask) as usize
     }
 
     /// Write the control segment of the WQE at `ctrl` (which starts at block `pi`) as two
@@ -201,28 +265,81 @@ impl SendQueue {
         }
     }
 
-    /// Record the WQE of `bbs` blocks just written at `pi` (its ctrl segment, with this
-    /// `fm_ce_se`, included) and advance past it.
-    #[inline(always)]
-    pub fn commit(
-        &mut self,
-        wr_id: u64,
-        bbs: u32,
-        fm_ce_se: u8,
-        atomic_size: u8,
-        opcode: WcOpcode,
-    ) {
-        let pi = self.pi;
-        let meta = SlotMeta {
-            pi,
-            bbs: bbs as u8,
-            signaled: fm_ce_se & mlx5_wqe::opcode::CTRL_CE_MASK != 0,
-            atomic_size,
-            opcode,
+    /// Recompute the lean credits (after anything but a lean post or a lean retire).
+    #[inline]
+    pub fn refresh_credits(&mut self) {
+        let free = self.free() as i32;
+        self.credits = if self.open && self.pending == 0 {
+            free
+        } else {
+            free - CLOSED
         };
-        // Slots are < wqe_cnt = the array's length.
-        self.slots[(pi & self.mask) as usize] = Slot { wr_id, meta };
+    }
+
+    /// Open or close the lean entry points (the QP's state or type changed).
+    pub fn set_open(&mut self, open: bool) {
+        self.open = open;
+        self.refresh_credits();
+    }
+
+    /// Whether a lean post of `bbs` blocks may go ahead: open, nothing pending, room — one
+    /// comparison.
+    #[inline(always)]
+    pub fn lean_room(&self, bbs: u32) -> bool {
+        self.debug_check();
+        self.credits as i64 >= bbs as i64
+    }
+
+    /// In debug builds, check the counters the hot paths keep incrementally against their
+    /// definitions (the meta bytes only on small rings: the count is a scan).
+    #[inline(always)]
+    fn debug_check(&self) {
+        #[cfg(debug_assertions)]
+        {
+            let free = self.free() as i32;
+            let open = self.open && self.pending == 0;
+            debug_assert_eq!(self.credits, if open { free } else { free - CLOSED });
+            if self.meta.len() <= 256 {
+                let n = self.meta.iter().filter(|&&m| m != 0).count() as u32;
+                debug_assert_eq!(self.uncommon, n, "uncommon WQEs counted");
+            }
+        }
+    }
+
+    /// Remember the WQE starting at `slot`: its WR id, and its meta byte when it is not 0
+    /// (the slot's byte is 0 while it is free, [`meta`]'s invariant).
+    #[inline(always)]
+    fn record(&mut self, slot: usize, wr_id: u64, m: u8) {
+        debug_assert!(slot < self.wr_ids.len() && slot < self.meta.len());
+        debug_assert_eq!(self.meta[slot], 0, "a free slot's meta byte is 0");
+        // SAFETY: `slot` is `pi & mask` < wqe_cnt, the length of both arrays.
+        unsafe {
+            *self.wr_ids.get_unchecked_mut(slot) = wr_id;
+            if m != 0 {
+                *self.meta.get_unchecked_mut(slot) = m;
+                self.uncommon += 1;
+            }
+        }
+    }
+
+    /// Record the WQE of `bbs` blocks just written at `pi` and advance past it.
+    #[inline(always)]
+    pub fn commit(&mut self, wr_id: u64, bbs: u32, atomic_size: u8) {
+        let pi = self.pi;
+        self.record(self.slot(pi), wr_id, meta::encode(bbs, atomic_size));
         self.pi = pi.wrapping_add(bbs as u16);
+        self.refresh_credits();
+    }
+
+    /// [`SendQueue::commit`] for a lean post (not an atomic), whose `bbs` blocks
+    /// [`SendQueue::lean_room`] granted; `slot` is that of `pi`.
+    /// `pi` is the producer index the caller read (the ring stores since then may alias
+    /// anything as far as the compiler knows: passing it saves a reload).
+    #[inline(always)]
+    pub fn commit_lean(&mut self, pi: u16, slot: usize, wr_id: u64, bbs: u32) {
+        self.pi = pi.wrapping_add(bbs as u16);
+        self.credits -= bbs as i32;
+        self.record(slot, wr_id, meta::encode(bbs, 0));
     }
 
     /// Leave the WQE at `ctrl` for the next [`SendQueue::ring_doorbell`].
@@ -231,6 +348,7 @@ impl SendQueue {
         self.last_ctrl = ctrl;
         self.last_bbs = bbs;
         self.pending += 1;
+        self.refresh_credits();
     }
 
     /// Ring for the one WQE at `ctrl` of `bbs` blocks just committed, when nothing else is
@@ -252,6 +370,7 @@ impl SendQueue {
             _ => self.ring(self.last_ctrl, 0),
         }
         self.pending = 0;
+        self.refresh_credits();
     }
 
     /// The doorbell sequence: store barrier → `dbrec[1] = BE32(pi)` → WC start → a BlueFlame
@@ -261,7 +380,17 @@ impl SendQueue {
     /// the half.
     #[inline(always)]
     fn ring(&mut self, ctrl: *mut u8, bf_bbs: u32) {
-        let pi = self.pi;
+        // SAFETY: `ctrl` is a block of the ring; its first 8 bytes are the ctrl segment's.
+        let w0 = unsafe { core::ptr::read(ctrl as *const u64) };
+        self.ring_with(ctrl, w0, self.pi, bf_bbs);
+    }
+
+    /// [`SendQueue::ring`] for the lean entry points, which hold the ctrl segment's first 8
+    /// bytes `w0` in a register: the 8-byte doorbell stores it without reading it back. `pi`
+    /// is the producer index after the WQE (what `self.pi` holds; passed in a register).
+    #[inline(always)]
+    pub fn ring_with(&mut self, ctrl: *mut u8, w0: u64, pi: u16, bf_bbs: u32) {
+        debug_assert_eq!(pi, self.pi);
         mmio::to_device_barrier();
         // SAFETY: `dbrec` is the live SQ doorbell record (constructor contract).
         unsafe { mmio::write_dbrec(self.dbrec, pi as u32) };
@@ -270,11 +399,19 @@ impl SendQueue {
         // SAFETY: `cur` is one half of this QP's bfreg (16-byte aligned when `one_bb`: the
         // halves are `size`, a multiple of 64, apart); a BF copy writes at most bf.size
         // bytes there; `ctrl` is a block of the ring and the WQE's blocks are inside the ring
-        // (the source wraps at its end).
+        // (the source wraps at its end). Each arm ends the sequence itself (flush, toggle)
+        // so that the common one falls through to the return.
         unsafe {
             if bf_bbs == 1 && self.db.one_bb {
                 mmio::bf_copy_bb(dst, ctrl);
+            } else if self.db.size == 0 {
+                unlikely();
+                // No BlueFlame: no half to toggle (`flip` is 0).
+                mmio::write_db64(dst, w0);
+                mmio::flush_writes();
+                return;
             } else if bf_bbs != 0 && bf_bbs as usize * SEND_WQE_BB <= self.db.size as usize {
+                unlikely();
                 mmio::bf_copy(
                     dst,
                     ctrl,
@@ -283,7 +420,8 @@ impl SendQueue {
                     self.ring.end(),
                 );
             } else {
-                mmio::ring_db64(dst, ctrl);
+                unlikely();
+                mmio::write_db64(dst, w0);
             }
         }
         mmio::flush_writes();
@@ -296,23 +434,48 @@ impl SendQueue {
         self.pending
     }
 
+    /// The meta byte of `slot`.
+    #[inline(always)]
+    fn meta_at(&self, slot: usize) -> u8 {
+        debug_assert!(slot < self.meta.len());
+        // SAFETY: every caller passes `x & mask` < wqe_cnt, the array's length.
+        unsafe { *self.meta.get_unchecked(slot) }
+    }
+
+    /// The WR id of `slot`.
+    #[inline(always)]
+    fn wr_id_at(&self, slot: usize) -> u64 {
+        debug_assert!(slot < self.wr_ids.len());
+        // SAFETY: as for `meta_at`.
+        unsafe { *self.wr_ids.get_unchecked(slot) }
+    }
+
+    /// The completion opcode of the WQE whose ctrl segment is at block `slot`: byte 3 of the
+    /// ctrl segment, which stays in the ring until the WQE is retired.
+    #[inline(always)]
+    fn opcode_at(&self, slot: usize) -> WcOpcode {
+        // SAFETY: `slot` < wqe_cnt: byte 3 of a block inside the ring.
+        let op = unsafe { *self.ring.start().add(slot * SEND_WQE_BB + 3) };
+        WcOpcode::of_send_opcode(op)
+    }
+
     #[inline(always)]
     fn wc(&self, slot: usize, info: &CqeInfo, status: WcStatus, syndrome: u8) -> Wc {
-        let Slot { wr_id, meta: m } = self.slots[slot];
+        let opcode = self.opcode_at(slot);
         let ok = status == WcStatus::Success;
         // A READ reports the bytes read, an atomic its operand size (non-zero only for the
         // atomic opcodes, set when posting), everything else and every error 0.
         let byte_len = if !ok {
             0
-        } else if m.opcode == WcOpcode::RdmaRead {
+        } else if opcode == WcOpcode::RdmaRead {
             info.byte_cnt
         } else {
-            m.atomic_size as u32
+            meta::atomic_size(self.meta_at(slot)) as u32
         };
         Wc {
-            wr_id,
+            wr_id: self.wr_id_at(slot),
             status,
-            opcode: m.opcode,
+            opcode,
             byte_len,
             qp_num: info.qpn,
             vendor_err: if status == info.status {
@@ -325,11 +488,56 @@ impl SendQueue {
         }
     }
 
-    /// The common case of [`SendQueue::complete`], for a success CQE before any error: retire
-    /// every block up to and including the WQE at `wqe_counter` and, when it was signaled,
-    /// write its completion to `out`. Returns how many completions were written, or `None`
-    /// — having changed nothing — when the CQE needs [`SendQueue::complete`] (the queue is
-    /// reporting errors, or the counter names no outstanding WQE).
+    /// Retire the WQE at block `ci` (slot `slot`, `bbs` blocks): clear its meta byte, move
+    /// past it.
+    #[inline(always)]
+    fn retire_one(&mut self, slot: usize, bbs: u16) {
+        if self.meta_at(slot) != 0 {
+            self.uncommon -= 1;
+        }
+        debug_assert!(slot < self.meta.len());
+        // SAFETY: as for `meta_at`.
+        unsafe { *self.meta.get_unchecked_mut(slot) = 0 };
+        self.ci = self.ci.wrapping_add(bbs);
+    }
+
+    /// Retire, without completions, every WQE from `ci` up to (not including) block `c`,
+    /// a WQE start ([`SendQueue::starts_wqe`]).
+    fn retire_until(&mut self, c: u16) {
+        if self.uncommon == 0 {
+            // One block each, no byte to clear.
+            self.ci = c;
+            return;
+        }
+        while self.ci != c {
+            let slot = self.slot(self.ci);
+            let bbs = meta::bbs(self.meta_at(slot));
+            self.retire_one(slot, bbs);
+        }
+    }
+
+    /// Whether block `c`, inside the outstanding range, is where an outstanding WQE starts:
+    /// follow the WQEs from `ci`.
+    fn starts_wqe(&self, c: u16) -> bool {
+        if self.uncommon == 0 {
+            // Every outstanding WQE is one block: every outstanding block starts one.
+            return true;
+        }
+        let mut w = self.ci;
+        while w != c {
+            let bbs = meta::bbs(self.meta_at(self.slot(w)));
+            if c.wrapping_sub(w) < bbs {
+                return false;
+            }
+            w = w.wrapping_add(bbs);
+        }
+        true
+    }
+
+    /// The common case of [`SendQueue::complete`], for a success CQE that names the oldest
+    /// outstanding WQE, one block, not an atomic: retire it and write its
+    /// completion to `out`. Returns false — having changed nothing — for anything
+    /// else, which [`SendQueue::complete`] handles.
     #[inline(always)]
     pub fn complete_success(
         &mut self,
@@ -337,37 +545,65 @@ impl SendQueue {
         qpn: u32,
         byte_cnt: u32,
         out: &mut Wc,
-    ) -> Option<usize> {
-        // Unmasked: with `m.pi == wqe_counter` below, a counter this test lets through names
-        // the same WQE `complete` would find; any other goes to `complete`.
-        let dist = wqe_counter.wrapping_sub(self.ci);
-        let slot = (wqe_counter & self.mask) as usize;
-        let m = self.slots[slot].meta;
-        // No error seen, inside the outstanding range, first block of a WQE.
-        if self.error_mode | (dist >= self.pi.wrapping_sub(self.ci)) | (m.pi != wqe_counter) {
-            return None;
+    ) -> bool {
+        let ci = self.ci;
+        let slot = self.slot(ci);
+        // After an error the full path reports every retired WQE; for this CQE that is this
+        // one completion (nothing lies before the oldest WQE), so `error_mode` is no reason
+        // to leave.
+        if (wqe_counter != ci) | (ci == self.pi) | (self.meta_at(slot) != 0) {
+            return false;
         }
-        let info = CqeInfo {
-            qpn,
-            status: WcStatus::Success,
-            syndrome: 0,
-            vendor_err: 0,
-            byte_cnt,
+        let opcode = self.opcode_at(slot);
+        *out = Wc {
+            wr_id: self.wr_id_at(slot),
+            opcode,
+            byte_len: if opcode == WcOpcode::RdmaRead {
+                byte_cnt
+            } else {
+                0
+            },
+            qp_num: qpn,
+            ..Wc::default()
         };
-        self.ci = wqe_counter.wrapping_add(m.bbs as u16);
-        if m.signaled {
-            *out = self.wc(slot, &info, WcStatus::Success, 0);
-            Some(1)
-        } else {
-            Some(0)
+        self.ci = ci.wrapping_add(1);
+        self.credits += 1;
+        true
+    }
+
+    /// Whether every outstanding WQE has meta byte 0.
+    #[inline(always)]
+    pub fn all_common(&self) -> bool {
+        self.uncommon == 0
+    }
+
+    /// What the lean poll of [`crate::Cq::poll_send`] needs, read once per batch.
+    #[inline(always)]
+    pub fn lean_view(&self) -> LeanView {
+        self.debug_check();
+        LeanView {
+            ci: self.ci,
+            room: self.pi.wrapping_sub(self.ci),
+            mask: self.mask as u16,
+            wr_ids: self.wr_ids.as_ptr(),
+            meta: self.meta.as_ptr(),
         }
+    }
+
+    /// The lean poll retired `k` one-block WQEs from `ci` on (each had meta byte 0, so there
+    /// is no byte to clear).
+    #[inline(always)]
+    pub fn lean_retired(&mut self, k: u16) {
+        self.ci = self.ci.wrapping_add(k);
+        self.credits += k as i32;
     }
 
     /// Account for a requester CQE (REQ or REQ_ERR) naming the WQE at `wqe_counter`.
     ///
     /// - Success: every block up to and including that WQE is retired; the unsignaled WQEs
     ///   before it succeeded and produce no completion (verbs semantics), the WQE itself
-    ///   produces one if it was signaled.
+    ///   produces one (a device writes a CQE only for a signaled WQE; rdma-core reports
+    ///   every CQE it polls).
     /// - The first error: the failing WQE produces an error completion. If its status is not
     ///   a flush, the WQEs before it had succeeded (completions are in order) and are retired
     ///   silently; if it is a flush (the QP was moved to Error), the WQEs before it may not
@@ -375,49 +611,51 @@ impl SendQueue {
     /// - After the first error every retired WQE produces a completion: the named one with the
     ///   CQE's status, any the device skipped with `WR_FLUSH_ERR`.
     pub fn complete(&mut self, wqe_counter: u16, info: &CqeInfo, out: &mut [Wc]) -> Progress {
+        let p = self.complete_inner(wqe_counter, info, out);
+        self.refresh_credits();
+        p
+    }
+
+    fn complete_inner(&mut self, wqe_counter: u16, info: &CqeInfo, out: &mut [Wc]) -> Progress {
         let outstanding = self.pi.wrapping_sub(self.ci);
-        let dist = wqe_counter.wrapping_sub(self.ci) & self.mask;
+        let dist = wqe_counter.wrapping_sub(self.ci) & self.mask as u16;
         if dist >= outstanding {
             return Progress::Bad("outside the outstanding range");
         }
         let c = self.ci.wrapping_add(dist);
-        let cslot = (c & self.mask) as usize;
-        if self.slots[cslot].meta.pi != c {
+        if !self.starts_wqe(c) {
             return Progress::Bad("not the first block of a WQE");
         }
         let failed = info.status != WcStatus::Success;
         if failed && !self.error_mode {
             self.error_mode = true;
             if info.status != WcStatus::WrFlushErr {
-                self.ci = c;
+                self.retire_until(c);
             }
         }
         let mut n = 0;
         if self.error_mode {
             while self.ci != c {
-                let slot = (self.ci & self.mask) as usize;
-                let m = self.slots[slot].meta;
-                if m.pi != self.ci || m.bbs == 0 || c.wrapping_sub(self.ci) < m.bbs as u16 {
-                    return Progress::Bad("the WQE chain before it is broken");
-                }
+                let slot = self.slot(self.ci);
+                let bbs = meta::bbs(self.meta_at(slot));
                 if n == out.len() {
                     return Progress::Partial(n);
                 }
                 out[n] = self.wc(slot, info, WcStatus::WrFlushErr, SYNDROME_WR_FLUSH_ERR);
                 n += 1;
-                self.ci = self.ci.wrapping_add(m.bbs as u16);
+                self.retire_one(slot, bbs);
             }
         }
-        let m = self.slots[cslot].meta;
-        if m.signaled || failed || self.error_mode {
-            if n == out.len() {
-                self.ci = c;
-                return Progress::Partial(n);
-            }
-            out[n] = self.wc(cslot, info, info.status, info.syndrome);
-            n += 1;
+        let cslot = self.slot(c);
+        let m = self.meta_at(cslot);
+        if n == out.len() {
+            self.retire_until(c);
+            return Progress::Partial(n);
         }
-        self.ci = c.wrapping_add(m.bbs as u16);
+        out[n] = self.wc(cslot, info, info.status, info.syndrome);
+        n += 1;
+        self.retire_until(c);
+        self.retire_one(cslot, meta::bbs(m));
         Progress::Done(n)
     }
 
@@ -432,20 +670,27 @@ impl SendQueue {
             byte_cnt: 0,
         };
         let mut n = 0;
+        let mut p = Progress::Done(0);
         while self.ci != self.pi {
-            let slot = (self.ci & self.mask) as usize;
-            let m = self.slots[slot].meta;
-            if m.pi != self.ci || m.bbs == 0 {
-                return Progress::Bad("the WQE chain is broken");
+            let slot = self.slot(self.ci);
+            let bbs = meta::bbs(self.meta_at(slot));
+            if self.pi.wrapping_sub(self.ci) < bbs {
+                p = Progress::Bad("the WQE chain is broken");
+                break;
             }
             if n == out.len() {
-                return Progress::Partial(n);
+                p = Progress::Partial(n);
+                break;
             }
             out[n] = self.wc(slot, &info, WcStatus::WrFlushErr, SYNDROME_WR_FLUSH_ERR);
             n += 1;
-            self.ci = self.ci.wrapping_add(m.bbs as u16);
+            self.retire_one(slot, bbs);
         }
-        Progress::Done(n)
+        if let Progress::Done(_) = p {
+            p = Progress::Done(n);
+        }
+        self.refresh_credits();
+        p
     }
 
     /// The local scatter list of the READ or atomic WQE at `wqe_counter`, read back from the
@@ -491,7 +736,28 @@ impl SendQueue {
         self.pending = 0;
         self.last_bbs = 0;
         self.error_mode = false;
+        self.meta.fill(0);
+        self.uncommon = 0;
+        self.refresh_credits();
         // SAFETY: `dbrec` is the live SQ doorbell record.
         unsafe { mmio::write_dbrec(self.dbrec, 0) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::meta;
+
+    #[test]
+    fn meta_byte_round_trips_and_the_common_shape_is_zero() {
+        assert_eq!(meta::encode(1, 0), 0, "one block, no atomic");
+        for bbs in 1..=16u32 {
+            for size in [0u8, 4, 8] {
+                let m = meta::encode(bbs, size);
+                assert_eq!(meta::bbs(m), bbs as u16);
+                assert_eq!(meta::atomic_size(m), size);
+                assert_eq!(m == 0, bbs == 1 && size == 0);
+            }
+        }
     }
 }

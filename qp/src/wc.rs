@@ -48,6 +48,13 @@ impl WcOpcode {
         }
     }
 
+    /// [`WcOpcode::from_send_opcode`] as one table load (the completion paths look the
+    /// opcode up in the WQE's ctrl segment for every CQE).
+    #[inline(always)]
+    pub(crate) fn of_send_opcode(opcode: u8) -> WcOpcode {
+        SEND_WC_OPCODE[opcode as usize]
+    }
+
     /// Whether this is a receive-side completion (`opcode & IBV_WC_RECV`).
     #[inline(always)]
     pub const fn is_recv(self) -> bool {
@@ -70,6 +77,17 @@ impl WcOpcode {
         }
     }
 }
+
+/// [`WcOpcode::from_send_opcode`] of every byte.
+static SEND_WC_OPCODE: [WcOpcode; 256] = {
+    let mut t = [WcOpcode::Other; 256];
+    let mut i = 0;
+    while i < 256 {
+        t[i] = WcOpcode::from_send_opcode(i as u8);
+        i += 1;
+    }
+    t
+};
 
 bitflags::bitflags! {
     /// Completion flags (`enum ibv_wc_flags`, verbs.h values).

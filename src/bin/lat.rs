@@ -147,6 +147,10 @@ impl LatPath for Direct<'_> {
     }
 }
 
+/// Signaled sends a pinger leaves outstanding before it drains: well under the SQ depth
+/// (128 WRs) and the CQ (256 entries) the sides are created with.
+const MAX_OUTSTANDING_SENDS: u64 = 64;
+
 /// One end's data path during a ping-pong.
 struct Pinger<'a, P> {
     path: P,
@@ -188,6 +192,15 @@ impl<'a, P: LatPath> Pinger<'a, P> {
     /// Post one message of `size` bytes ending in `stamp`: an RDMA WRITE into the peer's
     /// receive half, or a SEND.
     fn post_msg(&mut self, test: LatTest, size: usize, stamp: u8) -> Result<()> {
+        // Every send is signaled, and `wait_msg` drains only every 64 spins: when the peer
+        // answers sooner, nothing drains, and the completions would overrun the CQ (sized for
+        // `sq_depth` WRs; a small WQE takes one block, so the SQ holds more of them).
+        // Retire before posting past the bound.
+        if self.sends_posted - self.sends_done >= MAX_OUTSTANDING_SENDS {
+            self.wait("send completions", 1, |p| {
+                p.sends_posted - p.sends_done < MAX_OUTSTANDING_SENDS
+            })?;
+        }
         let id = self.next_wr;
         self.next_wr += 1;
         let op = match test {
