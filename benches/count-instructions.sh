@@ -3,8 +3,9 @@
 # valgrind's callgrind (DESIGN §6): examples/count_post_poll.rs posts N inline 8-byte RDMA
 # WRITEs through BlueFlame and polls their N CQEs on rings in ordinary memory; each post and
 # each poll goes through one #[inline(never)] function, and callgrind counts only inside it
-# (--toggle-collect), one run per function. The count divided by N is the cost of one call,
-# WR construction and call/return included.
+# (--toggle-collect), one run per function. The post count divided by N is the cost of one
+# post, WR construction and call/return included; the polls drain up to 16 send completions a
+# call (`Cq::poll_send`), so the poll count divided by N is the cost per polled CQE.
 #
 # Usage: benches/count-instructions.sh [N]        (N defaults to 10000)
 #   COUNT_BIN=path  use an already built count_post_poll instead of building it (release)
