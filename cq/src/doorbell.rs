@@ -64,7 +64,11 @@ pub const fn arm_uar_value(sn: u32, cmd: ArmCmd, ci: u32, cqn: u32) -> u64 {
 
 /// Decode an arm word: `(sn, cmd, ci)`.
 pub const fn decode_arm(v: u32) -> (u32, ArmCmd, u32) {
-    let cmd = if v & CQ_DB_REQ_NOT_SOL != 0 { ArmCmd::Solicited } else { ArmCmd::Next };
+    let cmd = if v & CQ_DB_REQ_NOT_SOL != 0 {
+        ArmCmd::Solicited
+    } else {
+        ArmCmd::Next
+    };
     ((v >> CQ_SN_SHIFT) & 3, cmd, v & CQ_CI_MASK)
 }
 
@@ -75,7 +79,10 @@ mod tests {
     #[test]
     fn arm_encoding() {
         assert_eq!(arm_value(1, ArmCmd::Solicited, 0x123456), 0x1112_3456);
-        assert_eq!(arm_uar_value(5, ArmCmd::Next, 0x1_000_001, 7), 0x1000_0001_0000_0007);
+        assert_eq!(
+            arm_uar_value(5, ArmCmd::Next, 0x1_000_001, 7),
+            0x1000_0001_0000_0007
+        );
         assert_eq!(decode_arm(0x2100_0005), (2, ArmCmd::Solicited, 5));
     }
 }

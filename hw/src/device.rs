@@ -152,7 +152,12 @@ pub struct CqInitAttr {
 
 impl Default for CqInitAttr {
     fn default() -> Self {
-        CqInitAttr { cqe: 256, cqe_size: 64, ignore_overrun: false, with_channel: false }
+        CqInitAttr {
+            cqe: 256,
+            cqe_size: 64,
+            ignore_overrun: false,
+            with_channel: false,
+        }
     }
 }
 
@@ -279,8 +284,13 @@ pub trait Device: Send + Sync {
     /// # Safety
     /// The memory must stay valid (mapped, not freed) until [`Device::dereg_mr`] returns and
     /// every operation on it has completed: the device reads and writes it asynchronously.
-    unsafe fn reg_mr(&self, pd: PdId, addr: *mut u8, len: usize, access: AccessFlags)
-        -> Result<MrInfo>;
+    unsafe fn reg_mr(
+        &self,
+        pd: PdId,
+        addr: *mut u8,
+        len: usize,
+        access: AccessFlags,
+    ) -> Result<MrInfo>;
     /// Deregister a memory region.
     fn dereg_mr(&self, mr: MrId) -> Result<()>;
     /// Create a completion queue.

@@ -19,9 +19,9 @@ pub mod error;
 pub mod layout;
 pub mod mmio;
 pub mod qp_state;
+pub mod transition;
 #[cfg(feature = "verbs")]
 pub mod verbs;
-pub mod transition;
 
 pub use attr::*;
 pub use device::*;

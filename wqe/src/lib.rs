@@ -21,5 +21,5 @@ pub mod ring;
 pub mod seg;
 
 pub use opcode::*;
-pub use ring::{ds_for_bytes, bbs_for_ds, SqRing, WqeError, WqeWriter};
+pub use ring::{bbs_for_ds, ds_for_bytes, SqRing, WqeError, WqeWriter};
 pub use seg::*;

@@ -39,11 +39,14 @@ pub fn write_scatter(slots: &mut [DataSeg], sges: &[Sge]) -> Option<usize> {
 
 /// Read a receive scatter list back: the data segments up to the terminator or the slot count.
 pub fn read_scatter(slots: &[DataSeg]) -> impl Iterator<Item = Sge> + '_ {
-    slots.iter().take_while(|d| !d.is_terminator()).map(|d| Sge {
-        addr: d.addr(),
-        length: d.byte_count(),
-        lkey: d.lkey(),
-    })
+    slots
+        .iter()
+        .take_while(|d| !d.is_terminator())
+        .map(|d| Sge {
+            addr: d.addr(),
+            length: d.byte_count(),
+            lkey: d.lkey(),
+        })
 }
 
 #[cfg(test)]
@@ -53,7 +56,18 @@ mod tests {
     #[test]
     fn terminator_after_short_list() {
         let mut slots = [DataSeg::default(); 4];
-        let sges = [Sge { addr: 1, length: 2, lkey: 3 }, Sge { addr: 9, length: 0, lkey: 9 }];
+        let sges = [
+            Sge {
+                addr: 1,
+                length: 2,
+                lkey: 3,
+            },
+            Sge {
+                addr: 9,
+                length: 0,
+                lkey: 9,
+            },
+        ];
         assert_eq!(write_scatter(&mut slots, &sges), Some(1));
         assert!(slots[1].is_terminator());
         assert_eq!(read_scatter(&slots).count(), 1);
@@ -62,7 +76,11 @@ mod tests {
     #[test]
     fn full_list_has_no_terminator_and_overflow_fails() {
         let mut slots = [DataSeg::default(); 1];
-        let s = Sge { addr: 1, length: 2, lkey: 3 };
+        let s = Sge {
+            addr: 1,
+            length: 2,
+            lkey: 3,
+        };
         assert_eq!(write_scatter(&mut slots, &[s]), Some(1));
         assert_eq!(write_scatter(&mut slots, &[s, s]), None);
     }

@@ -40,7 +40,10 @@ impl core::fmt::Display for WqeError {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         match self {
             WqeError::TooLarge { needed, max } => {
-                write!(f, "WQE of {needed} bytes exceeds the {max}-byte limit of this queue")
+                write!(
+                    f,
+                    "WQE of {needed} bytes exceeds the {max}-byte limit of this queue"
+                )
             }
         }
     }
@@ -63,7 +66,11 @@ impl SqRing {
     /// two (as `mlx5dv_qp.sq.wqe_cnt` is).
     pub unsafe fn new(buf: *mut u8, wqe_cnt: u32) -> SqRing {
         debug_assert!(wqe_cnt.is_power_of_two());
-        SqRing { start: buf, end: buf.add(wqe_cnt as usize * SEND_WQE_BB), wqe_cnt }
+        SqRing {
+            start: buf,
+            end: buf.add(wqe_cnt as usize * SEND_WQE_BB),
+            wqe_cnt,
+        }
     }
     /// Number of basic blocks.
     #[inline(always)]
@@ -135,7 +142,11 @@ impl WqeWriter {
             // SAFETY: a BB is 64 bytes, so ctrl + 16 is inside the ring.
             cur: unsafe { ctrl.add(SEND_WQE_DS) },
             size: SEND_WQE_DS,
-            max: if max_bytes < ring_max { max_bytes } else { ring_max },
+            max: if max_bytes < ring_max {
+                max_bytes
+            } else {
+                ring_max
+            },
         }
     }
 
@@ -154,7 +165,10 @@ impl WqeWriter {
     #[inline(always)]
     fn reserve(&self, n: usize) -> Result<(), WqeError> {
         if self.size + n > self.max {
-            return Err(WqeError::TooLarge { needed: self.size + n, max: self.max });
+            return Err(WqeError::TooLarge {
+                needed: self.size + n,
+                max: self.max,
+            });
         }
         Ok(())
     }
@@ -304,6 +318,12 @@ mod tests {
         let mut w = WqeWriter::new(&ring, 0, 1008);
         w.push(&RaddrSeg::new(0, 0)).unwrap();
         let big = [0u8; 64];
-        assert_eq!(w.push_inline(&[&big]), Err(WqeError::TooLarge { needed: 32 + 80, max: 64 }));
+        assert_eq!(
+            w.push_inline(&[&big]),
+            Err(WqeError::TooLarge {
+                needed: 32 + 80,
+                max: 64
+            })
+        );
     }
 }

@@ -93,7 +93,11 @@ impl RaddrSeg {
     /// Build from host-order values (rdma-core `set_raddr_seg`).
     #[inline(always)]
     pub fn new(raddr: u64, rkey: u32) -> RaddrSeg {
-        RaddrSeg { raddr: raddr.to_be(), rkey: rkey.to_be(), reserved: 0 }
+        RaddrSeg {
+            raddr: raddr.to_be(),
+            rkey: rkey.to_be(),
+            reserved: 0,
+        }
     }
     /// Remote address.
     pub fn raddr(&self) -> u64 {
@@ -122,7 +126,11 @@ impl DataSeg {
     /// Build from host-order values (rdma-core `mlx5dv_set_data_seg`).
     #[inline(always)]
     pub fn new(length: u32, lkey: u32, addr: u64) -> DataSeg {
-        DataSeg { byte_count: length.to_be(), lkey: lkey.to_be(), addr: addr.to_be() }
+        DataSeg {
+            byte_count: length.to_be(),
+            lkey: lkey.to_be(),
+            addr: addr.to_be(),
+        }
     }
     /// The receive-list terminator: `{0, MLX5_INVALID_LKEY, 0}` (rdma-core `mlx5_post_recv`).
     #[inline(always)]
@@ -160,7 +168,9 @@ impl InlineHdr {
     /// Header for `len` payload bytes.
     #[inline(always)]
     pub fn new(len: u32) -> InlineHdr {
-        InlineHdr { byte_count: (len | INLINE_SEG).to_be() }
+        InlineHdr {
+            byte_count: (len | INLINE_SEG).to_be(),
+        }
     }
     /// Whether the `MLX5_INLINE_SEG` bit is set.
     pub fn is_inline(&self) -> bool {
@@ -195,12 +205,18 @@ impl AtomicSeg {
     /// Compare-and-swap operands (rdma-core `_set_atomic_seg`).
     #[inline(always)]
     pub fn cas(compare: u64, swap: u64) -> AtomicSeg {
-        AtomicSeg { swap_add: swap.to_be(), compare: compare.to_be() }
+        AtomicSeg {
+            swap_add: swap.to_be(),
+            compare: compare.to_be(),
+        }
     }
     /// Fetch-and-add operand.
     #[inline(always)]
     pub fn faa(add: u64) -> AtomicSeg {
-        AtomicSeg { swap_add: add.to_be(), compare: 0 }
+        AtomicSeg {
+            swap_add: add.to_be(),
+            compare: 0,
+        }
     }
     /// Swap value or addend.
     pub fn swap_add(&self) -> u64 {
@@ -255,7 +271,10 @@ impl MaskedFa64Seg {
     /// Operands.
     #[inline(always)]
     pub fn new(add: u64, field_boundary: u64) -> MaskedFa64Seg {
-        MaskedFa64Seg { add: add.to_be(), field_boundary: field_boundary.to_be() }
+        MaskedFa64Seg {
+            add: add.to_be(),
+            field_boundary: field_boundary.to_be(),
+        }
     }
 }
 
@@ -302,7 +321,11 @@ impl MaskedFa32Seg {
     /// Operands.
     #[inline(always)]
     pub fn new(add: u32, field_boundary: u32) -> MaskedFa32Seg {
-        MaskedFa32Seg { add: add.to_be(), field_boundary: field_boundary.to_be(), reserved: [0; 2] }
+        MaskedFa32Seg {
+            add: add.to_be(),
+            field_boundary: field_boundary.to_be(),
+            reserved: [0; 2],
+        }
     }
 }
 
@@ -415,7 +438,10 @@ pub struct XrcSeg {
 impl XrcSeg {
     /// Segment for the given XRC SRQ.
     pub fn new(xrc_srqn: u32) -> XrcSeg {
-        XrcSeg { xrc_srqn: xrc_srqn.to_be(), reserved: [0; 3] }
+        XrcSeg {
+            xrc_srqn: xrc_srqn.to_be(),
+            reserved: [0; 3],
+        }
     }
 }
 
