@@ -49,7 +49,9 @@ fn post_loop(
     opcode: u8,
     mut post: impl FnMut(&mut Rig, u64),
 ) -> Duration {
-    let chunk = (rig.qp.sq_free_bbs() / bbs).max(1) as u64;
+    let chunk = (rig.qp.sq_free_bbs() / bbs)
+        .min(rig.qp.sq_free_wrs())
+        .max(1) as u64;
     let mut total = Duration::ZERO;
     let mut done = 0;
     while done < iters {

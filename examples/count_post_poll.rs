@@ -46,7 +46,7 @@ fn main() -> ExitCode {
         }
     };
     let mut rig = Rig::new(RigCfg::rc_bf());
-    let chunk = rig.qp.sq_free_bbs() as u64;
+    let chunk = rig.qp.sq_free_bbs().min(rig.qp.sq_free_wrs()) as u64;
     let mut ids = [0u64; 16];
     let mut done = 0;
     while done < n {

@@ -6,19 +6,42 @@ use mlx5_hw::{QpState, QpType};
 /// Result of a data-path call.
 pub type Result<T> = core::result::Result<T, Error>;
 
+/// Which send-queue limit a post hit ([`Error::SqFull`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SqLimit {
+    /// Every WR the QP allows (`Qp::max_send_wr`, rdma-core's `sq.max_post`) is outstanding.
+    WorkRequests,
+    /// The ring has fewer free 64-byte basic blocks than the WQE needs.
+    Blocks,
+}
+
+fn sq_full_reason(limit: SqLimit, needed: u32, free: u32) -> String {
+    match limit {
+        SqLimit::WorkRequests => {
+            "every send WR the QP allows (max_send_wr) is outstanding".to_string()
+        }
+        SqLimit::Blocks => {
+            format!("the WQE needs {needed} basic blocks but {free} are free")
+        }
+    }
+}
+
 /// Why a post, a poll or a constructor failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum Error {
-    /// The send queue has no room for this WQE.
+    /// The send queue has no room for this WR: all `max_send_wr` WRs are outstanding, or
+    /// the ring lacks the blocks its WQE needs.
     #[error(
-        "send queue full: the WQE needs {needed} basic blocks but {free} are free; poll the send \
-         CQ to retire completed WQEs (a signaled completion also retires the unsignaled WQEs \
-         before it, so signal at least every few posts)"
+        "send queue full: {}; poll the send CQ to retire completed WRs (a signaled completion \
+         also retires the unsignaled WRs before it, so signal at least every few posts)",
+        sq_full_reason(*.limit, *.needed, *.free)
     )]
     SqFull {
-        /// Basic blocks (64 bytes) the WQE needs.
+        /// Which limit was hit.
+        limit: SqLimit,
+        /// What the WR needs, in the limit's unit: 1 WR, or the WQE's basic blocks.
         needed: u32,
-        /// Basic blocks free now.
+        /// How many of that unit are free now.
         free: u32,
     },
     /// The receive queue has no free WQE.

@@ -44,7 +44,8 @@
 //! WRITE with the 8-byte doorbell about 45; a polled requester CQE about 20 through
 //! [`Cq::poll_send`] in a batch of 16 and 65 through [`Cq::poll`]. A lean post checks the
 //! data against one per-QP limit and everything else (state, QP type, a pending doorbell,
-//! free blocks) with one comparison against the send queue's credits; it stores the WR id
+//! free WRs — rdma-core's `max_post`, which implies the blocks) with one comparison against
+//! the send queue's credits; it stores the WR id
 //! and nothing else for the common shape (one block, not an atomic). Errors and rare cases
 //! (pending doorbells, UD, error CQEs, inline scatter) leave the hot path through one
 //! branch to out-of-line code. `Qp`, `Srq` and `Cq` are `Send` but not `Sync`:
@@ -91,9 +92,10 @@ mod sq;
 mod srq;
 mod wc;
 mod wr;
+mod wr_limit;
 
 pub use cq::{Cq, QpTable, Resolve};
-pub use error::{Error, Result};
+pub use error::{Error, Result, SqLimit};
 pub use qp::{Batch, Qp, MAX_SQ_BBS};
 pub use srq::Srq;
 pub use wc::{Wc, WcFlags, WcOpcode, WcStatus};

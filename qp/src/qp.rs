@@ -1,7 +1,7 @@
 //! The queue pair's data path: validate a WR, write its WQE into the send ring, ring the
 //! doorbell or BlueFlame; post receives; keep the bookkeeping that completions need.
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, SqLimit};
 use crate::rq::{check_sges, RecvQueue};
 use crate::sq::{CqeInfo, Doorbell, Progress, SendQueue};
 use crate::wc::Wc;
@@ -99,8 +99,9 @@ pub struct Qp {
 
 /// The data limits of the lean entry points ([`Qp::post_write_inline`] and friends), derived
 /// from the QP's caps so that one comparison each replaces the generic checks; the QP's state
-/// and type, a pending doorbell and the free blocks are the send queue's lean credits, one
-/// more comparison ([`SendQueue::lean_room`]). They are conservative: whatever they let
+/// and type, a pending doorbell and the free WRs (which imply the blocks of any WQE these
+/// limits let through) are the send queue's lean credits, one more comparison
+/// ([`SendQueue::lean_room`]). They are conservative: whatever they let
 /// through, [`Qp::post`] would accept and write the same way; whatever they stop goes to the
 /// generic post, which returns its error.
 #[derive(Clone, Copy, Debug, Default)]
@@ -170,13 +171,14 @@ const WRITE_DS: u32 = 3;
 /// The DS count in the QP's SEND template: ctrl + one data segment, or at most 12 bytes inline.
 const SEND_DS: u32 = 2;
 
-/// The blocks a lean inline post asks [`SendQueue::lean_room`] for: its `bbs`, or more than
-/// any ring holds when the payload is over the lean path's `limit` — one comparison then
-/// covers the data, the state and the room.
+/// What a lean inline post asks [`SendQueue::lean_room`] for: one WR, or more than any
+/// queue holds when the payload is over the lean path's `limit` (which keeps its WQE within
+/// the blocks a free WR guarantees) — one comparison then covers the data, the state and
+/// the room.
 #[inline(always)]
-fn inline_blocks(len: usize, limit: usize, bbs: u32) -> u32 {
+fn inline_need(len: usize, limit: usize) -> u32 {
     if len <= limit {
-        bbs
+        1
     } else {
         u32::MAX
     }
@@ -346,9 +348,15 @@ impl Qp {
             .max_wqe_bytes()
             .min(SEND_WQE_MAX_WQEBBS as usize * SEND_WQE_BB);
         let db = Doorbell::new(layout.bf.reg, layout.bf.size);
+        let max_post = crate::wr_limit::max_post(
+            layout.qp_type,
+            sq.wqe_cnt,
+            layout.max_inline_data,
+            layout.max_send_sge,
+        );
         // SAFETY: the ring and register are valid (caller contract); SND_DBR is the second
         // word of the two-word doorbell record; wqe_cnt ≤ 32768 (checked).
-        let sq = unsafe { SendQueue::new(ring, layout.dbrec.add(mlx5_cq::SND_DBR), db) };
+        let sq = unsafe { SendQueue::new(ring, layout.dbrec.add(mlx5_cq::SND_DBR), db, max_post) };
         Ok(Qp {
             qpn: layout.qpn & 0x00ff_ffff,
             qp_type: layout.qp_type,
@@ -382,7 +390,10 @@ impl Qp {
         let postable = matches!(self.state, QpState::Rts | QpState::Sqd)
             && matches!(self.qp_type, QpType::Rc | QpType::Uc);
         self.sq.set_open(postable);
-        let max_inline = self.max_inline as usize;
+        // A lean WQE must fit the blocks a free WR guarantees (`SendQueue::lean_room`); within
+        // the caps it always does (`wr_limit`), the clamp makes that local.
+        let max_inline =
+            (self.max_inline as usize).min(self.sq.wr_bbs() as usize * SEND_WQE_BB - RDMA_HDR - 4);
         self.fast = FastLimits {
             sge_len: if self.max_send_sge >= 1 {
                 i32::MAX as u32
@@ -434,6 +445,51 @@ impl Qp {
     #[inline(always)]
     pub fn sq_outstanding_bbs(&self) -> u32 {
         self.sq.outstanding()
+    }
+    /// The send WRs this QP may have outstanding at once: rdma-core's `sq.max_post` (what
+    /// `ibv_create_qp` reports as `cap.max_send_wr`), recomputed from the layout's ring size,
+    /// QP type, `max_inline_data` and `max_send_sge` (rdma-core `verbs.c`
+    /// `mlx5_calc_send_wqe`, `mlx5_calc_sq_size`). A post beyond it is
+    /// [`Error::SqFull`] with [`SqLimit::WorkRequests`], however few blocks the WRs take, so a
+    /// send CQ of `max_send_wr` entries cannot overrun.
+    #[inline(always)]
+    pub fn max_send_wr(&self) -> u32 {
+        self.sq.max_post()
+    }
+    /// Replace the WR limit [`Qp::max_send_wr`] computed from the layout, for a QP sized by
+    /// other means than rdma-core's formula (one created through DEVX, say): at most `max`
+    /// send WRs outstanding, 1 ≤ `max` ≤ the ring's blocks. A limit above the computed one
+    /// lets more small WRs in flight than `ibv_create_qp` promised (size the send CQ for it);
+    /// the ring is still never overrun (blocks are checked too). Only while no send WR is
+    /// outstanding.
+    pub fn set_max_send_wr(&mut self, max: u32) -> Result<()> {
+        if max == 0 || max > self.sq.ring.wqe_cnt() {
+            return Err(Error::BadLayout(
+                "max_send_wr must be at least 1 and at most the send ring's blocks",
+            ));
+        }
+        if self.sq.outstanding_wrs() != 0 {
+            return Err(Error::WrongState {
+                op: "change max_send_wr",
+                state: self.state,
+                hint: "only while no send WR is outstanding (poll or flush them first)",
+            });
+        }
+        self.sq.set_max_post(max);
+        self.update_fast_limits();
+        Ok(())
+    }
+    /// Send WRs posted and not retired (a completion retires its WR and the unsignaled ones
+    /// before it).
+    #[inline(always)]
+    pub fn sq_outstanding_wrs(&self) -> u32 {
+        self.sq.outstanding_wrs()
+    }
+    /// Send WRs that may still be posted: [`Qp::max_send_wr`] less [`Qp::sq_outstanding_wrs`]
+    /// (each also needs its blocks, [`Qp::sq_free_bbs`]).
+    #[inline(always)]
+    pub fn sq_free_wrs(&self) -> u32 {
+        self.sq.free_wrs()
     }
     /// Receive WRs posted and not completed (0 with an SRQ).
     #[inline(always)]
@@ -612,8 +668,8 @@ impl Qp {
         r.write(self.post_planned(&SendWr::send(wr_id).sges(&[sge]).flags(flags)));
     }
 
-    /// The blocks a lean post of one gather entry asks [`SendQueue::lean_room`] for: 1, or
-    /// more than any ring holds when the entry is not one the lean path writes (a zero-length
+    /// What a lean post of one gather entry asks [`SendQueue::lean_room`] for: one WR (one
+    /// block), or more than any queue holds when the entry is not one the lean path writes (a zero-length
     /// entry is skipped by the generic path, one over 2^31-1 is an error, a QP may allow no
     /// gather entry) — one comparison then covers the data, the state and the room.
     #[inline(always)]
@@ -693,7 +749,7 @@ impl Qp {
         let (bbs, ds) = inline_shape(RDMA_HDR, data.len());
         if self
             .sq
-            .lean_room(inline_blocks(data.len(), self.fast.inline_rdma, bbs))
+            .lean_room(inline_need(data.len(), self.fast.inline_rdma))
         {
             let (slot, ctrl) = self.lean_ctrl();
             // SAFETY: `ctrl` is the next block and the WQE's `bbs` blocks are free (checked);
@@ -752,7 +808,7 @@ impl Qp {
         let (bbs, ds) = inline_shape(SEND_HDR, data.len());
         if self
             .sq
-            .lean_room(inline_blocks(data.len(), self.fast.inline_send, bbs))
+            .lean_room(inline_need(data.len(), self.fast.inline_send))
         {
             let (slot, ctrl) = self.lean_ctrl();
             // SAFETY: `ctrl` is the next block and the WQE's blocks are free (checked); the
@@ -1023,13 +1079,32 @@ impl Qp {
         self.sq.commit(wr_id, bbs, atomic_size);
     }
 
+    /// Whether a WQE of `bbs` blocks may be posted: a free WR first (rdma-core
+    /// `mlx5_wq_overflow`), then its blocks.
+    #[inline(always)]
+    fn check_room(&self, bbs: u32) -> Result<()> {
+        if self.sq.free_wrs() == 0 {
+            return Err(Error::SqFull {
+                limit: SqLimit::WorkRequests,
+                needed: 1,
+                free: 0,
+            });
+        }
+        let free = self.sq.free();
+        if bbs > free {
+            return Err(Error::SqFull {
+                limit: SqLimit::Blocks,
+                needed: bbs,
+                free,
+            });
+        }
+        Ok(())
+    }
+
     #[inline(always)]
     fn write(&mut self, wr: &SendWr<'_>, plan: &Plan<'_>) -> Result<(*mut u8, u32)> {
         let bbs = bbs_for_ds(ds_for_bytes(plan.bytes));
-        let free = self.sq.free();
-        if bbs > free {
-            return Err(Error::SqFull { needed: bbs, free });
-        }
+        self.check_room(bbs)?;
         let pi = self.sq.pi;
         let mut w = WqeWriter::new(&self.sq.ring, pi, plan.bytes);
         let too_large = |_| Error::WqeTooLarge {
@@ -1130,10 +1205,7 @@ impl Qp {
             ));
         }
         let bbs = bbs_for_ds(ds_for_bytes(wqe.len()));
-        let free = self.sq.free();
-        if bbs > free {
-            return Err(Error::SqFull { needed: bbs, free });
-        }
+        self.check_room(bbs)?;
         let pi = self.sq.pi;
         let ring = self.sq.ring;
         let mut dst = ring.bb(pi);

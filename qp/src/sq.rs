@@ -124,9 +124,10 @@ impl Doorbell {
 #[inline(always)]
 fn unlikely() {}
 
-/// Added to the lean credits while lean posts are closed (the QP's state or type forbids
-/// them, or a WQE waits for its doorbell): larger than any ring, so the credits stay negative
-/// whatever is retired meanwhile and the lean entry points' one comparison fails.
+/// Subtracted from the lean credits while lean posts are closed (the QP's state or type
+/// forbids them, a WQE waits for its doorbell, or a WQE larger than [`SendQueue`]'s
+/// `wr_bbs` is outstanding): larger than any ring, so the credits stay negative whatever is
+/// retired meanwhile and the lean entry points' one comparison fails.
 const CLOSED: i32 = 1 << 30;
 
 /// Control-segment word 0..8 in memory order: `opmod | wqe_index | opcode` (BE32) then
@@ -164,10 +165,23 @@ pub(crate) struct SendQueue {
     last_bbs: u32,
     /// Set by the first error CQE: from then on every retired WQE is reported.
     pub error_mode: bool,
-    /// What the lean entry points compare a WQE's blocks against: the free blocks, less
-    /// [`CLOSED`] unless `open` and nothing is pending. Kept by the lean post (`-= bbs`) and
-    /// the lean retire (`+= blocks`), recomputed by every other path.
+    /// WRs outstanding at most (rdma-core `sq.max_post`, [`crate::wr_limit`]).
+    max_post: u32,
+    /// `wqe_cnt / max_post`: while no outstanding WQE is larger than this, the WR limit
+    /// implies room in the ring — `n` such WQEs take at most `wr_bbs × n` blocks, so with
+    /// `n < max_post` at least `wr_bbs` blocks are free — and the lean entry points (whose
+    /// WQEs are never larger, [`crate::Qp`]'s fast limits) check WRs only.
+    wr_bbs: u32,
+    /// Outstanding WQEs larger than `wr_bbs` blocks (a raw WQE beyond the caps): while any
+    /// is, the WR count says nothing about the blocks and lean posts are closed.
+    big: u32,
+    /// What the lean entry points compare against: the free WRs (`max_post` − outstanding
+    /// WRs) less `closed`. Every path that posts a WQE subtracts 1, every path that retires
+    /// WQEs adds their number: a signaled completion retiring a run of unsignaled WQEs adds
+    /// all of them, a flush each one it reports; Reset restores `max_post`.
     credits: i32,
+    /// 0 while lean posts are open — `open`, nothing pending, no `big` WQE — else [`CLOSED`].
+    closed: i32,
     /// Whether the QP's state and type allow lean posts ([`crate::Qp`] decides).
     open: bool,
 }
@@ -192,8 +206,11 @@ impl SendQueue {
     /// # Safety
     /// `ring`, `dbrec` (pointing at `dbrec[1]`) and `db.reg` are valid as [`crate::Qp`]'s
     /// constructor requires; `ring.wqe_cnt()` is a power of two no larger than 32768.
-    pub unsafe fn new(ring: SqRing, dbrec: *mut u32, db: Doorbell) -> SendQueue {
+    ///
+    /// `max_post` (≤ `wqe_cnt`) is the WR limit ([`crate::wr_limit::max_post`]).
+    pub unsafe fn new(ring: SqRing, dbrec: *mut u32, db: Doorbell, max_post: u32) -> SendQueue {
         let n = ring.wqe_cnt() as usize;
+        let max_post = max_post.clamp(1, n as u32);
         let mut sq = SendQueue {
             ring,
             dbrec,
@@ -208,7 +225,11 @@ impl SendQueue {
             last_ctrl: ring.start(),
             last_bbs: 0,
             error_mode: false,
-            credits: 0,
+            max_post,
+            wr_bbs: n as u32 / max_post,
+            big: 0,
+            credits: max_post as i32,
+            closed: 0,
             open: false,
         };
         sq.refresh_credits();
@@ -225,6 +246,39 @@ impl SendQueue {
     #[inline(always)]
     pub fn free(&self) -> u32 {
         self.ring.wqe_cnt() - self.outstanding()
+    }
+
+    /// WRs that may still be posted (`max_post` less the outstanding WRs).
+    #[inline(always)]
+    pub fn free_wrs(&self) -> u32 {
+        (self.credits + self.closed) as u32
+    }
+
+    /// WRs posted and not retired.
+    #[inline(always)]
+    pub fn outstanding_wrs(&self) -> u32 {
+        self.max_post - self.free_wrs()
+    }
+
+    /// Blocks a free WR guarantees while no larger WQE is outstanding (`wqe_cnt / max_post`).
+    #[inline(always)]
+    pub fn wr_bbs(&self) -> u32 {
+        self.wr_bbs
+    }
+
+    /// Replace the WR limit (1..=`wqe_cnt`; the caller checked, and that nothing is
+    /// outstanding).
+    pub fn set_max_post(&mut self, max_post: u32) {
+        debug_assert!(self.pi == self.ci && (1..=self.ring.wqe_cnt()).contains(&max_post));
+        self.max_post = max_post;
+        self.wr_bbs = self.ring.wqe_cnt() / max_post;
+        self.credits = max_post as i32 - self.closed;
+    }
+
+    /// The WR limit (rdma-core `sq.max_post`).
+    #[inline(always)]
+    pub fn max_post(&self) -> u32 {
+        self.max_post
     }
 
     /// The bookkeeping slot (and ring block) of producer index `pi`.
@@ -265,15 +319,17 @@ impl SendQueue {
         }
     }
 
-    /// Recompute the lean credits (after anything but a lean post or a lean retire).
+    /// Open or close the lean credits to match `open`, `pending` and `big` (after anything
+    /// but a lean post or a lean retire); the free WRs they count stay as they are.
     #[inline]
     pub fn refresh_credits(&mut self) {
-        let free = self.free() as i32;
-        self.credits = if self.open && self.pending == 0 {
-            free
+        let free_wrs = self.credits + self.closed;
+        self.closed = if self.open && self.pending == 0 && self.big == 0 {
+            0
         } else {
-            free - CLOSED
+            CLOSED
         };
+        self.credits = free_wrs - self.closed;
     }
 
     /// Open or close the lean entry points (the QP's state or type changed).
@@ -282,12 +338,13 @@ impl SendQueue {
         self.refresh_credits();
     }
 
-    /// Whether a lean post of `bbs` blocks may go ahead: open, nothing pending, room — one
-    /// comparison.
+    /// Whether a lean post may go ahead: open, nothing pending, a free WR (which implies
+    /// `wr_bbs` free blocks) — one comparison. `need` is 1, or `u32::MAX` to refuse (the
+    /// caller's data check folded in).
     #[inline(always)]
-    pub fn lean_room(&self, bbs: u32) -> bool {
+    pub fn lean_room(&self, need: u32) -> bool {
         self.debug_check();
-        self.credits as i64 >= bbs as i64
+        self.credits as i64 >= need as i64
     }
 
     /// In debug builds, check the counters the hot paths keep incrementally against their
@@ -296,12 +353,29 @@ impl SendQueue {
     fn debug_check(&self) {
         #[cfg(debug_assertions)]
         {
-            let free = self.free() as i32;
-            let open = self.open && self.pending == 0;
-            debug_assert_eq!(self.credits, if open { free } else { free - CLOSED });
+            let open = self.open && self.pending == 0 && self.big == 0;
+            debug_assert_eq!(self.closed, if open { 0 } else { CLOSED });
+            let free_wrs = self.credits + self.closed;
+            debug_assert!((0..=self.max_post as i32).contains(&free_wrs));
+            if self.big == 0 {
+                debug_assert!(
+                    self.free() >= self.wr_bbs * free_wrs as u32,
+                    "the WR limit implies room in the ring"
+                );
+            }
             if self.meta.len() <= 256 {
                 let n = self.meta.iter().filter(|&&m| m != 0).count() as u32;
                 debug_assert_eq!(self.uncommon, n, "uncommon WQEs counted");
+                let (mut w, mut wrs, mut big) = (self.ci, 0, 0);
+                let out = self.outstanding() as u16;
+                while w.wrapping_sub(self.ci) < out {
+                    let bbs = meta::bbs(self.meta_at(self.slot(w)));
+                    big += (bbs as u32 > self.wr_bbs) as u32;
+                    wrs += 1;
+                    w = w.wrapping_add(bbs);
+                }
+                debug_assert_eq!(free_wrs as u32, self.max_post - wrs, "outstanding WRs");
+                debug_assert_eq!(self.big, big, "big WQEs counted");
             }
         }
     }
@@ -328,17 +402,22 @@ impl SendQueue {
         let pi = self.pi;
         self.record(self.slot(pi), wr_id, meta::encode(bbs, atomic_size));
         self.pi = pi.wrapping_add(bbs as u16);
+        self.credits -= 1;
+        if bbs > self.wr_bbs {
+            self.big += 1;
+        }
         self.refresh_credits();
     }
 
-    /// [`SendQueue::commit`] for a lean post (not an atomic), whose `bbs` blocks
-    /// [`SendQueue::lean_room`] granted; `slot` is that of `pi`.
+    /// [`SendQueue::commit`] for a lean post (not an atomic) of at most `wr_bbs` blocks,
+    /// which [`SendQueue::lean_room`] granted; `slot` is that of `pi`.
     /// `pi` is the producer index the caller read (the ring stores since then may alias
     /// anything as far as the compiler knows: passing it saves a reload).
     #[inline(always)]
     pub fn commit_lean(&mut self, pi: u16, slot: usize, wr_id: u64, bbs: u32) {
+        debug_assert!(bbs <= self.wr_bbs, "a lean WQE is never larger than wr_bbs");
         self.pi = pi.wrapping_add(bbs as u16);
-        self.credits -= bbs as i32;
+        self.credits -= 1;
         self.record(slot, wr_id, meta::encode(bbs, 0));
     }
 
@@ -488,13 +567,17 @@ impl SendQueue {
         }
     }
 
-    /// Retire the WQE at block `ci` (slot `slot`, `bbs` blocks): clear its meta byte, move
-    /// past it.
+    /// Retire the WQE at block `ci` (slot `slot`, `bbs` blocks): clear its meta byte, give
+    /// its WR back, move past it.
     #[inline(always)]
     fn retire_one(&mut self, slot: usize, bbs: u16) {
         if self.meta_at(slot) != 0 {
             self.uncommon -= 1;
+            if bbs as u32 > self.wr_bbs {
+                self.big -= 1;
+            }
         }
+        self.credits += 1;
         debug_assert!(slot < self.meta.len());
         // SAFETY: as for `meta_at`.
         unsafe { *self.meta.get_unchecked_mut(slot) = 0 };
@@ -505,7 +588,8 @@ impl SendQueue {
     /// a WQE start ([`SendQueue::starts_wqe`]).
     fn retire_until(&mut self, c: u16) {
         if self.uncommon == 0 {
-            // One block each, no byte to clear.
+            // One block each, no byte to clear: a WR per block.
+            self.credits += c.wrapping_sub(self.ci) as i32;
             self.ci = c;
             return;
         }
@@ -738,6 +822,8 @@ impl SendQueue {
         self.error_mode = false;
         self.meta.fill(0);
         self.uncommon = 0;
+        self.big = 0;
+        self.credits = self.max_post as i32 - self.closed;
         self.refresh_credits();
         // SAFETY: `dbrec` is the live SQ doorbell record.
         unsafe { mmio::write_dbrec(self.dbrec, 0) };

@@ -8,7 +8,7 @@ mod common;
 use common::{req, FakeCq, FakeQp, QpCfg};
 use mlx5_cq::Cqe64;
 use mlx5_hw::{QpState, QpType};
-use mlx5_qp::{Cq, Error, Qp, RemoteAddr, SendFlags, SendWr, Sge, Wc, WcOpcode, WcStatus};
+use mlx5_qp::{Cq, Error, Qp, RemoteAddr, SendFlags, SendWr, Sge, SqLimit, Wc, WcOpcode, WcStatus};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngSeed};
 
@@ -129,9 +129,15 @@ fn long_inline_spans_blocks_and_wraps_like_post() {
         ..QpCfg::default()
     };
     let (mut a, mut b) = (Twin::new(&cfg), Twin::new(&cfg));
+    // Two WRs of up to two blocks each (the computed limit, 1, would leave no room for the
+    // refused WQE below to be refused for its blocks).
+    for t in [&mut a, &mut b] {
+        t.qp.set_max_send_wr(2).unwrap();
+    }
     let remote = RemoteAddr::new(0x10, 1);
     let payload: Vec<u8> = (0..100u8).collect();
-    // Three one-block posts, retired; then a two-block WQE starting in the last block wraps.
+    // Three one-block posts, each retired; then a two-block WQE starting in the last block
+    // wraps.
     for id in 0..3 {
         generic_post(
             &mut a.qp,
@@ -140,12 +146,12 @@ fn long_inline_spans_blocks_and_wraps_like_post() {
         .unwrap();
         b.qp.post_write_inline(id, b"x", remote, SendFlags::SIGNALED)
             .unwrap();
-    }
-    for t in [&mut a, &mut b] {
-        t.fcq.push(req(QPN, 2, 0x08));
-        let mut wcs = [Wc::default(); 4];
-        assert_eq!(t.cq.poll(&mut t.qp, &mut wcs), Ok(1));
-        t.fake.clear_bf();
+        for t in [&mut a, &mut b] {
+            t.fcq.push(req(QPN, id as u16, 0x08));
+            let mut wcs = [Wc::default(); 4];
+            assert_eq!(t.cq.poll(&mut t.qp, &mut wcs), Ok(1));
+            t.fake.clear_bf();
+        }
     }
     generic_post(&mut a.qp, &SendWr::write(9, remote).inline(&payload[..60])).unwrap();
     b.qp.post_write_inline(9, &payload[..60], remote, SendFlags::empty())
@@ -167,7 +173,14 @@ fn long_inline_spans_blocks_and_wraps_like_post() {
     let ea = generic_post(&mut a.qp, &SendWr::write(10, remote).inline(&payload));
     let eb =
         b.qp.post_write_inline(10, &payload, remote, SendFlags::empty());
-    assert_eq!(ea, Err(Error::SqFull { needed: 3, free: 2 }));
+    assert_eq!(
+        ea,
+        Err(Error::SqFull {
+            limit: SqLimit::Blocks,
+            needed: 3,
+            free: 2
+        })
+    );
     assert_eq!(eb, ea);
 }
 

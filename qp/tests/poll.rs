@@ -7,7 +7,7 @@ use common::{err, req, req_bytes, resp, FakeCq, FakeQp, FakeSrq, QpCfg};
 use mlx5_cq::*;
 use mlx5_hw::QpState;
 use mlx5_qp::{
-    Cq, Error, Qp, QpTable, RemoteAddr, SendWr, Sge, Srq, Wc, WcFlags, WcOpcode, WcStatus,
+    Cq, Error, Qp, QpTable, RemoteAddr, SendWr, Sge, SqLimit, Srq, Wc, WcFlags, WcOpcode, WcStatus,
 };
 
 const QPN: u32 = 0x1234;
@@ -15,6 +15,9 @@ const QPN: u32 = 0x1234;
 fn rts(fake: &FakeQp) -> Qp {
     // SAFETY: `fake` outlives the QP.
     let mut qp = unsafe { Qp::from_layout(&fake.layout, None) }.unwrap();
+    // These tests are about the ring's mechanics: one WR per block, as the literal layouts
+    // were written for (the computed WR limit is tested in wr_limit.rs).
+    qp.set_max_send_wr(fake.layout.sq.wqe_cnt).unwrap();
     qp.set_state(QpState::Rts);
     qp
 }
@@ -85,7 +88,11 @@ fn unsignaled_run_is_retired_by_one_completion() {
     qp.post(&SendWr::send(7).inline(b"x").signaled()).unwrap();
     assert_eq!(
         qp.post(&SendWr::send(8)),
-        Err(Error::SqFull { needed: 1, free: 0 })
+        Err(Error::SqFull {
+            limit: SqLimit::WorkRequests,
+            needed: 1,
+            free: 0
+        })
     );
     fcq.push(req(QPN, 7, 0x0a));
     let mut wcs = [Wc::default(); 8];

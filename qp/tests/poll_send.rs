@@ -22,6 +22,9 @@ const FLUSH: u8 = 0x05;
 fn qp_on(fake: &FakeQp) -> Qp {
     // SAFETY: `fake` owns the memory and outlives the QP in every test.
     let mut qp = unsafe { Qp::from_layout(&fake.layout, None) }.unwrap();
+    // These tests are about the ring's mechanics: one WR per block, as the literal layouts
+    // were written for (the computed WR limit is tested in wr_limit.rs and the lean tests).
+    qp.set_max_send_wr(fake.layout.sq.wqe_cnt).unwrap();
     qp.set_state(QpState::Rts);
     qp
 }

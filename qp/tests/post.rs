@@ -5,11 +5,14 @@ mod common;
 
 use common::{FakeQp, QpCfg};
 use mlx5_hw::{QpState, QpType};
-use mlx5_qp::{Error, Qp, RecvWr, RemoteAddr, SendFlags, SendOp, SendWr, Sge, UdDest};
+use mlx5_qp::{Error, Qp, RecvWr, RemoteAddr, SendFlags, SendOp, SendWr, Sge, SqLimit, UdDest};
 
 fn rts(fake: &FakeQp) -> Qp {
     // SAFETY: `fake` owns the memory and outlives the QP in every test.
     let mut qp = unsafe { Qp::from_layout(&fake.layout, None) }.unwrap();
+    // These tests are about the ring's mechanics: one WR per block, as the literal layouts
+    // were written for (the computed WR limit is tested in wr_limit.rs).
+    qp.set_max_send_wr(fake.layout.sq.wqe_cnt).unwrap();
     qp.set_state(QpState::Rts);
     qp
 }
@@ -596,7 +599,11 @@ fn full_sq_is_an_error_not_an_overwrite() {
     let snapshot = fake.sq.bytes().to_vec();
     assert_eq!(
         qp.post(&SendWr::send(9).inline(b"a")),
-        Err(Error::SqFull { needed: 1, free: 0 })
+        Err(Error::SqFull {
+            limit: SqLimit::WorkRequests,
+            needed: 1,
+            free: 0
+        })
     );
     assert_eq!(fake.sq.bytes(), &snapshot[..]);
     assert_eq!(fake.sq_dbrec(), 4);

@@ -10,7 +10,7 @@ mod common;
 use common::{err, req, FakeCq, FakeQp, QpCfg};
 use mlx5_cq::{CQE_REQ_ERR, SYNDROME_REMOTE_ACCESS_ERR, SYNDROME_WR_FLUSH_ERR};
 use mlx5_hw::QpState;
-use mlx5_qp::{Cq, Error, Qp, SendWr, Sge, Wc, WcStatus};
+use mlx5_qp::{Cq, Error, Qp, SendWr, Sge, SqLimit, Wc, WcStatus};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngSeed};
 use std::collections::HashMap;
@@ -64,7 +64,9 @@ struct Model {
 impl Model {
     fn new() -> Model {
         let fake = FakeQp::new(&QpCfg {
-            sq_bbs: 16,
+            // 64 blocks of 384-byte WQEs: max_send_wr 10, so both the WR limit and the
+            // ring's wrap are reached.
+            sq_bbs: 64,
             max_inline: 160,
             ..QpCfg::default()
         });
@@ -92,7 +94,7 @@ impl Model {
 
     /// The wqe_index the device reads from the ring for a posted WQE.
     fn wqe_index(&self, p: &Posted) -> u16 {
-        let b = self.fake.bb(p.pi as usize % 16);
+        let b = self.fake.bb(p.pi as usize % 64);
         u16::from_be_bytes([b[1], b[2]])
     }
 
@@ -112,9 +114,13 @@ impl Model {
         } else {
             SendWr::send(id).inline(&payload)
         };
+        // The last free WR is signaled, as a sender must do (its completion retires the
+        // unsignaled ones before it; otherwise nothing would ever free the queue).
+        let signaled = signaled || self.qp.sq_free_wrs() == 1;
         let wr = if signaled { wr.signaled() } else { wr };
         let pi = self.qp.sq_pi();
         let free = self.qp.sq_free_bbs();
+        let free_wrs = self.qp.sq_free_wrs();
         match self.qp.post(&wr) {
             Ok(()) => {
                 self.next_id += 1;
@@ -124,9 +130,22 @@ impl Model {
                     signaled,
                 });
             }
-            Err(Error::SqFull { needed, free: f }) => {
+            Err(Error::SqFull {
+                limit: SqLimit::Blocks,
+                needed,
+                free: f,
+            }) => {
+                assert!(free_wrs > 0, "the WR limit is checked first");
                 assert_eq!(f, free);
                 assert!(needed > free);
+            }
+            Err(Error::SqFull {
+                limit: SqLimit::WorkRequests,
+                needed: 1,
+                free: 0,
+            }) => {
+                assert_eq!(free_wrs, 0);
+                assert_eq!(self.qp.sq_outstanding_wrs(), self.qp.max_send_wr());
             }
             Err(Error::WrongState { .. }) => assert!(self.failed.is_some()),
             Err(e) => panic!("unexpected {e}"),
@@ -196,7 +215,7 @@ impl Model {
     fn drain(&mut self) {
         if self.failed.is_none() {
             // A final signaled WR retires any trailing unsignaled ones.
-            while self.qp.sq_free_bbs() == 0 {
+            while self.qp.sq_free_bbs() == 0 || self.qp.sq_free_wrs() == 0 {
                 self.execute(16);
                 self.poll(16);
             }
