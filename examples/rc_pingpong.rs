@@ -24,7 +24,7 @@ mod side;
 use mlx5_direct::hw::QpType;
 use mlx5_direct::qp::connect::{ConnectParams, Connection, QpLink};
 use mlx5_direct::qp::{Qp, SendWr, Wc};
-use pingpong::{finish, say, who, Opts, Outcome, Result, STALL};
+use pingpong::{drain_sends, finish, say, who, Opts, Outcome, Result, STALL};
 use side::{Devices, Rendezvous, Side, SideCfg};
 use std::process::ExitCode;
 use std::time::Instant;
@@ -151,24 +151,7 @@ fn rc_side(mut s: Side, devs: &Devices, rv: &Rendezvous, o: &Opts) -> Result<Out
     }
     let took = start.elapsed();
     // Every send acknowledged before the goodbye.
-    let deadline = Instant::now() + STALL;
-    while sent < posted {
-        let n = s.cq.poll(&mut s.qps[..], &mut wcs)?;
-        for wc in &wcs[..n] {
-            if !wc.is_ok() {
-                return Err(
-                    format!("last sends: {} {}", wc.opcode.name(), wc.status.name()).into(),
-                );
-            }
-            sent += u64::from(!wc.opcode.is_recv());
-        }
-        if Instant::now() > deadline {
-            return Err(
-                format!("{} sends not acknowledged within {STALL:?}", posted - sent).into(),
-            );
-        }
-        std::thread::yield_now();
-    }
+    drain_sends(&mut s, sent, posted, "acknowledged")?;
     finish(conn, client)?;
     say(&format!(
         "  {who}: {} messages of {size} bytes received, every one checked byte for byte",

@@ -23,7 +23,7 @@ mod side;
 use mlx5_direct::hw::QpType;
 use mlx5_direct::qp::connect::{ConnectParams, Connection, QpLink};
 use mlx5_direct::qp::{Qp, SendWr, Wc, WcFlags};
-use pingpong::{finish, say, who, Opts, Outcome, Result, STALL};
+use pingpong::{drain_sends, finish, say, who, Opts, Outcome, Result, STALL};
 use side::{Devices, Rendezvous, Side, SideCfg};
 use std::process::ExitCode;
 use std::time::Instant;
@@ -172,22 +172,7 @@ fn ud_side(mut s: Side, devs: &Devices, rv: &Rendezvous, o: &Opts) -> Result<Out
         }
     }
     let took = start.elapsed();
-    let deadline = Instant::now() + STALL;
-    while sent < posted {
-        let n = s.cq.poll(&mut s.qps[..], &mut wcs)?;
-        for wc in &wcs[..n] {
-            if !wc.is_ok() {
-                return Err(
-                    format!("last sends: {} {}", wc.opcode.name(), wc.status.name()).into(),
-                );
-            }
-            sent += u64::from(!wc.opcode.is_recv());
-        }
-        if Instant::now() > deadline {
-            return Err(format!("{} sends not completed within {STALL:?}", posted - sent).into());
-        }
-        std::thread::yield_now();
-    }
+    drain_sends(&mut s, sent, posted, "completed")?;
     finish(conn, client)?;
     say(&format!(
         "  {who}: {} datagrams of {size} bytes received from QPN {:#08x}, every one checked byte \

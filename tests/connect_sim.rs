@@ -10,18 +10,10 @@ use mlx5_direct::hw::transition::{self, PeerPath, Step, ToInit, ToRtr, ToRts};
 use mlx5_direct::hw::{
     AccessFlags, AhAttr, AttrMask, Device, GlobalRoute, Mtu, QpAttr, QpState, QpType,
 };
-use mlx5_direct::qp::connect::{self, diag, ConnectError, ConnectParams, Connection, PairSide};
+use mlx5_direct::qp::connect::{self, diag, ConnectError, ConnectParams, Connection};
 use mlx5_direct::qp::{SendWr, WcOpcode, WcStatus};
 use mlx5_direct::sim::{DeviceConfig, Fabric};
 use std::net::TcpListener;
-use std::time::Duration;
-
-fn params() -> ConnectParams {
-    ConnectParams {
-        io_timeout: Duration::from_secs(10),
-        ..ConnectParams::default()
-    }
-}
 
 /// A SEND from `a` lands in `b`'s first receive, and a WRITE into the buffer `b` announced.
 fn send_and_write(
@@ -65,26 +57,7 @@ fn in_process_rc_pair_reaches_rts_and_carries_data() {
     let (f, da, db) = fabric2();
     let mut a = Side::new(&da, QpType::Rc);
     let mut b = Side::new(&db, QpType::Rc);
-    let (pa, pb) = (a.params(&params()), b.params(&params()));
-    let (qa, qb) = (a.qp_ref(), b.qp_ref());
-    let (ca, cb) = {
-        let (mut la, mut lb) = (a.link(), b.link());
-        connect::connect_pair(
-            PairSide {
-                dev: &da,
-                qp: qa,
-                link: &mut la,
-                params: &pa,
-            },
-            PairSide {
-                dev: &db,
-                qp: qb,
-                link: &mut lb,
-                params: &pb,
-            },
-        )
-        .unwrap()
-    };
+    let (ca, cb) = connect_pair(&mut a, &mut b, &params());
     for (dev, c) in [(&da, &ca), (&db, &cb)] {
         let attr = dev.query_qp(c.qp().id).unwrap();
         assert_eq!(attr.qp_state, QpState::Rts);
@@ -170,24 +143,7 @@ fn ud_pair_gets_qkey_and_address_handle() {
         ..params()
     };
     let (qa, qb) = (a.qp_ref(), b.qp_ref());
-    let (ca, _cb) = {
-        let (mut la, mut lb) = (a.link(), b.link());
-        connect::connect_pair(
-            PairSide {
-                dev: &da,
-                qp: qa,
-                link: &mut la,
-                params: &p,
-            },
-            PairSide {
-                dev: &db,
-                qp: qb,
-                link: &mut lb,
-                params: &p,
-            },
-        )
-        .unwrap()
-    };
+    let (ca, _cb) = try_connect_pair_with(&mut a, &p, &mut b, &p).unwrap();
     assert_eq!(db.query_qp(qb.id).unwrap().qkey, 0x0bad_cafe);
     let peer = ca.ud_peer().expect("UD connect creates the peer's AH");
     assert_eq!((peer.qpn, peer.qkey), (qb.qpn, 0x0bad_cafe));
@@ -339,24 +295,9 @@ fn connect_refuses_a_qp_that_is_not_fresh() {
     let (_f, da, db) = fabric2();
     let mut a = Side::new(&da, QpType::Rc);
     let mut b = Side::new(&db, QpType::Rc);
-    let (qa, qb) = (a.qp_ref(), b.qp_ref());
     let p = params();
     for round in 0..2 {
-        let (mut la, mut lb) = (a.link(), b.link());
-        let r = connect::connect_pair(
-            PairSide {
-                dev: &da,
-                qp: qa,
-                link: &mut la,
-                params: &p,
-            },
-            PairSide {
-                dev: &db,
-                qp: qb,
-                link: &mut lb,
-                params: &p,
-            },
-        );
+        let r = try_connect_pair_with(&mut a, &p, &mut b, &p);
         if round == 0 {
             r.unwrap();
             continue;
@@ -381,26 +322,8 @@ fn uc_pair_carries_writes_and_refuses_reads_at_post() {
     let (f, da, db) = fabric2();
     let mut a = Side::new(&da, QpType::Uc);
     let mut b = Side::new(&db, QpType::Uc);
-    let (pa, pb) = (a.params(&params()), b.params(&params()));
-    let (qa, qb) = (a.qp_ref(), b.qp_ref());
-    let (ca, _cb) = {
-        let (mut la, mut lb) = (a.link(), b.link());
-        connect::connect_pair(
-            PairSide {
-                dev: &da,
-                qp: qa,
-                link: &mut la,
-                params: &pa,
-            },
-            PairSide {
-                dev: &db,
-                qp: qb,
-                link: &mut lb,
-                params: &pb,
-            },
-        )
-        .unwrap()
-    };
+    let qa = a.qp_ref();
+    let (ca, _cb) = connect_pair(&mut a, &mut b, &params());
     let attr = da.query_qp(qa.id).unwrap();
     assert_eq!(
         attr.qp_access_flags,
@@ -432,26 +355,8 @@ fn infiniband_ports_connect_by_lid_without_a_grh() {
     let db = f.add_device(ib([10, 0, 0, 2], 0x22));
     let mut a = Side::new(&da, QpType::Rc);
     let mut b = Side::new(&db, QpType::Rc);
-    let (pa, pb) = (a.params(&params()), b.params(&params()));
-    let (qa, qb) = (a.qp_ref(), b.qp_ref());
-    let (ca, _cb) = {
-        let (mut la, mut lb) = (a.link(), b.link());
-        connect::connect_pair(
-            PairSide {
-                dev: &da,
-                qp: qa,
-                link: &mut la,
-                params: &pa,
-            },
-            PairSide {
-                dev: &db,
-                qp: qb,
-                link: &mut lb,
-                params: &pb,
-            },
-        )
-        .unwrap()
-    };
+    let qa = a.qp_ref();
+    let (ca, _cb) = connect_pair(&mut a, &mut b, &params());
     let attr = da.query_qp(qa.id).unwrap();
     assert_eq!(attr.ah_attr.dlid, 0x22);
     assert!(

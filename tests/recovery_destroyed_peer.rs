@@ -13,21 +13,12 @@ mod connect_support;
 use connect_support::*;
 use mlx5_direct::hw::transition::{self, Step};
 use mlx5_direct::hw::{CqInitAttr, Device, QpCap, QpInitAttr, QpState, QpType};
-use mlx5_direct::qp::connect::{
-    self, diag, ConnectParams, Connection, ControlEvent, PairSide, QpRef, RebuildReport,
-};
+use mlx5_direct::qp::connect::{self, diag, Connection, ControlEvent, QpRef};
 use mlx5_direct::qp::{Cq, Qp, SendWr, Wc, WcOpcode, WcStatus};
 use mlx5_direct::sim::{Fabric, SimDevice};
 use std::net::TcpListener;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
-
-fn params() -> ConnectParams {
-    ConnectParams {
-        io_timeout: Duration::from_secs(10),
-        ..ConnectParams::default()
-    }
-}
 
 /// Moves the virtual clock until `pred` holds (at most 60 virtual seconds).
 fn advance_until(f: &Fabric, mut pred: impl FnMut() -> bool) {
@@ -194,46 +185,12 @@ fn check_crossed(a: &Side, ca: &Connection, b: &Side, cb: &Connection) {
     assert_eq!(b.qp.rq_outstanding(), 8, "receives posted on the new QP");
 }
 
-fn pair(a: &mut Side, b: &mut Side, p: &ConnectParams) -> (Connection, Connection) {
-    let (pa, pb) = (a.params(p), b.params(p));
-    let (qa, qb) = (a.qp_ref(), b.qp_ref());
-    let (da, db) = (a.dev.clone(), b.dev.clone());
-    let (mut la, mut lb) = (a.link(), b.link());
-    connect::connect_pair(
-        PairSide {
-            dev: &da,
-            qp: qa,
-            link: &mut la,
-            params: &pa,
-        },
-        PairSide {
-            dev: &db,
-            qp: qb,
-            link: &mut lb,
-            params: &pb,
-        },
-    )
-    .unwrap()
-}
-
-fn rebuild_pair(
-    a: &mut Side,
-    ca: &mut Connection,
-    b: &mut Side,
-    cb: &mut Connection,
-    reason: WcStatus,
-) -> (RebuildReport, RebuildReport) {
-    let (da, db) = (a.dev.clone(), b.dev.clone());
-    let (mut la, mut lb) = (a.link(), b.link());
-    connect::rebuild_pair(&da, ca, &mut la, &db, cb, &mut lb, reason).unwrap()
-}
-
 #[test]
 fn in_process_peer_qp_destroyed_and_replaced() {
     let (f, da, db) = fabric2();
     let mut a = Side::new(&da, QpType::Rc);
     let mut b = Side::new(&db, QpType::Rc);
-    let (mut ca, mut cb) = pair(&mut a, &mut b, &params());
+    let (mut ca, mut cb) = connect_pair(&mut a, &mut b, &params());
     let (ba, bb) = (ca.remote_buffer().unwrap(), cb.remote_buffer().unwrap());
     traffic_flows(&f, &mut a, &mut b, ba, 0x10);
 

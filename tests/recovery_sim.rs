@@ -8,21 +8,12 @@ mod connect_support;
 use connect_support::*;
 use mlx5_direct::hw::transition::{self, Step};
 use mlx5_direct::hw::{Device, QpState, QpType};
-use mlx5_direct::qp::connect::{
-    self, diag, ConnectParams, Connection, ControlEvent, PairSide, RebuildReport,
-};
+use mlx5_direct::qp::connect::{self, diag, ConnectParams, Connection, ControlEvent};
 use mlx5_direct::qp::{SendWr, Wc, WcOpcode, WcStatus};
 use mlx5_direct::sim::Fabric;
 use std::net::TcpListener;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
-
-fn params() -> ConnectParams {
-    ConnectParams {
-        io_timeout: Duration::from_secs(10),
-        ..ConnectParams::default()
-    }
-}
 
 /// Moves the virtual clock until `pred` holds (at most 60 virtual seconds).
 fn advance_until(f: &Fabric, mut pred: impl FnMut() -> bool) {
@@ -81,41 +72,6 @@ fn traffic_flows(f: &Fabric, a: &mut Side, b: &mut Side, b_buf: connect::RemoteB
     assert_eq!(&b.buf.bytes()[128..160], &data[..]);
 }
 
-fn pair(f: &Fabric, a: &mut Side, b: &mut Side, p: &ConnectParams) -> (Connection, Connection) {
-    let _ = f;
-    let (pa, pb) = (a.params(p), b.params(p));
-    let (qa, qb) = (a.qp_ref(), b.qp_ref());
-    let (da, db) = (a.dev.clone(), b.dev.clone());
-    let (mut la, mut lb) = (a.link(), b.link());
-    connect::connect_pair(
-        PairSide {
-            dev: &da,
-            qp: qa,
-            link: &mut la,
-            params: &pa,
-        },
-        PairSide {
-            dev: &db,
-            qp: qb,
-            link: &mut lb,
-            params: &pb,
-        },
-    )
-    .unwrap()
-}
-
-fn rebuild_pair(
-    a: &mut Side,
-    ca: &mut Connection,
-    b: &mut Side,
-    cb: &mut Connection,
-    reason: WcStatus,
-) -> (RebuildReport, RebuildReport) {
-    let (da, db) = (a.dev.clone(), b.dev.clone());
-    let (mut la, mut lb) = (a.link(), b.link());
-    connect::rebuild_pair(&da, ca, &mut la, &db, cb, &mut lb, reason).unwrap()
-}
-
 /// Every WR id in `ids` appears exactly once in `wcs`.
 fn each_once(wcs: &[Wc], ids: impl IntoIterator<Item = u64>) {
     for id in ids {
@@ -129,7 +85,7 @@ fn peer_in_error_gives_retry_exceeded_and_rebuild_restores_traffic() {
     let (f, da, db) = fabric2();
     let mut a = Side::new(&da, QpType::Rc);
     let mut b = Side::new(&db, QpType::Rc);
-    let (mut ca, mut cb) = pair(&f, &mut a, &mut b, &params());
+    let (mut ca, mut cb) = connect_pair(&mut a, &mut b, &params());
     let before = diag::counter_report(&da, 1).unwrap();
 
     put_in_error(&b);
@@ -190,7 +146,7 @@ fn rnr_retries_exhausted_then_rebuild_with_receives_posted() {
         min_rnr_timer: 1,
         ..params()
     };
-    let (mut ca, mut cb) = pair(&f, &mut a, &mut b, &p);
+    let (mut ca, mut cb) = connect_pair(&mut a, &mut b, &p);
     let (a0, b0) = (
         diag::counter_report(&da, 1).unwrap(),
         diag::counter_report(&db, 1).unwrap(),

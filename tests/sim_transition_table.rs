@@ -9,8 +9,9 @@
 //! attribute or the illegal transition and leave the QP where it was; a success must leave
 //! `query_qp` reporting the target state and every attribute the mask carried.
 //!
-//! The expected table is text, independent of `mlx5_hw::qp_state`: the same transcription of
-//! the kernel table as `hw/tests/qp_state_table.rs` (which checks the library alone).
+//! The expected table is text, independent of `mlx5_hw::qp_state`: the transcription of the
+//! kernel table in `hw/tests/data/kernel_qp_state_table.rs`, shared with
+//! `hw/tests/qp_state_table.rs` (which checks the library alone).
 
 use mlx5_direct::hw::{
     AccessFlags, AhAttr, AttrMask, CqInitAttr, Device, Gid, GlobalRoute, Mtu, PdId, QpAttr, QpCap,
@@ -20,103 +21,8 @@ use mlx5_direct::qp::{Qp, SendWr, Sge, UdDest};
 use mlx5_direct::sim::{DeviceConfig, Fabric, SimDevice};
 use std::collections::HashMap;
 
-/// `cur next type | required | optional` for every valid cell with RC, UC or UD parameters
-/// (copied from `hw/tests/qp_state_table.rs`). Anything absent is not a transition.
-const KERNEL_TABLE: &str = "
-RESET RESET RC | - | -
-RESET RESET UC | - | -
-RESET RESET UD | - | -
-RESET INIT UD | IB_QP_PKEY_INDEX IB_QP_PORT IB_QP_QKEY | -
-RESET INIT UC | IB_QP_PKEY_INDEX IB_QP_PORT IB_QP_ACCESS_FLAGS | -
-RESET INIT RC | IB_QP_PKEY_INDEX IB_QP_PORT IB_QP_ACCESS_FLAGS | -
-INIT RESET RC | - | -
-INIT RESET UC | - | -
-INIT RESET UD | - | -
-INIT ERR RC | - | -
-INIT ERR UC | - | -
-INIT ERR UD | - | -
-INIT INIT UD | - | IB_QP_PKEY_INDEX IB_QP_PORT IB_QP_QKEY
-INIT INIT UC | - | IB_QP_PKEY_INDEX IB_QP_PORT IB_QP_ACCESS_FLAGS
-INIT INIT RC | - | IB_QP_PKEY_INDEX IB_QP_PORT IB_QP_ACCESS_FLAGS
-INIT RTR UC | IB_QP_AV IB_QP_PATH_MTU IB_QP_DEST_QPN IB_QP_RQ_PSN | IB_QP_ALT_PATH IB_QP_ACCESS_FLAGS IB_QP_PKEY_INDEX
-INIT RTR RC | IB_QP_AV IB_QP_PATH_MTU IB_QP_DEST_QPN IB_QP_RQ_PSN IB_QP_MAX_DEST_RD_ATOMIC IB_QP_MIN_RNR_TIMER | IB_QP_ALT_PATH IB_QP_ACCESS_FLAGS IB_QP_PKEY_INDEX IB_QP_RATE_LIMIT
-INIT RTR UD | - | IB_QP_PKEY_INDEX IB_QP_QKEY
-RTR RESET RC | - | -
-RTR RESET UC | - | -
-RTR RESET UD | - | -
-RTR ERR RC | - | -
-RTR ERR UC | - | -
-RTR ERR UD | - | -
-RTR RTS UD | IB_QP_SQ_PSN | IB_QP_CUR_STATE IB_QP_QKEY
-RTR RTS UC | IB_QP_SQ_PSN | IB_QP_CUR_STATE IB_QP_ALT_PATH IB_QP_ACCESS_FLAGS IB_QP_PATH_MIG_STATE
-RTR RTS RC | IB_QP_TIMEOUT IB_QP_RETRY_CNT IB_QP_RNR_RETRY IB_QP_SQ_PSN IB_QP_MAX_QP_RD_ATOMIC | IB_QP_CUR_STATE IB_QP_ALT_PATH IB_QP_ACCESS_FLAGS IB_QP_MIN_RNR_TIMER IB_QP_PATH_MIG_STATE IB_QP_RATE_LIMIT
-RTS RESET RC | - | -
-RTS RESET UC | - | -
-RTS RESET UD | - | -
-RTS ERR RC | - | -
-RTS ERR UC | - | -
-RTS ERR UD | - | -
-RTS RTS UD | - | IB_QP_CUR_STATE IB_QP_QKEY
-RTS RTS UC | - | IB_QP_CUR_STATE IB_QP_ACCESS_FLAGS IB_QP_ALT_PATH IB_QP_PATH_MIG_STATE
-RTS RTS RC | - | IB_QP_CUR_STATE IB_QP_ACCESS_FLAGS IB_QP_ALT_PATH IB_QP_PATH_MIG_STATE IB_QP_MIN_RNR_TIMER IB_QP_RATE_LIMIT
-RTS SQD UD | - | IB_QP_EN_SQD_ASYNC_NOTIFY
-RTS SQD UC | - | IB_QP_EN_SQD_ASYNC_NOTIFY
-RTS SQD RC | - | IB_QP_EN_SQD_ASYNC_NOTIFY
-SQD RESET RC | - | -
-SQD RESET UC | - | -
-SQD RESET UD | - | -
-SQD ERR RC | - | -
-SQD ERR UC | - | -
-SQD ERR UD | - | -
-SQD RTS UD | - | IB_QP_CUR_STATE IB_QP_QKEY
-SQD RTS UC | - | IB_QP_CUR_STATE IB_QP_ALT_PATH IB_QP_ACCESS_FLAGS IB_QP_PATH_MIG_STATE
-SQD RTS RC | - | IB_QP_CUR_STATE IB_QP_ALT_PATH IB_QP_ACCESS_FLAGS IB_QP_MIN_RNR_TIMER IB_QP_PATH_MIG_STATE
-SQD SQD UD | - | IB_QP_PKEY_INDEX IB_QP_QKEY
-SQD SQD UC | - | IB_QP_AV IB_QP_ALT_PATH IB_QP_ACCESS_FLAGS IB_QP_PKEY_INDEX IB_QP_PATH_MIG_STATE
-SQD SQD RC | - | IB_QP_PORT IB_QP_AV IB_QP_TIMEOUT IB_QP_RETRY_CNT IB_QP_RNR_RETRY IB_QP_MAX_QP_RD_ATOMIC IB_QP_MAX_DEST_RD_ATOMIC IB_QP_ALT_PATH IB_QP_ACCESS_FLAGS IB_QP_PKEY_INDEX IB_QP_MIN_RNR_TIMER IB_QP_PATH_MIG_STATE
-SQE RESET RC | - | -
-SQE RESET UC | - | -
-SQE RESET UD | - | -
-SQE ERR RC | - | -
-SQE ERR UC | - | -
-SQE ERR UD | - | -
-SQE RTS UD | - | IB_QP_CUR_STATE IB_QP_QKEY
-SQE RTS UC | - | IB_QP_CUR_STATE IB_QP_ACCESS_FLAGS
-SQE RTS RC | - | -
-ERR RESET RC | - | -
-ERR RESET UC | - | -
-ERR RESET UD | - | -
-ERR ERR RC | - | -
-ERR ERR UC | - | -
-ERR ERR UD | - | -
-";
+include!("../hw/tests/data/kernel_qp_state_table.rs");
 
-/// `enum ib_qp_attr_mask` values (include/rdma/ib_verbs.h; the same in verbs.h as
-/// `IBV_QP_*`).
-const KERNEL_BITS: [(&str, u32); 22] = [
-    ("IB_QP_STATE", 1),
-    ("IB_QP_CUR_STATE", 1 << 1),
-    ("IB_QP_EN_SQD_ASYNC_NOTIFY", 1 << 2),
-    ("IB_QP_ACCESS_FLAGS", 1 << 3),
-    ("IB_QP_PKEY_INDEX", 1 << 4),
-    ("IB_QP_PORT", 1 << 5),
-    ("IB_QP_QKEY", 1 << 6),
-    ("IB_QP_AV", 1 << 7),
-    ("IB_QP_PATH_MTU", 1 << 8),
-    ("IB_QP_TIMEOUT", 1 << 9),
-    ("IB_QP_RETRY_CNT", 1 << 10),
-    ("IB_QP_RNR_RETRY", 1 << 11),
-    ("IB_QP_RQ_PSN", 1 << 12),
-    ("IB_QP_MAX_QP_RD_ATOMIC", 1 << 13),
-    ("IB_QP_ALT_PATH", 1 << 14),
-    ("IB_QP_MIN_RNR_TIMER", 1 << 15),
-    ("IB_QP_SQ_PSN", 1 << 16),
-    ("IB_QP_MAX_DEST_RD_ATOMIC", 1 << 17),
-    ("IB_QP_PATH_MIG_STATE", 1 << 18),
-    ("IB_QP_CAP", 1 << 19),
-    ("IB_QP_DEST_QPN", 1 << 20),
-    ("IB_QP_RATE_LIMIT", 1 << 25),
-];
 const STATE: u32 = 1;
 const CUR_STATE: u32 = 1 << 1;
 /// Bits verbs does not define (21..=24 are unused, 26 and up do not exist).
@@ -133,19 +39,6 @@ const STATES: [QpState; 7] = [
 ];
 const TYPES: [QpType; 3] = [QpType::Rc, QpType::Uc, QpType::Ud];
 
-fn state(s: &str) -> QpState {
-    match s {
-        "RESET" => QpState::Reset,
-        "INIT" => QpState::Init,
-        "RTR" => QpState::Rtr,
-        "RTS" => QpState::Rts,
-        "SQD" => QpState::Sqd,
-        "SQE" => QpState::Sqe,
-        "ERR" => QpState::Error,
-        _ => panic!("bad state {s}"),
-    }
-}
-
 /// The kernel's spelling of a state, as the error messages print it.
 fn state_name(s: QpState) -> &'static str {
     match s {
@@ -159,30 +52,6 @@ fn state_name(s: QpState) -> &'static str {
     }
 }
 
-fn qp_type(s: &str) -> QpType {
-    match s {
-        "RC" => QpType::Rc,
-        "UC" => QpType::Uc,
-        "UD" => QpType::Ud,
-        _ => panic!("bad type {s}"),
-    }
-}
-
-fn bits(s: &str) -> u32 {
-    if s.trim() == "-" {
-        return 0;
-    }
-    s.split_whitespace()
-        .map(|n| {
-            KERNEL_BITS
-                .iter()
-                .find(|(k, _)| *k == n)
-                .unwrap_or_else(|| panic!("unknown bit {n}"))
-                .1
-        })
-        .fold(0, |a, b| a | b)
-}
-
 /// The verbs name of each bit in `mask` (`IBV_QP_SQ_PSN`, ...), as the refusals print them.
 fn verbs_names(mask: u32) -> Vec<String> {
     KERNEL_BITS
@@ -190,23 +59,6 @@ fn verbs_names(mask: u32) -> Vec<String> {
         .filter(|(_, b)| mask & b != 0)
         .map(|(n, _)| n.replacen("IB_QP_", "IBV_QP_", 1))
         .collect()
-}
-
-type Key = (QpState, QpState, QpType);
-
-fn expected_table() -> HashMap<Key, (u32, u32)> {
-    let mut t = HashMap::new();
-    for line in KERNEL_TABLE.lines().filter(|l| !l.trim().is_empty()) {
-        let parts: Vec<&str> = line.split('|').collect();
-        assert_eq!(parts.len(), 3, "{line}");
-        let head: Vec<&str> = parts[0].split_whitespace().collect();
-        let key = (state(head[0]), state(head[1]), qp_type(head[2]));
-        assert!(
-            t.insert(key, (bits(parts[1]), bits(parts[2]))).is_none(),
-            "duplicate {line}"
-        );
-    }
-    t
 }
 
 /// What the kernel answers, and the words its refusal must contain.

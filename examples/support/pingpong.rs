@@ -11,6 +11,7 @@
 
 use crate::side::{open_devices, Devices, Rendezvous, Side, SideCfg};
 use mlx5_direct::qp::connect::{AbortCode, Connection, ControlEvent};
+use mlx5_direct::qp::Wc;
 use std::io::Write;
 use std::net::TcpListener;
 use std::time::{Duration, Instant};
@@ -188,6 +189,32 @@ pub fn report(o: &Opts, took: Duration) {
         o.iters,
         secs * 1e6 / o.iters as f64
     ));
+}
+
+/// After the last message: poll until every one of the `posted` sends has completed (`sent`
+/// already have), failing on an error completion or when [`STALL`] passes without them all;
+/// `unfinished` says what the missing sends were not (e.g. "acknowledged").
+pub fn drain_sends(s: &mut Side, mut sent: u64, posted: u64, unfinished: &str) -> Result<()> {
+    let mut wcs = [Wc::default(); 16];
+    let deadline = Instant::now() + STALL;
+    while sent < posted {
+        let n = s.cq.poll(&mut s.qps[..], &mut wcs)?;
+        for wc in &wcs[..n] {
+            if !wc.is_ok() {
+                return Err(
+                    format!("last sends: {} {}", wc.opcode.name(), wc.status.name()).into(),
+                );
+            }
+            sent += u64::from(!wc.opcode.is_recv());
+        }
+        if Instant::now() > deadline {
+            return Err(
+                format!("{} sends not {unfinished} within {STALL:?}", posted - sent).into(),
+            );
+        }
+        std::thread::yield_now();
+    }
+    Ok(())
 }
 
 /// The end of a run: the client says goodbye (an ABORT Shutdown on the control connection),

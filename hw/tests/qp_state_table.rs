@@ -1,164 +1,16 @@
 //! Exhaustive check of `mlx5_hw::qp_state` against an independent transcription of the Linux
 //! kernel's `qp_state_table` (drivers/infiniband/core/verbs.c) and `ib_modify_qp_is_ok`.
 //!
-//! The expected table below is written as text, with the kernel's `IB_QP_*` names, in the
-//! kernel's own row order, and parsed here; the library encodes the same facts as Rust
-//! constants. A typo on either side makes a case disagree.
+//! The expected table is written as text, with the kernel's `IB_QP_*` names, in the kernel's
+//! own row order (`data/kernel_qp_state_table.rs`, shared with the root crate's
+//! `tests/sim_transition_table.rs`, which also parses it); the library encodes the same facts
+//! as Rust constants. A typo on either side makes a case disagree.
 
 use mlx5_hw::qp_state::{check_modify, rule, Rule};
 use mlx5_hw::{AttrMask, ModifyError, QpState, QpType};
 use std::collections::HashMap;
 
-/// `cur next type | required | optional` for every valid cell with RC, UC or UD parameters.
-/// Cells marked valid with no parameters are listed with `-`. Anything absent is invalid.
-const KERNEL_TABLE: &str = "
-RESET RESET RC | - | -
-RESET RESET UC | - | -
-RESET RESET UD | - | -
-RESET INIT UD | IB_QP_PKEY_INDEX IB_QP_PORT IB_QP_QKEY | -
-RESET INIT UC | IB_QP_PKEY_INDEX IB_QP_PORT IB_QP_ACCESS_FLAGS | -
-RESET INIT RC | IB_QP_PKEY_INDEX IB_QP_PORT IB_QP_ACCESS_FLAGS | -
-INIT RESET RC | - | -
-INIT RESET UC | - | -
-INIT RESET UD | - | -
-INIT ERR RC | - | -
-INIT ERR UC | - | -
-INIT ERR UD | - | -
-INIT INIT UD | - | IB_QP_PKEY_INDEX IB_QP_PORT IB_QP_QKEY
-INIT INIT UC | - | IB_QP_PKEY_INDEX IB_QP_PORT IB_QP_ACCESS_FLAGS
-INIT INIT RC | - | IB_QP_PKEY_INDEX IB_QP_PORT IB_QP_ACCESS_FLAGS
-INIT RTR UC | IB_QP_AV IB_QP_PATH_MTU IB_QP_DEST_QPN IB_QP_RQ_PSN | IB_QP_ALT_PATH IB_QP_ACCESS_FLAGS IB_QP_PKEY_INDEX
-INIT RTR RC | IB_QP_AV IB_QP_PATH_MTU IB_QP_DEST_QPN IB_QP_RQ_PSN IB_QP_MAX_DEST_RD_ATOMIC IB_QP_MIN_RNR_TIMER | IB_QP_ALT_PATH IB_QP_ACCESS_FLAGS IB_QP_PKEY_INDEX IB_QP_RATE_LIMIT
-INIT RTR UD | - | IB_QP_PKEY_INDEX IB_QP_QKEY
-RTR RESET RC | - | -
-RTR RESET UC | - | -
-RTR RESET UD | - | -
-RTR ERR RC | - | -
-RTR ERR UC | - | -
-RTR ERR UD | - | -
-RTR RTS UD | IB_QP_SQ_PSN | IB_QP_CUR_STATE IB_QP_QKEY
-RTR RTS UC | IB_QP_SQ_PSN | IB_QP_CUR_STATE IB_QP_ALT_PATH IB_QP_ACCESS_FLAGS IB_QP_PATH_MIG_STATE
-RTR RTS RC | IB_QP_TIMEOUT IB_QP_RETRY_CNT IB_QP_RNR_RETRY IB_QP_SQ_PSN IB_QP_MAX_QP_RD_ATOMIC | IB_QP_CUR_STATE IB_QP_ALT_PATH IB_QP_ACCESS_FLAGS IB_QP_MIN_RNR_TIMER IB_QP_PATH_MIG_STATE IB_QP_RATE_LIMIT
-RTS RESET RC | - | -
-RTS RESET UC | - | -
-RTS RESET UD | - | -
-RTS ERR RC | - | -
-RTS ERR UC | - | -
-RTS ERR UD | - | -
-RTS RTS UD | - | IB_QP_CUR_STATE IB_QP_QKEY
-RTS RTS UC | - | IB_QP_CUR_STATE IB_QP_ACCESS_FLAGS IB_QP_ALT_PATH IB_QP_PATH_MIG_STATE
-RTS RTS RC | - | IB_QP_CUR_STATE IB_QP_ACCESS_FLAGS IB_QP_ALT_PATH IB_QP_PATH_MIG_STATE IB_QP_MIN_RNR_TIMER IB_QP_RATE_LIMIT
-RTS SQD UD | - | IB_QP_EN_SQD_ASYNC_NOTIFY
-RTS SQD UC | - | IB_QP_EN_SQD_ASYNC_NOTIFY
-RTS SQD RC | - | IB_QP_EN_SQD_ASYNC_NOTIFY
-SQD RESET RC | - | -
-SQD RESET UC | - | -
-SQD RESET UD | - | -
-SQD ERR RC | - | -
-SQD ERR UC | - | -
-SQD ERR UD | - | -
-SQD RTS UD | - | IB_QP_CUR_STATE IB_QP_QKEY
-SQD RTS UC | - | IB_QP_CUR_STATE IB_QP_ALT_PATH IB_QP_ACCESS_FLAGS IB_QP_PATH_MIG_STATE
-SQD RTS RC | - | IB_QP_CUR_STATE IB_QP_ALT_PATH IB_QP_ACCESS_FLAGS IB_QP_MIN_RNR_TIMER IB_QP_PATH_MIG_STATE
-SQD SQD UD | - | IB_QP_PKEY_INDEX IB_QP_QKEY
-SQD SQD UC | - | IB_QP_AV IB_QP_ALT_PATH IB_QP_ACCESS_FLAGS IB_QP_PKEY_INDEX IB_QP_PATH_MIG_STATE
-SQD SQD RC | - | IB_QP_PORT IB_QP_AV IB_QP_TIMEOUT IB_QP_RETRY_CNT IB_QP_RNR_RETRY IB_QP_MAX_QP_RD_ATOMIC IB_QP_MAX_DEST_RD_ATOMIC IB_QP_ALT_PATH IB_QP_ACCESS_FLAGS IB_QP_PKEY_INDEX IB_QP_MIN_RNR_TIMER IB_QP_PATH_MIG_STATE
-SQE RESET RC | - | -
-SQE RESET UC | - | -
-SQE RESET UD | - | -
-SQE ERR RC | - | -
-SQE ERR UC | - | -
-SQE ERR UD | - | -
-SQE RTS UD | - | IB_QP_CUR_STATE IB_QP_QKEY
-SQE RTS UC | - | IB_QP_CUR_STATE IB_QP_ACCESS_FLAGS
-SQE RTS RC | - | -
-ERR RESET RC | - | -
-ERR RESET UC | - | -
-ERR RESET UD | - | -
-ERR ERR RC | - | -
-ERR ERR UC | - | -
-ERR ERR UD | - | -
-";
-
-/// `enum ib_qp_attr_mask` values, typed in from include/rdma/ib_verbs.h.
-const KERNEL_BITS: [(&str, u32); 22] = [
-    ("IB_QP_STATE", 1),
-    ("IB_QP_CUR_STATE", 1 << 1),
-    ("IB_QP_EN_SQD_ASYNC_NOTIFY", 1 << 2),
-    ("IB_QP_ACCESS_FLAGS", 1 << 3),
-    ("IB_QP_PKEY_INDEX", 1 << 4),
-    ("IB_QP_PORT", 1 << 5),
-    ("IB_QP_QKEY", 1 << 6),
-    ("IB_QP_AV", 1 << 7),
-    ("IB_QP_PATH_MTU", 1 << 8),
-    ("IB_QP_TIMEOUT", 1 << 9),
-    ("IB_QP_RETRY_CNT", 1 << 10),
-    ("IB_QP_RNR_RETRY", 1 << 11),
-    ("IB_QP_RQ_PSN", 1 << 12),
-    ("IB_QP_MAX_QP_RD_ATOMIC", 1 << 13),
-    ("IB_QP_ALT_PATH", 1 << 14),
-    ("IB_QP_MIN_RNR_TIMER", 1 << 15),
-    ("IB_QP_SQ_PSN", 1 << 16),
-    ("IB_QP_MAX_DEST_RD_ATOMIC", 1 << 17),
-    ("IB_QP_PATH_MIG_STATE", 1 << 18),
-    ("IB_QP_CAP", 1 << 19),
-    ("IB_QP_DEST_QPN", 1 << 20),
-    ("IB_QP_RATE_LIMIT", 1 << 25),
-];
-
-fn state(s: &str) -> QpState {
-    match s {
-        "RESET" => QpState::Reset,
-        "INIT" => QpState::Init,
-        "RTR" => QpState::Rtr,
-        "RTS" => QpState::Rts,
-        "SQD" => QpState::Sqd,
-        "SQE" => QpState::Sqe,
-        "ERR" => QpState::Error,
-        _ => panic!("bad state {s}"),
-    }
-}
-
-fn qp_type(s: &str) -> QpType {
-    match s {
-        "RC" => QpType::Rc,
-        "UC" => QpType::Uc,
-        "UD" => QpType::Ud,
-        _ => panic!("bad type {s}"),
-    }
-}
-
-fn bits(s: &str) -> u32 {
-    if s.trim() == "-" {
-        return 0;
-    }
-    s.split_whitespace()
-        .map(|n| {
-            KERNEL_BITS
-                .iter()
-                .find(|(k, _)| *k == n)
-                .unwrap_or_else(|| panic!("{n}"))
-                .1
-        })
-        .fold(0, |a, b| a | b)
-}
-
-type Key = (QpState, QpState, QpType);
-
-fn expected_table() -> HashMap<Key, (u32, u32)> {
-    let mut t = HashMap::new();
-    for line in KERNEL_TABLE.lines().filter(|l| !l.trim().is_empty()) {
-        let parts: Vec<&str> = line.split('|').collect();
-        assert_eq!(parts.len(), 3, "{line}");
-        let head: Vec<&str> = parts[0].split_whitespace().collect();
-        let key = (state(head[0]), state(head[1]), qp_type(head[2]));
-        assert!(
-            t.insert(key, (bits(parts[1]), bits(parts[2]))).is_none(),
-            "dup {line}"
-        );
-    }
-    t
-}
+include!("data/kernel_qp_state_table.rs");
 
 /// The kernel's `ib_modify_qp_is_ok`, re-derived from its description, on the text table.
 /// Plus the caller rule: without IB_QP_STATE the target is the current state.

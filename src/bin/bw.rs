@@ -38,7 +38,7 @@ use mlx5_direct::qp::connect::{
     QpLink, RemoteBuffer,
 };
 use mlx5_direct::qp::{Cq, Qp, RemoteAddr, SendWr, Sge, Wc};
-use side::{open_devices, remote, Devices, Rendezvous, Side, SideCfg, UdpLink};
+use side::{open_devices, remote, sizes_and_iters, Devices, Rendezvous, Side, SideCfg, UdpLink};
 use std::io::Write;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -71,23 +71,7 @@ struct Plan {
 
 fn plan(a: &BwArgs) -> Result<Plan> {
     let c = &a.common;
-    let sizes = if c.all {
-        report::all_sizes(u64::MAX)
-    } else {
-        vec![c.size.unwrap_or(65536)]
-    };
-    if sizes.iter().any(|&s| s == 0 || s > 1 << 30) {
-        return Err(Error::Usage("-s must be between 1 and 1 GiB".into()));
-    }
-    if c.loopback && c.server.is_some() {
-        return Err(Error::Usage(
-            "--loopback runs both ends here: give no server address".into(),
-        ));
-    }
-    let iters = c.iters.unwrap_or(5000);
-    if iters == 0 {
-        return Err(Error::Usage("-n must be at least 1".into()));
-    }
+    let (sizes, iters) = sizes_and_iters(c, 65536, 5000)?;
     if a.qps == 0 || a.qps > 64 {
         return Err(Error::Usage("-q must be between 1 and 64".into()));
     }

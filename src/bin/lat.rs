@@ -36,7 +36,9 @@ use mlx5_direct::qp::connect::{
     QpRef, RemoteBuffer,
 };
 use mlx5_direct::qp::{Cq, Qp, RemoteAddr, SendWr, Sge, Wc};
-use side::{open_devices, remote, Buf, Devices, Rendezvous, Side, SideCfg, UdpLink};
+use side::{
+    open_devices, remote, sizes_and_iters, Buf, Devices, Rendezvous, Side, SideCfg, UdpLink,
+};
 use std::io::Write;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -312,23 +314,7 @@ struct Plan {
 
 fn plan(args: &LatArgs) -> Result<Plan> {
     let c = &args.common;
-    let sizes = if c.all {
-        report::all_sizes(u64::MAX)
-    } else {
-        vec![c.size.unwrap_or(2)]
-    };
-    if sizes.iter().any(|&s| s == 0 || s > 1 << 30) {
-        return Err(Error::Usage("-s must be between 1 and 1 GiB".into()));
-    }
-    if c.loopback && c.server.is_some() {
-        return Err(Error::Usage(
-            "--loopback runs both ends here: give no server address".into(),
-        ));
-    }
-    let iters = c.iters.unwrap_or(1000);
-    if iters == 0 {
-        return Err(Error::Usage("-n must be at least 1".into()));
-    }
+    let (sizes, iters) = sizes_and_iters(c, 2, 1000)?;
     let max = sizes.iter().copied().max().unwrap_or(2) as usize;
     Ok(Plan {
         test: args.test,

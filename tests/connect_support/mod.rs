@@ -6,11 +6,22 @@
 use mlx5_direct::hw::{
     AccessFlags, CqInitAttr, Device, MrInfo, PdId, QpCap, QpInfo, QpInitAttr, QpType,
 };
-use mlx5_direct::qp::connect::{ConnectParams, QpLink, QpRef, RemoteBuffer};
-use mlx5_direct::qp::{Cq, Qp, RemoteAddr, Sge, Wc};
+use mlx5_direct::qp::connect::{
+    self, ConnectParams, Connection, PairSide, QpLink, QpRef, RebuildReport, RemoteBuffer,
+};
+use mlx5_direct::qp::{Cq, Qp, RemoteAddr, Sge, Wc, WcStatus};
 use mlx5_direct::sim::{DeviceConfig, Fabric, SimDevice};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
+
+/// The default params with a 10 s I/O timeout, so a stuck handshake fails the test.
+pub fn params() -> ConnectParams {
+    ConnectParams {
+        io_timeout: Duration::from_secs(10),
+        ..ConnectParams::default()
+    }
+}
 
 /// A registered buffer.
 pub struct Buf {
@@ -189,4 +200,50 @@ pub fn no_driver_bugs(f: &Fabric) {
         bugs.is_empty(),
         "driver bugs reported by the software ConnectX: {bugs:#?}"
     );
+}
+
+/// `connect::connect_pair` in process, `a` with params `pa` and `b` with `pb`, each side
+/// posting its receives through `Side::link`.
+pub fn try_connect_pair_with(
+    a: &mut Side,
+    pa: &ConnectParams,
+    b: &mut Side,
+    pb: &ConnectParams,
+) -> connect::Result<(Connection, Connection)> {
+    let (qa, qb) = (a.qp_ref(), b.qp_ref());
+    let (da, db) = (a.dev.clone(), b.dev.clone());
+    let (mut la, mut lb) = (a.link(), b.link());
+    connect::connect_pair(
+        PairSide {
+            dev: &da,
+            qp: qa,
+            link: &mut la,
+            params: pa,
+        },
+        PairSide {
+            dev: &db,
+            qp: qb,
+            link: &mut lb,
+            params: pb,
+        },
+    )
+}
+
+/// Connect `a` and `b` in process, each side announcing its buffer on top of `p`.
+pub fn connect_pair(a: &mut Side, b: &mut Side, p: &ConnectParams) -> (Connection, Connection) {
+    let (pa, pb) = (a.params(p), b.params(p));
+    try_connect_pair_with(a, &pa, b, &pb).unwrap()
+}
+
+/// `connect::rebuild_pair` in process on two connected sides.
+pub fn rebuild_pair(
+    a: &mut Side,
+    ca: &mut Connection,
+    b: &mut Side,
+    cb: &mut Connection,
+    reason: WcStatus,
+) -> (RebuildReport, RebuildReport) {
+    let (da, db) = (a.dev.clone(), b.dev.clone());
+    let (mut la, mut lb) = (a.link(), b.link());
+    connect::rebuild_pair(&da, ca, &mut la, &db, cb, &mut lb, reason).unwrap()
 }

@@ -2,7 +2,8 @@
 //! building the data path ([`Qp`], [`Cq`], [`Srq`]) from the layouts the device hands out. The
 //! facade library forbids unsafe code, so this file is included with `#[path]` by the `lat` and
 //! `bw` binaries and by the examples. Also here, since every one of them opens devices the same
-//! way: [`open_devices`] and the control connection to a peer process, [`Rendezvous`].
+//! way: [`open_devices`] and the control connection to a peer process, [`Rendezvous`]; and
+//! the checks of the arguments `lat` and `bw` share, [`sizes_and_iters`].
 //!
 //! Lifetimes: a [`Side`] owns its buffer and data-path objects and drops the data path first;
 //! the device objects (QPs, CQs, MRs) live as long as the device, which every program here
@@ -14,7 +15,9 @@ use mlx5_direct::hw::{
     AccessFlags, CqId, CqInitAttr, Device, MrInfo, PdId, QpCap, QpInfo, QpInitAttr, QpType,
     SrqInfo, SrqInitAttr,
 };
+use mlx5_direct::perf::args::Common;
 use mlx5_direct::perf::rendezvous::{self, SimHello};
+use mlx5_direct::perf::report;
 use mlx5_direct::perf::{Error, Result};
 use mlx5_direct::qp::connect::{Control, QpRef, RemoteBuffer};
 use mlx5_direct::qp::{Cq, Qp, RemoteAddr, Sge, Srq};
@@ -27,6 +30,34 @@ use std::time::Duration;
 pub const SERVER_SIM_IP: [u8; 4] = [10, 0, 0, 1];
 /// The IPv4 address of the client's.
 pub const CLIENT_SIM_IP: [u8; 4] = [10, 0, 0, 2];
+
+/// The message sizes (`-a`: all of them; else `-s`, or `default_size`) and the iteration
+/// count (`-n`, or `default_iters`) of a `lat` or `bw` run, refusing sizes outside
+/// 1 B..=1 GiB, zero iterations, and `--loopback` with a server address.
+pub fn sizes_and_iters(
+    c: &Common,
+    default_size: u64,
+    default_iters: u64,
+) -> Result<(Vec<u64>, u64)> {
+    let sizes = if c.all {
+        report::all_sizes(u64::MAX)
+    } else {
+        vec![c.size.unwrap_or(default_size)]
+    };
+    if sizes.iter().any(|&s| s == 0 || s > 1 << 30) {
+        return Err(Error::Usage("-s must be between 1 and 1 GiB".into()));
+    }
+    if c.loopback && c.server.is_some() {
+        return Err(Error::Usage(
+            "--loopback runs both ends here: give no server address".into(),
+        ));
+    }
+    let iters = c.iters.unwrap_or(default_iters);
+    if iters == 0 {
+        return Err(Error::Usage("-n must be at least 1".into()));
+    }
+    Ok((sizes, iters))
+}
 
 /// Every right a test buffer needs: local write (receives, READ targets) and remote
 /// READ/WRITE/atomics.
