@@ -130,8 +130,19 @@ fn meant(t: QpType) -> Vec<(Step, QpState)> {
     v
 }
 
+/// Serialises the tests of this file. tracing caches each callsite's interest; a callsite first
+/// hit on another test thread while `one_structured_event_per_transition` installs its scoped
+/// subscriber can be cached as uninteresting and drop that test's events (a race in
+/// tracing-core's interest cache), so the tests that emit transition events never overlap.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 #[test]
 fn every_step_passes_the_table_and_needs_every_bit_it_sets() {
+    let _serial = serial();
     let mut checked = 0;
     for t in QpType::ALL {
         for (step, from) in meant(t) {
@@ -164,6 +175,7 @@ fn every_step_passes_the_table_and_needs_every_bit_it_sets() {
 
 #[test]
 fn connect_steps_carry_exactly_the_full_mask() {
+    let _serial = serial();
     for t in QpType::ALL {
         for (step, from) in
             connect_steps(t)
@@ -189,6 +201,7 @@ fn connect_steps_carry_exactly_the_full_mask() {
 
 #[test]
 fn steps_refuse_the_wrong_qp_type() {
+    let _serial = serial();
     let rc = connect_steps(QpType::Rc);
     let ud = connect_steps(QpType::Ud);
     for (step, from, t) in [
@@ -319,6 +332,7 @@ const QP: QpId = QpId(7);
 
 #[test]
 fn apply_connects_every_qp_type_with_one_modify_and_one_query_per_step() {
+    let _serial = serial();
     for t in QpType::ALL {
         let dev = FakeDevice::default();
         let got =
@@ -341,6 +355,7 @@ fn apply_connects_every_qp_type_with_one_modify_and_one_query_per_step() {
 
 #[test]
 fn apply_refuses_before_the_device_sees_anything() {
+    let _serial = serial();
     let dev = FakeDevice::default();
     // Skipping RTR.
     let rts = connect_steps(QpType::Rc)[2];
@@ -385,6 +400,7 @@ fn apply_refuses_before_the_device_sees_anything() {
 
 #[test]
 fn apply_reports_a_state_the_device_did_not_reach() {
+    let _serial = serial();
     let dev = FakeDevice::default();
     dev.lock().stuck = true;
     let e = apply(
@@ -410,6 +426,7 @@ fn apply_reports_a_state_the_device_did_not_reach() {
 
 #[test]
 fn rebuild_from_error() {
+    let _serial = serial();
     let dev = FakeDevice::default();
     dev.lock().state = Some(QpState::Error);
     let mut steps = vec![Step::Reset];
@@ -470,6 +487,7 @@ mod capture {
 
 #[test]
 fn one_structured_event_per_transition() {
+    let _serial = serial();
     let events: capture::Events = Arc::new(Mutex::new(Vec::new()));
     let dev = FakeDevice::default();
     tracing::subscriber::with_default(capture::Capture(events.clone()), || {
