@@ -126,31 +126,7 @@ fn syndromes_and_their_names() {
 
 #[test]
 fn wc_status_values_and_names() {
-    use cq::WcStatus::*;
-    let all = [
-        Success,
-        LocLenErr,
-        LocQpOpErr,
-        LocEecOpErr,
-        LocProtErr,
-        WrFlushErr,
-        MwBindErr,
-        BadRespErr,
-        LocAccessErr,
-        RemInvReqErr,
-        RemAccessErr,
-        RemOpErr,
-        RetryExcErr,
-        RnrRetryExcErr,
-        LocRddViolErr,
-        RemInvRdReqErr,
-        RemAbortErr,
-        InvEecnErr,
-        InvEecStateErr,
-        FatalErr,
-        RespTimeoutErr,
-        GeneralErr,
-    ];
+    let all = cq::WcStatus::ALL;
     let items: Vec<(&str, u64)> = all.iter().map(|s| (s.name(), *s as u64)).collect();
     check(&items);
 }

@@ -87,6 +87,41 @@ pub enum WcStatus {
 }
 
 impl WcStatus {
+    /// Every status, in numeric order (`ALL[n] as u8 == n`).
+    pub const ALL: [WcStatus; 22] = [
+        WcStatus::Success,
+        WcStatus::LocLenErr,
+        WcStatus::LocQpOpErr,
+        WcStatus::LocEecOpErr,
+        WcStatus::LocProtErr,
+        WcStatus::WrFlushErr,
+        WcStatus::MwBindErr,
+        WcStatus::BadRespErr,
+        WcStatus::LocAccessErr,
+        WcStatus::RemInvReqErr,
+        WcStatus::RemAccessErr,
+        WcStatus::RemOpErr,
+        WcStatus::RetryExcErr,
+        WcStatus::RnrRetryExcErr,
+        WcStatus::LocRddViolErr,
+        WcStatus::RemInvRdReqErr,
+        WcStatus::RemAbortErr,
+        WcStatus::InvEecnErr,
+        WcStatus::InvEecStateErr,
+        WcStatus::FatalErr,
+        WcStatus::RespTimeoutErr,
+        WcStatus::GeneralErr,
+    ];
+
+    /// The status with the given `ibv_wc_status` number.
+    pub const fn from_u8(v: u8) -> Option<WcStatus> {
+        if (v as usize) < Self::ALL.len() {
+            Some(Self::ALL[v as usize])
+        } else {
+            None
+        }
+    }
+
     /// The status for an mlx5 error syndrome (rdma-core `mlx5_handle_error_cqe`); unknown
     /// syndromes are `IBV_WC_GENERAL_ERR`.
     #[inline]
@@ -213,6 +248,15 @@ pub const ALL_SYNDROMES: [u8; 13] = [
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn all_is_in_numeric_order() {
+        for (n, s) in WcStatus::ALL.iter().enumerate() {
+            assert_eq!(*s as usize, n);
+            assert_eq!(WcStatus::from_u8(n as u8), Some(*s));
+        }
+        assert_eq!(WcStatus::from_u8(22), None);
+    }
 
     #[test]
     fn mapping_matches_rdma_core() {

@@ -427,9 +427,7 @@ fn run(a: &BwArgs) -> Result<()> {
     let devs = open_devices(&c.device, c.loopback, c.server.is_some())?;
     let r = run_on(a, &p, &devs);
     if r.is_err() {
-        for b in devs.driver_bugs() {
-            eprintln!("bw: the software ConnectX reported a driver bug: {b}");
-        }
+        devs.print_driver_bugs("bw");
     }
     r
 }

@@ -466,9 +466,7 @@ fn run(args: &LatArgs) -> Result<()> {
     let devs = open_devices(&c.device, c.loopback, c.server.is_some())?;
     let r = run_on(args, &p, &devs);
     if r.is_err() {
-        for b in devs.driver_bugs() {
-            eprintln!("lat: the software ConnectX reported a driver bug: {b}");
-        }
+        devs.print_driver_bugs("lat");
     }
     r
 }

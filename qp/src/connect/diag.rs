@@ -513,7 +513,7 @@ mod tests {
     #[test]
     fn every_error_status_has_advice() {
         for v in 1u8..=21 {
-            let s = super::super::wire::status_from_u8(v).unwrap();
+            let s = WcStatus::from_u8(v).unwrap();
             assert!(!advice(s).check.is_empty());
         }
         assert!(advice(WcStatus::RnrRetryExcErr)
@@ -524,7 +524,7 @@ mod tests {
     #[test]
     fn advice_counters_are_known_names() {
         for v in 0u8..=21 {
-            let s = super::super::wire::status_from_u8(v).unwrap();
+            let s = WcStatus::from_u8(v).unwrap();
             for c in advice(s).counters {
                 let name = c.split(' ').next().unwrap_or(c);
                 assert!(counter_meaning(name).is_some(), "{name} has no meaning");

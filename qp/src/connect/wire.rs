@@ -365,7 +365,7 @@ impl Message {
             KIND_REBUILD => {
                 let endpoint = Endpoint::decode_from(&body[..ENDPOINT_LEN])?;
                 let r = body[ENDPOINT_LEN];
-                let reason = status_from_u8(r).ok_or(WireError::BadField {
+                let reason = WcStatus::from_u8(r).ok_or(WireError::BadField {
                     field: "reason",
                     value: r.into(),
                     why: "ibv_wc_status is 0..=21",
@@ -524,36 +524,6 @@ fn be64(b: &[u8]) -> u64 {
     let mut a = [0u8; 8];
     a.copy_from_slice(&b[..8]);
     u64::from_be_bytes(a)
-}
-
-/// The `ibv_wc_status` with the given number.
-pub(crate) fn status_from_u8(v: u8) -> Option<WcStatus> {
-    use WcStatus::*;
-    const ALL: [WcStatus; 22] = [
-        Success,
-        LocLenErr,
-        LocQpOpErr,
-        LocEecOpErr,
-        LocProtErr,
-        WrFlushErr,
-        MwBindErr,
-        BadRespErr,
-        LocAccessErr,
-        RemInvReqErr,
-        RemAccessErr,
-        RemOpErr,
-        RetryExcErr,
-        RnrRetryExcErr,
-        LocRddViolErr,
-        RemInvRdReqErr,
-        RemAbortErr,
-        InvEecnErr,
-        InvEecStateErr,
-        FatalErr,
-        RespTimeoutErr,
-        GeneralErr,
-    ];
-    ALL.get(usize::from(v)).copied()
 }
 
 #[cfg(test)]
@@ -812,7 +782,7 @@ mod tests {
             generation in any::<u32>(),
             reason in 0u8..=21,
         ) {
-            let reason = status_from_u8(reason).unwrap();
+            let reason = WcStatus::from_u8(reason).unwrap();
             for m in [
                 Message::Hello { generation, endpoint },
                 Message::Rebuild { generation, endpoint, reason },

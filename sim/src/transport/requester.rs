@@ -848,24 +848,14 @@ pub fn on_response(qp: &mut Qp, ctx: &mut Ctx, frame: &Frame) {
         | Operation::RdmaReadResponseLast
         | Operation::RdmaReadResponseOnly => read_response(qp, ctx, frame),
         Operation::AtomicAcknowledge => {
-            let Some(pos) = qp
-                .req
-                .outstanding
-                .iter()
-                .position(|p| p.contains(psn) && !p.done)
-            else {
+            let Some(pos) = pending_at(qp, psn) else {
                 ctx.counters.inc("duplicate_response");
                 return;
             };
             let first = qp.req.outstanding[pos].first_psn;
             ack_upto(qp, ctx, first.sub(1));
             // Earlier requests may have retired (or the QP failed): look it up again.
-            let Some(pos) = qp
-                .req
-                .outstanding
-                .iter()
-                .position(|p| p.contains(psn) && !p.done)
-            else {
+            let Some(pos) = pending_at(qp, psn) else {
                 return;
             };
             let (local, size) = match &qp.req.outstanding[pos].expect {
@@ -892,15 +882,18 @@ pub fn on_response(qp: &mut Qp, ctx: &mut Ctx, frame: &Frame) {
     }
 }
 
-fn read_response(qp: &mut Qp, ctx: &mut Ctx, frame: &Frame) {
-    let pkt = &frame.pkt;
-    let psn = pkt.bth.psn;
-    let Some(pos) = qp
-        .req
+/// The outstanding request, not yet answered, whose PSN range holds `psn`.
+fn pending_at(qp: &Qp, psn: Psn) -> Option<usize> {
+    qp.req
         .outstanding
         .iter()
         .position(|p| p.contains(psn) && !p.done)
-    else {
+}
+
+fn read_response(qp: &mut Qp, ctx: &mut Ctx, frame: &Frame) {
+    let pkt = &frame.pkt;
+    let psn = pkt.bth.psn;
+    let Some(pos) = pending_at(qp, psn) else {
         ctx.counters.inc("duplicate_response");
         return;
     };
@@ -912,12 +905,7 @@ fn read_response(qp: &mut Qp, ctx: &mut Ctx, frame: &Frame) {
             return;
         }
     }
-    let Some(pos) = qp
-        .req
-        .outstanding
-        .iter()
-        .position(|p| p.contains(psn) && !p.done)
-    else {
+    let Some(pos) = pending_at(qp, psn) else {
         return;
     };
     let Some(path) = qp.path else { return };

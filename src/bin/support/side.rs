@@ -386,6 +386,14 @@ impl Devices {
             .unwrap_or_default()
     }
 
+    /// Print every driver bug the software ConnectX reported, prefixed with the tool's name
+    /// (after a failed run: the bug is usually the cause).
+    pub fn print_driver_bugs(&self, tool: &str) {
+        for b in self.driver_bugs() {
+            eprintln!("{tool}: the software ConnectX reported a driver bug: {b}");
+        }
+    }
+
     /// Whether these are software ConnectX devices.
     pub fn is_sim(&self) -> bool {
         self.fabric.is_some()
