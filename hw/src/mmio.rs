@@ -61,6 +61,21 @@ pub fn flush_writes() {
     core::sync::atomic::fence(Ordering::SeqCst);
 }
 
+/// After a whole 64-byte line of BlueFlame copy, in UCX's `BF_POST` mode
+/// (`ucs_memory_bus_cacheline_wc_flush`): nothing on x86_64, where a full write-combining
+/// buffer drains by itself; the DGH hint (`hint #6`) on aarch64, which asks the core to
+/// drain the gathered line now. Ordering against later doorbells is [`wc_start`]'s job.
+#[inline(always)]
+pub fn wc_line_done() {
+    #[cfg(target_arch = "aarch64")]
+    // SAFETY: a hint instruction; touches no memory Rust knows about.
+    unsafe {
+        core::arch::asm!("hint #6", options(nostack, preserves_flags));
+    }
+    #[cfg(not(target_arch = "aarch64"))]
+    core::sync::atomic::compiler_fence(Ordering::SeqCst);
+}
+
 /// Before write-combining stores: order them after earlier memory and MMIO stores
 /// (rdma-core `mmio_wc_start`, the same instruction as [`flush_writes`]).
 #[inline(always)]
@@ -175,6 +190,45 @@ pub unsafe fn bf_copy_bb(dst: *mut u8, src: *const u8) {
         // SAFETY: as above, 8-byte granules.
         for i in 0..8 {
             core::ptr::write_volatile(d.add(i), core::ptr::read(s.add(i)));
+        }
+    }
+}
+
+/// [`bf_copy_bb`] for a WQE of at most 48 bytes (DS ≤ 3): the device reads DS × 16 bytes of
+/// a BlueFlame write (PRM "Send WQE": the ctrl segment's DS counts the WQE's 16-byte units),
+/// so the line's last 16 bytes are padding, like the stale ring bytes rdma-core's
+/// `mlx5_bf_copy` sends there; they repeat bytes 32..48 instead of being loaded again.
+/// The write is still one whole 64-byte line, in ascending order.
+///
+/// # Safety
+/// As for [`bf_copy_bb`]; only the first 48 bytes of `src` are read.
+#[inline(always)]
+pub unsafe fn bf_copy_bb_48(dst: *mut u8, src: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use core::arch::x86_64::__m128i;
+        let s = src as *const __m128i;
+        let d = dst as *mut __m128i;
+        // SAFETY: as in `bf_copy_bb`; three 16-byte units read, four written.
+        unsafe {
+            let c = core::ptr::read(s.add(2));
+            core::ptr::write_volatile(d, core::ptr::read(s));
+            core::ptr::write_volatile(d.add(1), core::ptr::read(s.add(1)));
+            core::ptr::write_volatile(d.add(2), c);
+            core::ptr::write_volatile(d.add(3), c);
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let s = src as *const u64;
+        let d = dst as *mut u64;
+        // SAFETY: as above, 8-byte granules; six read, eight written.
+        unsafe {
+            for i in 0..6 {
+                core::ptr::write_volatile(d.add(i), core::ptr::read(s.add(i)));
+            }
+            core::ptr::write_volatile(d.add(6), core::ptr::read(s.add(4)));
+            core::ptr::write_volatile(d.add(7), core::ptr::read(s.add(5)));
         }
     }
 }

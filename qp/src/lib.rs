@@ -97,6 +97,7 @@ mod wr_limit;
 pub use cq::{Cq, QpTable, Resolve};
 pub use error::{Error, Result, SqLimit};
 pub use qp::{Batch, Qp, MAX_SQ_BBS};
+pub use sq::DoorbellMode;
 pub use srq::Srq;
 pub use wc::{Wc, WcFlags, WcOpcode, WcStatus};
 pub use wr::{RecvWr, RemoteAddr, SendData, SendFlags, SendOp, SendWr, Sge, UdDest};

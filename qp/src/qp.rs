@@ -3,7 +3,7 @@
 
 use crate::error::{Error, Result, SqLimit};
 use crate::rq::{check_sges, RecvQueue};
-use crate::sq::{CqeInfo, Doorbell, Progress, SendQueue};
+use crate::sq::{CqeInfo, Doorbell, DoorbellMode, Progress, SendQueue, LEAN_INLINE};
 use crate::wc::Wc;
 use crate::wr::{RecvWr, RemoteAddr, SendData, SendFlags, SendOp, SendWr, Sge};
 use core::mem::MaybeUninit;
@@ -99,11 +99,11 @@ pub struct Qp {
 
 /// The data limits of the lean entry points ([`Qp::post_write_inline`] and friends), derived
 /// from the QP's caps so that one comparison each replaces the generic checks; the QP's state
-/// and type, a pending doorbell and the free WRs (which imply the blocks of any WQE these
-/// limits let through) are the send queue's lean credits, one more comparison
-/// ([`SendQueue::lean_room`]). They are conservative: whatever they let
-/// through, [`Qp::post`] would accept and write the same way; whatever they stop goes to the
-/// generic post, which returns its error.
+/// and type, a pending doorbell, the doorbell mode and the room for a WR and its blocks are
+/// the send queue's lean gate, one more comparison ([`SendQueue::lean_open`]; an inline
+/// payload of at most [`LEAN_INLINE`] bytes needs only that one). They are conservative:
+/// whatever they let through, [`Qp::post`] would accept and write the same way; whatever they
+/// stop goes to the generic post, which returns its error.
 #[derive(Clone, Copy, Debug, Default)]
 struct FastLimits {
     /// A gather entry's `length - 1` must be below this: `i32::MAX` (lengths 1..=2^31-1;
@@ -171,17 +171,14 @@ const WRITE_DS: u32 = 3;
 /// The DS count in the QP's SEND template: ctrl + one data segment, or at most 12 bytes inline.
 const SEND_DS: u32 = 2;
 
-/// What a lean inline post asks [`SendQueue::lean_room`] for: one WR, or more than any
-/// queue holds when the payload is over the lean path's `limit` (which keeps its WQE within
-/// the blocks a free WR guarantees) — one comparison then covers the data, the state and
-/// the room.
-#[inline(always)]
-fn inline_need(len: usize, limit: usize) -> u32 {
-    if len <= limit {
-        1
-    } else {
-        u32::MAX
-    }
+/// Which doorbell sequence a lean post ends with: the one the lean gate stands for, or
+/// whichever the QP's [`DoorbellMode`] asks for (the lean entry points' out-of-line path).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum LeanRing {
+    /// [`SendQueue::ring_bf_post`]: the gate let the post through.
+    BfPost,
+    /// [`SendQueue::ring_with`]: any mode.
+    Any,
 }
 
 /// The first 8 bytes of a lean WQE's ctrl segment, in memory order: `opmod 0 | wqe_index |
@@ -385,13 +382,12 @@ impl Qp {
         })
     }
 
-    /// Recompute the lean entry points' limits (after a state change).
+    /// Recompute the lean entry points' limits and gates (after a state change).
     fn update_fast_limits(&mut self) {
         let postable = matches!(self.state, QpState::Rts | QpState::Sqd)
             && matches!(self.qp_type, QpType::Rc | QpType::Uc);
-        self.sq.set_open(postable);
-        // A lean WQE must fit the blocks a free WR guarantees (`SendQueue::lean_room`); within
-        // the caps it always does (`wr_limit`), the clamp makes that local.
+        // A lean WQE must fit the blocks the lean gate guarantees (`SendQueue::wr_bbs`);
+        // within the caps it always does (`wr_limit`), the clamp makes that local.
         let max_inline =
             (self.max_inline as usize).min(self.sq.wr_bbs() as usize * SEND_WQE_BB - RDMA_HDR - 4);
         self.fast = FastLimits {
@@ -404,6 +400,32 @@ impl Qp {
             inline_rdma: max_inline.min(self.max_wqe_bytes.saturating_sub(RDMA_HDR + 4)),
             inline_send: max_inline.min(self.max_wqe_bytes.saturating_sub(SEND_HDR + 4)),
         };
+        let inline_ok = self.fast.inline_rdma.min(self.fast.inline_send) >= LEAN_INLINE;
+        self.sq.set_open(postable, inline_ok);
+    }
+
+    /// How doorbells are rung ([`DoorbellMode::BfPost`] by default when the QP has
+    /// BlueFlame registers, else [`DoorbellMode::Db`]).
+    #[inline(always)]
+    pub fn doorbell_mode(&self) -> DoorbellMode {
+        self.sq.db.mode
+    }
+
+    /// Choose how doorbells are rung: [`DoorbellMode::Bf`] for rdma-core's exact sequence (a
+    /// flush after every copy), [`DoorbellMode::Db`] for 8-byte doorbells only. The BlueFlame
+    /// modes need BlueFlame registers (`bf.size` > 0). WQEs waiting for a doorbell
+    /// ([`Qp::post_deferred`]) are announced first, in the old mode. The lean entry points are
+    /// fastest in [`DoorbellMode::BfPost`]; in the other modes they take an out-of-line path.
+    pub fn set_doorbell_mode(&mut self, mode: DoorbellMode) -> Result<()> {
+        if mode != DoorbellMode::Db && self.sq.db.size == 0 {
+            return Err(Error::BadLayout(
+                "this QP has no BlueFlame registers (bf.size 0): only DoorbellMode::Db",
+            ));
+        }
+        self.sq.ring_doorbell();
+        self.sq.db.mode = mode;
+        self.sq.refresh_gate();
+        Ok(())
     }
 
     /// QP number.
@@ -499,7 +521,7 @@ impl Qp {
     /// The next send producer index (`wqe_index` of the next WQE).
     #[inline(always)]
     pub fn sq_pi(&self) -> u16 {
-        self.sq.pi
+        self.sq.pi16()
     }
     /// The BlueFlame half the next doorbell goes to (0 or `bf.size`).
     #[inline(always)]
@@ -595,6 +617,11 @@ impl Qp {
         flags: SendFlags,
         r: &mut MaybeUninit<Result<()>>,
     ) {
+        if self.sq.lean_open_any_doorbell() && data.len() <= self.fast.inline_rdma {
+            self.lean_write_inline(wr_id, data, remote, flags, LeanRing::Any);
+            r.write(Ok(()));
+            return;
+        }
         r.write(self.post_planned(&SendWr::write(wr_id, remote).inline(data).flags(flags)));
     }
     #[inline(always)]
@@ -622,6 +649,11 @@ impl Qp {
         r: &mut MaybeUninit<Result<()>>,
     ) {
         let sge = Sge { addr, length, lkey };
+        if self.sq.lean_open_any_doorbell() && self.sge_ok(sge) {
+            self.lean_write(wr_id, sge, remote, flags, LeanRing::Any);
+            r.write(Ok(()));
+            return;
+        }
         r.write(self.post_planned(&SendWr::write(wr_id, remote).sges(&[sge]).flags(flags)));
     }
     #[inline(always)]
@@ -645,6 +677,11 @@ impl Qp {
         flags: SendFlags,
         r: &mut MaybeUninit<Result<()>>,
     ) {
+        if self.sq.lean_open_any_doorbell() && data.len() <= self.fast.inline_send {
+            self.lean_send_inline(wr_id, data, flags, LeanRing::Any);
+            r.write(Ok(()));
+            return;
+        }
         r.write(self.post_planned(&SendWr::send(wr_id).inline(data).flags(flags)));
     }
     #[inline(always)]
@@ -665,19 +702,43 @@ impl Qp {
         r: &mut MaybeUninit<Result<()>>,
     ) {
         let sge = Sge { addr, length, lkey };
+        if self.sq.lean_open_any_doorbell() && self.sge_ok(sge) {
+            self.lean_send(wr_id, sge, flags, LeanRing::Any);
+            r.write(Ok(()));
+            return;
+        }
         r.write(self.post_planned(&SendWr::send(wr_id).sges(&[sge]).flags(flags)));
     }
 
-    /// What a lean post of one gather entry asks [`SendQueue::lean_room`] for: one WR (one
-    /// block), or more than any queue holds when the entry is not one the lean path writes (a zero-length
-    /// entry is skipped by the generic path, one over 2^31-1 is an error, a QP may allow no
-    /// gather entry) — one comparison then covers the data, the state and the room.
+    /// Whether the lean path writes this gather entry: a zero-length entry is skipped by the
+    /// generic path, one over 2^31-1 is an error, a QP may allow no gather entry.
     #[inline(always)]
-    fn sge_blocks(&self, sge: Sge) -> u32 {
-        if sge.length.wrapping_sub(1) < self.fast.sge_len {
-            1
+    fn sge_ok(&self, sge: Sge) -> bool {
+        sge.length.wrapping_sub(1) < self.fast.sge_len
+    }
+
+    /// The lean gate of a post of one gather entry, or 0 (refuse) when the entry is not one
+    /// the lean path writes — one comparison then covers the data, the state and the room.
+    #[inline(always)]
+    fn sge_gate(&self, sge: Sge) -> u64 {
+        if self.sge_ok(sge) {
+            self.sq.gate()
         } else {
-            u32::MAX
+            0
+        }
+    }
+
+    /// The lean gate of an inline post of `len` bytes against the lean `limit`: the inline
+    /// gate for a payload of at most [`LEAN_INLINE`] bytes (no length check: with a constant
+    /// length the compiler drops the test), the gate within the limit, else 0 (refuse).
+    #[inline(always)]
+    fn inline_gate(&self, len: usize, limit: usize) -> u64 {
+        if len <= LEAN_INLINE {
+            self.sq.gate_inline()
+        } else if len <= limit {
+            self.sq.gate()
+        } else {
+            0
         }
     }
 
@@ -694,7 +755,7 @@ impl Qp {
 
     /// The end of every lean post, once the segments after the ctrl segment are in the ring:
     /// the ctrl segment (two stores of values built in registers), the WR id, the doorbell.
-    /// `slot` is the block of the producer index, `ctrl` its address, `tmpl` the QP's
+    /// `slot` is the producer index's slot × 8 ([`SendQueue::lean_slot`]), `ctrl` its block, `tmpl` the QP's
     /// `ctrl_write` or `ctrl_send` and its DS count.
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
@@ -707,9 +768,10 @@ impl Qp {
         ds: u32,
         bbs: u32,
         flags: SendFlags,
+        ring: LeanRing,
     ) {
         let pi = self.sq.pi;
-        let w0 = lean_w0(pi, tmpl, tmpl_ds, ds);
+        let w0 = lean_w0(pi as u16, tmpl, tmpl_ds, ds);
         let fm = self.lean_fm(flags);
         // Bytes 8..16: signature 0, DCI stream id 0, fm_ce_se, immediate 0.
         let w1 = ((fm as u64) << 32).to_be();
@@ -719,18 +781,11 @@ impl Qp {
             (ctrl as *mut u64).add(1).write(w1);
         }
         self.sq.commit_lean(pi, slot, wr_id, bbs);
-        self.sq
-            .ring_with(ctrl, w0, pi.wrapping_add(bbs as u16), bbs);
-    }
-
-    /// The next WQE's block and its address, for a lean post.
-    #[inline(always)]
-    fn lean_ctrl(&self) -> (usize, *mut u8) {
-        let slot = self.sq.slot(self.sq.pi);
-        // SAFETY: slot < wqe_cnt: the block is inside the ring.
-        (slot, unsafe {
-            self.sq.ring.start().add(slot * SEND_WQE_BB)
-        })
+        let next = pi + bbs as u64;
+        match ring {
+            LeanRing::BfPost => self.sq.ring_bf_post(ctrl, w0, next, bbs, ds),
+            LeanRing::Any => self.sq.ring_with(ctrl, w0, next, bbs),
+        }
     }
 
     /// RDMA WRITE of `data` carried inline, doorbell rung (BlueFlame when it fits): exactly
@@ -746,32 +801,37 @@ impl Qp {
         remote: RemoteAddr,
         flags: SendFlags,
     ) -> Result<()> {
-        let (bbs, ds) = inline_shape(RDMA_HDR, data.len());
         if self
             .sq
-            .lean_room(inline_need(data.len(), self.fast.inline_rdma))
+            .lean_open(self.inline_gate(data.len(), self.fast.inline_rdma))
         {
-            let (slot, ctrl) = self.lean_ctrl();
-            // SAFETY: `ctrl` is the next block and the WQE's `bbs` blocks are free (checked);
-            // the raddr segment is the second 16 bytes of the first block, the inline segment
-            // the third.
-            unsafe {
-                (ctrl.add(SEND_WQE_DS) as *mut RaddrSeg)
-                    .write(RaddrSeg::new(remote.addr, remote.rkey));
-                write_inline(&self.sq.ring, ctrl, RDMA_HDR, data);
-            }
-            self.lean_finish(
-                ctrl,
-                slot,
-                wr_id,
-                (self.ctrl_write, WRITE_DS),
-                ds,
-                bbs,
-                flags,
-            );
+            self.lean_write_inline(wr_id, data, remote, flags, LeanRing::BfPost);
             return Ok(());
         }
         self.post_write_inline_generic(wr_id, data, remote, flags)
+    }
+
+    /// The lean WRITE with inline data, once a gate let it through.
+    #[inline(always)]
+    fn lean_write_inline(
+        &mut self,
+        wr_id: u64,
+        data: &[u8],
+        remote: RemoteAddr,
+        flags: SendFlags,
+        ring: LeanRing,
+    ) {
+        let (bbs, ds) = inline_shape(RDMA_HDR, data.len());
+        let (slot, ctrl) = self.sq.lean_slot();
+        // SAFETY: `ctrl` is the next block and the WQE's `bbs` blocks are free (the gate);
+        // the raddr segment is the second 16 bytes of the first block, the inline segment
+        // the third.
+        unsafe {
+            (ctrl.add(SEND_WQE_DS) as *mut RaddrSeg).write(RaddrSeg::new(remote.addr, remote.rkey));
+            write_inline(&self.sq.ring, ctrl, RDMA_HDR, data);
+        }
+        let tmpl = (self.ctrl_write, WRITE_DS);
+        self.lean_finish(ctrl, slot, wr_id, tmpl, ds, bbs, flags, ring);
     }
 
     /// RDMA WRITE from one registered buffer, doorbell rung: exactly
@@ -784,20 +844,33 @@ impl Qp {
         remote: RemoteAddr,
         flags: SendFlags,
     ) -> Result<()> {
-        if self.sq.lean_room(self.sge_blocks(sge)) {
-            let (slot, ctrl) = self.lean_ctrl();
-            // SAFETY: as in `post_write_inline`; ctrl + raddr + data segment fill 48 bytes of
-            // the one free block.
-            unsafe {
-                (ctrl.add(SEND_WQE_DS) as *mut RaddrSeg)
-                    .write(RaddrSeg::new(remote.addr, remote.rkey));
-                (ctrl.add(RDMA_HDR) as *mut DataSeg)
-                    .write(DataSeg::new(sge.length, sge.lkey, sge.addr));
-            }
-            self.lean_finish(ctrl, slot, wr_id, (self.ctrl_write, WRITE_DS), 3, 1, flags);
+        if self.sq.lean_open(self.sge_gate(sge)) {
+            self.lean_write(wr_id, sge, remote, flags, LeanRing::BfPost);
             return Ok(());
         }
         self.post_write_generic(wr_id, sge, remote, flags)
+    }
+
+    /// The lean WRITE of one gather entry, once a gate let it through.
+    #[inline(always)]
+    fn lean_write(
+        &mut self,
+        wr_id: u64,
+        sge: Sge,
+        remote: RemoteAddr,
+        flags: SendFlags,
+        ring: LeanRing,
+    ) {
+        let (slot, ctrl) = self.sq.lean_slot();
+        // SAFETY: as in `lean_write_inline`; ctrl + raddr + data segment fill 48 bytes of the
+        // one free block.
+        unsafe {
+            (ctrl.add(SEND_WQE_DS) as *mut RaddrSeg).write(RaddrSeg::new(remote.addr, remote.rkey));
+            (ctrl.add(RDMA_HDR) as *mut DataSeg)
+                .write(DataSeg::new(sge.length, sge.lkey, sge.addr));
+        }
+        let tmpl = (self.ctrl_write, WRITE_DS);
+        self.lean_finish(ctrl, slot, wr_id, tmpl, 3, 1, flags, ring);
     }
 
     /// SEND of `data` carried inline, doorbell rung: exactly
@@ -805,36 +878,50 @@ impl Qp {
     /// QP needs a destination and takes the generic path, which says so).
     #[inline(always)]
     pub fn post_send_inline(&mut self, wr_id: u64, data: &[u8], flags: SendFlags) -> Result<()> {
-        let (bbs, ds) = inline_shape(SEND_HDR, data.len());
         if self
             .sq
-            .lean_room(inline_need(data.len(), self.fast.inline_send))
+            .lean_open(self.inline_gate(data.len(), self.fast.inline_send))
         {
-            let (slot, ctrl) = self.lean_ctrl();
-            // SAFETY: `ctrl` is the next block and the WQE's blocks are free (checked); the
-            // inline segment is the second 16 bytes of the first block.
-            unsafe { write_inline(&self.sq.ring, ctrl, SEND_HDR, data) };
-            self.lean_finish(ctrl, slot, wr_id, (self.ctrl_send, SEND_DS), ds, bbs, flags);
+            self.lean_send_inline(wr_id, data, flags, LeanRing::BfPost);
             return Ok(());
         }
         self.post_send_inline_generic(wr_id, data, flags)
+    }
+
+    /// The lean SEND with inline data, once a gate let it through.
+    #[inline(always)]
+    fn lean_send_inline(&mut self, wr_id: u64, data: &[u8], flags: SendFlags, ring: LeanRing) {
+        let (bbs, ds) = inline_shape(SEND_HDR, data.len());
+        let (slot, ctrl) = self.sq.lean_slot();
+        // SAFETY: `ctrl` is the next block and the WQE's blocks are free (the gate); the
+        // inline segment is the second 16 bytes of the first block.
+        unsafe { write_inline(&self.sq.ring, ctrl, SEND_HDR, data) };
+        let tmpl = (self.ctrl_send, SEND_DS);
+        self.lean_finish(ctrl, slot, wr_id, tmpl, ds, bbs, flags, ring);
     }
 
     /// SEND from one registered buffer, doorbell rung: exactly
     /// `post(&SendWr::send(wr_id).sges(&[sge]).flags(flags))`, specialised (RC and UC).
     #[inline(always)]
     pub fn post_send(&mut self, wr_id: u64, sge: Sge, flags: SendFlags) -> Result<()> {
-        if self.sq.lean_room(self.sge_blocks(sge)) {
-            let (slot, ctrl) = self.lean_ctrl();
-            // SAFETY: ctrl + data segment fill 32 bytes of the one free block.
-            unsafe {
-                (ctrl.add(SEND_HDR) as *mut DataSeg)
-                    .write(DataSeg::new(sge.length, sge.lkey, sge.addr));
-            }
-            self.lean_finish(ctrl, slot, wr_id, (self.ctrl_send, SEND_DS), 2, 1, flags);
+        if self.sq.lean_open(self.sge_gate(sge)) {
+            self.lean_send(wr_id, sge, flags, LeanRing::BfPost);
             return Ok(());
         }
         self.post_send_generic(wr_id, sge, flags)
+    }
+
+    /// The lean SEND of one gather entry, once a gate let it through.
+    #[inline(always)]
+    fn lean_send(&mut self, wr_id: u64, sge: Sge, flags: SendFlags, ring: LeanRing) {
+        let (slot, ctrl) = self.sq.lean_slot();
+        // SAFETY: ctrl + data segment fill 32 bytes of the one free block (the gate).
+        unsafe {
+            (ctrl.add(SEND_HDR) as *mut DataSeg)
+                .write(DataSeg::new(sge.length, sge.lkey, sge.addr));
+        }
+        let tmpl = (self.ctrl_send, SEND_DS);
+        self.lean_finish(ctrl, slot, wr_id, tmpl, 2, 1, flags, ring);
     }
 
     /// Write a send WR into the ring without ringing the doorbell; the device sees it after
@@ -1061,7 +1148,7 @@ impl Qp {
         imm_be: u32,
         atomic_size: u8,
     ) {
-        let pi = self.sq.pi;
+        let pi = self.sq.pi16();
         let fm_ce_se = self.fm_ce_se(flags);
         // SAFETY: `ctrl` is the block of `pi` (callers take it from `next_ctrl`).
         unsafe {
@@ -1105,7 +1192,7 @@ impl Qp {
     fn write(&mut self, wr: &SendWr<'_>, plan: &Plan<'_>) -> Result<(*mut u8, u32)> {
         let bbs = bbs_for_ds(ds_for_bytes(plan.bytes));
         self.check_room(bbs)?;
-        let pi = self.sq.pi;
+        let pi = self.sq.pi16();
         let mut w = WqeWriter::new(&self.sq.ring, pi, plan.bytes);
         let too_large = |_| Error::WqeTooLarge {
             bytes: plan.bytes,
@@ -1206,7 +1293,7 @@ impl Qp {
         }
         let bbs = bbs_for_ds(ds_for_bytes(wqe.len()));
         self.check_room(bbs)?;
-        let pi = self.sq.pi;
+        let pi = self.sq.pi16();
         let ring = self.sq.ring;
         let mut dst = ring.bb(pi);
         for chunk in wqe.chunks_exact(SEND_WQE_DS) {

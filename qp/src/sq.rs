@@ -81,6 +81,25 @@ pub(crate) enum Progress {
     Bad(&'static str),
 }
 
+/// How a post reaches the device (UCX `uct_ib_mlx5_mmio_mode_t`, mlx5-facts §3.3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DoorbellMode {
+    /// BlueFlame copy without a flush after it (UCX `UCT_IB_MLX5_MMIO_MODE_BF_POST`, what
+    /// UCX picks for a single-thread owner of a dedicated bfreg — a [`crate::Qp`] always is
+    /// one): a whole 64-byte line written to write-combining memory drains by itself, and the
+    /// next doorbell's WC start orders it before anything that follows. On x86_64 nothing
+    /// follows the copy; on aarch64 a DGH hint (UCX `ucs_memory_bus_cacheline_wc_flush`).
+    /// 8-byte doorbells (batches, WQEs larger than a half) are still flushed. The default
+    /// when the QP has BlueFlame registers.
+    BfPost,
+    /// BlueFlame copy, then `mmio_flush_writes` (`sfence` / `dsb st`): rdma-core's
+    /// `post_send_db` exactly, and UCX `BF_POST_MT`.
+    Bf,
+    /// The 8-byte doorbell of the ctrl segment only, flushed (rdma-core with
+    /// `MLX5_SHUT_UP_BF`, UCX `DB`). The only mode without BlueFlame registers (`bf.size` 0).
+    Db,
+}
+
 /// The BlueFlame / doorbell register of a QP.
 #[derive(Debug)]
 pub(crate) struct Doorbell {
@@ -97,10 +116,13 @@ pub(crate) struct Doorbell {
     /// ([`mmio::bf_copy_bb`]): BlueFlame is available and the register is 16-byte aligned
     /// (a bfreg is; the constructor only demands 8, so a looser one takes [`mmio::bf_copy`]).
     one_bb: bool,
+    /// How doorbells are rung.
+    pub mode: DoorbellMode,
 }
 
 impl Doorbell {
-    /// The register of `reg` with halves of `size` bytes, starting at the first half.
+    /// The register of `reg` with halves of `size` bytes, starting at the first half, in
+    /// [`DoorbellMode::BfPost`] when `size` is not 0, else [`DoorbellMode::Db`].
     pub fn new(reg: *mut u8, size: u32) -> Doorbell {
         let other = reg.wrapping_add(size as usize);
         Doorbell {
@@ -109,6 +131,11 @@ impl Doorbell {
             flip: reg as usize ^ other as usize,
             size,
             one_bb: size != 0 && (reg as usize).is_multiple_of(16),
+            mode: if size != 0 {
+                DoorbellMode::BfPost
+            } else {
+                DoorbellMode::Db
+            },
         }
     }
 
@@ -119,16 +146,15 @@ impl Doorbell {
     }
 }
 
+/// Inline payloads of at most this many bytes take the lean inline gate, which stands for
+/// the length check: it is open only when the QP's inline limits allow them (a WRITE's ctrl,
+/// raddr and inline header leave 12 bytes of the first block).
+pub(crate) const LEAN_INLINE: usize = 12;
+
 /// A branch hint: the path that calls this is not the one to lay out straight.
 #[cold]
 #[inline(always)]
 fn unlikely() {}
-
-/// Subtracted from the lean credits while lean posts are closed (the QP's state or type
-/// forbids them, a WQE waits for its doorbell, or a WQE larger than [`SendQueue`]'s
-/// `wr_bbs` is outstanding): larger than any ring, so the credits stay negative whatever is
-/// retired meanwhile and the lean entry points' one comparison fails.
-const CLOSED: i32 = 1 << 30;
 
 /// Control-segment word 0..8 in memory order: `opmod | wqe_index | opcode` (BE32) then
 /// `qpn | ds` (BE32), as one native `u64` (rdma-core `mlx5dv_set_ctrl_seg`).
@@ -147,10 +173,17 @@ pub(crate) struct SendQueue {
     /// `&dbrec[MLX5_SND_DBR]`.
     dbrec: *mut u32,
     pub db: Doorbell,
-    pub pi: u16,
-    pub ci: u16,
-    /// `wqe_cnt - 1` (a `u32`: ANDed with a 16-bit index without a widening load).
-    mask: u32,
+    /// The producer index: blocks ever posted, free-running (its low 16 bits are the next
+    /// WQE's `wqe_index`; 64 bits never wrap, so the lean gate is one unsigned comparison).
+    pub pi: u64,
+    /// The consumer index: blocks ever retired.
+    pub ci: u64,
+    /// `wqe_cnt - 1`.
+    mask: u64,
+    /// `(wqe_cnt - 1) × 8`: ANDed with `pi × 8` it gives the byte offset of a slot's WR id,
+    /// and eight times that is the offset of its block — one mask for both addresses
+    /// (x86 addressing scales by 8, not by 64).
+    mask8: u64,
     /// The WR id of the WQE that starts at each block.
     wr_ids: Box<[u64]>,
     /// The [`meta`] byte of the WQE that starts at each block (0 elsewhere).
@@ -167,21 +200,27 @@ pub(crate) struct SendQueue {
     pub error_mode: bool,
     /// WRs outstanding at most (rdma-core `sq.max_post`, [`crate::wr_limit`]).
     max_post: u32,
-    /// `wqe_cnt / max_post`: while no outstanding WQE is larger than this, the WR limit
-    /// implies room in the ring — `n` such WQEs take at most `wr_bbs × n` blocks, so with
-    /// `n < max_post` at least `wr_bbs` blocks are free — and the lean entry points (whose
-    /// WQEs are never larger, [`crate::Qp`]'s fast limits) check WRs only.
+    /// `wqe_cnt / max_post`, the blocks a lean WQE may take ([`crate::Qp`]'s fast limits).
     wr_bbs: u32,
-    /// Outstanding WQEs larger than `wr_bbs` blocks (a raw WQE beyond the caps): while any
-    /// is, the WR count says nothing about the blocks and lean posts are closed.
-    big: u32,
-    /// What the lean entry points compare against: the free WRs (`max_post` − outstanding
-    /// WRs) less `closed`. Every path that posts a WQE subtracts 1, every path that retires
-    /// WQEs adds their number: a signaled completion retiring a run of unsignaled WQEs adds
-    /// all of them, a flush each one it reports; Reset restores `max_post`.
-    credits: i32,
-    /// 0 while lean posts are open — `open`, nothing pending, no `big` WQE — else [`CLOSED`].
-    closed: i32,
+    /// Blocks beyond the first of every outstanding WQE (Σ bbs − 1): the outstanding WRs are
+    /// the outstanding blocks less this. Only WQEs with a non-zero [`meta`] byte add to it.
+    extra: u32,
+    /// Outstanding blocks below which a lean post may go ahead: `min(max_post, wqe_cnt −
+    /// wr_bbs + 1)`. Below it, a WR is free (outstanding WRs ≤ outstanding blocks) and a
+    /// WQE of `wr_bbs` blocks fits the ring.
+    lean_blocks: u64,
+    /// The lean gate: a lean post (at most `wr_bbs` blocks, the doorbell mode's fast
+    /// sequence) may go ahead while `pi < gate`. `ci + lean_blocks` while lean posts are
+    /// open — [`SendQueue::set_open`], nothing pending, the doorbell in
+    /// [`DoorbellMode::BfPost`] with a one-block BlueFlame copy — else at most `ci`, so that
+    /// the one comparison fails. Retiring `k` blocks adds `k` (it stays `≤ ci` while closed).
+    gate: u64,
+    /// The gate of lean inline posts of at most [`LEAN_INLINE`] bytes, which do not compare
+    /// the length with the QP's limits: `gate` when the QP's inline limits allow them, else
+    /// closed in the same way.
+    gate_inline: u64,
+    /// Whether the QP's inline limits allow [`LEAN_INLINE`] bytes ([`crate::Qp`] decides).
+    inline_ok: bool,
     /// Whether the QP's state and type allow lean posts ([`crate::Qp`] decides).
     open: bool,
 }
@@ -189,7 +228,7 @@ pub(crate) struct SendQueue {
 /// What a lean poll reads of a send queue once per batch ([`SendQueue::lean_view`]).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct LeanView {
-    /// The first block not retired.
+    /// The first block not retired (its `wqe_index`).
     pub ci: u16,
     /// Blocks that a run of one-block WQEs may retire: the outstanding blocks. (After an
     /// error the full path reports every retired WQE, but for a success CQE naming the oldest
@@ -217,7 +256,8 @@ impl SendQueue {
             db,
             pi: 0,
             ci: 0,
-            mask: (n - 1) as u32,
+            mask: (n - 1) as u64,
+            mask8: ((n - 1) * 8) as u64,
             wr_ids: vec![0; n].into_boxed_slice(),
             meta: vec![0; n].into_boxed_slice(),
             uncommon: 0,
@@ -226,20 +266,22 @@ impl SendQueue {
             last_bbs: 0,
             error_mode: false,
             max_post,
-            wr_bbs: n as u32 / max_post,
-            big: 0,
-            credits: max_post as i32,
-            closed: 0,
+            wr_bbs: 1,
+            extra: 0,
+            lean_blocks: 1,
+            gate: 0,
+            gate_inline: 0,
+            inline_ok: false,
             open: false,
         };
-        sq.refresh_credits();
+        sq.set_max_post(max_post);
         sq
     }
 
     /// Blocks in flight (posted and not retired).
     #[inline(always)]
     pub fn outstanding(&self) -> u32 {
-        self.pi.wrapping_sub(self.ci) as u32
+        (self.pi - self.ci) as u32
     }
 
     /// Blocks free for new WQEs.
@@ -251,28 +293,36 @@ impl SendQueue {
     /// WRs that may still be posted (`max_post` less the outstanding WRs).
     #[inline(always)]
     pub fn free_wrs(&self) -> u32 {
-        (self.credits + self.closed) as u32
+        self.max_post - self.outstanding_wrs()
     }
 
-    /// WRs posted and not retired.
+    /// WRs posted and not retired: one per outstanding WQE.
     #[inline(always)]
     pub fn outstanding_wrs(&self) -> u32 {
-        self.max_post - self.free_wrs()
+        self.outstanding() - self.extra
     }
 
-    /// Blocks a free WR guarantees while no larger WQE is outstanding (`wqe_cnt / max_post`).
+    /// The blocks a lean WQE may take (`wqe_cnt / max_post`).
     #[inline(always)]
     pub fn wr_bbs(&self) -> u32 {
         self.wr_bbs
     }
 
+    /// The `wqe_index` of the next WQE.
+    #[inline(always)]
+    pub fn pi16(&self) -> u16 {
+        self.pi as u16
+    }
+
     /// Replace the WR limit (1..=`wqe_cnt`; the caller checked, and that nothing is
     /// outstanding).
     pub fn set_max_post(&mut self, max_post: u32) {
-        debug_assert!(self.pi == self.ci && (1..=self.ring.wqe_cnt()).contains(&max_post));
+        let n = self.ring.wqe_cnt();
+        debug_assert!(self.pi == self.ci && (1..=n).contains(&max_post));
         self.max_post = max_post;
-        self.wr_bbs = self.ring.wqe_cnt() / max_post;
-        self.credits = max_post as i32 - self.closed;
+        self.wr_bbs = n / max_post;
+        self.lean_blocks = max_post.min(n - self.wr_bbs + 1) as u64;
+        self.refresh_gate();
     }
 
     /// The WR limit (rdma-core `sq.max_post`).
@@ -283,8 +333,17 @@ impl SendQueue {
 
     /// The bookkeeping slot (and ring block) of producer index `pi`.
     #[inline(always)]
-    pub fn slot(&self, pi: u16) -> usize {
-        (pi as u32 & self.mask) as usize
+    pub fn slot(&self, pi: u64) -> usize {
+        (pi & self.mask) as usize
+    }
+
+    /// The next WQE's slot as `slot × 8` (the byte offset of its WR id) and its block's
+    /// address (`ring + slot × 64`), for a lean post.
+    #[inline(always)]
+    pub fn lean_slot(&self) -> (usize, *mut u8) {
+        let off8 = ((self.pi << 3) & self.mask8) as usize;
+        // SAFETY: off8 / 8 < wqe_cnt: the block is inside the ring.
+        (off8, unsafe { self.ring.start().add(off8 * 8) })
     }
 
     /// Write the control segment of the WQE at `ctrl` (which starts at block `pi`) as two
@@ -319,32 +378,51 @@ impl SendQueue {
         }
     }
 
-    /// Open or close the lean credits to match `open`, `pending` and `big` (after anything
-    /// but a lean post or a lean retire); the free WRs they count stay as they are.
+    /// Open or close the lean gates to match `open`, `pending`, `inline_ok` and the doorbell
+    /// (after anything but a lean post or a lean retire).
     #[inline]
-    pub fn refresh_credits(&mut self) {
-        let free_wrs = self.credits + self.closed;
-        self.closed = if self.open && self.pending == 0 && self.big == 0 {
-            0
-        } else {
-            CLOSED
-        };
-        self.credits = free_wrs - self.closed;
+    pub fn refresh_gate(&mut self) {
+        let fast_db = self.db.mode == DoorbellMode::BfPost && self.db.one_bb;
+        let lean = self.open && self.pending == 0 && fast_db;
+        // Closed: `ci`, which `pi` never is below.
+        self.gate = self.ci + if lean { self.lean_blocks } else { 0 };
+        self.gate_inline = if self.inline_ok { self.gate } else { self.ci };
     }
 
-    /// Open or close the lean entry points (the QP's state or type changed).
-    pub fn set_open(&mut self, open: bool) {
+    /// Open or close the lean entry points (the QP's state or type changed); `inline_ok`:
+    /// whether the QP's inline limits allow [`LEAN_INLINE`] bytes for both lean opcodes.
+    pub fn set_open(&mut self, open: bool, inline_ok: bool) {
         self.open = open;
-        self.refresh_credits();
+        self.inline_ok = inline_ok;
+        self.refresh_gate();
     }
 
-    /// Whether a lean post may go ahead: open, nothing pending, a free WR (which implies
-    /// `wr_bbs` free blocks) — one comparison. `need` is 1, or `u32::MAX` to refuse (the
-    /// caller's data check folded in).
+    /// The lean gate ([`SendQueue::lean_open`]).
     #[inline(always)]
-    pub fn lean_room(&self, need: u32) -> bool {
+    pub fn gate(&self) -> u64 {
+        self.gate
+    }
+
+    /// The lean gate of inline payloads of at most [`LEAN_INLINE`] bytes.
+    #[inline(always)]
+    pub fn gate_inline(&self) -> u64 {
+        self.gate_inline
+    }
+
+    /// Whether a lean post may go ahead through the doorbell mode's fast sequence: `pi` is
+    /// below `gate` (one of the two gates, or 0 to refuse: the caller's data check folded in).
+    #[inline(always)]
+    pub fn lean_open(&self, gate: u64) -> bool {
         self.debug_check();
-        self.credits as i64 >= need as i64
+        self.pi < gate
+    }
+
+    /// Whether a lean post may go ahead through another doorbell sequence (the lean entry
+    /// points' out-of-line path, for the modes other than [`DoorbellMode::BfPost`]): open,
+    /// nothing pending, below the lean blocks.
+    #[inline]
+    pub fn lean_open_any_doorbell(&self) -> bool {
+        self.open && self.pending == 0 && self.pi - self.ci < self.lean_blocks
     }
 
     /// In debug builds, check the counters the hot paths keep incrementally against their
@@ -353,29 +431,33 @@ impl SendQueue {
     fn debug_check(&self) {
         #[cfg(debug_assertions)]
         {
-            let open = self.open && self.pending == 0 && self.big == 0;
-            debug_assert_eq!(self.closed, if open { 0 } else { CLOSED });
-            let free_wrs = self.credits + self.closed;
-            debug_assert!((0..=self.max_post as i32).contains(&free_wrs));
-            if self.big == 0 {
-                debug_assert!(
-                    self.free() >= self.wr_bbs * free_wrs as u32,
-                    "the WR limit implies room in the ring"
-                );
+            let lean = self.open
+                && self.pending == 0
+                && self.db.mode == DoorbellMode::BfPost
+                && self.db.one_bb;
+            if lean {
+                debug_assert_eq!(self.gate, self.ci + self.lean_blocks, "open gate");
+            } else {
+                debug_assert!(self.gate <= self.ci, "closed gate");
             }
+            if lean && self.inline_ok {
+                debug_assert_eq!(self.gate_inline, self.gate, "open inline gate");
+            } else {
+                debug_assert!(self.gate_inline <= self.ci, "closed inline gate");
+            }
+            debug_assert!(self.pi - self.ci <= self.ring.wqe_cnt() as u64);
+            debug_assert!(self.outstanding_wrs() <= self.max_post);
             if self.meta.len() <= 256 {
                 let n = self.meta.iter().filter(|&&m| m != 0).count() as u32;
                 debug_assert_eq!(self.uncommon, n, "uncommon WQEs counted");
-                let (mut w, mut wrs, mut big) = (self.ci, 0, 0);
-                let out = self.outstanding() as u16;
-                while w.wrapping_sub(self.ci) < out {
+                let (mut w, mut wrs) = (self.ci, 0);
+                while w < self.pi {
                     let bbs = meta::bbs(self.meta_at(self.slot(w)));
-                    big += (bbs as u32 > self.wr_bbs) as u32;
                     wrs += 1;
-                    w = w.wrapping_add(bbs);
+                    w += bbs as u64;
                 }
-                debug_assert_eq!(free_wrs as u32, self.max_post - wrs, "outstanding WRs");
-                debug_assert_eq!(self.big, big, "big WQEs counted");
+                debug_assert_eq!(w, self.pi, "the WQE chain ends at pi");
+                debug_assert_eq!(self.outstanding_wrs(), wrs, "outstanding WRs");
             }
         }
     }
@@ -392,6 +474,7 @@ impl SendQueue {
             if m != 0 {
                 *self.meta.get_unchecked_mut(slot) = m;
                 self.uncommon += 1;
+                self.extra += meta::bbs(m) as u32 - 1;
             }
         }
     }
@@ -401,24 +484,32 @@ impl SendQueue {
     pub fn commit(&mut self, wr_id: u64, bbs: u32, atomic_size: u8) {
         let pi = self.pi;
         self.record(self.slot(pi), wr_id, meta::encode(bbs, atomic_size));
-        self.pi = pi.wrapping_add(bbs as u16);
-        self.credits -= 1;
-        if bbs > self.wr_bbs {
-            self.big += 1;
-        }
-        self.refresh_credits();
+        self.pi = pi + bbs as u64;
+        self.refresh_gate();
     }
 
     /// [`SendQueue::commit`] for a lean post (not an atomic) of at most `wr_bbs` blocks,
-    /// which [`SendQueue::lean_room`] granted; `slot` is that of `pi`.
+    /// which a lean gate let through; `off8` is its slot × 8 ([`SendQueue::lean_slot`]).
     /// `pi` is the producer index the caller read (the ring stores since then may alias
     /// anything as far as the compiler knows: passing it saves a reload).
     #[inline(always)]
-    pub fn commit_lean(&mut self, pi: u16, slot: usize, wr_id: u64, bbs: u32) {
+    pub fn commit_lean(&mut self, pi: u64, off8: usize, wr_id: u64, bbs: u32) {
         debug_assert!(bbs <= self.wr_bbs, "a lean WQE is never larger than wr_bbs");
-        self.pi = pi.wrapping_add(bbs as u16);
-        self.credits -= 1;
-        self.record(slot, wr_id, meta::encode(bbs, 0));
+        debug_assert!(off8.is_multiple_of(8) && off8 / 8 < self.wr_ids.len());
+        self.pi = pi + bbs as u64;
+        // SAFETY: `off8` is `slot × 8` with slot < wqe_cnt: a WR id inside the array.
+        unsafe {
+            ((self.wr_ids.as_mut_ptr() as *mut u8).add(off8) as *mut u64).write(wr_id);
+        }
+        let m = meta::encode(bbs, 0);
+        if m != 0 {
+            let slot = off8 / 8;
+            debug_assert_eq!(self.meta[slot], 0, "a free slot's meta byte is 0");
+            // SAFETY: slot < wqe_cnt, the length of `meta`.
+            unsafe { *self.meta.get_unchecked_mut(slot) = m };
+            self.uncommon += 1;
+            self.extra += bbs - 1;
+        }
     }
 
     /// Leave the WQE at `ctrl` for the next [`SendQueue::ring_doorbell`].
@@ -427,7 +518,7 @@ impl SendQueue {
         self.last_ctrl = ctrl;
         self.last_bbs = bbs;
         self.pending += 1;
-        self.refresh_credits();
+        self.refresh_gate();
     }
 
     /// Ring for the one WQE at `ctrl` of `bbs` blocks just committed, when nothing else is
@@ -449,14 +540,14 @@ impl SendQueue {
             _ => self.ring(self.last_ctrl, 0),
         }
         self.pending = 0;
-        self.refresh_credits();
+        self.refresh_gate();
     }
 
-    /// The doorbell sequence: store barrier → `dbrec[1] = BE32(pi)` → WC start → a BlueFlame
-    /// copy of the `bf_bbs` blocks at `ctrl` when they fit a half (whole 64-byte blocks, the
-    /// source wrapping at the ring end; one straight-line block for a one-block WQE), else
-    /// (or when `bf_bbs` is 0) the 8-byte doorbell of the ctrl at `ctrl` → flush → toggle
-    /// the half.
+    /// The doorbell sequence in any [`DoorbellMode`]: store barrier → `dbrec[1] = BE32(pi)`
+    /// → WC start → a BlueFlame copy of the `bf_bbs` blocks at `ctrl` when the mode allows
+    /// it and they fit a half (whole 64-byte blocks, the source wrapping at the ring end),
+    /// else (or when `bf_bbs` is 0) the 8-byte doorbell of the ctrl at `ctrl` → the mode's
+    /// flush → toggle the half.
     #[inline(always)]
     fn ring(&mut self, ctrl: *mut u8, bf_bbs: u32) {
         // SAFETY: `ctrl` is a block of the ring; its first 8 bytes are the ctrl segment's.
@@ -464,33 +555,33 @@ impl SendQueue {
         self.ring_with(ctrl, w0, self.pi, bf_bbs);
     }
 
-    /// [`SendQueue::ring`] for the lean entry points, which hold the ctrl segment's first 8
-    /// bytes `w0` in a register: the 8-byte doorbell stores it without reading it back. `pi`
-    /// is the producer index after the WQE (what `self.pi` holds; passed in a register).
+    /// [`SendQueue::ring`] for callers that hold the ctrl segment's first 8 bytes `w0` in a
+    /// register: the 8-byte doorbell stores it without reading it back. `pi` is the producer
+    /// index after the WQE (what `self.pi` holds; passed in a register).
     #[inline(always)]
-    pub fn ring_with(&mut self, ctrl: *mut u8, w0: u64, pi: u16, bf_bbs: u32) {
+    pub fn ring_with(&mut self, ctrl: *mut u8, w0: u64, pi: u64, bf_bbs: u32) {
         debug_assert_eq!(pi, self.pi);
         mmio::to_device_barrier();
         // SAFETY: `dbrec` is the live SQ doorbell record (constructor contract).
-        unsafe { mmio::write_dbrec(self.dbrec, pi as u32) };
+        unsafe { mmio::write_dbrec(self.dbrec, pi as u16 as u32) };
         mmio::wc_start();
         let dst = self.db.cur;
+        let bf = self.db.mode != DoorbellMode::Db
+            && bf_bbs != 0
+            && bf_bbs as usize * SEND_WQE_BB <= self.db.size as usize;
         // SAFETY: `cur` is one half of this QP's bfreg (16-byte aligned when `one_bb`: the
         // halves are `size`, a multiple of 64, apart); a BF copy writes at most bf.size
         // bytes there; `ctrl` is a block of the ring and the WQE's blocks are inside the ring
-        // (the source wraps at its end). Each arm ends the sequence itself (flush, toggle)
-        // so that the common one falls through to the return.
+        // (the source wraps at its end).
         unsafe {
-            if bf_bbs == 1 && self.db.one_bb {
-                mmio::bf_copy_bb(dst, ctrl);
-            } else if self.db.size == 0 {
-                unlikely();
-                // No BlueFlame: no half to toggle (`flip` is 0).
-                mmio::write_db64(dst, w0);
-                mmio::flush_writes();
-                return;
-            } else if bf_bbs != 0 && bf_bbs as usize * SEND_WQE_BB <= self.db.size as usize {
-                unlikely();
+            if bf && bf_bbs == 1 && self.db.one_bb {
+                // Byte 7 of the ctrl segment: the DS count (6 bits).
+                if (w0.to_le_bytes()[7] & 0x3f) <= 3 {
+                    mmio::bf_copy_bb_48(dst, ctrl);
+                } else {
+                    mmio::bf_copy_bb(dst, ctrl);
+                }
+            } else if bf {
                 mmio::bf_copy(
                     dst,
                     ctrl,
@@ -499,11 +590,50 @@ impl SendQueue {
                     self.ring.end(),
                 );
             } else {
-                unlikely();
                 mmio::write_db64(dst, w0);
             }
         }
-        mmio::flush_writes();
+        // A whole-line BlueFlame copy in BF_POST mode leaves the WC buffer to drain by
+        // itself; a partial line (the 8-byte doorbell) is always flushed (UCX `DB` mode).
+        if bf && self.db.mode == DoorbellMode::BfPost {
+            mmio::wc_line_done();
+        } else {
+            mmio::flush_writes();
+        }
+        // No BlueFlame: `flip` is 0 and the register stays put.
+        self.db.cur = (dst as usize ^ self.db.flip) as *mut u8;
+    }
+
+    /// The lean entry points' doorbell, the sequence of [`DoorbellMode::BfPost`] for a WQE
+    /// of `bbs` blocks at `ctrl` (which the gate let through: the mode is `BfPost` and a
+    /// one-block copy may take [`mmio::bf_copy_bb`]): store barrier → `dbrec[1] = BE32(pi)`
+    /// → WC start → BlueFlame copy → [`mmio::wc_line_done`] → toggle (UCX
+    /// `uct_ib_mlx5_txwq_ring_doorbell` in `UCT_IB_MLX5_MMIO_MODE_BF_POST`). `w0` is the
+    /// ctrl segment's first 8 bytes, for a WQE larger than a half (8-byte doorbell); `ds`
+    /// its DS count (at most 3: the copy pads the line, [`mmio::bf_copy_bb_48`]).
+    #[inline(always)]
+    pub fn ring_bf_post(&mut self, ctrl: *mut u8, w0: u64, pi: u64, bbs: u32, ds: u32) {
+        debug_assert_eq!(pi, self.pi);
+        debug_assert!(self.db.mode == DoorbellMode::BfPost && self.db.one_bb);
+        if bbs != 1 {
+            unlikely();
+            return self.ring_with(ctrl, w0, pi, bbs);
+        }
+        mmio::to_device_barrier();
+        // SAFETY: `dbrec` is the live SQ doorbell record (constructor contract).
+        unsafe { mmio::write_dbrec(self.dbrec, pi as u16 as u32) };
+        mmio::wc_start();
+        let dst = self.db.cur;
+        // SAFETY: `cur` is a 16-byte aligned half of this QP's bfreg (`one_bb`, checked by
+        // the gate) with room for a block; `ctrl` is the WQE's one block in the ring.
+        unsafe {
+            if ds <= 3 {
+                mmio::bf_copy_bb_48(dst, ctrl);
+            } else {
+                mmio::bf_copy_bb(dst, ctrl);
+            }
+        }
+        mmio::wc_line_done();
         self.db.cur = (dst as usize ^ self.db.flip) as *mut u8;
     }
 
@@ -567,29 +697,25 @@ impl SendQueue {
         }
     }
 
-    /// Retire the WQE at block `ci` (slot `slot`, `bbs` blocks): clear its meta byte, give
-    /// its WR back, move past it.
+    /// Retire the WQE at block `ci` (slot `slot`, `bbs` blocks): clear its meta byte, move
+    /// past it.
     #[inline(always)]
     fn retire_one(&mut self, slot: usize, bbs: u16) {
         if self.meta_at(slot) != 0 {
             self.uncommon -= 1;
-            if bbs as u32 > self.wr_bbs {
-                self.big -= 1;
-            }
+            self.extra -= bbs as u32 - 1;
         }
-        self.credits += 1;
         debug_assert!(slot < self.meta.len());
         // SAFETY: as for `meta_at`.
         unsafe { *self.meta.get_unchecked_mut(slot) = 0 };
-        self.ci = self.ci.wrapping_add(bbs);
+        self.ci += bbs as u64;
     }
 
     /// Retire, without completions, every WQE from `ci` up to (not including) block `c`,
     /// a WQE start ([`SendQueue::starts_wqe`]).
-    fn retire_until(&mut self, c: u16) {
+    fn retire_until(&mut self, c: u64) {
         if self.uncommon == 0 {
-            // One block each, no byte to clear: a WR per block.
-            self.credits += c.wrapping_sub(self.ci) as i32;
+            // One block each, no byte to clear.
             self.ci = c;
             return;
         }
@@ -602,7 +728,7 @@ impl SendQueue {
 
     /// Whether block `c`, inside the outstanding range, is where an outstanding WQE starts:
     /// follow the WQEs from `ci`.
-    fn starts_wqe(&self, c: u16) -> bool {
+    fn starts_wqe(&self, c: u64) -> bool {
         if self.uncommon == 0 {
             // Every outstanding WQE is one block: every outstanding block starts one.
             return true;
@@ -610,10 +736,10 @@ impl SendQueue {
         let mut w = self.ci;
         while w != c {
             let bbs = meta::bbs(self.meta_at(self.slot(w)));
-            if c.wrapping_sub(w) < bbs {
+            if c - w < bbs as u64 {
                 return false;
             }
-            w = w.wrapping_add(bbs);
+            w += bbs as u64;
         }
         true
     }
@@ -635,7 +761,7 @@ impl SendQueue {
         // After an error the full path reports every retired WQE; for this CQE that is this
         // one completion (nothing lies before the oldest WQE), so `error_mode` is no reason
         // to leave.
-        if (wqe_counter != ci) | (ci == self.pi) | (self.meta_at(slot) != 0) {
+        if (wqe_counter != ci as u16) | (ci == self.pi) | (self.meta_at(slot) != 0) {
             return false;
         }
         let opcode = self.opcode_at(slot);
@@ -650,8 +776,7 @@ impl SendQueue {
             qp_num: qpn,
             ..Wc::default()
         };
-        self.ci = ci.wrapping_add(1);
-        self.credits += 1;
+        self.lean_retired(1);
         true
     }
 
@@ -666,8 +791,8 @@ impl SendQueue {
     pub fn lean_view(&self) -> LeanView {
         self.debug_check();
         LeanView {
-            ci: self.ci,
-            room: self.pi.wrapping_sub(self.ci),
+            ci: self.ci as u16,
+            room: (self.pi - self.ci) as u16,
             mask: self.mask as u16,
             wr_ids: self.wr_ids.as_ptr(),
             meta: self.meta.as_ptr(),
@@ -675,11 +800,12 @@ impl SendQueue {
     }
 
     /// The lean poll retired `k` one-block WQEs from `ci` on (each had meta byte 0, so there
-    /// is no byte to clear).
+    /// is no byte to clear): the gates move with `ci`.
     #[inline(always)]
     pub fn lean_retired(&mut self, k: u16) {
-        self.ci = self.ci.wrapping_add(k);
-        self.credits += k as i32;
+        self.ci += k as u64;
+        self.gate += k as u64;
+        self.gate_inline += k as u64;
     }
 
     /// Account for a requester CQE (REQ or REQ_ERR) naming the WQE at `wqe_counter`.
@@ -696,17 +822,17 @@ impl SendQueue {
     ///   CQE's status, any the device skipped with `WR_FLUSH_ERR`.
     pub fn complete(&mut self, wqe_counter: u16, info: &CqeInfo, out: &mut [Wc]) -> Progress {
         let p = self.complete_inner(wqe_counter, info, out);
-        self.refresh_credits();
+        self.refresh_gate();
         p
     }
 
     fn complete_inner(&mut self, wqe_counter: u16, info: &CqeInfo, out: &mut [Wc]) -> Progress {
-        let outstanding = self.pi.wrapping_sub(self.ci);
-        let dist = wqe_counter.wrapping_sub(self.ci) & self.mask as u16;
+        let outstanding = self.pi - self.ci;
+        let dist = (wqe_counter.wrapping_sub(self.ci as u16) as u64) & self.mask;
         if dist >= outstanding {
             return Progress::Bad("outside the outstanding range");
         }
-        let c = self.ci.wrapping_add(dist);
+        let c = self.ci + dist;
         if !self.starts_wqe(c) {
             return Progress::Bad("not the first block of a WQE");
         }
@@ -758,7 +884,7 @@ impl SendQueue {
         while self.ci != self.pi {
             let slot = self.slot(self.ci);
             let bbs = meta::bbs(self.meta_at(slot));
-            if self.pi.wrapping_sub(self.ci) < bbs {
+            if self.pi - self.ci < bbs as u64 {
                 p = Progress::Bad("the WQE chain is broken");
                 break;
             }
@@ -773,7 +899,7 @@ impl SendQueue {
         if let Progress::Done(_) = p {
             p = Progress::Done(n);
         }
-        self.refresh_credits();
+        self.refresh_gate();
         p
     }
 
@@ -822,9 +948,8 @@ impl SendQueue {
         self.error_mode = false;
         self.meta.fill(0);
         self.uncommon = 0;
-        self.big = 0;
-        self.credits = self.max_post as i32 - self.closed;
-        self.refresh_credits();
+        self.extra = 0;
+        self.refresh_gate();
         // SAFETY: `dbrec` is the live SQ doorbell record.
         unsafe { mmio::write_dbrec(self.dbrec, 0) };
     }

@@ -8,7 +8,10 @@ mod common;
 use common::{req, FakeCq, FakeQp, QpCfg};
 use mlx5_cq::Cqe64;
 use mlx5_hw::{QpState, QpType};
-use mlx5_qp::{Cq, Error, Qp, RemoteAddr, SendFlags, SendWr, Sge, SqLimit, Wc, WcOpcode, WcStatus};
+use mlx5_qp::{
+    Cq, DoorbellMode, Error, Qp, RemoteAddr, SendFlags, SendWr, Sge, SqLimit, Wc, WcOpcode,
+    WcStatus,
+};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngSeed};
 
@@ -47,7 +50,16 @@ fn write_inline_bytes_blueflame_and_toggle() {
     assert_eq!(be32(&b, 32), 0x8000_0008);
     assert_eq!(&b[36..44], b"8 bytes!");
     assert_eq!(fake.sq_dbrec(), 1);
-    assert_eq!(&fake.bf()[..64], &b[..], "one block through BlueFlame");
+    assert_eq!(
+        &fake.bf()[..64],
+        &fake.bf_line(0)[..],
+        "one block through BlueFlame"
+    );
+    assert_eq!(
+        &fake.bf()[48..64],
+        &b[32..48],
+        "the line padded with its third unit"
+    );
     assert_eq!(qp.bf_offset(), 256);
     assert_eq!(qp.pending_doorbell(), 0);
 
@@ -61,7 +73,7 @@ fn write_inline_bytes_blueflame_and_toggle() {
         "no inline segment"
     );
     assert_eq!(b[11], 0x80 | 0x02);
-    assert_eq!(&fake.bf()[256..320], &b[..]);
+    assert_eq!(&fake.bf()[256..320], &fake.bf_line(1)[..]);
     assert_eq!(qp.bf_offset(), 0);
     assert_eq!(fake.sq_dbrec(), 2);
 }
@@ -310,6 +322,16 @@ enum Step {
     Retire,
     /// The control path moves both QPs.
     State(QpState),
+    /// Both QPs change their doorbell mode (refused alike without BlueFlame).
+    Mode(u8),
+}
+
+fn mode_of(m: u8) -> DoorbellMode {
+    match m % 3 {
+        0 => DoorbellMode::BfPost,
+        1 => DoorbellMode::Bf,
+        _ => DoorbellMode::Db,
+    }
 }
 
 fn step() -> impl Strategy<Value = Step> {
@@ -332,6 +354,7 @@ fn step() -> impl Strategy<Value = Step> {
         1 => Just(Step::Ring),
         3 => Just(Step::Retire),
         1 => state.prop_map(Step::State),
+        1 => (0u8..3).prop_map(Step::Mode),
     ]
 }
 
@@ -369,6 +392,9 @@ fn same(a: &Twin, b: &Twin) -> Result<(), TestCaseError> {
     prop_assert_eq!(a.qp.bf_offset(), b.qp.bf_offset());
     prop_assert_eq!(a.qp.pending_doorbell(), b.qp.pending_doorbell());
     prop_assert_eq!(a.qp.sq_outstanding_bbs(), b.qp.sq_outstanding_bbs());
+    prop_assert_eq!(a.qp.sq_outstanding_wrs(), b.qp.sq_outstanding_wrs());
+    prop_assert_eq!(a.qp.sq_free_wrs(), b.qp.sq_free_wrs());
+    prop_assert_eq!(a.qp.doorbell_mode(), b.qp.doorbell_mode());
     Ok(())
 }
 
@@ -460,6 +486,11 @@ proptest! {
                     g.qp.set_state(s);
                     l.qp.set_state(s);
                 }
+                Step::Mode(m) => {
+                    let r = g.qp.set_doorbell_mode(mode_of(m));
+                    prop_assert_eq!(r.is_ok(), bf_size > 0 || mode_of(m) == DoorbellMode::Db);
+                    prop_assert_eq!(r, l.qp.set_doorbell_mode(mode_of(m)));
+                }
             }
             same(&g, &l)?;
         }
@@ -476,4 +507,106 @@ fn an_8_byte_aligned_blueflame_register_still_gets_the_block() {
         .unwrap();
     assert_eq!(&fake.uar.bytes()[0x808..0x848], fake.bb(0));
     assert_eq!(qp.bf_offset(), 256);
+}
+
+#[test]
+fn doorbell_modes_ring_as_named() {
+    let remote = RemoteAddr::new(0x1000, 5);
+    // BfPost (the default) and Bf write the same line; Db writes ctrl bytes 0..8 to the
+    // current half, and every mode toggles the half.
+    for (mode, bf) in [
+        (DoorbellMode::BfPost, true),
+        (DoorbellMode::Bf, true),
+        (DoorbellMode::Db, false),
+    ] {
+        let mut fake = FakeQp::new(&QpCfg {
+            max_inline: 60,
+            ..QpCfg::default()
+        });
+        let mut qp = qp_in(&fake, QpState::Rts);
+        assert_eq!(qp.doorbell_mode(), DoorbellMode::BfPost, "the default");
+        qp.set_doorbell_mode(mode).unwrap();
+        assert_eq!(qp.doorbell_mode(), mode);
+        for i in 0..3u16 {
+            fake.clear_bf();
+            let r = qp.post_write_inline(i as u64, b"12345678", remote, SendFlags::SIGNALED);
+            assert_eq!(r, Ok(()), "{mode:?}, post {i}");
+            let half = (i as usize % 2) * 256;
+            let line = &fake.bf()[half..half + 64];
+            if bf {
+                assert_eq!(line, &fake.bf_line(i as usize)[..], "{mode:?}");
+            } else {
+                assert_eq!(&line[..8], &fake.bb(i as usize)[..8], "{mode:?}");
+                assert!(line[8..].iter().all(|&x| x == 0), "{mode:?}");
+            }
+            assert_eq!(fake.sq_dbrec(), i as u32 + 1);
+            assert_eq!(qp.bf_offset() as usize, 256 - half, "{mode:?} toggles");
+        }
+    }
+    // Without BlueFlame registers only Db exists.
+    let fake = FakeQp::new(&QpCfg {
+        bf_size: 0,
+        ..QpCfg::default()
+    });
+    let mut qp = qp_in(&fake, QpState::Rts);
+    assert_eq!(qp.doorbell_mode(), DoorbellMode::Db);
+    assert!(matches!(
+        qp.set_doorbell_mode(DoorbellMode::BfPost),
+        Err(Error::BadLayout(_))
+    ));
+    assert!(matches!(
+        qp.set_doorbell_mode(DoorbellMode::Bf),
+        Err(Error::BadLayout(_))
+    ));
+    qp.set_doorbell_mode(DoorbellMode::Db).unwrap();
+}
+
+#[test]
+fn changing_the_mode_rings_what_is_pending_first() {
+    let fake = FakeQp::new(&QpCfg::default());
+    let mut qp = qp_in(&fake, QpState::Rts);
+    qp.post_deferred(&SendWr::send(1).inline(b"x")).unwrap();
+    assert_eq!(fake.sq_dbrec(), 0);
+    qp.set_doorbell_mode(DoorbellMode::Db).unwrap();
+    assert_eq!(qp.pending_doorbell(), 0);
+    assert_eq!(fake.sq_dbrec(), 1);
+    assert_eq!(
+        &fake.bf()[..64],
+        &fake.bf_line(0)[..],
+        "rung in the old mode (BlueFlame)"
+    );
+}
+
+#[test]
+fn the_lean_gate_counts_blocks_and_leaves_the_rest_to_the_generic_path() {
+    // 16 blocks, at most 8 WRs: a lean WQE may take 2 blocks; the gate lets a lean post
+    // through while fewer than 8 blocks are outstanding, and the generic path takes the
+    // rest up to 8 WRs, whatever their blocks.
+    let cfg = QpCfg {
+        sq_bbs: 16,
+        ..QpCfg::default()
+    };
+    let fake = FakeQp::new(&cfg);
+    let mut qp = qp_in(&fake, QpState::Rts);
+    qp.set_max_send_wr(8).unwrap();
+    let remote = RemoteAddr::new(0x10, 1);
+    let long = [7u8; 40]; // ctrl + raddr + 4 + 40 = 76 bytes: two blocks
+    for i in 0..5u64 {
+        qp.post_write_inline(i, &long, remote, SendFlags::empty())
+            .unwrap();
+    }
+    assert_eq!((qp.sq_outstanding_bbs(), qp.sq_outstanding_wrs()), (10, 5));
+    for i in 5..8u64 {
+        qp.post_write_inline(i, b"1", remote, SendFlags::empty())
+            .unwrap();
+    }
+    assert_eq!((qp.sq_outstanding_bbs(), qp.sq_outstanding_wrs()), (13, 8));
+    assert!(matches!(
+        qp.post_write_inline(8, b"1", remote, SendFlags::empty()),
+        Err(Error::SqFull {
+            limit: SqLimit::WorkRequests,
+            ..
+        })
+    ));
+    assert_eq!(qp.sq_free_wrs(), 0);
 }

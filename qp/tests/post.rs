@@ -56,13 +56,13 @@ fn inline_write_goes_through_blueflame_and_toggles() {
     assert_eq!(&b[36..44], &payload);
     assert_eq!(fake.sq_dbrec(), 1, "dbrec[1] = next free PI");
     // One 64-byte block in the first half, the second half untouched.
-    assert_eq!(&fake.bf()[..64], &b[..]);
+    assert_eq!(&fake.bf()[..64], &fake.bf_line(0)[..]);
     assert!(fake.bf()[64..].iter().all(|&x| x == 0));
     assert_eq!(qp.bf_offset(), 256);
 
     fake.clear_bf();
     qp.post(&SendWr::send(2).inline(b"x")).unwrap();
-    assert_eq!(&fake.bf()[256..320], fake.bb(1));
+    assert_eq!(&fake.bf()[256..320], &fake.bf_line(1)[..]);
     assert!(fake.bf()[..256].iter().all(|&x| x == 0));
     assert_eq!(qp.bf_offset(), 0);
     assert_eq!(fake.sq_dbrec(), 2);
@@ -107,7 +107,7 @@ fn deferred_posts_and_explicit_ring() {
     qp.ring_doorbell();
     assert_eq!(fake.sq_dbrec(), 1);
     // A single pending WQE still goes through BlueFlame.
-    assert_eq!(&fake.bf()[..64], fake.bb(0));
+    assert_eq!(&fake.bf()[..64], &fake.bf_line(0)[..]);
     qp.ring_doorbell(); // nothing pending: no second write, no toggle
     assert_eq!(qp.bf_offset(), 256);
 }
@@ -636,7 +636,7 @@ fn raw_wqe_gets_index_and_qpn() {
     assert_eq!(be32(fake.bb(1), 16), 7);
     assert_eq!(
         &fake.bf()[256..320],
-        fake.bb(1),
+        &fake.bf_line(1)[..],
         "raw WQEs ring like any other"
     );
     wqe[7] = 3;

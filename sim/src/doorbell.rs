@@ -18,7 +18,8 @@
 //!   is poisoned again. Every doorbell is checked against the ring (mlx5-facts §3.3): it must
 //!   carry this QP's number and the index of a WQE among those newly posted, the doorbell
 //!   record must have advanced, two BlueFlame copies in a row must use both halves, and a
-//!   BlueFlame copy must equal the ring. The NIC executes the BlueFlame copy, so the device
+//!   BlueFlame copy must equal the ring over the WQE's DS × 16 bytes (the rest of its last
+//!   64-byte line is padding the device does not read). The NIC executes the BlueFlame copy, so the device
 //!   does too; differences are reported as driver bugs. Work is then processed up to the
 //!   doorbell record's value; a record without a doorbell does nothing. Several doorbells rung
 //!   between two scans of the device overwrite each other in RAM; the newest of each half is
@@ -306,7 +307,10 @@ fn check_and_latch(qp: &mut Qp, seen: &[Observed], dev: &str, bugs: &mut BugLog)
                 obs.blocks, ctrl.ds, blocks, BF_HALF / 64));
             continue;
         }
-        let ring = ring_bytes(&qp.buf, qp.sq_off(), wqe_cnt, ctrl.index, blocks * 64);
+        // The device reads the WQE's DS × 16 bytes of the copy; the rest of its last line is
+        // padding (stale ring bytes in rdma-core's `mlx5_bf_copy`, anything at all here).
+        let wqe_bytes = ctrl.ds as usize * 16;
+        let ring = ring_bytes(&qp.buf, qp.sq_off(), wqe_cnt, ctrl.index, wqe_bytes);
         let copy = &obs.bytes[..blocks * 64];
         if let Some(pos) = ring.iter().zip(copy).position(|(a, b)| a != b) {
             bugs.report(dev, qp.qpn, DriverBugKind::BlueFlameMismatch, format!(

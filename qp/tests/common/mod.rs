@@ -140,6 +140,16 @@ impl FakeQp {
     pub fn bb(&self, i: usize) -> &[u8] {
         &self.sq.bytes()[i * 64..i * 64 + 64]
     }
+    /// What a one-block BlueFlame copy of block `i` writes: the block, except that a WQE of
+    /// at most 3 DS pads the line with its bytes 32..48 (`mmio::bf_copy_bb_48`).
+    pub fn bf_line(&self, i: usize) -> Vec<u8> {
+        let b = self.bb(i);
+        if b[7] & 0x3f <= 3 {
+            [&b[..48], &b[32..48]].concat()
+        } else {
+            b.to_vec()
+        }
+    }
     /// The BF register region (both halves).
     pub fn bf(&self) -> &[u8] {
         &self.uar.bytes()[BF_OFF..BF_OFF + 512]

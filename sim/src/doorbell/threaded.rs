@@ -317,13 +317,14 @@ impl Watcher {
         let blocks = (w.ds as usize).div_ceil(4);
         let fits = blocks > 0 && blocks * 64 <= BF_HALF;
         if w.ring.is_none() && fits && in_flight(qp, w.index, dbr) {
-            // The slot cannot be reused while the WQE is in flight: these are its bytes.
+            // The slot cannot be reused while the WQE is in flight: these are its bytes (the
+            // DS × 16 the device reads; the rest of the last line is padding).
             w.ring = Some(ring_bytes(
                 &qp.buf,
                 qp.sq_off(),
                 qp.geom.sq_wqe_cnt,
                 w.index,
-                blocks * 64,
+                w.ds as usize * 16,
             ));
         }
         let copy = bytes_of(&snap);
