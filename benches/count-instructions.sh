@@ -40,11 +40,12 @@ out="${KEEP:-$(mktemp -d)}"
 mkdir -p "$out"
 [ -n "${KEEP:-}" ] || trap 'rm -rf "$out"' EXIT
 
-# Events counted inside one function, over the whole run.
+# Events counted inside one function, over the whole run (extra arguments go to the program).
 count() {
   local fn="$1" file="$out/callgrind.$1.out"
+  shift
   valgrind --tool=callgrind --callgrind-out-file="$file" --collect-atstart=no \
-    --toggle-collect="*count_post_poll::measured_$fn" "$bin" "$n" >&2 2>"$out/valgrind.$fn.log" || {
+    --toggle-collect="*count_post_poll::measured_$fn" "$bin" "$n" "$@" >&2 2>"$out/valgrind.$fn.log" || {
     cat "$out/valgrind.$fn.log" >&2
     echo "count_post_poll failed under valgrind" >&2
     exit 1
@@ -58,8 +59,10 @@ count() {
 post=$(count post)
 poll=$(count poll)
 floor=$(count floor)
+post_sge=$(count post_sge --sge-db)
 per() { awk -v t="$1" -v n="$n" 'BEGIN { printf "%.0f", t / n }'; }
-echo "N = $n; callgrind totals: post $post, poll $poll, floor $floor"
+echo "N = $n; callgrind totals: post $post, poll $poll, floor $floor, 1-SGE post $post_sge"
 echo "instructions per floor (64-byte WQE + doorbell record + BlueFlame copy): $(per "$floor")"
+echo "instructions per post of a 1-SGE RDMA WRITE with the 8-byte doorbell: $(per "$post_sge")"
 echo "instructions per post: $(per "$post")"
 echo "instructions per poll: $(per "$poll")"

@@ -3,14 +3,16 @@
 //! memory (DESIGN §6), each through one `#[inline(never)]` function whose name the script gives
 //! callgrind's `--toggle-collect`, so that only the post (or the poll) is counted.
 //!
-//! Usage: `count_post_poll [N]` (default 10000). It checks its own results — every post
-//! accepted, the polls return exactly the WR ids posted, in order — and exits non-zero
-//! otherwise, so a count is never taken of a run that went wrong.
+//! Usage: `count_post_poll [N] [--sge-db]` (default 10000). With `--sge-db` the posts are
+//! 1-SGE RDMA WRITEs on a QP without BlueFlame (the 8-byte doorbell), through
+//! `measured_post_sge`. It checks its own results — every post accepted, the polls return
+//! exactly the WR ids posted, in order — and exits non-zero otherwise, so a count is never
+//! taken of a run that went wrong.
 
 #[path = "../benches/support/ram_rings.rs"]
 mod ram_rings;
 
-use mlx5_qp::{Cq, Qp, SendWr};
+use mlx5_qp::{Cq, Qp, SendWr, Sge};
 use mlx5_wqe::opcode as op;
 use ram_rings::{Floor, Rig, RigCfg, PAYLOAD, REMOTE};
 use std::process::ExitCode;
@@ -19,6 +21,18 @@ use std::process::ExitCode;
 #[inline(never)]
 pub fn measured_post(qp: &mut Qp, wr_id: u64) -> bool {
     let wr = SendWr::write(wr_id, REMOTE).inline(&PAYLOAD).signaled();
+    qp.post(&wr).is_ok()
+}
+
+/// One post of a 1-SGE RDMA WRITE (the 8-byte doorbell when the QP has no BlueFlame).
+#[inline(never)]
+pub fn measured_post_sge(qp: &mut Qp, wr_id: u64) -> bool {
+    let sge = [Sge {
+        addr: 0x1000,
+        length: 8,
+        lkey: 7,
+    }];
+    let wr = SendWr::write(wr_id, REMOTE).sges(&sge).signaled();
     qp.post(&wr).is_ok()
 }
 
@@ -37,15 +51,34 @@ pub fn measured_floor(f: &mut Floor) {
 }
 
 fn main() -> ExitCode {
-    let n: u64 = match std::env::args().nth(1).map(|a| a.parse()) {
-        None => 10_000,
-        Some(Ok(n)) if n > 0 => n,
-        Some(_) => {
-            eprintln!("usage: count_post_poll [N > 0]");
-            return ExitCode::from(2);
+    let mut n: u64 = 10_000;
+    let mut sge_db = false;
+    for a in std::env::args().skip(1) {
+        match a.as_str() {
+            "--sge-db" => sge_db = true,
+            _ => match a.parse() {
+                Ok(v) if v > 0 => n = v,
+                _ => {
+                    eprintln!("usage: count_post_poll [N > 0] [--sge-db]");
+                    return ExitCode::from(2);
+                }
+            },
         }
+    }
+    let cfg = if sge_db {
+        RigCfg {
+            bf_size: 0,
+            ..RigCfg::rc_bf()
+        }
+    } else {
+        RigCfg::rc_bf()
     };
-    let mut rig = Rig::new(RigCfg::rc_bf());
+    let post = if sge_db {
+        measured_post_sge
+    } else {
+        measured_post
+    };
+    let mut rig = Rig::new(cfg);
     let chunk = rig.qp.sq_free_bbs().min(rig.qp.sq_free_wrs()) as u64;
     let mut ids = [0u64; 16];
     let mut done = 0;
@@ -53,7 +86,7 @@ fn main() -> ExitCode {
         let k = chunk.min(n - done);
         let first = rig.qp.sq_pi();
         for i in 0..k {
-            if !measured_post(&mut rig.qp, done + i) {
+            if !post(&mut rig.qp, done + i) {
                 eprintln!("post {} was refused", done + i);
                 return ExitCode::FAILURE;
             }
@@ -87,6 +120,10 @@ fn main() -> ExitCode {
     for _ in 0..n {
         measured_floor(&mut floor);
     }
-    println!("posted and polled {n} inline 8-byte RDMA WRITEs");
+    if sge_db {
+        println!("posted and polled {n} 1-SGE RDMA WRITEs (8-byte doorbell)");
+    } else {
+        println!("posted and polled {n} inline 8-byte RDMA WRITEs");
+    }
     ExitCode::SUCCESS
 }

@@ -100,16 +100,13 @@ pub struct Qp {
 /// The data limits of the lean entry points ([`Qp::post_write_inline`] and friends), derived
 /// from the QP's caps so that one comparison each replaces the generic checks; the QP's state
 /// and type, a pending doorbell, the doorbell mode and the room for a WR and its blocks are
-/// the send queue's lean gate, one more comparison ([`SendQueue::lean_open`]; an inline
-/// payload of at most [`LEAN_INLINE`] bytes needs only that one). They are conservative:
+/// the send queue's lean gates, one more comparison ([`SendQueue::lean_open`]; an inline
+/// payload of at most [`LEAN_INLINE`] bytes, or a gather entry of a constant length, needs
+/// only that one). They are conservative:
 /// whatever they let through, [`Qp::post`] would accept and write the same way; whatever they
 /// stop goes to the generic post, which returns its error.
 #[derive(Clone, Copy, Debug, Default)]
 struct FastLimits {
-    /// A gather entry's `length - 1` must be below this: `i32::MAX` (lengths 1..=2^31-1;
-    /// a zero-length entry is skipped by the generic path, a longer one is an error), or 0
-    /// when the QP allows no gather entry.
-    sge_len: u32,
     /// Largest inline payload of a WRITE: `max_inline_data`, and a WQE of ctrl + raddr +
     /// inline within `max_wqe_bytes`.
     inline_rdma: usize,
@@ -171,11 +168,11 @@ const WRITE_DS: u32 = 3;
 /// The DS count in the QP's SEND template: ctrl + one data segment, or at most 12 bytes inline.
 const SEND_DS: u32 = 2;
 
-/// Which doorbell sequence a lean post ends with: the one the lean gate stands for, or
-/// whichever the QP's [`DoorbellMode`] asks for (the lean entry points' out-of-line path).
+/// Which doorbell sequence a lean post ends with: the fast one (through the gate `fast`), or
+/// whichever the QP's [`DoorbellMode`] asks for (the gate `other`).
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum LeanRing {
-    /// [`SendQueue::ring_bf_post`]: the gate let the post through.
+    /// [`SendQueue::ring_bf_post`].
     BfPost,
     /// [`SendQueue::ring_with`]: any mode.
     Any,
@@ -391,17 +388,13 @@ impl Qp {
         let max_inline =
             (self.max_inline as usize).min(self.sq.wr_bbs() as usize * SEND_WQE_BB - RDMA_HDR - 4);
         self.fast = FastLimits {
-            sge_len: if self.max_send_sge >= 1 {
-                i32::MAX as u32
-            } else {
-                0
-            },
             // ctrl + raddr + align16(4 + len) <= max_wqe_bytes (a multiple of 16).
             inline_rdma: max_inline.min(self.max_wqe_bytes.saturating_sub(RDMA_HDR + 4)),
             inline_send: max_inline.min(self.max_wqe_bytes.saturating_sub(SEND_HDR + 4)),
         };
         let inline_ok = self.fast.inline_rdma.min(self.fast.inline_send) >= LEAN_INLINE;
-        self.sq.set_open(postable, inline_ok);
+        self.sq
+            .set_open(postable, inline_ok, self.max_send_sge >= 1);
     }
 
     /// How doorbells are rung ([`DoorbellMode::BfPost`] by default when the QP has
@@ -617,11 +610,6 @@ impl Qp {
         flags: SendFlags,
         r: &mut MaybeUninit<Result<()>>,
     ) {
-        if self.sq.lean_open_any_doorbell() && data.len() <= self.fast.inline_rdma {
-            self.lean_write_inline(wr_id, data, remote, flags, LeanRing::Any);
-            r.write(Ok(()));
-            return;
-        }
         r.write(self.post_planned(&SendWr::write(wr_id, remote).inline(data).flags(flags)));
     }
     #[inline(always)]
@@ -649,11 +637,6 @@ impl Qp {
         r: &mut MaybeUninit<Result<()>>,
     ) {
         let sge = Sge { addr, length, lkey };
-        if self.sq.lean_open_any_doorbell() && self.sge_ok(sge) {
-            self.lean_write(wr_id, sge, remote, flags, LeanRing::Any);
-            r.write(Ok(()));
-            return;
-        }
         r.write(self.post_planned(&SendWr::write(wr_id, remote).sges(&[sge]).flags(flags)));
     }
     #[inline(always)]
@@ -677,11 +660,6 @@ impl Qp {
         flags: SendFlags,
         r: &mut MaybeUninit<Result<()>>,
     ) {
-        if self.sq.lean_open_any_doorbell() && data.len() <= self.fast.inline_send {
-            self.lean_send_inline(wr_id, data, flags, LeanRing::Any);
-            r.write(Ok(()));
-            return;
-        }
         r.write(self.post_planned(&SendWr::send(wr_id).inline(data).flags(flags)));
     }
     #[inline(always)]
@@ -702,44 +680,23 @@ impl Qp {
         r: &mut MaybeUninit<Result<()>>,
     ) {
         let sge = Sge { addr, length, lkey };
-        if self.sq.lean_open_any_doorbell() && self.sge_ok(sge) {
-            self.lean_send(wr_id, sge, flags, LeanRing::Any);
-            r.write(Ok(()));
-            return;
-        }
         r.write(self.post_planned(&SendWr::send(wr_id).sges(&[sge]).flags(flags)));
     }
 
-    /// Whether the lean path writes this gather entry: a zero-length entry is skipped by the
-    /// generic path, one over 2^31-1 is an error, a QP may allow no gather entry.
+    /// Whether the lean path writes a gather entry of this length: a zero-length entry is
+    /// skipped by the generic path, one over 2^31-1 is an error. (Whether the QP allows a
+    /// gather entry at all is in the gates.) Constant when the length is.
     #[inline(always)]
-    fn sge_ok(&self, sge: Sge) -> bool {
-        sge.length.wrapping_sub(1) < self.fast.sge_len
+    fn sge_len_ok(sge: Sge) -> bool {
+        sge.length.wrapping_sub(1) < i32::MAX as u32
     }
 
-    /// The lean gate of a post of one gather entry, or 0 (refuse) when the entry is not one
-    /// the lean path writes — one comparison then covers the data, the state and the room.
+    /// Whether the lean path writes an inline payload of `len` bytes against the lean
+    /// `limit`: at most [`LEAN_INLINE`] bytes always pass (the gates are open only when the
+    /// limits allow them; with a constant length the compiler drops the test).
     #[inline(always)]
-    fn sge_gate(&self, sge: Sge) -> u64 {
-        if self.sge_ok(sge) {
-            self.sq.gate()
-        } else {
-            0
-        }
-    }
-
-    /// The lean gate of an inline post of `len` bytes against the lean `limit`: the inline
-    /// gate for a payload of at most [`LEAN_INLINE`] bytes (no length check: with a constant
-    /// length the compiler drops the test), the gate within the limit, else 0 (refuse).
-    #[inline(always)]
-    fn inline_gate(&self, len: usize, limit: usize) -> u64 {
-        if len <= LEAN_INLINE {
-            self.sq.gate_inline()
-        } else if len <= limit {
-            self.sq.gate()
-        } else {
-            0
-        }
+    fn inline_len_ok(len: usize, limit: usize) -> bool {
+        len <= LEAN_INLINE || len <= limit
     }
 
     /// `fm_ce_se` of a lean post; constant when `flags` is and asks for a completion.
@@ -801,12 +758,15 @@ impl Qp {
         remote: RemoteAddr,
         flags: SendFlags,
     ) -> Result<()> {
-        if self
-            .sq
-            .lean_open(self.inline_gate(data.len(), self.fast.inline_rdma))
-        {
-            self.lean_write_inline(wr_id, data, remote, flags, LeanRing::BfPost);
-            return Ok(());
+        if Self::inline_len_ok(data.len(), self.fast.inline_rdma) {
+            if self.sq.lean_open(self.sq.fast) {
+                self.lean_write_inline(wr_id, data, remote, flags, LeanRing::BfPost);
+                return Ok(());
+            }
+            if self.sq.lean_open(self.sq.other) {
+                self.lean_write_inline(wr_id, data, remote, flags, LeanRing::Any);
+                return Ok(());
+            }
         }
         self.post_write_inline_generic(wr_id, data, remote, flags)
     }
@@ -844,9 +804,15 @@ impl Qp {
         remote: RemoteAddr,
         flags: SendFlags,
     ) -> Result<()> {
-        if self.sq.lean_open(self.sge_gate(sge)) {
-            self.lean_write(wr_id, sge, remote, flags, LeanRing::BfPost);
-            return Ok(());
+        if Self::sge_len_ok(sge) {
+            if self.sq.lean_open(self.sq.fast) {
+                self.lean_write(wr_id, sge, remote, flags, LeanRing::BfPost);
+                return Ok(());
+            }
+            if self.sq.lean_open(self.sq.other) {
+                self.lean_write(wr_id, sge, remote, flags, LeanRing::Any);
+                return Ok(());
+            }
         }
         self.post_write_generic(wr_id, sge, remote, flags)
     }
@@ -878,12 +844,15 @@ impl Qp {
     /// QP needs a destination and takes the generic path, which says so).
     #[inline(always)]
     pub fn post_send_inline(&mut self, wr_id: u64, data: &[u8], flags: SendFlags) -> Result<()> {
-        if self
-            .sq
-            .lean_open(self.inline_gate(data.len(), self.fast.inline_send))
-        {
-            self.lean_send_inline(wr_id, data, flags, LeanRing::BfPost);
-            return Ok(());
+        if Self::inline_len_ok(data.len(), self.fast.inline_send) {
+            if self.sq.lean_open(self.sq.fast) {
+                self.lean_send_inline(wr_id, data, flags, LeanRing::BfPost);
+                return Ok(());
+            }
+            if self.sq.lean_open(self.sq.other) {
+                self.lean_send_inline(wr_id, data, flags, LeanRing::Any);
+                return Ok(());
+            }
         }
         self.post_send_inline_generic(wr_id, data, flags)
     }
@@ -904,9 +873,15 @@ impl Qp {
     /// `post(&SendWr::send(wr_id).sges(&[sge]).flags(flags))`, specialised (RC and UC).
     #[inline(always)]
     pub fn post_send(&mut self, wr_id: u64, sge: Sge, flags: SendFlags) -> Result<()> {
-        if self.sq.lean_open(self.sge_gate(sge)) {
-            self.lean_send(wr_id, sge, flags, LeanRing::BfPost);
-            return Ok(());
+        if Self::sge_len_ok(sge) {
+            if self.sq.lean_open(self.sq.fast) {
+                self.lean_send(wr_id, sge, flags, LeanRing::BfPost);
+                return Ok(());
+            }
+            if self.sq.lean_open(self.sq.other) {
+                self.lean_send(wr_id, sge, flags, LeanRing::Any);
+                return Ok(());
+            }
         }
         self.post_send_generic(wr_id, sge, flags)
     }

@@ -209,18 +209,20 @@ pub(crate) struct SendQueue {
     /// wr_bbs + 1)`. Below it, a WR is free (outstanding WRs ≤ outstanding blocks) and a
     /// WQE of `wr_bbs` blocks fits the ring.
     lean_blocks: u64,
-    /// The lean gate: a lean post (at most `wr_bbs` blocks, the doorbell mode's fast
-    /// sequence) may go ahead while `pi < gate`. `ci + lean_blocks` while lean posts are
-    /// open — [`SendQueue::set_open`], nothing pending, the doorbell in
-    /// [`DoorbellMode::BfPost`] with a one-block BlueFlame copy — else at most `ci`, so that
-    /// the one comparison fails. Retiring `k` blocks adds `k` (it stays `≤ ci` while closed).
-    gate: u64,
-    /// The gate of lean inline posts of at most [`LEAN_INLINE`] bytes, which do not compare
-    /// the length with the QP's limits: `gate` when the QP's inline limits allow them, else
-    /// closed in the same way.
-    gate_inline: u64,
+    /// The lean gate of the fast doorbell sequence ([`SendQueue::ring_bf_post`]): open in
+    /// [`DoorbellMode::BfPost`] with a one-block BlueFlame copy. A lean post (at most `wr_bbs`
+    /// blocks) may go ahead while `pi < gate` — one unsigned comparison standing for the QP's
+    /// state, type and data limits, nothing pending, the doorbell mode and room for a WR and
+    /// its blocks. An open gate is `ci + lean_blocks`; a closed one is at most `ci`, which
+    /// `pi` never is below. Retiring `k` blocks adds `k` to both gates (a closed one stays at
+    /// most `ci`).
+    pub fast: u64,
+    /// The lean gate of any other doorbell sequence ([`SendQueue::ring_with`]).
+    pub other: u64,
     /// Whether the QP's inline limits allow [`LEAN_INLINE`] bytes ([`crate::Qp`] decides).
     inline_ok: bool,
+    /// Whether the QP allows a gather entry ([`crate::Qp`] decides).
+    sge_ok: bool,
     /// Whether the QP's state and type allow lean posts ([`crate::Qp`] decides).
     open: bool,
 }
@@ -269,9 +271,10 @@ impl SendQueue {
             wr_bbs: 1,
             extra: 0,
             lean_blocks: 1,
-            gate: 0,
-            gate_inline: 0,
+            fast: 0,
+            other: 0,
             inline_ok: false,
+            sge_ok: false,
             open: false,
         };
         sq.set_max_post(max_post);
@@ -378,51 +381,40 @@ impl SendQueue {
         }
     }
 
-    /// Open or close the lean gates to match `open`, `pending`, `inline_ok` and the doorbell
-    /// (after anything but a lean post or a lean retire).
+    /// The gates `open`, `pending`, `inline_ok`, `sge_ok` and the doorbell call for:
+    /// `(fast, other)`. A QP that allows no gather entry, or fewer than [`LEAN_INLINE`] inline
+    /// bytes, posts everything through the generic path (rare shapes; one gate per sequence
+    /// keeps the lean poll's bookkeeping to two additions).
     #[inline]
-    pub fn refresh_gate(&mut self) {
-        let fast_db = self.db.mode == DoorbellMode::BfPost && self.db.one_bb;
-        let lean = self.open && self.pending == 0 && fast_db;
-        // Closed: `ci`, which `pi` never is below.
-        self.gate = self.ci + if lean { self.lean_blocks } else { 0 };
-        self.gate_inline = if self.inline_ok { self.gate } else { self.ci };
+    fn gates(&self) -> (u64, u64) {
+        let lean = self.open && self.pending == 0 && self.sge_ok && self.inline_ok;
+        let fast = self.db.mode == DoorbellMode::BfPost && self.db.one_bb;
+        let (open, shut) = (self.ci + self.lean_blocks, self.ci);
+        let gate = |on: bool| if on { open } else { shut };
+        (gate(lean && fast), gate(lean && !fast))
     }
 
-    /// Open or close the lean entry points (the QP's state or type changed); `inline_ok`:
-    /// whether the QP's inline limits allow [`LEAN_INLINE`] bytes for both lean opcodes.
-    pub fn set_open(&mut self, open: bool, inline_ok: bool) {
+    /// Open or close the lean gates (after anything but a lean post or a lean retire).
+    #[inline]
+    pub fn refresh_gate(&mut self) {
+        (self.fast, self.other) = self.gates();
+    }
+
+    /// Open or close the lean entry points (the QP's state, type or limits changed):
+    /// `inline_ok`, whether the QP's inline limits allow [`LEAN_INLINE`] bytes for both
+    /// lean opcodes; `sge_ok`, whether it allows a gather entry.
+    pub fn set_open(&mut self, open: bool, inline_ok: bool, sge_ok: bool) {
         self.open = open;
         self.inline_ok = inline_ok;
+        self.sge_ok = sge_ok;
         self.refresh_gate();
     }
 
-    /// The lean gate ([`SendQueue::lean_open`]).
-    #[inline(always)]
-    pub fn gate(&self) -> u64 {
-        self.gate
-    }
-
-    /// The lean gate of inline payloads of at most [`LEAN_INLINE`] bytes.
-    #[inline(always)]
-    pub fn gate_inline(&self) -> u64 {
-        self.gate_inline
-    }
-
-    /// Whether a lean post may go ahead through the doorbell mode's fast sequence: `pi` is
-    /// below `gate` (one of the two gates, or 0 to refuse: the caller's data check folded in).
+    /// Whether a lean post may go ahead: `pi` is below `gate` (`fast` or `other`).
     #[inline(always)]
     pub fn lean_open(&self, gate: u64) -> bool {
         self.debug_check();
         self.pi < gate
-    }
-
-    /// Whether a lean post may go ahead through another doorbell sequence (the lean entry
-    /// points' out-of-line path, for the modes other than [`DoorbellMode::BfPost`]): open,
-    /// nothing pending, below the lean blocks.
-    #[inline]
-    pub fn lean_open_any_doorbell(&self) -> bool {
-        self.open && self.pending == 0 && self.pi - self.ci < self.lean_blocks
     }
 
     /// In debug builds, check the counters the hot paths keep incrementally against their
@@ -431,19 +423,13 @@ impl SendQueue {
     fn debug_check(&self) {
         #[cfg(debug_assertions)]
         {
-            let lean = self.open
-                && self.pending == 0
-                && self.db.mode == DoorbellMode::BfPost
-                && self.db.one_bb;
-            if lean {
-                debug_assert_eq!(self.gate, self.ci + self.lean_blocks, "open gate");
-            } else {
-                debug_assert!(self.gate <= self.ci, "closed gate");
-            }
-            if lean && self.inline_ok {
-                debug_assert_eq!(self.gate_inline, self.gate, "open inline gate");
-            } else {
-                debug_assert!(self.gate_inline <= self.ci, "closed inline gate");
+            let (fast, other) = self.gates();
+            for (have, want) in [(self.fast, fast), (self.other, other)] {
+                if want > self.ci {
+                    debug_assert_eq!(have, want, "an open gate");
+                } else {
+                    debug_assert!(have <= self.ci, "a closed gate");
+                }
             }
             debug_assert!(self.pi - self.ci <= self.ring.wqe_cnt() as u64);
             debug_assert!(self.outstanding_wrs() <= self.max_post);
@@ -804,8 +790,8 @@ impl SendQueue {
     #[inline(always)]
     pub fn lean_retired(&mut self, k: u16) {
         self.ci += k as u64;
-        self.gate += k as u64;
-        self.gate_inline += k as u64;
+        self.fast += k as u64;
+        self.other += k as u64;
     }
 
     /// Account for a requester CQE (REQ or REQ_ERR) naming the WQE at `wqe_counter`.
