@@ -176,3 +176,39 @@ fn the_device_executes_the_blueflame_copy() {
     assert_eq!(&b.buf.bytes()[200..206], b"second");
     no_driver_bugs(&f);
 }
+
+#[test]
+fn a_blueflame_copy_is_checked_over_the_wqe_not_the_line_padding() {
+    let (f, mut a, b) = pair(&Opts::default());
+    let ring = a.info.layout.sq.buf;
+    // An inline WRITE of 8 bytes is 3 DS: the device reads 48 bytes of the 64-byte line. The
+    // ring's bytes 48..64 may differ from the copy's (the copy pads with bytes 32..48).
+    a.qp.post(
+        &SendWr::write(1, b.buf.remote(0))
+            .inline(b"8 bytes!")
+            .signaled(),
+    )
+    .unwrap();
+    // SAFETY: block 0 of the SQ ring, past the WQE's 48 bytes.
+    unsafe { std::ptr::write_bytes(ring.add(48), 0xa5, 16) };
+    let w = pump(&f, &mut a.cq, &mut a.qp, 2);
+    assert_eq!(w.len(), 1);
+    assert_eq!(&b.buf.bytes()[..8], b"8 bytes!");
+    assert!(f.take_driver_bugs().is_empty(), "padding is not the WQE");
+
+    // The last byte of the WQE itself (the inline segment's padding, inside DS 3) is compared.
+    a.qp.post(
+        &SendWr::write(2, b.buf.remote(8))
+            .inline(b"8 more!!")
+            .signaled(),
+    )
+    .unwrap();
+    // SAFETY: block 1 of the SQ ring, byte 47: inside the WQE.
+    unsafe { *ring.add(64 + 47) ^= 0xff };
+    let w = pump(&f, &mut a.cq, &mut a.qp, 2);
+    assert_eq!(w.len(), 1);
+    assert_eq!(&b.buf.bytes()[8..16], b"8 more!!");
+    let bugs = f.take_driver_bugs();
+    assert_eq!(bugs.len(), 1, "{bugs:?}");
+    assert_eq!(bugs[0].kind, DriverBugKind::BlueFlameMismatch);
+}
