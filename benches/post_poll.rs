@@ -40,17 +40,17 @@ fn record(name: &'static str, ops_per_iter: f64, iters: u64, took: Duration) {
     }
 }
 
-/// Time `iters` calls of `post` in chunks the ring can hold, retiring the ring between chunks
-/// (untimed). `bbs` is the number of 64-byte blocks one call fills.
+/// Time `iters` calls of `post` in chunks the send queue can hold, retiring the ring between
+/// chunks (untimed). One call posts `wrs` WRs filling `bbs` 64-byte blocks.
 fn post_loop(
     rig: &mut Rig,
     iters: u64,
-    bbs: u32,
+    (wrs, bbs): (u32, u32),
     opcode: u8,
     mut post: impl FnMut(&mut Rig, u64),
 ) -> Duration {
     let chunk = (rig.qp.sq_free_bbs() / bbs)
-        .min(rig.qp.sq_free_wrs())
+        .min(rig.qp.sq_free_wrs() / wrs)
         .max(1) as u64;
     let mut total = Duration::ZERO;
     let mut done = 0;
@@ -79,7 +79,7 @@ fn bench_post(
     let mut rig = Rig::new(cfg);
     c.bench_function(name, |b| {
         b.iter_custom(|iters| {
-            let took = post_loop(&mut rig, iters, bbs, opcode, post);
+            let took = post_loop(&mut rig, iters, (1, bbs), opcode, post);
             record(name, 1.0, iters, took);
             took
         })
@@ -194,21 +194,27 @@ fn posts(c: &mut Criterion) {
     let mut rig = Rig::new(rc_bf);
     c.bench_function(name, |b| {
         b.iter_custom(|iters| {
-            let took = post_loop(&mut rig, iters, 16, op::OPCODE_RDMA_WRITE, |rig, i| {
-                let mut batch = rig.qp.batch();
-                let mut last = 0;
-                for k in 0..16u64 {
-                    last = batch.qp().sq_pi();
-                    let wr = SendWr::write(i * 16 + k, REMOTE)
-                        .inline(&PAYLOAD)
-                        .signaled();
-                    if batch.post(black_box(&wr)).is_err() {
-                        panic!("post failed on a free ring");
+            let took = post_loop(
+                &mut rig,
+                iters,
+                (16, 16),
+                op::OPCODE_RDMA_WRITE,
+                |rig, i| {
+                    let mut batch = rig.qp.batch();
+                    let mut last = 0;
+                    for k in 0..16u64 {
+                        last = batch.qp().sq_pi();
+                        let wr = SendWr::write(i * 16 + k, REMOTE)
+                            .inline(&PAYLOAD)
+                            .signaled();
+                        if batch.post(black_box(&wr)).is_err() {
+                            panic!("post failed on a free ring");
+                        }
                     }
-                }
-                drop(batch);
-                rig.last_pi = last;
-            });
+                    drop(batch);
+                    rig.last_pi = last;
+                },
+            );
             record(name, 16.0, iters, took);
             took
         })
@@ -221,7 +227,8 @@ fn polls(c: &mut Criterion) {
     let mut wcs = [Wc::default(); 1];
     c.bench_function(name, |b| {
         b.iter_custom(|iters| {
-            let chunk = 512u64;
+            // As many signaled WRs as the send queue holds (its WR limit), at most 512.
+            let chunk = u64::from(rig.qp.max_send_wr()).min(512);
             let mut total = Duration::ZERO;
             let mut done = 0;
             while done < iters {
