@@ -168,6 +168,26 @@ const WRITE_DS: u32 = 3;
 /// The DS count in the QP's SEND template: ctrl + one data segment, or at most 12 bytes inline.
 const SEND_DS: u32 = 2;
 
+/// In a lean entry point: when `$ok` (the WR's data is one the lean path writes) and a gate
+/// lets the post through — the fast doorbell sequence's first, then any other mode's — run
+/// `$qp.$post(args…, ring)` and return `Ok(())`; otherwise fall through to the generic path.
+/// A macro, not a function taking a closure: each branch must get its own copy of the lean
+/// body with `ring` a constant, which a closure called twice does not reliably get.
+macro_rules! lean_post {
+    ($qp:ident, $ok:expr, $post:ident($($arg:expr),*)) => {
+        if $ok {
+            if $qp.sq.lean_open($qp.sq.fast) {
+                $qp.$post($($arg,)* LeanRing::BfPost);
+                return Ok(());
+            }
+            if $qp.sq.lean_open($qp.sq.other) {
+                $qp.$post($($arg,)* LeanRing::Any);
+                return Ok(());
+            }
+        }
+    };
+}
+
 /// Which doorbell sequence a lean post ends with: the fast one (through the gate `fast`), or
 /// whichever the QP's [`DoorbellMode`] asks for (the gate `other`).
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -758,16 +778,11 @@ impl Qp {
         remote: RemoteAddr,
         flags: SendFlags,
     ) -> Result<()> {
-        if Self::inline_len_ok(data.len(), self.fast.inline_rdma) {
-            if self.sq.lean_open(self.sq.fast) {
-                self.lean_write_inline(wr_id, data, remote, flags, LeanRing::BfPost);
-                return Ok(());
-            }
-            if self.sq.lean_open(self.sq.other) {
-                self.lean_write_inline(wr_id, data, remote, flags, LeanRing::Any);
-                return Ok(());
-            }
-        }
+        lean_post!(
+            self,
+            Self::inline_len_ok(data.len(), self.fast.inline_rdma),
+            lean_write_inline(wr_id, data, remote, flags)
+        );
         self.post_write_inline_generic(wr_id, data, remote, flags)
     }
 
@@ -804,16 +819,11 @@ impl Qp {
         remote: RemoteAddr,
         flags: SendFlags,
     ) -> Result<()> {
-        if Self::sge_len_ok(sge) {
-            if self.sq.lean_open(self.sq.fast) {
-                self.lean_write(wr_id, sge, remote, flags, LeanRing::BfPost);
-                return Ok(());
-            }
-            if self.sq.lean_open(self.sq.other) {
-                self.lean_write(wr_id, sge, remote, flags, LeanRing::Any);
-                return Ok(());
-            }
-        }
+        lean_post!(
+            self,
+            Self::sge_len_ok(sge),
+            lean_write(wr_id, sge, remote, flags)
+        );
         self.post_write_generic(wr_id, sge, remote, flags)
     }
 
@@ -844,16 +854,11 @@ impl Qp {
     /// QP needs a destination and takes the generic path, which says so).
     #[inline(always)]
     pub fn post_send_inline(&mut self, wr_id: u64, data: &[u8], flags: SendFlags) -> Result<()> {
-        if Self::inline_len_ok(data.len(), self.fast.inline_send) {
-            if self.sq.lean_open(self.sq.fast) {
-                self.lean_send_inline(wr_id, data, flags, LeanRing::BfPost);
-                return Ok(());
-            }
-            if self.sq.lean_open(self.sq.other) {
-                self.lean_send_inline(wr_id, data, flags, LeanRing::Any);
-                return Ok(());
-            }
-        }
+        lean_post!(
+            self,
+            Self::inline_len_ok(data.len(), self.fast.inline_send),
+            lean_send_inline(wr_id, data, flags)
+        );
         self.post_send_inline_generic(wr_id, data, flags)
     }
 
@@ -873,16 +878,7 @@ impl Qp {
     /// `post(&SendWr::send(wr_id).sges(&[sge]).flags(flags))`, specialised (RC and UC).
     #[inline(always)]
     pub fn post_send(&mut self, wr_id: u64, sge: Sge, flags: SendFlags) -> Result<()> {
-        if Self::sge_len_ok(sge) {
-            if self.sq.lean_open(self.sq.fast) {
-                self.lean_send(wr_id, sge, flags, LeanRing::BfPost);
-                return Ok(());
-            }
-            if self.sq.lean_open(self.sq.other) {
-                self.lean_send(wr_id, sge, flags, LeanRing::Any);
-                return Ok(());
-            }
-        }
+        lean_post!(self, Self::sge_len_ok(sge), lean_send(wr_id, sge, flags));
         self.post_send_generic(wr_id, sge, flags)
     }
 
