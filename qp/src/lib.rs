@@ -40,12 +40,13 @@
 //! No allocation, lock or system call per post or poll: the per-slot bookkeeping arrays are
 //! allocated at construction. Measured with callgrind on RAM rings (`benches/
 //! count-instructions.sh`, x86_64, release), call and return included: an inline 8-byte RDMA
-//! WRITE through BlueFlame costs about 50 instructions per post (libmlx5: 339), a one-SGE
-//! WRITE with the 8-byte doorbell about 45; a polled requester CQE about 20 through
-//! [`Cq::poll_send`] in a batch of 16 and 65 through [`Cq::poll`]. A lean post checks the
-//! data against one per-QP limit and everything else (state, QP type, a pending doorbell,
-//! free WRs — rdma-core's `max_post`, which implies the blocks) with one comparison against
-//! the send queue's credits; it stores the WR id
+//! WRITE through BlueFlame costs 40 instructions per post (libmlx5: 339), a one-SGE WRITE
+//! with the 8-byte doorbell 39; a polled requester CQE 20 through [`Cq::poll_send`] in a
+//! batch of 16 and 65 through [`Cq::poll`]. A lean post checks everything — state, QP type,
+//! data limits, a pending doorbell, the [`DoorbellMode`], free WRs (rdma-core's `max_post`)
+//! and blocks — with one comparison of its 64-bit producer index against a gate the send
+//! queue keeps up to date (plus one on the data length when it is not a compile-time
+//! constant); it stores the WR id
 //! and nothing else for the common shape (one block, not an atomic). Errors and rare cases
 //! (pending doorbells, UD, error CQEs, inline scatter) leave the hot path through one
 //! branch to out-of-line code. `Qp`, `Srq` and `Cq` are `Send` but not `Sync`:
