@@ -155,6 +155,13 @@ impl SimDevice {
         Ok(local)
     }
 
+    /// The receive buffer of the device's UDP socket as the kernel granted it
+    /// ([`UdpPort::recv_buffer`]); `None` before [`bind_udp`](Self::bind_udp).
+    pub fn udp_recv_buffer(&self) -> Option<usize> {
+        let w = self.inner.lock();
+        w.devs.get(self.idx)?.udp.as_ref()?.recv_buffer().ok()
+    }
+
     /// Add (or replace) a device in another process: the device with IPv4 address `ipv4`
     /// (GID `::ffff:ipv4`, MAC `02:00:` + the address, as [`crate::DeviceConfig`] derives it)
     /// is reached through the UDP socket at `addr`. Requires [`bind_udp`](Self::bind_udp).

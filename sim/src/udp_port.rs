@@ -90,6 +90,31 @@ impl UdpPort {
         self.socket.local_addr()
     }
 
+    /// The receive buffer the kernel granted, in bytes, as `getsockopt(SO_RCVBUF)` reports it:
+    /// the limit datagrams are charged against (each at more than its size; Linux doubles the
+    /// requested value for that bookkeeping, man 7 socket), after any clamp to
+    /// `net.core.rmem_max`.
+    pub fn recv_buffer(&self) -> io::Result<usize> {
+        use std::os::fd::AsRawFd;
+        let mut val: libc::c_int = 0;
+        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: the socket is open for the duration of the call; `val` and `len` are live
+        // and `len` is `val`'s size.
+        let rc = unsafe {
+            libc::getsockopt(
+                self.socket.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_RCVBUF,
+                &mut val as *mut libc::c_int as *mut libc::c_void,
+                &mut len,
+            )
+        };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(usize::try_from(val).unwrap_or(0))
+    }
+
     /// Add or replace the peer owning `ip`.
     pub fn add_peer(&mut self, ip: Ipv4Addr, peer: UdpPeer) {
         self.peers.insert(ip, peer);

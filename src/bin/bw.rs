@@ -7,16 +7,21 @@
 //! bw write --loopback -s 8 -n 100000      both ends in one process
 //! bw write -d mlx5_0 -q 4                 server on a ConnectX (--features verbs)
 //! bw write -d mlx5_0 -q 4 192.0.2.1       client
+//! bw write -d rxe0 --path verbs --loopback  libibverbs on Soft-RoCE (tools/rxe-vm)
 //! ```
+//!
+//! `--path verbs` creates its QPs and CQ with `VerbsDevice::create_*_verbs` and posts with
+//! `ibv_post_send`, on any verbs device; `--path direct` needs an mlx5 device.
 //!
 //! Across processes each has its own software ConnectX; they swap UDP addresses on the first
 //! control connection, and RoCEv2 frames travel between them over UDP. `-p 0` lets the server
 //! pick a free TCP port (it prints it). With `-q N` there is one control connection per QP.
-//! Between processes a deep queue of large messages (`-t 128` of 4 KiB: 512 frames at once)
-//! would overflow the kernel's UDP receive buffer, and a lost frame is retransmitted only
-//! after the ACK timeout; so there the client keeps at most
-//! [`UDP_FRAMES_IN_FLIGHT`] frames in flight, and leaves out sizes
-//! above that many frames (`sizes_for_udp_link`).
+//! Between processes the frames in flight must fit in the receiving UDP socket's buffer (a
+//! lost frame is retransmitted only after the ACK timeout): both ends announce the buffer the
+//! kernel gave them, and the client keeps at most what the smaller one holds in flight
+//! ([`UdpBudget::frames`]: about 2400 frames of 1 KiB with the 4 MiB the software ConnectX
+//! asks for, about 60 with the kernel's default 208 KiB), lowering `-t` for large messages
+//! and leaving out sizes above that many frames (`sizes_for_udp_link`).
 //!
 //! The client keeps up to `-t` WRs in flight on every QP, asks for a completion every
 //! `--cq-mod` WRs (and on the last), and times from the first post to the last completion.
@@ -26,19 +31,22 @@
 mod side;
 
 use clap::Parser;
-use mlx5_direct::hw::QpType;
+use mlx5_direct::hw::{Device, QpType};
 use mlx5_direct::perf::args::{BwArgs, BwTest, PathKind};
 use mlx5_direct::perf::progress::Progress;
-use mlx5_direct::perf::rendezvous::{sizes_for_udp_link, UDP_FRAMES_IN_FLIGHT};
+use mlx5_direct::perf::rendezvous::{sizes_for_udp_link, UdpBudget};
 use mlx5_direct::perf::report::{self, Banner};
 use mlx5_direct::perf::stats::BwStats;
 use mlx5_direct::perf::{Error, Result};
 use mlx5_direct::qp::connect::{
-    connect_pair, AbortCode, ConnectParams, Connection, ControlEvent, ControlOnly, PairSide,
-    QpLink, RemoteBuffer,
+    connect_pair, AbortCode, ConnectParams, Connection, ControlEvent, ControlOnly, Link, PairSide,
+    QpLink, QpRef, RemoteBuffer,
 };
 use mlx5_direct::qp::{Cq, Qp, RemoteAddr, SendWr, Sge, Wc};
-use side::{open_devices, remote, sizes_and_iters, Devices, Rendezvous, Side, SideCfg, UdpLink};
+use side::{
+    describe_endpoint, open_devices, remote, sizes_and_iters, Devices, Rendezvous, Side, SideCfg,
+    UdpLink,
+};
 use std::io::Write;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -316,22 +324,11 @@ fn measure(
 }
 
 /// The send queue depth for `size`-byte messages over the UDP link: `-t`, lowered so that all
-/// QPs together keep at most [`UDP_FRAMES_IN_FLIGHT`] frames of `mtu` bytes in flight.
-fn udp_depth(p: &Plan, size: u64, mtu: u32) -> u32 {
-    let frames = size.div_ceil(u64::from(mtu.max(1))).max(1) * u64::from(p.qps.max(1));
-    let fit = (UDP_FRAMES_IN_FLIGHT / frames).max(1);
+/// QPs together keep at most the frames the link holds ([`UdpBudget::frames`]) in flight.
+fn udp_depth(p: &Plan, size: u64, budget: &UdpBudget) -> u32 {
+    let frames = size.div_ceil(u64::from(budget.mtu.max(1))).max(1) * u64::from(p.qps.max(1));
+    let fit = (budget.frames() / frames).max(1);
     p.depth.min(fit.min(u64::from(u32::MAX)) as u32)
-}
-
-fn check_path(a: &BwArgs, devs: &Devices) -> Result<()> {
-    match (a.common.path, devs.is_sim()) {
-        (PathKind::Direct, _) | (PathKind::Verbs, false) => Ok(()),
-        (PathKind::Verbs, true) => Err(Error::Usage(
-            "--path verbs needs a verbs device: the software ConnectX has no libibverbs data \
-             path. Use -d mlx5_N (built with --features verbs), or --path direct"
-                .into(),
-        )),
-    }
 }
 
 fn banner(
@@ -350,11 +347,9 @@ fn banner(
         extra.push((
             format!("QP {i}"),
             format!(
-                "local QPN {:#08x} PSN {:#08x}, remote QPN {:#08x} PSN {:#08x}",
-                c.local().qpn,
-                c.local().psn,
-                c.peer().qpn,
-                c.peer().psn
+                "local {}, remote {}",
+                describe_endpoint(c.local()),
+                describe_endpoint(c.peer())
             ),
         ));
     }
@@ -372,55 +367,6 @@ fn banner(
     .render()
 }
 
-/// `--path verbs`: the same QPs and CQ, driven through libibverbs.
-#[cfg(feature = "verbs")]
-fn measure_verbs(
-    a: &BwArgs,
-    devs: &Devices,
-    me: &Side,
-    peers: &[RemoteBuffer],
-    p: &Plan,
-    inline: u64,
-) -> Result<()> {
-    use mlx5_direct::hw::verbs::baseline::{BaselineCq, BaselineQp, Completion};
-    let dev = devs
-        .verbs
-        .as_ref()
-        .ok_or_else(|| Error::Usage("--path verbs needs a verbs device".into()))?;
-    let qps = me
-        .infos
-        .iter()
-        .map(|i| BaselineQp::new(dev, i.id))
-        .collect::<std::result::Result<Vec<_>, _>>()?;
-    let mut v = Verbs {
-        qps,
-        qpns: me.infos.iter().map(|i| i.qpn).collect(),
-        cq: BaselineCq::new(dev, me.cq_id)?,
-        done: vec![Completion::default(); 32],
-    };
-    for &size in &p.sizes {
-        let s = measure(
-            &mut v, &me.buf, a.test, peers, p, inline, size, p.depth, false,
-        )?;
-        say(&report::bw_row(&s, a.report_gbits));
-    }
-    Ok(())
-}
-
-#[cfg(not(feature = "verbs"))]
-fn measure_verbs(
-    _a: &BwArgs,
-    _devs: &Devices,
-    _me: &Side,
-    _peers: &[RemoteBuffer],
-    _p: &Plan,
-    _inline: u64,
-) -> Result<()> {
-    Err(Error::Usage(
-        "--path verbs needs the `verbs` feature (rebuild with --features verbs)".into(),
-    ))
-}
-
 fn run(a: &BwArgs) -> Result<()> {
     let p = plan(a)?;
     let c = &a.common;
@@ -434,63 +380,244 @@ fn run(a: &BwArgs) -> Result<()> {
 
 fn run_on(a: &BwArgs, p: &Plan, devs: &Devices) -> Result<()> {
     let c = &a.common;
-    check_path(a, devs)?;
-    let cfg = side_cfg(p);
-    let mut me = Side::new(devs.local.clone(), &cfg)?;
-    let params = ConnectParams {
-        port: c.ib_port,
-        ..ConnectParams::default()
+    devs.check_path(c.path)?;
+    let how = How {
+        a,
+        p,
+        devs,
+        cfg: side_cfg(p),
+        gid: devs.gid_index(c)?,
+        rv: if c.loopback {
+            None
+        } else {
+            let rv = Rendezvous::new(c.server.as_deref(), c.port)?;
+            if let Rendezvous::Server(l) = &rv {
+                let port = l.local_addr().map_or(c.port, |a| a.port());
+                say(&format!(
+                    " Waiting for client to connect on TCP port {port} ..."
+                ));
+            }
+            Some(rv)
+        },
+    };
+    match c.path {
+        PathKind::Direct => run_direct(&how),
+        PathKind::Verbs => run_verbs(&how),
     }
-    .with_buffer(me.buf.remote_buffer());
+}
+
+/// What a run is, whichever data path it measures.
+struct How<'a> {
+    a: &'a BwArgs,
+    p: &'a Plan,
+    devs: &'a Devices,
+    cfg: SideCfg,
+    /// Source GID index (RoCE).
+    gid: u8,
+    /// The control connection to the peer process; `None` in loopback.
+    rv: Option<Rendezvous>,
+}
+
+impl How<'_> {
+    /// The connection parameters of an end that announces `buf`.
+    fn params(&self, buf: RemoteBuffer) -> ConnectParams {
+        ConnectParams {
+            port: self.a.common.ib_port,
+            gid_index: self.gid,
+            ..ConnectParams::default()
+        }
+        .with_buffer(buf)
+    }
+}
+
+/// Hands out, one at a time, the [`Link`] of each local QP for its connect.
+trait Links {
+    /// QP `q`'s link.
+    fn link(&mut self, q: usize) -> Box<dyn Link + '_>;
+}
+
+/// The links of this library's data path (no receives: WRITE and READ need none).
+struct DirectLinks<'a> {
+    qps: &'a mut [Qp],
+    cq: &'a mut Cq,
+}
+
+impl Links for DirectLinks<'_> {
+    fn link(&mut self, q: usize) -> Box<dyn Link + '_> {
+        Box::new(QpLink::new(
+            &mut self.qps[q],
+            &mut *self.cq,
+            |_: &mut Qp| Ok(()),
+        ))
+    }
+}
+
+/// Links for QPs whose data path the control path need not reach (the verbs path, whose
+/// posts go through libibverbs).
+#[cfg(feature = "verbs")]
+struct NoLinks;
+
+#[cfg(feature = "verbs")]
+impl Links for NoLinks {
+    fn link(&mut self, _q: usize) -> Box<dyn Link + '_> {
+        Box::new(ControlOnly)
+    }
+}
+
+/// One end as the control path sees it: its device, QPs and parameters.
+struct End<'a> {
+    dev: &'a dyn Device,
+    qps: Vec<QpRef>,
+    params: ConnectParams,
+}
+
+/// Connect every local QP: to `peer`'s in this process (loopback), else to the peer
+/// process's through `how.rv`, one control connection per QP in QP order on both sides.
+fn connect_all(
+    how: &How<'_>,
+    me: &End<'_>,
+    links: &mut dyn Links,
+    peer: Option<&End<'_>>,
+) -> Result<(Vec<Connection>, Option<UdpLink>)> {
     let mut conns = Vec::new();
     let mut udp = None;
+    for (q, &qp) in me.qps.iter().enumerate() {
+        let mut link = links.link(q);
+        let conn = match (peer, &how.rv) {
+            (Some(peer), _) => {
+                let (ca, _cb) = connect_pair(
+                    PairSide {
+                        dev: me.dev,
+                        qp,
+                        link: &mut *link,
+                        params: &me.params,
+                    },
+                    PairSide {
+                        dev: peer.dev,
+                        qp: peer.qps[q],
+                        link: &mut ControlOnly,
+                        params: &peer.params,
+                    },
+                )?;
+                ca
+            }
+            (None, Some(rv)) => {
+                let (control, l) = rv.control(how.devs, me.params.io_timeout)?;
+                udp = udp.or(l);
+                Connection::over(control, me.dev, qp, &mut *link, &me.params)?
+            }
+            (None, None) => {
+                return Err(Error::Usage(
+                    "nothing to connect to: neither --loopback nor a peer".into(),
+                ))
+            }
+        };
+        conns.push(conn);
+    }
+    Ok((conns, udp))
+}
+
+/// This library's data path.
+fn run_direct(how: &How<'_>) -> Result<()> {
+    let devs = how.devs;
+    let mut me = Side::new(devs.local.clone(), &how.cfg)?;
+    let end = End {
+        dev: &*devs.local,
+        qps: (0..me.qps.len()).map(|q| me.qp_ref(q)).collect(),
+        params: how.params(me.buf.remote_buffer()),
+    };
     // In loopback the peer is passive: its data path is never touched, so it connects
     // without one.
-    let mut peer_side = None;
-    if c.loopback {
-        let peer_dev = devs.peer.clone().unwrap_or_else(|| devs.local.clone());
-        let peer = Side::new(peer_dev, &cfg)?;
-        let pp = ConnectParams::default().with_buffer(peer.buf.remote_buffer());
-        for q in 0..p.qps as usize {
-            let (ra, rb) = (me.qp_ref(q), peer.qp_ref(q));
-            let dev = me.dev.clone();
-            let mut la = QpLink::new(&mut me.qps[q], &mut me.cq, |_: &mut _| Ok(()));
-            let (ca, _cb) = connect_pair(
-                PairSide {
-                    dev: &*dev,
-                    qp: ra,
-                    link: &mut la,
-                    params: &params,
-                },
-                PairSide {
-                    dev: &*peer.dev,
-                    qp: rb,
-                    link: &mut ControlOnly,
-                    params: &pp,
-                },
-            )?;
-            conns.push(ca);
-        }
-        peer_side = Some(peer);
-    } else {
-        let rv = Rendezvous::new(c.server.as_deref(), c.port)?;
-        if let Rendezvous::Server(l) = &rv {
-            let port = l.local_addr().map_or(c.port, |a| a.port());
-            say(&format!(
-                " Waiting for client to connect on TCP port {port} ..."
-            ));
-        }
-        // One control connection per QP, in QP order on both sides.
-        for q in 0..p.qps as usize {
-            let r = me.qp_ref(q);
-            let dev = me.dev.clone();
-            let (control, link) = rv.control(devs, params.io_timeout)?;
-            udp = udp.or(link);
-            let mut link = QpLink::new(&mut me.qps[q], &mut me.cq, |_: &mut _| Ok(()));
-            conns.push(Connection::over(control, &*dev, r, &mut link, &params)?);
-        }
-    }
-    let inline = p.inline.min(me.qps[0].max_inline_data());
+    let peer_side = match how.rv {
+        None => Some(Side::new(
+            devs.peer.clone().unwrap_or_else(|| devs.local.clone()),
+            &how.cfg,
+        )?),
+        Some(_) => None,
+    };
+    let peer = peer_side.as_ref().map(|s| End {
+        dev: &*s.dev,
+        qps: (0..s.qps.len()).map(|q| s.qp_ref(q)).collect(),
+        params: how.params(s.buf.remote_buffer()),
+    });
+    let (conns, udp) = {
+        let mut links = DirectLinks {
+            qps: &mut me.qps,
+            cq: &mut me.cq,
+        };
+        connect_all(how, &end, &mut links, peer.as_ref())?
+    };
+    let inline = how.p.inline.min(me.qps[0].max_inline_data());
+    let mut d = Direct {
+        qps: &mut me.qps,
+        cq: &mut me.cq,
+        wcs: [Wc::default(); 32],
+    };
+    serve_or_measure(how, inline, conns, udp, &mut d, &me.buf)
+}
+
+/// `--path verbs`: QPs created through libibverbs on any verbs device (Soft-RoCE too), posted
+/// with `ibv_post_send` and polled with `ibv_poll_cq`.
+#[cfg(feature = "verbs")]
+fn run_verbs(how: &How<'_>) -> Result<()> {
+    use mlx5_direct::hw::verbs::baseline::{BaselineCq, BaselineQp, Completion};
+    use side::VerbsSide;
+    let verbs = how
+        .devs
+        .verbs
+        .clone()
+        .ok_or_else(|| Error::Usage("--path verbs needs a verbs device".into()))?;
+    let me = VerbsSide::new(verbs.clone(), &how.cfg)?;
+    let end = End {
+        dev: &*me.dev,
+        qps: (0..me.qps.len()).map(|q| me.qp_ref(q)).collect(),
+        params: how.params(me.buf.remote_buffer()),
+    };
+    // Loopback: the passive end on the same device (rxe and ConnectX deliver packets to their
+    // own GID internally).
+    let peer_side = match how.rv {
+        None => Some(VerbsSide::new(verbs.clone(), &how.cfg)?),
+        Some(_) => None,
+    };
+    let peer = peer_side.as_ref().map(|s| End {
+        dev: &*s.dev,
+        qps: (0..s.qps.len()).map(|q| s.qp_ref(q)).collect(),
+        params: how.params(s.buf.remote_buffer()),
+    });
+    let (conns, udp) = connect_all(how, &end, &mut NoLinks, peer.as_ref())?;
+    let inline = how.p.inline.min(me.max_inline());
+    let mut v = Verbs {
+        qps: me
+            .qps
+            .iter()
+            .map(|q| BaselineQp::new(&verbs, q.id))
+            .collect::<std::result::Result<Vec<_>, _>>()?,
+        qpns: me.qps.iter().map(|q| q.qpn).collect(),
+        cq: BaselineCq::new(&verbs, me.cq.id)?,
+        done: vec![Completion::default(); 32],
+    };
+    serve_or_measure(how, inline, conns, udp, &mut v, &me.buf)
+}
+
+#[cfg(not(feature = "verbs"))]
+fn run_verbs(_how: &How<'_>) -> Result<()> {
+    Err(Error::Usage(
+        "--path verbs needs the `verbs` feature (rebuild with --features verbs)".into(),
+    ))
+}
+
+/// With the QPs connected: the server serves until the client closes every control
+/// connection; the client (or a loopback run) measures every size through `poster`.
+fn serve_or_measure(
+    how: &How<'_>,
+    inline: u32,
+    mut conns: Vec<Connection>,
+    udp: Option<UdpLink>,
+    poster: &mut dyn Poster,
+    buf: &side::Buf,
+) -> Result<()> {
+    let (a, p, devs) = (how.a, how.p, how.devs);
+    let c = &a.common;
     say(&banner(a, devs, p, inline, &conns, udp.as_ref()));
     let client = c.loopback || c.server.is_some();
     if !client {
@@ -525,11 +652,12 @@ fn run_on(a: &BwArgs, p: &Plan, devs: &Devices) -> Result<()> {
         })
         .collect::<Result<_>>()?;
     let mtu = conns.first().map_or(1024, |c| c.path_mtu().bytes());
-    let (sizes, note) = sizes_for_udp_link(&p.sizes, udp.is_some(), mtu)?;
-    if udp.is_some() {
+    let budget = udp.as_ref().map(|u| u.budget(mtu));
+    let (sizes, note) = sizes_for_udp_link(&p.sizes, budget.as_ref())?;
+    if let Some(b) = &budget {
         say(&format!(
-            " note: at most {UDP_FRAMES_IN_FLIGHT} frames in flight on the UDP link: larger \
-             messages go fewer at a time than -t {}",
+            " note: the UDP link holds {b}: messages go fewer at a time than -t {} when \
+             -t of them would not fit",
             p.depth
         ));
     }
@@ -537,35 +665,31 @@ fn run_on(a: &BwArgs, p: &Plan, devs: &Devices) -> Result<()> {
         say(&n);
     }
     say(report::bw_header(a.report_gbits));
-    let inline = inline as u64;
-    match a.common.path {
-        PathKind::Direct => {
-            let mut d = Direct {
-                qps: &mut me.qps,
-                cq: &mut me.cq,
-                wcs: [Wc::default(); 32],
-            };
-            let yield_idle = devs.is_sim();
-            for &size in &sizes {
-                let depth = match udp {
-                    Some(_) => udp_depth(p, size, mtu),
-                    None => p.depth,
-                };
-                let s = measure(
-                    &mut d, &me.buf, a.test, &peers, p, inline, size, depth, yield_idle,
-                )?;
-                say(&report::bw_row(&s, a.report_gbits));
-            }
-        }
-        PathKind::Verbs => measure_verbs(a, devs, &me, &peers, p, inline)?,
+    let yield_idle = devs.software;
+    for &size in &sizes {
+        let depth = match &budget {
+            Some(b) => udp_depth(p, size, b),
+            None => p.depth,
+        };
+        let s = measure(
+            poster,
+            buf,
+            a.test,
+            &peers,
+            p,
+            u64::from(inline),
+            size,
+            depth,
+            yield_idle,
+        )?;
+        say(&report::bw_row(&s, a.report_gbits));
     }
     say(report::RESULT_LINE);
-    for conn in conns {
-        if !c.loopback {
+    if !c.loopback {
+        for conn in conns {
             conn.close()?;
         }
     }
-    drop(peer_side);
     Ok(())
 }
 

@@ -8,7 +8,12 @@
 //! lat send -d mlx5_0                    server on a ConnectX (--features verbs)
 //! lat send -d mlx5_0 192.0.2.1          client
 //! lat send -d mlx5_0 --path verbs ...   the same through libibverbs, for comparison
+//! lat send -d rxe0 --path verbs --loopback   libibverbs on Soft-RoCE (tools/rxe-vm)
 //! ```
+//!
+//! `--path verbs` creates its QPs and CQ with `VerbsDevice::create_*_verbs`, so it runs on any
+//! verbs device, Soft-RoCE included; `--path direct` needs an mlx5 device and says so on any
+//! other. On RoCE the source GID is `-x`, else a RoCE v2 GID of an IPv4 address.
 //!
 //! Across processes each has its own software ConnectX; they swap UDP addresses on the
 //! control connection, and RoCEv2 frames travel between them over UDP. `-p 0` lets the server
@@ -37,7 +42,8 @@ use mlx5_direct::qp::connect::{
 };
 use mlx5_direct::qp::{Cq, Qp, RemoteAddr, SendWr, Sge, Wc};
 use side::{
-    open_devices, remote, sizes_and_iters, Buf, Devices, Rendezvous, Side, SideCfg, UdpLink,
+    describe_endpoint, open_devices, remote, sizes_and_iters, Buf, Devices, Rendezvous, Side,
+    SideCfg, UdpLink,
 };
 use std::io::Write;
 use std::process::ExitCode;
@@ -167,9 +173,9 @@ struct Pinger<'a, P> {
     sends_done: u64,
     recvs: u64,
     done: [Done; 16],
-    /// Give the core away while waiting instead of spinning: on the software ConnectX, whose
-    /// device thread needs a core to move the frames (two processes on two cores are four
-    /// busy threads).
+    /// Give the core away while waiting instead of spinning: on a software device, whose work
+    /// needs a core (the software ConnectX's thread: two processes on two cores are four busy
+    /// threads; Soft-RoCE's kernel tasks).
     yield_idle: bool,
 }
 
@@ -329,17 +335,6 @@ fn plan(args: &LatArgs) -> Result<Plan> {
     })
 }
 
-fn check_path(c: &Common, devs: &Devices) -> Result<()> {
-    match (c.path, devs.is_sim()) {
-        (PathKind::Verbs, true) => Err(Error::Usage(
-            "--path verbs needs a verbs device: the software ConnectX has no libibverbs data \
-             path. Use -d mlx5_N (built with --features verbs), or --path direct"
-                .into(),
-        )),
-        _ => Ok(()),
-    }
-}
-
 fn side_cfg(p: &Plan) -> SideCfg {
     SideCfg {
         qp_type: QpType::Rc,
@@ -373,16 +368,25 @@ struct EndInfo {
     recv: Sge,
 }
 
-fn end_info(s: &Side, c: &Common, p: &Plan) -> EndInfo {
+/// `gid_index`: the source GID on a RoCE port ([`Devices::gid_index`]).
+fn end_info(
+    dev: Arc<dyn Device>,
+    qp: QpRef,
+    buf: &Buf,
+    c: &Common,
+    p: &Plan,
+    gid_index: u8,
+) -> EndInfo {
     EndInfo {
-        dev: s.dev.clone(),
-        qp: s.qp_ref(0),
+        dev,
+        qp,
         params: ConnectParams {
             port: c.ib_port,
+            gid_index,
             ..ConnectParams::default()
         }
-        .with_buffer(s.buf.remote_buffer()),
-        recv: s.buf.sge(p.half, p.half as u32),
+        .with_buffer(buf.remote_buffer()),
+        recv: buf.sge(p.half, p.half as u32),
     }
 }
 
@@ -430,18 +434,8 @@ fn banner(
 ) -> String {
     let mtu = conn.path_mtu().bytes();
     let mut extra = vec![
-        (
-            "local address".into(),
-            format!(
-                "QPN {:#08x} PSN {:#08x}",
-                conn.local().qpn,
-                conn.local().psn
-            ),
-        ),
-        (
-            "remote address".into(),
-            format!("QPN {:#08x} PSN {:#08x}", conn.peer().qpn, conn.peer().psn),
-        ),
+        ("local address".into(), describe_endpoint(conn.local())),
+        ("remote address".into(), describe_endpoint(conn.peer())),
     ];
     if let Some(u) = udp {
         extra.push(("UDP link".into(), u.to_string()));
@@ -473,7 +467,8 @@ fn run(args: &LatArgs) -> Result<()> {
 
 fn run_on(args: &LatArgs, p: &Plan, devs: &Devices) -> Result<()> {
     let c = &args.common;
-    check_path(c, devs)?;
+    devs.check_path(c.path)?;
+    let gid = devs.gid_index(c)?;
     let cfg = side_cfg(p);
     let rv = if c.loopback {
         None
@@ -488,8 +483,8 @@ fn run_on(args: &LatArgs, p: &Plan, devs: &Devices) -> Result<()> {
         Some(rv)
     };
     match c.path {
-        PathKind::Direct => run_direct(args, p, devs, &cfg, rv.as_ref()),
-        PathKind::Verbs => run_verbs(args, p, devs, &cfg, rv.as_ref()),
+        PathKind::Direct => run_direct(args, p, devs, &cfg, gid, rv.as_ref()),
+        PathKind::Verbs => run_verbs(args, p, devs, &cfg, gid, rv.as_ref()),
     }
 }
 
@@ -499,16 +494,17 @@ fn run_direct(
     p: &Plan,
     devs: &Devices,
     cfg: &SideCfg,
+    gid: u8,
     rv: Option<&Rendezvous>,
 ) -> Result<()> {
     let c = &args.common;
     let mut a = Side::new(devs.local.clone(), cfg)?;
-    let ia = end_info(&a, c, p);
+    let ia = end_info(a.dev.clone(), a.qp_ref(0), &a.buf, c, p, gid);
     let Side { qps, cq, buf, .. } = &mut a;
     let Some(rv) = rv else {
         let peer_dev = devs.peer.clone().unwrap_or_else(|| devs.local.clone());
         let mut b = Side::new(peer_dev, cfg)?;
-        let ib = end_info(&b, c, p);
+        let ib = end_info(b.dev.clone(), b.qp_ref(0), &b.buf, c, p, gid);
         let Side {
             qps: qps_b,
             cq: cq_b,
@@ -535,7 +531,7 @@ fn run_direct(
             inline,
             p,
         );
-        (pa.yield_idle, pb.yield_idle) = (devs.is_sim(), devs.is_sim());
+        (pa.yield_idle, pb.yield_idle) = (devs.software, devs.software);
         return measure_loopback(args, p, devs, pa, pb, &ca);
     };
     let (conn, udp) = {
@@ -550,7 +546,7 @@ fn run_direct(
         inline,
         p,
     );
-    me.yield_idle = devs.is_sim();
+    me.yield_idle = devs.software;
     measure_end(args, p, devs, me, conn, udp, rv.is_client())
 }
 
@@ -612,7 +608,8 @@ fn measure_end<P: LatPath>(
     say(&banner(args, devs, me.inline, &conn, udp.as_ref()));
     // Both ends leave out the same sizes, so they stay in step.
     let mtu = conn.path_mtu().bytes();
-    let (sizes, note) = sizes_for_udp_link(&p.sizes, udp.is_some(), mtu)?;
+    let budget = udp.as_ref().map(|u| u.budget(mtu));
+    let (sizes, note) = sizes_for_udp_link(&p.sizes, budget.as_ref())?;
     if let Some(n) = note {
         say(&n);
     }
@@ -723,6 +720,7 @@ fn run_verbs(
     _p: &Plan,
     _devs: &Devices,
     _cfg: &SideCfg,
+    _gid: u8,
     _rv: Option<&Rendezvous>,
 ) -> Result<()> {
     Err(Error::Usage(
@@ -738,10 +736,10 @@ use verbs_path::run_verbs;
 #[cfg(feature = "verbs")]
 mod verbs_path {
     use super::*;
+    use crate::side::VerbsSide;
     use mlx5_direct::hw::verbs::baseline::{
         BaselineCq, BaselineQp, Completion, SendOp, SendWr as VWr, Sge as VSge,
     };
-    use mlx5_direct::hw::verbs::VerbsDevice;
 
     /// `IBV_WC_RECV`: every receive opcode has this bit (rdma-core `libibverbs/verbs.h`,
     /// `enum ibv_wc_opcode`: "consumers can test if a completion is a receive by testing
@@ -866,14 +864,7 @@ mod verbs_path {
         }
     }
 
-    fn claim<'d>(dev: &'d VerbsDevice, s: &Side) -> Result<(BaselineQp<'d>, BaselineCq<'d>)> {
-        Ok((
-            BaselineQp::new(dev, s.infos[0].id)?,
-            BaselineCq::new(dev, s.cq_id)?,
-        ))
-    }
-
-    fn verbs<'d>(qp: BaselineQp<'d>, cq: BaselineCq<'d>) -> Verbs<'d> {
+    fn verbs<'d>((qp, cq): (BaselineQp<'d>, BaselineCq<'d>)) -> Verbs<'d> {
         Verbs {
             qp,
             cq,
@@ -881,41 +872,50 @@ mod verbs_path {
         }
     }
 
+    fn verbs_end(s: &VerbsSide, c: &Common, p: &Plan, gid: u8) -> EndInfo {
+        end_info(s.dev.clone(), s.qp_ref(0), &s.buf, c, p, gid)
+    }
+
     pub(super) fn run_verbs(
         args: &LatArgs,
         p: &Plan,
         devs: &Devices,
         cfg: &SideCfg,
+        gid: u8,
         rv: Option<&Rendezvous>,
     ) -> Result<()> {
         let c = &args.common;
         let dev = devs
             .verbs
-            .as_deref()
+            .clone()
             .ok_or_else(|| Error::Usage("--path verbs needs a verbs device".into()))?;
-        let a = Side::new(devs.local.clone(), cfg)?;
-        let ia = end_info(&a, c, p);
-        let inline = p.inline.min(a.qps[0].max_inline_data());
-        let (mut qa, cqa) = claim(dev, &a)?;
+        let a = VerbsSide::new(dev.clone(), cfg)?;
+        let ia = verbs_end(&a, c, p, gid);
+        let inline = p.inline.min(a.max_inline());
+        let (mut qa, cqa) = a.claim(0)?;
         let Some(rv) = rv else {
-            let peer_dev = devs.peer.clone().unwrap_or_else(|| devs.local.clone());
-            let b = Side::new(peer_dev, cfg)?;
-            let ib = end_info(&b, c, p);
-            let (mut qb, cqb) = claim(dev, &b)?;
+            // Both ends on this device: rxe and ConnectX deliver a packet to their own GID
+            // internally (loopback), so one port is enough.
+            let b = VerbsSide::new(dev, cfg)?;
+            let ib = verbs_end(&b, c, p, gid);
+            let (mut qb, cqb) = b.claim(0)?;
             let (ca, cb) = {
                 let mut la = VerbsLink::new(&mut qa, p.test, ia.recv);
                 let mut lb = VerbsLink::new(&mut qb, p.test, ib.recv);
                 connect_loopback(&ia, &mut la, &ib, &mut lb).map_err(|e| lb.cause(la.cause(e)))?
             };
-            let pa = Pinger::new(verbs(qa, cqa), &a.buf, buffer_of(&ca)?, inline, p);
-            let pb = Pinger::new(verbs(qb, cqb), &b.buf, buffer_of(&cb)?, inline, p);
+            let inline = inline.min(b.max_inline());
+            let mut pa = Pinger::new(verbs((qa, cqa)), &a.buf, buffer_of(&ca)?, inline, p);
+            let mut pb = Pinger::new(verbs((qb, cqb)), &b.buf, buffer_of(&cb)?, inline, p);
+            (pa.yield_idle, pb.yield_idle) = (devs.software, devs.software);
             return measure_loopback(args, p, devs, pa, pb, &ca);
         };
         let (conn, udp) = {
             let mut link = VerbsLink::new(&mut qa, p.test, ia.recv);
             connect_end(&ia, &mut link, rv, devs).map_err(|e| link.cause(e))?
         };
-        let me = Pinger::new(verbs(qa, cqa), &a.buf, buffer_of(&conn)?, inline, p);
+        let mut me = Pinger::new(verbs((qa, cqa)), &a.buf, buffer_of(&conn)?, inline, p);
+        me.yield_idle = devs.software;
         measure_end(args, p, devs, me, conn, udp, rv.is_client())
     }
 }

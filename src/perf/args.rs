@@ -1,7 +1,8 @@
 //! Command-line arguments of `lat` and `bw`, with perftest's flag names where they make sense
 //! (perftest `src/perftest_parameters.c` `usage`): `-d/--ib-dev`, `-i/--ib-port`,
 //! `-p/--port`, `-s/--size`, `-n/--iters`, `-a/--all`, `-I/--inline_size`, `-q/--qp`,
-//! `-t/--tx-depth`, `--report_gbits`; the server is the side started without an address.
+//! `-t/--tx-depth`, `-x/--gid-index`, `--report_gbits`; the server is the side started
+//! without an address.
 
 use clap::{Args, Parser, ValueEnum};
 use std::path::PathBuf;
@@ -37,6 +38,10 @@ pub struct Common {
     /// Device port.
     #[arg(short = 'i', long = "ib-port", default_value_t = 1)]
     pub ib_port: u8,
+    /// Source GID index on a RoCE port (default: a RoCE v2 GID of an IPv4 address, as
+    /// perftest picks one; index 0 on the software ConnectX).
+    #[arg(short = 'x', long = "gid-index")]
+    pub gid_index: Option<u8>,
     /// TCP port of the endpoint exchange (perftest's default; 0: the server picks a free one
     /// and prints it).
     #[arg(short = 'p', long = "port", default_value_t = 18515)]
@@ -160,10 +165,11 @@ mod tests {
     #[test]
     fn perftest_flags_parse() {
         let a = LatArgs::try_parse_from([
-            "lat", "write", "-s", "64", "-n", "10", "-I", "32", "-d", "mlx5_0", "-p", "9999",
-            "10.0.0.1",
+            "lat", "write", "-s", "64", "-n", "10", "-I", "32", "-d", "mlx5_0", "-p", "9999", "-x",
+            "3", "10.0.0.1",
         ])
         .unwrap();
+        assert_eq!(a.common.gid_index, Some(3));
         assert_eq!(a.test, LatTest::Write);
         assert_eq!(a.common.size, Some(64));
         assert_eq!(a.common.iters, Some(10));
@@ -187,6 +193,7 @@ mod tests {
         assert!(b.common.all && b.report_gbits && b.common.loopback);
         assert_eq!(b.common.path, PathKind::Verbs);
         assert!(b.common.server.is_none());
+        assert_eq!(b.common.gid_index, None);
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! The shared, safe part of the perftest-compatible tools `lat` and `bw`: command-line
 //! arguments ([`args`]), statistics ([`stats`]), perftest-style report lines ([`report`]), the
 //! latency histogram picture ([`svg`]), terminal progress ([`progress`]), errors
-//! ([`error`]) and how two processes' software ConnectX find each other ([`rendezvous`]).
+//! ([`error`]), how two processes' software ConnectX find each other ([`rendezvous`]) and
+//! which source GID a RoCE port uses by default ([`gid`]).
 //!
 //! The tools print the same columns as perftest's `ib_write_lat` / `ib_write_bw`
 //! (perftest `src/perftest_parameters.c`, `print_report_lat` / `print_report_bw`) so that their
@@ -12,6 +13,7 @@
 
 pub mod args;
 pub mod error;
+pub mod gid;
 pub mod progress;
 pub mod rendezvous;
 pub mod report;

@@ -5,7 +5,9 @@
 //! device's UDP peer table (`SimDevice::add_udp_peer`), and the QPs connect as on a NIC.
 //!
 //! Both sides write first and then read, so neither waits for the other; the message is
-//! 28 bytes, far below any socket buffer. A peer that is not a software ConnectX (a verbs
+//! 28 bytes, far below any socket buffer. It also carries the receive buffer the kernel gave
+//! the sender's UDP socket, from which both ends compute how much the link holds at once
+//! ([`UdpBudget`]). A peer that is not a software ConnectX (a verbs
 //! device on the other end) sends the endpoint exchange's HELLO instead, whose first bytes are
 //! not [`MAGIC`]: that is reported as such, not as a garbled message.
 //!
@@ -22,46 +24,102 @@ use std::time::{Duration, Instant};
 pub const MAGIC: [u8; 4] = *b"MX5S";
 /// The format version this build speaks.
 pub const VERSION: u8 = 1;
-/// Bytes of an encoded [`SimHello`]: magic, version, reserved, UDP port (big-endian), device
-/// IPv4 address, UDP IP address (IPv6, IPv4-mapped for IPv4).
+/// Bytes of an encoded [`SimHello`]: magic, version, the UDP receive buffer in 64 KiB units
+/// (0: not announced), UDP port (big-endian), device IPv4 address, UDP IP address (IPv6,
+/// IPv4-mapped for IPv4).
 pub const SIM_HELLO_LEN: usize = 4 + 1 + 1 + 2 + 4 + 16;
-/// Frames in flight at most on the UDP link between two processes' software ConnectX: their
-/// sockets have the kernel's default receive buffer (`net.core.rmem_default`, 208 KiB on
-/// Linux, where a ~1.1 KB datagram is accounted at about twice its size), and a frame the
-/// buffer drops is retransmitted only after the ACK timeout — or never gets through, when one
-/// message alone is a larger burst than the buffer holds.
-pub const UDP_FRAMES_IN_FLIGHT: u64 = 64;
+/// Unit of the receive buffer in a [`SimHello`].
+const RECV_BUFFER_UNIT: u64 = 64 << 10;
+/// The receive buffer assumed for a peer that does not announce its own (an older build):
+/// Linux's default, `net.core.rmem_default` = 212992 bytes as `getsockopt(SO_RCVBUF)` reports
+/// it (`include/net/sock.h` `SK_RMEM_MAX`).
+pub const DEFAULT_RECV_BUFFER: u64 = 212_992;
+/// The share of a receive buffer the link fills at most: the rest is room for ACKs and the
+/// peer's own traffic, and for the charge of a datagram being higher than [`frame_charge`]
+/// estimates.
+const FILL_PERCENT: u64 = 75;
 
-/// The largest message the UDP link carries reliably with a path MTU of `mtu` bytes.
-pub fn udp_max_message(mtu: u32) -> u64 {
-    UDP_FRAMES_IN_FLIGHT * u64::from(mtu.max(256))
+/// What one RoCEv2 frame carrying `mtu` payload bytes costs in the receiving socket's buffer.
+/// Linux charges a datagram its buffer's true size (`skb->truesize`): the payload plus about
+/// 320 bytes of `skb_shared_info`, rounded up to a power-of-two allocation, plus about 256
+/// bytes of `struct sk_buff`. Measured on loopback (Linux 6.18): 1100–1200-byte datagrams
+/// cost 2304 bytes, 2200-byte ones 4352, 4200-byte ones 8456. Headers (Ethernet through ICRC,
+/// about 80 bytes) are added to `mtu`, and the estimate rounds up more than the kernel does.
+pub fn frame_charge(mtu: u32) -> u64 {
+    let frame = u64::from(mtu.max(256)) + 128;
+    (frame + 512).next_power_of_two() + 512
 }
 
-/// The message `sizes` a run over the UDP link can do (all of them when there is no such
-/// link, `udp` false), and a note for the user when some are left out; an error when none is
-/// left.
+/// How much the UDP link between two processes' software ConnectX holds at once: the frames
+/// that fit in the smaller of the two sockets' receive buffers. A frame a full buffer drops
+/// is retransmitted only after the ACK timeout (67 ms), or never gets through, when a single
+/// message alone is a larger burst than the buffer holds; so a run stays within this.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UdpBudget {
+    /// The smaller receive buffer of the two ends, in bytes (as `SO_RCVBUF` reports it).
+    pub recv_buffer: u64,
+    /// The path MTU.
+    pub mtu: u32,
+}
+
+impl UdpBudget {
+    /// The budget of a link whose ends have these receive buffers (`None`: not known, taken
+    /// as [`DEFAULT_RECV_BUFFER`]) and path MTU.
+    pub fn new(local: Option<u64>, peer: Option<u64>, mtu: u32) -> UdpBudget {
+        let b = |v: Option<u64>| v.filter(|&v| v > 0).unwrap_or(DEFAULT_RECV_BUFFER);
+        UdpBudget {
+            recv_buffer: b(local).min(b(peer)),
+            mtu,
+        }
+    }
+
+    /// Frames in flight at most (at least 1).
+    pub fn frames(&self) -> u64 {
+        (self.recv_buffer * FILL_PERCENT / 100 / frame_charge(self.mtu)).max(1)
+    }
+
+    /// The largest message the link carries reliably: all its frames in flight at once.
+    pub fn max_message(&self) -> u64 {
+        self.frames() * u64::from(self.mtu.max(256))
+    }
+}
+
+impl std::fmt::Display for UdpBudget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} frames of {} bytes in flight ({} KiB UDP receive buffer)",
+            self.frames(),
+            self.mtu,
+            self.recv_buffer >> 10
+        )
+    }
+}
+
+/// The message `sizes` a run can do: all of them when there is no UDP link (`budget` is
+/// `None`), else those the link holds at once, with a note for the user when some are left
+/// out; an error naming the buffer and how to grow it when none is left.
 pub fn sizes_for_udp_link(
     sizes: &[u64],
-    udp: bool,
-    mtu: u32,
+    budget: Option<&UdpBudget>,
 ) -> Result<(Vec<u64>, Option<String>)> {
-    if !udp {
+    let Some(b) = budget else {
         return Ok((sizes.to_vec(), None));
-    }
-    let max = udp_max_message(mtu);
+    };
+    let max = b.max_message();
     let ok: Vec<u64> = sizes.iter().copied().filter(|&s| s <= max).collect();
     if ok.is_empty() {
         return Err(Error::Usage(format!(
             "-s {}: between two processes the software ConnectX carries messages of at most \
-             {max} bytes ({UDP_FRAMES_IN_FLIGHT} frames of {mtu} bytes, what the UDP socket \
-             buffer holds); use a smaller -s, or --loopback",
+             {max} bytes: the link holds {b}. The kernel grants a larger buffer up to \
+             net.core.rmem_max (or to root: the software ConnectX asks for 4 MiB); raise it \
+             with `sysctl -w net.core.rmem_max=4194304`, use a smaller -s, or --loopback",
             sizes.iter().max().copied().unwrap_or(0)
         )));
     }
     let note = (ok.len() < sizes.len()).then(|| {
         format!(
-            " note: sizes above {max} bytes skipped: the UDP link between the processes holds \
-             {UDP_FRAMES_IN_FLIGHT} frames of {mtu} bytes at most"
+            " note: sizes above {max} bytes skipped: the UDP link between the processes holds {b}"
         )
     });
     Ok((ok, note))
@@ -77,6 +135,9 @@ pub struct SimHello {
     pub ipv4: Ipv4Addr,
     /// The UDP address the device's frames arrive at.
     pub udp: SocketAddr,
+    /// The receive buffer of that UDP socket, in bytes, if known. On the wire in 64 KiB units,
+    /// rounded down, at most 255 units (about 16 MiB).
+    pub recv_buffer: Option<u64>,
 }
 
 impl SimHello {
@@ -85,6 +146,9 @@ impl SimHello {
         let mut b = [0u8; SIM_HELLO_LEN];
         b[..4].copy_from_slice(&MAGIC);
         b[4] = VERSION;
+        b[5] = self
+            .recv_buffer
+            .map_or(0, |v| (v / RECV_BUFFER_UNIT).min(255) as u8);
         b[6..8].copy_from_slice(&self.udp.port().to_be_bytes());
         b[8..12].copy_from_slice(&self.ipv4.octets());
         let ip = match self.udp.ip() {
@@ -133,13 +197,18 @@ impl SimHello {
         Ok(SimHello {
             ipv4,
             udp: SocketAddr::new(ip, port),
+            recv_buffer: (b[5] > 0).then(|| u64::from(b[5]) * RECV_BUFFER_UNIT),
         })
     }
 }
 
 impl std::fmt::Display for SimHello {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "software ConnectX {} at UDP {}", self.ipv4, self.udp)
+        write!(f, "software ConnectX {} at UDP {}", self.ipv4, self.udp)?;
+        match self.recv_buffer {
+            Some(b) => write!(f, " (receive buffer {} KiB)", b >> 10),
+            None => Ok(()),
+        }
     }
 }
 
@@ -255,22 +324,68 @@ mod tests {
         SimHello {
             ipv4: Ipv4Addr::new(10, 0, 0, 2),
             udp: udp.parse().unwrap(),
+            recv_buffer: Some(8 << 20),
         }
     }
 
     #[test]
+    fn frame_charge_covers_what_linux_charges() {
+        // Measured charges (loopback, Linux 6.18) of frames of these MTUs plus headers.
+        assert!(frame_charge(1024) >= 2304);
+        assert!(frame_charge(2048) >= 4352);
+        assert!(frame_charge(4096) >= 8456);
+        // ... without wasting more than a third.
+        assert!(frame_charge(1024) < 2304 * 4 / 3);
+    }
+
+    #[test]
+    fn budget_from_the_buffers() {
+        // The kernel's default buffer: about the 64 frames of 1 KiB the link was limited to.
+        let small = UdpBudget::new(None, None, 1024);
+        assert_eq!(small.recv_buffer, DEFAULT_RECV_BUFFER);
+        assert!((56..=64).contains(&small.frames()), "{small}");
+        // What the software ConnectX asks for (4 MiB, reported doubled): far more than 64.
+        let big = UdpBudget::new(Some(8 << 20), Some(8 << 20), 1024);
+        assert!(big.frames() > 2000, "{big}");
+        assert!(big.max_message() >= 2 << 20, "{big}");
+        // The smaller end decides; an end that did not say counts as the default.
+        assert_eq!(
+            UdpBudget::new(Some(8 << 20), Some(1 << 20), 1024).recv_buffer,
+            1 << 20
+        );
+        assert_eq!(UdpBudget::new(Some(8 << 20), None, 1024), small);
+        assert_eq!(UdpBudget::new(Some(0), Some(8 << 20), 1024), small);
+        // A larger MTU: fewer, larger frames.
+        let jumbo = UdpBudget::new(Some(8 << 20), Some(8 << 20), 4096);
+        assert!(
+            jumbo.frames() < big.frames() && jumbo.frames() > 500,
+            "{jumbo}"
+        );
+        assert_eq!(UdpBudget::new(Some(1), Some(1), 1024).frames(), 1);
+    }
+
+    #[test]
     fn udp_link_sizes() {
-        let all = [2, 1024, 65536, 65537, 1 << 20];
-        let (s, note) = sizes_for_udp_link(&all, false, 1024).unwrap();
+        let all = [2, 1024, 65536, 1 << 20, 1 << 22];
+        let (s, note) = sizes_for_udp_link(&all, None).unwrap();
         assert_eq!((s, note), (all.to_vec(), None));
-        let (s, note) = sizes_for_udp_link(&all, true, 1024).unwrap();
-        assert_eq!(s, vec![2, 1024, 65536]);
-        assert!(note.unwrap().contains("above 65536 bytes"));
-        let e = sizes_for_udp_link(&[1 << 20], true, 1024)
+        let big = UdpBudget::new(Some(8 << 20), Some(8 << 20), 1024);
+        let (s, note) = sizes_for_udp_link(&all, Some(&big)).unwrap();
+        assert_eq!(s, vec![2, 1024, 65536, 1 << 20]);
+        let note = note.unwrap();
+        assert!(
+            note.contains("sizes above") && note.contains("8192 KiB"),
+            "{note}"
+        );
+        // A clamped buffer (a non-root user under the default net.core.rmem_max).
+        let small = UdpBudget::new(Some(DEFAULT_RECV_BUFFER), Some(8 << 20), 1024);
+        let (s, _) = sizes_for_udp_link(&all, Some(&small)).unwrap();
+        assert_eq!(s, vec![2, 1024]);
+        let e = sizes_for_udp_link(&[1 << 20], Some(&small))
             .unwrap_err()
             .to_string();
         assert!(
-            e.contains("at most 65536 bytes") && e.contains("--loopback"),
+            e.contains("208 KiB") && e.contains("net.core.rmem_max") && e.contains("--loopback"),
             "{e}"
         );
     }
@@ -288,6 +403,7 @@ mod tests {
         let b = hello("127.0.0.1:4791").encode();
         assert_eq!(&b[..4], b"MX5S");
         assert_eq!(b[4], VERSION);
+        assert_eq!(b[5], 128, "8 MiB in 64 KiB units");
         assert_eq!(&b[6..8], &4791u16.to_be_bytes());
         assert_eq!(&b[8..12], &[10, 0, 0, 2]);
         assert_eq!(&b[12..], &Ipv4Addr::LOCALHOST.to_ipv6_mapped().octets());
@@ -309,6 +425,27 @@ mod tests {
         let mut no_port = good;
         no_port[6..8].copy_from_slice(&[0, 0]);
         assert!(SimHello::decode(&no_port, "p").is_err());
+        // An older build leaves the buffer byte zero: not known, not zero.
+        let mut older = good;
+        older[5] = 0;
+        assert_eq!(SimHello::decode(&older, "p").unwrap().recv_buffer, None);
+        // Buffers round down to 64 KiB and saturate at 255 units.
+        let odd = SimHello {
+            recv_buffer: Some((3 << 16) + 5),
+            ..hello("127.0.0.1:9")
+        };
+        assert_eq!(
+            SimHello::decode(&odd.encode(), "p").unwrap().recv_buffer,
+            Some(3 << 16)
+        );
+        let huge = SimHello {
+            recv_buffer: Some(1 << 40),
+            ..hello("127.0.0.1:9")
+        };
+        assert_eq!(
+            SimHello::decode(&huge.encode(), "p").unwrap().recv_buffer,
+            Some(255 << 16)
+        );
     }
 
     #[test]

@@ -3,13 +3,18 @@
 #
 #   tools/rxe-vm/run-verbs-tests.sh [extra libtest args, e.g. a test name filter]
 #
-# 1. builds the test binaries of mlx5-hw with `--features verbs` (verbs_rxe, verbs_host);
+# 1. builds the test binaries of mlx5-hw with `--features verbs` (verbs_rxe, verbs_host) and
+#    the perftest-compatible tools `lat` and `bw` with `--features verbs`;
 # 2. boots the Soft-RoCE VM once (run.sh: Debian's 6.1 kernel under QEMU, rxe0 + rxe1);
-# 3. runs both binaries inside it, the rxe tests with --include-ignored and MLX5_HW_RXE_VM=1.
+# 3. runs both test binaries inside it, the rxe tests with --include-ignored and
+#    MLX5_HW_RXE_VM=1, then perf-tools.sh: lat and bw on --path verbs, in one process and as a
+#    server on rxe0 and a client on rxe1, with their output checked (RXE_VM_PERF_TOOLS=0 skips
+#    this part).
 #
 # Exits non-zero with a clear message if the build fails, the VM cannot start (no QEMU, no
-# kernel package, Soft-RoCE setup failed, timeout) or any test fails. Honours CARGO_TARGET_DIR;
-# the VM knobs of run.sh (RXE_VM_TIMEOUT, RXE_VM_VERBOSE, ...) apply.
+# kernel package, Soft-RoCE setup failed, timeout), any test fails or a tool run fails its
+# checks. Honours CARGO_TARGET_DIR; the VM knobs of run.sh (RXE_VM_TIMEOUT, RXE_VM_VERBOSE,
+# ...) apply.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -27,6 +32,15 @@ if ! cargo test -p mlx5-hw --features verbs --no-run --message-format=json \
   say "FAILED: cargo could not build the verbs tests (libibverbs-dev, librdmacm-dev, libclang-dev needed)"
   exit 1
 fi
+perf_tools=${RXE_VM_PERF_TOOLS:-1}
+if [ "$perf_tools" != 0 ]; then
+  say "building lat and bw (cargo build -p mlx5-direct --features verbs --bin lat --bin bw)"
+  if ! cargo build -p mlx5-direct --features verbs --message-format=json \
+         --bin lat --bin bw >>"$json"; then
+    say "FAILED: cargo could not build lat and bw with --features verbs"
+    exit 1
+  fi
+fi
 mapfile -t bins < <(python3 - "$json" <<'PY'
 import json, sys
 for line in open(sys.argv[1]):
@@ -35,18 +49,25 @@ for line in open(sys.argv[1]):
     except ValueError:
         continue
     if m.get("reason") == "compiler-artifact" and m.get("executable") \
-            and m["target"]["name"] in ("verbs_rxe", "verbs_host"):
+            and m["target"]["name"] in ("verbs_rxe", "verbs_host", "lat", "bw"):
         print(m["target"]["name"], m["executable"])
 PY
 )
-rxe_bin= host_bin=
+rxe_bin= host_bin= lat_bin= bw_bin=
 for b in "${bins[@]}"; do
   case $b in
     "verbs_rxe "*) rxe_bin=${b#verbs_rxe } ;;
     "verbs_host "*) host_bin=${b#verbs_host } ;;
+    "lat "*) lat_bin=${b#lat } ;;
+    "bw "*) bw_bin=${b#bw } ;;
   esac
 done
 [ -n "$rxe_bin" ] && [ -n "$host_bin" ] || { say "FAILED: test binaries not found in cargo's output"; exit 1; }
+tools_cmd=
+if [ "$perf_tools" != 0 ]; then
+  [ -n "$lat_bin" ] && [ -n "$bw_bin" ] || { say "FAILED: lat and bw not found in cargo's output"; exit 1; }
+  tools_cmd=" && $(printf '%q ' "$here/perf-tools.sh" "$lat_bin" "$bw_bin")"
+fi
 
 args=$(printf ' %q' "$@")
 export MLX5_HW_RXE_VM=1 RUST_BACKTRACE=${RUST_BACKTRACE:-1}
@@ -54,7 +75,7 @@ export RXE_VM_ENV="MLX5_HW_RXE_VM RUST_BACKTRACE ${RXE_VM_ENV:-}"
 say "booting the Soft-RoCE VM (TCG: about 8 s) and running the tests inside"
 start=$SECONDS
 set +e
-"$here/run.sh" "$(printf '%q' "$rxe_bin") --include-ignored --test-threads=2$args && $(printf '%q' "$host_bin")$args"
+"$here/run.sh" "$(printf '%q' "$rxe_bin") --include-ignored --test-threads=2$args && $(printf '%q' "$host_bin")$args$tools_cmd"
 rc=$?
 set -e
 case $rc in
@@ -63,6 +84,6 @@ case $rc in
   124) say "FAILED: the VM timed out (RXE_VM_TIMEOUT=${RXE_VM_TIMEOUT:-600})" ;;
   125) say "FAILED: the VM did not start or died before the tests ended (see the console above)" ;;
   126) say "FAILED: Soft-RoCE could not be set up inside the VM" ;;
-  *)   say "FAILED: tests failed inside the VM (exit $rc)" ;;
+  *)   say "FAILED: tests or tool runs failed inside the VM (exit $rc; see above)" ;;
 esac
 exit $rc

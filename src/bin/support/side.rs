@@ -2,8 +2,10 @@
 //! building the data path ([`Qp`], [`Cq`], [`Srq`]) from the layouts the device hands out. The
 //! facade library forbids unsafe code, so this file is included with `#[path]` by the `lat` and
 //! `bw` binaries and by the examples. Also here, since every one of them opens devices the same
-//! way: [`open_devices`] and the control connection to a peer process, [`Rendezvous`]; and
-//! the checks of the arguments `lat` and `bw` share, [`sizes_and_iters`].
+//! way: [`open_devices`] and the control connection to a peer process, [`Rendezvous`]; the
+//! checks of the arguments `lat` and `bw` share, [`sizes_and_iters`] and
+//! [`Devices::check_path`]; and with the `verbs` feature `VerbsSide`, one end on any verbs
+//! device (Soft-RoCE too) for the libibverbs data path.
 //!
 //! Lifetimes: a [`Side`] owns its buffer and data-path objects and drops the data path first;
 //! the device objects (QPs, CQs, MRs) live as long as the device, which every program here
@@ -15,11 +17,11 @@ use mlx5_direct::hw::{
     AccessFlags, CqId, CqInitAttr, Device, MrInfo, PdId, QpCap, QpInfo, QpInitAttr, QpType,
     SrqInfo, SrqInitAttr,
 };
-use mlx5_direct::perf::args::Common;
-use mlx5_direct::perf::rendezvous::{self, SimHello};
+use mlx5_direct::perf::args::{Common, PathKind};
+use mlx5_direct::perf::rendezvous::{self, SimHello, UdpBudget};
 use mlx5_direct::perf::report;
 use mlx5_direct::perf::{Error, Result};
-use mlx5_direct::qp::connect::{Control, QpRef, RemoteBuffer};
+use mlx5_direct::qp::connect::{Control, Endpoint, QpRef, RemoteBuffer};
 use mlx5_direct::qp::{Cq, Qp, RemoteAddr, Sge, Srq};
 use mlx5_direct::sim::{DeviceConfig, Fabric, FabricThread, SimDevice};
 use std::net::{SocketAddr, TcpListener};
@@ -169,6 +171,16 @@ impl Buf {
 /// The remote address `off` bytes into a buffer the peer announced.
 pub fn remote(b: &RemoteBuffer, off: u64) -> RemoteAddr {
     RemoteAddr::new(b.addr + off, b.rkey)
+}
+
+/// How a banner names one end of a connection: `QPN 0x000011 PSN 0xa21b53`, and the GID the
+/// path uses when it has one (RoCE), e.g. `GID ::ffff:192.0.2.1`.
+pub fn describe_endpoint(e: &Endpoint) -> String {
+    let mut s = format!("QPN {:#08x} PSN {:#08x}", e.qpn, e.psn);
+    if e.gid != mlx5_direct::hw::Gid::default() {
+        s.push_str(&format!(" GID {}", std::net::Ipv6Addr::from(e.gid.0)));
+    }
+    s
 }
 
 /// Shape of one side.
@@ -323,6 +335,10 @@ pub struct Devices {
     pub sims: Vec<SimDevice>,
     /// Where the software ConnectX's frames arrive, once bound (runs across processes).
     pub udp: OnceLock<SocketAddr>,
+    /// The device is software that needs this machine's cores to move packets (the software
+    /// ConnectX's thread, Soft-RoCE's kernel work): a waiting poller yields its core instead
+    /// of spinning.
+    pub software: bool,
     /// The verbs device, for the libibverbs baseline path (`--path verbs`).
     #[cfg(feature = "verbs")]
     pub verbs: Option<Arc<mlx5_direct::hw::verbs::VerbsDevice>>,
@@ -341,6 +357,7 @@ impl Devices {
             peer: Some(Arc::new(b.clone())),
             sims: vec![a, b],
             udp: OnceLock::new(),
+            software: true,
             #[cfg(feature = "verbs")]
             verbs: None,
             name: "sim0 + sim1 (software ConnectX, one process)".into(),
@@ -366,6 +383,7 @@ impl Devices {
             peer: None,
             sims: vec![d],
             udp: OnceLock::new(),
+            software: true,
             #[cfg(feature = "verbs")]
             verbs: None,
             name: format!(
@@ -398,6 +416,96 @@ impl Devices {
     pub fn is_sim(&self) -> bool {
         self.fabric.is_some()
     }
+
+    /// Refuse a data path the device does not have: `--path verbs` on the software ConnectX
+    /// (it has no libibverbs), `--path direct` on a verbs device that is not driven by mlx5
+    /// (Soft-RoCE, another vendor: no mlx5dv rings to write).
+    pub fn check_path(&self, path: PathKind) -> Result<()> {
+        match path {
+            PathKind::Verbs if self.is_sim() => Err(Error::Usage(
+                "--path verbs needs a verbs device: the software ConnectX has no libibverbs \
+                 data path. Use -d mlx5_N or -d rxe0 (built with --features verbs), or \
+                 --path direct"
+                    .into(),
+            )),
+            PathKind::Direct if !self.local.query_device()?.direct_path => {
+                Err(Error::Usage(format!(
+                    "--path direct needs an mlx5 device: {} is driven by another provider \
+                     (Soft-RoCE or another vendor's NIC), which has no mlx5 rings for this \
+                     library to write. Use --path verbs to measure libibverbs on it",
+                    self.name
+                )))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// The source GID index on `port`: `-x` when given; else on a verbs device with a RoCE
+    /// port the one [`mlx5_direct::perf::gid::pick`] prefers; else 0.
+    pub fn gid_index(&self, c: &Common) -> Result<u8> {
+        if let Some(x) = c.gid_index {
+            // An empty slot would only fail later, as ENODATA from the modify to RTR.
+            let gid = self.local.query_gid(c.ib_port, u32::from(x)).ok();
+            let empty = !gid.is_some_and(|g| g != mlx5_direct::hw::Gid::default());
+            let roce = self.local.query_port(c.ib_port)?.link_layer
+                == mlx5_direct::hw::LinkLayer::Ethernet;
+            if roce && empty {
+                return Err(Error::Usage(format!(
+                    "-x {x}: GID {x} of port {} of {} is empty (list a verbs device's GIDs with \
+                     `ibv_devinfo -v -d NAME`), or leave -x out: a RoCE v2 GID of an IPv4 \
+                     address is chosen",
+                    c.ib_port, self.name
+                )));
+            }
+            return Ok(x);
+        }
+        #[cfg(feature = "verbs")]
+        if let Some(v) = &self.verbs {
+            return auto_gid_index(v, c.ib_port);
+        }
+        Ok(0)
+    }
+}
+
+/// The GID index [`mlx5_direct::perf::gid::pick`] chooses on a verbs device's RoCE port (0 on
+/// InfiniBand, where the path needs no GRH).
+#[cfg(feature = "verbs")]
+fn auto_gid_index(v: &mlx5_direct::hw::verbs::VerbsDevice, port: u8) -> Result<u8> {
+    use mlx5_direct::hw::LinkLayer;
+    use mlx5_direct::perf::gid::{pick, GidEntry};
+    let attr = v.query_port(port)?;
+    if attr.link_layer != LinkLayer::Ethernet {
+        return Ok(0);
+    }
+    // The kernel's GID type of each entry (Linux Documentation/ABI/stable/
+    // sysfs-class-infiniband, `ports/N/gid_attrs/types/INDEX`).
+    let types = std::path::Path::new(mlx5_direct::hw::verbs::SYSFS_INFINIBAND)
+        .join(v.name())
+        .join(format!("ports/{port}/gid_attrs/types"));
+    // Each query is a system call (a few ms under emulation) and tables are long (rxe: 1024
+    // entries, mostly empty): stop at the first entry nothing can beat.
+    let mut entries = Vec::new();
+    for index in 0..attr.gid_tbl_len.min(256) {
+        let Ok(gid) = v.query_gid(port, index) else {
+            continue;
+        };
+        let kind = std::fs::read_to_string(types.join(index.to_string())).ok();
+        let e = GidEntry { index, gid, kind };
+        let best = e.is_best();
+        entries.push(e);
+        if best {
+            break;
+        }
+    }
+    let index = pick(&entries);
+    tracing::debug!(device = v.name(), port, index, "source GID index chosen");
+    u8::try_from(index).map_err(|_| {
+        Error::Usage(format!(
+            "the GID table of {} port {port} has its usable entry at index {index}; choose one \
+             below 256 with -x",
+            v.name()
+        ))
+    })
 }
 
 /// Open the device named on the command line: `sim` is the software ConnectX (with `loopback`
@@ -424,7 +532,15 @@ pub fn open_devices(name: &str, loopback: bool, client: bool) -> Result<Devices>
 fn open_verbs(name: &str, loopback: bool) -> Result<Devices> {
     let verbs = Arc::new(mlx5_direct::hw::verbs::VerbsDevice::open(name)?);
     let dev: Arc<dyn Device> = verbs.clone();
+    // Software RDMA devices (rxe, siw) name their net device in `parent`; a NIC has a
+    // `device` link to its PCI function instead (Linux drivers/infiniband/sw/rxe/rxe_verbs.c
+    // `parent_show`).
+    let software = std::path::Path::new(mlx5_direct::hw::verbs::SYSFS_INFINIBAND)
+        .join(name)
+        .join("parent")
+        .exists();
     Ok(Devices {
+        software,
         verbs: Some(verbs),
         peer: loopback.then(|| dev.clone()),
         local: dev,
@@ -443,6 +559,115 @@ fn open_verbs(name: &str, _loopback: bool) -> Result<Devices> {
          (needs libibverbs-dev) to use a ConnectX, or use -d sim --loopback for the software \
          ConnectX"
     )))
+}
+
+/// One end on a verbs device, for the libibverbs data path (`--path verbs`): a PD, a CQ, one
+/// or more RC/UC QPs (Reset) created with `create_*_verbs`, which work on any provider
+/// (Soft-RoCE included), and a registered buffer. Posting and polling go through
+/// `mlx5_hw::verbs::baseline` handles claimed from it ([`VerbsSide::claim`]).
+#[cfg(feature = "verbs")]
+pub struct VerbsSide {
+    /// The QPs, in creation order, with the capabilities the device granted.
+    pub qps: Vec<mlx5_direct::hw::verbs::VerbsQp>,
+    /// Their transport.
+    pub qp_type: QpType,
+    /// The CQ every QP completes on.
+    pub cq: mlx5_direct::hw::verbs::VerbsCq,
+    /// Protection domain.
+    pub pd: PdId,
+    /// The registered buffer.
+    pub buf: Buf,
+    /// The device, as the verbs backend.
+    pub verbs: Arc<mlx5_direct::hw::verbs::VerbsDevice>,
+    /// The same device, as the control path sees it.
+    pub dev: Arc<dyn Device>,
+}
+
+#[cfg(feature = "verbs")]
+impl VerbsSide {
+    /// Create everything on `verbs` (`cfg.srq` is not supported here).
+    pub fn new(verbs: Arc<mlx5_direct::hw::verbs::VerbsDevice>, cfg: &SideCfg) -> Result<Self> {
+        if cfg.srq.is_some() {
+            return Err(Error::Usage(
+                "a shared receive queue is not supported on --path verbs".into(),
+            ));
+        }
+        let dev: Arc<dyn Device> = verbs.clone();
+        let pd = dev.alloc_pd()?;
+        let cqe = (cfg.sq_depth + cfg.rq_depth) * cfg.qps.max(1);
+        let cq = verbs.create_cq_verbs(&CqInitAttr {
+            cqe: cqe.max(64),
+            cqe_size: 64,
+            ignore_overrun: false,
+            with_channel: false,
+        })?;
+        let mut qps = Vec::new();
+        for _ in 0..cfg.qps.max(1) {
+            let q = verbs.create_qp_verbs(
+                pd,
+                &QpInitAttr {
+                    qp_type: cfg.qp_type,
+                    send_cq: cq.id,
+                    recv_cq: cq.id,
+                    srq: None,
+                    cap: QpCap {
+                        max_send_wr: cfg.sq_depth,
+                        max_recv_wr: cfg.rq_depth,
+                        max_send_sge: 1,
+                        max_recv_sge: 1,
+                        max_inline_data: cfg.inline,
+                    },
+                    sq_sig_all: false,
+                },
+            )?;
+            qps.push(q);
+        }
+        let buf = Buf::new(&*dev, pd, cfg.buf_len, all_access())?;
+        Ok(VerbsSide {
+            qps,
+            qp_type: cfg.qp_type,
+            cq,
+            pd,
+            buf,
+            verbs,
+            dev,
+        })
+    }
+
+    /// The control path's name for QP `i`.
+    pub fn qp_ref(&self, i: usize) -> QpRef {
+        let q = &self.qps[i];
+        QpRef {
+            id: q.id,
+            qpn: q.qpn,
+            qp_type: self.qp_type,
+            pd: self.pd,
+        }
+    }
+
+    /// The inline bytes every QP was granted (the provider may round the request up).
+    pub fn max_inline(&self) -> u32 {
+        self.qps
+            .iter()
+            .map(|q| q.cap.max_inline_data)
+            .min()
+            .unwrap_or(0)
+    }
+
+    /// Claim QP `i` and the CQ for the libibverbs data path.
+    pub fn claim(
+        &self,
+        i: usize,
+    ) -> Result<(
+        mlx5_direct::hw::verbs::baseline::BaselineQp<'_>,
+        mlx5_direct::hw::verbs::baseline::BaselineCq<'_>,
+    )> {
+        use mlx5_direct::hw::verbs::baseline::{BaselineCq, BaselineQp};
+        Ok((
+            BaselineQp::new(&self.verbs, self.qps[i].id)?,
+            BaselineCq::new(&self.verbs, self.cq.id)?,
+        ))
+    }
 }
 
 /// How this process reaches its peer: the TCP control connection (the server listens, the
@@ -468,6 +693,14 @@ pub struct UdpLink {
     pub local: SimHello,
     /// The peer's.
     pub peer: SimHello,
+}
+
+impl UdpLink {
+    /// What the link holds at once with path MTU `mtu`: the frames that fit in the smaller of
+    /// the two ends' UDP receive buffers.
+    pub fn budget(&self, mtu: u32) -> UdpBudget {
+        UdpBudget::new(self.local.recv_buffer, self.peer.recv_buffer, mtu)
+    }
 }
 
 impl std::fmt::Display for UdpLink {
@@ -539,6 +772,7 @@ fn udp_exchange(
     let local = SimHello {
         ipv4: sim.ipv4(),
         udp,
+        recv_buffer: sim.udp_recv_buffer().map(|b| b as u64),
     };
     let peer = rendezvous::exchange(stream, &local, timeout)?;
     if peer.ipv4 == local.ipv4 {
