@@ -40,13 +40,14 @@ out="${KEEP:-$(mktemp -d)}"
 mkdir -p "$out"
 [ -n "${KEEP:-}" ] || trap 'rm -rf "$out"' EXIT
 
-# Events counted inside one function, over the whole run (extra arguments go to the program).
+# Events counted inside one function, over the whole run: count LABEL FUNCTION [PROGRAM ARGS]
+# (the label names the output files).
 count() {
-  local fn="$1" file="$out/callgrind.$1.out"
-  shift
+  local label="$1" fn="$2" file="$out/callgrind.$1.out"
+  shift 2
   valgrind --tool=callgrind --callgrind-out-file="$file" --collect-atstart=no \
-    --toggle-collect="*count_post_poll::measured_$fn" "$bin" "$n" "$@" >&2 2>"$out/valgrind.$fn.log" || {
-    cat "$out/valgrind.$fn.log" >&2
+    --toggle-collect="*count_post_poll::measured_$fn" "$bin" "$n" "$@" >&2 2>"$out/valgrind.$label.log" || {
+    cat "$out/valgrind.$label.log" >&2
     echo "count_post_poll failed under valgrind" >&2
     exit 1
   }
@@ -56,13 +57,15 @@ count() {
   echo "$total"
 }
 
-post=$(count post)
-poll=$(count poll)
-floor=$(count floor)
-post_sge=$(count post_sge --sge-db)
+post=$(count post post)
+poll=$(count poll poll)
+floor=$(count floor floor)
+post_sge=$(count post_sge_db post_sge --sge-db)
+post_bf=$(count post_bf post --bf-flush)
 per() { awk -v t="$1" -v n="$n" 'BEGIN { printf "%.0f", t / n }'; }
-echo "N = $n; callgrind totals: post $post, poll $poll, floor $floor, 1-SGE post $post_sge"
+echo "N = $n; callgrind totals: post $post, poll $poll, floor $floor, 1-SGE post $post_sge, post in Bf mode $post_bf"
 echo "instructions per floor (64-byte WQE + doorbell record + BlueFlame copy): $(per "$floor")"
 echo "instructions per post of a 1-SGE RDMA WRITE with the 8-byte doorbell: $(per "$post_sge")"
+echo "instructions per post in DoorbellMode::Bf (rdma-core's flush after the copy): $(per "$post_bf")"
 echo "instructions per post: $(per "$post")"
 echo "instructions per poll: $(per "$poll")"

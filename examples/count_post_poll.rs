@@ -3,16 +3,17 @@
 //! memory (DESIGN §6), each through one `#[inline(never)]` function whose name the script gives
 //! callgrind's `--toggle-collect`, so that only the post (or the poll) is counted.
 //!
-//! Usage: `count_post_poll [N] [--sge-db]` (default 10000). With `--sge-db` the posts are
-//! 1-SGE RDMA WRITEs on a QP without BlueFlame (the 8-byte doorbell), through
-//! `measured_post_sge`. It checks its own results — every post accepted, the polls return
+//! Usage: `count_post_poll [N] [--sge-db | --bf-flush]` (default 10000). With `--sge-db` the
+//! posts are 1-SGE RDMA WRITEs on a QP without BlueFlame (the 8-byte doorbell), through
+//! `measured_post_sge`; with `--bf-flush` the QP rings in `DoorbellMode::Bf` (rdma-core's exact
+//! sequence, a flush after every BlueFlame copy) instead of the default `BfPost`. It checks its own results — every post accepted, the polls return
 //! exactly the WR ids posted, in order — and exits non-zero otherwise, so a count is never
 //! taken of a run that went wrong.
 
 #[path = "../benches/support/ram_rings.rs"]
 mod ram_rings;
 
-use mlx5_qp::{Cq, Qp, SendWr, Sge};
+use mlx5_qp::{Cq, DoorbellMode, Qp, SendWr, Sge};
 use mlx5_wqe::opcode as op;
 use ram_rings::{Floor, Rig, RigCfg, PAYLOAD, REMOTE};
 use std::process::ExitCode;
@@ -52,14 +53,15 @@ pub fn measured_floor(f: &mut Floor) {
 
 fn main() -> ExitCode {
     let mut n: u64 = 10_000;
-    let mut sge_db = false;
+    let (mut sge_db, mut bf_flush) = (false, false);
     for a in std::env::args().skip(1) {
         match a.as_str() {
             "--sge-db" => sge_db = true,
+            "--bf-flush" => bf_flush = true,
             _ => match a.parse() {
                 Ok(v) if v > 0 => n = v,
                 _ => {
-                    eprintln!("usage: count_post_poll [N > 0] [--sge-db]");
+                    eprintln!("usage: count_post_poll [N > 0] [--sge-db | --bf-flush]");
                     return ExitCode::from(2);
                 }
             },
@@ -79,6 +81,12 @@ fn main() -> ExitCode {
         measured_post
     };
     let mut rig = Rig::new(cfg);
+    if bf_flush {
+        if let Err(e) = rig.qp.set_doorbell_mode(DoorbellMode::Bf) {
+            eprintln!("DoorbellMode::Bf: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
     let chunk = rig.qp.sq_free_bbs().min(rig.qp.sq_free_wrs()) as u64;
     let mut ids = [0u64; 16];
     let mut done = 0;

@@ -194,7 +194,7 @@ macro_rules! lean_post {
 enum LeanRing {
     /// [`SendQueue::ring_bf_post`].
     BfPost,
-    /// [`SendQueue::ring_with`]: any mode.
+    /// [`SendQueue::ring_other`]: any other mode.
     Any,
 }
 
@@ -761,7 +761,7 @@ impl Qp {
         let next = pi + bbs as u64;
         match ring {
             LeanRing::BfPost => self.sq.ring_bf_post(ctrl, w0, next, bbs, ds),
-            LeanRing::Any => self.sq.ring_with(ctrl, w0, next, bbs),
+            LeanRing::Any => self.sq.ring_other(ctrl, w0, next, bbs, ds),
         }
     }
 

@@ -590,6 +590,40 @@ impl SendQueue {
         self.db.cur = (dst as usize ^ self.db.flip) as *mut u8;
     }
 
+    /// The lean entry points' doorbell in the other modes (the gate `other`): the 8-byte
+    /// doorbell in [`DoorbellMode::Db`], a one-block BlueFlame copy and a flush in
+    /// [`DoorbellMode::Bf`] (rdma-core `post_send_db`), [`SendQueue::ring_with`] for the rest
+    /// (a WQE of several blocks, a register not 16-byte aligned). Arguments as for
+    /// [`SendQueue::ring_bf_post`].
+    #[inline(always)]
+    pub fn ring_other(&mut self, ctrl: *mut u8, w0: u64, pi: u64, bbs: u32, ds: u32) {
+        debug_assert_eq!(pi, self.pi);
+        let db = self.db.mode == DoorbellMode::Db;
+        if bbs != 1 || !(db || self.db.one_bb) {
+            unlikely();
+            return self.ring_with(ctrl, w0, pi, bbs);
+        }
+        mmio::to_device_barrier();
+        // SAFETY: `dbrec` is the live SQ doorbell record (constructor contract).
+        unsafe { mmio::write_dbrec(self.dbrec, pi as u16 as u32) };
+        mmio::wc_start();
+        let dst = self.db.cur;
+        // SAFETY: `cur` is one half of this QP's bfreg (or its doorbell register), 16-byte
+        // aligned with room for a block when `one_bb`; `ctrl` is the WQE's one block.
+        unsafe {
+            if db {
+                mmio::write_db64(dst, w0);
+            } else if ds <= 3 {
+                mmio::bf_copy_bb_48(dst, ctrl);
+            } else {
+                mmio::bf_copy_bb(dst, ctrl);
+            }
+        }
+        mmio::flush_writes();
+        // No BlueFlame: `flip` is 0 and the register stays put.
+        self.db.cur = (dst as usize ^ self.db.flip) as *mut u8;
+    }
+
     /// The lean entry points' doorbell, the sequence of [`DoorbellMode::BfPost`] for a WQE
     /// of `bbs` blocks at `ctrl` (which the gate let through: the mode is `BfPost` and a
     /// one-block copy may take [`mmio::bf_copy_bb`]): store barrier → `dbrec[1] = BE32(pi)`
