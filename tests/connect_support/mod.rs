@@ -3,9 +3,7 @@
 //! left to `mlx5_qp::connect`, which is what these tests exercise.
 #![allow(dead_code)]
 
-use mlx5_direct::hw::{
-    AccessFlags, CqInitAttr, Device, MrInfo, PdId, QpCap, QpInfo, QpInitAttr, QpType,
-};
+use mlx5_direct::hw::{CqInitAttr, Device, PdId, QpCap, QpInfo, QpInitAttr, QpType};
 use mlx5_direct::qp::connect::{
     self, ConnectParams, Connection, PairSide, QpLink, QpRef, RebuildReport, RemoteBuffer,
 };
@@ -15,63 +13,15 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+#[path = "../buf_support/mod.rs"]
+mod buf_support;
+pub use buf_support::{all_access, Buf};
+
 /// The default params with a 10 s I/O timeout, so a stuck handshake fails the test.
 pub fn params() -> ConnectParams {
     ConnectParams {
         io_timeout: Duration::from_secs(10),
         ..ConnectParams::default()
-    }
-}
-
-/// A registered buffer.
-pub struct Buf {
-    mem: Vec<u64>,
-    pub mr: MrInfo,
-}
-
-impl Buf {
-    pub fn new(dev: &SimDevice, pd: PdId, len: usize) -> Buf {
-        let mut mem = vec![0u64; len.div_ceil(8)];
-        let access = AccessFlags::LOCAL_WRITE
-            | AccessFlags::REMOTE_WRITE
-            | AccessFlags::REMOTE_READ
-            | AccessFlags::REMOTE_ATOMIC;
-        // SAFETY: `mem` lives in the Buf, which each test keeps until the fabric is idle and
-        // the QPs are done with it.
-        let mr = unsafe { dev.reg_mr(pd, mem.as_mut_ptr() as *mut u8, len, access) }.unwrap();
-        Buf { mem, mr }
-    }
-    pub fn addr(&self) -> u64 {
-        self.mem.as_ptr() as u64
-    }
-    pub fn bytes(&self) -> &[u8] {
-        // SAFETY: a Vec<u64> viewed as bytes, within its length.
-        unsafe {
-            std::slice::from_raw_parts(self.mem.as_ptr() as *const u8, self.mr.length as usize)
-        }
-    }
-    pub fn bytes_mut(&mut self) -> &mut [u8] {
-        // SAFETY: as above.
-        unsafe {
-            std::slice::from_raw_parts_mut(
-                self.mem.as_mut_ptr() as *mut u8,
-                self.mr.length as usize,
-            )
-        }
-    }
-    pub fn sge(&self, off: usize, len: u32) -> Sge {
-        Sge {
-            addr: self.addr() + off as u64,
-            length: len,
-            lkey: self.mr.lkey,
-        }
-    }
-    pub fn remote_buffer(&self) -> RemoteBuffer {
-        RemoteBuffer {
-            addr: self.addr(),
-            rkey: self.mr.rkey,
-            len: self.mr.length,
-        }
     }
 }
 
@@ -129,7 +79,7 @@ impl Side {
             .unwrap();
         // SAFETY: the QP is never destroyed while this `Qp` exists.
         let qp = unsafe { Qp::from_layout(&info.layout, None) }.unwrap();
-        let buf = Buf::new(dev, pd, 1 << 16);
+        let buf = Buf::new(dev, pd, 1 << 16, all_access());
         Side {
             dev: dev.clone(),
             pd,

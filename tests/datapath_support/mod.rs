@@ -4,63 +4,15 @@
 #![allow(dead_code)]
 
 use mlx5_direct::hw::{
-    AccessFlags, AhAttr, AttrMask, CqId, CqInitAttr, Device, GlobalRoute, MrInfo, Mtu, PdId,
-    QpAttr, QpCap, QpInfo, QpInitAttr, QpState, QpType, SrqId,
+    AhAttr, AttrMask, CqId, CqInitAttr, Device, GlobalRoute, Mtu, PdId, QpAttr, QpCap, QpInfo,
+    QpInitAttr, QpState, QpType, SrqId,
 };
 use mlx5_direct::qp::{Cq, Qp, Resolve, Wc};
 use mlx5_direct::sim::{DeviceConfig, Fabric, SimDevice};
 
-/// Access rights every test buffer gets.
-pub fn all_access() -> AccessFlags {
-    AccessFlags::LOCAL_WRITE
-        | AccessFlags::REMOTE_WRITE
-        | AccessFlags::REMOTE_READ
-        | AccessFlags::REMOTE_ATOMIC
-}
-
-/// A page-aligned buffer registered with a device.
-pub struct Buf {
-    mem: Vec<u64>,
-    pub mr: MrInfo,
-}
-
-impl Buf {
-    pub fn new(dev: &SimDevice, pd: PdId, len: usize, access: AccessFlags) -> Buf {
-        let mut mem = vec![0u64; len.div_ceil(8)];
-        // SAFETY: `mem` lives in the returned Buf, which every test keeps until its QPs are
-        // done (dropped after the fabric stops touching it at the end of the test).
-        let mr = unsafe { dev.reg_mr(pd, mem.as_mut_ptr() as *mut u8, len, access) }.unwrap();
-        Buf { mem, mr }
-    }
-    pub fn addr(&self) -> u64 {
-        self.mem.as_ptr() as u64
-    }
-    pub fn bytes(&self) -> &[u8] {
-        // SAFETY: a Vec<u64> viewed as bytes.
-        unsafe {
-            std::slice::from_raw_parts(self.mem.as_ptr() as *const u8, self.mr.length as usize)
-        }
-    }
-    pub fn bytes_mut(&mut self) -> &mut [u8] {
-        // SAFETY: as above.
-        unsafe {
-            std::slice::from_raw_parts_mut(
-                self.mem.as_mut_ptr() as *mut u8,
-                self.mr.length as usize,
-            )
-        }
-    }
-    pub fn sge(&self, off: usize, len: u32) -> mlx5_direct::qp::Sge {
-        mlx5_direct::qp::Sge {
-            addr: self.addr() + off as u64,
-            length: len,
-            lkey: self.mr.lkey,
-        }
-    }
-    pub fn remote(&self, off: usize) -> mlx5_direct::qp::RemoteAddr {
-        mlx5_direct::qp::RemoteAddr::new(self.addr() + off as u64, self.mr.rkey)
-    }
-}
+#[path = "../buf_support/mod.rs"]
+mod buf_support;
+pub use buf_support::{all_access, Buf};
 
 /// One side of a connection.
 pub struct Side {
