@@ -1,14 +1,19 @@
 //! The perftest-compatible tools run end to end on the software ConnectX, in `--loopback` mode
 //! and as a server and a client process (each with its own device, frames over UDP, as many in
 //! flight as the UDP receive buffers hold): their output has perftest's columns with positive
-//! numbers, and bad requests are clear errors (exit status 1, no panic). Their `--path verbs`
-//! runs on Soft-RoCE are checked by `tools/rxe-vm/perf-tools.sh`, inside the rxe VM.
+//! numbers, and bad requests are clear errors (exit status 1, no panic): a doorbell mode on the
+//! verbs path, an inline size the device does not grant, a server and a client started for
+//! different runs. Their `--path verbs` runs on Soft-RoCE are checked by
+//! `tools/rxe-vm/perf-tools.sh`, inside the rxe VM.
 
 mod examples_support;
+#[path = "../src/bin/support/side.rs"]
+mod side;
 
+use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
-use std::process::{Command, Output};
-use std::time::Duration;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 fn run(bin: &str, args: &[&str]) -> Output {
     Command::new(bin).args(args).output().expect("run the tool")
@@ -384,4 +389,260 @@ fn bw_across_processes_beyond_64_frames_in_flight() {
     let r = &rows[0];
     assert_eq!((r[0], r[1]), (262144.0, 20.0), "{r:?}");
     assert!(r[2] > 0.0 && r[3] > 0.0 && r[4] > 0.0, "{r:?}");
+}
+
+#[test]
+fn every_doorbell_mode_runs_and_is_named() {
+    for (bin, test, rows_header) in [
+        (env!("CARGO_BIN_EXE_lat"), "write", "t_typical[usec]"),
+        (env!("CARGO_BIN_EXE_lat"), "send", "t_typical[usec]"),
+        (env!("CARGO_BIN_EXE_bw"), "write", "MsgRate[Mpps]"),
+    ] {
+        for mode in ["bfpost", "bf", "db"] {
+            let out = stdout_of(
+                bin,
+                &[
+                    test,
+                    "--loopback",
+                    "-n",
+                    "20",
+                    "-s",
+                    "8",
+                    "--doorbell",
+                    mode,
+                ],
+            );
+            let line = field(&out, "Doorbell");
+            assert!(
+                line.starts_with(&format!("{mode}: ")) && !line.contains("default"),
+                "{bin} {test} --doorbell {mode}: {line:?}"
+            );
+            let rows = rows_after(&out, rows_header);
+            assert_eq!(rows.len(), 1, "{out}");
+            assert!(rows[0][2..].iter().all(|&v| v > 0.0), "{out}");
+        }
+    }
+    // Without the flag: the QP's default, BlueFlame without the flush (the software ConnectX
+    // has BlueFlame registers), said to be the default.
+    let out = stdout_of(
+        env!("CARGO_BIN_EXE_lat"),
+        &["write", "--loopback", "-n", "5"],
+    );
+    let line = field(&out, "Doorbell");
+    assert!(
+        line.starts_with("bfpost: ") && line.contains("the QP's default"),
+        "{line}"
+    );
+}
+
+#[test]
+fn a_blueflame_mode_on_a_qp_without_blueflame_is_refused() {
+    use mlx5_direct::qp::{DoorbellMode, Qp};
+    // The software ConnectX always has BlueFlame registers; a ConnectX may not (a VF,
+    // MLX5_SHUT_UP_BF=1: docs/hardware.md). Drive the QP as if its layout said so.
+    let devs = side::Devices::sim_pair(false);
+    let mut s = side::Side::new(devs.local.clone(), &side::SideCfg::rc()).unwrap();
+    let mut layout = s.infos[0].layout;
+    layout.bf.size = 0;
+    // SAFETY: the QP lives as long as the device (kept until the end of the test), and the
+    // `Qp` it replaces, dropped here, posted nothing.
+    s.qps[0] = unsafe { Qp::from_layout(&layout, None) }.unwrap();
+    assert_eq!(s.doorbell_mode(), Some(DoorbellMode::Db));
+    for (mode, name) in [(DoorbellMode::BfPost, "bfpost"), (DoorbellMode::Bf, "bf")] {
+        let e = s.set_doorbell_mode(mode).unwrap_err().to_string();
+        assert!(
+            e.starts_with(&format!("--doorbell {name}: QP 0x"))
+                && e.contains("no BlueFlame registers")
+                && e.contains("use --doorbell db"),
+            "{e}"
+        );
+    }
+    s.set_doorbell_mode(DoorbellMode::Db).unwrap();
+    assert_eq!(s.doorbell_mode(), Some(DoorbellMode::Db));
+}
+
+#[test]
+fn a_doorbell_mode_on_the_verbs_path_is_refused() {
+    for bin in [env!("CARGO_BIN_EXE_lat"), env!("CARGO_BIN_EXE_bw")] {
+        for mode in ["bfpost", "bf", "db"] {
+            // Refused before any device is opened: the same on a build with or without verbs.
+            check_clear_error(
+                bin,
+                &["write", "--loopback", "--doorbell", mode, "--path", "verbs"],
+                &format!("--doorbell {mode}: --path verbs rings the doorbell libibverbs chooses"),
+            );
+        }
+    }
+    // An unknown mode is a usage error (clap's exit status 2) listing the modes.
+    let out = run(
+        env!("CARGO_BIN_EXE_lat"),
+        &["write", "--loopback", "--doorbell", "sometimes"],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("[possible values: bfpost, bf, db]"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn an_inline_size_the_device_does_not_grant_is_refused() {
+    // The software ConnectX sizes QPs as libmlx5 does: an RC send WQE of at most 1024 bytes
+    // holds 828 inline bytes (1024 - 192 bytes of fixed segments - 4 of inline header).
+    for (bin, test) in [
+        (env!("CARGO_BIN_EXE_lat"), "write"),
+        (env!("CARGO_BIN_EXE_lat"), "send"),
+        (env!("CARGO_BIN_EXE_bw"), "write"),
+    ] {
+        check_clear_error(
+            bin,
+            &[test, "--loopback", "-n", "5", "-s", "8", "-I", "829"],
+            "-I 829: sim0 grants a QP of this run at most 828 bytes of inline data; use -I 828 \
+             or less",
+        );
+        check_clear_error(
+            bin,
+            &[test, "--loopback", "-n", "5", "-I", "100000"],
+            "at most 828 bytes",
+        );
+    }
+    // At the limit it runs, inline, and says so; it used to be capped to 572 silently.
+    let out = stdout_of(
+        env!("CARGO_BIN_EXE_lat"),
+        &["write", "--loopback", "-n", "10", "-s", "828", "-I", "828"],
+    );
+    assert_eq!(field(&out, "Max inline data"), "828[B]", "{out}");
+    assert_eq!(rows_after(&out, "t_typical[usec]")[0][0], 828.0, "{out}");
+    let out = stdout_of(
+        env!("CARGO_BIN_EXE_bw"),
+        &["write", "--loopback", "-n", "50", "-s", "600", "-I", "600"],
+    );
+    assert_eq!(field(&out, "Max inline data"), "600[B]", "{out}");
+}
+
+/// A server (tool and arguments) and its client (the same, run with `-p` set and the address
+/// 127.0.0.1), which must both refuse to run together: each exits 1, without a panic, within
+/// `within` of the client's start. Returns (server stderr, client stderr).
+fn refused_pair(
+    (server_tool, server_args): (&str, &[&str]),
+    (client_tool, client_args): (&str, &[&str]),
+    within: Duration,
+) -> (String, String) {
+    let mut server = Command::new(server_tool)
+        .args(["-p", "0"])
+        .args(server_args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the server");
+    let ready = "Waiting for client to connect on TCP port ";
+    let mut lines = BufReader::new(server.stdout.take().expect("piped stdout")).lines();
+    let port = loop {
+        match lines.next() {
+            Some(Ok(l)) => {
+                if let Some(at) = l.find(ready) {
+                    let rest = &l[at + ready.len()..];
+                    break rest
+                        .split_whitespace()
+                        .next()
+                        .unwrap_or_default()
+                        .to_string();
+                }
+            }
+            _ => {
+                let _ = server.kill();
+                panic!("the server printed no {ready:?}");
+            }
+        }
+    };
+    let start = Instant::now();
+    let client = Command::new(client_tool)
+        .args(["-p", port.as_str()])
+        .args(client_args)
+        .arg("127.0.0.1")
+        .output()
+        .expect("run the client");
+    let status = loop {
+        if let Some(st) = server.try_wait().expect("wait for the server") {
+            break st;
+        }
+        if start.elapsed() > within + Duration::from_secs(20) {
+            let _ = server.kill();
+            let _ = server.wait();
+            panic!(
+                "the server still runs {:?} after its client started",
+                start.elapsed()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let took = start.elapsed();
+    let mut server_err = String::new();
+    if let Some(mut e) = server.stderr.take() {
+        let _ = e.read_to_string(&mut server_err);
+    }
+    let client_err = String::from_utf8_lossy(&client.stderr).into_owned();
+    for (who, code, err) in [
+        ("server", status.code(), &server_err),
+        ("client", client.status.code(), &client_err),
+    ] {
+        assert_eq!(code, Some(1), "the {who} did not refuse: {err}");
+        assert!(!err.contains("panicked"), "the {who} panicked: {err}");
+    }
+    assert!(
+        took < within,
+        "both ends stopped only after {took:?} (a timeout, not the check at connect)"
+    );
+    (server_err, client_err)
+}
+
+#[test]
+fn server_and_client_with_different_qp_counts_both_stop_at_once() {
+    // Before the check: the server served 2 connections, the client waited for a third until
+    // its 10 s I/O timeout. Now both stop when the first connection opens.
+    let bw = env!("CARGO_BIN_EXE_bw");
+    let (server, client) = refused_pair(
+        (bw, &["write", "-q", "2", "-n", "50", "-s", "64"]),
+        (bw, &["write", "-q", "4", "-n", "50", "-s", "64"]),
+        Duration::from_secs(8),
+    );
+    let want = "client -q 4, server -q 2: start both with the same -q";
+    assert!(server.contains(want), "server: {server}");
+    assert!(client.contains(want), "client: {client}");
+}
+
+#[test]
+fn server_and_client_of_different_runs_name_every_difference() {
+    let (lat, bw) = (env!("CARGO_BIN_EXE_lat"), env!("CARGO_BIN_EXE_bw"));
+    let (server, client) = refused_pair(
+        (lat, &["write", "-n", "40", "-s", "32"]),
+        (lat, &["send", "-n", "50", "-a"]),
+        Duration::from_secs(8),
+    );
+    for want in [
+        "client runs `lat send`, server `lat write`",
+        "client -a, server -s 32",
+        "client -n 50, server -n 40",
+    ] {
+        assert!(server.contains(want), "server: {server}");
+        assert!(client.contains(want), "client: {client}");
+    }
+    // A lat client at a bw server's port: the tool differs, nothing else.
+    let (server, client) = refused_pair(
+        (bw, &["write", "-n", "40", "-s", "32"]),
+        (lat, &["write", "-n", "40", "-s", "32"]),
+        Duration::from_secs(8),
+    );
+    for err in [&server, &client] {
+        assert!(
+            err.contains(
+                "client runs `lat write`, server `bw write`: start both with the same tool and \
+                 test"
+            ) && !err.contains(" -q ")
+                && !err.contains(" -n "),
+            "{err}"
+        );
+    }
 }

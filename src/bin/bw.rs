@@ -12,6 +12,12 @@
 //!
 //! `--path verbs` creates its QPs and CQ with `VerbsDevice::create_*_verbs` and posts with
 //! `ibv_post_send`, on any verbs device; `--path direct` needs an mlx5 device.
+//! `--doorbell bfpost|bf|db` chooses how the direct path rings the doorbell on every QP
+//! (`mlx5_qp::DoorbellMode`); the banner names the mode in use. `-I` above what the device
+//! grants a QP is refused, naming the largest size it grants.
+//!
+//! A server and a client started with different flags (test, `-q`, `-s`/`-a`, `-n`) both stop
+//! when they connect, naming both values (`mlx5_direct::perf::hello`).
 //!
 //! Across processes each has its own software ConnectX; they swap UDP addresses on the first
 //! control connection, and RoCEv2 frames travel between them over UDP. `-p 0` lets the server
@@ -32,7 +38,9 @@ mod side;
 
 use clap::Parser;
 use mlx5_direct::hw::{Device, QpType};
-use mlx5_direct::perf::args::{BwArgs, BwTest, PathKind};
+use mlx5_direct::perf::args::{describe_doorbell, BwArgs, BwTest, PathKind};
+use mlx5_direct::perf::hello::{RunShape, Sizes, TestKind, Tool};
+use mlx5_direct::perf::inline::InlineRequest;
 use mlx5_direct::perf::progress::Progress;
 use mlx5_direct::perf::rendezvous::{sizes_for_udp_link, UdpBudget};
 use mlx5_direct::perf::report::{self, Banner};
@@ -42,7 +50,7 @@ use mlx5_direct::qp::connect::{
     connect_pair, AbortCode, ConnectParams, Connection, ControlEvent, ControlOnly, Link, PairSide,
     QpLink, QpRef, RemoteBuffer,
 };
-use mlx5_direct::qp::{Cq, Qp, RemoteAddr, SendWr, Sge, Wc};
+use mlx5_direct::qp::{Cq, DoorbellMode, Qp, RemoteAddr, SendWr, Sge, Wc};
 use side::{
     describe_endpoint, open_devices, remote, sizes_and_iters, Devices, Rendezvous, Side, SideCfg,
     UdpLink,
@@ -53,7 +61,7 @@ use std::time::{Duration, Instant};
 
 /// How long the client may wait for a completion before the run is declared stuck.
 const STALL: Duration = Duration::from_secs(10);
-/// Default largest inline message, capped by what the QP grants.
+/// Default largest inline message, taken down to what the QP grants.
 const DEFAULT_INLINE: u32 = 220;
 
 fn main() -> ExitCode {
@@ -73,8 +81,13 @@ struct Plan {
     qps: u32,
     depth: u32,
     cq_mod: u64,
-    inline: u32,
+    /// What to ask the device for (READ: nothing).
+    inline: InlineRequest,
+    /// `--doorbell` (direct path only).
+    doorbell: Option<DoorbellMode>,
     buf_len: usize,
+    /// What the peer process must have been started for.
+    shape: RunShape,
 }
 
 fn plan(a: &BwArgs) -> Result<Plan> {
@@ -87,6 +100,20 @@ fn plan(a: &BwArgs) -> Result<Plan> {
         return Err(Error::Usage("-t must be between 1 and 8192".into()));
     }
     let max = sizes.iter().copied().max().unwrap_or(8) as usize;
+    let shape = RunShape {
+        tool: Tool::Bw,
+        test: match a.test {
+            BwTest::Write => TestKind::Write,
+            BwTest::Read => TestKind::Read,
+        },
+        qps: a.qps,
+        sizes: if c.all {
+            Sizes::All
+        } else {
+            Sizes::One(sizes.first().copied().unwrap_or(65536))
+        },
+        iters,
+    };
     Ok(Plan {
         sizes,
         iters,
@@ -94,11 +121,13 @@ fn plan(a: &BwArgs) -> Result<Plan> {
         depth: a.tx_depth,
         cq_mod: a.cq_mod.clamp(1, a.tx_depth) as u64,
         inline: if a.test == BwTest::Read {
-            0
+            InlineRequest::none()
         } else {
-            c.inline.unwrap_or(DEFAULT_INLINE)
+            InlineRequest::new(c.inline, DEFAULT_INLINE)
         },
+        doorbell: c.doorbell_mode()?,
         buf_len: max.next_multiple_of(64),
+        shape,
     })
 }
 
@@ -108,7 +137,7 @@ fn side_cfg(p: &Plan) -> SideCfg {
         qps: p.qps,
         sq_depth: p.depth,
         rq_depth: 1,
-        inline: p.inline.min(512),
+        inline: p.inline.bytes,
         buf_len: p.buf_len,
         srq: None,
     }
@@ -336,10 +365,11 @@ fn banner(
     devs: &Devices,
     p: &Plan,
     inline: u32,
+    doorbell: &str,
     conns: &[Connection],
     udp: Option<&UdpLink>,
 ) -> String {
-    let mut extra = Vec::new();
+    let mut extra = vec![("Doorbell".into(), doorbell.to_string())];
     if let Some(u) = udp {
         extra.push(("UDP link".into(), u.to_string()));
     }
@@ -502,7 +532,8 @@ fn connect_all(
                 ca
             }
             (None, Some(rv)) => {
-                let (control, l) = rv.control(how.devs, me.params.io_timeout)?;
+                let (control, l) =
+                    rv.control_for(how.devs, me.params.io_timeout, Some(&how.p.shape))?;
                 udp = udp.or(l);
                 Connection::over(control, me.dev, qp, &mut *link, &me.params)?
             }
@@ -520,7 +551,7 @@ fn connect_all(
 /// This library's data path.
 fn run_direct(how: &How<'_>) -> Result<()> {
     let devs = how.devs;
-    let mut me = Side::new(devs.local.clone(), &how.cfg)?;
+    let (mut me, inline) = direct_side(devs.local.clone(), how)?;
     let end = End {
         dev: &*devs.local,
         qps: (0..me.qps.len()).map(|q| me.qp_ref(q)).collect(),
@@ -529,10 +560,7 @@ fn run_direct(how: &How<'_>) -> Result<()> {
     // In loopback the peer is passive: its data path is never touched, so it connects
     // without one.
     let peer_side = match how.rv {
-        None => Some(Side::new(
-            devs.peer.clone().unwrap_or_else(|| devs.local.clone()),
-            &how.cfg,
-        )?),
+        None => Some(direct_side(devs.peer.clone().unwrap_or_else(|| devs.local.clone()), how)?.0),
         Some(_) => None,
     };
     let peer = peer_side.as_ref().map(|s| End {
@@ -547,13 +575,27 @@ fn run_direct(how: &How<'_>) -> Result<()> {
         };
         connect_all(how, &end, &mut links, peer.as_ref())?
     };
-    let inline = how.p.inline.min(me.qps[0].max_inline_data());
+    let doorbell = match me.doorbell_mode() {
+        Some(m) => describe_doorbell(m, how.p.doorbell.is_some()),
+        None => String::new(),
+    };
     let mut d = Direct {
         qps: &mut me.qps,
         cq: &mut me.cq,
         wcs: [Wc::default(); 32],
     };
-    serve_or_measure(how, inline, conns, udp, &mut d, &me.buf)
+    serve_or_measure(how, (inline, &doorbell), conns, udp, &mut d, &me.buf)
+}
+
+/// One end on this library's data path: the side and the inline size it can use, with the
+/// doorbell mode `--doorbell` asks for. In loopback the passive end gets the same mode, though
+/// it never posts.
+fn direct_side(dev: std::sync::Arc<dyn Device>, how: &How<'_>) -> Result<(Side, u32)> {
+    let (mut side, inline) = Side::with_inline(dev, &how.cfg, how.p.inline)?;
+    if let Some(mode) = how.p.doorbell {
+        side.set_doorbell_mode(mode)?;
+    }
+    Ok((side, inline))
 }
 
 /// `--path verbs`: QPs created through libibverbs on any verbs device (Soft-RoCE too), posted
@@ -567,7 +609,7 @@ fn run_verbs(how: &How<'_>) -> Result<()> {
         .verbs
         .clone()
         .ok_or_else(|| Error::Usage("--path verbs needs a verbs device".into()))?;
-    let me = VerbsSide::new(verbs.clone(), &how.cfg)?;
+    let (me, inline) = VerbsSide::with_inline(verbs.clone(), &how.cfg, how.p.inline)?;
     let end = End {
         dev: &*me.dev,
         qps: (0..me.qps.len()).map(|q| me.qp_ref(q)).collect(),
@@ -576,7 +618,7 @@ fn run_verbs(how: &How<'_>) -> Result<()> {
     // Loopback: the passive end on the same device (rxe and ConnectX deliver packets to their
     // own GID internally).
     let peer_side = match how.rv {
-        None => Some(VerbsSide::new(verbs.clone(), &how.cfg)?),
+        None => Some(VerbsSide::with_inline(verbs.clone(), &how.cfg, how.p.inline)?.0),
         Some(_) => None,
     };
     let peer = peer_side.as_ref().map(|s| End {
@@ -585,7 +627,6 @@ fn run_verbs(how: &How<'_>) -> Result<()> {
         params: how.params(s.buf.remote_buffer()),
     });
     let (conns, udp) = connect_all(how, &end, &mut NoLinks, peer.as_ref())?;
-    let inline = how.p.inline.min(me.max_inline());
     let mut v = Verbs {
         qps: me
             .qps
@@ -596,7 +637,8 @@ fn run_verbs(how: &How<'_>) -> Result<()> {
         cq: BaselineCq::new(&verbs, me.cq.id)?,
         done: vec![Completion::default(); 32],
     };
-    serve_or_measure(how, inline, conns, udp, &mut v, &me.buf)
+    let doorbell = "libibverbs' own (ibv_post_send)";
+    serve_or_measure(how, (inline, doorbell), conns, udp, &mut v, &me.buf)
 }
 
 #[cfg(not(feature = "verbs"))]
@@ -608,9 +650,11 @@ fn run_verbs(_how: &How<'_>) -> Result<()> {
 
 /// With the QPs connected: the server serves until the client closes every control
 /// connection; the client (or a loopback run) measures every size through `poster`.
+/// `inline` is the inline size the QPs can take, `doorbell` how the banner names their
+/// doorbell.
 fn serve_or_measure(
     how: &How<'_>,
-    inline: u32,
+    (inline, doorbell): (u32, &str),
     mut conns: Vec<Connection>,
     udp: Option<UdpLink>,
     poster: &mut dyn Poster,
@@ -618,7 +662,7 @@ fn serve_or_measure(
 ) -> Result<()> {
     let (a, p, devs) = (how.a, how.p, how.devs);
     let c = &a.common;
-    say(&banner(a, devs, p, inline, &conns, udp.as_ref()));
+    say(&banner(a, devs, p, inline, doorbell, &conns, udp.as_ref()));
     let client = c.loopback || c.server.is_some();
     if !client {
         // The server only serves; the client closes the control connections when done.

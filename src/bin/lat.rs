@@ -14,6 +14,12 @@
 //! `--path verbs` creates its QPs and CQ with `VerbsDevice::create_*_verbs`, so it runs on any
 //! verbs device, Soft-RoCE included; `--path direct` needs an mlx5 device and says so on any
 //! other. On RoCE the source GID is `-x`, else a RoCE v2 GID of an IPv4 address.
+//! `--doorbell bfpost|bf|db` chooses how the direct path rings the doorbell on both ends
+//! (`mlx5_qp::DoorbellMode`), to compare them on hardware; the banner names the mode in use.
+//! `-I` above what the device grants a QP is refused, naming the largest size it grants.
+//!
+//! A server and a client started with different flags (test, `-s`/`-a`, `-n`) both stop when
+//! they connect, naming both values (`mlx5_direct::perf::hello`).
 //!
 //! Across processes each has its own software ConnectX; they swap UDP addresses on the
 //! control connection, and RoCEv2 frames travel between them over UDP. `-p 0` lets the server
@@ -30,7 +36,9 @@ mod side;
 use clap::Parser;
 use mlx5_direct::hw::Device;
 use mlx5_direct::hw::QpType;
-use mlx5_direct::perf::args::{Common, LatArgs, LatTest, PathKind};
+use mlx5_direct::perf::args::{describe_doorbell, Common, LatArgs, LatTest, PathKind};
+use mlx5_direct::perf::hello::{RunShape, Sizes, TestKind, Tool};
+use mlx5_direct::perf::inline::InlineRequest;
 use mlx5_direct::perf::progress::Progress;
 use mlx5_direct::perf::rendezvous::sizes_for_udp_link;
 use mlx5_direct::perf::report::{self, Banner};
@@ -40,7 +48,7 @@ use mlx5_direct::qp::connect::{
     connect_pair, AbortCode, ConnectParams, Connection, ControlEvent, Link, PairSide, QpLink,
     QpRef, RemoteBuffer,
 };
-use mlx5_direct::qp::{Cq, Qp, RemoteAddr, SendWr, Sge, Wc};
+use mlx5_direct::qp::{Cq, DoorbellMode, Qp, RemoteAddr, SendWr, Sge, Wc};
 use side::{
     describe_endpoint, open_devices, remote, sizes_and_iters, Buf, Devices, Rendezvous, Side,
     SideCfg, UdpLink,
@@ -52,7 +60,7 @@ use std::time::{Duration, Instant};
 
 /// How long any one wait may take before the run is declared stuck.
 const STALL: Duration = Duration::from_secs(10);
-/// Default largest inline message, capped by what the QP grants.
+/// Default largest inline message, taken down to what the QP grants.
 const DEFAULT_INLINE: u32 = 220;
 /// Receives kept posted for SEND.
 const RECV_DEPTH: u32 = 64;
@@ -314,24 +322,46 @@ struct Plan {
     test: LatTest,
     sizes: Vec<u64>,
     iters: u64,
-    inline: u32,
+    /// What to ask the device for (READ: nothing).
+    inline: InlineRequest,
+    /// `--doorbell` (direct path only).
+    doorbell: Option<DoorbellMode>,
     half: usize,
+    /// What the peer process must have been started for.
+    shape: RunShape,
 }
 
 fn plan(args: &LatArgs) -> Result<Plan> {
     let c = &args.common;
     let (sizes, iters) = sizes_and_iters(c, 2, 1000)?;
     let max = sizes.iter().copied().max().unwrap_or(2) as usize;
+    let shape = RunShape {
+        tool: Tool::Lat,
+        test: match args.test {
+            LatTest::Write => TestKind::Write,
+            LatTest::Send => TestKind::Send,
+            LatTest::Read => TestKind::Read,
+        },
+        qps: 1,
+        sizes: if c.all {
+            Sizes::All
+        } else {
+            Sizes::One(sizes.first().copied().unwrap_or(2))
+        },
+        iters,
+    };
     Ok(Plan {
         test: args.test,
         sizes,
         iters,
         inline: if args.test == LatTest::Read {
-            0
+            InlineRequest::none()
         } else {
-            c.inline.unwrap_or(DEFAULT_INLINE)
+            InlineRequest::new(c.inline, DEFAULT_INLINE)
         },
+        doorbell: c.doorbell_mode()?,
         half: max.next_multiple_of(64),
+        shape,
     })
 }
 
@@ -341,9 +371,28 @@ fn side_cfg(p: &Plan) -> SideCfg {
         qps: 1,
         sq_depth: 128,
         rq_depth: RECV_DEPTH,
-        inline: p.inline.min(512),
+        inline: p.inline.bytes,
         buf_len: 2 * p.half,
         srq: None,
+    }
+}
+
+/// One end on this library's data path: the side, the inline size it can use, with the
+/// doorbell mode `--doorbell` asks for.
+fn direct_side(dev: Arc<dyn Device>, cfg: &SideCfg, p: &Plan) -> Result<(Side, u32)> {
+    let (mut side, inline) = Side::with_inline(dev, cfg, p.inline)?;
+    if let Some(mode) = p.doorbell {
+        side.set_doorbell_mode(mode)?;
+    }
+    Ok((side, inline))
+}
+
+/// The banner's doorbell line: the direct path's mode (as `--doorbell` chose it, or the QP's
+/// default), or libibverbs' own.
+fn doorbell_line(p: &Plan, mode: Option<DoorbellMode>) -> String {
+    match mode {
+        Some(m) => describe_doorbell(m, p.doorbell.is_some()),
+        None => "libibverbs' own (ibv_post_send)".into(),
     }
 }
 
@@ -413,14 +462,16 @@ fn connect_loopback(
     )?)
 }
 
-/// Connect this end to the peer process through `rv`.
+/// Connect this end to the peer process through `rv`, which must have been started for the
+/// same run (`shape`).
 fn connect_end(
     me: &EndInfo,
     link: &mut dyn Link,
     rv: &Rendezvous,
     devs: &Devices,
+    shape: &RunShape,
 ) -> Result<(Connection, Option<UdpLink>)> {
-    let (control, udp) = rv.control(devs, me.params.io_timeout)?;
+    let (control, udp) = rv.control_for(devs, me.params.io_timeout, Some(shape))?;
     let conn = Connection::over(control, &*me.dev, me.qp, link, &me.params)?;
     Ok((conn, udp))
 }
@@ -429,11 +480,13 @@ fn banner(
     args: &LatArgs,
     devs: &Devices,
     inline: u32,
+    doorbell: &str,
     conn: &Connection,
     udp: Option<&UdpLink>,
 ) -> String {
     let mtu = conn.path_mtu().bytes();
     let mut extra = vec![
+        ("Doorbell".into(), doorbell.to_string()),
         ("local address".into(), describe_endpoint(conn.local())),
         ("remote address".into(), describe_endpoint(conn.peer())),
     ];
@@ -498,12 +551,13 @@ fn run_direct(
     rv: Option<&Rendezvous>,
 ) -> Result<()> {
     let c = &args.common;
-    let mut a = Side::new(devs.local.clone(), cfg)?;
+    let (mut a, inline) = direct_side(devs.local.clone(), cfg, p)?;
+    let doorbell = doorbell_line(p, a.doorbell_mode());
     let ia = end_info(a.dev.clone(), a.qp_ref(0), &a.buf, c, p, gid);
     let Side { qps, cq, buf, .. } = &mut a;
     let Some(rv) = rv else {
         let peer_dev = devs.peer.clone().unwrap_or_else(|| devs.local.clone());
-        let mut b = Side::new(peer_dev, cfg)?;
+        let (mut b, inline_b) = direct_side(peer_dev, cfg, p)?;
         let ib = end_info(b.dev.clone(), b.qp_ref(0), &b.buf, c, p, gid);
         let Side {
             qps: qps_b,
@@ -516,7 +570,7 @@ fn run_direct(
             let mut lb = QpLink::new(&mut qps_b[0], cq_b, receives(p.test, ib.recv));
             connect_loopback(&ia, &mut la, &ib, &mut lb)?
         };
-        let inline = p.inline.min(qps[0].max_inline_data());
+        let inline = inline.min(inline_b);
         let mut pa = Pinger::new(
             Direct::new(&mut qps[0], cq),
             buf,
@@ -532,13 +586,12 @@ fn run_direct(
             p,
         );
         (pa.yield_idle, pb.yield_idle) = (devs.software, devs.software);
-        return measure_loopback(args, p, devs, pa, pb, &ca);
+        return measure_loopback(args, p, devs, pa, pb, &ca, &doorbell);
     };
     let (conn, udp) = {
         let mut link = QpLink::new(&mut qps[0], cq, receives(p.test, ia.recv));
-        connect_end(&ia, &mut link, rv, devs)?
+        connect_end(&ia, &mut link, rv, devs, &p.shape)?
     };
-    let inline = p.inline.min(qps[0].max_inline_data());
     let mut me = Pinger::new(
         Direct::new(&mut qps[0], cq),
         buf,
@@ -547,7 +600,7 @@ fn run_direct(
         p,
     );
     me.yield_idle = devs.software;
-    measure_end(args, p, devs, me, conn, udp, rv.is_client())
+    measure_end(args, p, devs, me, conn, udp, rv.is_client(), &doorbell)
 }
 
 /// Both ends here: A pings, B answers, A measures.
@@ -558,8 +611,9 @@ fn measure_loopback<P: LatPath, Q: LatPath>(
     mut pa: Pinger<'_, P>,
     mut pb: Pinger<'_, Q>,
     ca: &Connection,
+    doorbell: &str,
 ) -> Result<()> {
-    println!("{}", banner(args, devs, pa.inline, ca, None));
+    println!("{}", banner(args, devs, pa.inline, doorbell, ca, None));
     println!("{}", report::LAT_HEADER);
     let mut last = None;
     let mut stamp = 0u8;
@@ -596,6 +650,7 @@ fn measure_loopback<P: LatPath, Q: LatPath>(
 
 /// This end of a run across processes: the client pings and measures, the server answers
 /// (READ: the server only serves) until the client says goodbye.
+#[allow(clippy::too_many_arguments)]
 fn measure_end<P: LatPath>(
     args: &LatArgs,
     p: &Plan,
@@ -604,8 +659,16 @@ fn measure_end<P: LatPath>(
     mut conn: Connection,
     udp: Option<UdpLink>,
     client: bool,
+    doorbell: &str,
 ) -> Result<()> {
-    say(&banner(args, devs, me.inline, &conn, udp.as_ref()));
+    say(&banner(
+        args,
+        devs,
+        me.inline,
+        doorbell,
+        &conn,
+        udp.as_ref(),
+    ));
     // Both ends leave out the same sizes, so they stay in step.
     let mtu = conn.path_mtu().bytes();
     let budget = udp.as_ref().map(|u| u.budget(mtu));
@@ -889,14 +952,14 @@ mod verbs_path {
             .verbs
             .clone()
             .ok_or_else(|| Error::Usage("--path verbs needs a verbs device".into()))?;
-        let a = VerbsSide::new(dev.clone(), cfg)?;
+        let doorbell = doorbell_line(p, None);
+        let (a, inline) = VerbsSide::with_inline(dev.clone(), cfg, p.inline)?;
         let ia = verbs_end(&a, c, p, gid);
-        let inline = p.inline.min(a.max_inline());
         let (mut qa, cqa) = a.claim(0)?;
         let Some(rv) = rv else {
             // Both ends on this device: rxe and ConnectX deliver a packet to their own GID
             // internally (loopback), so one port is enough.
-            let b = VerbsSide::new(dev, cfg)?;
+            let (b, inline_b) = VerbsSide::with_inline(dev, cfg, p.inline)?;
             let ib = verbs_end(&b, c, p, gid);
             let (mut qb, cqb) = b.claim(0)?;
             let (ca, cb) = {
@@ -904,18 +967,18 @@ mod verbs_path {
                 let mut lb = VerbsLink::new(&mut qb, p.test, ib.recv);
                 connect_loopback(&ia, &mut la, &ib, &mut lb).map_err(|e| lb.cause(la.cause(e)))?
             };
-            let inline = inline.min(b.max_inline());
+            let inline = inline.min(inline_b);
             let mut pa = Pinger::new(verbs((qa, cqa)), &a.buf, buffer_of(&ca)?, inline, p);
             let mut pb = Pinger::new(verbs((qb, cqb)), &b.buf, buffer_of(&cb)?, inline, p);
             (pa.yield_idle, pb.yield_idle) = (devs.software, devs.software);
-            return measure_loopback(args, p, devs, pa, pb, &ca);
+            return measure_loopback(args, p, devs, pa, pb, &ca, &doorbell);
         };
         let (conn, udp) = {
             let mut link = VerbsLink::new(&mut qa, p.test, ia.recv);
-            connect_end(&ia, &mut link, rv, devs).map_err(|e| link.cause(e))?
+            connect_end(&ia, &mut link, rv, devs, &p.shape).map_err(|e| link.cause(e))?
         };
         let mut me = Pinger::new(verbs((qa, cqa)), &a.buf, buffer_of(&conn)?, inline, p);
         me.yield_idle = devs.software;
-        measure_end(args, p, devs, me, conn, udp, rv.is_client())
+        measure_end(args, p, devs, me, conn, udp, rv.is_client(), &doorbell)
     }
 }

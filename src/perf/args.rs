@@ -2,9 +2,12 @@
 //! (perftest `src/perftest_parameters.c` `usage`): `-d/--ib-dev`, `-i/--ib-port`,
 //! `-p/--port`, `-s/--size`, `-n/--iters`, `-a/--all`, `-I/--inline_size`, `-q/--qp`,
 //! `-t/--tx-depth`, `-x/--gid-index`, `--report_gbits`; the server is the side started
-//! without an address.
+//! without an address. `--doorbell` is this library's own: how the direct path rings the
+//! doorbell (`mlx5_qp::DoorbellMode`).
 
+use super::error::{Error, Result};
 use clap::{Args, Parser, ValueEnum};
+use mlx5_qp::DoorbellMode;
 use std::path::PathBuf;
 
 /// Which post path to measure.
@@ -24,6 +27,60 @@ impl PathKind {
             PathKind::Verbs => "verbs (ibv_post_send/ibv_poll_cq)",
         }
     }
+}
+
+/// How the direct path rings the doorbell (`--doorbell`), one per [`DoorbellMode`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum DoorbellArg {
+    /// BlueFlame copy with no flush after a whole-line copy (UCX `BF_POST`).
+    #[value(name = "bfpost")]
+    BfPost,
+    /// BlueFlame copy, flushed after every copy (rdma-core `post_send_db`).
+    Bf,
+    /// 8-byte doorbells only (rdma-core with `MLX5_SHUT_UP_BF=1`).
+    Db,
+}
+
+impl DoorbellArg {
+    /// The data path's mode.
+    pub fn mode(self) -> DoorbellMode {
+        match self {
+            DoorbellArg::BfPost => DoorbellMode::BfPost,
+            DoorbellArg::Bf => DoorbellMode::Bf,
+            DoorbellArg::Db => DoorbellMode::Db,
+        }
+    }
+
+    /// The flag's value for `mode`.
+    pub fn of(mode: DoorbellMode) -> DoorbellArg {
+        match mode {
+            DoorbellMode::BfPost => DoorbellArg::BfPost,
+            DoorbellMode::Bf => DoorbellArg::Bf,
+            DoorbellMode::Db => DoorbellArg::Db,
+        }
+    }
+
+    /// The name on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            DoorbellArg::BfPost => "bfpost",
+            DoorbellArg::Bf => "bf",
+            DoorbellArg::Db => "db",
+        }
+    }
+}
+
+/// How the banner names a QP's doorbell mode: the flag's value and what it does (`chosen`:
+/// `--doorbell` asked for it, else it is the QP's default), e.g. `bf: BlueFlame, flushed after
+/// every copy (rdma-core post_send_db)`.
+pub fn describe_doorbell(mode: DoorbellMode, chosen: bool) -> String {
+    let what = match mode {
+        DoorbellMode::BfPost => "BlueFlame, no flush after a whole-line copy (UCX BF_POST)",
+        DoorbellMode::Bf => "BlueFlame, flushed after every copy (rdma-core post_send_db)",
+        DoorbellMode::Db => "8-byte doorbell only (rdma-core with MLX5_SHUT_UP_BF=1)",
+    };
+    let how = if chosen { "" } else { "; the QP's default" };
+    format!("{}: {what}{how}", DoorbellArg::of(mode).name())
 }
 
 /// What both tools share.
@@ -55,17 +112,38 @@ pub struct Common {
     /// Run every size from 2 bytes to 8 MiB (powers of two).
     #[arg(short = 'a', long = "all")]
     pub all: bool,
-    /// Largest message sent inline (copied into the WQE); capped by the QP.
+    /// Largest message sent inline (copied into the WQE). Refused when the device grants a
+    /// QP less; without it, 220 bytes or what the QP grants, whichever is smaller.
     #[arg(short = 'I', long = "inline_size")]
     pub inline: Option<u32>,
     /// Which post path to measure.
     #[arg(long, value_enum, default_value_t = PathKind::Direct)]
     pub path: PathKind,
+    /// How the direct path rings the doorbell, on every QP of the run (default: the QP's own,
+    /// bfpost when it has BlueFlame registers, else db). `--path verbs` rings libibverbs'.
+    #[arg(long, value_enum, value_name = "MODE")]
+    pub doorbell: Option<DoorbellArg>,
     /// Both ends in this process, on two software ConnectX devices (threaded mode), or on one
     /// verbs device. Without it, this process is the server (no address) or the client, and
     /// on the software ConnectX each process has its own device, reaching the other over UDP.
     #[arg(long)]
     pub loopback: bool,
+}
+
+impl Common {
+    /// The doorbell mode `--doorbell` asks for (`None`: leave the QP's default); refused on
+    /// `--path verbs`, where libibverbs rings its own doorbell.
+    pub fn doorbell_mode(&self) -> Result<Option<DoorbellMode>> {
+        match (self.doorbell, self.path) {
+            (Some(d), PathKind::Verbs) => Err(Error::Usage(format!(
+                "--doorbell {}: --path verbs rings the doorbell libibverbs chooses (rdma-core \
+                 mlx5 post_send_db: BlueFlame when the QP has it; MLX5_SHUT_UP_BF=1 in the \
+                 environment for 8-byte doorbells only); --doorbell is for --path direct",
+                d.name()
+            ))),
+            (d, _) => Ok(d.map(DoorbellArg::mode)),
+        }
+    }
 }
 
 /// The latency tests.
@@ -194,6 +272,31 @@ mod tests {
         assert_eq!(b.common.path, PathKind::Verbs);
         assert!(b.common.server.is_none());
         assert_eq!(b.common.gid_index, None);
+    }
+
+    #[test]
+    fn doorbell_modes_parse_and_verbs_refuses_them() {
+        for (flag, mode) in [
+            ("bfpost", DoorbellMode::BfPost),
+            ("bf", DoorbellMode::Bf),
+            ("db", DoorbellMode::Db),
+        ] {
+            let a = BwArgs::try_parse_from(["bw", "write", "--doorbell", flag]).unwrap();
+            assert_eq!(a.common.doorbell_mode().unwrap(), Some(mode));
+            assert_eq!(DoorbellArg::of(mode).name(), flag);
+            assert!(describe_doorbell(mode, true).starts_with(&format!("{flag}: ")));
+            let v = LatArgs::try_parse_from(["lat", "send", "--doorbell", flag, "--path", "verbs"])
+                .unwrap();
+            let e = v.common.doorbell_mode().unwrap_err().to_string();
+            assert!(
+                e.contains(&format!("--doorbell {flag}")) && e.contains("--path direct"),
+                "{e}"
+            );
+        }
+        let none = LatArgs::try_parse_from(["lat", "read", "--path", "verbs"]).unwrap();
+        assert_eq!(none.common.doorbell_mode().unwrap(), None);
+        assert!(describe_doorbell(DoorbellMode::BfPost, false).ends_with("the QP's default"));
+        assert!(LatArgs::try_parse_from(["lat", "write", "--doorbell", "BF_POST"]).is_err());
     }
 
     #[test]

@@ -1,8 +1,10 @@
 //! The shared, safe part of the perftest-compatible tools `lat` and `bw`: command-line
 //! arguments ([`args`]), statistics ([`stats`]), perftest-style report lines ([`report`]), the
 //! latency histogram picture ([`svg`]), terminal progress ([`progress`]), errors
-//! ([`error`]), how two processes' software ConnectX find each other ([`rendezvous`]) and
-//! which source GID a RoCE port uses by default ([`gid`]).
+//! ([`error`]), what a server and its client tell each other before they connect ([`hello`]),
+//! the control connection and the UDP link between two processes ([`rendezvous`]), which
+//! source GID a RoCE port uses by default ([`gid`]) and what `-I` asks of the device
+//! ([`inline`]).
 //!
 //! The tools print the same columns as perftest's `ib_write_lat` / `ib_write_bw`
 //! (perftest `src/perftest_parameters.c`, `print_report_lat` / `print_report_bw`) so that their
@@ -14,6 +16,8 @@
 pub mod args;
 pub mod error;
 pub mod gid;
+pub mod hello;
+pub mod inline;
 pub mod progress;
 pub mod rendezvous;
 pub mod report;

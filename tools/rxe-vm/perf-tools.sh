@@ -9,7 +9,11 @@
 #   --path verbs, a server process on rxe0 and a client process on rxe1, control connection
 #     over TCP 127.0.0.1, RoCE v2 frames across the veth pair: lat write, lat send, bw write;
 #   --path direct on rxe0 (not mlx5): lat and bw exit 1 saying the direct path needs an mlx5
-#     device, without a panic.
+#     device, without a panic; so does --doorbell with --path verbs;
+#   -I above what rxe grants: refused naming the largest size ibv_create_qp grants, and a run
+#     with -I (and -s) of exactly that size works;
+#   a bw server with -q 2 and a client with -q 1 (rxe0, rxe1): both exit 1 at connect naming
+#     both values.
 # Every run must exit 0 (the refusals 1) and the two-process runs must show the IPv4 RoCE v2
 # GIDs of rxe0 (192.0.2.1) and rxe1 (192.0.2.2) crosswise, else the script stops there with
 # exit 1 after printing what the tools printed; at the end every measuring run's output must
@@ -116,15 +120,38 @@ two() {
     || fail "$name: the server's banner does not show rxe0 -> rxe1 GIDs"
 }
 
-# refused NAME TOOL ARGS...: exit status 1 and the direct path's refusal, no panic.
+# refused NAME WHY TOOL ARGS...: exit status 1 and WHY (a fixed string) in stderr, no panic.
 refused() {
-  local name=$1; shift
+  local name=$1 why=$2; shift 2
   timeout 60 "$@" >"$work/$name.out" 2>"$work/$name.err"
   local rc=$?
   [ $rc = 1 ] || fail "$name: $* exited $rc, want 1"
-  grep -q "needs an mlx5 device" "$work/$name.err" || fail "$name: no clear refusal"
+  grep -qF -- "$why" "$work/$name.err" || fail "$name: no clear refusal ($why)"
   ! grep -q panicked "$work/$name.err" || fail "$name: panicked"
-  say "ok $name: $(head -c 90 "$work/$name.err")..."
+  say "ok $name: $(head -c 120 "$work/$name.err")..."
+}
+
+# mismatched NAME WHY TOOL TEST SERVER_ARGS CLIENT_ARGS: a server on rxe0 and a client on rxe1
+# started for different runs (the ARGS are word-split) must both exit 1 saying WHY.
+mismatched() {
+  local name=$1 why=$2 tool=$3 test=$4 sargs=$5 cargs=$6
+  port=$((port + 1))
+  # shellcheck disable=SC2086
+  timeout 60 "$tool" "$test" "${v[@]}" $sargs -d rxe0 -p $port \
+    >"$work/$name-server.out" 2>"$work/$name-server.err" &
+  local server=$!
+  # shellcheck disable=SC2086
+  timeout 60 "$tool" "$test" "${v[@]}" $cargs -d rxe1 -p $port 127.0.0.1 \
+    >"$work/$name-client.out" 2>"$work/$name-client.err"
+  local rc=$?
+  wait "$server"
+  local src=$?
+  [ $rc = 1 ] || fail "$name: the client exited $rc, want 1"
+  [ $src = 1 ] || fail "$name: the server exited $src, want 1"
+  for end in server client; do
+    grep -qF -- "$why" "$work/$name-$end.err" || fail "$name: the $end does not say: $why"
+  done
+  say "ok $name: $(head -c 120 "$work/$name-client.err")..."
 }
 
 start=$SECONDS
@@ -145,7 +172,22 @@ expect "$work/lat-send2-client.out" lat 2000 50
 two bw-write2 "$bw" write "${v[@]}" -n 200 -s 8192 -q 2 -t 32
 expect "$work/bw-write2-client.out" bw 8192 400
 
-refused lat-direct "$lat" write --path direct -d rxe0 --loopback -n 1
-refused bw-direct "$bw" write --path direct -d rxe0 --loopback -n 1
+mismatched bw-qps "client -q 1, server -q 2: start both with the same -q" \
+  "$bw" write "-n 20 -s 64 -q 2" "-n 20 -s 64 -q 1"
+
+refused lat-direct "needs an mlx5 device" "$lat" write --path direct -d rxe0 --loopback -n 1
+refused bw-direct "needs an mlx5 device" "$bw" write --path direct -d rxe0 --loopback -n 1
+refused lat-doorbell "--doorbell bf: --path verbs rings the doorbell libibverbs chooses" \
+  "$lat" write "${v[@]}" --doorbell bf -d rxe0 --loopback -n 1
+
+# The largest inline size rxe grants, as the refusal names it; then a run at exactly that size.
+refused lat-inline "grants a QP of this run at most" \
+  "$lat" send "${v[@]}" -d rxe0 --loopback -n 5 -I 100000
+max=$(grep -o "at most [0-9]*" "$work/lat-inline.err" | awk '{print $3}')
+[ -n "$max" ] && [ "$max" -gt 0 ] || fail "lat-inline: no inline size in the refusal"
+one lat-inline-max "$lat" send "${v[@]}" -d rxe0 --loopback -n 20 -s "$max" -I "$max"
+grep -qF "Max inline data: ${max}[B]" "$work/lat-inline-max.out" \
+  || fail "lat-inline-max: the banner does not show -I $max"
+expect "$work/lat-inline-max.out" lat "$max" 20
 check_all || { say "FAILED: output checks (above)"; exit 1; }
 say "passed ($((SECONDS - start)) s)"

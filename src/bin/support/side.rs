@@ -2,10 +2,12 @@
 //! building the data path ([`Qp`], [`Cq`], [`Srq`]) from the layouts the device hands out. The
 //! facade library forbids unsafe code, so this file is included with `#[path]` by the `lat` and
 //! `bw` binaries and by the examples. Also here, since every one of them opens devices the same
-//! way: [`open_devices`] and the control connection to a peer process, [`Rendezvous`]; the
-//! checks of the arguments `lat` and `bw` share, [`sizes_and_iters`] and
-//! [`Devices::check_path`]; and with the `verbs` feature `VerbsSide`, one end on any verbs
-//! device (Soft-RoCE too) for the libibverbs data path.
+//! way: [`open_devices`] and the control connection to a peer process, [`Rendezvous`], which
+//! swaps a [`Hello`] with the peer first; the checks of the arguments `lat` and `bw` share,
+//! [`sizes_and_iters`] and [`Devices::check_path`], and of what the device grants them,
+//! [`Side::with_inline`] (`-I`) and [`Side::set_doorbell_mode`] (`--doorbell`); and with the
+//! `verbs` feature `VerbsSide`, one end on any verbs device (Soft-RoCE too) for the libibverbs
+//! data path.
 //!
 //! Lifetimes: a [`Side`] owns its buffer and data-path objects and drops the data path first;
 //! the device objects (QPs, CQs, MRs) live as long as the device, which every program here
@@ -14,15 +16,17 @@
 #![allow(dead_code)]
 
 use mlx5_direct::hw::{
-    AccessFlags, CqId, CqInitAttr, Device, MrInfo, PdId, QpCap, QpInfo, QpInitAttr, QpType,
-    SrqInfo, SrqInitAttr,
+    AccessFlags, CqId, CqInitAttr, Device, MrInfo, PdId, QpCap, QpId, QpInfo, QpInitAttr, QpType,
+    SrqId, SrqInfo, SrqInitAttr,
 };
-use mlx5_direct::perf::args::{Common, PathKind};
-use mlx5_direct::perf::rendezvous::{self, SimHello, UdpBudget};
+use mlx5_direct::perf::args::{Common, DoorbellArg, PathKind};
+use mlx5_direct::perf::hello::{self, Hello, RunShape, SimHello};
+use mlx5_direct::perf::inline::{self, InlineRequest};
+use mlx5_direct::perf::rendezvous::{self, UdpBudget};
 use mlx5_direct::perf::report;
 use mlx5_direct::perf::{Error, Result};
 use mlx5_direct::qp::connect::{Control, Endpoint, QpRef, RemoteBuffer};
-use mlx5_direct::qp::{Cq, Qp, RemoteAddr, Sge, Srq};
+use mlx5_direct::qp::{Cq, DoorbellMode, Qp, RemoteAddr, Sge, Srq};
 use mlx5_direct::sim::{DeviceConfig, Fabric, FabricThread, SimDevice};
 use std::net::{SocketAddr, TcpListener};
 use std::sync::{Arc, OnceLock};
@@ -203,6 +207,31 @@ pub struct SideCfg {
 }
 
 impl SideCfg {
+    /// The attributes of each of this side's QPs, on CQ `cq` (and SRQ `srq`), asking for
+    /// `inline` bytes of inline data.
+    fn qp_attr(&self, cq: CqId, srq: Option<SrqId>, inline: u32) -> QpInitAttr {
+        QpInitAttr {
+            qp_type: self.qp_type,
+            send_cq: cq,
+            recv_cq: cq,
+            srq,
+            cap: QpCap {
+                max_send_wr: self.sq_depth,
+                max_recv_wr: if self.srq.is_some() { 0 } else { self.rq_depth },
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data: inline,
+            },
+            sq_sig_all: false,
+        }
+    }
+
+    /// The entries this side's CQ needs.
+    fn cqe(&self) -> u32 {
+        let n = (self.sq_depth + self.rq_depth.max(self.srq.unwrap_or(0))) * self.qps.max(1);
+        n.max(64)
+    }
+
     /// One RC QP with room for 128 sends and 128 receives, 220 bytes inline, a 64 KiB buffer.
     pub fn rc() -> SideCfg {
         SideCfg {
@@ -245,13 +274,7 @@ impl Side {
     /// Create everything on `dev`.
     pub fn new(dev: Arc<dyn Device>, cfg: &SideCfg) -> Result<Side> {
         let pd = dev.alloc_pd()?;
-        let cqe = (cfg.sq_depth + cfg.rq_depth.max(cfg.srq.unwrap_or(0))) * cfg.qps.max(1);
-        let cqi = dev.create_cq(&CqInitAttr {
-            cqe: cqe.max(64),
-            cqe_size: 64,
-            ignore_overrun: false,
-            with_channel: false,
-        })?;
+        let cqi = dev.create_cq(&cq_attr(cfg.cqe()))?;
         // SAFETY: the CQ is never destroyed while the device lives, and this `Cq` is its only
         // consumer.
         let cq = unsafe { Cq::from_layout(&cqi.layout) }?;
@@ -275,23 +298,8 @@ impl Side {
         let mut qps = Vec::new();
         let mut infos = Vec::new();
         for _ in 0..cfg.qps.max(1) {
-            let info = dev.create_qp(
-                pd,
-                &QpInitAttr {
-                    qp_type: cfg.qp_type,
-                    send_cq: cqi.id,
-                    recv_cq: cqi.id,
-                    srq: srq_info.map(|s| s.id),
-                    cap: QpCap {
-                        max_send_wr: cfg.sq_depth,
-                        max_recv_wr: if cfg.srq.is_some() { 0 } else { cfg.rq_depth },
-                        max_send_sge: 1,
-                        max_recv_sge: 1,
-                        max_inline_data: cfg.inline,
-                    },
-                    sq_sig_all: false,
-                },
-            )?;
+            let info =
+                dev.create_qp(pd, &cfg.qp_attr(cqi.id, srq_info.map(|s| s.id), cfg.inline))?;
             let srqn = srq_info.map(|s| s.layout.srqn);
             // SAFETY: the QP is never destroyed while this `Qp` exists (the device outlives
             // it), and nothing else posts to it.
@@ -313,9 +321,114 @@ impl Side {
         })
     }
 
+    /// [`Side::new`] asking for the inline size of `req` (`cfg.inline` is replaced by it), and
+    /// the inline size the run can use ([`InlineRequest::settle`]): an explicit `-I` the device
+    /// does not grant is refused with the largest size it does grant.
+    pub fn with_inline(
+        dev: Arc<dyn Device>,
+        cfg: &SideCfg,
+        req: InlineRequest,
+    ) -> Result<(Side, u32)> {
+        let name = dev.name().to_string();
+        let cfg = SideCfg {
+            inline: req.bytes,
+            ..*cfg
+        };
+        match Side::new(dev.clone(), &cfg) {
+            Ok(side) => {
+                let granted = side.qps.iter().map(Qp::max_inline_data).min().unwrap_or(0);
+                let inline = req.settle(granted, &name)?;
+                Ok((side, inline))
+            }
+            Err(e) if req.explicit => Err(refuse_inline(
+                e,
+                &*dev,
+                &cfg,
+                req.bytes,
+                &name,
+                |pd, a| {
+                    let q = dev.create_qp(pd, a)?;
+                    Ok((q.id, q.layout.max_inline_data))
+                },
+                |a| Ok(dev.create_cq(a)?.id),
+            )),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Ring every QP's doorbells in `mode` (`--doorbell`); a BlueFlame mode on a QP without
+    /// BlueFlame registers is refused with the data path's reason.
+    pub fn set_doorbell_mode(&mut self, mode: DoorbellMode) -> Result<()> {
+        let name = self.dev.name().to_string();
+        for qp in &mut self.qps {
+            qp.set_doorbell_mode(mode).map_err(|e| {
+                Error::Usage(format!(
+                    "--doorbell {}: QP {:#08x} on {name}: {e}; use --doorbell db, or leave \
+                     --doorbell out",
+                    DoorbellArg::of(mode).name(),
+                    qp.qpn()
+                ))
+            })?;
+        }
+        Ok(())
+    }
+
+    /// The doorbell mode of the QPs (the first one's; [`Side::set_doorbell_mode`] sets them
+    /// all alike).
+    pub fn doorbell_mode(&self) -> Option<DoorbellMode> {
+        self.qps.first().map(Qp::doorbell_mode)
+    }
+
     /// The control path's name for QP `i`.
     pub fn qp_ref(&self, i: usize) -> QpRef {
         QpRef::new(&self.infos[i], self.pd)
+    }
+}
+
+/// A CQ of `cqe` entries, as every side here creates them.
+fn cq_attr(cqe: u32) -> CqInitAttr {
+    CqInitAttr {
+        cqe,
+        cqe_size: 64,
+        ignore_overrun: false,
+        with_channel: false,
+    }
+}
+
+/// The error for an explicit `-I asked` after creating a side failed with `cause`: when a QP of
+/// the same shape with less inline data can be created, [`inline::refused`] naming the largest
+/// size `dev` grants ([`inline::largest_granted`], asking the device with `create_qp` and a
+/// CQ from `create_cq`, destroying what it made); else `cause`.
+fn refuse_inline(
+    cause: Error,
+    dev: &dyn Device,
+    cfg: &SideCfg,
+    asked: u32,
+    name: &str,
+    create_qp: impl Fn(PdId, &QpInitAttr) -> Result<(QpId, u32)>,
+    create_cq: impl FnOnce(&CqInitAttr) -> Result<CqId>,
+) -> Error {
+    let probe = || -> Result<Option<u32>> {
+        let pd = dev.alloc_pd()?;
+        let cq = create_cq(&cq_attr(cfg.cqe()))?;
+        // No SRQ: the receive queue does not change the send WQE's size.
+        let cfg = SideCfg { srq: None, ..*cfg };
+        let largest = inline::largest_granted(asked, |n| {
+            let (id, granted) = create_qp(pd, &cfg.qp_attr(cq, None, n)).ok()?;
+            dev.destroy_qp(id).ok()?;
+            Some(granted)
+        });
+        dev.destroy_cq(cq)?;
+        dev.dealloc_pd(pd)?;
+        Ok(largest)
+    };
+    match probe() {
+        Ok(Some(largest)) => inline::refused(asked, largest, name),
+        Ok(None) => cause,
+        Err(e) => {
+            tracing::debug!(%e, "could not look for the largest inline size");
+            cause
+        }
     }
 }
 
@@ -594,33 +707,10 @@ impl VerbsSide {
         }
         let dev: Arc<dyn Device> = verbs.clone();
         let pd = dev.alloc_pd()?;
-        let cqe = (cfg.sq_depth + cfg.rq_depth) * cfg.qps.max(1);
-        let cq = verbs.create_cq_verbs(&CqInitAttr {
-            cqe: cqe.max(64),
-            cqe_size: 64,
-            ignore_overrun: false,
-            with_channel: false,
-        })?;
+        let cq = verbs.create_cq_verbs(&cq_attr(cfg.cqe()))?;
         let mut qps = Vec::new();
         for _ in 0..cfg.qps.max(1) {
-            let q = verbs.create_qp_verbs(
-                pd,
-                &QpInitAttr {
-                    qp_type: cfg.qp_type,
-                    send_cq: cq.id,
-                    recv_cq: cq.id,
-                    srq: None,
-                    cap: QpCap {
-                        max_send_wr: cfg.sq_depth,
-                        max_recv_wr: cfg.rq_depth,
-                        max_send_sge: 1,
-                        max_recv_sge: 1,
-                        max_inline_data: cfg.inline,
-                    },
-                    sq_sig_all: false,
-                },
-            )?;
-            qps.push(q);
+            qps.push(verbs.create_qp_verbs(pd, &cfg.qp_attr(cq.id, None, cfg.inline))?);
         }
         let buf = Buf::new(&*dev, pd, cfg.buf_len, all_access())?;
         Ok(VerbsSide {
@@ -632,6 +722,40 @@ impl VerbsSide {
             verbs,
             dev,
         })
+    }
+
+    /// [`VerbsSide::new`] asking for the inline size of `req`, and the inline size the run can
+    /// use: an explicit `-I` that `ibv_create_qp` does not grant is refused with the largest size
+    /// it does grant, as [`Side::with_inline`].
+    pub fn with_inline(
+        verbs: Arc<mlx5_direct::hw::verbs::VerbsDevice>,
+        cfg: &SideCfg,
+        req: InlineRequest,
+    ) -> Result<(Self, u32)> {
+        let cfg = SideCfg {
+            inline: req.bytes,
+            ..*cfg
+        };
+        let name = verbs.name().to_string();
+        match VerbsSide::new(verbs.clone(), &cfg) {
+            Ok(side) => {
+                let inline = req.settle(side.max_inline(), &name)?;
+                Ok((side, inline))
+            }
+            Err(e) if req.explicit => Err(refuse_inline(
+                e,
+                &*verbs,
+                &cfg,
+                req.bytes,
+                &name,
+                |pd, a| {
+                    let q = verbs.create_qp_verbs(pd, a)?;
+                    Ok((q.id, q.cap.max_inline_data))
+                },
+                |a| Ok(verbs.create_cq_verbs(a)?.id),
+            )),
+            Err(e) => Err(e),
+        }
     }
 
     /// The control path's name for QP `i`.
@@ -671,8 +795,8 @@ impl VerbsSide {
 }
 
 /// How this process reaches its peer: the TCP control connection (the server listens, the
-/// client connects), and for a software ConnectX in another process, where each device's
-/// frames go (the [`rendezvous`] pre-exchange on the same socket).
+/// client connects), and the [`Hello`] both ends swap on it first: the run each was started
+/// for, and for a software ConnectX in another process, where each device's frames go.
 pub enum Rendezvous {
     /// The server: waits for its client on this listener.
     Server(TcpListener),
@@ -732,26 +856,59 @@ impl Rendezvous {
     /// ConnectX that talks to another process, bind its UDP socket on the address the control
     /// connection uses (the first time) and swap UDP addresses with the peer first.
     pub fn control(&self, devs: &Devices, timeout: Duration) -> Result<(Control, Option<UdpLink>)> {
+        self.control_for(devs, timeout, None)
+    }
+
+    /// [`Rendezvous::control`] for a run of this `shape` (`lat`, `bw`): the peer must have
+    /// been started for the same run, else both ends stop here, each naming both values
+    /// ([`Hello::check_peer`]). With a shape the hello is swapped on every device, not only
+    /// on a software ConnectX.
+    pub fn control_for(
+        &self,
+        devs: &Devices,
+        timeout: Duration,
+        shape: Option<&RunShape>,
+    ) -> Result<(Control, Option<UdpLink>)> {
         let (mut stream, peer) = match self {
             Rendezvous::Server(l) => rendezvous::accept(l)?,
             Rendezvous::Client { host, port } => rendezvous::connect(host, *port, timeout)?,
         };
-        let link = match (devs.sims.first(), devs.peer.is_none()) {
-            (Some(sim), true) => Some(udp_exchange(devs, sim, &mut stream, timeout)?),
+        let sim = match (devs.sims.first(), devs.peer.is_none()) {
+            (Some(sim), true) => Some((sim, bind_udp(devs, sim, &stream)?)),
             _ => None,
         };
+        let me = Hello {
+            sim: sim.map(|(_, s)| s),
+            shape: shape.copied(),
+        };
+        let mut link = None;
+        if me.sim.is_some() || me.shape.is_some() {
+            let theirs = hello::exchange(&mut stream, &me, timeout)?;
+            me.check_peer(&theirs, self.is_client(), &peer.to_string())?;
+            if let (Some((dev, local)), Some(remote)) = (sim, theirs.sim) {
+                dev.add_udp_peer(remote.ipv4.octets(), remote.udp)
+                    .map_err(|e| Error::Net {
+                        during: "add the peer's UDP address".into(),
+                        source: e,
+                    })?;
+                tracing::info!(
+                    %local,
+                    peer = %remote,
+                    "software ConnectX linked to the peer process over UDP"
+                );
+                link = Some(UdpLink {
+                    local,
+                    peer: remote,
+                });
+            }
+        }
         Ok((Control::from_stream(stream, peer, timeout)?, link))
     }
 }
 
-/// Bind the device's UDP socket (once) on the control connection's local address, swap
-/// [`SimHello`]s and add the peer's device to the UDP peer table.
-fn udp_exchange(
-    devs: &Devices,
-    sim: &SimDevice,
-    stream: &mut std::net::TcpStream,
-    timeout: Duration,
-) -> Result<UdpLink> {
+/// Bind the device's UDP socket (once) on the control connection's local address; what this
+/// side's hello says about it.
+fn bind_udp(devs: &Devices, sim: &SimDevice, stream: &std::net::TcpStream) -> Result<SimHello> {
     let net = |during: &str, source| Error::Net {
         during: during.to_string(),
         source,
@@ -769,24 +926,9 @@ fn udp_exchange(
             *devs.udp.get_or_init(|| a)
         }
     };
-    let local = SimHello {
+    Ok(SimHello {
         ipv4: sim.ipv4(),
         udp,
         recv_buffer: sim.udp_recv_buffer().map(|b| b as u64),
-    };
-    let peer = rendezvous::exchange(stream, &local, timeout)?;
-    if peer.ipv4 == local.ipv4 {
-        return Err(Error::Peer {
-            peer: peer.udp.to_string(),
-            why: format!(
-                "its software ConnectX has this side's address {}: start one end as the server \
-                 (no address) and the other as the client (with the server's address)",
-                local.ipv4
-            ),
-        });
-    }
-    sim.add_udp_peer(peer.ipv4.octets(), peer.udp)
-        .map_err(|e| net("add the peer's UDP address", e))?;
-    tracing::info!(%local, %peer, "software ConnectX linked to the peer process over UDP");
-    Ok(UdpLink { local, peer })
+    })
 }
