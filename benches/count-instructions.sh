@@ -10,6 +10,8 @@
 # Usage: benches/count-instructions.sh [N]        (N defaults to 10000)
 #   COUNT_BIN=path  use an already built count_post_poll instead of building it (release)
 #   KEEP=dir        keep the callgrind output files there (for callgrind_annotate)
+# Before them it prints the floor and the other shapes it counts (a 1-SGE WRITE with the
+# 8-byte doorbell, the post in DoorbellMode::Bf, Cq::poll one CQE a call and 16 a call).
 # The last two lines of the output are always
 #   instructions per post: N
 #   instructions per poll: N
@@ -62,10 +64,14 @@ poll=$(count poll poll)
 floor=$(count floor floor)
 post_sge=$(count post_sge_db post_sge --sge-db)
 post_bf=$(count post_bf post --bf-flush)
+poll_one=$(count poll_one poll_one --poll-one)
+poll_wcs=$(count poll_wcs poll_wcs --poll-wcs)
 per() { awk -v t="$1" -v n="$n" 'BEGIN { printf "%.0f", t / n }'; }
-echo "N = $n; callgrind totals: post $post, poll $poll, floor $floor, 1-SGE post $post_sge, post in Bf mode $post_bf"
+echo "N = $n; callgrind totals: post $post, poll $poll, floor $floor, 1-SGE post $post_sge, post in Bf mode $post_bf, poll one $poll_one, poll 16 $poll_wcs"
 echo "instructions per floor (64-byte WQE + doorbell record + BlueFlame copy): $(per "$floor")"
 echo "instructions per post of a 1-SGE RDMA WRITE with the 8-byte doorbell: $(per "$post_sge")"
 echo "instructions per post in DoorbellMode::Bf (rdma-core's flush after the copy): $(per "$post_bf")"
+echo "instructions per poll of one CQE through Cq::poll (one completion per call): $(per "$poll_one")"
+echo "instructions per CQE through Cq::poll in batches of 16: $(per "$poll_wcs")"
 echo "instructions per post: $(per "$post")"
 echo "instructions per poll: $(per "$poll")"

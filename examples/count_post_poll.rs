@@ -6,14 +6,16 @@
 //! Usage: `count_post_poll [N] [--sge-db | --bf-flush]` (default 10000). With `--sge-db` the
 //! posts are 1-SGE RDMA WRITEs on a QP without BlueFlame (the 8-byte doorbell), through
 //! `measured_post_sge`; with `--bf-flush` the QP rings in `DoorbellMode::Bf` (rdma-core's exact
-//! sequence, a flush after every BlueFlame copy) instead of the default `BfPost`. It checks its own results — every post accepted, the polls return
+//! sequence, a flush after every BlueFlame copy) instead of the default `BfPost`; with
+//! `--poll-one` the CQEs are polled one per call through `Cq::poll` (`measured_poll_one`), with
+//! `--poll-wcs` up to 16 per call through `Cq::poll` (`measured_poll_wcs`). It checks its own results — every post accepted, the polls return
 //! exactly the WR ids posted, in order — and exits non-zero otherwise, so a count is never
 //! taken of a run that went wrong.
 
 #[path = "../benches/support/ram_rings.rs"]
 mod ram_rings;
 
-use mlx5_qp::{Cq, DoorbellMode, Qp, SendWr, Sge};
+use mlx5_qp::{Cq, DoorbellMode, Qp, SendWr, Sge, Wc};
 use mlx5_wqe::opcode as op;
 use ram_rings::{Floor, Rig, RigCfg, PAYLOAD, REMOTE};
 use std::process::ExitCode;
@@ -45,6 +47,36 @@ pub fn measured_poll(cq: &mut Cq, qp: &mut Qp, ids: &mut [u64; 16]) -> usize {
     cq.poll_send(qp, ids, |_| {}).unwrap_or(0)
 }
 
+/// One call of the general poll for a single completion (`Cq::poll` with room for one), what
+/// a ping-pong loop calls; its WR id goes to `ids[0]`.
+#[inline(never)]
+pub fn measured_poll_one(cq: &mut Cq, qp: &mut Qp, ids: &mut [u64; 16]) -> usize {
+    let mut wc = [Wc::default(); 1];
+    match cq.poll(qp, &mut wc) {
+        Ok(1) if wc[0].is_ok() => {
+            ids[0] = wc[0].wr_id;
+            1
+        }
+        _ => 0,
+    }
+}
+
+/// One call of the general poll with room for 16 completions (`Cq::poll`); their WR ids go
+/// to `ids`.
+#[inline(never)]
+pub fn measured_poll_wcs(cq: &mut Cq, qp: &mut Qp, ids: &mut [u64; 16]) -> usize {
+    let mut wcs = [Wc::default(); 16];
+    match cq.poll(qp, &mut wcs) {
+        Ok(k) if wcs[..k].iter().all(|w| w.is_ok()) => {
+            for (id, w) in ids.iter_mut().zip(&wcs[..k]) {
+                *id = w.wr_id;
+            }
+            k
+        }
+        _ => 0,
+    }
+}
+
 /// The floor: the stores any post makes (64-byte WQE, doorbell record, BlueFlame copy, fences).
 #[inline(never)]
 pub fn measured_floor(f: &mut Floor) {
@@ -53,15 +85,19 @@ pub fn measured_floor(f: &mut Floor) {
 
 fn main() -> ExitCode {
     let mut n: u64 = 10_000;
-    let (mut sge_db, mut bf_flush) = (false, false);
+    let (mut sge_db, mut bf_flush, mut poll_one, mut poll_wcs) = (false, false, false, false);
     for a in std::env::args().skip(1) {
         match a.as_str() {
             "--sge-db" => sge_db = true,
             "--bf-flush" => bf_flush = true,
+            "--poll-one" => poll_one = true,
+            "--poll-wcs" => poll_wcs = true,
             _ => match a.parse() {
                 Ok(v) if v > 0 => n = v,
                 _ => {
-                    eprintln!("usage: count_post_poll [N > 0] [--sge-db | --bf-flush]");
+                    eprintln!(
+                        "usage: count_post_poll [N > 0] [--sge-db | --bf-flush] [--poll-one]"
+                    );
                     return ExitCode::from(2);
                 }
             },
@@ -79,6 +115,13 @@ fn main() -> ExitCode {
         measured_post_sge
     } else {
         measured_post
+    };
+    let poll = if poll_one {
+        measured_poll_one
+    } else if poll_wcs {
+        measured_poll_wcs
+    } else {
+        measured_poll
     };
     let mut rig = Rig::new(cfg);
     if bf_flush {
@@ -105,7 +148,7 @@ fn main() -> ExitCode {
         }
         let mut polled = 0;
         while polled < k {
-            let got = measured_poll(&mut rig.cq, &mut rig.qp, &mut ids);
+            let got = poll(&mut rig.cq, &mut rig.qp, &mut ids);
             if got == 0 {
                 eprintln!("poll after {}: no completion", done + polled);
                 return ExitCode::FAILURE;

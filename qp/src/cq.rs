@@ -244,9 +244,69 @@ impl Cq {
     #[inline(always)]
     pub fn poll<R: Resolve + ?Sized>(&mut self, table: &mut R, wcs: &mut [Wc]) -> Result<usize> {
         let start = self.ci;
-        // Read once: the stores into `wcs` and the queues would make the compiler reload them.
+        // The run of common CQEs, inline; the first other one (an error, a receive, inline
+        // scatter, a CQE the queue's fast check declines) hands the rest of the call to
+        // `poll_from`, out of line, so that this loop keeps its registers to itself.
         let (cqe0, cqe_cnt, size_shift) = (self.cqe0, self.cqe_cnt, self.size_shift);
         let mut n = 0;
+        while n < wcs.len() {
+            let ci = self.ci;
+            let idx = (ci & (cqe_cnt - 1)) as usize;
+            // SAFETY: idx < cqe_cnt, so the 64-byte CQE (at +0 or +64 of its slot) is inside
+            // the buffer.
+            let cqe_ptr = unsafe { cqe0.add(idx << size_shift) };
+            // SAFETY: op_own is the last byte of the CQE; volatile, the device writes it.
+            let op_own = unsafe { core::ptr::read_volatile(cqe_ptr.add(63)) };
+            let parity = ((ci & cqe_cnt) != 0) as u8;
+            if (op_own ^ parity) & 0xfd != 0 {
+                if sw_owned(op_own, ci, cqe_cnt) {
+                    return self.poll_from(table, wcs, n, start);
+                }
+                break;
+            }
+            mmio::from_device_barrier();
+            // SAFETY: as in `poll_from`.
+            let (tail, byte_cnt) = unsafe {
+                (
+                    core::ptr::read_volatile(cqe_ptr.add(56) as *const u64).to_ne_bytes(),
+                    core::ptr::read_volatile(cqe_ptr.add(44) as *const u32).to_ne_bytes(),
+                )
+            };
+            let qpn = u32::from_be_bytes([0, tail[1], tail[2], tail[3]]);
+            let wqe_counter = u16::from_be_bytes([tail[4], tail[5]]);
+            let done = match table.qp(qpn) {
+                Some(qp) => qp.complete_send_success(
+                    wqe_counter,
+                    qpn,
+                    u32::from_be_bytes(byte_cnt),
+                    &mut wcs[n],
+                ),
+                None => false,
+            };
+            if !done {
+                return self.poll_from(table, wcs, n, start);
+            }
+            n += 1;
+            self.ci = ci.wrapping_add(1);
+        }
+        if self.ci != start {
+            self.update_ci();
+        }
+        Ok(n)
+    }
+
+    /// The rest of a [`Cq::poll`] call from its first uncommon CQE: `n` completions are in
+    /// `wcs` already, `start` is the consumer index the call began at.
+    #[inline(never)]
+    fn poll_from<R: Resolve + ?Sized>(
+        &mut self,
+        table: &mut R,
+        wcs: &mut [Wc],
+        mut n: usize,
+        start: u32,
+    ) -> Result<usize> {
+        // Read once: the stores into `wcs` and the queues would make the compiler reload them.
+        let (cqe0, cqe_cnt, size_shift) = (self.cqe0, self.cqe_cnt, self.size_shift);
         let mut err = None;
         while n < wcs.len() {
             let ci = self.ci;
