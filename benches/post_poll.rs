@@ -16,7 +16,7 @@ mod ram_rings;
 
 use criterion::{criterion_group, Criterion};
 use mlx5_hw::QpType;
-use mlx5_qp::{SendWr, Sge, UdDest, Wc};
+use mlx5_qp::{DoorbellMode, SendWr, Sge, UdDest, Wc};
 use mlx5_wqe::opcode as op;
 use ram_rings::{Floor, Rig, RigCfg, PAYLOAD, REMOTE};
 use std::hint::black_box;
@@ -106,6 +106,21 @@ fn posts(c: &mut Criterion) {
         c,
         "post/write_inline8_bf",
         rc_bf,
+        1,
+        op::OPCODE_RDMA_WRITE,
+        |rig, i| {
+            let wr = SendWr::write(i, REMOTE).inline(&PAYLOAD).signaled();
+            post_one(rig, &wr);
+        },
+    );
+    // The same post in rdma-core's exact sequence (a flush after the BlueFlame copy).
+    bench_post(
+        c,
+        "post/write_inline8_bf_flush",
+        RigCfg {
+            doorbell: Some(DoorbellMode::Bf),
+            ..rc_bf
+        },
         1,
         op::OPCODE_RDMA_WRITE,
         |rig, i| {

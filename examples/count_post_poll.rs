@@ -103,13 +103,10 @@ fn main() -> ExitCode {
             },
         }
     }
-    let cfg = if sge_db {
-        RigCfg {
-            bf_size: 0,
-            ..RigCfg::rc_bf()
-        }
-    } else {
-        RigCfg::rc_bf()
+    let cfg = RigCfg {
+        bf_size: if sge_db { 0 } else { 256 },
+        doorbell: bf_flush.then_some(DoorbellMode::Bf),
+        ..RigCfg::rc_bf()
     };
     let post = if sge_db {
         measured_post_sge
@@ -124,12 +121,6 @@ fn main() -> ExitCode {
         measured_poll
     };
     let mut rig = Rig::new(cfg);
-    if bf_flush {
-        if let Err(e) = rig.qp.set_doorbell_mode(DoorbellMode::Bf) {
-            eprintln!("DoorbellMode::Bf: {e}");
-            return ExitCode::FAILURE;
-        }
-    }
     let chunk = rig.qp.sq_free_bbs().min(rig.qp.sq_free_wrs()) as u64;
     let mut ids = [0u64; 16];
     let mut done = 0;

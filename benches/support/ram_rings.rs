@@ -11,7 +11,7 @@
 
 use mlx5_cq::{Cqe64, CQE_INITIAL_OP_OWN, CQE_REQ};
 use mlx5_hw::{mmio, BfLayout, CqLayout, QpLayout, QpState, QpType, WqLayout};
-use mlx5_qp::{Cq, Qp, RemoteAddr, Wc};
+use mlx5_qp::{Cq, DoorbellMode, Qp, RemoteAddr, Wc};
 use mlx5_wqe::opcode as op;
 use std::alloc::{alloc_zeroed, dealloc, Layout};
 
@@ -63,6 +63,8 @@ pub struct RigCfg {
     pub bf_size: u32,
     /// CQ entries.
     pub cqe_cnt: u32,
+    /// The QP's doorbell mode, when not its default (`DoorbellMode::BfPost` with BlueFlame).
+    pub doorbell: Option<DoorbellMode>,
 }
 
 impl RigCfg {
@@ -73,6 +75,7 @@ impl RigCfg {
             sq_bbs: 1024,
             bf_size: 256,
             cqe_cnt: 1024,
+            doorbell: None,
         }
     }
 }
@@ -158,6 +161,10 @@ impl Rig {
         // SAFETY: as above.
         let cq = unsafe { Cq::from_layout(&cq_layout) }.expect("valid CQ layout");
         qp.set_state(QpState::Rts);
+        if let Some(mode) = cfg.doorbell {
+            qp.set_doorbell_mode(mode)
+                .expect("a doorbell mode the rig's QP supports");
+        }
         Rig {
             qp,
             cq,
