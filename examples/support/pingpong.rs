@@ -12,7 +12,6 @@
 use crate::side::{open_devices, Devices, Rendezvous, Side, SideCfg};
 use mlx5_direct::qp::connect::{AbortCode, Connection, ControlEvent};
 use mlx5_direct::qp::Wc;
-use std::io::Write;
 use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
@@ -93,11 +92,7 @@ pub fn who(rv: &Rendezvous) -> &'static str {
 }
 
 /// Print a line now (the test that starts the server reads it while the server waits).
-pub fn say(line: &str) {
-    let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "{line}");
-    let _ = out.flush();
-}
+pub use mlx5_direct::perf::serve::say;
 
 /// What one end did.
 pub struct Outcome {

@@ -44,18 +44,18 @@ use mlx5_direct::perf::inline::InlineRequest;
 use mlx5_direct::perf::progress::Progress;
 use mlx5_direct::perf::rendezvous::{sizes_for_udp_link, UdpBudget};
 use mlx5_direct::perf::report::{self, Banner};
+use mlx5_direct::perf::serve::{say, serve_until_closed};
 use mlx5_direct::perf::stats::BwStats;
 use mlx5_direct::perf::{Error, Result};
 use mlx5_direct::qp::connect::{
-    connect_pair, AbortCode, ConnectParams, Connection, ControlEvent, ControlOnly, Link, PairSide,
-    QpLink, QpRef, RemoteBuffer,
+    connect_pair, ConnectParams, Connection, ControlOnly, Link, PairSide, QpLink, QpRef,
+    RemoteBuffer,
 };
 use mlx5_direct::qp::{Cq, DoorbellMode, Qp, RemoteAddr, SendWr, Sge, Wc};
 use side::{
     describe_endpoint, open_devices, remote, sizes_and_iters, Devices, Rendezvous, Side, SideCfg,
     UdpLink,
 };
-use std::io::Write;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -666,25 +666,7 @@ fn serve_or_measure(
     let client = c.loopback || c.server.is_some();
     if !client {
         // The server only serves; the client closes the control connections when done.
-        let mut open: Vec<bool> = vec![true; conns.len()];
-        while open.iter().any(|&o| o) {
-            for (conn, open) in conns.iter_mut().zip(open.iter_mut()) {
-                if !*open {
-                    continue;
-                }
-                match conn.poll_control()? {
-                    Some(ControlEvent::PeerAborted(AbortCode::Shutdown)) => *open = false,
-                    Some(ControlEvent::PeerAborted(code)) => {
-                        return Err(Error::Usage(format!(
-                            "the client aborted: {}",
-                            code.describe()
-                        )))
-                    }
-                    Some(ControlEvent::RebuildRequested { .. }) | None => {}
-                }
-            }
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        serve_until_closed(&mut conns)?;
         say(report::RESULT_LINE);
         return Ok(());
     }
@@ -735,11 +717,4 @@ fn serve_or_measure(
         }
     }
     Ok(())
-}
-
-/// Print a line now: a script or test may be waiting for it.
-fn say(line: &str) {
-    let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "{line}");
-    let _ = out.flush();
 }

@@ -42,18 +42,17 @@ use mlx5_direct::perf::inline::InlineRequest;
 use mlx5_direct::perf::progress::Progress;
 use mlx5_direct::perf::rendezvous::sizes_for_udp_link;
 use mlx5_direct::perf::report::{self, Banner};
+use mlx5_direct::perf::serve::{say, serve_until_closed};
 use mlx5_direct::perf::stats::LatencyStats;
 use mlx5_direct::perf::{svg, Error, Result};
 use mlx5_direct::qp::connect::{
-    connect_pair, AbortCode, ConnectParams, Connection, ControlEvent, Link, PairSide, QpLink,
-    QpRef, RemoteBuffer,
+    connect_pair, ConnectParams, Connection, Link, PairSide, QpLink, QpRef, RemoteBuffer,
 };
 use mlx5_direct::qp::{Cq, DoorbellMode, Qp, RemoteAddr, SendWr, Sge, Wc};
 use side::{
     describe_endpoint, open_devices, remote, sizes_and_iters, Buf, Devices, Rendezvous, Side,
     SideCfg, UdpLink,
 };
-use std::io::Write;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -714,28 +713,9 @@ fn measure_end<P: LatPath>(
         return finish(args, last);
     }
     // The client says when it is done (READ: the server only serves until then).
-    loop {
-        match conn.poll_control()? {
-            Some(ControlEvent::PeerAborted(AbortCode::Shutdown)) => break,
-            Some(ControlEvent::PeerAborted(code)) => {
-                return Err(Error::Usage(format!(
-                    "the client aborted: {}",
-                    code.describe()
-                )))
-            }
-            Some(ControlEvent::RebuildRequested { .. }) | None => {}
-        }
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    serve_until_closed(std::slice::from_mut(&mut conn))?;
     say(report::RESULT_LINE);
     Ok(())
-}
-
-/// Print a line now: a script or test may be waiting for it.
-fn say(line: &str) {
-    let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "{line}");
-    let _ = out.flush();
 }
 
 /// Stamps cycle through 1..=255 so that consecutive messages always differ from each other

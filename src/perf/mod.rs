@@ -3,8 +3,8 @@
 //! latency histogram picture ([`svg`]), terminal progress ([`progress`]), errors
 //! ([`error`]), what a server and its client tell each other before they connect ([`hello`]),
 //! the control connection and the UDP link between two processes ([`rendezvous`]), which
-//! source GID a RoCE port uses by default ([`gid`]) and what `-I` asks of the device
-//! ([`inline`]).
+//! source GID a RoCE port uses by default ([`gid`]), what `-I` asks of the device
+//! ([`inline`]) and the edges of a run ([`serve`]).
 //!
 //! The tools print the same columns as perftest's `ib_write_lat` / `ib_write_bw`
 //! (perftest `src/perftest_parameters.c`, `print_report_lat` / `print_report_bw`) so that their
@@ -21,6 +21,7 @@ pub mod inline;
 pub mod progress;
 pub mod rendezvous;
 pub mod report;
+pub mod serve;
 pub mod stats;
 pub mod svg;
 
