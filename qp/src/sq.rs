@@ -151,6 +151,23 @@ impl Doorbell {
 /// raddr and inline header leave 12 bytes of the first block).
 pub(crate) const LEAN_INLINE: usize = 12;
 
+/// The BlueFlame copy of a one-block WQE of `ds` DS: the line padded from its third unit when
+/// the WQE ends there ([`mmio::bf_copy_bb_48`]), else the whole block.
+///
+/// # Safety
+/// As for [`mmio::bf_copy_bb`].
+#[inline(always)]
+unsafe fn copy_one_block(dst: *mut u8, ctrl: *const u8, ds: u32) {
+    // SAFETY: the caller's.
+    unsafe {
+        if ds <= 3 {
+            mmio::bf_copy_bb_48(dst, ctrl);
+        } else {
+            mmio::bf_copy_bb(dst, ctrl);
+        }
+    }
+}
+
 /// A branch hint: the path that calls this is not the one to lay out straight.
 #[cold]
 #[inline(always)]
@@ -455,14 +472,21 @@ impl SendQueue {
         debug_assert!(slot < self.wr_ids.len() && slot < self.meta.len());
         debug_assert_eq!(self.meta[slot], 0, "a free slot's meta byte is 0");
         // SAFETY: `slot` is `pi & mask` < wqe_cnt, the length of both arrays.
-        unsafe {
-            *self.wr_ids.get_unchecked_mut(slot) = wr_id;
-            if m != 0 {
-                *self.meta.get_unchecked_mut(slot) = m;
-                self.uncommon += 1;
-                self.extra += meta::bbs(m) as u32 - 1;
-            }
+        unsafe { *self.wr_ids.get_unchecked_mut(slot) = wr_id };
+        if m != 0 {
+            self.mark_uncommon(slot, m);
         }
+    }
+
+    /// Give the WQE starting at free slot `slot` its non-zero [`meta`] byte `m` and count it.
+    #[inline(always)]
+    fn mark_uncommon(&mut self, slot: usize, m: u8) {
+        debug_assert!(m != 0 && slot < self.meta.len());
+        debug_assert_eq!(self.meta[slot], 0, "a free slot's meta byte is 0");
+        // SAFETY: every caller passes `x & mask` < wqe_cnt, the array's length.
+        unsafe { *self.meta.get_unchecked_mut(slot) = m };
+        self.uncommon += 1;
+        self.extra += meta::bbs(m) as u32 - 1;
     }
 
     /// Record the WQE of `bbs` blocks just written at `pi` and advance past it.
@@ -489,12 +513,7 @@ impl SendQueue {
         }
         let m = meta::encode(bbs, 0);
         if m != 0 {
-            let slot = off8 / 8;
-            debug_assert_eq!(self.meta[slot], 0, "a free slot's meta byte is 0");
-            // SAFETY: slot < wqe_cnt, the length of `meta`.
-            unsafe { *self.meta.get_unchecked_mut(slot) = m };
-            self.uncommon += 1;
-            self.extra += bbs - 1;
+            self.mark_uncommon(off8 / 8, m);
         }
     }
 
@@ -541,17 +560,32 @@ impl SendQueue {
         self.ring_with(ctrl, w0, self.pi, bf_bbs);
     }
 
-    /// [`SendQueue::ring`] for callers that hold the ctrl segment's first 8 bytes `w0` in a
-    /// register: the 8-byte doorbell stores it without reading it back. `pi` is the producer
-    /// index after the WQE (what `self.pi` holds; passed in a register).
+    /// The start of every doorbell sequence (mlx5-facts §3.3): store barrier →
+    /// `dbrec[1] = BE32(pi)` → WC start; returns the register half the doorbell goes to. `pi`
+    /// is the producer index after the WQEs (what `self.pi` holds; passed in a register).
     #[inline(always)]
-    pub fn ring_with(&mut self, ctrl: *mut u8, w0: u64, pi: u64, bf_bbs: u32) {
+    fn ring_begin(&self, pi: u64) -> *mut u8 {
         debug_assert_eq!(pi, self.pi);
         mmio::to_device_barrier();
         // SAFETY: `dbrec` is the live SQ doorbell record (constructor contract).
         unsafe { mmio::write_dbrec(self.dbrec, pi as u16 as u32) };
         mmio::wc_start();
-        let dst = self.db.cur;
+        self.db.cur
+    }
+
+    /// The end of every doorbell sequence: the next one goes to the other half of the
+    /// register (`flip` is 0 without BlueFlame: the register stays put).
+    #[inline(always)]
+    fn ring_end(&mut self, dst: *mut u8) {
+        self.db.cur = (dst as usize ^ self.db.flip) as *mut u8;
+    }
+
+    /// [`SendQueue::ring`] for callers that hold the ctrl segment's first 8 bytes `w0` in a
+    /// register: the 8-byte doorbell stores it without reading it back. `pi` is the producer
+    /// index after the WQE (what `self.pi` holds; passed in a register).
+    #[inline(always)]
+    pub fn ring_with(&mut self, ctrl: *mut u8, w0: u64, pi: u64, bf_bbs: u32) {
+        let dst = self.ring_begin(pi);
         let bf = self.db.mode != DoorbellMode::Db
             && bf_bbs != 0
             && bf_bbs as usize * SEND_WQE_BB <= self.db.size as usize;
@@ -562,11 +596,7 @@ impl SendQueue {
         unsafe {
             if bf && bf_bbs == 1 && self.db.one_bb {
                 // Byte 7 of the ctrl segment: the DS count (6 bits).
-                if (w0.to_le_bytes()[7] & 0x3f) <= 3 {
-                    mmio::bf_copy_bb_48(dst, ctrl);
-                } else {
-                    mmio::bf_copy_bb(dst, ctrl);
-                }
+                copy_one_block(dst, ctrl, (w0.to_le_bytes()[7] & 0x3f) as u32);
             } else if bf {
                 mmio::bf_copy(
                     dst,
@@ -586,8 +616,7 @@ impl SendQueue {
         } else {
             mmio::flush_writes();
         }
-        // No BlueFlame: `flip` is 0 and the register stays put.
-        self.db.cur = (dst as usize ^ self.db.flip) as *mut u8;
+        self.ring_end(dst);
     }
 
     /// The lean entry points' doorbell in the other modes (the gate `other`): the 8-byte
@@ -597,31 +626,23 @@ impl SendQueue {
     /// [`SendQueue::ring_bf_post`].
     #[inline(always)]
     pub fn ring_other(&mut self, ctrl: *mut u8, w0: u64, pi: u64, bbs: u32, ds: u32) {
-        debug_assert_eq!(pi, self.pi);
         let db = self.db.mode == DoorbellMode::Db;
         if bbs != 1 || !(db || self.db.one_bb) {
             unlikely();
             return self.ring_with(ctrl, w0, pi, bbs);
         }
-        mmio::to_device_barrier();
-        // SAFETY: `dbrec` is the live SQ doorbell record (constructor contract).
-        unsafe { mmio::write_dbrec(self.dbrec, pi as u16 as u32) };
-        mmio::wc_start();
-        let dst = self.db.cur;
+        let dst = self.ring_begin(pi);
         // SAFETY: `cur` is one half of this QP's bfreg (or its doorbell register), 16-byte
         // aligned with room for a block when `one_bb`; `ctrl` is the WQE's one block.
         unsafe {
             if db {
                 mmio::write_db64(dst, w0);
-            } else if ds <= 3 {
-                mmio::bf_copy_bb_48(dst, ctrl);
             } else {
-                mmio::bf_copy_bb(dst, ctrl);
+                copy_one_block(dst, ctrl, ds);
             }
         }
         mmio::flush_writes();
-        // No BlueFlame: `flip` is 0 and the register stays put.
-        self.db.cur = (dst as usize ^ self.db.flip) as *mut u8;
+        self.ring_end(dst);
     }
 
     /// The lean entry points' doorbell, the sequence of [`DoorbellMode::BfPost`] for a WQE
@@ -633,28 +654,17 @@ impl SendQueue {
     /// its DS count (at most 3: the copy pads the line, [`mmio::bf_copy_bb_48`]).
     #[inline(always)]
     pub fn ring_bf_post(&mut self, ctrl: *mut u8, w0: u64, pi: u64, bbs: u32, ds: u32) {
-        debug_assert_eq!(pi, self.pi);
         debug_assert!(self.db.mode == DoorbellMode::BfPost && self.db.one_bb);
         if bbs != 1 {
             unlikely();
             return self.ring_with(ctrl, w0, pi, bbs);
         }
-        mmio::to_device_barrier();
-        // SAFETY: `dbrec` is the live SQ doorbell record (constructor contract).
-        unsafe { mmio::write_dbrec(self.dbrec, pi as u16 as u32) };
-        mmio::wc_start();
-        let dst = self.db.cur;
+        let dst = self.ring_begin(pi);
         // SAFETY: `cur` is a 16-byte aligned half of this QP's bfreg (`one_bb`, checked by
         // the gate) with room for a block; `ctrl` is the WQE's one block in the ring.
-        unsafe {
-            if ds <= 3 {
-                mmio::bf_copy_bb_48(dst, ctrl);
-            } else {
-                mmio::bf_copy_bb(dst, ctrl);
-            }
-        }
+        unsafe { copy_one_block(dst, ctrl, ds) };
         mmio::wc_line_done();
-        self.db.cur = (dst as usize ^ self.db.flip) as *mut u8;
+        self.ring_end(dst);
     }
 
     /// WQEs written but not yet announced by a doorbell.
