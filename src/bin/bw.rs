@@ -53,7 +53,7 @@ use mlx5_direct::qp::connect::{
 };
 use mlx5_direct::qp::{Cq, DoorbellMode, Qp, RemoteAddr, SendWr, Sge, Wc};
 use side::{
-    describe_endpoint, open_devices, remote, sizes_and_iters, Devices, Rendezvous, Side, SideCfg,
+    describe_endpoint, on_devices, remote, sizes_and_iters, Devices, Rendezvous, Side, SideCfg,
     UdpLink,
 };
 use std::process::ExitCode;
@@ -399,13 +399,7 @@ fn banner(
 
 fn run(a: &BwArgs) -> Result<()> {
     let p = plan(a)?;
-    let c = &a.common;
-    let devs = open_devices(&c.device, c.loopback, c.server.is_some())?;
-    let r = run_on(a, &p, &devs);
-    if r.is_err() {
-        devs.print_driver_bugs("bw");
-    }
-    r
+    on_devices("bw", &a.common, |devs| run_on(a, &p, devs))
 }
 
 fn run_on(a: &BwArgs, p: &Plan, devs: &Devices) -> Result<()> {

@@ -50,7 +50,7 @@ use mlx5_direct::qp::connect::{
 };
 use mlx5_direct::qp::{Cq, DoorbellMode, Qp, RemoteAddr, SendWr, Sge, Wc};
 use side::{
-    describe_endpoint, open_devices, remote, sizes_and_iters, Buf, Devices, Rendezvous, Side,
+    describe_endpoint, on_devices, remote, sizes_and_iters, Buf, Devices, Rendezvous, Side,
     SideCfg, UdpLink,
 };
 use std::process::ExitCode;
@@ -508,13 +508,7 @@ fn banner(
 
 fn run(args: &LatArgs) -> Result<()> {
     let p = plan(args)?;
-    let c = &args.common;
-    let devs = open_devices(&c.device, c.loopback, c.server.is_some())?;
-    let r = run_on(args, &p, &devs);
-    if r.is_err() {
-        devs.print_driver_bugs("lat");
-    }
-    r
+    on_devices("lat", &args.common, |devs| run_on(args, &p, devs))
 }
 
 fn run_on(args: &LatArgs, p: &Plan, devs: &Devices) -> Result<()> {

@@ -621,6 +621,18 @@ fn auto_gid_index(v: &mlx5_direct::hw::verbs::VerbsDevice, port: u8) -> Result<u
     })
 }
 
+/// Open the devices the common flags name (`-d`, `--loopback`, server or client) and run `f`
+/// on them; when it fails, print what the software ConnectX logged as driver bugs (`tool`
+/// names the program in those lines).
+pub fn on_devices<T>(tool: &str, c: &Common, f: impl FnOnce(&Devices) -> Result<T>) -> Result<T> {
+    let devs = open_devices(&c.device, c.loopback, c.server.is_some())?;
+    let r = f(&devs);
+    if r.is_err() {
+        devs.print_driver_bugs(tool);
+    }
+    r
+}
+
 /// Open the device named on the command line: `sim` is the software ConnectX (with `loopback`
 /// two devices in this process, else one that reaches the peer process over UDP; `client`
 /// says which end this is); anything else is a verbs device, which needs the `verbs` feature.
