@@ -13,13 +13,12 @@
 //! `Connection::rebuild`), the fault is removed, the failed WRITE and the ones flushed behind
 //! it are posted again, and B's memory is checked byte for byte.
 
-#[path = "../src/bin/support/side.rs"]
-mod side;
+use mlx5_tools::side;
 
-use mlx5_direct::hw::QpState;
-use mlx5_direct::qp::connect::{
+use mlx5_direct::connect::{
     connect_pair, rebuild_pair, ConnectParams, PairSide, QpLink, RemoteBuffer,
 };
+use mlx5_direct::hw::QpState;
 use mlx5_direct::qp::{Qp, SendWr, Wc, WcStatus};
 use mlx5_direct::sim::{Fabric, Rate};
 use side::{remote, Devices, Side, SideCfg};

@@ -14,10 +14,9 @@
 //! Exit status 0 only if every operation completed with the expected data and the software
 //! ConnectX reported no driver bug.
 
-#[path = "../src/bin/support/side.rs"]
-mod side;
+use mlx5_tools::side;
 
-use mlx5_direct::qp::connect::{connect_pair, ConnectParams, PairSide, QpLink, RemoteBuffer};
+use mlx5_direct::connect::{connect_pair, ConnectParams, PairSide, QpLink, RemoteBuffer};
 use mlx5_direct::qp::{Qp, SendWr, Wc, WcFlags, WcOpcode};
 use mlx5_direct::sim::Fabric;
 use side::{remote, Devices, Side, SideCfg};

@@ -9,10 +9,9 @@
 //! For the ping-pong latency in threaded mode use `lat write --loopback -s 8`. These figures
 //! describe the model, not a NIC: a ConnectX does tens of millions of messages per second.
 
-#[path = "../src/bin/support/side.rs"]
-mod side;
+use mlx5_tools::side;
 
-use mlx5_direct::qp::connect::{connect_pair, ConnectParams, ControlOnly, PairSide, QpLink};
+use mlx5_direct::connect::{connect_pair, ConnectParams, ControlOnly, PairSide, QpLink};
 use mlx5_direct::qp::{Qp, SendWr, Wc};
 use side::{remote, Devices, Side, SideCfg};
 use std::process::ExitCode;

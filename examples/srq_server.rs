@@ -14,11 +14,10 @@
 //! number, its bytes); each client checks every answer. Deterministic mode on the software
 //! ConnectX.
 
-#[path = "../src/bin/support/side.rs"]
-mod side;
+use mlx5_tools::side;
 
+use mlx5_direct::connect::{connect_pair, ConnectParams, Link, PairSide, QpLink};
 use mlx5_direct::hw::{QpState, QpType};
-use mlx5_direct::qp::connect::{connect_pair, ConnectParams, Link, PairSide, QpLink};
 use mlx5_direct::qp::{Qp, SendWr, Srq, Wc};
 use mlx5_direct::sim::{DeviceConfig, Fabric, SimDevice};
 use side::{Side, SideCfg};

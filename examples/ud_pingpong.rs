@@ -17,11 +17,10 @@
 
 #[path = "support/pingpong.rs"]
 mod pingpong;
-#[path = "../src/bin/support/side.rs"]
-mod side;
+use mlx5_tools::side;
 
+use mlx5_direct::connect::{ConnectParams, Connection, QpLink};
 use mlx5_direct::hw::QpType;
-use mlx5_direct::qp::connect::{ConnectParams, Connection, QpLink};
 use mlx5_direct::qp::{Qp, SendWr, Wc, WcFlags};
 use pingpong::{drain_sends, finish, say, who, Opts, Outcome, Result, STALL};
 use side::{Devices, Rendezvous, Side, SideCfg};

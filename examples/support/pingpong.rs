@@ -10,7 +10,7 @@
 #![allow(dead_code)]
 
 use crate::side::{open_devices, Devices, Rendezvous, Side, SideCfg};
-use mlx5_direct::qp::connect::{AbortCode, Connection, ControlEvent};
+use mlx5_direct::connect::{AbortCode, Connection, ControlEvent};
 use mlx5_direct::qp::Wc;
 use std::net::TcpListener;
 use std::time::{Duration, Instant};
@@ -92,7 +92,7 @@ pub fn who(rv: &Rendezvous) -> &'static str {
 }
 
 /// Print a line now (the test that starts the server reads it while the server waits).
-pub use mlx5_direct::perf::serve::say;
+pub use mlx5_tools::serve::say;
 
 /// What one end did.
 pub struct Outcome {

@@ -83,7 +83,6 @@
 #![deny(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
-pub mod connect;
 mod cq;
 mod error;
 mod qp;

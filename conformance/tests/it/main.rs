@@ -1,0 +1,7 @@
+//! The integration tests of this crate, one test binary (link time dominates on small
+//! machines): one module per area.
+
+mod constants;
+mod dump;
+mod helpers;
+mod layout;

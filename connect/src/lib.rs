@@ -1,0 +1,54 @@
+//! Connection setup, recovery and diagnosis: the control path around a QP (seed README §2–§6).
+//!
+//! - [`wire`]: the endpoint exchange, a versioned fixed binary message format;
+//! - [`Control`]: the TCP control connection (blocking, every step under a deadline);
+//! - [`plan()`]: the attribute computation every way of connecting shares;
+//! - [`Connection`]: connect over TCP ([`Connection::accept`] / [`Connection::connect`]) or in
+//!   one process ([`connect_pair`]), then [`Connection::rebuild`] after an error, and
+//!   [`Connection::replace_qp`] first when the QP itself is gone (destroyed: a new QP takes
+//!   over, and the rebuild announces its QPN to the peer);
+//! - [`diag`]: readable dumps of a QP, the device counters and an error completion.
+//!
+//! Only [`mlx5_hw::Device`] and [`mlx5_hw::transition`] are used to reach the device, so the
+//! same code connects QPs of the software ConnectX and of a ConnectX. The data path is reached
+//! through a [`Link`] ([`QpLink`] for this crate's [`mlx5_qp::Qp`] and [`mlx5_qp::Cq`]).
+//!
+//! ```no_run
+//! # use mlx5_connect::*;
+//! # fn demo(dev: &dyn mlx5_hw::Device, qp: QpRef, link: &mut dyn Link) -> Result<()> {
+//! let params = ConnectParams::default();
+//! let listener = std::net::TcpListener::bind("0.0.0.0:18515").map_err(|e| ConnectError::Io {
+//!     during: "bind".into(),
+//!     source: e,
+//! })?;
+//! let mut conn = Connection::accept(&listener, dev, qp, link, &params)?;
+//! // ... traffic; on an error completion `wc`:
+//! # let wc = mlx5_qp::Wc::default();
+//! let report = conn.rebuild(dev, link, wc.status)?;
+//! println!("rebuilt (generation {}), first error: {:?}", report.generation, report.first_error());
+//! # Ok(()) }
+//! ```
+
+mod control;
+pub mod diag;
+mod error;
+#[cfg(test)]
+mod fake;
+mod link;
+mod params;
+mod plan;
+mod session;
+pub mod wire;
+
+pub use control::Control;
+pub use error::{ConnectError, Result};
+pub use link::{ControlOnly, Link, QpLink};
+pub use params::{
+    ConnectParams, DEFAULT_HOP_LIMIT, DEFAULT_MIN_RNR_TIMER, DEFAULT_QKEY, DEFAULT_RD_ATOMIC,
+    DEFAULT_RETRY_CNT, DEFAULT_RNR_RETRY, DEFAULT_TIMEOUT,
+};
+pub use plan::{init_step, local_endpoint, plan, random_psn, uses_grh, LocalPort, Plan};
+pub use session::{
+    connect_pair, rebuild_pair, Connection, ControlEvent, PairSide, QpRef, RebuildReport, UdPeer,
+};
+pub use wire::{AbortCode, Endpoint, Message, RemoteBuffer, WireError};

@@ -1,0 +1,11 @@
+//! The integration tests of this crate, one test binary (link time dominates on small
+//! machines): one module per area.
+
+mod buf_support;
+mod connect_doc;
+mod connect_sim;
+mod connect_support;
+mod connect_two_process;
+mod recovery_destroyed_peer;
+mod recovery_sim;
+mod two_process_support;

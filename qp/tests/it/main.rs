@@ -1,0 +1,18 @@
+//! The integration tests of this crate, one test binary (link time dominates on small
+//! machines): one module per area.
+
+mod buf_support;
+mod common;
+mod datapath_errors;
+mod datapath_prop;
+mod datapath_rc;
+mod datapath_srq;
+mod datapath_stress;
+mod datapath_support;
+mod datapath_uc_ud;
+mod lean;
+mod poll;
+mod poll_send;
+mod post;
+mod prop;
+mod wr_limit;

@@ -1,0 +1,7 @@
+//! The integration tests of this crate, one test binary (link time dominates on small
+//! machines): one module per area.
+
+mod examples_run;
+mod examples_support;
+mod sim_transition_table;
+mod tools_count_instructions;

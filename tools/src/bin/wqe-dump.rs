@@ -1,0 +1,210 @@
+//! `wqe-dump`: print every field of a raw mlx5 send WQE, receive WQE, SRQ WQE or CQE.
+//!
+//! ```text
+//! wqe-dump send|recv|srq|cqe [FILE] [--qp-type rc|uc|ud|xrc] [--cqe-size 64|128] [--sges N]
+//! ```
+//!
+//! Input is hex text from FILE (or stdin when FILE is absent or `-`). Malformed input prints one
+//! line starting with `wqe-dump: error:` and exits with status 2.
+
+use std::io::Read;
+use std::process::ExitCode;
+
+use mlx5_decode::{decode, parse_hex, Kind, Options, QpType};
+
+const USAGE: &str = "\
+usage: wqe-dump <send|recv|srq|cqe> [FILE] [options]
+
+Decode the hex bytes of an mlx5 send WQE, receive WQE, SRQ WQE or CQE (from FILE, or stdin)
+and print every field with its byte offset, raw bytes and meaning.
+Whitespace, newlines, commas, 0x prefixes and # comments are allowed in the input.
+
+options:
+  --qp-type rc|uc|ud|xrc   QP type of a send WQE (default rc; ud: an address vector follows ctrl)
+  --cqe-size 64|128        CQE size (default 64)
+  --sges N                 scatter slots of a recv/srq WQE (default: as many as the bytes hold)
+  -h, --help               this text
+
+A send WQE that wrapped around the ring end must be given unwrapped (in WQE order).
+Layouts: docs/wqe-layout.md";
+
+struct Args {
+    kind: Kind,
+    file: Option<String>,
+    opts: Options,
+}
+
+fn parse_args(argv: &[String]) -> Result<Option<Args>, String> {
+    let mut kind = None;
+    let mut file = None;
+    let mut opts = Options::default();
+    let mut it = argv.iter();
+    while let Some(a) = it.next() {
+        let mut value = |flag: &str| it.next().cloned().ok_or(format!("{flag} needs a value"));
+        match a.as_str() {
+            "-h" | "--help" => return Ok(None),
+            "--qp-type" => {
+                opts.qp_type = match value("--qp-type")?.as_str() {
+                    "rc" => QpType::Rc,
+                    "uc" => QpType::Uc,
+                    "ud" => QpType::Ud,
+                    "xrc" => QpType::Xrc,
+                    other => {
+                        return Err(format!(
+                            "--qp-type must be rc, uc, ud or xrc, not `{other}`"
+                        ))
+                    }
+                }
+            }
+            "--cqe-size" => {
+                let v = value("--cqe-size")?;
+                opts.cqe_size = match v.as_str() {
+                    "64" => 64,
+                    "128" => 128,
+                    _ => return Err(format!("--cqe-size must be 64 or 128, not `{v}`")),
+                }
+            }
+            "--sges" => {
+                let v = value("--sges")?;
+                let n: usize = v
+                    .parse()
+                    .map_err(|_| format!("--sges needs a number, not `{v}`"))?;
+                if n == 0 || n > 64 {
+                    return Err(format!("--sges must be between 1 and 64, not {n}"));
+                }
+                opts.sges = Some(n);
+            }
+            s if s.starts_with("--") => return Err(format!("unknown option `{s}` (see --help)")),
+            s if kind.is_none() => {
+                kind = Some(match s {
+                    "send" => Kind::Send,
+                    "recv" => Kind::Recv,
+                    "srq" => Kind::Srq,
+                    "cqe" => Kind::Cqe,
+                    other => {
+                        return Err(format!(
+                            "unknown kind `{other}`: expected send, recv, srq or cqe"
+                        ))
+                    }
+                })
+            }
+            s if file.is_none() => file = Some(s.to_string()),
+            s => return Err(format!("unexpected argument `{s}` (see --help)")),
+        }
+    }
+    let kind = kind.ok_or("missing kind: send, recv, srq or cqe (see --help)")?;
+    Ok(Some(Args { kind, file, opts }))
+}
+
+fn read_input(file: Option<&str>) -> Result<String, String> {
+    match file {
+        None | Some("-") => {
+            let mut s = String::new();
+            std::io::stdin()
+                .read_to_string(&mut s)
+                .map_err(|e| format!("cannot read stdin: {e}"))?;
+            Ok(s)
+        }
+        Some(path) => std::fs::read_to_string(path).map_err(|e| format!("cannot read {path}: {e}")),
+    }
+}
+
+fn run(argv: &[String]) -> Result<String, String> {
+    let Some(args) = parse_args(argv)? else {
+        return Ok(USAGE.to_string());
+    };
+    let text = read_input(args.file.as_deref())?;
+    let bytes = parse_hex(&text).map_err(|e| e.to_string())?;
+    let report = decode(args.kind, &bytes, &args.opts).map_err(|e| e.to_string())?;
+    Ok(report.to_string())
+}
+
+fn main() -> ExitCode {
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    match run(&argv) {
+        Ok(out) => {
+            print!("{out}");
+            if !out.ends_with('\n') {
+                println!();
+            }
+            ExitCode::SUCCESS
+        }
+        Err(msg) => {
+            eprintln!("wqe-dump: error: {msg}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(a: &[&str]) -> Vec<String> {
+        a.iter().map(|s| s.to_string()).collect()
+    }
+
+    fn tmp(name: &str, text: &str) -> String {
+        let p = std::env::temp_dir().join(format!("wqe-dump-test-{}-{name}", std::process::id()));
+        std::fs::write(&p, text).unwrap();
+        p.to_string_lossy().into_owned()
+    }
+
+    #[test]
+    fn sample_files_decode() {
+        let root = env!("CARGO_MANIFEST_DIR");
+        for (kind, file, extra) in [
+            ("send", "rc-write-inline.hex", None),
+            ("send", "ud-send.hex", Some("ud")),
+            ("cqe", "cqe-req-err.hex", None),
+            ("srq", "srq-recv.hex", None),
+        ] {
+            let path = format!("{root}/../docs/samples/{file}");
+            let mut a = args(&[kind, &path]);
+            if let Some(t) = extra {
+                a.extend(args(&["--qp-type", t]));
+            }
+            let out = run(&a).unwrap_or_else(|e| panic!("{file}: {e}"));
+            assert!(out.lines().count() > 5, "{file}");
+        }
+    }
+
+    #[test]
+    fn errors_are_one_line() {
+        let odd = tmp("odd", "00 0");
+        let short = tmp("short", "00 00 00 08 00 00 01 05 00 00 00 08 00 00 00 00");
+        for (a, want) in [
+            (args(&["send", &odd]), "odd number of hex digits"),
+            (
+                args(&["send", &short]),
+                "DS count 5 means a 80-byte WQE, but only 16 bytes",
+            ),
+            (
+                args(&["cqe", &short]),
+                "CQE: expected exactly 64 bytes, got 16",
+            ),
+            (args(&["bogus"]), "unknown kind `bogus`"),
+            (
+                args(&["send", "--qp-type", "rd"]),
+                "--qp-type must be rc, uc, ud or xrc",
+            ),
+            (args(&["recv", "--sges"]), "--sges needs a value"),
+            (
+                args(&["recv", "--sges", "0"]),
+                "--sges must be between 1 and 64",
+            ),
+            (
+                args(&["cqe", "/nonexistent/file"]),
+                "cannot read /nonexistent/file",
+            ),
+            (args(&[]), "missing kind"),
+        ] {
+            let e = run(&a).unwrap_err();
+            assert!(e.contains(want), "{a:?}: {e}");
+            assert!(!e.contains('\n'), "{a:?}: {e}");
+        }
+        assert!(run(&args(&["--help"]))
+            .unwrap()
+            .starts_with("usage: wqe-dump"));
+    }
+}

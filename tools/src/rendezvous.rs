@@ -1,0 +1,256 @@
+//! The control connection between a server and its client, and how much the UDP link between
+//! two processes' software ConnectX holds. Before the endpoint exchange of `mlx5_connect`
+//! takes the control socket over, both ends swap a hello on it (`super::hello`): the run each
+//! was started for, and a software ConnectX's UDP address and receive buffer, from which both
+//! ends compute how much the link holds at once ([`UdpBudget`]).
+//!
+//! [`accept`] and [`connect`] open the control socket the way the tools want it: the server
+//! waits for its client as long as it takes (perftest's servers do), the client retries a
+//! refused connection until the server listens or the deadline passes.
+
+use super::error::{Error, Result};
+use std::io::ErrorKind;
+use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::time::{Duration, Instant};
+
+/// The receive buffer assumed for a peer that does not announce its own (an older build):
+/// Linux's default, `net.core.rmem_default` = 212992 bytes as `getsockopt(SO_RCVBUF)` reports
+/// it (`include/net/sock.h` `SK_RMEM_MAX`).
+pub const DEFAULT_RECV_BUFFER: u64 = 212_992;
+/// The share of a receive buffer the link fills at most: the rest is room for ACKs and the
+/// peer's own traffic, and for the charge of a datagram being higher than [`frame_charge`]
+/// estimates.
+const FILL_PERCENT: u64 = 75;
+
+/// What one RoCEv2 frame carrying `mtu` payload bytes costs in the receiving socket's buffer.
+/// Linux charges a datagram its buffer's true size (`skb->truesize`): the payload plus about
+/// 320 bytes of `skb_shared_info`, rounded up to a power-of-two allocation, plus about 256
+/// bytes of `struct sk_buff`. Measured on loopback (Linux 6.18): 1100–1200-byte datagrams
+/// cost 2304 bytes, 2200-byte ones 4352, 4200-byte ones 8456. Headers (Ethernet through ICRC,
+/// about 80 bytes) are added to `mtu`, and the estimate rounds up more than the kernel does.
+pub fn frame_charge(mtu: u32) -> u64 {
+    let frame = u64::from(mtu.max(256)) + 128;
+    (frame + 512).next_power_of_two() + 512
+}
+
+/// How much the UDP link between two processes' software ConnectX holds at once: the frames
+/// that fit in the smaller of the two sockets' receive buffers. A frame a full buffer drops
+/// is retransmitted only after the ACK timeout (67 ms), or never gets through, when a single
+/// message alone is a larger burst than the buffer holds; so a run stays within this.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UdpBudget {
+    /// The smaller receive buffer of the two ends, in bytes (as `SO_RCVBUF` reports it).
+    pub recv_buffer: u64,
+    /// The path MTU.
+    pub mtu: u32,
+}
+
+impl UdpBudget {
+    /// The budget of a link whose ends have these receive buffers (`None`: not known, taken
+    /// as [`DEFAULT_RECV_BUFFER`]) and path MTU.
+    pub fn new(local: Option<u64>, peer: Option<u64>, mtu: u32) -> UdpBudget {
+        let b = |v: Option<u64>| v.filter(|&v| v > 0).unwrap_or(DEFAULT_RECV_BUFFER);
+        UdpBudget {
+            recv_buffer: b(local).min(b(peer)),
+            mtu,
+        }
+    }
+
+    /// Frames in flight at most (at least 1).
+    pub fn frames(&self) -> u64 {
+        (self.recv_buffer * FILL_PERCENT / 100 / frame_charge(self.mtu)).max(1)
+    }
+
+    /// The largest message the link carries reliably: all its frames in flight at once.
+    pub fn max_message(&self) -> u64 {
+        self.frames() * u64::from(self.mtu.max(256))
+    }
+}
+
+impl std::fmt::Display for UdpBudget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} frames of {} bytes in flight ({} KiB UDP receive buffer)",
+            self.frames(),
+            self.mtu,
+            self.recv_buffer >> 10
+        )
+    }
+}
+
+/// The message `sizes` a run can do: all of them when there is no UDP link (`budget` is
+/// `None`), else those the link holds at once, with a note for the user when some are left
+/// out; an error naming the buffer and how to grow it when none is left.
+pub fn sizes_for_udp_link(
+    sizes: &[u64],
+    budget: Option<&UdpBudget>,
+) -> Result<(Vec<u64>, Option<String>)> {
+    let Some(b) = budget else {
+        return Ok((sizes.to_vec(), None));
+    };
+    let max = b.max_message();
+    let ok: Vec<u64> = sizes.iter().copied().filter(|&s| s <= max).collect();
+    if ok.is_empty() {
+        return Err(Error::Usage(format!(
+            "-s {}: between two processes the software ConnectX carries messages of at most \
+             {max} bytes: the link holds {b}. The kernel grants a larger buffer up to \
+             net.core.rmem_max (or to root: the software ConnectX asks for 4 MiB); raise it \
+             with `sysctl -w net.core.rmem_max=4194304`, use a smaller -s, or --loopback",
+            sizes.iter().max().copied().unwrap_or(0)
+        )));
+    }
+    let note = (ok.len() < sizes.len()).then(|| {
+        format!(
+            " note: sizes above {max} bytes skipped: the UDP link between the processes holds {b}"
+        )
+    });
+    Ok((ok, note))
+}
+
+/// How often [`connect`] retries a refused connection.
+const RETRY_EVERY: Duration = Duration::from_millis(5);
+
+/// Bind the server's control listener on every address, TCP `port`.
+pub fn listen(port: u16) -> Result<TcpListener> {
+    TcpListener::bind(("0.0.0.0", port)).map_err(|e| Error::Net {
+        during: format!(
+            "listen on TCP port {port} (is another server running? choose another with -p)"
+        ),
+        source: e,
+    })
+}
+
+/// Wait for one client on `listener`, as long as it takes.
+pub fn accept(listener: &TcpListener) -> Result<(TcpStream, SocketAddr)> {
+    listener.set_nonblocking(false).map_err(|e| Error::Net {
+        during: "configure the listener".into(),
+        source: e,
+    })?;
+    loop {
+        match listener.accept() {
+            Ok(s) => return Ok(s),
+            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+            Err(e) => {
+                return Err(Error::Net {
+                    during: "accept a client".into(),
+                    source: e,
+                })
+            }
+        }
+    }
+}
+
+/// Connect to the server at `host`:`port`, retrying while it refuses (it may not listen
+/// yet) for at most `timeout`.
+pub fn connect(host: &str, port: u16, timeout: Duration) -> Result<(TcpStream, SocketAddr)> {
+    let addrs: Vec<SocketAddr> = (host, port)
+        .to_socket_addrs()
+        .map_err(|e| Error::Net {
+            during: format!("resolve {host}"),
+            source: e,
+        })?
+        .collect();
+    let deadline = Instant::now() + timeout;
+    loop {
+        let mut last = None;
+        for a in &addrs {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match TcpStream::connect_timeout(a, left.max(Duration::from_millis(10))) {
+                Ok(s) => return Ok((s, *a)),
+                Err(e) => last = Some(e),
+            }
+        }
+        let e = last.unwrap_or_else(|| std::io::Error::from(ErrorKind::NotFound));
+        let retry = matches!(
+            e.kind(),
+            ErrorKind::ConnectionRefused | ErrorKind::Interrupted
+        );
+        if !retry || Instant::now() >= deadline {
+            return Err(Error::Net {
+                during: format!(
+                    "connect to the server at {host}:{port} (is it running, with the same -p?)"
+                ),
+                source: e,
+            });
+        }
+        std::thread::sleep(RETRY_EVERY);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frame_charge_covers_what_linux_charges() {
+        // Measured charges (loopback, Linux 6.18) of frames of these MTUs plus headers.
+        assert!(frame_charge(1024) >= 2304);
+        assert!(frame_charge(2048) >= 4352);
+        assert!(frame_charge(4096) >= 8456);
+        // ... without wasting more than a third.
+        assert!(frame_charge(1024) < 2304 * 4 / 3);
+    }
+
+    #[test]
+    fn budget_from_the_buffers() {
+        // The kernel's default buffer: about the 64 frames of 1 KiB the link was limited to.
+        let small = UdpBudget::new(None, None, 1024);
+        assert_eq!(small.recv_buffer, DEFAULT_RECV_BUFFER);
+        assert!((56..=64).contains(&small.frames()), "{small}");
+        // What the software ConnectX asks for (4 MiB, reported doubled): far more than 64.
+        let big = UdpBudget::new(Some(8 << 20), Some(8 << 20), 1024);
+        assert!(big.frames() > 2000, "{big}");
+        assert!(big.max_message() >= 2 << 20, "{big}");
+        // The smaller end decides; an end that did not say counts as the default.
+        assert_eq!(
+            UdpBudget::new(Some(8 << 20), Some(1 << 20), 1024).recv_buffer,
+            1 << 20
+        );
+        assert_eq!(UdpBudget::new(Some(8 << 20), None, 1024), small);
+        assert_eq!(UdpBudget::new(Some(0), Some(8 << 20), 1024), small);
+        // A larger MTU: fewer, larger frames.
+        let jumbo = UdpBudget::new(Some(8 << 20), Some(8 << 20), 4096);
+        assert!(
+            jumbo.frames() < big.frames() && jumbo.frames() > 500,
+            "{jumbo}"
+        );
+        assert_eq!(UdpBudget::new(Some(1), Some(1), 1024).frames(), 1);
+    }
+
+    #[test]
+    fn udp_link_sizes() {
+        let all = [2, 1024, 65536, 1 << 20, 1 << 22];
+        let (s, note) = sizes_for_udp_link(&all, None).unwrap();
+        assert_eq!((s, note), (all.to_vec(), None));
+        let big = UdpBudget::new(Some(8 << 20), Some(8 << 20), 1024);
+        let (s, note) = sizes_for_udp_link(&all, Some(&big)).unwrap();
+        assert_eq!(s, vec![2, 1024, 65536, 1 << 20]);
+        let note = note.unwrap();
+        assert!(
+            note.contains("sizes above") && note.contains("8192 KiB"),
+            "{note}"
+        );
+        // A clamped buffer (a non-root user under the default net.core.rmem_max).
+        let small = UdpBudget::new(Some(DEFAULT_RECV_BUFFER), Some(8 << 20), 1024);
+        let (s, _) = sizes_for_udp_link(&all, Some(&small)).unwrap();
+        assert_eq!(s, vec![2, 1024]);
+        let e = sizes_for_udp_link(&[1 << 20], Some(&small))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("208 KiB") && e.contains("net.core.rmem_max") && e.contains("--loopback"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn the_client_finds_the_server() {
+        let l = listen(0).unwrap();
+        let port = l.local_addr().unwrap().port();
+        let server = std::thread::spawn(move || accept(&l).unwrap().1);
+        let (c, at) = connect("127.0.0.1", port, Duration::from_secs(5)).unwrap();
+        assert_eq!(at.port(), port);
+        assert_eq!(server.join().unwrap(), c.local_addr().unwrap());
+    }
+}

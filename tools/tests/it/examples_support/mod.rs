@@ -1,0 +1,150 @@
+//! Running an example or tool as a process and watching its output: what the tests that start
+//! a server process and then its client need (`tests/examples_run.rs`,
+//! `tests/tools_lat_bw.rs`).
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{self, Receiver};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// A running example process whose stdout is read line by line as it comes. Dropping it kills
+/// the process if it still runs, so a failing test leaves nothing behind.
+pub struct Proc {
+    what: String,
+    child: Child,
+    lines: Receiver<String>,
+    seen: Vec<String>,
+    stderr: Option<JoinHandle<String>>,
+}
+
+impl Proc {
+    /// Start `exe` with `args`.
+    pub fn spawn(exe: &Path, args: &[&str]) -> Proc {
+        let name = exe.file_name().map_or_else(
+            || exe.display().to_string(),
+            |n| n.to_string_lossy().into_owned(),
+        );
+        let mut child = Command::new(exe)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start the example");
+        let out = child.stdout.take().expect("piped stdout");
+        let mut err = child.stderr.take().expect("piped stderr");
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for l in BufReader::new(out).lines().map_while(Result::ok) {
+                let _ = tx.send(l);
+            }
+        });
+        let stderr = std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = err.read_to_string(&mut s);
+            s
+        });
+        Proc {
+            what: format!("{name} {args:?}"),
+            child,
+            lines,
+            seen: Vec::new(),
+            stderr: Some(stderr),
+        }
+    }
+
+    /// The rest of the first stdout line that contains `tag`, after it.
+    pub fn wait_line(&mut self, tag: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(l) => {
+                    self.seen.push(l.clone());
+                    if let Some(at) = l.find(tag) {
+                        return l[at + tag.len()..].to_string();
+                    }
+                }
+                Err(e) => panic!(
+                    "{}: no line with {tag:?} ({e}); it printed:\n{}",
+                    self.what,
+                    self.seen.join("\n")
+                ),
+            }
+        }
+    }
+
+    /// Wait for the process to exit within `timeout`, require status 0, return its stdout.
+    pub fn finish(mut self, timeout: Duration) -> String {
+        let deadline = Instant::now() + timeout;
+        let status = loop {
+            match self.child.try_wait().expect("wait for the example") {
+                Some(st) => break st,
+                None if Instant::now() > deadline => {
+                    let _ = self.child.kill();
+                    let _ = self.child.wait();
+                    panic!("{} still running after {timeout:?}", self.what);
+                }
+                None => std::thread::sleep(Duration::from_millis(10)),
+            }
+        };
+        // The reader ends at EOF, which the exit brings.
+        while let Ok(l) = self.lines.recv_timeout(Duration::from_secs(5)) {
+            self.seen.push(l);
+        }
+        let stderr = self
+            .stderr
+            .take()
+            .and_then(|h| h.join().ok())
+            .unwrap_or_default();
+        let out = self.seen.join("\n");
+        assert!(
+            status.success(),
+            "{} failed: {status}\n{out}\n{stderr}",
+            self.what
+        );
+        out
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// A server and its client as two processes of `exe`: the server is started with `-p 0` (it
+/// picks a free TCP port) and `args`; once it printed `ready` followed by the port, the client
+/// is started with that port, `args` and the address 127.0.0.1. Both must exit 0 within
+/// `timeout`. Returns (server, client) stdout.
+pub fn two_processes(
+    exe: &Path,
+    args: &[&str],
+    ready: &str,
+    timeout: Duration,
+) -> (String, String) {
+    let mut server = Proc::spawn(exe, &[&["-p", "0"], args].concat());
+    let rest = server.wait_line(ready);
+    let port = rest
+        .split_whitespace()
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        port.parse::<u16>().is_ok_and(|p| p > 0),
+        "no port after {ready:?}: {rest:?}"
+    );
+    let client = Proc::spawn(
+        exe,
+        &[&["-p", port.as_str()], args, &["127.0.0.1"]].concat(),
+    );
+    let c = client.finish(timeout);
+    let s = server.finish(timeout);
+    (s, c)
+}
