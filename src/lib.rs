@@ -10,6 +10,8 @@
 //! - [`hw`]: MMIO primitives (doorbell record, 8-byte doorbell, BlueFlame copy, barriers), the
 //!   device contract (the control path) and its libibverbs + mlx5dv backend (feature `verbs`);
 //! - [`qp`]: the data path (post, ring, poll) that runs unchanged on every device;
+//! - [`ctx`]: owning objects (context, PD, memory region, CQ, QP, SRQ, AH) that destroy their
+//!   device objects in the right order, re-exported at the top of this crate;
 //! - [`connect`]: connection setup over TCP or in one process, rebuild after errors,
 //!   diagnosis;
 //! - [`decode`]: a field-by-field decoder of raw WQEs and CQEs (the library behind
@@ -22,6 +24,10 @@
 
 pub use mlx5_connect as connect;
 pub use mlx5_cq as cq;
+pub use mlx5_ctx as ctx;
+#[cfg(feature = "sim")]
+pub use mlx5_ctx::SimFabric;
+pub use mlx5_ctx::{Ah, Context, Cq, CqInit, Error, Mr, Pd, Qp, QpInit, Result, Srq};
 pub use mlx5_decode as decode;
 pub use mlx5_hw as hw;
 pub use mlx5_qp as qp;

@@ -35,6 +35,7 @@ mod error;
 #[cfg(test)]
 mod fake;
 mod link;
+mod owned;
 mod params;
 mod plan;
 mod session;
@@ -43,6 +44,7 @@ pub mod wire;
 pub use control::Control;
 pub use error::{ConnectError, Result};
 pub use link::{ControlOnly, Link, QpLink};
+pub use owned::{accept_qp, connect_qp, connect_qps, connect_qps_with, qp_ref};
 pub use params::{
     ConnectParams, DEFAULT_HOP_LIMIT, DEFAULT_MIN_RNR_TIMER, DEFAULT_QKEY, DEFAULT_RD_ATOMIC,
     DEFAULT_RETRY_CNT, DEFAULT_RNR_RETRY, DEFAULT_TIMEOUT,

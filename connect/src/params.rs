@@ -44,6 +44,11 @@ pub struct ConnectParams {
     pub access: Option<AccessFlags>,
     /// An upper bound for the path MTU (`None`: the smaller of both ports' active MTU).
     pub max_mtu: Option<Mtu>,
+    /// The first PSN this QP sends (24 bits; the peer's `rq_psn`). `None`: a fresh random PSN
+    /// on every connect and rebuild, as perftest and rdma-core's examples pick them (a PSN
+    /// must not repeat across reconnects, or stale packets of the old connection could be
+    /// taken for new ones; IBTA Vol. 1 §9.7.1). Set it to test PSN wrap or to reproduce a run.
+    pub psn: Option<u32>,
     /// RC local ACK timeout exponent (4.096 µs × 2^timeout; 0 = wait forever).
     pub timeout: u8,
     /// RC transport retries (0..=7).
@@ -78,6 +83,7 @@ impl Default for ConnectParams {
             hop_limit: DEFAULT_HOP_LIMIT,
             access: None,
             max_mtu: None,
+            psn: None,
             timeout: DEFAULT_TIMEOUT,
             retry_cnt: DEFAULT_RETRY_CNT,
             rnr_retry: DEFAULT_RNR_RETRY,
@@ -103,6 +109,12 @@ impl ConnectParams {
             QpType::Uc => AccessFlags::REMOTE_WRITE,
             QpType::Ud => AccessFlags::empty(),
         })
+    }
+
+    /// Builder: send from PSN `psn` (24 bits) instead of a random one.
+    pub fn with_psn(mut self, psn: u32) -> Self {
+        self.psn = Some(psn);
+        self
     }
 
     /// Builder: announce `buffer` to the peer.

@@ -52,7 +52,7 @@ impl QpRef {
         QpRef {
             id: info.id,
             qpn: info.qpn,
-            qp_type: info.layout.qp_type,
+            qp_type: info.qp_type,
             pd,
         }
     }
@@ -659,6 +659,15 @@ fn prepare(
     params: &ConnectParams,
     cur: QpState,
 ) -> Result<Endpoint> {
+    let psn = match params.psn {
+        None => random_psn(),
+        Some(p) if p <= 0x00ff_ffff => p,
+        Some(p) => {
+            return Err(ConnectError::Incompatible(format!(
+                "ConnectParams::psn {p:#x} is wider than the 24 bits of a PSN (IBTA Vol. 1 §9.2, the BTH PSN field)"
+            )))
+        }
+    };
     let port = LocalPort::query(dev, params)?;
     match cur {
         QpState::Reset => {
@@ -682,7 +691,6 @@ fn prepare(
         }
     }
     link.post_receives()?;
-    let psn = random_psn();
     let ep = local_endpoint(&port, qp.qpn, qp.qp_type, params, psn);
     tracing::info!(
         target: "mlx5_connect",

@@ -214,6 +214,8 @@ pub struct QpInfo {
     pub id: QpId,
     /// QP number.
     pub qpn: u32,
+    /// Transport type.
+    pub qp_type: QpType,
     /// Capabilities actually granted.
     pub cap: QpCap,
     /// Rings and registers for the data path.

@@ -5,6 +5,8 @@
 //! [`Qp`], a slice of them, a [`QpTable`] (sorted QPNs, binary search: no hash map and no
 //! allocation on the hot path), or anything implementing the trait.
 
+use core::borrow::BorrowMut;
+
 use crate::error::{Error, Result};
 use crate::qp::Qp;
 use crate::sq::{CqeInfo, Progress};
@@ -37,29 +39,29 @@ impl Resolve for Qp {
     }
 }
 
-impl Resolve for [Qp] {
+/// A slice of QPs: `[Qp]`, `[&mut Qp]`, or of anything that lends one (an owning QP of
+/// `mlx5-ctx`).
+impl<Q: BorrowMut<Qp>> Resolve for [Q] {
     #[inline(always)]
     fn qp(&mut self, qpn: u32) -> Option<&mut Qp> {
-        self.iter_mut().find(|q| q.qpn() == qpn)
-    }
-}
-
-impl Resolve for [&mut Qp] {
-    #[inline(always)]
-    fn qp(&mut self, qpn: u32) -> Option<&mut Qp> {
-        self.iter_mut().find(|q| q.qpn() == qpn).map(|q| &mut **q)
+        self.iter_mut()
+            .map(BorrowMut::borrow_mut)
+            .find(|q| q.qpn() == qpn)
     }
 }
 
 /// QPs and the SRQs some of them receive through.
-impl<A: Resolve + ?Sized> Resolve for (&mut A, &mut [Srq]) {
+impl<A: Resolve + ?Sized, S: BorrowMut<Srq>> Resolve for (&mut A, &mut [S]) {
     #[inline(always)]
     fn qp(&mut self, qpn: u32) -> Option<&mut Qp> {
         self.0.qp(qpn)
     }
     #[inline(always)]
     fn srq(&mut self, srqn: u32) -> Option<&mut Srq> {
-        self.1.iter_mut().find(|s| s.srqn() == srqn)
+        self.1
+            .iter_mut()
+            .map(BorrowMut::borrow_mut)
+            .find(|s| s.srqn() == srqn)
     }
 }
 
@@ -629,6 +631,9 @@ impl Cq {
                 };
                 let cqn = self.cqn;
                 let qp = table.qp(qpn).ok_or(Error::UnknownQpn { cqn, qpn })?;
+                if status != WcStatus::Success {
+                    qp.follow_error_completion(true);
+                }
                 if let (Some(data), WcStatus::Success) = (inline, status) {
                     // Requester scatter-to-CQE: a READ or atomic reply (mlx5-facts §5.4).
                     let mut segs = [DataSeg::default(); 16];
@@ -680,6 +685,9 @@ impl Cq {
                 }
                 let cqn = self.cqn;
                 let qp = table.qp(qpn).ok_or(Error::UnknownQpn { cqn, qpn })?;
+                if wc.status != WcStatus::Success {
+                    qp.follow_error_completion(false);
+                }
                 match qp.srqn() {
                     None => Ok(qp.complete_recv(cqe.wqe_counter(), wc, inline, out)),
                     Some(srqn) => {

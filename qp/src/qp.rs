@@ -558,6 +558,25 @@ impl Qp {
         self.update_fast_limits();
     }
 
+    /// An error or flush completion of this QP was polled: the device has moved the QP out of
+    /// RTS, so the data path follows it without the caller's help. A failed send of a UC or UD
+    /// QP leaves it in SQE (its receive queue keeps working), anything else in Error (IBTA
+    /// Vol. 1 §10.3, QP states: the Send Queue Error state is for UC/UD requester errors;
+    /// the software ConnectX's `engine::enter_sqe` / `fail_qp`). Never moves a QP back out of
+    /// Error, nor out of Reset.
+    #[cold]
+    pub(crate) fn follow_error_completion(&mut self, send: bool) {
+        let next = if send && self.qp_type != QpType::Rc {
+            QpState::Sqe
+        } else {
+            QpState::Error
+        };
+        match (self.state, next) {
+            (QpState::Error | QpState::Reset, _) | (QpState::Sqe, QpState::Sqe) => {}
+            _ => self.set_state(next),
+        }
+    }
+
     /// Post one send WR and ring the doorbell (BlueFlame when it fits).
     ///
     /// The four most common shapes — WRITE or SEND, inline or one gather entry, no UD

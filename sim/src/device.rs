@@ -579,6 +579,7 @@ impl Device for SimDevice {
             Ok(QpInfo {
                 id: QpId(qpn),
                 qpn,
+                qp_type: attr.qp_type,
                 cap: g.cap,
                 layout,
             })

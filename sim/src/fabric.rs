@@ -154,6 +154,11 @@ impl Fabric {
         SimDevice::new(self.inner.clone(), idx, name)
     }
 
+    /// How many devices the fabric holds.
+    pub fn device_count(&self) -> usize {
+        self.inner.lock().devs.len()
+    }
+
     /// One step of every device and the wire; returns whether anything happened.
     pub fn step(&self) -> bool {
         self.inner.lock().step()

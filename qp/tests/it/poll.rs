@@ -173,9 +173,10 @@ fn error_then_flush_accounts_for_every_wr() {
     assert_eq!(wcs[0].vendor_err, 0x42);
     assert_eq!(wcs[0].syndrome_name(), Some("REMOTE_ACCESS_ERR"));
     assert_eq!(wcs[0].status.name(), "IBV_WC_REM_ACCESS_ERR");
-    // WR 105 got no CQE: the QP is in Error, the caller flushes what is left.
-    assert!(qp.flush_outstanding(&mut wcs).is_err(), "only in Error");
-    qp.set_state(QpState::Error);
+    // The error completion moved the data path to Error by itself: posting is refused.
+    assert_eq!(qp.state(), QpState::Error);
+    assert!(qp.post(&SendWr::send(9).inline(b"x")).is_err());
+    // WR 105 got no CQE (this fake device flushes nothing more): the caller flushes the rest.
     assert_eq!(qp.flush_outstanding(&mut wcs).unwrap(), 1);
     assert_eq!((wcs[0].wr_id, wcs[0].status), (105, WcStatus::WrFlushErr));
     assert_eq!(qp.sq_outstanding_bbs(), 0);

@@ -200,6 +200,7 @@ impl Device for VerbsDevice {
             Some(layout) => Ok(QpInfo {
                 id: q.id,
                 qpn: q.qpn,
+                qp_type: attr.qp_type,
                 cap: q.cap,
                 layout,
             }),

@@ -1,0 +1,285 @@
+//! The device context: which device, and (for the software ConnectX) the fabric and thread it
+//! needs, kept alive by every object made from it.
+
+use std::fmt;
+use std::sync::Arc;
+
+use mlx5_hw::{CqInitAttr, Device, DeviceAttr, PortAttr};
+
+use crate::cq::{Cq, CqInit};
+use crate::error::{Error, Result};
+use crate::pd::Pd;
+
+/// An open device: the software ConnectX ([`Context::sim`], [`SimFabric`]), a ConnectX
+/// (`mlx5_N`, feature `verbs`), or any [`Device`] ([`Context::from_device`]).
+///
+/// Cloning gives another handle to the same device. The device is closed when the last handle
+/// and the last object made from it (PD, MR, CQ, QP, ...) are gone.
+#[derive(Clone)]
+pub struct Context {
+    pub(crate) inner: Arc<ContextInner>,
+}
+
+pub(crate) struct ContextInner {
+    pub(crate) dev: Arc<dyn Device>,
+    /// The fabric a software ConnectX lives on (kept alive, with its thread, by the context).
+    #[cfg(feature = "sim")]
+    sim: Option<(mlx5_sim::SimDevice, SimFabric)>,
+}
+
+impl fmt::Debug for Context {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Context")
+            .field("device", &self.inner.dev.name())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Context {
+    /// Open a device by name: `sim` is a software ConnectX on a fabric of its own, on its own
+    /// thread ([`Context::sim`]); anything else is a verbs device (`mlx5_0`), which needs the
+    /// `verbs` feature.
+    pub fn open(name: &str) -> Result<Context> {
+        #[cfg(feature = "sim")]
+        if name == "sim" {
+            return Context::sim();
+        }
+        Self::open_verbs(name)
+    }
+
+    #[cfg(feature = "verbs")]
+    fn open_verbs(name: &str) -> Result<Context> {
+        let dev = mlx5_hw::verbs::VerbsDevice::open(name)?;
+        Ok(Context::from_device(Arc::new(dev)))
+    }
+
+    #[cfg(not(feature = "verbs"))]
+    fn open_verbs(name: &str) -> Result<Context> {
+        Err(Error::NoDevice(format!(
+            "device {name:?}: this build has no verbs backend; rebuild with the `verbs` feature \
+             (needs libibverbs-dev) to open a ConnectX, or open \"sim\" for the software ConnectX"
+        )))
+    }
+
+    /// A context over any device implementation.
+    pub fn from_device(dev: Arc<dyn Device>) -> Context {
+        Context {
+            inner: Arc::new(ContextInner {
+                dev,
+                #[cfg(feature = "sim")]
+                sim: None,
+            }),
+        }
+    }
+
+    /// A software ConnectX (IPv4 10.0.0.1) alone on a fabric that runs on its own thread.
+    #[cfg(feature = "sim")]
+    pub fn sim() -> Result<Context> {
+        Ok(SimFabric::threaded()?.add_device())
+    }
+
+    /// Two software ConnectX devices (10.0.0.1 and 10.0.0.2) on one fabric that runs on its own
+    /// thread: the usual start of a test or a demo.
+    #[cfg(feature = "sim")]
+    pub fn sim_pair() -> Result<(Context, Context)> {
+        let f = SimFabric::threaded()?;
+        Ok((f.add_device(), f.add_device()))
+    }
+
+    /// The control path of the device.
+    pub fn device(&self) -> &dyn Device {
+        &*self.inner.dev
+    }
+
+    /// The device as a shareable handle.
+    pub fn device_arc(&self) -> Arc<dyn Device> {
+        self.inner.dev.clone()
+    }
+
+    /// The device's name (`sim0`, `mlx5_0`).
+    pub fn name(&self) -> &str {
+        self.inner.dev.name()
+    }
+
+    /// Device capabilities.
+    pub fn query_device(&self) -> Result<DeviceAttr> {
+        Ok(self.inner.dev.query_device()?)
+    }
+
+    /// Attributes of port `port` (1-based).
+    pub fn query_port(&self, port: u8) -> Result<PortAttr> {
+        Ok(self.inner.dev.query_port(port)?)
+    }
+
+    /// The software ConnectX this context is, if it is one.
+    #[cfg(feature = "sim")]
+    pub fn sim_device(&self) -> Option<&mlx5_sim::SimDevice> {
+        self.inner.sim.as_ref().map(|(d, _)| d)
+    }
+
+    /// The fabric of a software ConnectX context (fault injection, captures, stepping).
+    #[cfg(feature = "sim")]
+    pub fn sim_fabric(&self) -> Option<&SimFabric> {
+        self.inner.sim.as_ref().map(|(_, f)| f)
+    }
+
+    /// Give a device that is not driven by a thread the chance to work: a software ConnectX on
+    /// a deterministic fabric runs until idle; on a threaded fabric or a ConnectX nothing
+    /// happens. The waiting helpers call this on every round.
+    pub fn progress(&self) {
+        #[cfg(feature = "sim")]
+        if let Some((_, f)) = &self.inner.sim {
+            if !f.is_threaded() {
+                f.fabric().run_until_idle();
+            }
+            return;
+        }
+        self.inner.dev.progress();
+    }
+
+    /// Why a wait on this device may not end, for timeout messages: a deterministic software
+    /// ConnectX that nobody steps, or nothing.
+    pub(crate) fn stall_hint(&self) -> &'static str {
+        #[cfg(feature = "sim")]
+        if let Some((_, f)) = &self.inner.sim {
+            return if f.is_threaded() {
+                "the software ConnectX's thread is running; the peer may not have posted, or \
+                 the QP may not be in RTS"
+            } else {
+                "the software ConnectX is deterministic: it moves only when stepped \
+                 (Context::progress, Fabric::run_until_idle, Fabric::advance for timers)"
+            };
+        }
+        "the device reported nothing in time"
+    }
+
+    /// Allocate a protection domain.
+    pub fn alloc_pd(&self) -> Result<Pd> {
+        Pd::new(self)
+    }
+
+    /// A CQ of at least `cqe` entries (64-byte CQEs, no completion channel).
+    pub fn create_cq(&self, cqe: u32) -> Result<Cq> {
+        Cq::new(
+            self,
+            &CqInit {
+                attr: CqInitAttr {
+                    cqe,
+                    ..CqInitAttr::default()
+                },
+            },
+        )
+    }
+
+    /// A CQ with every creation attribute.
+    pub fn create_cq_with(&self, init: &CqInit) -> Result<Cq> {
+        Cq::new(self, init)
+    }
+
+    /// Whether `other` is a handle to the same device.
+    pub fn same_device(&self, other: &Context) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
+    pub(crate) fn check_same(&self, other: &Context, what: &'static str) -> Result<()> {
+        if self.same_device(other) {
+            Ok(())
+        } else {
+            Err(Error::WrongContext {
+                what,
+                theirs: other.name().to_string(),
+                ours: self.name().to_string(),
+            })
+        }
+    }
+}
+
+#[cfg(feature = "sim")]
+pub use sim::SimFabric;
+
+#[cfg(feature = "sim")]
+mod sim {
+    use super::*;
+    use mlx5_sim::{DeviceConfig, Fabric, FabricThread};
+
+    /// A fabric of software ConnectX devices, running on its own thread ([`SimFabric::threaded`],
+    /// the default of this API) or stepped by the program ([`SimFabric::deterministic`]).
+    /// Cloning gives another handle; the thread stops when the last handle and the last
+    /// context of its devices are gone.
+    #[derive(Clone)]
+    pub struct SimFabric {
+        inner: Arc<FabricInner>,
+    }
+
+    struct FabricInner {
+        // Declared first: the thread stops (and is joined) before the fabric goes.
+        thread: Option<FabricThread>,
+        fabric: Fabric,
+    }
+
+    impl fmt::Debug for SimFabric {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.debug_struct("SimFabric")
+                .field("threaded", &self.is_threaded())
+                .field("fabric", &self.inner.fabric)
+                .finish()
+        }
+    }
+
+    impl SimFabric {
+        /// A fabric whose devices work on a background thread, as a NIC works beside the CPU.
+        pub fn threaded() -> Result<SimFabric> {
+            let fabric = Fabric::new();
+            let thread = fabric.start_thread();
+            if !thread.is_running() {
+                return Err(Error::NoDevice(
+                    "could not start the software ConnectX's thread".into(),
+                ));
+            }
+            Ok(SimFabric {
+                inner: Arc::new(FabricInner {
+                    thread: Some(thread),
+                    fabric,
+                }),
+            })
+        }
+
+        /// A fabric that moves only when stepped ([`Context::progress`], or the [`Fabric`]'s
+        /// `step`, `run_until_idle`, `advance`): reproducible tests in virtual time.
+        pub fn deterministic() -> SimFabric {
+            SimFabric {
+                inner: Arc::new(FabricInner {
+                    thread: None,
+                    fabric: Fabric::new(),
+                }),
+            }
+        }
+
+        /// Whether a background thread drives the fabric.
+        pub fn is_threaded(&self) -> bool {
+            self.inner.thread.is_some()
+        }
+
+        /// The fabric itself: fault injection, captures, virtual time, driver bugs.
+        pub fn fabric(&self) -> &Fabric {
+            &self.inner.fabric
+        }
+
+        /// Add a device with the next address (10.0.0.1, 10.0.0.2, ...) and open it.
+        pub fn add_device(&self) -> Context {
+            let n = self.inner.fabric.device_count() as u8;
+            self.add_device_with(DeviceConfig::new([10, 0, 0, n.wrapping_add(1)]))
+        }
+
+        /// Add a device built from `cfg` and open it.
+        pub fn add_device_with(&self, cfg: DeviceConfig) -> Context {
+            let dev = self.inner.fabric.add_device(cfg);
+            Context {
+                inner: Arc::new(ContextInner {
+                    dev: Arc::new(dev.clone()),
+                    sim: Some((dev, self.clone())),
+                }),
+            }
+        }
+    }
+}

@@ -1,0 +1,78 @@
+//! The error type of the owning layer.
+
+use std::time::Duration;
+
+/// What went wrong in the owning layer: a device refusal, a data-path error, or a request
+/// this layer refuses before it reaches either.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The device (control path) refused or failed.
+    #[error(transparent)]
+    Device(#[from] mlx5_hw::Error),
+    /// The data path refused a post or reported a bad completion.
+    #[error(transparent)]
+    DataPath(#[from] mlx5_qp::Error),
+    /// An access outside a memory region.
+    #[error(
+        "{what}: {len} bytes at offset {offset} reach past the end of the {size}-byte memory \
+         region"
+    )]
+    OutOfBounds {
+        /// What was asked.
+        what: &'static str,
+        /// Offset into the region.
+        offset: usize,
+        /// Bytes asked for.
+        len: usize,
+        /// Size of the region.
+        size: usize,
+    },
+    /// The memory for a region could not be allocated.
+    #[error("could not allocate {len} bytes{} for a memory region{}", if *.huge { " of huge pages" } else { "" }, if *.huge { " (are huge pages reserved? see /proc/sys/vm/nr_hugepages)" } else { "" })]
+    Alloc {
+        /// Bytes asked for.
+        len: usize,
+        /// Whether huge pages were asked for.
+        huge: bool,
+    },
+    /// Objects of two different contexts (devices) were combined.
+    #[error("{what} belongs to device {theirs}, not to {ours}: objects of one QP must come from one device")]
+    WrongContext {
+        /// What was passed.
+        what: &'static str,
+        /// The device it belongs to.
+        theirs: String,
+        /// The device it was used with.
+        ours: String,
+    },
+    /// A device name that cannot be opened in this build.
+    #[error("{0}")]
+    NoDevice(String),
+    /// A completion waited for failed.
+    #[error("WR {} failed: {} ({}){}", .wc.wr_id, .wc.status.name(), .wc.status, .wc.syndrome_name().map(|s| format!(", syndrome {s}")).unwrap_or_default())]
+    Failed {
+        /// The completion.
+        wc: mlx5_qp::Wc,
+    },
+    /// A completion of another WR arrived while waiting for one.
+    #[error("waiting for WR {wr_id}, the CQ gave {} other completion(s) first (WR ids {:?}); poll every outstanding WR with Cq::poll_until", .completions.len(), .completions.iter().map(|w| w.wr_id).collect::<Vec<_>>())]
+    Unexpected {
+        /// The WR waited for.
+        wr_id: u64,
+        /// Every completion polled, in order.
+        completions: Vec<mlx5_qp::Wc>,
+    },
+    /// A wait reached its deadline.
+    #[error("gave up after {waited:?} waiting for {what}: {detail}")]
+    Timeout {
+        /// What was awaited.
+        what: String,
+        /// How long it waited.
+        waited: Duration,
+        /// What is still outstanding, and what may be wrong.
+        detail: String,
+    },
+}
+
+/// `Result` with this crate's [`Error`].
+pub type Result<T> = std::result::Result<T, Error>;

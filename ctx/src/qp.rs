@@ -1,0 +1,308 @@
+//! Queue pairs: the data path ([`mlx5_qp::Qp`], reached through `Deref`) with the device QP
+//! and everything it reports to.
+
+use std::borrow::{Borrow, BorrowMut};
+use std::fmt;
+use std::ops::{Deref, DerefMut};
+use std::sync::Arc;
+
+use mlx5_hw::transition::{self, Step};
+use mlx5_hw::{QpAttr, QpCap, QpId, QpInitAttr, QpState, QpType};
+use mlx5_qp::Resolve;
+
+use crate::context::Context;
+use crate::cq::{Cq, CqObj};
+use crate::datapath;
+use crate::error::Result;
+use crate::pd::Pd;
+use crate::srq::{Srq, SrqObj};
+
+/// What a QP is created with: its type, CQs, SRQ and capabilities. Built from [`QpInit::rc`],
+/// [`QpInit::uc`] or [`QpInit::ud`] and refined with the setters.
+#[derive(Clone, Copy, Debug)]
+pub struct QpInit<'a> {
+    /// Transport type.
+    pub qp_type: QpType,
+    /// CQ of the send completions.
+    pub send_cq: &'a Cq,
+    /// CQ of the receive completions.
+    pub recv_cq: &'a Cq,
+    /// Receive through this SRQ instead of an RQ of its own.
+    pub srq: Option<&'a Srq>,
+    /// Requested capabilities (the device may round them up; [`Qp::cap`] says what it granted).
+    pub cap: QpCap,
+    /// Every send WR generates a completion.
+    pub sq_sig_all: bool,
+}
+
+impl<'a> QpInit<'a> {
+    /// A QP of `qp_type` whose sends and receives complete on `cq`, with room for 128 send and
+    /// 128 receive WRs of one SGE each and 64 bytes of inline data.
+    pub fn new(qp_type: QpType, cq: &'a Cq) -> QpInit<'a> {
+        QpInit {
+            qp_type,
+            send_cq: cq,
+            recv_cq: cq,
+            srq: None,
+            cap: QpCap {
+                max_send_wr: 128,
+                max_recv_wr: 128,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data: 64,
+            },
+            sq_sig_all: false,
+        }
+    }
+
+    /// A reliable connected QP on `cq` ([`QpInit::new`]).
+    pub fn rc(cq: &'a Cq) -> QpInit<'a> {
+        Self::new(QpType::Rc, cq)
+    }
+
+    /// An unreliable connected QP on `cq`.
+    pub fn uc(cq: &'a Cq) -> QpInit<'a> {
+        Self::new(QpType::Uc, cq)
+    }
+
+    /// An unreliable datagram QP on `cq`.
+    pub fn ud(cq: &'a Cq) -> QpInit<'a> {
+        Self::new(QpType::Ud, cq)
+    }
+
+    /// Receive completions go to `cq`.
+    pub fn recv_cq(mut self, cq: &'a Cq) -> Self {
+        self.recv_cq = cq;
+        self
+    }
+
+    /// Receive through `srq` (the QP has no receive queue of its own).
+    pub fn srq(mut self, srq: &'a Srq) -> Self {
+        self.srq = Some(srq);
+        self.cap.max_recv_wr = 0;
+        self
+    }
+
+    /// Send WRs the send queue must hold.
+    pub fn max_send_wr(mut self, n: u32) -> Self {
+        self.cap.max_send_wr = n;
+        self
+    }
+
+    /// Receive WRs the receive queue must hold.
+    pub fn max_recv_wr(mut self, n: u32) -> Self {
+        self.cap.max_recv_wr = n;
+        self
+    }
+
+    /// Gather entries per send WR.
+    pub fn max_send_sge(mut self, n: u32) -> Self {
+        self.cap.max_send_sge = n;
+        self
+    }
+
+    /// Scatter entries per receive WR.
+    pub fn max_recv_sge(mut self, n: u32) -> Self {
+        self.cap.max_recv_sge = n;
+        self
+    }
+
+    /// Inline bytes per send WR.
+    pub fn max_inline_data(mut self, n: u32) -> Self {
+        self.cap.max_inline_data = n;
+        self
+    }
+
+    /// Every send WR generates a completion (`sq_sig_all`).
+    pub fn sig_all(mut self) -> Self {
+        self.sq_sig_all = true;
+        self
+    }
+}
+
+/// The device QP and what it holds alive.
+pub(crate) struct QpObj {
+    id: QpId,
+    qp_type: QpType,
+    cap: QpCap,
+    // The device QP is destroyed (Drop) before these are released: a QP never outlives its
+    // CQs, SRQ or PD on the device.
+    pd: Pd,
+    _send_cq: Arc<CqObj>,
+    _recv_cq: Arc<CqObj>,
+    _srq: Option<Arc<SrqObj>>,
+}
+
+impl Drop for QpObj {
+    fn drop(&mut self) {
+        if let Err(e) = self.pd.context().device().destroy_qp(self.id) {
+            tracing::warn!(target: "mlx5_ctx", qp = self.id.0, error = %e, "destroy_qp failed");
+        }
+    }
+}
+
+/// A queue pair. Dereferences to the data path ([`mlx5_qp::Qp`]: post, batch, receives), which
+/// costs exactly what a post on a bare data-path QP costs; the device QP is destroyed when
+/// this is dropped, after the data path and before the CQs, SRQ and PD it holds.
+pub struct Qp {
+    // Declared first: the data path is dropped before the device object (see `datapath`).
+    dp: mlx5_qp::Qp,
+    obj: Arc<QpObj>,
+}
+
+impl fmt::Debug for Qp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Qp")
+            .field("device", &self.obj.pd.context().name())
+            .field("qpn", &format_args!("{:#x}", self.dp.qpn()))
+            .field("type", &self.obj.qp_type)
+            .field("state", &self.dp.state())
+            .finish()
+    }
+}
+
+impl Deref for Qp {
+    type Target = mlx5_qp::Qp;
+    #[inline(always)]
+    fn deref(&self) -> &mlx5_qp::Qp {
+        &self.dp
+    }
+}
+
+impl DerefMut for Qp {
+    #[inline(always)]
+    fn deref_mut(&mut self) -> &mut mlx5_qp::Qp {
+        &mut self.dp
+    }
+}
+
+impl Borrow<mlx5_qp::Qp> for Qp {
+    fn borrow(&self) -> &mlx5_qp::Qp {
+        &self.dp
+    }
+}
+
+impl BorrowMut<mlx5_qp::Qp> for Qp {
+    #[inline(always)]
+    fn borrow_mut(&mut self) -> &mut mlx5_qp::Qp {
+        &mut self.dp
+    }
+}
+
+/// Poll a CQ with one owning QP as the table (`cq.poll(&mut qp, ..)`).
+impl Resolve for Qp {
+    #[inline(always)]
+    fn qp(&mut self, qpn: u32) -> Option<&mut mlx5_qp::Qp> {
+        self.dp.qp(qpn)
+    }
+}
+
+impl Qp {
+    pub(crate) fn new(pd: &Pd, init: &QpInit<'_>) -> Result<Qp> {
+        let ctx = pd.context();
+        ctx.check_same(init.send_cq.context(), "the send CQ")?;
+        ctx.check_same(init.recv_cq.context(), "the receive CQ")?;
+        if let Some(s) = init.srq {
+            ctx.check_same(s.pd().context(), "the SRQ")?;
+        }
+        let attr = QpInitAttr {
+            qp_type: init.qp_type,
+            send_cq: init.send_cq.id(),
+            recv_cq: init.recv_cq.id(),
+            srq: init.srq.map(Srq::id),
+            cap: init.cap,
+            sq_sig_all: init.sq_sig_all,
+        };
+        let info = ctx.device().create_qp(pd.id(), &attr)?;
+        let obj = Arc::new(QpObj {
+            id: info.id,
+            qp_type: init.qp_type,
+            cap: info.cap,
+            pd: pd.clone(),
+            _send_cq: init.send_cq.obj().clone(),
+            _recv_cq: init.recv_cq.obj().clone(),
+            _srq: init.srq.map(|s| s.obj().clone()),
+        });
+        // On failure `obj` is dropped here and destroys the QP.
+        let dp = datapath::qp(&info.layout, init.srq.map(|s| s.srqn()))?;
+        Ok(Qp { dp, obj })
+    }
+
+    /// The device handle (not the QPN).
+    pub fn id(&self) -> QpId {
+        self.obj.id
+    }
+
+    /// Transport type.
+    pub fn qp_type(&self) -> QpType {
+        self.obj.qp_type
+    }
+
+    /// The capabilities the device granted.
+    pub fn cap(&self) -> QpCap {
+        self.obj.cap
+    }
+
+    /// The PD the QP belongs to.
+    pub fn pd(&self) -> &Pd {
+        &self.obj.pd
+    }
+
+    /// The context the QP belongs to.
+    pub fn context(&self) -> &Context {
+        self.obj.pd.context()
+    }
+
+    /// The data path alone (also reachable through `Deref`).
+    pub fn data_path(&mut self) -> &mut mlx5_qp::Qp {
+        &mut self.dp
+    }
+
+    /// The QP's attributes as the device reports them.
+    pub fn query(&self) -> Result<QpAttr> {
+        Ok(self.context().device().query_qp(self.obj.id)?)
+    }
+
+    /// Apply one typed transition ([`mlx5_hw::transition`]: validated against the kernel's
+    /// state table, one log event, confirmed by a query) from the state the device reports, and
+    /// tell the data path the state reached — also when the step fails.
+    pub fn modify(&mut self, step: &Step) -> Result<QpAttr> {
+        let dev = self.obj.pd.context().device();
+        let from = dev.query_qp(self.obj.id)?.qp_state;
+        let r = transition::apply(
+            dev,
+            self.obj.id,
+            self.obj.qp_type,
+            self.dp.qpn(),
+            from,
+            step,
+        );
+        let now = match &r {
+            Ok(a) => a.qp_state,
+            Err(_) => dev
+                .query_qp(self.obj.id)
+                .map(|a| a.qp_state)
+                .unwrap_or(from),
+        };
+        self.dp.set_state(now);
+        Ok(r?)
+    }
+
+    /// Apply `steps` in order ([`Qp::modify`] each), stopping at the first failure.
+    pub fn modify_all(&mut self, steps: &[Step]) -> Result<QpAttr> {
+        let mut last = None;
+        for s in steps {
+            last = Some(self.modify(s)?);
+        }
+        match last {
+            Some(a) => Ok(a),
+            None => self.query(),
+        }
+    }
+
+    /// The state the data path believes the QP is in (kept in step by [`Qp::modify`] and by
+    /// polling: an error completion moves it to Error).
+    pub fn state(&self) -> QpState {
+        self.dp.state()
+    }
+}
