@@ -42,6 +42,43 @@
 //! // ... connect (mlx5-connect `connect_qps`), post, poll: see `examples/hello_write.rs`.
 //! # Ok(()) }
 //! ```
+//!
+//! ## What the type system enforces
+//!
+//! A region lent with [`Pd::with_registered`] cannot escape its closure, so it is always
+//! deregistered before the caller's buffer is free again:
+//!
+//! ```compile_fail
+//! # fn f(pd: &mlx5_ctx::Pd) -> mlx5_ctx::Result<()> {
+//! let mut buf = vec![0u8; 4096];
+//! let escaped = pd.with_registered(&mut buf, mlx5_ctx::mr::all_access(), |mr| mr)?;
+//! # Ok(()) }
+//! ```
+//!
+//! and the buffer cannot be touched directly while the device may write it:
+//!
+//! ```compile_fail
+//! # fn f(pd: &mlx5_ctx::Pd) -> mlx5_ctx::Result<()> {
+//! let mut buf = vec![0u8; 4096];
+//! pd.with_registered(&mut buf, mlx5_ctx::mr::all_access(), |_mr| buf[0] = 1)?;
+//! # Ok(()) }
+//! ```
+//!
+//! The data-path objects belong to one thread at a time (`Send`, not `Sync`): the hot path
+//! takes no lock.
+//!
+//! ```compile_fail
+//! fn shared<T: Sync>() {}
+//! shared::<mlx5_ctx::Qp>();
+//! ```
+//!
+//! ```compile_fail
+//! fn shared<T: Sync>() {}
+//! shared::<mlx5_ctx::Cq>();
+//! ```
+//!
+//! Parents outlive their children at run time instead (the `Arc`s above):
+//! `ctx/tests/it/drop_order.rs` drops the handles of all six kinds in each of the 720 orders.
 #![deny(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 

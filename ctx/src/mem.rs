@@ -8,7 +8,6 @@
 //! every access is bounds-checked against the allocation first, and an allocation is freed only
 //! after the device has let go of it ([`crate::Mr`]'s `Drop` deregisters first).
 
-use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::ptr::NonNull;
 
 use crate::error::{Error, Result};
@@ -25,9 +24,8 @@ pub(crate) struct HostMem {
     ptr: NonNull<u8>,
     /// Bytes the caller asked for.
     len: usize,
-    /// Bytes allocated (whole pages).
+    /// Bytes mapped (whole pages).
     cap: usize,
-    huge: bool,
 }
 
 // SAFETY: the allocation is plain memory reached only through raw pointers and volatile
@@ -38,7 +36,8 @@ unsafe impl Send for HostMem {}
 unsafe impl Sync for HostMem {}
 
 impl HostMem {
-    /// `len` zeroed bytes (at least one), rounded up to whole pages (huge pages with `huge`).
+    /// `len` zeroed bytes (at least one), rounded up to whole pages (huge pages with `huge`):
+    /// an anonymous private mapping, zeroed and page-aligned by the kernel.
     pub(crate) fn new(len: usize, huge: bool) -> Result<HostMem> {
         let page = if huge { HUGE_PAGE } else { PAGE };
         let fail = Error::Alloc { len, huge };
@@ -46,35 +45,25 @@ impl HostMem {
             .max(1)
             .checked_next_multiple_of(page)
             .ok_or(Error::Alloc { len, huge })?;
-        let ptr = if huge {
-            // SAFETY: an anonymous private mapping of `cap` bytes at an address the kernel
-            // picks; no existing memory is affected. MAP_FAILED is checked below.
-            let p = unsafe {
-                libc::mmap(
-                    std::ptr::null_mut(),
-                    cap,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_HUGETLB,
-                    -1,
-                    0,
-                )
-            };
-            if p == libc::MAP_FAILED {
-                return Err(fail);
-            }
-            NonNull::new(p as *mut u8).ok_or(fail)?
-        } else {
-            let layout =
-                Layout::from_size_align(cap, PAGE).map_err(|_| Error::Alloc { len, huge })?;
-            // SAFETY: the layout has a non-zero size (cap ≥ PAGE).
-            NonNull::new(unsafe { alloc_zeroed(layout) }).ok_or(fail)?
+        let flags =
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | if huge { libc::MAP_HUGETLB } else { 0 };
+        // SAFETY: an anonymous private mapping of `cap` bytes at an address the kernel picks;
+        // no existing memory is affected. MAP_FAILED is checked below.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                cap,
+                libc::PROT_READ | libc::PROT_WRITE,
+                flags,
+                -1,
+                0,
+            )
         };
-        Ok(HostMem {
-            ptr,
-            len,
-            cap,
-            huge,
-        })
+        if p == libc::MAP_FAILED {
+            return Err(fail);
+        }
+        let ptr = NonNull::new(p as *mut u8).ok_or(fail)?;
+        Ok(HostMem { ptr, len, cap })
     }
 
     /// Start of the buffer.
@@ -90,13 +79,18 @@ impl HostMem {
 
 impl Drop for HostMem {
     fn drop(&mut self) {
-        if self.huge {
-            // SAFETY: the mapping was made by `new` with this address and length and is unmapped
-            // once; the MR that registered it was deregistered before (crate::Mr's Drop).
-            unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.cap) };
-        } else if let Ok(layout) = Layout::from_size_align(self.cap, PAGE) {
-            // SAFETY: allocated by `new` with this layout; freed once, after deregistration.
-            unsafe { dealloc(self.ptr.as_ptr(), layout) };
+        // With the `quarantine` feature (tests) the pages stay reserved but inaccessible, so a
+        // use after free faults at once instead of reading whatever is mapped there next.
+        #[cfg(feature = "quarantine")]
+        // SAFETY: the mapping was made by `new` with this address and length; the MR that
+        // registered it was deregistered before (crate::Mr's Drop).
+        unsafe {
+            libc::mprotect(self.ptr.as_ptr().cast(), self.cap, libc::PROT_NONE);
+        }
+        #[cfg(not(feature = "quarantine"))]
+        // SAFETY: as above; unmapped once.
+        unsafe {
+            libc::munmap(self.ptr.as_ptr().cast(), self.cap);
         }
     }
 }

@@ -84,6 +84,23 @@ const COUNTER_NAMES: [&str; 28] = [
     "duplicate_response",
 ];
 
+/// Objects a device holds ([`SimDevice::live_objects`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LiveObjects {
+    /// Protection domains.
+    pub pds: usize,
+    /// Memory regions.
+    pub mrs: usize,
+    /// Completion queues.
+    pub cqs: usize,
+    /// Queue pairs.
+    pub qps: usize,
+    /// Shared receive queues.
+    pub srqs: usize,
+    /// Address handles.
+    pub ahs: usize,
+}
+
 /// One software ConnectX on a [`crate::Fabric`].
 #[derive(Clone)]
 pub struct SimDevice {
@@ -207,6 +224,22 @@ impl SimDevice {
                 s.add(&qp.db);
             }
             Ok(s)
+        })
+        .unwrap_or_default()
+    }
+
+    /// How many objects of each kind the device holds now (a leak or a wrong destruction
+    /// order shows here).
+    pub fn live_objects(&self) -> LiveObjects {
+        self.with(|d| {
+            Ok(LiveObjects {
+                pds: d.pds.len(),
+                mrs: d.mrs.len(),
+                cqs: d.cqs.len(),
+                qps: d.qps.len(),
+                srqs: d.srqs.len(),
+                ahs: d.ahs.len(),
+            })
         })
         .unwrap_or_default()
     }

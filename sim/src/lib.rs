@@ -46,7 +46,7 @@ pub mod world;
 pub mod wqe;
 
 pub use bugs::{DriverBug, DriverBugKind};
-pub use device::SimDevice;
+pub use device::{LiveObjects, SimDevice};
 pub use doorbell::DoorbellStats;
 pub use fabric::{DeviceConfig, Fabric, FabricThread};
 pub use faults::{Class, FaultStats, Faults, Rate};

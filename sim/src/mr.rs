@@ -75,6 +75,16 @@ impl MrTable {
         (idx, lkey, rkey)
     }
 
+    /// How many MRs are registered.
+    pub fn len(&self) -> usize {
+        self.mrs.len()
+    }
+
+    /// Whether no MR is registered.
+    pub fn is_empty(&self) -> bool {
+        self.mrs.is_empty()
+    }
+
     /// Remove an MR by index.
     pub fn remove(&mut self, idx: u32) -> Option<Mr> {
         self.mrs.remove(&idx)

@@ -1,0 +1,8 @@
+//! The integration tests of mlx5-ctx, one test binary: drop order of every parent/child pair,
+//! memory regions dropped while WRs name them, and random sequences of create/post/drop.
+//! Freed buffers are quarantined (feature `quarantine`): an access after free faults at once.
+
+mod drop_order;
+mod mr_midstream;
+mod prop;
+mod support;
