@@ -17,6 +17,9 @@
 //! fabric's faults apply (a tap at the sender's port): retransmissions appear as often as they
 //! are sent, frames the fabric then drops are in the capture, injected duplicates and
 //! corruption are not. Frames received from another process are captured by that process.
+//! The second capture ([`crate::faults::Faults::capture_to`]) takes each frame as it arrives,
+//! after the faults, and [`crate::faults::Faults::record`] names the frames of the first one
+//! that a fault dropped, duplicated or corrupted.
 //!
 //! Counters kept here (mlx5 names): `port_xmit_packets`, `port_xmit_data` and
 //! `port_rcv_packets`, `port_rcv_data` (IBTA PortCounters: data in units of 4 octets, here of
@@ -252,6 +255,7 @@ impl World {
                 break;
             };
             work = true;
+            self.faults.arrived(now, &f.bytes);
             self.route(f);
         }
         work
@@ -299,7 +303,7 @@ impl World {
                     self.capture = None;
                 }
             }
-            let copies = self.faults.judge(&Meta::of(&f.pkt));
+            let copies = self.faults.judge(&Meta::of(&f.pkt), self.now);
             let n = copies.len();
             for (k, c) in copies.into_iter().enumerate() {
                 let mut b = if k + 1 == n {

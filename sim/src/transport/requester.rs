@@ -853,7 +853,16 @@ pub fn on_response(qp: &mut Qp, ctx: &mut Ctx, frame: &Frame) {
                 return;
             };
             let first = qp.req.outstanding[pos].first_psn;
-            ack_upto(qp, ctx, first.sub(1));
+            if ack_upto(qp, ctx, first.sub(1)) {
+                // Implied NAK (IBTA Vol 1 §9.7.5.1.5): an earlier READ/atomic is unanswered,
+                // so everything from it was requested again, this atomic included, whose
+                // result the responder returns again from its replay table. Taking it now
+                // would free a READ/atomic credit while the earlier one is outstanding, and
+                // the requester could then have more in flight than the responder's
+                // `max_dest_rd_atomic` resources remember (rxe's completer likewise retries
+                // and discards a response past an unanswered READ, `rxe_comp.c` `check_psn`).
+                return;
+            }
             // Earlier requests may have retired (or the QP failed): look it up again.
             let Some(pos) = pending_at(qp, psn) else {
                 return;
@@ -882,6 +891,16 @@ pub fn on_response(qp: &mut Qp, ctx: &mut Ctx, frame: &Frame) {
     }
 }
 
+/// The first PSN of the oldest READ/atomic still unanswered that was sent before PSN `first`.
+fn unanswered_before(qp: &Qp, first: Psn) -> Option<Psn> {
+    qp.req
+        .outstanding
+        .iter()
+        .take_while(|p| p.first_psn.is_before(first))
+        .find(|p| !p.done && p.is_rd_atomic())
+        .map(|p| p.first_psn)
+}
+
 /// The outstanding request, not yet answered, whose PSN range holds `psn`.
 fn pending_at(qp: &Qp, psn: Psn) -> Option<usize> {
     qp.req
@@ -897,13 +916,19 @@ fn read_response(qp: &mut Qp, ctx: &mut Ctx, frame: &Frame) {
         ctx.counters.inc("duplicate_response");
         return;
     };
+    let first = qp.req.outstanding[pos].first_psn;
     if pkt.aeth.is_some() {
-        let first = qp.req.outstanding[pos].first_psn;
         if ack_upto(qp, ctx, first.sub(1)) {
             // An earlier READ/atomic lost its response and everything from it was resent,
             // this READ included: its responses will come again.
             return;
         }
+    } else if let Some(from) = unanswered_before(qp, first) {
+        // A middle response (no AETH, so it acknowledges nothing) past an unanswered
+        // READ/atomic: the same implied NAK (IBTA Vol 1 §9.7.5.1.5).
+        ctx.counters.inc("implied_nak_seq_err");
+        retry(qp, ctx, from);
+        return;
     }
     let Some(pos) = pending_at(qp, psn) else {
         return;

@@ -774,8 +774,11 @@ fn atomic_ack(qp: &mut Qp, ctx: &mut Ctx, req: &Packet, orig: u64) {
 
 /// A duplicate request (IBTA §9.7.5.1.2): never executed twice. A READ or atomic is answered
 /// from the responder resources only while its entry is still there; an older one is dropped
-/// (the requester cannot have it outstanding: it never has more than `max_rd_atomic` in
-/// flight, which must not exceed the responder's `max_dest_rd_atomic`).
+/// silently and counted as `duplicate_request_no_replay` (the kernel's rxe drops it the same
+/// way, "resource not found", `rxe_resp.c` `duplicate_request`). A correct requester never
+/// asks for one: it has at most `max_rd_atomic` READs/atomics unanswered, which must not
+/// exceed the responder's `max_dest_rd_atomic`, and takes no response past an unanswered one
+/// (implied NAK, §9.7.5.1.5), so every one it may resend is still in the table.
 fn duplicate(qp: &mut Qp, ctx: &mut Ctx, frame: &Frame) {
     let pkt = &frame.pkt;
     let psn = pkt.bth.psn;
@@ -786,6 +789,8 @@ fn duplicate(qp: &mut Qp, ctx: &mut Ctx, frame: &Frame) {
             );
             if known {
                 read(qp, ctx, frame, false);
+            } else {
+                ctx.counters.inc("duplicate_request_no_replay");
             }
         }
         Operation::CompareSwap | Operation::FetchAdd => {
@@ -793,8 +798,9 @@ fn duplicate(qp: &mut Qp, ctx: &mut Ctx, frame: &Frame) {
                 RdAtomic::Atomic { psn: p, orig } if p == psn => Some(orig),
                 _ => None,
             });
-            if let Some(orig) = saved {
-                atomic_ack(qp, ctx, pkt, orig);
+            match saved {
+                Some(orig) => atomic_ack(qp, ctx, pkt, orig),
+                None => ctx.counters.inc("duplicate_request_no_replay"),
             }
         }
         _ => {
