@@ -208,6 +208,16 @@ pub fn fail_qp(qp: &mut Qp, ctx: &mut Ctx, event: Option<AsyncEvent>) {
 /// Flush everything outstanding on a QP in Error; returns whether anything was flushed.
 pub fn flush(qp: &mut Qp, ctx: &mut Ctx) -> bool {
     let mut any = flush_sq(qp, ctx);
+    // A receive WQE a message in progress took (or a broken UC SEND left for the next message)
+    // is the oldest one the QP holds: it is flushed first, from the RQ or its SRQ.
+    let taken = match qp.resp.cur.take() {
+        Some(responder::InMsg::Send { wqe, .. }) => Some(wqe),
+        _ => None,
+    };
+    if let Some(w) = taken.or_else(|| qp.resp.held.take()) {
+        recv_err_cqe(qp, ctx, w.counter, w.srqn, SYNDROME_WR_FLUSH_ERR);
+        any = true;
+    }
     // Receive queue.
     if qp.srq.is_none() && qp.geom.rq_wqe_cnt > 0 {
         let n = qp.rq_available(ctx.dev, ctx.bugs);

@@ -334,6 +334,26 @@ fn rnr_waits_min_rnr_timer_and_a_late_receive_recovers() {
 }
 
 #[test]
+fn rnr_on_a_write_with_immediate_counts_out_of_buffer_like_a_send() {
+    let mut p = rc(); // min_rnr_timer 1 = 10 µs
+    let (src, dst) = (p.mem(false, 64), p.mem(true, 64));
+    src.write(0, b"with imm");
+    let idx = write_imm(&mut p.a.qp, &src, 0, &dst, 8, 8, 7u32.to_be());
+    p.run();
+    assert_eq!(p.a.dev.counter("rnr_nak_retry_err"), 1);
+    assert_eq!(p.b.dev.counter("out_of_buffer"), 1, "issue 18: was 0");
+    p.fabric.advance(Duration::from_micros(10));
+    assert_eq!(p.b.dev.counter("out_of_buffer"), 2, "each RNR round");
+    p.b.qp.post_recv(&[dst.sge(32, 32)]);
+    p.fabric.advance(Duration::from_micros(10));
+    ok(p.a.scq.poll(), idx);
+    let r = p.b.rcq.poll().expect("received");
+    assert_eq!((r.opcode(), r.byte_cnt()), (CQE_RESP_WR_IMM, 8));
+    assert_eq!(dst.read(8, 8), b"with imm");
+    p.assert_no_bugs();
+}
+
+#[test]
 fn rnr_retries_run_out_and_everything_after_is_flushed() {
     let mut o = Opts::new(QpType::Rc);
     o.timeout = 4;

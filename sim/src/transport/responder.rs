@@ -20,9 +20,12 @@
 //!   (its completion is LOCAL_PROT 0x04).
 //!
 //! UC (§9.8): no ACKs; a PSN gap drops the message in progress and waits for a first/only
-//! packet, and the receive WQE the dropped SEND had taken serves the next SEND, so nothing
-//! completes for the lost message; errors drop the message. UD (§9.8.5): the DETH Q_Key must equal the QP's Q_Key, or
-//! the packet is dropped; the receive buffer gets the 40-byte GRH first (IBTA §11.4.1.2; on
+//! packet, and the receive WQE the dropped SEND had taken serves the next message that
+//! consumes one (SEND or WRITE with immediate), so nothing completes for the lost message and
+//! receives complete in order; a PSN behind the expected one is a duplicate, dropped; errors
+//! drop the message. Every packet dropped without a response is counted: `duplicate_request`,
+//! `out_of_sequence`, `out_of_buffer`, or `uc_dropped_packets` for the rest of a message given
+//! up. UD (§9.8.5): the DETH Q_Key must equal the QP's Q_Key, or the packet is dropped; the receive buffer gets the 40-byte GRH first (IBTA §11.4.1.2; on
 //! RoCEv2 with IPv4 the IPv4 header sits in its last 20 bytes, `ibv_poll_cq(3)` "IBV_WC_GRH").
 //!
 //! Atomics operate on the responder's memory as big-endian words and return the original
@@ -113,8 +116,8 @@ pub struct Responder {
     /// acknowledging the last of them (IBTA Vol 1 §9.7.5.1.1 allows one ACK for several
     /// requests); it goes out at the next step, or before any other response.
     pub ack_due: Option<Packet>,
-    /// UC: the receive WQE of a message that was dropped, reused by the next SEND (a UC message
-    /// with a missing packet completes nothing, IBTA Vol 1 §9.8.3).
+    /// UC: the receive WQE of a message that was dropped, reused by the next message that
+    /// consumes one (a UC message with a missing packet completes nothing, IBTA Vol 1 §9.8.3).
     pub held: Option<RecvWqe>,
 }
 
@@ -328,18 +331,34 @@ fn grh_bytes(pkt: &Packet) -> Vec<u8> {
     g
 }
 
+/// UC PSN checking (IBTA Vol 1 §9.8.3, the UC responder): the expected PSN continues the
+/// message in progress or starts the next one. A PSN ahead of it means packets were lost: the
+/// message in progress is given up, and the packet starts a new message if it is a first or
+/// only packet, or is dropped with the rest of its message otherwise. A PSN behind it (in the
+/// half of the PSN space before the expected PSN, as for RC, §9.7.1) is a copy the network
+/// made or a late packet of a message already given up: UC never retransmits, so it is dropped
+/// silently and counted as `duplicate_request`, and a duplicated message is not delivered
+/// twice.
 fn uc(qp: &mut Qp, ctx: &mut Ctx, frame: &Frame) {
     let pkt = &frame.pkt;
     let psn = pkt.bth.psn;
     let pos = pkt.bth.opcode.position();
-    if psn != qp.resp.epsn {
-        ctx.counters.inc("out_of_sequence");
-        uc_abandon(qp);
-        if !pos.starts_message() {
-            // Drop the rest of this message: the next first/only packet starts afresh.
-            qp.resp.epsn = psn.next();
-            qp.resp.cur = (!pos.ends_message()).then_some(InMsg::Drop);
+    match psn.window(qp.resp.epsn) {
+        PsnWindow::Expected => {}
+        PsnWindow::Duplicate => {
+            ctx.counters.inc("duplicate_request");
             return;
+        }
+        PsnWindow::OutOfSequence => {
+            ctx.counters.inc("out_of_sequence");
+            uc_abandon(qp);
+            if !pos.starts_message() {
+                // Drop the rest of this message: the next first/only packet starts afresh.
+                ctx.counters.inc("uc_dropped_packets");
+                qp.resp.epsn = psn.next();
+                qp.resp.cur = (!pos.ends_message()).then_some(InMsg::Drop);
+                return;
+            }
         }
     }
     qp.resp.epsn = psn.next();
@@ -348,6 +367,7 @@ fn uc(qp: &mut Qp, ctx: &mut Ctx, frame: &Frame) {
         uc_abandon(qp);
     }
     if matches!(qp.resp.cur, Some(InMsg::Drop)) {
+        ctx.counters.inc("uc_dropped_packets");
         if pos.ends_message() {
             qp.resp.cur = None;
         }
@@ -357,7 +377,8 @@ fn uc(qp: &mut Qp, ctx: &mut Ctx, frame: &Frame) {
 }
 
 /// UC: drop the message in progress; its receive WQE (if a SEND had taken one) is kept for
-/// the next SEND, so the lost message completes nothing.
+/// the next message that consumes one (a SEND at its first packet, a WRITE with immediate at
+/// its last), so the lost message completes nothing and receives still complete in order.
 fn uc_abandon(qp: &mut Qp) {
     if let Some(InMsg::Send { wqe, .. }) = qp.resp.cur.take() {
         qp.resp.held = Some(wqe);
@@ -555,12 +576,14 @@ fn data_packet(qp: &mut Qp, ctx: &mut Ctx, frame: &Frame) {
                 "WRITE longer than its RETH length",
             );
         }
-        if pos.ends_message() && pkt.imm.is_some() && !recv_ready(qp, ctx) {
+        if pos.ends_message() && pkt.imm.is_some() && qp.resp.held.is_none() && !recv_ready(qp, ctx)
+        {
+            // No receive WQE for the immediate: mlx5 `out_of_buffer` counts it as for a SEND.
+            ctx.counters.inc("out_of_buffer");
             if rc {
                 let t = RnrTimer::from_low_bits(qp.attr.min_rnr_timer);
                 nak(qp, ctx, pkt, pkt.bth.psn, Syndrome::RnrNak(t));
             } else {
-                ctx.counters.inc("out_of_buffer");
                 qp.resp.cur = None;
             }
             if pos == crate::wire::Position::Only {
@@ -587,7 +610,9 @@ fn data_packet(qp: &mut Qp, ctx: &mut Ctx, frame: &Frame) {
         }
         if pos.ends_message() {
             if pkt.imm.is_some() {
-                if let Some(w) = take_recv(qp, ctx) {
+                // The receive a broken UC SEND left is the next one in order (`uc_abandon`).
+                let held = qp.resp.held.take();
+                if let Some(w) = held.or_else(|| take_recv(qp, ctx)) {
                     recv_cqe(qp, ctx, &w, CQE_RESP_WR_IMM, len as u32, pkt, 0);
                 }
             }
