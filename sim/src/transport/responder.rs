@@ -41,6 +41,7 @@ use mlx5_cq::{
 };
 use mlx5_hw::{AccessFlags, AsyncEvent, QpId, QpType};
 
+use crate::counters::CounterId;
 use crate::cq::CqeSpec;
 use crate::engine::{fail_qp, recv_err_cqe, Ctx};
 use crate::qp::{Qp, RecvWqe};
@@ -179,7 +180,7 @@ fn class_c(qp: &mut Qp, ctx: &mut Ctx, req: &Packet, code: NakCode, why: &str) {
         nak(qp, ctx, req, req.bth.psn, Syndrome::Nak(code));
     }
     if code == NakCode::RemoteAccessError {
-        ctx.counters.inc("resp_remote_access_errors");
+        ctx.counters.inc(CounterId::RespRemoteAccessErrors);
     }
     let ev = match code {
         NakCode::RemoteAccessError => AsyncEvent::QpAccessError(QpId(qp.qpn)),
@@ -220,7 +221,7 @@ fn take_recv(qp: &mut Qp, ctx: &mut Ctx) -> Option<RecvWqe> {
         None => qp.take_recv(None, ctx.dev, ctx.bugs),
     };
     if w.is_none() {
-        ctx.counters.inc("out_of_buffer");
+        ctx.counters.inc(CounterId::OutOfBuffer);
     }
     w
 }
@@ -261,7 +262,7 @@ pub fn on_request(qp: &mut Qp, ctx: &mut Ctx, frame: &Frame) {
         (QpType::Rc, Transport::Rc) | (QpType::Uc, Transport::Uc) | (QpType::Ud, Transport::Ud)
     );
     if !ok {
-        ctx.counters.inc("rx_dropped");
+        ctx.counters.inc(CounterId::RxDropped);
         return;
     }
     match qp.qp_type {
@@ -273,9 +274,12 @@ pub fn on_request(qp: &mut Qp, ctx: &mut Ctx, frame: &Frame) {
 
 fn ud(qp: &mut Qp, ctx: &mut Ctx, frame: &Frame) {
     let pkt = &frame.pkt;
-    let Some(deth) = pkt.deth else { return };
+    let Some(deth) = pkt.deth else {
+        ctx.counters.inc(CounterId::RxDropped);
+        return;
+    };
     if deth.qkey != qp.attr.qkey {
-        ctx.counters.inc("rx_qkey_violation");
+        ctx.counters.inc(CounterId::RxQkeyViolation);
         return;
     }
     let Some(w) = take_recv(qp, ctx) else { return };
@@ -346,15 +350,15 @@ fn uc(qp: &mut Qp, ctx: &mut Ctx, frame: &Frame) {
     match psn.window(qp.resp.epsn) {
         PsnWindow::Expected => {}
         PsnWindow::Duplicate => {
-            ctx.counters.inc("duplicate_request");
+            ctx.counters.inc(CounterId::DuplicateRequest);
             return;
         }
         PsnWindow::OutOfSequence => {
-            ctx.counters.inc("out_of_sequence");
+            ctx.counters.inc(CounterId::OutOfSequence);
             uc_abandon(qp);
             if !pos.starts_message() {
                 // Drop the rest of this message: the next first/only packet starts afresh.
-                ctx.counters.inc("uc_dropped_packets");
+                ctx.counters.inc(CounterId::UcDroppedPackets);
                 qp.resp.epsn = psn.next();
                 qp.resp.cur = (!pos.ends_message()).then_some(InMsg::Drop);
                 return;
@@ -367,7 +371,7 @@ fn uc(qp: &mut Qp, ctx: &mut Ctx, frame: &Frame) {
         uc_abandon(qp);
     }
     if matches!(qp.resp.cur, Some(InMsg::Drop)) {
-        ctx.counters.inc("uc_dropped_packets");
+        ctx.counters.inc(CounterId::UcDroppedPackets);
         if pos.ends_message() {
             qp.resp.cur = None;
         }
@@ -391,12 +395,12 @@ fn rc(qp: &mut Qp, ctx: &mut Ctx, frame: &Frame) {
     match psn.window(qp.resp.epsn) {
         PsnWindow::Expected => qp.resp.nak_sent = false,
         PsnWindow::Duplicate => {
-            ctx.counters.inc("duplicate_request");
+            ctx.counters.inc(CounterId::DuplicateRequest);
             duplicate(qp, ctx, frame);
             return;
         }
         PsnWindow::OutOfSequence => {
-            ctx.counters.inc("out_of_sequence");
+            ctx.counters.inc(CounterId::OutOfSequence);
             if !qp.resp.nak_sent {
                 qp.resp.nak_sent = true;
                 let e = qp.resp.epsn;
@@ -407,11 +411,11 @@ fn rc(qp: &mut Qp, ctx: &mut Ctx, frame: &Frame) {
     }
     match pkt.bth.opcode.operation() {
         Operation::RdmaReadRequest => {
-            ctx.counters.inc("rx_read_requests");
+            ctx.counters.inc(CounterId::RxReadRequests);
             read(qp, ctx, frame, true)
         }
         Operation::CompareSwap | Operation::FetchAdd => {
-            ctx.counters.inc("rx_atomic_requests");
+            ctx.counters.inc(CounterId::RxAtomicRequests);
             atomic(qp, ctx, frame)
         }
         _ => data_packet(qp, ctx, frame),
@@ -514,7 +518,7 @@ fn data_packet(qp: &mut Qp, ctx: &mut Ctx, frame: &Frame) {
             );
         }
         if pos.starts_message() {
-            ctx.counters.inc("rx_write_requests");
+            ctx.counters.inc(CounterId::RxWriteRequests);
             let Some(reth) = pkt.reth else {
                 return class_c(
                     qp,
@@ -579,7 +583,7 @@ fn data_packet(qp: &mut Qp, ctx: &mut Ctx, frame: &Frame) {
         if pos.ends_message() && pkt.imm.is_some() && qp.resp.held.is_none() && !recv_ready(qp, ctx)
         {
             // No receive WQE for the immediate: mlx5 `out_of_buffer` counts it as for a SEND.
-            ctx.counters.inc("out_of_buffer");
+            ctx.counters.inc(CounterId::OutOfBuffer);
             if rc {
                 let t = RnrTimer::from_low_bits(qp.attr.min_rnr_timer);
                 nak(qp, ctx, pkt, pkt.bth.psn, Syndrome::RnrNak(t));
@@ -815,7 +819,7 @@ fn duplicate(qp: &mut Qp, ctx: &mut Ctx, frame: &Frame) {
             if known {
                 read(qp, ctx, frame, false);
             } else {
-                ctx.counters.inc("duplicate_request_no_replay");
+                ctx.counters.inc(CounterId::DuplicateRequestNoReplay);
             }
         }
         Operation::CompareSwap | Operation::FetchAdd => {
@@ -825,7 +829,7 @@ fn duplicate(qp: &mut Qp, ctx: &mut Ctx, frame: &Frame) {
             });
             match saved {
                 Some(orig) => atomic_ack(qp, ctx, pkt, orig),
-                None => ctx.counters.inc("duplicate_request_no_replay"),
+                None => ctx.counters.inc(CounterId::DuplicateRequestNoReplay),
             }
         }
         _ => {
