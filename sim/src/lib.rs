@@ -15,7 +15,8 @@
 //!   atomic replay, and retransmission on a virtual clock.
 //! - The network between ports is as lossy as a test asks ([`faults`]): loss, duplication,
 //!   reordering, delay, corruption (caught by the ICRC) and links going down, per link,
-//!   direction or QP, reproducible for a seed. Counters carry the mlx5 names
+//!   direction, device or QP, N times or always, reproducible for a seed, with a record of
+//!   every frame a fault changed and a capture after the faults. Counters carry the mlx5 names
 //!   ([`counters`], [`device::SimDevice`]'s `counters`); every packet the transport drops
 //!   without an answer is counted.
 //! - Devices in different processes talk over UDP on the loopback ([`udp_port`]), the frame

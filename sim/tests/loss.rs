@@ -683,3 +683,79 @@ mod rd_atomic_credits {
         p.assert_no_bugs();
     }
 }
+
+/// Issue 18: what the faults did is on record, and a second capture shows the frames as they
+/// arrived.
+mod fault_record {
+    use super::*;
+    use mlx5_sim::faults::FaultKind;
+    use mlx5_sim::pcap::PcapReader;
+    use mlx5_sim::wire::Packet;
+
+    fn frames(path: &std::path::Path) -> Vec<Vec<u8>> {
+        PcapReader::open(path)
+            .unwrap()
+            .map(|r| r.unwrap().data)
+            .collect()
+    }
+
+    #[test]
+    fn the_record_names_the_frames_of_the_tap_capture_and_the_second_capture_shows_the_wire() {
+        let mut p = rc();
+        let dir = std::env::temp_dir().join(format!("mlx5-sim-record-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (tap, wire) = (dir.join("tap.pcap"), dir.join("wire.pcap"));
+        p.fabric.capture_to(&tap).unwrap();
+        let f = p.fabric.faults();
+        f.capture_to(&wire).unwrap();
+        let bq = p.b.qp.qpn();
+        f.path(&p.a.dev, &p.b.dev)
+            .drop_psns(bq, [201])
+            .duplicate_psns(bq, [200]);
+        f.path(&p.b.dev, &p.a.dev)
+            .only(Class::Acks)
+            .times(1)
+            .corrupt_every(1);
+        let (src, dst) = (p.mem(false, 4096), p.mem(true, 4096));
+        let data = pattern(3000, 5);
+        src.write(0, &data);
+        let w = write(&mut p.a.qp, &src, 0, &dst, 0, 3000); // PSNs 200..=202
+        p.fabric.advance(TIMEOUT * 4);
+        ok(p.a.scq.poll(), w);
+        assert_eq!(dst.read(0, 3000), data);
+        let tapped = p.fabric.stop_capture().unwrap();
+        let arrived = f.stop_capture().unwrap();
+        let rec = f.record();
+        let kinds: Vec<(FaultKind, u32)> = rec.iter().map(|r| (r.kind, r.psn)).collect();
+        assert_eq!(kinds[0], (FaultKind::Duplicated { copies: 1 }, 200));
+        assert_eq!(kinds[1], (FaultKind::Dropped, 201));
+        assert_eq!(kinds[2].0, FaultKind::Corrupted, "the first ACK: {kinds:?}");
+        assert_eq!(rec.len(), 3);
+        let s = f.stats();
+        assert_eq!((s.dropped, s.duplicated, s.corrupted), (1, 1, 1));
+        let (t, a) = (frames(&tap), frames(&wire));
+        assert_eq!((t.len() as u64, a.len() as u64), (tapped, arrived));
+        assert_eq!(a.len(), t.len() - 1 + 1, "one dropped, one copy");
+        for r in &rec {
+            let pkt = Packet::parse(&t[r.frame as usize - 1]).unwrap();
+            assert_eq!((pkt.bth.psn.get(), pkt.bth.dest_qp), (r.psn, r.qpn));
+            assert_eq!(pkt.bth.opcode, r.opcode);
+        }
+        // The corrupted ACK arrived with one bit flipped; the dropped frame never arrived.
+        let bad = &t[rec[2].frame as usize - 1];
+        let flipped = a.iter().filter(|x| {
+            x.len() == bad.len()
+                && x.iter()
+                    .zip(bad.iter())
+                    .map(|(p, q)| (p ^ q).count_ones())
+                    .sum::<u32>()
+                    == 1
+        });
+        assert_eq!(flipped.count(), 1);
+        let lost = &t[rec[1].frame as usize - 1];
+        assert!(!a.contains(lost) || t.iter().filter(|x| *x == lost).count() > 1);
+        assert_eq!(p.a.dev.counter("rx_icrc_encapsulated"), 1);
+        std::fs::remove_dir_all(&dir).ok();
+        p.assert_no_bugs();
+    }
+}
