@@ -14,7 +14,7 @@
 //!
 //! Rules act independently: a frame is dropped by the first drop rule that selects it, and the
 //! other drop rules keep their firings for later frames, so "drop PSN 5" added twice drops the
-//! original and the first retransmission ([`FaultState::judge`]).
+//! original and the first retransmission.
 //!
 //! What the rules did is on record: [`FaultStats`] counts, [`Faults::record`] names every
 //! frame dropped, duplicated or corrupted (its number in the sender-side capture of

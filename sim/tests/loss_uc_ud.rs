@@ -109,9 +109,11 @@ mod uc_order_and_duplicates {
 
     #[test]
     fn a_write_with_imm_after_a_broken_send_takes_the_receive_the_send_had_taken() {
-        // IBTA Vol 1 §9.8.3: a UC message with a missing packet completes nothing, and its
-        // receive WQE serves the next message that consumes one, whatever its opcode (a
-        // WRITE with immediate consumes one too, §9.4.3): receives complete in order.
+        // A UC message with a missing packet completes nothing (IBTA Vol 1 §9.8.3), and the
+        // receive WQE it had taken serves the next message that consumes one, whatever its
+        // opcode (a WRITE with immediate consumes one too, `ibv_post_send(3)`), because
+        // receives complete in order (rdma-core's `handle_responder` takes the WR id at the
+        // RQ's tail).
         let mut p = Pair::new(Opts::new(QpType::Uc)); // path MTU 1024
         let (src, dst) = (p.mem(false, 8192), p.mem(true, 16384));
         src.write(0, &[0xaa; 3000]);
