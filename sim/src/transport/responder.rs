@@ -25,8 +25,9 @@
 //! receives complete in order; a PSN behind the expected one is a duplicate, dropped; errors
 //! drop the message. Every packet dropped without a response is counted: `duplicate_request`,
 //! `out_of_sequence`, `out_of_buffer`, or `uc_dropped_packets` for the rest of a message given
-//! up. UD (§9.8.5): the DETH Q_Key must equal the QP's Q_Key, or the packet is dropped; the receive buffer gets the 40-byte GRH first (IBTA §11.4.1.2; on
-//! RoCEv2 with IPv4 the IPv4 header sits in its last 20 bytes, `ibv_poll_cq(3)` "IBV_WC_GRH").
+//! up. UD (§9.8.5): the DETH Q_Key must equal the QP's Q_Key, or the packet is dropped; the
+//! receive buffer gets the 40-byte GRH first (IBTA §11.4.1.2; on RoCEv2 with IPv4 the IPv4
+//! header sits in its last 20 bytes, `ibv_poll_cq(3)` "IBV_WC_GRH").
 //!
 //! Atomics operate on the responder's memory as big-endian words and return the original
 //! bytes unchanged, which the requester writes to its buffer: 8-byte replies are big-endian as
