@@ -242,7 +242,11 @@ impl Cq {
     /// **Errors.** A CQE for a QPN or SRQ not in `table`, one naming no outstanding WQE, or an
     /// unsupported kind (compressed, resize, signature) is consumed and returned as an error
     /// — but only when it is the first CQE of a call: completions already written are returned
-    /// first, and the bad CQE is reported by the next call.
+    /// first, and the bad CQE is reported by the next call. A receive CQE naming a later WQE
+    /// than the oldest outstanding one (the device broke the in-order receive contract) is
+    /// [`Error::RecvOutOfOrder`], reported the same way but left in the CQ: the next call
+    /// delivers its completion (the WR id of the WQE it names), and the WQEs it skipped stay
+    /// outstanding; nothing is flushed on their behalf.
     #[inline(always)]
     pub fn poll<R: Resolve + ?Sized>(&mut self, table: &mut R, wcs: &mut [Wc]) -> Result<usize> {
         let start = self.ci;
@@ -352,7 +356,7 @@ impl Cq {
             } else if !sw_owned(op_own, ci, cqe_cnt) {
                 break;
             }
-            match self.poll_one_slow(cqe_ptr, table, &mut wcs[n..]) {
+            match self.poll_one_slow(cqe_ptr, table, &mut wcs[n..], n == 0) {
                 Ok(Consumed::Yes(k)) => {
                     n += k;
                     self.ci = self.ci.wrapping_add(1);
@@ -363,7 +367,10 @@ impl Cq {
                 }
                 Err(e) => {
                     if n == 0 {
-                        self.ci = self.ci.wrapping_add(1);
+                        // A receive out of order stays in the CQ: the next call delivers it.
+                        if !matches!(e, Error::RecvOutOfOrder { .. }) {
+                            self.ci = self.ci.wrapping_add(1);
+                        }
                         err = Some(e);
                     }
                     break;
@@ -545,6 +552,7 @@ impl Cq {
         cqe_ptr: *mut u8,
         table: &mut R,
         out: &mut [Wc],
+        first: bool,
     ) -> Result<Consumed> {
         mmio::from_device_barrier();
         // SAFETY: the CQE is software-owned (checked by the caller); read all 64 bytes after
@@ -552,7 +560,7 @@ impl Cq {
         let cqe = unsafe { core::ptr::read_volatile(cqe_ptr as *const Cqe64) };
         // SAFETY: the slot starts `cqe_off` bytes before its 64-byte CQE.
         let slot = unsafe { cqe_ptr.sub(self.cqe_off) };
-        match self.handle(&cqe, slot, table, out)? {
+        match self.handle(&cqe, slot, table, out, first)? {
             Progress::Done(k) => Ok(Consumed::Yes(k)),
             Progress::Partial(k) => Ok(Consumed::NotYet(k)),
             Progress::Bad(why) => Err(Error::BadCqe {
@@ -586,6 +594,7 @@ impl Cq {
         slot: *mut u8,
         table: &mut R,
         out: &mut [Wc],
+        first: bool,
     ) -> Result<Progress> {
         let opcode = cqe.opcode();
         let format = cqe.format();
@@ -689,7 +698,14 @@ impl Cq {
                     qp.follow_error_completion(false);
                 }
                 match qp.srqn() {
-                    None => Ok(qp.complete_recv(cqe.wqe_counter(), wc, inline, out)),
+                    None => qp
+                        .complete_recv(cqe.wqe_counter(), wc, inline, out, first)
+                        .map_err(|expected| Error::RecvOutOfOrder {
+                            cqn,
+                            qpn,
+                            wqe_counter: cqe.wqe_counter(),
+                            expected,
+                        }),
                     Some(srqn) => {
                         let srq = table.srq(srqn).ok_or(Error::UnknownSrqn { cqn, srqn })?;
                         Ok(srq.complete(cqe.wqe_counter(), wc, inline, out))

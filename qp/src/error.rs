@@ -179,6 +179,25 @@ pub enum Error {
         /// What is inconsistent.
         why: &'static str,
     },
+    /// A receive CQE names a later WQE than the oldest outstanding one: the device broke the
+    /// contract that receive WQEs complete in order (rdma-core's `handle_responder` relies on
+    /// it). The CQE was not consumed: the next poll delivers its completion; the skipped WQEs
+    /// stay outstanding.
+    #[error(
+        "CQ {cqn}: receive CQE for QPN {qpn:#x} names WQE {wqe_counter:#x} but the oldest \
+         outstanding receive WQE is {expected:#x}: the device completed receives out of order \
+         (the completion is delivered by the next poll; nothing was flushed)"
+    )]
+    RecvOutOfOrder {
+        /// The CQ number.
+        cqn: u32,
+        /// The QPN in the CQE.
+        qpn: u32,
+        /// The CQE's wqe_counter.
+        wqe_counter: u16,
+        /// The WQE the device should have completed next.
+        expected: u16,
+    },
     /// A CQE kind the data path does not handle (resize, signature error, compressed, ...).
     #[error(
         "CQ {cqn}: unsupported CQE (opcode {opcode} {name}, format {format}); create CQs \

@@ -1276,7 +1276,8 @@ impl Qp {
                 max: self.max_wqe_bytes,
             });
         }
-        if (wqe[7] & 0x3f) as usize != wqe.len() / SEND_WQE_DS {
+        // The whole byte, as the device reads it (`qpn_ds` bits 7:0, `struct mlx5_wqe_ctrl_seg`).
+        if wqe[7] as usize != wqe.len() / SEND_WQE_DS {
             return Err(Error::BadRawWqe(
                 "ctrl DS count (byte 7) must equal the length / 16",
             ));
@@ -1430,16 +1431,21 @@ impl Qp {
         self.sq.lean_retired(k)
     }
 
+    /// A receive CQE for this QP's RQ; `Err(expected)` when it breaks the receive order
+    /// (`rq` module docs).
     pub(crate) fn complete_recv(
         &mut self,
         wqe_counter: u16,
         wc: Wc,
         inline: Option<&[u8]>,
         out: &mut [Wc],
-    ) -> Progress {
+        first: bool,
+    ) -> core::result::Result<Progress, u16> {
         match self.rq.as_mut() {
-            Some(rq) => rq.complete(wqe_counter, wc, inline, out),
-            None => Progress::Bad("receive completion on a QP without a receive queue"),
+            Some(rq) => rq.complete(wqe_counter, wc, inline, out, first),
+            None => Ok(Progress::Bad(
+                "receive completion on a QP without a receive queue",
+            )),
         }
     }
 

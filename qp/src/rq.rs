@@ -3,8 +3,16 @@
 //! `providers/mlx5/qp.c` `mlx5_post_recv`; mlx5-facts §4.1).
 //!
 //! `head` counts WQEs ever posted, `tail` WQEs retired, both 16-bit. There is no MMIO doorbell:
-//! after a store barrier the new `head` goes into `dbrec[0]`. The device completes receive
-//! WQEs in order, and the responder CQE's `wqe_counter` names the WQE.
+//! after a store barrier the new `head` goes into `dbrec[0]`. The device consumes receive WQEs
+//! in order (rdma-core's `handle_responder` in `providers/mlx5/cq.c` takes the WR id at
+//! `wq->tail` without reading `wqe_counter`, so a device that did not would hand rdma-core's
+//! users the wrong buffer), and the responder CQE's `wqe_counter` names the WQE.
+//!
+//! A CQE that names a later WQE than the oldest outstanding one breaks that contract: it is
+//! reported, once, as [`Error::RecvOutOfOrder`] naming the CQE's `wqe_counter` and the
+//! expected one, with the CQE left in the CQ, and delivered by the next poll (with the WR id
+//! of the WQE it names). Nothing is invented for the WQEs it skipped: they stay outstanding
+//! and complete when their own CQEs come (or are flushed).
 
 use crate::error::{Error, Result};
 use crate::scatter::scatter;
@@ -31,6 +39,10 @@ pub(crate) struct RecvQueue {
     pub head: u16,
     pub tail: u16,
     wr_id: Box<[u64]>,
+    /// WQEs after `tail` the device completed out of order (retired when `tail` reaches them).
+    done: Box<[bool]>,
+    /// The WQE whose out-of-order CQE was reported and is to be delivered next.
+    reported: Option<u16>,
 }
 
 /// Check a scatter list against a queue's limit.
@@ -98,6 +110,8 @@ impl RecvQueue {
             head: 0,
             tail: 0,
             wr_id: vec![0; wqe_cnt as usize].into_boxed_slice(),
+            done: vec![false; wqe_cnt as usize].into_boxed_slice(),
+            reported: None,
         }
     }
 
@@ -138,32 +152,40 @@ impl RecvQueue {
         Ok(())
     }
 
-    /// Account for a responder CQE naming the WQE at `wqe_counter`. WQEs complete in order, so
-    /// a counter past `tail` means the device skipped some: each is reported as flushed so that
-    /// none is lost. `inline` is scatter-to-CQE data to copy into the WQE's buffers.
+    /// Account for a responder CQE naming the WQE at `wqe_counter`; `inline` is
+    /// scatter-to-CQE data to copy into the WQE's buffers. `first`: the CQE is the first of
+    /// this poll call, so an error may be returned for it.
+    ///
+    /// A counter past `tail` breaks the receive-order contract (module docs): the first time
+    /// (as the first CQE of a call; otherwise `Partial(0)`, to be met first by the next call)
+    /// it is `Err(expected)`, the CQE staying in the CQ; the next time it is delivered with the
+    /// WR id of the WQE it names, which is then retired when `tail` reaches it.
     pub fn complete(
         &mut self,
         wqe_counter: u16,
         mut wc: Wc,
         inline: Option<&[u8]>,
         out: &mut [Wc],
-    ) -> Progress {
+        first: bool,
+    ) -> core::result::Result<Progress, u16> {
         let dist = wqe_counter.wrapping_sub(self.tail) & self.mask;
         if dist as u32 >= self.outstanding() {
-            return Progress::Bad("outside the outstanding receive range");
+            return Ok(Progress::Bad("outside the outstanding receive range"));
         }
         let c = self.tail.wrapping_add(dist);
-        let mut n = 0;
-        while self.tail != c {
-            if n == out.len() {
-                return Progress::Partial(n);
-            }
-            out[n] = self.flushed(wc.qp_num);
-            n += 1;
-            self.tail = self.tail.wrapping_add(1);
+        let slot = (c & self.mask) as usize;
+        if self.done[slot] {
+            return Ok(Progress::Bad("the receive WQE it names completed already"));
         }
-        if n == out.len() {
-            return Progress::Partial(n);
+        if out.is_empty() {
+            return Ok(Progress::Partial(0));
+        }
+        if dist != 0 && self.reported != Some(c) {
+            if !first {
+                return Ok(Progress::Partial(0));
+            }
+            self.reported = Some(c);
+            return Err(self.tail);
         }
         if let (Some(data), true) = (inline, wc.status == WcStatus::Success) {
             let len = (wc.byte_len as usize).min(data.len());
@@ -174,10 +196,19 @@ impl RecvQueue {
                 scatter(&data[..len], segs);
             }
         }
-        wc.wr_id = self.wr_id[(c & self.mask) as usize];
-        out[n] = wc;
-        self.tail = c.wrapping_add(1);
-        Progress::Done(n + 1)
+        wc.wr_id = self.wr_id[slot];
+        out[0] = wc;
+        if dist != 0 {
+            self.reported = None;
+            self.done[slot] = true;
+        } else {
+            self.tail = c.wrapping_add(1);
+            while self.tail != self.head && self.done[(self.tail & self.mask) as usize] {
+                self.done[(self.tail & self.mask) as usize] = false;
+                self.tail = self.tail.wrapping_add(1);
+            }
+        }
+        Ok(Progress::Done(1))
     }
 
     fn flushed(&mut self, qpn: u32) -> Wc {
@@ -195,6 +226,13 @@ impl RecvQueue {
     pub fn flush_all(&mut self, qpn: u32, out: &mut [Wc]) -> Progress {
         let mut n = 0;
         while self.tail != self.head {
+            let slot = (self.tail & self.mask) as usize;
+            if self.done[slot] {
+                // Completed out of order already.
+                self.done[slot] = false;
+                self.tail = self.tail.wrapping_add(1);
+                continue;
+            }
             if n == out.len() {
                 return Progress::Partial(n);
             }
@@ -202,6 +240,7 @@ impl RecvQueue {
             n += 1;
             self.tail = self.tail.wrapping_add(1);
         }
+        self.reported = None;
         Progress::Done(n)
     }
 
@@ -209,6 +248,8 @@ impl RecvQueue {
     pub fn reset(&mut self) {
         self.head = 0;
         self.tail = 0;
+        self.done.fill(false);
+        self.reported = None;
         // SAFETY: `dbrec` is the live doorbell record.
         unsafe { mmio::write_dbrec(self.dbrec, 0) };
     }

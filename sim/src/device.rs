@@ -26,64 +26,6 @@ use crate::transport::flow_label_to_udp_sport;
 use crate::udp_port::{UdpPeer, UdpPort};
 use crate::world::{Dev, World};
 
-/// Counter names `counters()` always reports, in this order.
-///
-/// The mlx5 `hw_counters` names are the Linux kernel's (`drivers/infiniband/hw/mlx5/counters.c`:
-/// `basic_q_cnts`, `out_of_seq_q_cnts`, `retrans_q_cnts`, `extended_err_cnts`,
-/// `ext_ppcnt_cnts`); the port counters are IBTA PortCounters as sysfs `counters/` spells them
-/// (data counters in units of 4 octets). What each counts here:
-/// - `out_of_sequence` (responder: a request PSN after the expected one; requester: a READ
-///   response after a missing one), `duplicate_request` (responder: a request PSN before the
-///   expected one), `packet_seq_err` (requester: NAK sequence errors received),
-///   `implied_nak_seq_err` (requester: an ACK beyond an unanswered READ/atomic),
-///   `local_ack_timeout_err` (requester: ACK timer expiries), `rnr_nak_retry_err` (requester:
-///   RNR NAKs received), `out_of_buffer` (responder: no receive WQE);
-/// - `rx_read_requests`, `rx_write_requests`, `rx_atomic_requests` (responder: executed);
-/// - `req_cqe_error`, `req_cqe_flush_error`, `resp_cqe_error`, `resp_cqe_flush_error`,
-///   `req_remote_access_errors`, `req_remote_invalid_request`, `resp_remote_access_errors`,
-///   `resp_local_length_error` (error completions and NAKs);
-/// - `rx_icrc_encapsulated` (frames whose ICRC check failed);
-/// - `port_xmit_packets`, `port_xmit_data`, `port_rcv_packets`, `port_rcv_data`,
-///   `port_rcv_errors` (frames that failed to parse), `port_xmit_discards` (frames sent
-///   while the port was down).
-///
-/// Not modelled: `roce_adp_retrans*`, `roce_slow_restart*` (adaptive retransmission) and the
-/// congestion counters. The software ConnectX's own counters, with no mlx5 equivalent:
-/// `rx_dropped` (a packet for a QP that does not exist or cannot receive in its state),
-/// `rx_qkey_violation` (a UD packet whose Q_Key does not match) and `duplicate_response`
-/// (requester: a response for nothing outstanding).
-const COUNTER_NAMES: [&str; 28] = [
-    "port_xmit_packets",
-    "port_rcv_packets",
-    "port_xmit_data",
-    "port_rcv_data",
-    "port_rcv_errors",
-    "port_xmit_discards",
-    "out_of_sequence",
-    "packet_seq_err",
-    "duplicate_request",
-    "local_ack_timeout_err",
-    "rnr_nak_retry_err",
-    "out_of_buffer",
-    "implied_nak_seq_err",
-    "req_cqe_error",
-    "req_cqe_flush_error",
-    "req_remote_access_errors",
-    "req_remote_invalid_request",
-    "resp_cqe_error",
-    "resp_cqe_flush_error",
-    "resp_local_length_error",
-    "resp_remote_access_errors",
-    "rx_read_requests",
-    "rx_atomic_requests",
-    "rx_write_requests",
-    "rx_icrc_encapsulated",
-    // The software ConnectX's own (no mlx5 equivalent).
-    "rx_dropped",
-    "rx_qkey_violation",
-    "duplicate_response",
-];
-
 /// Objects a device holds ([`SimDevice::live_objects`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct LiveObjects {
@@ -244,10 +186,10 @@ impl SimDevice {
         .unwrap_or_default()
     }
 
-    /// The value of one counter.
+    /// The value of one counter by its name ([`crate::counters::CounterId`] lists them; 0 for a
+    /// name the device does not have).
     pub fn counter(&self, name: &str) -> u64 {
-        self.with(|d| Ok(d.counters.0.get(name).copied().unwrap_or(0)))
-            .unwrap_or(0)
+        self.with(|d| Ok(d.counters.by_name(name))).unwrap_or(0)
     }
 
     /// Take port 1 up or down.
@@ -700,21 +642,14 @@ impl Device for SimDevice {
             )));
         }
         self.with(|d| {
-            let mut v: Vec<Counter> = COUNTER_NAMES
+            let v: Vec<Counter> = d
+                .counters
                 .iter()
-                .map(|n| Counter {
-                    name: n.to_string(),
-                    value: d.counters.0.get(n).copied().unwrap_or(0),
+                .map(|(c, value)| Counter {
+                    name: c.name().to_string(),
+                    value,
                 })
                 .collect();
-            for (k, val) in &d.counters.0 {
-                if !COUNTER_NAMES.contains(k) {
-                    v.push(Counter {
-                        name: k.to_string(),
-                        value: *val,
-                    });
-                }
-            }
             Ok(v)
         })
     }

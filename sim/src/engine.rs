@@ -11,6 +11,8 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
+pub use crate::counters::Counters;
+
 use mlx5_cq::{
     CQE_REQ, CQE_REQ_ERR, CQE_RESP_ERR, SYNDROME_LOCAL_LENGTH_ERR, SYNDROME_LOCAL_PROT_ERR,
     SYNDROME_LOCAL_QP_OP_ERR, SYNDROME_REMOTE_ACCESS_ERR, SYNDROME_REMOTE_INVAL_REQ_ERR,
@@ -20,6 +22,7 @@ use mlx5_cq::{
 use mlx5_hw::{AsyncEvent, CqId, Gid, Mtu, PortState, QpId, QpState};
 
 use crate::bugs::{BugLog, DriverBugKind};
+use crate::counters::CounterId;
 use crate::cq::{Cq, CqeOutcome, CqeSpec};
 use crate::mr::MrTable;
 use crate::qp::Qp;
@@ -43,22 +46,6 @@ pub struct Port {
     pub mtu: Mtu,
     /// Port state.
     pub state: PortState,
-}
-
-/// Named counters, spelled like mlx5's `hw_counters` and the port counters.
-#[derive(Clone, Debug, Default)]
-pub struct Counters(pub BTreeMap<&'static str, u64>);
-
-impl Counters {
-    /// Add one.
-    pub fn inc(&mut self, name: &'static str) {
-        self.add(name, 1);
-    }
-
-    /// Add `n`.
-    pub fn add(&mut self, name: &'static str, n: u64) {
-        *self.0.entry(name).or_insert(0) += n;
-    }
 }
 
 /// The vendor syndrome the device puts next to a syndrome. The values for retry exhaustion
@@ -148,12 +135,14 @@ pub fn send_cqe(
         },
         Some(s) => {
             ctx.counters.inc(match s {
-                SYNDROME_WR_FLUSH_ERR => "req_cqe_flush_error",
-                _ => "req_cqe_error",
+                SYNDROME_WR_FLUSH_ERR => CounterId::ReqCqeFlushError,
+                _ => CounterId::ReqCqeError,
             });
             match s {
-                SYNDROME_REMOTE_ACCESS_ERR => ctx.counters.inc("req_remote_access_errors"),
-                SYNDROME_REMOTE_INVAL_REQ_ERR => ctx.counters.inc("req_remote_invalid_request"),
+                SYNDROME_REMOTE_ACCESS_ERR => ctx.counters.inc(CounterId::ReqRemoteAccessErrors),
+                SYNDROME_REMOTE_INVAL_REQ_ERR => {
+                    ctx.counters.inc(CounterId::ReqRemoteInvalidRequest)
+                }
                 _ => {}
             }
             CqeSpec {
@@ -173,11 +162,11 @@ pub fn send_cqe(
 /// A receive error completion.
 pub fn recv_err_cqe(qp: &Qp, ctx: &mut Ctx, counter: u16, srqn: Option<u32>, syndrome: u8) {
     ctx.counters.inc(match syndrome {
-        SYNDROME_WR_FLUSH_ERR => "resp_cqe_flush_error",
-        _ => "resp_cqe_error",
+        SYNDROME_WR_FLUSH_ERR => CounterId::RespCqeFlushError,
+        _ => CounterId::RespCqeError,
     });
     if syndrome == SYNDROME_LOCAL_LENGTH_ERR {
-        ctx.counters.inc("resp_local_length_error");
+        ctx.counters.inc(CounterId::RespLocalLengthError);
     }
     let spec = CqeSpec {
         opcode: CQE_RESP_ERR,
@@ -208,6 +197,16 @@ pub fn fail_qp(qp: &mut Qp, ctx: &mut Ctx, event: Option<AsyncEvent>) {
 /// Flush everything outstanding on a QP in Error; returns whether anything was flushed.
 pub fn flush(qp: &mut Qp, ctx: &mut Ctx) -> bool {
     let mut any = flush_sq(qp, ctx);
+    // A receive WQE a message in progress took (or a broken UC SEND left for the next message)
+    // is the oldest one the QP holds: it is flushed first, from the RQ or its SRQ.
+    let taken = match qp.resp.cur.take() {
+        Some(responder::InMsg::Send { wqe, .. }) => Some(wqe),
+        _ => None,
+    };
+    if let Some(w) = taken.or_else(|| qp.resp.held.take()) {
+        recv_err_cqe(qp, ctx, w.counter, w.srqn, SYNDROME_WR_FLUSH_ERR);
+        any = true;
+    }
     // Receive queue.
     if qp.srq.is_none() && qp.geom.rq_wqe_cnt > 0 {
         let n = qp.rq_available(ctx.dev, ctx.bugs);

@@ -2,15 +2,29 @@
 //! receiver's, so retransmission, RNR and recovery can be tested.
 //!
 //! A rule has a *scope* (a link between two devices in both directions, one direction, the
-//! frames addressed to one QP, or every frame), an optional *class* of packets it is limited to
-//! (requests, ACKs, READ responses, ...) and an *action*: drop (a rate, every N-th frame, or
-//! exact PSNs, each once), duplicate, corrupt (one byte flipped after the UDP header, so the
-//! receiver's ICRC check fails), delay, reorder (a random extra delay below a window, so frames
-//! sent within the window arrive in any order), or take the link down.
+//! frames to or from one device, the frames addressed to one QP, or every frame), an optional
+//! *class* of packets it is limited to (requests, ACKs, READ responses, ...), an optional
+//! destination *QPN* ([`FaultTarget::qpn`], so a QPN rule can be scoped to a path or device:
+//! QPNs repeat across devices), an optional *limit* ([`FaultTarget::times`]: fire N times, then
+//! stay installed doing nothing) and an *action*: drop (a rate, every N-th frame, the next N, or
+//! exact PSNs), duplicate (a rate, every N-th, exact PSNs), corrupt (one bit flipped after the
+//! UDP header, so the receiver's ICRC check fails; a rate, every N-th, exact PSNs), delay (every
+//! frame, or exact PSNs so later frames overtake them), reorder (a random extra delay below a
+//! window, so frames sent within the window arrive in any order), or take the link down.
+//!
+//! Rules act independently: a frame is dropped by the first drop rule that selects it, and the
+//! other drop rules keep their firings for later frames, so "drop PSN 5" added twice drops the
+//! original and the first retransmission.
+//!
+//! What the rules did is on record: [`FaultStats`] counts, [`Faults::record`] names every
+//! frame dropped, duplicated or corrupted (its number in the sender-side capture of
+//! [`crate::Fabric::capture_to`], time, addresses, QPN, PSN, opcode), and
+//! [`Faults::capture_to`] writes a second capture of the frames as they arrive, after faults.
 //!
 //! Every random choice comes from one ChaCha8 generator seeded by [`crate::Fabric::set_seed`]
-//! and drawn in a fixed order (frames in transmit order, rules in the order they were added),
-//! so a run is reproducible for a given seed.
+//! and drawn in a fixed order (frames in transmit order, rules in the order they were added,
+//! drawn whether or not another rule already decided the frame's fate), so a run is
+//! reproducible for a given seed.
 //!
 //! ```no_run
 //! # use mlx5_sim::{Fabric, DeviceConfig, faults::{Rate, Class}};
@@ -23,10 +37,15 @@
 //! f.link(&a, &b).loss(Rate(0.1)).reorder(Duration::from_micros(5));
 //! f.path(&b, &a).only(Class::Acks).drop_every(3);
 //! f.link(&a, &b).corrupt_every(50);
+//! f.path(&a, &b).qpn(0x101).times(3).loss(Rate(0.5)); // at most 3 frames to QP 0x101 of b
+//! f.path(&a, &b).times(2).drop_psns(0x101, [7]);      // PSN 7 and its first retransmission
 //! ```
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::{self, BufWriter};
 use std::net::Ipv4Addr;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -35,6 +54,7 @@ use rand_chacha::ChaCha8Rng;
 
 use crate::device::SimDevice;
 use crate::fabric::Inner;
+use crate::pcap::{PcapWriter, Resolution};
 use crate::wire::{Opcode, Operation, Packet};
 
 /// A probability in `0.0..=1.0` (values outside are clamped).
@@ -92,7 +112,7 @@ impl Class {
 /// network).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct FaultStats {
-    /// Frames dropped by a loss rule.
+    /// Frames dropped by a drop rule.
     pub dropped: u64,
     /// Frames dropped because their link was down.
     pub link_down_dropped: u64,
@@ -102,6 +122,8 @@ pub struct FaultStats {
     pub corrupted: u64,
     /// Frames delayed (by a delay or reorder rule).
     pub delayed: u64,
+    /// Faults not in [`Faults::record`] because it was full ([`RECORD_CAP`]).
+    pub unrecorded: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -109,6 +131,8 @@ enum Scope {
     Link(Ipv4Addr, Ipv4Addr),
     Path(Ipv4Addr, Ipv4Addr),
     Qp(Ipv4Addr, u32),
+    ToDevice(Ipv4Addr),
+    FromDevice(Ipv4Addr),
     All,
 }
 
@@ -118,49 +142,69 @@ impl Scope {
             Scope::Link(a, b) => (m.src, m.dst) == (a, b) || (m.src, m.dst) == (b, a),
             Scope::Path(a, b) => (m.src, m.dst) == (a, b),
             Scope::Qp(ip, qpn) => m.dst == ip && m.qpn == qpn,
+            Scope::ToDevice(ip) => m.dst == ip,
+            Scope::FromDevice(ip) => m.src == ip,
             Scope::All => true,
         }
     }
 }
 
+/// When a rule fires on the frames its scope, class and QPN select.
 #[derive(Clone, Debug)]
 enum Pattern {
+    /// Every frame.
+    Always,
+    /// Each frame with this probability.
     Rate(f64),
-    Every {
-        n: u64,
-        seen: u64,
-    },
-    /// (destination QPN, PSNs still to drop): each listed PSN once.
-    Psns(u32, BTreeSet<u32>),
+    /// The `n`-th, `2n`-th, ... frame.
+    Every { n: u64, seen: u64 },
+    /// Frames addressed to this QPN with one of these PSNs, each PSN the given number of times.
+    Psns(u32, BTreeMap<u32, u64>),
+    /// The next frames, this many.
     Next(u64),
 }
 
 impl Pattern {
-    fn fires(&mut self, m: &Meta, rng: &mut ChaCha8Rng) -> bool {
+    /// Whether the pattern selects this frame. Random patterns draw here, for every frame their
+    /// rule's scope selects, so the draws do not depend on what other rules decide; nothing is
+    /// used up ([`Pattern::consume`] does that once the rule has acted).
+    fn selects(&mut self, m: &Meta, rng: &mut ChaCha8Rng) -> bool {
         match self {
-            Pattern::Rate(p) => *p > 0.0 && rng.gen::<f64>() < *p,
+            Pattern::Always => true,
+            Pattern::Rate(p) => {
+                let x = rng.gen::<f64>();
+                *p > 0.0 && x < *p
+            }
             Pattern::Every { n, seen } => {
                 *seen += 1;
                 *n > 0 && *seen % *n == 0
             }
-            Pattern::Psns(qpn, set) => *qpn == m.qpn && set.remove(&m.psn),
-            Pattern::Next(left) => {
-                if *left > 0 {
-                    *left -= 1;
-                    true
-                } else {
-                    false
+            Pattern::Psns(qpn, left) => *qpn == m.qpn && left.get(&m.psn).is_some_and(|&k| k > 0),
+            Pattern::Next(left) => *left > 0,
+        }
+    }
+
+    fn consume(&mut self, m: &Meta) {
+        match self {
+            Pattern::Psns(_, left) => {
+                if let Some(k) = left.get_mut(&m.psn) {
+                    *k -= 1;
+                    if *k == 0 {
+                        left.remove(&m.psn);
+                    }
                 }
             }
+            Pattern::Next(left) => *left = left.saturating_sub(1),
+            _ => {}
         }
     }
 }
 
-#[derive(Clone, Debug)]
-enum Action {
-    Drop(Pattern),
-    Duplicate(Pattern),
-    Corrupt(Pattern),
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Drop,
+    Duplicate,
+    Corrupt,
     Delay(u64),
     Reorder(u64),
     Down,
@@ -170,8 +214,76 @@ enum Action {
 struct Rule {
     scope: Scope,
     class: Class,
-    action: Action,
+    /// Only frames whose BTH names this destination QP.
+    qpn: Option<u32>,
+    kind: Kind,
+    pattern: Pattern,
+    /// Firings left (`None`: no limit); a spent rule stays installed and does nothing.
+    left: Option<u64>,
+    /// Frames it selects that it lets pass before it starts acting.
+    skip: u64,
+    /// Judging scratch: the rule selects the frame being judged.
+    hit: bool,
+    /// Judging scratch: the reorder delay drawn for it.
+    jitter: u64,
 }
+
+impl Rule {
+    fn applies(&self, m: &Meta) -> bool {
+        self.scope.matches(m) && self.class.matches(m.opcode) && self.qpn.is_none_or(|q| q == m.qpn)
+    }
+
+    /// The rule acted on the frame: use up one firing.
+    fn consume(&mut self, m: &Meta) {
+        self.pattern.consume(m);
+        if let Some(k) = &mut self.left {
+            *k = k.saturating_sub(1);
+        }
+    }
+}
+
+/// What a fault did to one frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FaultKind {
+    /// Dropped by a drop rule (loss, every N-th, next N, exact PSNs).
+    Dropped,
+    /// Dropped because its link, path or QP was down.
+    LinkDown,
+    /// Delivered with this many extra copies.
+    Duplicated {
+        /// Extra copies (one per duplicate rule that fired).
+        copies: u32,
+    },
+    /// One bit flipped (the receiver's ICRC check drops it).
+    Corrupted,
+}
+
+/// One frame a fault dropped, duplicated or corrupted ([`Faults::record`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FaultRecord {
+    /// The frame's number among all frames transmitted on the fabric, from 1: the frame number
+    /// Wireshark shows in [`crate::Fabric::capture_to`]'s capture, when that capture was started
+    /// before the first frame.
+    pub frame: u64,
+    /// Virtual time at which it was transmitted.
+    pub at: Duration,
+    /// Sender.
+    pub src: Ipv4Addr,
+    /// Receiver.
+    pub dst: Ipv4Addr,
+    /// BTH destination QP.
+    pub qpn: u32,
+    /// BTH PSN.
+    pub psn: u32,
+    /// BTH opcode.
+    pub opcode: Opcode,
+    /// What was done to it.
+    pub kind: FaultKind,
+}
+
+/// The most entries [`Faults::record`] keeps; later faults are still counted in
+/// [`FaultStats`] and in [`FaultStats::unrecorded`].
+pub const RECORD_CAP: usize = 1 << 16;
 
 /// What the fault rules see of a frame.
 #[derive(Clone, Copy, Debug)]
@@ -204,12 +316,17 @@ pub(crate) struct Delivery {
     pub corrupt: bool,
 }
 
-/// The fault rules of a fabric and their random generator.
+/// The fault rules of a fabric, their random generator, the record of what they did and the
+/// capture after faults.
 #[derive(Debug)]
 pub struct FaultState {
     rules: Vec<Rule>,
     pub(crate) rng: ChaCha8Rng,
     stats: FaultStats,
+    /// Frames judged so far (every frame transmitted on the fabric).
+    frames: u64,
+    record: Vec<FaultRecord>,
+    capture: Option<PcapWriter<BufWriter<File>>>,
 }
 
 impl Default for FaultState {
@@ -218,6 +335,9 @@ impl Default for FaultState {
             rules: Vec::new(),
             rng: ChaCha8Rng::seed_from_u64(0),
             stats: FaultStats::default(),
+            frames: 0,
+            record: Vec::new(),
+            capture: None,
         }
     }
 }
@@ -228,7 +348,7 @@ impl FaultState {
         self.rng = ChaCha8Rng::seed_from_u64(seed);
     }
 
-    /// Whether any rule is installed (the fast path skips the judgement).
+    /// Whether any rule is installed.
     pub fn is_empty(&self) -> bool {
         self.rules.is_empty()
     }
@@ -238,71 +358,134 @@ impl FaultState {
         self.stats
     }
 
-    /// Decide what happens to a frame: no copies (dropped), one, or two (duplicated).
-    pub(crate) fn judge(&mut self, m: &Meta) -> Vec<Delivery> {
+    fn note(&mut self, m: &Meta, now: u64, kind: FaultKind) {
+        if self.record.len() >= RECORD_CAP {
+            self.stats.unrecorded += 1;
+            return;
+        }
+        self.record.push(FaultRecord {
+            frame: self.frames,
+            at: Duration::from_nanos(now),
+            src: m.src,
+            dst: m.dst,
+            qpn: m.qpn,
+            psn: m.psn,
+            opcode: m.opcode,
+            kind,
+        });
+    }
+
+    /// Decide what happens to a frame transmitted at virtual time `now`: no copies (dropped),
+    /// one, or more (duplicated).
+    ///
+    /// Every rule whose scope, class and QPN select the frame is examined in the order the rules
+    /// were added (random ones draw then). A frame is dropped once: the first drop rule that
+    /// selects it acts and is used up, later ones keep their firings for later frames, so two
+    /// rules that each drop PSN 5 once drop it twice (the original and its retransmission).
+    /// Nothing else happens to a dropped frame. Otherwise every duplicate rule that selects it
+    /// adds a copy, the first corrupt rule flips a bit of the first copy, and delays add up.
+    pub(crate) fn judge(&mut self, m: &Meta, now: u64) -> Vec<Delivery> {
+        self.frames += 1;
         if self.rules.is_empty() {
             return vec![Delivery {
                 delay: 0,
                 corrupt: false,
             }];
         }
-        let (mut drop, mut down, mut dup, mut corrupt) = (false, false, false, false);
-        let (mut delay, mut jitter) = (0u64, 0u64);
         for r in self.rules.iter_mut() {
-            if !r.scope.matches(m) || !r.class.matches(m.opcode) {
+            r.hit = false;
+            if !r.applies(m) {
                 continue;
             }
-            match &mut r.action {
-                Action::Down => down = true,
-                Action::Drop(p) => drop |= p.fires(m, &mut self.rng),
-                Action::Duplicate(p) => dup |= p.fires(m, &mut self.rng),
-                Action::Corrupt(p) => corrupt |= p.fires(m, &mut self.rng),
-                Action::Delay(d) => delay += *d,
-                Action::Reorder(w) => {
-                    if *w > 0 {
-                        jitter += self.rng.gen_range(0..*w);
-                    }
-                }
+            let selected = r.pattern.selects(m, &mut self.rng);
+            r.jitter = match r.kind {
+                Kind::Reorder(w) if w > 0 => self.rng.gen_range(0..w),
+                _ => 0,
+            };
+            r.hit = selected && r.left != Some(0);
+            if r.hit && r.skip > 0 {
+                r.skip -= 1;
+                r.hit = false;
             }
         }
-        if down {
+        if self.rules.iter().any(|r| r.hit && r.kind == Kind::Down) {
             self.stats.link_down_dropped += 1;
+            self.note(m, now, FaultKind::LinkDown);
             return Vec::new();
         }
-        if drop {
+        if let Some(r) = self
+            .rules
+            .iter_mut()
+            .find(|r| r.hit && r.kind == Kind::Drop)
+        {
+            r.consume(m);
             self.stats.dropped += 1;
+            self.note(m, now, FaultKind::Dropped);
             return Vec::new();
+        }
+        let (mut copies, mut corrupt, mut delay) = (0u32, false, 0u64);
+        for r in self.rules.iter_mut().filter(|r| r.hit) {
+            match r.kind {
+                Kind::Duplicate => {
+                    r.consume(m);
+                    copies += 1;
+                }
+                Kind::Corrupt if !corrupt => {
+                    r.consume(m);
+                    corrupt = true;
+                }
+                Kind::Delay(d) => {
+                    r.consume(m);
+                    delay += d;
+                }
+                Kind::Reorder(_) => {
+                    r.consume(m);
+                    delay += r.jitter;
+                }
+                _ => {}
+            }
         }
         if corrupt {
             self.stats.corrupted += 1;
+            self.note(m, now, FaultKind::Corrupted);
         }
-        if delay + jitter > 0 {
+        if delay > 0 {
             self.stats.delayed += 1;
         }
-        let first = Delivery {
-            delay: delay + jitter,
-            corrupt,
-        };
-        if dup {
-            self.stats.duplicated += 1;
-            // The copy arrives right after the original (the wire keeps order for equal times).
-            vec![
-                first,
-                Delivery {
-                    delay: delay + jitter,
-                    corrupt: false,
-                },
-            ]
-        } else {
-            vec![first]
+        if copies > 0 {
+            self.stats.duplicated += u64::from(copies);
+            self.note(m, now, FaultKind::Duplicated { copies });
+        }
+        // The copies arrive right after the original (the wire keeps order for equal times).
+        let mut out = vec![Delivery { delay, corrupt }];
+        out.extend((0..copies).map(|_| Delivery {
+            delay,
+            corrupt: false,
+        }));
+        out
+    }
+
+    /// A frame arrives at a port at virtual time `now`: the capture after faults takes it.
+    pub(crate) fn arrived(&mut self, now: u64, bytes: &[u8]) {
+        if let Some(cap) = &mut self.capture {
+            if let Err(e) = cap.write_frame(Duration::from_nanos(now), bytes) {
+                tracing::error!(error = %e, "capture after faults failed; capture stopped");
+                self.capture = None;
+            }
         }
     }
 
-    fn push(&mut self, scope: Scope, class: Class, action: Action) {
+    fn push(&mut self, t: &FaultTarget, kind: Kind, pattern: Pattern) {
         self.rules.push(Rule {
-            scope,
-            class,
-            action,
+            scope: t.scope,
+            class: t.class,
+            qpn: t.qpn,
+            kind,
+            pattern,
+            left: t.times,
+            skip: t.skip,
+            hit: false,
+            jitter: 0,
         });
     }
 }
@@ -327,6 +510,9 @@ impl Faults {
             inner: self.inner.clone(),
             scope,
             class: Class::Any,
+            qpn: None,
+            times: None,
+            skip: 0,
         }
     }
 
@@ -348,9 +534,20 @@ impl Faults {
     }
 
     /// Frames addressed to QP `qpn` of device `dev` (requests to its responder and responses
-    /// to its requester).
+    /// to its requester). The same as `to_device(dev).qpn(qpn)`.
     pub fn qp(&self, dev: &SimDevice, qpn: u32) -> FaultTarget {
         self.target(Scope::Qp(dev.ipv4(), qpn))
+    }
+
+    /// Frames addressed to device `dev`, from any sender; narrow to one of its QPs with
+    /// [`FaultTarget::qpn`].
+    pub fn to_device(&self, dev: &SimDevice) -> FaultTarget {
+        self.target(Scope::ToDevice(dev.ipv4()))
+    }
+
+    /// Frames device `dev` transmits, to any receiver.
+    pub fn from_device(&self, dev: &SimDevice) -> FaultTarget {
+        self.target(Scope::FromDevice(dev.ipv4()))
     }
 
     /// Every frame on the fabric.
@@ -367,6 +564,41 @@ impl Faults {
     pub fn stats(&self) -> FaultStats {
         self.inner.lock().faults.stats
     }
+
+    /// Every frame a fault dropped, duplicated or corrupted so far, in transmit order (at most
+    /// [`RECORD_CAP`] entries).
+    pub fn record(&self) -> Vec<FaultRecord> {
+        self.inner.lock().faults.record.clone()
+    }
+
+    /// [`record`](Self::record), emptying it.
+    pub fn take_record(&self) -> Vec<FaultRecord> {
+        std::mem::take(&mut self.inner.lock().faults.record)
+    }
+
+    /// Capture every frame as it *arrives* at a port, after the faults (nanosecond timestamps
+    /// of virtual time, arrival order), replacing any such capture in progress: dropped frames
+    /// are missing, injected copies appear twice, corrupted frames with their flipped bit,
+    /// delayed ones at their arrival time. Frames addressed to another process over UDP are in
+    /// it too (they arrive at this fabric's edge). The tap at the sender's port is
+    /// [`crate::Fabric::capture_to`]; [`record`](Self::record) names the frames of that
+    /// capture that a fault changed.
+    pub fn capture_to(&self, path: impl AsRef<Path>) -> io::Result<()> {
+        let w = PcapWriter::create(path, Resolution::Nanos)?;
+        self.inner.lock().faults.capture = Some(w);
+        Ok(())
+    }
+
+    /// Stop the capture after faults and flush it; returns the frames it holds.
+    pub fn stop_capture(&self) -> io::Result<u64> {
+        match self.inner.lock().faults.capture.take() {
+            Some(mut w) => {
+                w.flush()?;
+                Ok(w.frames())
+            }
+            None => Ok(0),
+        }
+    }
 }
 
 /// A place in the fabric to inject faults at; each method adds a rule and returns the target,
@@ -376,6 +608,9 @@ pub struct FaultTarget {
     inner: Arc<Inner>,
     scope: Scope,
     class: Class,
+    qpn: Option<u32>,
+    times: Option<u64>,
+    skip: u64,
 }
 
 impl std::fmt::Debug for FaultTarget {
@@ -383,17 +618,21 @@ impl std::fmt::Debug for FaultTarget {
         f.debug_struct("FaultTarget")
             .field("scope", &self.scope)
             .field("class", &self.class)
+            .field("qpn", &self.qpn)
+            .field("times", &self.times)
+            .field("skip", &self.skip)
             .finish()
     }
 }
 
 impl FaultTarget {
-    fn add(&self, action: Action) -> &Self {
-        self.inner
-            .lock()
-            .faults
-            .push(self.scope, self.class, action);
+    fn add(&self, kind: Kind, pattern: Pattern) -> &Self {
+        self.inner.lock().faults.push(self, kind, pattern);
         self
+    }
+
+    fn same(&self, r: &Rule) -> bool {
+        r.scope == self.scope && r.class == self.class && r.qpn == self.qpn
     }
 
     /// Limit the rules added through the returned target to one class of packets.
@@ -404,82 +643,151 @@ impl FaultTarget {
         }
     }
 
+    /// Limit the rules added through the returned target to frames whose BTH destination QP
+    /// is `qpn`. QPNs are per device and two devices may use the same numbers, so narrow a
+    /// [`Faults::path`] or [`Faults::to_device`] target, whose receiver owns the QPN.
+    pub fn qpn(&self, qpn: u32) -> FaultTarget {
+        FaultTarget {
+            qpn: Some(qpn & 0x00ff_ffff),
+            ..self.clone()
+        }
+    }
+
+    /// The rules added through the returned target fire at most `n` times each, then stay
+    /// installed doing nothing; for [`drop_psns`](Self::drop_psns) and the other PSN lists,
+    /// each listed PSN is hit `n` times (`times(2).drop_psns(q, [5])` drops PSN 5 and its first
+    /// retransmission).
+    pub fn times(&self, n: u64) -> FaultTarget {
+        FaultTarget {
+            times: Some(n),
+            ..self.clone()
+        }
+    }
+
+    /// The rules added through the returned target let the first `n` frames they select pass
+    /// untouched, then act (with [`times`](Self::times), a window: `skip(1).times(2)` hits the
+    /// second and third frame). `only(Class::ReadRequests).skip(1).drop_every(1)` drops every
+    /// retransmission of a READ request and not the original.
+    pub fn skip(&self, n: u64) -> FaultTarget {
+        FaultTarget {
+            skip: n,
+            ..self.clone()
+        }
+    }
+
+    fn psns(&self, qpn: u32, psns: impl IntoIterator<Item = u32>) -> Pattern {
+        let each = self.times.unwrap_or(1);
+        let set = psns.into_iter().map(|p| (p & 0x00ff_ffff, each)).collect();
+        Pattern::Psns(qpn & 0x00ff_ffff, set)
+    }
+
+    fn psn_rule(&self, kind: Kind, qpn: u32, psns: impl IntoIterator<Item = u32>) -> &Self {
+        let pattern = self.psns(qpn, psns);
+        // The per-PSN counts carry the limit.
+        let t = FaultTarget {
+            times: None,
+            ..self.clone()
+        };
+        t.inner.lock().faults.push(&t, kind, pattern);
+        self
+    }
+
     /// Drop each frame with probability `rate`.
     pub fn loss(&self, rate: impl Into<Rate>) -> &Self {
         let Rate(p) = rate.into();
-        self.add(Action::Drop(Pattern::Rate(p.clamp(0.0, 1.0))))
+        self.add(Kind::Drop, Pattern::Rate(p.clamp(0.0, 1.0)))
     }
 
     /// Drop every `n`-th frame (the `n`-th, `2n`-th, ...); 0 drops nothing.
     pub fn drop_every(&self, n: u64) -> &Self {
-        self.add(Action::Drop(Pattern::Every { n, seen: 0 }))
+        self.add(Kind::Drop, Pattern::Every { n, seen: 0 })
     }
 
     /// Drop the next `n` frames.
     pub fn drop_next(&self, n: u64) -> &Self {
-        self.add(Action::Drop(Pattern::Next(n)))
+        self.add(Kind::Drop, Pattern::Next(n))
     }
 
-    /// Drop the first frame addressed to QP `qpn` with each of these PSNs (once per PSN, so the
-    /// retransmission gets through). Both requests (to the responder's QPN) and responses (to
-    /// the requester's QPN) can be named; responses carry the PSNs of their requests. QPNs are
-    /// per device and two devices may use the same numbers, so scope the rule with
-    /// [`Faults::path`] (or [`Faults::qp`]) rather than [`Faults::all`].
+    /// Drop the first frame addressed to QP `qpn` with each of these PSNs (once per PSN, or
+    /// [`times`](Self::times) times, so the retransmission gets through). Both requests (to
+    /// the responder's QPN) and responses (to the requester's QPN) can be named; responses
+    /// carry the PSNs of their requests. QPNs are per device and two devices may use the same
+    /// numbers, so scope the rule with [`Faults::path`] (or [`Faults::qp`],
+    /// [`Faults::to_device`]) rather than [`Faults::all`].
     pub fn drop_psns(&self, qpn: u32, psns: impl IntoIterator<Item = u32>) -> &Self {
-        let set = psns.into_iter().map(|p| p & 0x00ff_ffff).collect();
-        self.add(Action::Drop(Pattern::Psns(qpn, set)))
+        self.psn_rule(Kind::Drop, qpn, psns)
     }
 
     /// Deliver a second copy of each frame with probability `rate`.
     pub fn duplicate(&self, rate: impl Into<Rate>) -> &Self {
         let Rate(p) = rate.into();
-        self.add(Action::Duplicate(Pattern::Rate(p.clamp(0.0, 1.0))))
+        self.add(Kind::Duplicate, Pattern::Rate(p.clamp(0.0, 1.0)))
+    }
+
+    /// Deliver a second copy of every `n`-th frame.
+    pub fn duplicate_every(&self, n: u64) -> &Self {
+        self.add(Kind::Duplicate, Pattern::Every { n, seen: 0 })
+    }
+
+    /// Deliver a second copy of the first frame addressed to QP `qpn` with each of these PSNs
+    /// (as [`drop_psns`](Self::drop_psns) selects them).
+    pub fn duplicate_psns(&self, qpn: u32, psns: impl IntoIterator<Item = u32>) -> &Self {
+        self.psn_rule(Kind::Duplicate, qpn, psns)
     }
 
     /// Flip one byte of every `n`-th frame (after the UDP header, so the ICRC check fails).
     pub fn corrupt_every(&self, n: u64) -> &Self {
-        self.add(Action::Corrupt(Pattern::Every { n, seen: 0 }))
+        self.add(Kind::Corrupt, Pattern::Every { n, seen: 0 })
     }
 
     /// Flip one byte of each frame with probability `rate`.
     pub fn corrupt(&self, rate: impl Into<Rate>) -> &Self {
         let Rate(p) = rate.into();
-        self.add(Action::Corrupt(Pattern::Rate(p.clamp(0.0, 1.0))))
+        self.add(Kind::Corrupt, Pattern::Rate(p.clamp(0.0, 1.0)))
+    }
+
+    /// Flip one byte of the first frame addressed to QP `qpn` with each of these PSNs.
+    pub fn corrupt_psns(&self, qpn: u32, psns: impl IntoIterator<Item = u32>) -> &Self {
+        self.psn_rule(Kind::Corrupt, qpn, psns)
     }
 
     /// Delay every frame by `d` of virtual time (delivered when the clock gets there:
     /// [`crate::Fabric::advance`], or the wall clock in threaded mode).
     pub fn delay(&self, d: Duration) -> &Self {
-        self.add(Action::Delay(d.as_nanos() as u64))
+        self.add(Kind::Delay(d.as_nanos() as u64), Pattern::Always)
+    }
+
+    /// Delay the first frame addressed to QP `qpn` with each of these PSNs by `d`, so the
+    /// frames sent after it overtake it (a reordering at a known place).
+    pub fn delay_psns(&self, qpn: u32, psns: impl IntoIterator<Item = u32>, d: Duration) -> &Self {
+        self.psn_rule(Kind::Delay(d.as_nanos() as u64), qpn, psns)
     }
 
     /// Delay every frame by a random `0..window` of virtual time, so frames sent within the
     /// window arrive in any order.
     pub fn reorder(&self, window: Duration) -> &Self {
-        self.add(Action::Reorder(window.as_nanos() as u64))
+        self.add(Kind::Reorder(window.as_nanos() as u64), Pattern::Always)
     }
 
     /// Take the link (or path, or QP) down: every frame is dropped until [`up`](Self::up).
     pub fn down(&self) -> &Self {
-        self.add(Action::Down)
+        self.add(Kind::Down, Pattern::Always)
     }
 
-    /// Bring it back up (removes the `down` rules of this scope and class).
+    /// Bring it back up (removes the `down` rules of this scope, class and QPN).
     pub fn up(&self) -> &Self {
         let mut w = self.inner.lock();
-        w.faults.rules.retain(|r| {
-            !(r.scope == self.scope && r.class == self.class && matches!(r.action, Action::Down))
-        });
+        w.faults
+            .rules
+            .retain(|r| !(self.same(r) && r.kind == Kind::Down));
         drop(w);
         self
     }
 
-    /// Remove every rule of this scope and class.
+    /// Remove every rule of this scope, class and QPN.
     pub fn clear(&self) -> &Self {
         let mut w = self.inner.lock();
-        w.faults
-            .rules
-            .retain(|r| !(r.scope == self.scope && r.class == self.class));
+        w.faults.rules.retain(|r| !self.same(r));
         drop(w);
         self
     }
@@ -499,9 +807,27 @@ mod tests {
         }
     }
 
+    fn target(scope: Scope) -> FaultTarget {
+        FaultTarget {
+            inner: Arc::new(Inner {
+                world: Default::default(),
+                link_layer: Default::default(),
+            }),
+            scope,
+            class: Class::Any,
+            qpn: None,
+            times: None,
+            skip: 0,
+        }
+    }
+
+    fn add(f: &mut FaultState, t: &FaultTarget, kind: Kind, pattern: Pattern) {
+        f.push(t, kind, pattern);
+    }
+
     fn drops(f: &mut FaultState, n: u32) -> Vec<bool> {
         (0..n)
-            .map(|i| f.judge(&meta(Opcode::RC_SEND_ONLY, i)).is_empty())
+            .map(|i| f.judge(&meta(Opcode::RC_SEND_ONLY, i), 0).is_empty())
             .collect()
     }
 
@@ -511,7 +837,7 @@ mod tests {
         for seed in [1, 1, 2] {
             let mut f = FaultState::default();
             f.set_seed(seed);
-            f.push(Scope::All, Class::Any, Action::Drop(Pattern::Rate(0.25)));
+            add(&mut f, &target(Scope::All), Kind::Drop, Pattern::Rate(0.25));
             runs.push(drops(&mut f, 4000));
         }
         assert_eq!(runs[0], runs[1]);
@@ -524,21 +850,16 @@ mod tests {
     fn scope_class_every_and_psns() {
         let mut f = FaultState::default();
         let (a, b) = (Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 0, 0, 2));
-        f.push(
-            Scope::Path(b, a),
-            Class::Any,
-            Action::Drop(Pattern::Every { n: 1, seen: 0 }),
+        add(
+            &mut f,
+            &target(Scope::Path(b, a)),
+            Kind::Drop,
+            Pattern::Every { n: 1, seen: 0 },
         );
-        f.push(
-            Scope::All,
-            Class::Acks,
-            Action::Drop(Pattern::Every { n: 2, seen: 0 }),
-        );
-        f.push(
-            Scope::Qp(b, 0x101),
-            Class::Any,
-            Action::Drop(Pattern::Psns(0x101, [7].into())),
-        );
+        let acks = target(Scope::All).only(Class::Acks);
+        add(&mut f, &acks, Kind::Drop, Pattern::Every { n: 2, seen: 0 });
+        let t = target(Scope::Qp(b, 0x101));
+        add(&mut f, &t, Kind::Drop, t.psns(0x101, [7]));
         // a → b: only ACKs (every second) and PSN 7 (once) are lost.
         assert_eq!(drops(&mut f, 10), {
             let mut v = vec![false; 10];
@@ -546,13 +867,96 @@ mod tests {
             v
         });
         let acks: Vec<bool> = (0..4)
-            .map(|i| f.judge(&meta(Opcode::RC_ACKNOWLEDGE, i)).is_empty())
+            .map(|i| f.judge(&meta(Opcode::RC_ACKNOWLEDGE, i), 0).is_empty())
             .collect();
         assert_eq!(acks, [false, true, false, true]);
-        assert!(!f.judge(&meta(Opcode::RC_SEND_ONLY, 7)).is_empty(), "once");
+        assert!(
+            !f.judge(&meta(Opcode::RC_SEND_ONLY, 7), 0).is_empty(),
+            "once"
+        );
         let mut back = meta(Opcode::RC_SEND_ONLY, 0);
         (back.src, back.dst) = (b, a);
-        assert!(f.judge(&back).is_empty(), "b → a is down");
+        assert!(f.judge(&back, 0).is_empty(), "b → a is down");
         assert_eq!(f.stats().dropped, 4);
+    }
+
+    #[test]
+    fn two_rules_for_the_same_psn_drop_it_twice_and_times_counts_per_psn() {
+        let mut f = FaultState::default();
+        let t = target(Scope::All);
+        add(&mut f, &t, Kind::Drop, t.psns(0x101, [5]));
+        add(&mut f, &t, Kind::Drop, t.psns(0x101, [5]));
+        let t3 = t.times(3);
+        add(&mut f, &t3, Kind::Drop, t3.psns(0x101, [9]));
+        let five: Vec<bool> = (0..3)
+            .map(|_| f.judge(&meta(Opcode::RC_SEND_ONLY, 5), 0).is_empty())
+            .collect();
+        assert_eq!(
+            five,
+            [true, true, false],
+            "the original and one retransmission"
+        );
+        let nine: Vec<bool> = (0..4)
+            .map(|_| f.judge(&meta(Opcode::RC_SEND_ONLY, 9), 0).is_empty())
+            .collect();
+        assert_eq!(nine, [true, true, true, false]);
+        assert_eq!(f.stats().dropped, 5);
+        let rec: Vec<(u64, u32, FaultKind)> =
+            f.record.iter().map(|r| (r.frame, r.psn, r.kind)).collect();
+        assert_eq!(
+            rec,
+            [
+                (1, 5, FaultKind::Dropped),
+                (2, 5, FaultKind::Dropped),
+                (4, 9, FaultKind::Dropped),
+                (5, 9, FaultKind::Dropped),
+                (6, 9, FaultKind::Dropped),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_limited_rule_fires_n_times_and_a_dropped_frame_uses_up_nothing_else() {
+        let mut f = FaultState::default();
+        let t = target(Scope::All);
+        add(&mut f, &t.times(2), Kind::Drop, Pattern::Always);
+        add(&mut f, &t, Kind::Duplicate, Pattern::Next(1));
+        add(&mut f, &t, Kind::Duplicate, Pattern::Next(1));
+        add(&mut f, &t, Kind::Corrupt, Pattern::Next(1));
+        let n: Vec<usize> = (0..4)
+            .map(|i| f.judge(&meta(Opcode::RC_SEND_ONLY, i), 0).len())
+            .collect();
+        // Two drops; then the two duplicate rules each add a copy to the same frame.
+        assert_eq!(n, [0, 0, 3, 1]);
+        let s = f.stats();
+        assert_eq!((s.dropped, s.duplicated, s.corrupted), (2, 2, 1));
+        assert_eq!(
+            f.record.iter().map(|r| r.kind).collect::<Vec<_>>(),
+            [
+                FaultKind::Dropped,
+                FaultKind::Dropped,
+                FaultKind::Corrupted,
+                FaultKind::Duplicated { copies: 2 },
+            ]
+        );
+    }
+
+    #[test]
+    fn a_qpn_narrowed_rule_spares_the_same_qpn_on_the_other_path() {
+        let mut f = FaultState::default();
+        let (a, b) = (Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 0, 0, 2));
+        let t = target(Scope::Path(a, b)).qpn(0x101);
+        add(&mut f, &t, Kind::Drop, Pattern::Always);
+        let dev = target(Scope::ToDevice(a)).qpn(0x102);
+        add(&mut f, &dev, Kind::Drop, Pattern::Always);
+        assert!(f.judge(&meta(Opcode::RC_SEND_ONLY, 0), 0).is_empty());
+        let mut other_qp = meta(Opcode::RC_SEND_ONLY, 0);
+        other_qp.qpn = 0x102;
+        assert_eq!(f.judge(&other_qp, 0).len(), 1, "another QP of b");
+        let mut back = meta(Opcode::RC_ACKNOWLEDGE, 0);
+        (back.src, back.dst) = (b, a);
+        assert_eq!(f.judge(&back, 0).len(), 1, "QP 0x101 of a");
+        back.qpn = 0x102;
+        assert!(f.judge(&back, 0).is_empty(), "QP 0x102 of a");
     }
 }

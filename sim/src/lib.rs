@@ -15,8 +15,10 @@
 //!   atomic replay, and retransmission on a virtual clock.
 //! - The network between ports is as lossy as a test asks ([`faults`]): loss, duplication,
 //!   reordering, delay, corruption (caught by the ICRC) and links going down, per link,
-//!   direction or QP, reproducible for a seed. Counters carry the mlx5 names
-//!   ([`device::SimDevice`]'s `counters`).
+//!   direction, device or QP, N times or always, reproducible for a seed, with a record of
+//!   every frame a fault changed and a capture after the faults. Counters carry the mlx5 names
+//!   ([`counters`], [`device::SimDevice`]'s `counters`); every packet the transport drops
+//!   without an answer is counted.
 //! - Devices in different processes talk over UDP on the loopback ([`udp_port`]), the frame
 //!   bytes as the datagram, so a client and a server can run as two programs.
 //! - Completions, arming and events follow the CQ contract ([`cq`]); flushing follows IB
@@ -26,6 +28,7 @@
 #![deny(missing_docs)]
 
 pub mod bugs;
+pub mod counters;
 pub mod cq;
 pub mod device;
 pub mod doorbell;
@@ -46,6 +49,7 @@ pub mod world;
 pub mod wqe;
 
 pub use bugs::{DriverBug, DriverBugKind};
+pub use counters::CounterId;
 pub use device::{LiveObjects, SimDevice};
 pub use doorbell::DoorbellStats;
 pub use fabric::{DeviceConfig, Fabric, FabricThread};

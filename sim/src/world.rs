@@ -17,6 +17,9 @@
 //! fabric's faults apply (a tap at the sender's port): retransmissions appear as often as they
 //! are sent, frames the fabric then drops are in the capture, injected duplicates and
 //! corruption are not. Frames received from another process are captured by that process.
+//! The second capture ([`crate::faults::Faults::capture_to`]) takes each frame as it arrives,
+//! after the faults, and [`crate::faults::Faults::record`] names the frames of the first one
+//! that a fault dropped, duplicated or corrupted.
 //!
 //! Counters kept here (mlx5 names): `port_xmit_packets`, `port_xmit_data` and
 //! `port_rcv_packets`, `port_rcv_data` (IBTA PortCounters: data in units of 4 octets, here of
@@ -31,6 +34,7 @@ use mlx5_hw::{AsyncEvent, PortState};
 use rand::Rng;
 
 use crate::bugs::BugLog;
+use crate::counters::CounterId;
 use crate::cq::Cq;
 use crate::engine::{process_qp, Counters, Ctx, Port};
 use crate::faults::{FaultState, Meta};
@@ -252,6 +256,7 @@ impl World {
                 break;
             };
             work = true;
+            self.faults.arrived(now, &f.bytes);
             self.route(f);
         }
         work
@@ -287,11 +292,11 @@ impl World {
             };
             if d.port.state != PortState::Active {
                 // Nothing leaves a port that is down.
-                d.counters.inc("port_xmit_discards");
+                d.counters.inc(CounterId::PortXmitDiscards);
                 continue;
             }
-            d.counters.inc("port_xmit_packets");
-            d.counters.add("port_xmit_data", words(bytes.len()));
+            d.counters.inc(CounterId::PortXmitPackets);
+            d.counters.add(CounterId::PortXmitData, words(bytes.len()));
             if let Some(cap) = &mut self.capture {
                 let ts = std::time::Duration::from_nanos(self.now);
                 if let Err(e) = cap.write_frame(ts, &bytes) {
@@ -299,7 +304,7 @@ impl World {
                     self.capture = None;
                 }
             }
-            let copies = self.faults.judge(&Meta::of(&f.pkt));
+            let copies = self.faults.judge(&Meta::of(&f.pkt), self.now);
             let n = copies.len();
             for (k, c) in copies.into_iter().enumerate() {
                 let mut b = if k + 1 == n {
@@ -360,16 +365,16 @@ impl World {
     /// Receive a frame on device `i`: count it, check it, hand it to its QP.
     fn deliver_bytes(&mut self, i: usize, bytes: Vec<u8>) {
         let d = &mut self.devs[i];
-        d.counters.inc("port_rcv_packets");
-        d.counters.add("port_rcv_data", words(bytes.len()));
+        d.counters.inc(CounterId::PortRcvPackets);
+        d.counters.add(CounterId::PortRcvData, words(bytes.len()));
         match Packet::parse(&bytes) {
             Ok(pkt) => {
                 let ext = ext_atomic::decode(ext_atomic::after_datagram(&bytes));
                 self.deliver(i, Frame { pkt, ext });
             }
             Err(ParseError::IcrcMismatch { found, expected }) => {
-                d.counters.inc("port_rcv_errors");
-                d.counters.inc("rx_icrc_encapsulated");
+                d.counters.inc(CounterId::PortRcvErrors);
+                d.counters.inc(CounterId::RxIcrcEncapsulated);
                 tracing::debug!(
                     device = d.name,
                     found,
@@ -378,7 +383,7 @@ impl World {
                 );
             }
             Err(e) => {
-                d.counters.inc("port_rcv_errors");
+                d.counters.inc(CounterId::PortRcvErrors);
                 self.malformed += 1;
                 tracing::warn!(error = %e, "frame failed to parse; dropped");
             }
@@ -393,7 +398,7 @@ impl World {
         let now = self.now;
         let handled = d.with_qp(qpn, now, &mut out, |qp, ctx| {
             if !qp.can_receive() {
-                ctx.counters.inc("rx_dropped");
+                ctx.counters.inc(CounterId::RxDropped);
                 return;
             }
             if f.pkt.bth.opcode.is_response() {
@@ -403,7 +408,7 @@ impl World {
             }
         });
         if handled.is_none() {
-            d.counters.inc("rx_dropped");
+            d.counters.inc(CounterId::RxDropped);
         }
         self.transmit(i, out);
     }

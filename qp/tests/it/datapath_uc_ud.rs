@@ -72,6 +72,56 @@ fn uc_send_write_and_immediates() {
     no_driver_bugs(&f);
 }
 
+/// Issue 18: a UC SEND that loses a packet leaves its receive for the next message that
+/// consumes one, a WRITE with immediate included, so the data path sees receives complete in
+/// order: no invented flush, no poll error, no delivered message lost.
+#[test]
+fn uc_receives_stay_in_order_after_a_broken_send() {
+    let (f, mut a, mut b) = pair(&Opts {
+        qp_type: QpType::Uc,
+        ..Opts::default()
+    });
+    for k in 0..3u64 {
+        b.qp.post_recv(k, &[b.buf.sge(k as usize * 4096, 4096)])
+            .unwrap();
+    }
+    // The 3000-byte SEND is three packets at MTU 1024; its middle one is lost.
+    f.faults()
+        .path(&a.dev, &b.dev)
+        .qpn(b.info.qpn)
+        .skip(1)
+        .times(1)
+        .drop_every(1);
+    a.buf.bytes_mut()[..3000].fill(0x11);
+    {
+        let mut bt = a.qp.batch();
+        bt.post(&SendWr::send(10).sges(&[a.buf.sge(0, 3000)]).signaled())
+            .unwrap();
+        bt.post(
+            &SendWr::write_imm(11, b.buf.remote(20000), 99)
+                .inline(b"imm")
+                .signaled(),
+        )
+        .unwrap();
+        bt.post(&SendWr::send(12).inline(b"after").signaled())
+            .unwrap();
+    }
+    assert_eq!(drain(&f, &mut a.cq, &mut a.qp).len(), 3);
+    let wb = drain(&f, &mut b.cq, &mut b.qp);
+    assert_eq!(
+        wb.iter()
+            .map(|w| (w.wr_id, w.status, w.opcode, w.byte_len))
+            .collect::<Vec<_>>(),
+        vec![
+            (0, WcStatus::Success, WcOpcode::RecvRdmaWithImm, 3),
+            (1, WcStatus::Success, WcOpcode::Recv, 5),
+        ]
+    );
+    assert_eq!(&b.buf.bytes()[4096..4101], b"after");
+    assert_eq!(b.qp.rq_outstanding(), 1);
+    no_driver_bugs(&f);
+}
+
 #[test]
 fn ud_send_with_an_address_handle() {
     let (f, mut a, mut b) = pair(&Opts {

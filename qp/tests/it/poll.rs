@@ -247,6 +247,79 @@ fn receive_completions_carry_imm_source_and_flags() {
     assert_eq!(qp.rq_outstanding(), 0);
 }
 
+/// Issue 18: a device that completes receives out of order is reported as such, naming the
+/// CQE's WQE and the expected one; no flush is invented for the skipped WQE and the completion
+/// it carries is delivered by the next poll.
+#[test]
+fn a_receive_completed_out_of_order_is_an_error_naming_both_and_nothing_is_lost() {
+    let fake = FakeQp::new(&QpCfg::default());
+    let mut qp = rts(&fake);
+    let mut fcq = FakeCq::new(16, 64, false);
+    let mut c = cq(&fcq);
+    for i in 0..6 {
+        qp.post_recv(100 + i, &[]).unwrap();
+    }
+    let mut wcs = [Wc::default(); 4];
+    // WQE 1 completes before WQE 0.
+    fcq.push(resp(CQE_RESP_WR_IMM, QPN, 1, 0, 5));
+    assert_eq!(
+        c.poll(&mut qp, &mut wcs),
+        Err(Error::RecvOutOfOrder {
+            cqn: 0x77,
+            qpn: QPN,
+            wqe_counter: 1,
+            expected: 0
+        })
+    );
+    assert_eq!(fcq.set_ci(), 0, "the CQE stays in the CQ");
+    assert_eq!(
+        c.poll(&mut qp, &mut wcs).unwrap(),
+        1,
+        "and is delivered next"
+    );
+    assert_eq!(
+        (wcs[0].wr_id, wcs[0].status, wcs[0].opcode, wcs[0].imm_data),
+        (101, WcStatus::Success, WcOpcode::RecvRdmaWithImm, 5)
+    );
+    assert_eq!(
+        qp.rq_outstanding(),
+        6,
+        "WQE 0 is still outstanding, not flushed"
+    );
+    fcq.push(resp(CQE_RESP_SEND, QPN, 0, 9, 0));
+    fcq.push(resp(CQE_RESP_SEND, QPN, 2, 3, 0));
+    assert_eq!(c.poll(&mut qp, &mut wcs).unwrap(), 2);
+    assert_eq!((wcs[0].wr_id, wcs[0].byte_len), (100, 9));
+    assert_eq!((wcs[1].wr_id, wcs[1].byte_len), (102, 3));
+    assert_eq!(qp.rq_outstanding(), 3, "WQEs 0, 1 and 2 retired");
+    // After a good completion in the same call, the violation is reported by the next call.
+    fcq.push(resp(CQE_RESP_SEND, QPN, 3, 1, 0));
+    fcq.push(resp(CQE_RESP_SEND, QPN, 5, 1, 0));
+    assert_eq!(c.poll(&mut qp, &mut wcs).unwrap(), 1);
+    assert_eq!(wcs[0].wr_id, 103);
+    assert!(matches!(
+        c.poll(&mut qp, &mut wcs),
+        Err(Error::RecvOutOfOrder {
+            wqe_counter: 5,
+            expected: 4,
+            ..
+        })
+    ));
+    assert_eq!(c.poll(&mut qp, &mut wcs).unwrap(), 1);
+    assert_eq!(wcs[0].wr_id, 105);
+    // A second CQE for a WQE already completed is a bad CQE.
+    fcq.push(resp(CQE_RESP_SEND, QPN, 5, 1, 0));
+    assert!(matches!(
+        c.poll(&mut qp, &mut wcs),
+        Err(Error::BadCqe { wqe_counter: 5, .. })
+    ));
+    // Flushing reports WQE 4 only: 5 has its completion.
+    qp.set_state(QpState::Error);
+    assert_eq!(qp.flush_outstanding(&mut wcs).unwrap(), 1);
+    assert_eq!((wcs[0].wr_id, wcs[0].status), (104, WcStatus::WrFlushErr));
+    assert_eq!(qp.rq_outstanding(), 0);
+}
+
 #[test]
 fn inline_scatter_formats_copy_into_the_receive_buffer() {
     for cqe_size in [64u32, 128] {

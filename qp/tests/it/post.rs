@@ -641,6 +641,11 @@ fn raw_wqe_gets_index_and_qpn() {
     );
     wqe[7] = 3;
     assert!(matches!(qp.post_raw(1, &wqe), Err(Error::BadRawWqe(_))));
+    // Issue 18: the device reads the whole DS byte (the software ConnectX, like the NIC, takes
+    // all 8 bits of `qpn_ds`'s low byte), so bits 7:6 set are a different size, not the same.
+    wqe[7] = 0x42;
+    assert!(matches!(qp.post_raw(1, &wqe), Err(Error::BadRawWqe(_))));
+    assert_eq!(qp.sq_pi(), 2, "nothing posted");
     assert!(matches!(
         qp.post_raw(1, &wqe[..20]),
         Err(Error::BadRawWqe(_))

@@ -23,6 +23,7 @@ use mlx5_cq::{
 use mlx5_hw::{AsyncEvent, QpId, QpState, QpType};
 
 use crate::bugs::DriverBugKind;
+use crate::counters::CounterId;
 use crate::engine::{enter_sqe, fail_qp, send_cqe, Ctx};
 use crate::qp::Qp;
 use crate::srq::Sge;
@@ -665,7 +666,7 @@ fn ack_upto(qp: &mut Qp, ctx: &mut Ctx, upto: Psn) -> bool {
         restart_timer(qp, ctx.now);
     }
     if let Some(first) = implied {
-        ctx.counters.inc("implied_nak_seq_err");
+        ctx.counters.inc(CounterId::ImpliedNakSeqErr);
         retry(qp, ctx, first);
     }
     implied.is_some()
@@ -746,7 +747,7 @@ pub fn timers(qp: &mut Qp, ctx: &mut Ctx) -> bool {
     if ctx.now < deadline || qp.req.outstanding.is_empty() {
         return false;
     }
-    ctx.counters.inc("local_ack_timeout_err");
+    ctx.counters.inc(CounterId::LocalAckTimeoutErr);
     qp.req.retrying_from = None;
     if qp.req.retries_left == 0 {
         let at = qp
@@ -775,7 +776,7 @@ pub fn timers(qp: &mut Qp, ctx: &mut Ctx) -> bool {
 pub fn on_response(qp: &mut Qp, ctx: &mut Ctx, frame: &Frame) {
     if qp.qp_type != QpType::Rc || !matches!(qp.state(), QpState::Rts | QpState::Sqd | QpState::Sqe)
     {
-        ctx.counters.inc("rx_dropped");
+        ctx.counters.inc(CounterId::RxDropped);
         return;
     }
     let pkt = &frame.pkt;
@@ -790,7 +791,7 @@ pub fn on_response(qp: &mut Qp, ctx: &mut Ctx, frame: &Frame) {
         .find(|p| !p.done && p.npsn > 0)
         .map(|p| p.first_psn);
     if !lo.is_some_and(|lo| psn.in_range(lo, qp.req.psn)) {
-        ctx.counters.inc("duplicate_response");
+        ctx.counters.inc(CounterId::DuplicateResponse);
         return;
     }
     if let Some(aeth) = pkt.aeth {
@@ -798,7 +799,7 @@ pub fn on_response(qp: &mut Qp, ctx: &mut Ctx, frame: &Frame) {
             Syndrome::Ack { .. } => {}
             Syndrome::RnrNak(timer) => {
                 // mlx5 `rnr_nak_retry_err`: RNR NAKs received.
-                ctx.counters.inc("rnr_nak_retry_err");
+                ctx.counters.inc(CounterId::RnrNakRetryErr);
                 ack_upto(qp, ctx, psn.sub(1));
                 if qp.state() == QpState::Error {
                     return;
@@ -822,7 +823,7 @@ pub fn on_response(qp: &mut Qp, ctx: &mut Ctx, frame: &Frame) {
                 let syndrome = match code {
                     NakCode::PsnSequenceError => {
                         // mlx5 `packet_seq_err`: NAK sequence errors received.
-                        ctx.counters.inc("packet_seq_err");
+                        ctx.counters.inc(CounterId::PacketSeqErr);
                         if qp.req.rnr_until.is_none() && !resent {
                             retry(qp, ctx, psn);
                         }
@@ -849,18 +850,30 @@ pub fn on_response(qp: &mut Qp, ctx: &mut Ctx, frame: &Frame) {
         | Operation::RdmaReadResponseOnly => read_response(qp, ctx, frame),
         Operation::AtomicAcknowledge => {
             let Some(pos) = pending_at(qp, psn) else {
-                ctx.counters.inc("duplicate_response");
+                ctx.counters.inc(CounterId::DuplicateResponse);
                 return;
             };
             let first = qp.req.outstanding[pos].first_psn;
-            ack_upto(qp, ctx, first.sub(1));
+            if ack_upto(qp, ctx, first.sub(1)) {
+                // Implied NAK (IBTA Vol 1 §9.7.5.1.5): an earlier READ/atomic is unanswered,
+                // so everything from it was requested again, this atomic included, whose
+                // result the responder returns again from its replay table. Taking it now
+                // would free a READ/atomic credit while the earlier one is outstanding, and
+                // the requester could then have more in flight than the responder's
+                // `max_dest_rd_atomic` resources remember (rxe's completer likewise retries
+                // and discards a response past an unanswered READ, `rxe_comp.c` `check_psn`).
+                return;
+            }
             // Earlier requests may have retired (or the QP failed): look it up again.
             let Some(pos) = pending_at(qp, psn) else {
                 return;
             };
             let (local, size) = match &qp.req.outstanding[pos].expect {
                 Expect::Atomic { local, size } => (*local, *size),
-                _ => return,
+                _ => {
+                    ctx.counters.inc(CounterId::UnexpectedResponse);
+                    return;
+                }
             };
             let orig = pkt.atomic_ack_eth.map(|a| a.orig).unwrap_or(0);
             // Replies are written big-endian (atomic_req_8B_endianness_mode 0, mlx5-facts §1.4).
@@ -878,8 +891,18 @@ pub fn on_response(qp: &mut Qp, ctx: &mut Ctx, frame: &Frame) {
             retire(qp, ctx);
             restart_timer(qp, ctx.now);
         }
-        _ => ctx.counters.inc("rx_dropped"),
+        _ => ctx.counters.inc(CounterId::RxDropped),
     }
+}
+
+/// The first PSN of the oldest READ/atomic still unanswered that was sent before PSN `first`.
+fn unanswered_before(qp: &Qp, first: Psn) -> Option<Psn> {
+    qp.req
+        .outstanding
+        .iter()
+        .take_while(|p| p.first_psn.is_before(first))
+        .find(|p| !p.done && p.is_rd_atomic())
+        .map(|p| p.first_psn)
 }
 
 /// The outstanding request, not yet answered, whose PSN range holds `psn`.
@@ -894,16 +917,22 @@ fn read_response(qp: &mut Qp, ctx: &mut Ctx, frame: &Frame) {
     let pkt = &frame.pkt;
     let psn = pkt.bth.psn;
     let Some(pos) = pending_at(qp, psn) else {
-        ctx.counters.inc("duplicate_response");
+        ctx.counters.inc(CounterId::DuplicateResponse);
         return;
     };
+    let first = qp.req.outstanding[pos].first_psn;
     if pkt.aeth.is_some() {
-        let first = qp.req.outstanding[pos].first_psn;
         if ack_upto(qp, ctx, first.sub(1)) {
             // An earlier READ/atomic lost its response and everything from it was resent,
             // this READ included: its responses will come again.
             return;
         }
+    } else if let Some(from) = unanswered_before(qp, first) {
+        // A middle response (no AETH, so it acknowledges nothing) past an unanswered
+        // READ/atomic: the same implied NAK (IBTA Vol 1 §9.7.5.1.5).
+        ctx.counters.inc(CounterId::ImpliedNakSeqErr);
+        retry(qp, ctx, from);
+        return;
     }
     let Some(pos) = pending_at(qp, psn) else {
         return;
@@ -911,17 +940,20 @@ fn read_response(qp: &mut Qp, ctx: &mut Ctx, frame: &Frame) {
     let Some(path) = qp.path else { return };
     let (local, first) = match &qp.req.outstanding[pos].expect {
         Expect::Read { local, .. } => (local.clone(), qp.req.outstanding[pos].first_psn),
-        _ => return,
+        _ => {
+            ctx.counters.inc(CounterId::UnexpectedResponse);
+            return;
+        }
     };
     let expected = qp.req.outstanding[pos].next_resp;
     if psn != expected {
         if psn.is_before(expected) {
             // A response already received (a duplicate or the replay of a resent READ).
-            ctx.counters.inc("duplicate_response");
+            ctx.counters.inc(CounterId::DuplicateResponse);
         } else {
             // A response is missing: responses of one READ come in order (IBTA Vol 1
             // §9.7.5.1.5), so request the READ again, once per gap.
-            ctx.counters.inc("out_of_sequence");
+            ctx.counters.inc(CounterId::OutOfSequence);
             if !qp.req.outstanding[pos].gap_resent {
                 qp.req.outstanding[pos].gap_resent = true;
                 retry(qp, ctx, first);

@@ -20,10 +20,14 @@
 //!   (its completion is LOCAL_PROT 0x04).
 //!
 //! UC (§9.8): no ACKs; a PSN gap drops the message in progress and waits for a first/only
-//! packet, and the receive WQE the dropped SEND had taken serves the next SEND, so nothing
-//! completes for the lost message; errors drop the message. UD (§9.8.5): the DETH Q_Key must equal the QP's Q_Key, or
-//! the packet is dropped; the receive buffer gets the 40-byte GRH first (IBTA §11.4.1.2; on
-//! RoCEv2 with IPv4 the IPv4 header sits in its last 20 bytes, `ibv_poll_cq(3)` "IBV_WC_GRH").
+//! packet, and the receive WQE the dropped SEND had taken serves the next message that
+//! consumes one (SEND or WRITE with immediate), so nothing completes for the lost message and
+//! receives complete in order; a PSN behind the expected one is a duplicate, dropped; errors
+//! drop the message. Every packet dropped without a response is counted: `duplicate_request`,
+//! `out_of_sequence`, `out_of_buffer`, or `uc_dropped_packets` for the rest of a message given
+//! up. UD (§9.8.5): the DETH Q_Key must equal the QP's Q_Key, or the packet is dropped; the
+//! receive buffer gets the 40-byte GRH first (IBTA §11.4.1.2; on RoCEv2 with IPv4 the IPv4
+//! header sits in its last 20 bytes, `ibv_poll_cq(3)` "IBV_WC_GRH").
 //!
 //! Atomics operate on the responder's memory as big-endian words and return the original
 //! bytes unchanged, which the requester writes to its buffer: 8-byte replies are big-endian as
@@ -38,6 +42,7 @@ use mlx5_cq::{
 };
 use mlx5_hw::{AccessFlags, AsyncEvent, QpId, QpType};
 
+use crate::counters::CounterId;
 use crate::cq::CqeSpec;
 use crate::engine::{fail_qp, recv_err_cqe, Ctx};
 use crate::qp::{Qp, RecvWqe};
@@ -113,8 +118,8 @@ pub struct Responder {
     /// acknowledging the last of them (IBTA Vol 1 §9.7.5.1.1 allows one ACK for several
     /// requests); it goes out at the next step, or before any other response.
     pub ack_due: Option<Packet>,
-    /// UC: the receive WQE of a message that was dropped, reused by the next SEND (a UC message
-    /// with a missing packet completes nothing, IBTA Vol 1 §9.8.3).
+    /// UC: the receive WQE of a message that was dropped, reused by the next message that
+    /// consumes one (a UC message with a missing packet completes nothing, IBTA Vol 1 §9.8.3).
     pub held: Option<RecvWqe>,
 }
 
@@ -176,7 +181,7 @@ fn class_c(qp: &mut Qp, ctx: &mut Ctx, req: &Packet, code: NakCode, why: &str) {
         nak(qp, ctx, req, req.bth.psn, Syndrome::Nak(code));
     }
     if code == NakCode::RemoteAccessError {
-        ctx.counters.inc("resp_remote_access_errors");
+        ctx.counters.inc(CounterId::RespRemoteAccessErrors);
     }
     let ev = match code {
         NakCode::RemoteAccessError => AsyncEvent::QpAccessError(QpId(qp.qpn)),
@@ -217,7 +222,7 @@ fn take_recv(qp: &mut Qp, ctx: &mut Ctx) -> Option<RecvWqe> {
         None => qp.take_recv(None, ctx.dev, ctx.bugs),
     };
     if w.is_none() {
-        ctx.counters.inc("out_of_buffer");
+        ctx.counters.inc(CounterId::OutOfBuffer);
     }
     w
 }
@@ -258,7 +263,7 @@ pub fn on_request(qp: &mut Qp, ctx: &mut Ctx, frame: &Frame) {
         (QpType::Rc, Transport::Rc) | (QpType::Uc, Transport::Uc) | (QpType::Ud, Transport::Ud)
     );
     if !ok {
-        ctx.counters.inc("rx_dropped");
+        ctx.counters.inc(CounterId::RxDropped);
         return;
     }
     match qp.qp_type {
@@ -270,9 +275,12 @@ pub fn on_request(qp: &mut Qp, ctx: &mut Ctx, frame: &Frame) {
 
 fn ud(qp: &mut Qp, ctx: &mut Ctx, frame: &Frame) {
     let pkt = &frame.pkt;
-    let Some(deth) = pkt.deth else { return };
+    let Some(deth) = pkt.deth else {
+        ctx.counters.inc(CounterId::RxDropped);
+        return;
+    };
     if deth.qkey != qp.attr.qkey {
-        ctx.counters.inc("rx_qkey_violation");
+        ctx.counters.inc(CounterId::RxQkeyViolation);
         return;
     }
     let Some(w) = take_recv(qp, ctx) else { return };
@@ -328,18 +336,34 @@ fn grh_bytes(pkt: &Packet) -> Vec<u8> {
     g
 }
 
+/// UC PSN checking (IBTA Vol 1 §9.8.3, the UC responder): the expected PSN continues the
+/// message in progress or starts the next one. A PSN ahead of it means packets were lost: the
+/// message in progress is given up, and the packet starts a new message if it is a first or
+/// only packet, or is dropped with the rest of its message otherwise. A PSN behind it (in the
+/// half of the PSN space before the expected PSN, as for RC, §9.7.1) is a copy the network
+/// made or a late packet of a message already given up: UC never retransmits, so it is dropped
+/// silently and counted as `duplicate_request`, and a duplicated message is not delivered
+/// twice.
 fn uc(qp: &mut Qp, ctx: &mut Ctx, frame: &Frame) {
     let pkt = &frame.pkt;
     let psn = pkt.bth.psn;
     let pos = pkt.bth.opcode.position();
-    if psn != qp.resp.epsn {
-        ctx.counters.inc("out_of_sequence");
-        uc_abandon(qp);
-        if !pos.starts_message() {
-            // Drop the rest of this message: the next first/only packet starts afresh.
-            qp.resp.epsn = psn.next();
-            qp.resp.cur = (!pos.ends_message()).then_some(InMsg::Drop);
+    match psn.window(qp.resp.epsn) {
+        PsnWindow::Expected => {}
+        PsnWindow::Duplicate => {
+            ctx.counters.inc(CounterId::DuplicateRequest);
             return;
+        }
+        PsnWindow::OutOfSequence => {
+            ctx.counters.inc(CounterId::OutOfSequence);
+            uc_abandon(qp);
+            if !pos.starts_message() {
+                // Drop the rest of this message: the next first/only packet starts afresh.
+                ctx.counters.inc(CounterId::UcDroppedPackets);
+                qp.resp.epsn = psn.next();
+                qp.resp.cur = (!pos.ends_message()).then_some(InMsg::Drop);
+                return;
+            }
         }
     }
     qp.resp.epsn = psn.next();
@@ -348,6 +372,7 @@ fn uc(qp: &mut Qp, ctx: &mut Ctx, frame: &Frame) {
         uc_abandon(qp);
     }
     if matches!(qp.resp.cur, Some(InMsg::Drop)) {
+        ctx.counters.inc(CounterId::UcDroppedPackets);
         if pos.ends_message() {
             qp.resp.cur = None;
         }
@@ -357,7 +382,8 @@ fn uc(qp: &mut Qp, ctx: &mut Ctx, frame: &Frame) {
 }
 
 /// UC: drop the message in progress; its receive WQE (if a SEND had taken one) is kept for
-/// the next SEND, so the lost message completes nothing.
+/// the next message that consumes one (a SEND at its first packet, a WRITE with immediate at
+/// its last), so the lost message completes nothing and receives still complete in order.
 fn uc_abandon(qp: &mut Qp) {
     if let Some(InMsg::Send { wqe, .. }) = qp.resp.cur.take() {
         qp.resp.held = Some(wqe);
@@ -370,12 +396,12 @@ fn rc(qp: &mut Qp, ctx: &mut Ctx, frame: &Frame) {
     match psn.window(qp.resp.epsn) {
         PsnWindow::Expected => qp.resp.nak_sent = false,
         PsnWindow::Duplicate => {
-            ctx.counters.inc("duplicate_request");
+            ctx.counters.inc(CounterId::DuplicateRequest);
             duplicate(qp, ctx, frame);
             return;
         }
         PsnWindow::OutOfSequence => {
-            ctx.counters.inc("out_of_sequence");
+            ctx.counters.inc(CounterId::OutOfSequence);
             if !qp.resp.nak_sent {
                 qp.resp.nak_sent = true;
                 let e = qp.resp.epsn;
@@ -386,11 +412,11 @@ fn rc(qp: &mut Qp, ctx: &mut Ctx, frame: &Frame) {
     }
     match pkt.bth.opcode.operation() {
         Operation::RdmaReadRequest => {
-            ctx.counters.inc("rx_read_requests");
+            ctx.counters.inc(CounterId::RxReadRequests);
             read(qp, ctx, frame, true)
         }
         Operation::CompareSwap | Operation::FetchAdd => {
-            ctx.counters.inc("rx_atomic_requests");
+            ctx.counters.inc(CounterId::RxAtomicRequests);
             atomic(qp, ctx, frame)
         }
         _ => data_packet(qp, ctx, frame),
@@ -493,7 +519,7 @@ fn data_packet(qp: &mut Qp, ctx: &mut Ctx, frame: &Frame) {
             );
         }
         if pos.starts_message() {
-            ctx.counters.inc("rx_write_requests");
+            ctx.counters.inc(CounterId::RxWriteRequests);
             let Some(reth) = pkt.reth else {
                 return class_c(
                     qp,
@@ -555,12 +581,14 @@ fn data_packet(qp: &mut Qp, ctx: &mut Ctx, frame: &Frame) {
                 "WRITE longer than its RETH length",
             );
         }
-        if pos.ends_message() && pkt.imm.is_some() && !recv_ready(qp, ctx) {
+        if pos.ends_message() && pkt.imm.is_some() && qp.resp.held.is_none() && !recv_ready(qp, ctx)
+        {
+            // No receive WQE for the immediate: mlx5 `out_of_buffer` counts it as for a SEND.
+            ctx.counters.inc(CounterId::OutOfBuffer);
             if rc {
                 let t = RnrTimer::from_low_bits(qp.attr.min_rnr_timer);
                 nak(qp, ctx, pkt, pkt.bth.psn, Syndrome::RnrNak(t));
             } else {
-                ctx.counters.inc("out_of_buffer");
                 qp.resp.cur = None;
             }
             if pos == crate::wire::Position::Only {
@@ -587,7 +615,9 @@ fn data_packet(qp: &mut Qp, ctx: &mut Ctx, frame: &Frame) {
         }
         if pos.ends_message() {
             if pkt.imm.is_some() {
-                if let Some(w) = take_recv(qp, ctx) {
+                // The receive a broken UC SEND left is the next one in order (`uc_abandon`).
+                let held = qp.resp.held.take();
+                if let Some(w) = held.or_else(|| take_recv(qp, ctx)) {
                     recv_cqe(qp, ctx, &w, CQE_RESP_WR_IMM, len as u32, pkt, 0);
                 }
             }
@@ -774,8 +804,11 @@ fn atomic_ack(qp: &mut Qp, ctx: &mut Ctx, req: &Packet, orig: u64) {
 
 /// A duplicate request (IBTA §9.7.5.1.2): never executed twice. A READ or atomic is answered
 /// from the responder resources only while its entry is still there; an older one is dropped
-/// (the requester cannot have it outstanding: it never has more than `max_rd_atomic` in
-/// flight, which must not exceed the responder's `max_dest_rd_atomic`).
+/// silently and counted as `duplicate_request_no_replay` (the kernel's rxe drops it the same
+/// way, "resource not found", `rxe_resp.c` `duplicate_request`). A correct requester never
+/// asks for one: it has at most `max_rd_atomic` READs/atomics unanswered, which must not
+/// exceed the responder's `max_dest_rd_atomic`, and takes no response past an unanswered one
+/// (implied NAK, §9.7.5.1.5), so every one it may resend is still in the table.
 fn duplicate(qp: &mut Qp, ctx: &mut Ctx, frame: &Frame) {
     let pkt = &frame.pkt;
     let psn = pkt.bth.psn;
@@ -786,6 +819,8 @@ fn duplicate(qp: &mut Qp, ctx: &mut Ctx, frame: &Frame) {
             );
             if known {
                 read(qp, ctx, frame, false);
+            } else {
+                ctx.counters.inc(CounterId::DuplicateRequestNoReplay);
             }
         }
         Operation::CompareSwap | Operation::FetchAdd => {
@@ -793,8 +828,9 @@ fn duplicate(qp: &mut Qp, ctx: &mut Ctx, frame: &Frame) {
                 RdAtomic::Atomic { psn: p, orig } if p == psn => Some(orig),
                 _ => None,
             });
-            if let Some(orig) = saved {
-                atomic_ack(qp, ctx, pkt, orig);
+            match saved {
+                Some(orig) => atomic_ack(qp, ctx, pkt, orig),
+                None => ctx.counters.inc(CounterId::DuplicateRequestNoReplay),
             }
         }
         _ => {

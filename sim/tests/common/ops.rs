@@ -21,6 +21,29 @@ pub fn write(q: &mut Qp, local: &Mem, loff: usize, remote: &Mem, roff: usize, le
     })
 }
 
+/// A signaled RDMA WRITE with immediate `imm` of `len` bytes from `local[loff..]` to
+/// `remote[roff..]` (it consumes a receive WQE at the responder).
+pub fn write_imm(
+    q: &mut Qp,
+    local: &Mem,
+    loff: usize,
+    remote: &Mem,
+    roff: usize,
+    len: u32,
+    imm: u32,
+) -> u16 {
+    let (ra, rk, ll, la) = (
+        remote.addr() + roff as u64,
+        remote.rkey(),
+        local.lkey(),
+        local.addr() + loff as u64,
+    );
+    q.post(OPCODE_RDMA_WRITE_IMM, 0, CTRL_CQ_UPDATE, imm, |w| {
+        w.push(&RaddrSeg::new(ra, rk)).unwrap();
+        w.push(&DataSeg::new(len, ll, la)).unwrap();
+    })
+}
+
 /// A signaled SEND of `len` bytes from `local[off..]`.
 pub fn send(q: &mut Qp, local: &Mem, off: usize, len: u32) -> u16 {
     let (ll, la) = (local.lkey(), local.addr() + off as u64);
