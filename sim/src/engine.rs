@@ -9,7 +9,7 @@
 //! SRQ WQEs belong to the SRQ and are not flushed; the QP raises
 //! `IBV_EVENT_QP_LAST_WQE_REACHED` instead.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 
 use mlx5_cq::{
     CQE_REQ, CQE_REQ_ERR, CQE_RESP_ERR, SYNDROME_LOCAL_LENGTH_ERR, SYNDROME_LOCAL_PROT_ERR,
@@ -22,6 +22,7 @@ use mlx5_hw::{AsyncEvent, CqId, Gid, Mtu, PortState, QpId, QpState};
 use crate::bugs::{BugLog, DriverBugKind};
 use crate::cq::{Cq, CqeOutcome, CqeSpec};
 use crate::mr::MrTable;
+use crate::notify::AsyncEvents;
 use crate::qp::Qp;
 use crate::srq::Srq;
 use crate::transport::{requester, responder, Frame};
@@ -94,7 +95,7 @@ pub struct Ctx<'a> {
     /// SRQs.
     pub srqs: &'a mut BTreeMap<u32, Srq>,
     /// Async event queue.
-    pub events: &'a mut VecDeque<AsyncEvent>,
+    pub events: &'a mut AsyncEvents,
     /// Driver bugs.
     pub bugs: &'a mut BugLog,
     /// Packets to put on the wire.

@@ -391,7 +391,7 @@ fn cq_attr(cqe: u32) -> CqInitAttr {
         cqe,
         cqe_size: 64,
         ignore_overrun: false,
-        with_channel: false,
+        channel: None,
     }
 }
 
