@@ -308,7 +308,10 @@ fn arming_delivers_one_event_per_arm() {
         assert_eq!(wb[0].wr_id, round);
         pump(&f, &mut a.cq, &mut a.qp, 2);
         // Not armed: no further event.
-        assert_eq!(b.dev.wait_cq_event(ch, Duration::from_millis(1)).unwrap(), None);
+        assert_eq!(
+            b.dev.wait_cq_event(ch, Duration::from_millis(1)).unwrap(),
+            None
+        );
     }
     no_driver_bugs(&f);
 }

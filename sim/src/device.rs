@@ -9,17 +9,17 @@ use std::sync::Arc;
 use mlx5_hw::{
     AccessFlags, AhAttr, AhId, AhInfo, AsyncEvent, AttrMask, BfLayout, ChannelId, Counter, CqId,
     CqInfo, CqInitAttr, CqLayout, Device, DeviceAttr, Error, Gid, LinkLayer, MrId, MrInfo, Mtu,
-    PdId, PortAttr, PortState, QpAttr, QpId, QpInfo, QpInitAttr, QpLayout, Result, SrqId,
-    SrqInfo, SrqInitAttr, SrqLayout, WqLayout,
+    PdId, PortAttr, PortState, QpAttr, QpId, QpInfo, QpInitAttr, QpLayout, Result, SrqId, SrqInfo,
+    SrqInitAttr, SrqLayout, WqLayout,
 };
 
 use crate::bugs::DriverBug;
 use crate::cq::Cq;
-use crate::notify::CompChannel;
 use crate::doorbell::DoorbellStats;
 use crate::fabric::Inner;
 use crate::mem::Region;
 use crate::modify::{modify_qp, query_qp, MAX_RD_ATOMIC};
+use crate::notify::CompChannel;
 use crate::qp::Qp;
 use crate::sizing::{self, cq_entries, qp_geometry, srq_geometry};
 use crate::srq::Srq;

@@ -68,7 +68,10 @@ fn arm_next_and_solicited() {
     p.b.qp.post_recv(&[dst.sge(0, 64)]);
     send(&mut p, &m, false);
     p.run();
-    assert!(readable(fd), "the channel fd is readable while an event is queued");
+    assert!(
+        readable(fd),
+        "the channel fd is readable while an event is queued"
+    );
     take(&dev, ch, &mut p.b.rcq);
     assert!(!readable(fd), "and not once it is taken");
     p.b.qp.post_recv(&[dst.sge(0, 64)]);
@@ -266,7 +269,10 @@ fn destroy_is_refused_while_events_are_unacknowledged() {
     let e = dev.destroy_comp_channel(ch).unwrap_err().to_string();
     assert!(e.contains("attached"), "{e}");
     dev.destroy_cq(scq).unwrap();
-    assert!(!readable(fd), "the destroyed CQ's queued event went with it");
+    assert!(
+        !readable(fd),
+        "the destroyed CQ's queued event went with it"
+    );
     assert_eq!(dev.get_cq_event(ch).unwrap(), None);
     dev.ack_cq_events(rcq, 1).unwrap();
     dev.destroy_cq(rcq).unwrap();

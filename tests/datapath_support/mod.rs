@@ -4,8 +4,8 @@
 #![allow(dead_code)]
 
 use mlx5_direct::hw::{
-    AhAttr, AttrMask, ChannelId, CqId, CqInitAttr, Device, GlobalRoute, Mtu, PdId, QpAttr, QpCap, QpInfo,
-    QpInitAttr, QpState, QpType, SrqId,
+    AhAttr, AttrMask, ChannelId, CqId, CqInitAttr, Device, GlobalRoute, Mtu, PdId, QpAttr, QpCap,
+    QpInfo, QpInitAttr, QpState, QpType, SrqId,
 };
 use mlx5_direct::qp::{Cq, Qp, Resolve, Wc};
 use mlx5_direct::sim::{DeviceConfig, Fabric, SimDevice};

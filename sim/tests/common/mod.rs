@@ -6,8 +6,8 @@
 use mlx5_cq::{sw_owned, ArmCmd, Cqe64};
 use mlx5_hw::mmio;
 use mlx5_hw::{
-    AccessFlags, AhAttr, AttrMask, ChannelId, CqInfo, CqInitAttr, Device, GlobalRoute, MrInfo, Mtu, PdId,
-    QpAttr, QpCap, QpInfo, QpInitAttr, QpState, QpType, SrqInfo, SrqInitAttr,
+    AccessFlags, AhAttr, AttrMask, ChannelId, CqInfo, CqInitAttr, Device, GlobalRoute, MrInfo, Mtu,
+    PdId, QpAttr, QpCap, QpInfo, QpInitAttr, QpState, QpType, SrqInfo, SrqInitAttr,
 };
 use mlx5_sim::{DeviceConfig, Fabric, SimDevice};
 use mlx5_wqe::recv::{write_scatter, Sge};
