@@ -7,7 +7,6 @@ use mlx5_hw::qp_state;
 use mlx5_hw::*;
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::time::Duration;
 
 #[derive(Debug, Default)]
 struct State {
@@ -205,12 +204,6 @@ impl Device for FakeDevice {
         Ok(())
     }
     fn poll_async_event(&self) -> Option<AsyncEvent> {
-        None
-    }
-    fn wait_cq_event(&self, _cq: CqId, _timeout: Duration) -> Result<bool> {
-        Ok(false)
-    }
-    fn cq_event_fd(&self, _cq: CqId) -> Option<std::os::fd::RawFd> {
         None
     }
     fn counters(&self, _port: u8) -> Result<Vec<Counter>> {

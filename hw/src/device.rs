@@ -4,11 +4,38 @@
 //! Objects are named by small copyable handles. Creating a CQ, QP or SRQ returns its
 //! [`crate::layout`] record, from which the `qp` crate builds the data path with no trait
 //! object on the hot path.
+//!
+//! ## Waiting for completions without spinning
+//!
+//! A completion channel ([`ChannelId`], `struct ibv_comp_channel`) is one file descriptor that
+//! any number of CQs report their completion events to. The data path arms a CQ itself (the
+//! mlx5 arm doorbell, `mlx5_qp::Cq::arm`); the device then queues one event on the CQ's
+//! channel for the next completion (or the next solicited or error one) and disarms the CQ.
+//! The protocol that never loses a wake-up:
+//!
+//! 1. poll the CQ until it is empty;
+//! 2. arm it;
+//! 3. poll it again: a completion that arrived between 1 and 2 is found here (and an arm
+//!    whose consumer index is behind the device's producer index fires at once, so it is not
+//!    lost either way);
+//! 4. only if 3 found nothing, wait for [`Device::comp_channel_fd`] to become readable (epoll,
+//!    `poll(2)`, a tokio `AsyncFd`), then take the events with [`Device::get_cq_event`] until it
+//!    returns `None`. For every event taken, advance the CQ's arm sequence number
+//!    (`mlx5_qp::Cq::ack_event`, what rdma-core's `mlx5_cq_event` does inside
+//!    `ibv_get_cq_event`) and acknowledge it, in batches if wanted, with
+//!    [`Device::ack_cq_events`]; a CQ with unacknowledged events cannot be destroyed (verbs
+//!    `ibv_destroy_cq` would wait for them forever).
+//!
+//! The fd is non-blocking and readable exactly while an event is queued, so it works
+//! level-triggered (`poll(2)`) and edge-triggered (epoll `EPOLLET`, tokio): on readiness, call
+//! `get_cq_event` until `None`. Asynchronous events ([`AsyncEvent`]) have their own fd,
+//! [`Device::async_event_fd`], drained with [`Device::poll_async_event`].
 
 use crate::attr::{AccessFlags, AhAttr, AttrMask, Gid, Mtu, QpAttr, QpCap, QpType};
 use crate::error::Result;
 use crate::layout::{CqLayout, QpLayout, SrqLayout};
-use std::time::Duration;
+use std::os::fd::RawFd;
+use std::time::{Duration, Instant};
 
 macro_rules! handle {
     ($(#[$m:meta])* $name:ident) => {
@@ -40,6 +67,11 @@ handle!(
 handle!(
     /// An address handle.
     AhId
+);
+handle!(
+    /// A completion channel (`struct ibv_comp_channel`): one file descriptor that many CQs
+    /// report their completion events to.
+    ChannelId
 );
 
 /// Device capabilities (`struct ibv_device_attr`, the fields used here).
@@ -146,8 +178,11 @@ pub struct CqInitAttr {
     pub cqe_size: u32,
     /// `IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN`: no set_ci needed, no overrun error.
     pub ignore_overrun: bool,
-    /// Create a completion channel so the CQ can be armed and waited on.
-    pub with_channel: bool,
+    /// The completion channel the CQ reports its completion events to (the `channel` of
+    /// `ibv_create_cq`), created with [`Device::create_comp_channel`]. Many CQs may share one.
+    /// `None`: the CQ can be polled, but an event of an armed CQ reaches nobody (the kernel
+    /// drops it, `ib_uverbs_comp_handler`).
+    pub channel: Option<ChannelId>,
 }
 
 impl Default for CqInitAttr {
@@ -156,7 +191,7 @@ impl Default for CqInitAttr {
             cqe: 256,
             cqe_size: 64,
             ignore_overrun: false,
-            with_channel: false,
+            channel: None,
         }
     }
 }
@@ -295,9 +330,11 @@ pub trait Device: Send + Sync {
     ) -> Result<MrInfo>;
     /// Deregister a memory region.
     fn dereg_mr(&self, mr: MrId) -> Result<()>;
-    /// Create a completion queue.
+    /// Create a completion queue, attached to `attr.channel` if given.
     fn create_cq(&self, attr: &CqInitAttr) -> Result<CqInfo>;
-    /// Destroy a completion queue.
+    /// Destroy a completion queue. Refused with [`crate::Error::Busy`] while a QP uses it or
+    /// while completion events taken from it are not acknowledged ([`Device::ack_cq_events`]);
+    /// events still queued on its channel are discarded.
     fn destroy_cq(&self, cq: CqId) -> Result<()>;
     /// Create a shared receive queue.
     fn create_srq(&self, pd: PdId, attr: &SrqInitAttr) -> Result<SrqInfo>;
@@ -317,17 +354,118 @@ pub trait Device: Send + Sync {
     fn create_ah(&self, pd: PdId, attr: &AhAttr) -> Result<AhInfo>;
     /// Destroy an address handle.
     fn destroy_ah(&self, ah: AhId) -> Result<()>;
-    /// The next asynchronous event, if one is pending.
+    /// The next asynchronous event, if one is pending (never blocks).
     fn poll_async_event(&self) -> Option<AsyncEvent>;
-    /// Wait up to `timeout` for a completion event on an armed CQ; `true` if one arrived.
-    /// Consuming an event is what advances the CQ's arm sequence number.
-    fn wait_cq_event(&self, cq: CqId, timeout: Duration) -> Result<bool>;
-    /// A file descriptor that becomes readable when the CQ has a completion event (for epoll),
-    /// where the device offers one.
-    fn cq_event_fd(&self, cq: CqId) -> Option<std::os::fd::RawFd>;
+    /// A file descriptor that is readable while an asynchronous event is pending (the
+    /// context's `async_fd` on verbs, an eventfd on the software ConnectX); non-blocking.
+    /// Drain it with [`Device::poll_async_event`] until `None`. It stays open as long as the
+    /// device.
+    fn async_event_fd(&self) -> Result<RawFd> {
+        Err(crate::Error::Unsupported(format!(
+            "{} has no asynchronous event file descriptor",
+            self.name()
+        )))
+    }
+    /// Create a completion channel (`ibv_create_comp_channel`).
+    fn create_comp_channel(&self) -> Result<ChannelId> {
+        Err(no_channels(self.name()))
+    }
+    /// Destroy a completion channel (`ibv_destroy_comp_channel`); refused with
+    /// [`crate::Error::Busy`] while a CQ is attached to it. Its fd is closed.
+    fn destroy_comp_channel(&self, channel: ChannelId) -> Result<()> {
+        let _ = channel;
+        Err(no_channels(self.name()))
+    }
+    /// The channel's file descriptor: non-blocking, readable exactly while a completion event
+    /// is queued on the channel (for epoll or a tokio `AsyncFd`). A raw fd rather than a
+    /// `BorrowedFd`: it is valid until [`Device::destroy_comp_channel`], which takes `&self`.
+    fn comp_channel_fd(&self, channel: ChannelId) -> Result<RawFd> {
+        let _ = channel;
+        Err(no_channels(self.name()))
+    }
+    /// Take the next completion event queued on the channel, without blocking
+    /// (`ibv_get_cq_event` on the non-blocking fd): the CQ it is for, or `None`.
+    ///
+    /// Each event taken must be acknowledged with [`Device::ack_cq_events`] before the CQ is
+    /// destroyed, and the data path must advance the CQ's arm sequence number once per event
+    /// (`mlx5_qp::Cq::ack_event`).
+    fn get_cq_event(&self, channel: ChannelId) -> Result<Option<CqId>> {
+        let _ = channel;
+        Err(no_channels(self.name()))
+    }
+    /// [`Device::get_cq_event`], waiting up to `timeout` for an event (`poll(2)` on the
+    /// channel's fd). A software device first runs its pending work ([`Device::progress`]).
+    fn wait_cq_event(&self, channel: ChannelId, timeout: Duration) -> Result<Option<CqId>> {
+        self.progress();
+        if let Some(cq) = self.get_cq_event(channel)? {
+            return Ok(Some(cq));
+        }
+        let fd = self.comp_channel_fd(channel)?;
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if !wait_readable(fd, left)? {
+                return Ok(None);
+            }
+            if let Some(cq) = self.get_cq_event(channel)? {
+                return Ok(Some(cq));
+            }
+            // Readable but empty: another thread took the event.
+            if left.is_zero() {
+                return Ok(None);
+            }
+        }
+    }
+    /// Acknowledge `n` completion events taken from `cq` with [`Device::get_cq_event`]
+    /// (`ibv_ack_cq_events`; batching is cheaper: one call for many events). Acknowledging
+    /// more than were taken is refused.
+    fn ack_cq_events(&self, cq: CqId, n: u32) -> Result<()> {
+        let _ = (cq, n);
+        Err(no_channels(self.name()))
+    }
     /// Hardware counters of a port (mlx5 `hw_counters` names plus port counters).
     fn counters(&self, port: u8) -> Result<Vec<Counter>>;
     /// Give a software device the chance to process doorbells (the software ConnectX in
     /// deterministic mode runs until idle). Hardware: nothing to do.
     fn progress(&self) {}
+}
+
+fn no_channels(device: &str) -> crate::Error {
+    crate::Error::Unsupported(format!("{device} has no completion channels"))
+}
+
+/// Waits until `fd` is readable or `timeout` passes (`ppoll(2)`, restarted after a signal);
+/// `true` if readable.
+pub(crate) fn wait_readable(fd: RawFd, timeout: Duration) -> Result<bool> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let ts = libc::timespec {
+            tv_sec: libc::time_t::try_from(left.as_secs()).unwrap_or(libc::time_t::MAX),
+            tv_nsec: left.subsec_nanos() as libc::c_long, // < 10^9
+        };
+        let mut p = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd and a valid timespec for the duration of the call; no
+        // signal mask is changed (NULL).
+        let r = unsafe { libc::ppoll(&mut p, 1, &ts, std::ptr::null()) };
+        if r >= 0 {
+            if r > 0 && p.revents & libc::POLLNVAL != 0 {
+                return Err(crate::Error::InvalidArgument(format!(
+                    "file descriptor {fd} is not open (was its channel destroyed while waiting?)"
+                )));
+            }
+            return Ok(r > 0);
+        }
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EINTR) {
+            return Err(crate::Error::Verbs {
+                call: "ppoll(event fd)",
+                source: e,
+            });
+        }
+    }
 }

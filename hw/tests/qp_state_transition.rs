@@ -6,7 +6,6 @@ use mlx5_hw::qp_state::{check_modify, rule};
 use mlx5_hw::transition::{apply, apply_all, Changes, PeerPath, Step, ToInit, ToRtr, ToRts};
 use mlx5_hw::*;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 fn path() -> PeerPath {
     PeerPath {
@@ -315,12 +314,6 @@ impl Device for FakeDevice {
         unsupported()
     }
     fn poll_async_event(&self) -> Option<AsyncEvent> {
-        None
-    }
-    fn wait_cq_event(&self, _: CqId, _: Duration) -> Result<bool> {
-        unsupported()
-    }
-    fn cq_event_fd(&self, _: CqId) -> Option<std::os::fd::RawFd> {
         None
     }
     fn counters(&self, _: u8) -> Result<Vec<Counter>> {

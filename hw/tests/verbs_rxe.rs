@@ -21,8 +21,8 @@ use mlx5_hw::transition::{self, Changes, PeerPath, Step, ToInit, ToRtr, ToRts};
 use mlx5_hw::verbs::baseline::{BaselineCq, BaselineQp, Completion, SendOp, SendWr, Sge, UdDest};
 use mlx5_hw::verbs::{list_devices, VerbsDevice, VerbsQp};
 use mlx5_hw::{
-    AccessFlags, AhAttr, AttrMask, CqId, CqInitAttr, Device, Error, Gid, GlobalRoute, LinkLayer,
-    MrInfo, Mtu, PdId, PortState, QpAttr, QpCap, QpInitAttr, QpState, QpType,
+    AccessFlags, AhAttr, AttrMask, ChannelId, CqId, CqInitAttr, Device, Error, Gid, GlobalRoute,
+    LinkLayer, MrInfo, Mtu, PdId, PortState, QpAttr, QpCap, QpInitAttr, QpState, QpType,
 };
 
 /// Set by run-verbs-tests.sh inside the VM.
@@ -108,6 +108,8 @@ struct Side {
     pd: PdId,
     mr: MrInfo,
     cq: CqId,
+    /// The CQ's completion channel, when asked for.
+    ch: Option<ChannelId>,
     qp: VerbsQp,
     qp_type: QpType,
     gid: Gid,
@@ -122,10 +124,11 @@ impl Side {
         // SAFETY: `buf` outlives the registration: `Side` declares `dev` before `buf`, so the
         // device (and with it the MR) is dropped first.
         let mr = unsafe { dev.reg_mr(pd, buf.ptr, buf.len, ALL_ACCESS) }.unwrap();
+        let ch = with_channel.then(|| dev.create_comp_channel().unwrap());
         let cq = dev
             .create_cq_verbs(&CqInitAttr {
                 cqe: 128,
-                with_channel,
+                channel: ch,
                 ..CqInitAttr::default()
             })
             .unwrap()
@@ -156,6 +159,7 @@ impl Side {
             pd,
             mr,
             cq,
+            ch,
             qp,
             qp_type,
             gid,
@@ -341,26 +345,29 @@ fn object_lifecycle_and_direct_path_refusal() {
         "REMOTE_WRITE without LOCAL_WRITE was accepted"
     );
 
+    let ch = dev.create_comp_channel().unwrap();
     let cq = dev
         .create_cq_verbs(&CqInitAttr {
             cqe: 100,
-            with_channel: true,
+            channel: Some(ch),
             ..Default::default()
         })
         .unwrap();
     assert!(cq.cqe >= 100 && cq.layout.is_none());
-    assert!(dev.cq_event_fd(cq.id).is_some());
+    assert!(dev.comp_channel_fd(ch).unwrap() >= 0);
     let cq2 = dev.create_cq_verbs(&CqInitAttr::default()).unwrap();
-    assert!(dev.cq_event_fd(cq2.id).is_none());
-    let e = dev
-        .wait_cq_event(cq2.id, Duration::from_millis(1))
-        .unwrap_err()
-        .to_string();
-    assert!(e.contains("without a completion channel"), "{e}");
-    assert!(
-        !dev.wait_cq_event(cq.id, Duration::from_millis(20)).unwrap(),
+    assert_eq!(
+        dev.wait_cq_event(ch, Duration::from_millis(20)).unwrap(),
+        None,
         "no event expected"
     );
+    let e = dev.destroy_comp_channel(ch).unwrap_err();
+    assert!(
+        matches!(e, Error::Busy(_)) && e.to_string().contains("attached"),
+        "{e}"
+    );
+    let e = dev.ack_cq_events(cq.id, 1).unwrap_err().to_string();
+    assert!(e.contains("only 0"), "{e}");
     // 128-byte CQEs mean nothing without mlx5
     let e = dev
         .create_cq_verbs(&CqInitAttr {
@@ -455,14 +462,20 @@ fn object_lifecycle_and_direct_path_refusal() {
     dev.destroy_srq(srq.id).unwrap();
     dev.destroy_cq(cq.id).unwrap();
     dev.destroy_cq(cq2.id).unwrap();
+    dev.destroy_comp_channel(ch).unwrap();
+    assert!(matches!(
+        dev.get_cq_event(ch),
+        Err(Error::UnknownHandle { .. })
+    ));
     dev.dereg_mr(mr.id).unwrap();
     dev.dealloc_pd(pd).unwrap();
     // a second device object: leave things alive and let Drop tear them down in order
     let dev2 = VerbsDevice::open("rxe1").unwrap();
     let pd2 = dev2.alloc_pd().unwrap();
+    let ch2 = dev2.create_comp_channel().unwrap();
     let cq3 = dev2
         .create_cq_verbs(&CqInitAttr {
-            with_channel: true,
+            channel: Some(ch2),
             ..Default::default()
         })
         .unwrap();
@@ -757,10 +770,12 @@ fn rc_send_write_read_atomics_and_cq_events() {
         &[a.sge(0, 15)],
     ))
     .unwrap();
-    assert!(
-        b.dev.wait_cq_event(b.cq, WAIT).unwrap(),
+    assert_eq!(
+        b.dev.wait_cq_event(b.ch.unwrap(), WAIT).unwrap(),
+        Some(b.cq),
         "no completion event on rxe1"
     );
+    b.dev.ack_cq_events(b.cq, 1).unwrap();
     let r = ok(&mut cb, "receive");
     assert_eq!((r.wr_id, r.byte_len, r.imm), (7, 15, Some(0xfeed_beef)));
     assert_eq!(r.qp_num, b.qp.qpn);
@@ -1015,4 +1030,142 @@ fn error_flush_and_recovery_then_traffic_again() {
     assert_eq!(b.buf.read(2048, 14), b"after recovery");
     let rts = a.dev.query_qp(a.qp.id).unwrap();
     assert_eq!((rts.qp_state, rts.dest_qp_num), (QpState::Rts, b.qp.qpn));
+}
+
+#[test]
+#[ignore = "needs Soft-RoCE: run tools/rxe-vm/run-verbs-tests.sh"]
+fn completion_channel_shared_by_two_cqs() {
+    // rxe has no mlx5 arm doorbell: CQs are armed with ibv_req_notify_cq (the generic verbs
+    // path, BaselineCq::req_notify); the channel, get, ack and destroy rules are the same.
+    require_vm();
+    let a = Side::new("rxe0", QpType::Rc, false);
+    let dev = VerbsDevice::open("rxe1").unwrap();
+    let pd = dev.alloc_pd().unwrap();
+    let buf = Buf::new(1 << 12);
+    // SAFETY: `buf` outlives the registration: `dev` is dropped first (declared after).
+    let mr = unsafe { dev.reg_mr(pd, buf.ptr, buf.len, ALL_ACCESS) }.unwrap();
+    let ch = dev.create_comp_channel().unwrap();
+    let on_ch = CqInitAttr {
+        cqe: 16,
+        channel: Some(ch),
+        ..CqInitAttr::default()
+    };
+    let (scq, rcq) = (
+        dev.create_cq_verbs(&on_ch).unwrap().id,
+        dev.create_cq_verbs(&on_ch).unwrap().id,
+    );
+    let qp = dev
+        .create_qp_verbs(
+            pd,
+            &QpInitAttr {
+                qp_type: QpType::Rc,
+                send_cq: scq,
+                recv_cq: rcq,
+                srq: None,
+                cap: QpCap {
+                    max_send_wr: 8,
+                    max_recv_wr: 8,
+                    max_send_sge: 1,
+                    max_recv_sge: 1,
+                    max_inline_data: 0,
+                },
+                sq_sig_all: false,
+            },
+        )
+        .unwrap();
+    let b = Side {
+        gid: dev.query_gid(PORT, GID_IPV4.into()).unwrap(),
+        dev,
+        pd,
+        mr,
+        cq: rcq,
+        ch: Some(ch),
+        qp,
+        qp_type: QpType::Rc,
+        buf,
+    };
+    connect(&a, &b, 0x100, 0x200);
+    let fd = b.dev.comp_channel_fd(ch).unwrap();
+    let mut qa = BaselineQp::new(&a.dev, a.qp.id).unwrap();
+    let mut qb = BaselineQp::new(&b.dev, b.qp.id).unwrap();
+    let mut ca = BaselineCq::new(&a.dev, a.cq).unwrap();
+    let mut cs = BaselineCq::new(&b.dev, scq).unwrap();
+    let mut cr = BaselineCq::new(&b.dev, rcq).unwrap();
+    let sge_a = [a.sge(0, 8)];
+    let sge_b = [b.sge(0, 8)];
+
+    // Solicited only: an unsolicited SEND completes without an event, a solicited one fires.
+    cr.req_notify(true).unwrap();
+    qb.post_recv(1, &sge_b).unwrap();
+    qb.post_recv(2, &sge_b).unwrap();
+    qa.post_send(&SendWr::new(10, SendOp::Send, &sge_a))
+        .unwrap();
+    assert_eq!(ok(&mut cr, "unsolicited receive").wr_id, 1);
+    ok(&mut ca, "send");
+    assert_eq!(b.dev.get_cq_event(ch).unwrap(), None);
+    qa.post_send(&SendWr {
+        solicited: true,
+        ..SendWr::new(11, SendOp::Send, &sge_a)
+    })
+    .unwrap();
+    assert_eq!(b.dev.wait_cq_event(ch, WAIT).unwrap(), Some(rcq));
+    assert_eq!(ok(&mut cr, "solicited receive").wr_id, 2);
+    ok(&mut ca, "send");
+
+    // Both CQs armed: a receive and a send completion, two events on the one channel.
+    cr.req_notify(false).unwrap();
+    cs.req_notify(false).unwrap();
+    qb.post_recv(3, &sge_b).unwrap();
+    qa.post_recv(4, &sge_a).unwrap();
+    qa.post_send(&SendWr::new(12, SendOp::Send, &sge_a))
+        .unwrap();
+    qb.post_send(&SendWr::new(13, SendOp::Send, &sge_b))
+        .unwrap();
+    let mut got = vec![
+        b.dev.wait_cq_event(ch, WAIT).unwrap(),
+        b.dev.wait_cq_event(ch, WAIT).unwrap(),
+    ];
+    got.sort();
+    assert_eq!(got, vec![Some(scq.min(rcq)), Some(scq.max(rcq))]);
+    assert_eq!(b.dev.get_cq_event(ch).unwrap(), None);
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd.
+    assert_eq!(
+        unsafe { libc::poll(&mut p, 1, 0) },
+        0,
+        "fd readable with nothing queued"
+    );
+    assert_eq!(ok(&mut cr, "receive").wr_id, 3);
+    assert_eq!(ok(&mut cs, "send").wr_id, 13);
+    ok(&mut ca, "send");
+    ok(&mut ca, "receive");
+
+    // Two events taken from the receive CQ, one from the send CQ: destroy is refused until
+    // they are acknowledged, in one call each.
+    drop((qb, cs, cr));
+    b.dev.destroy_qp(b.qp.id).unwrap();
+    let e = b.dev.destroy_cq(rcq).unwrap_err().to_string();
+    assert!(e.contains("ack_cq_events(cq, 2)"), "{e}");
+    assert!(b.dev.ack_cq_events(rcq, 3).is_err());
+    b.dev.ack_cq_events(rcq, 2).unwrap();
+    b.dev.ack_cq_events(scq, 1).unwrap();
+    b.dev.destroy_cq(rcq).unwrap();
+    assert!(
+        b.dev.destroy_comp_channel(ch).is_err(),
+        "the send CQ is attached"
+    );
+    b.dev.destroy_cq(scq).unwrap();
+    b.dev.destroy_comp_channel(ch).unwrap();
+    // The async event fd is non-blocking and empty.
+    let afd = b.dev.async_event_fd().unwrap();
+    // SAFETY: fcntl on an open descriptor, reading its flags only.
+    assert_ne!(
+        unsafe { libc::fcntl(afd, libc::F_GETFL) } & libc::O_NONBLOCK,
+        0
+    );
+    assert_eq!(b.dev.poll_async_event(), None);
 }

@@ -720,6 +720,11 @@ impl Cq {
     /// next solicited or error completion (rdma-core `mlx5_arm_cq`): `dbrec[1] =
     /// BE32(sn << 28 | cmd | ci)`, then WC start, then the 64-bit doorbell
     /// `BE32(sn << 28 | cmd | ci) ‖ BE32(cqn)` at `cq_uar + 0x20`, then flush.
+    ///
+    /// The event goes to the CQ's completion channel. The arm carries the consumer index, and
+    /// the device fires at once for CQEs already past it, so the race-free wait is: poll until
+    /// empty, arm, poll again, and sleep on the channel only if that found nothing
+    /// ([`mlx5_hw::device`] module documentation).
     #[inline]
     pub fn arm(&mut self, solicited_only: bool) {
         let cmd = if solicited_only {
@@ -738,9 +743,12 @@ impl Cq {
         mmio::flush_writes();
     }
 
-    /// Account for one completion event consumed from the device (`ibv_get_cq_event` /
-    /// [`mlx5_hw::Device::wait_cq_event`]): advances the arm sequence number, as rdma-core's
-    /// `mlx5_cq_event` does, so that the next arm is told apart from the last.
+    /// Account for one completion event of this CQ taken from its channel
+    /// ([`mlx5_hw::Device::get_cq_event`] / [`mlx5_hw::Device::wait_cq_event`]): advances the
+    /// arm sequence number, as rdma-core's `mlx5_cq_event` does inside `ibv_get_cq_event`, so
+    /// that the next arm is told apart from the last. Call it once per event taken, before
+    /// the next [`Cq::arm`]; acknowledging the event to the device
+    /// ([`mlx5_hw::Device::ack_cq_events`], which may be batched) is separate.
     #[inline]
     pub fn ack_event(&mut self) {
         self.arm_sn = self.arm_sn.wrapping_add(1);

@@ -32,9 +32,13 @@ pub enum DriverBugKind {
     BlueFlameSize,
     /// A doorbell record claims more WQEs outstanding than the queue holds.
     DbrOverflow,
-    /// A CQ arm doorbell that does not match the arm doorbell record or names another CQ
-    /// (rdma-core `mlx5_arm_cq` writes `dbrec[1]` and then the same value to UAR + 0x20).
+    /// A CQ arm doorbell that does not match the arm doorbell record, names another CQ, or
+    /// sets bits outside sn, command and consumer index (rdma-core `mlx5_arm_cq` writes
+    /// `dbrec[1]` and then the same value to UAR + 0x20).
     CqArmMismatch,
+    /// A CQ arm doorbell whose sequence number is not the number of completion events taken
+    /// from the CQ modulo 4 (rdma-core advances it once per event taken, `mlx5_cq_event`).
+    CqArmSequence,
     /// The CQ overran: the consumer index (`dbrec[0]`) was not advanced in time.
     CqOverrun,
     /// A WQE without CQ_UPDATE on a QP created with `sq_sig_all` (rdma-core ORs CQ_UPDATE

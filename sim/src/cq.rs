@@ -10,22 +10,53 @@
 //!   consumer has not released is an overrun: the CQ stops and `IBV_EVENT_CQ_ERR` is raised,
 //!   unless the CQ was created with `IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN` (mlx5-facts §5.7).
 //! - Arming: `dbrec[1] = sn << 28 | cmd | ci`, then the same word and the CQN as a 64-bit write
-//!   at UAR + 0x20 (rdma-core `mlx5_arm_cq`). The next CQE (or the next solicited / error CQE
-//!   for `REQ_NOT_SOL`) raises one completion event and disarms the CQ; if CQEs past the armed
-//!   consumer index already exist, the event fires at once.
+//!   at UAR + 0x20 (rdma-core `mlx5_arm_cq`, kernel `mlx5_cq_arm`). `cmd` is `REQ_NOT` (0,
+//!   any completion) or `REQ_NOT_SOL` (1 << 24); bits 31:30 and 27:25 are not used by either
+//!   and a word with them set is reported ([`DriverBugKind::CqArmMismatch`]).
+//! - Firing: an armed CQ raises one completion event on the next CQE, or for `REQ_NOT_SOL` on
+//!   the next *solicited* CQE (a receive completion of a message with the SE bit) or *error*
+//!   CQE (man ibv_req_notify_cq: "A CQE is solicited if it is a receive completion for a
+//!   message with the Solicited Event header bit set, or if the status is not successful"),
+//!   and is disarmed until armed again (one shot, same man page).
+//! - Arming with CQEs already past the armed consumer index fires at once (the arm doorbell
+//!   carries the consumer index for exactly this; ConnectX PRM "CQ arming"): that rule makes
+//!   "poll, arm, poll again, then sleep" race-free. For `REQ_NOT_SOL` the software ConnectX
+//!   fires at once only if one of those CQEs is solicited or an error (its own choice: the
+//!   sources say nothing either way, and this is the stricter one, with no spurious event).
+//! - Repeated arms before an event merge: a request for the next completion takes precedence
+//!   over one for the next solicited completion (IBTA Vol. 1 §11.4.2.2 Request Completion
+//!   Notification, for repeated requests before an event).
+//! - The event goes to the CQ's completion channel ([`crate::notify::CompChannel`]); a CQ
+//!   without one is still disarmed and the event is lost, as the kernel drops it
+//!   (`ib_uverbs_comp_handler` with no event file).
+//!
+//! The arm sequence number. rdma-core and the kernel both send `arm_sn & 3` and advance
+//! `arm_sn` once per completion event: the kernel when the event's EQE arrives
+//! (`mlx5_eq_comp_int`), rdma-core when the program takes it (`ibv_get_cq_event` calls
+//! `mlx5_cq_event`). How a ConnectX uses the number is not public, so the software ConnectX
+//! does not act on it; it checks that the driver keeps it like rdma-core: the `sn` of an arm
+//! must be the number of events taken from the CQ so far, modulo 4, or the arm is reported
+//! ([`DriverBugKind::CqArmSequence`]) and then executed anyway. To compare against the count
+//! at the time the arm was written, taking an event first lets the device see any arm
+//! doorbell already written ([`Cq::scan_arm`] from `get_cq_event`): on a ConnectX the
+//! doorbell arrives long before the program's next system call.
 //!
 //! rdma-core points every CQ at a shared UAR page (`cq_uar`); the software ConnectX gives each
 //! CQ its own page, because it sees RAM and not a register: arm writes of two CQs to one page
 //! between two steps would overwrite each other. The arm word is poisoned (CQN 0xffffffff)
-//! after each read, like the BlueFlame halves. The 2-bit arm sequence number is recorded but
-//! not used to discard stale arms (how ConnectX uses it is not documented in the sources).
+//! after each read, like the BlueFlame halves.
 
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::Arc;
 
 use mlx5_cq::{CQE_REQ_ERR, CQE_RESP_ERR, CQ_CI_MASK, CQ_DB_REQ_NOT_SOL, CQ_DOORBELL};
 
 use crate::bugs::{BugLog, DriverBugKind};
 use crate::mem::DmaBuf;
+use crate::notify::CompChannel;
+
+/// Bits of the arm word that are neither the sequence number (29:28), the command (24) nor
+/// the consumer index (23:0) (rdma-core `mlx5_arm_cq`, kernel `mlx5_cq_arm`).
+const ARM_UNUSED_BITS: u32 = 0xc000_0000 | 0x0e00_0000;
 
 /// The value the arm doorbell word is reset to after each write: it names CQN 0xffffffff,
 /// which no CQ has, so a driver write always changes it.
@@ -120,8 +151,18 @@ pub struct Cq {
     pub errored: bool,
     /// Pending arm request.
     pub arm: Option<Arm>,
-    /// Completion channel (eventfd).
-    pub eventfd: Option<OwnedFd>,
+    /// The completion channel the CQ reports to: its handle and the channel.
+    pub channel: Option<(u32, Arc<CompChannel>)>,
+    /// Completion events fired (whether or not a channel received them).
+    pub events_fired: u64,
+    /// Completion events the driver took from the channel (`get_cq_event`); the driver's arm
+    /// sequence number must equal this modulo 4.
+    pub events_taken: u32,
+    /// Events taken and not yet acknowledged (`ack_cq_events`); destroying the CQ is refused
+    /// until this is 0.
+    pub events_unacked: u32,
+    /// Producer index just past the newest solicited or error CQE (`None` before the first).
+    pub solicited_pi: Option<u32>,
     /// QPs using this CQ.
     pub users: u32,
 }
@@ -144,7 +185,7 @@ impl Cq {
         cqe_cnt: u32,
         cqe_size: u32,
         ignore_overrun: bool,
-        channel: bool,
+        channel: Option<(u32, Arc<CompChannel>)>,
     ) -> Option<Cq> {
         let buf = DmaBuf::new((cqe_cnt * cqe_size) as usize)?;
         for i in 0..cqe_cnt as usize {
@@ -153,17 +194,6 @@ impl Cq {
         let dbrec = DmaBuf::new(8)?;
         let uar = DmaBuf::new(4096)?;
         uar.write(CQ_DOORBELL, &ARM_POISON);
-        let eventfd = if channel {
-            // SAFETY: plain syscall; the returned descriptor is owned below.
-            let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-            if fd < 0 {
-                return None;
-            }
-            // SAFETY: `fd` is a fresh descriptor we own.
-            Some(unsafe { OwnedFd::from_raw_fd(fd) })
-        } else {
-            None
-        };
         Some(Cq {
             cqn,
             buf,
@@ -175,7 +205,11 @@ impl Cq {
             pi: 0,
             errored: false,
             arm: None,
-            eventfd,
+            channel,
+            events_fired: 0,
+            events_taken: 0,
+            events_unacked: 0,
+            solicited_pi: None,
             users: 0,
         })
     }
@@ -207,27 +241,43 @@ impl Cq {
         std::sync::atomic::fence(std::sync::atomic::Ordering::Release);
         self.buf.write(base + 63, &bytes[63..]);
         self.pi = self.pi.wrapping_add(1);
+        let solicited = spec.se || spec.is_error();
+        if solicited {
+            self.solicited_pi = Some(self.pi);
+        }
         if let Some(arm) = self.arm {
-            if !arm.solicited || spec.se || spec.is_error() {
+            if !arm.solicited || solicited {
                 self.fire();
             }
         }
         CqeOutcome::Written
     }
 
-    /// Raise the completion event and disarm.
+    /// Raise the completion event on the channel and disarm.
     fn fire(&mut self) {
         self.arm = None;
-        if let Some(fd) = &self.eventfd {
-            let one: u64 = 1;
-            // SAFETY: writing 8 bytes from a live u64 to an eventfd we own.
-            let _ = unsafe { libc::write(fd.as_raw_fd(), (&one as *const u64).cast(), 8) };
+        self.events_fired += 1;
+        if let Some((_, ch)) = &self.channel {
+            ch.post(self.cqn);
         }
     }
 
-    /// The eventfd, if the CQ has a completion channel.
-    pub fn event_fd(&self) -> Option<RawFd> {
-        self.eventfd.as_ref().map(|f| f.as_raw_fd())
+    /// The handle of the completion channel the CQ reports to.
+    pub fn channel_id(&self) -> Option<u32> {
+        self.channel.as_ref().map(|(id, _)| *id)
+    }
+
+    /// Whether a CQE an arm at consumer index `ci` would fire for was already written: any
+    /// CQE past `ci`, or for a solicited-only arm a solicited or error one.
+    fn fires_at_once(&self, arm: &Arm) -> bool {
+        let written = self.pi.wrapping_sub(arm.ci) & CQ_CI_MASK;
+        if !arm.solicited {
+            return written != 0;
+        }
+        self.solicited_pi.is_some_and(|s| {
+            let d = s.wrapping_sub(arm.ci) & CQ_CI_MASK;
+            d != 0 && d <= written
+        })
     }
 
     /// Look at the arm doorbell in the UAR page; returns whether anything happened.
@@ -256,40 +306,51 @@ impl Cq {
             bugs.report(dev, self.cqn, DriverBugKind::CqArmMismatch, format!(
                 "arm doorbell word {word:#010x} differs from the arm doorbell record dbrec[1] = {rec:#010x}"));
         }
-        let arm = Arm {
+        if word & ARM_UNUSED_BITS != 0 {
+            bugs.report(
+                dev,
+                self.cqn,
+                DriverBugKind::CqArmMismatch,
+                format!(
+                    "arm doorbell word {word:#010x} sets bits {:#010x}, which are neither the \
+                     sequence number (29:28), the command (24) nor the consumer index (23:0)",
+                    word & ARM_UNUSED_BITS
+                ),
+            );
+        }
+        let new = Arm {
             sn: (word >> 28) & 3,
             solicited: word & CQ_DB_REQ_NOT_SOL != 0,
             ci: word & CQ_CI_MASK,
         };
+        let expected = self.events_taken & 3;
+        if new.sn != expected {
+            bugs.report(
+                dev,
+                self.cqn,
+                DriverBugKind::CqArmSequence,
+                format!(
+                    "arm doorbell with sequence number {} after {} completion event(s) were \
+                     taken from this CQ (expected {expected}): the driver must advance its arm \
+                     sequence number once per event taken (rdma-core mlx5_cq_event)",
+                    new.sn, self.events_taken
+                ),
+            );
+        }
+        // A pending request for the next completion is not narrowed by a solicited-only one.
+        let arm = match self.arm {
+            Some(old) => Arm {
+                solicited: old.solicited && new.solicited,
+                ..new
+            },
+            None => new,
+        };
         self.arm = Some(arm);
-        // CQEs already produced past the armed consumer index fire at once.
-        if !arm.solicited && (self.pi & CQ_CI_MASK) != arm.ci {
+        if self.fires_at_once(&arm) {
             self.fire();
         }
         true
     }
-}
-
-/// Wait up to `timeout` for the eventfd to become readable, then consume one event.
-pub fn wait_event_fd(fd: RawFd, timeout: std::time::Duration) -> std::io::Result<bool> {
-    let mut pfd = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
-    // SAFETY: one valid pollfd.
-    let r = unsafe { libc::poll(&mut pfd, 1, ms) };
-    if r < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    if r == 0 {
-        return Ok(false);
-    }
-    let mut v: u64 = 0;
-    // SAFETY: reading 8 bytes into a live u64 from an eventfd.
-    let n = unsafe { libc::read(fd, (&mut v as *mut u64).cast(), 8) };
-    Ok(n == 8 && v > 0)
 }
 
 #[cfg(test)]
@@ -299,7 +360,7 @@ mod tests {
 
     #[test]
     fn owner_flips_per_lap_and_overrun_stops() {
-        let mut cq = Cq::new(5, 4, 64, false, false).unwrap();
+        let mut cq = Cq::new(5, 4, 64, false, None).unwrap();
         assert_eq!(cq.buf.read8(56)[7], 0xf0);
         let spec = CqeSpec {
             opcode: CQE_REQ,
@@ -312,7 +373,7 @@ mod tests {
         }
         assert_eq!(cq.push(&spec), CqeOutcome::Overrun);
         assert!(cq.errored);
-        let mut cq = Cq::new(5, 4, 128, false, false).unwrap();
+        let mut cq = Cq::new(5, 4, 128, false, None).unwrap();
         for i in 0..6u32 {
             cq.dbrec.write_be32(0, i);
             cq.push(&spec);

@@ -3,22 +3,23 @@
 //! the objects it creates hand out memory laid out as `mlx5dv_init_obj` describes it.
 
 use std::net::SocketAddr;
+use std::os::fd::RawFd;
 use std::sync::Arc;
-use std::time::Duration;
 
 use mlx5_hw::{
-    AccessFlags, AhAttr, AhId, AhInfo, AsyncEvent, AttrMask, BfLayout, Counter, CqId, CqInfo,
-    CqInitAttr, CqLayout, Device, DeviceAttr, Error, Gid, LinkLayer, MrId, MrInfo, Mtu, PdId,
-    PortAttr, PortState, QpAttr, QpId, QpInfo, QpInitAttr, QpLayout, Result, SrqId, SrqInfo,
+    AccessFlags, AhAttr, AhId, AhInfo, AsyncEvent, AttrMask, BfLayout, ChannelId, Counter, CqId,
+    CqInfo, CqInitAttr, CqLayout, Device, DeviceAttr, Error, Gid, LinkLayer, MrId, MrInfo, Mtu,
+    PdId, PortAttr, PortState, QpAttr, QpId, QpInfo, QpInitAttr, QpLayout, Result, SrqId, SrqInfo,
     SrqInitAttr, SrqLayout, WqLayout,
 };
 
 use crate::bugs::DriverBug;
-use crate::cq::{wait_event_fd, Cq};
+use crate::cq::Cq;
 use crate::doorbell::DoorbellStats;
 use crate::fabric::Inner;
 use crate::mem::Region;
 use crate::modify::{modify_qp, query_qp, MAX_RD_ATOMIC};
+use crate::notify::CompChannel;
 use crate::qp::Qp;
 use crate::sizing::{self, cq_entries, qp_geometry, srq_geometry};
 use crate::srq::Srq;
@@ -64,18 +65,32 @@ impl SimDevice {
         SimDevice { inner, idx, name }
     }
 
+    /// Run `f` on the device under the fabric's lock, then wake a sleeping fabric thread: a
+    /// device call often comes with doorbells the thread should see soon
+    /// ([`crate::fabric`]).
     fn with<R>(&self, f: impl FnOnce(&mut Dev) -> Result<R>) -> Result<R> {
-        let mut w = self.inner.lock();
-        let d = w.devs.get_mut(self.idx).ok_or(Error::UnknownHandle {
-            kind: "device",
-            id: self.idx as u32,
-        })?;
-        f(d)
+        let r = {
+            let mut w = self.inner.lock();
+            match w.devs.get_mut(self.idx) {
+                Some(d) => f(d),
+                None => Err(Error::UnknownHandle {
+                    kind: "device",
+                    id: self.idx as u32,
+                }),
+            }
+        };
+        self.inner.waker.kick();
+        r
     }
 
+    /// [`Self::with`] on the whole fabric.
     fn with_world<R>(&self, f: impl FnOnce(&mut World) -> Result<R>) -> Result<R> {
-        let mut w = self.inner.lock();
-        f(&mut w)
+        let r = {
+            let mut w = self.inner.lock();
+            f(&mut w)
+        };
+        self.inner.waker.kick();
+        r
     }
 
     /// GID 0 of port 1.
@@ -227,6 +242,13 @@ impl SimDevice {
             .unwrap_or_else(|e| e.into_inner());
         ll.get(self.idx).copied().unwrap_or(LinkLayer::Ethernet)
     }
+}
+
+fn channel_of(d: &Dev, ch: ChannelId) -> Result<&Arc<CompChannel>> {
+    d.channels.get(&ch.0).ok_or(Error::UnknownHandle {
+        kind: "completion channel",
+        id: ch.0,
+    })
 }
 
 fn sizing_err(e: sizing::SizingError) -> Error {
@@ -385,13 +407,17 @@ impl Device for SimDevice {
             )));
         }
         self.with(|d| {
+            let channel = match attr.channel {
+                Some(c) => Some((c.0, channel_of(d, c)?.clone())),
+                None => None,
+            };
             let cqn = d.alloc_id();
             let cq = Cq::new(
                 cqn,
                 cq_entries(attr.cqe),
                 attr.cqe_size,
                 attr.ignore_overrun,
-                attr.with_channel,
+                channel,
             )
             .ok_or_else(|| no_mem("CQ"))?;
             let layout = CqLayout {
@@ -423,7 +449,19 @@ impl Device for SimDevice {
                     cq.0, c.users
                 )));
             }
-            d.cqs.remove(&cq.0);
+            if c.events_unacked > 0 {
+                // libibverbs `ibv_destroy_cq` waits until every event taken is acknowledged
+                // (`ibv_cmd_destroy_cq`): with the caller's thread, forever.
+                return Err(Error::Busy(format!(
+                    "CQ {:#x} has {n} completion event(s) taken with get_cq_event and not \
+                     acknowledged; call ack_cq_events(cq, {n}) first",
+                    cq.0,
+                    n = c.events_unacked
+                )));
+            }
+            if let Some((_, ch)) = d.cqs.remove(&cq.0).and_then(|c| c.channel) {
+                ch.forget(cq.0);
+            }
             Ok(())
         })
     }
@@ -615,24 +653,92 @@ impl Device for SimDevice {
         self.with(|d| Ok(d.events.pop_front())).ok().flatten()
     }
 
-    fn wait_cq_event(&self, cq: CqId, timeout: Duration) -> Result<bool> {
-        let fd = self.cq_event_fd(cq).ok_or_else(|| {
-            Error::Unsupported(format!(
-                "CQ {:#x} was created without a completion channel (with_channel)",
-                cq.0
-            ))
-        })?;
-        self.inner.lock().run_until_idle();
-        wait_event_fd(fd, timeout).map_err(|e| Error::Verbs {
-            call: "poll(eventfd)",
-            source: e,
+    fn async_event_fd(&self) -> Result<RawFd> {
+        self.with(|d| {
+            d.events
+                .raw_fd()
+                .ok_or_else(|| no_mem("the async event eventfd (out of file descriptors)"))
         })
     }
 
-    fn cq_event_fd(&self, cq: CqId) -> Option<std::os::fd::RawFd> {
-        self.with(|d| Ok(d.cqs.get(&cq.0).and_then(|c| c.event_fd())))
-            .ok()
-            .flatten()
+    fn create_comp_channel(&self) -> Result<ChannelId> {
+        self.with(|d| {
+            let ch = CompChannel::new().ok_or_else(|| no_mem("a completion channel eventfd"))?;
+            let id = d.alloc_id();
+            d.channels.insert(id, ch);
+            Ok(ChannelId(id))
+        })
+    }
+
+    fn destroy_comp_channel(&self, channel: ChannelId) -> Result<()> {
+        self.with(|d| {
+            channel_of(d, channel)?;
+            let users: Vec<String> = d
+                .cqs
+                .values()
+                .filter(|c| c.channel_id() == Some(channel.0))
+                .map(|c| format!("{:#x}", c.cqn))
+                .collect();
+            if !users.is_empty() {
+                // libibverbs answers EBUSY while CQs use the channel
+                // (`ibv_destroy_comp_channel`).
+                return Err(Error::Busy(format!(
+                    "completion channel {:#x} still has CQ(s) {} attached; destroy them first",
+                    channel.0,
+                    users.join(", ")
+                )));
+            }
+            d.channels.remove(&channel.0);
+            Ok(())
+        })
+    }
+
+    fn comp_channel_fd(&self, channel: ChannelId) -> Result<RawFd> {
+        self.with(|d| Ok(channel_of(d, channel)?.raw_fd()))
+    }
+
+    fn get_cq_event(&self, channel: ChannelId) -> Result<Option<CqId>> {
+        self.with(|d| {
+            let ch = channel_of(d, channel)?.clone();
+            // Let the device see the arm doorbells already written for this channel's CQs
+            // before an event is taken (a ConnectX has long seen them), so each arm's
+            // sequence number is judged against the events taken when it was written.
+            let Dev {
+                name, cqs, bugs, ..
+            } = d;
+            for cq in cqs.values_mut() {
+                if cq.channel_id() == Some(channel.0) {
+                    cq.scan_arm(name, bugs);
+                }
+            }
+            while let Some(cqn) = ch.take() {
+                // Destroying a CQ discards its queued events, so the CQ exists.
+                if let Some(cq) = d.cqs.get_mut(&cqn) {
+                    cq.events_taken = cq.events_taken.wrapping_add(1);
+                    cq.events_unacked += 1;
+                    return Ok(Some(CqId(cqn)));
+                }
+            }
+            Ok(None)
+        })
+    }
+
+    fn ack_cq_events(&self, cq: CqId, n: u32) -> Result<()> {
+        self.with(|d| {
+            let c = d.cqs.get_mut(&cq.0).ok_or(Error::UnknownHandle {
+                kind: "CQ",
+                id: cq.0,
+            })?;
+            if n > c.events_unacked {
+                return Err(Error::InvalidArgument(format!(
+                    "ack_cq_events(CQ {:#x}, {n}): only {} event(s) were taken from it and \
+                     not yet acknowledged",
+                    cq.0, c.events_unacked
+                )));
+            }
+            c.events_unacked -= n;
+            Ok(())
+        })
     }
 
     fn counters(&self, port: u8) -> Result<Vec<Counter>> {

@@ -9,7 +9,7 @@
 //! SRQ WQEs belong to the SRQ and are not flushed; the QP raises
 //! `IBV_EVENT_QP_LAST_WQE_REACHED` instead.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 
 pub use crate::counters::Counters;
 
@@ -25,6 +25,7 @@ use crate::bugs::{BugLog, DriverBugKind};
 use crate::counters::CounterId;
 use crate::cq::{Cq, CqeOutcome, CqeSpec};
 use crate::mr::MrTable;
+use crate::notify::AsyncEvents;
 use crate::qp::Qp;
 use crate::srq::Srq;
 use crate::transport::{requester, responder, Frame};
@@ -81,7 +82,7 @@ pub struct Ctx<'a> {
     /// SRQs.
     pub srqs: &'a mut BTreeMap<u32, Srq>,
     /// Async event queue.
-    pub events: &'a mut VecDeque<AsyncEvent>,
+    pub events: &'a mut AsyncEvents,
     /// Driver bugs.
     pub bugs: &'a mut BugLog,
     /// Packets to put on the wire.

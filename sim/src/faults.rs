@@ -809,10 +809,7 @@ mod tests {
 
     fn target(scope: Scope) -> FaultTarget {
         FaultTarget {
-            inner: Arc::new(Inner {
-                world: Default::default(),
-                link_layer: Default::default(),
-            }),
+            inner: crate::fabric::Fabric::new().inner,
             scope,
             class: Class::Any,
             qpn: None,

@@ -21,8 +21,8 @@
 //!   without an answer is counted.
 //! - Devices in different processes talk over UDP on the loopback ([`udp_port`]), the frame
 //!   bytes as the datagram, so a client and a server can run as two programs.
-//! - Completions, arming and events follow the CQ contract ([`cq`]); flushing follows IB
-//!   verbs ([`engine`]).
+//! - Completions, arming and events follow the CQ contract ([`cq`]); completion channels and
+//!   asynchronous events are eventfds ([`notify`]); flushing follows IB verbs ([`engine`]).
 //! - Everything the driver can get wrong without hardware noticing is reported as a
 //!   [`DriverBug`] ([`bugs`]).
 #![deny(missing_docs)]
@@ -38,6 +38,7 @@ pub mod faults;
 pub mod mem;
 pub mod modify;
 pub mod mr;
+pub mod notify;
 pub mod pcap;
 pub mod qp;
 pub mod sizing;

@@ -73,6 +73,13 @@ pub struct UdpPort {
     peers: BTreeMap<Ipv4Addr, UdpPeer>,
 }
 
+impl std::os::fd::AsRawFd for UdpPort {
+    /// The socket, for the fabric thread to sleep on.
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        std::os::fd::AsRawFd::as_raw_fd(&self.socket)
+    }
+}
+
 impl UdpPort {
     /// Bind a non-blocking socket.
     pub fn bind(addr: SocketAddr) -> io::Result<UdpPort> {

@@ -1,12 +1,12 @@
 //! The fabric's state behind one lock: every device with its objects, the virtual clock, the
 //! frames in flight, and the fault rules.
 //!
-//! One step: every CQ's arm doorbell and every QP's BlueFlame register is examined, timers
-//! fire, send queues execute (each device in turn, QPs in QPN order), UDP sockets are polled,
-//! then every frame on the wire whose arrival time has come is delivered to the device that
-//! owns its destination IPv4 address and MAC (an Ethernet + IP fabric like RoCEv2's) and to the
-//! QP its BTH names, or sent to the process that owns it ([`crate::udp_port`]). Everything is
-//! in a fixed order, so a run is reproducible.
+//! One step: every QP's doorbells and BlueFlame register are examined, timers fire, send
+//! queues execute (each device in turn, QPs in QPN order), UDP sockets are polled, then every
+//! frame on the wire whose arrival time has come is delivered to the device that owns its
+//! destination IPv4 address and MAC (an Ethernet + IP fabric like RoCEv2's) and to the QP its
+//! BTH names, or sent to the process that owns it ([`crate::udp_port`]); last, every CQ's arm
+//! doorbell is examined. Everything is in a fixed order, so a run is reproducible.
 //!
 //! Frames travel as bytes: each is encoded into a RoCEv2 frame (Ethernet, IPv4, UDP 4791,
 //! transport headers, payload, ICRC; [`crate::wire`]) when sent and parsed (ICRC checked) when
@@ -29,8 +29,9 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::net::Ipv4Addr;
+use std::sync::Arc;
 
-use mlx5_hw::{AsyncEvent, PortState};
+use mlx5_hw::PortState;
 use rand::Rng;
 
 use crate::bugs::BugLog;
@@ -39,6 +40,7 @@ use crate::cq::Cq;
 use crate::engine::{process_qp, Counters, Ctx, Port};
 use crate::faults::{FaultState, Meta};
 use crate::mr::MrTable;
+use crate::notify::{AsyncEvents, CompChannel};
 use crate::pcap::PcapWriter;
 use crate::qp::Qp;
 use crate::srq::Srq;
@@ -78,8 +80,10 @@ pub struct Dev {
     pub srqs: BTreeMap<u32, Srq>,
     /// Address handles: (PD, AV bytes).
     pub ahs: BTreeMap<u32, (u32, [u8; 48])>,
-    /// Async events.
-    pub events: VecDeque<AsyncEvent>,
+    /// Async events (with their eventfd).
+    pub events: AsyncEvents,
+    /// Completion channels by handle.
+    pub channels: BTreeMap<u32, Arc<CompChannel>>,
     /// Driver bugs.
     pub bugs: BugLog,
     /// Counters.
@@ -105,7 +109,8 @@ impl Dev {
             qps: BTreeMap::new(),
             srqs: BTreeMap::new(),
             ahs: BTreeMap::new(),
-            events: VecDeque::new(),
+            events: AsyncEvents::default(),
+            channels: BTreeMap::new(),
             bugs: BugLog::default(),
             counters: Counters::default(),
             next_id: 0x100,
@@ -228,9 +233,6 @@ impl World {
         let mut inbound = Vec::new();
         for d in &mut self.devs {
             let mut out = Vec::new();
-            for cq in d.cqs.values_mut() {
-                work |= cq.scan_arm(&d.name, &mut d.bugs);
-            }
             let qpns: Vec<u32> = d.qps.keys().copied().collect();
             for qpn in qpns {
                 work |= d.with_qp(qpn, now, &mut out, process_qp).unwrap_or(false);
@@ -258,6 +260,14 @@ impl World {
             work = true;
             self.faults.arrived(now, &f.bytes);
             self.route(f);
+        }
+        // Arm doorbells last: a CQE written in this step before the device saw an arm fires it
+        // at once, the race the arm's consumer index exists for (a doorbell still in flight
+        // while the device writes a CQE), so deterministic runs exercise it too.
+        for d in &mut self.devs {
+            for cq in d.cqs.values_mut() {
+                work |= cq.scan_arm(&d.name, &mut d.bugs);
+            }
         }
         work
     }
@@ -437,20 +447,20 @@ impl World {
     }
 
     /// Advance virtual time to `target`, firing every timer and delivering every delayed frame
-    /// on the way, in order.
-    pub fn advance_to(&mut self, target: u64) {
-        self.run_until_idle();
+    /// on the way, in order; returns the number of steps that did work.
+    pub fn advance_to(&mut self, target: u64) -> usize {
+        let mut busy = self.run_until_idle();
         let mut guard = 0;
         while let Some(t) = self.next_deadline() {
             if t > target || guard > 1_000_000 {
                 break;
             }
             self.now = t;
-            self.run_until_idle();
+            busy += self.run_until_idle();
             guard += 1;
         }
         self.now = self.now.max(target);
-        self.run_until_idle();
+        busy + self.run_until_idle()
     }
 
     /// The IPv4 and MAC address of the device with GID `gid`: on this fabric, or a UDP peer of

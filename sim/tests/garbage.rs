@@ -71,6 +71,7 @@ fn run(g: &Garbage) {
         info: p.a.scq.info,
         ci: 0,
         sn: 0,
+        ch: None,
     };
     // Registered memory the garbage might name (it must be the only memory touched).
     let guard = p.mem(true, 256);

@@ -224,7 +224,7 @@ impl Bench {
                 cqe: 1024,
                 cqe_size: 64,
                 ignore_overrun: true,
-                with_channel: false,
+                channel: None,
             })
             .unwrap()
             .id;

@@ -390,7 +390,7 @@ fn cq_attr(cqe: u32) -> CqInitAttr {
         cqe,
         cqe_size: 64,
         ignore_overrun: false,
-        with_channel: false,
+        channel: None,
     }
 }
 

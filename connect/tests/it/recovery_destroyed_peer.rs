@@ -77,7 +77,7 @@ fn new_qp(s: &Side) -> (Cq, mlx5_hw::QpInfo, Qp) {
             cqe: 256,
             cqe_size: 64,
             ignore_overrun: false,
-            with_channel: false,
+            channel: None,
         })
         .unwrap();
     // SAFETY: the CQ is never destroyed in these tests.

@@ -288,6 +288,7 @@ fn arming_delivers_one_event_per_arm() {
         channel: true,
         ..Opts::default()
     });
+    let ch = b.channel.unwrap();
     for round in 0..3u64 {
         b.cq.arm(round % 2 == 1);
         b.qp.post_recv(round, &[b.buf.sge(0, 16)]).unwrap();
@@ -295,22 +296,22 @@ fn arming_delivers_one_event_per_arm() {
         // The solicited-only arm needs a solicited message.
         a.qp.post(&wr.solicited().signaled()).unwrap();
         f.run_until_idle();
-        assert!(
-            b.dev
-                .wait_cq_event(b.cq_id, Duration::from_millis(10))
-                .unwrap(),
+        assert_eq!(
+            b.dev.wait_cq_event(ch, Duration::from_millis(10)).unwrap(),
+            Some(b.cq_id),
             "round {round}"
         );
         b.cq.ack_event();
+        b.dev.ack_cq_events(b.cq_id, 1).unwrap();
         assert_eq!(b.cq.arm_sn(), (round as u32 + 1) & 3);
         let wb = pump(&f, &mut b.cq, &mut b.qp, 2);
         assert_eq!(wb[0].wr_id, round);
         pump(&f, &mut a.cq, &mut a.qp, 2);
         // Not armed: no further event.
-        assert!(!b
-            .dev
-            .wait_cq_event(b.cq_id, Duration::from_millis(1))
-            .unwrap());
+        assert_eq!(
+            b.dev.wait_cq_event(ch, Duration::from_millis(1)).unwrap(),
+            None
+        );
     }
     no_driver_bugs(&f);
 }

@@ -6,8 +6,8 @@
 use mlx5_cq::{sw_owned, ArmCmd, Cqe64};
 use mlx5_hw::mmio;
 use mlx5_hw::{
-    AccessFlags, AhAttr, AttrMask, CqInfo, CqInitAttr, Device, GlobalRoute, MrInfo, Mtu, PdId,
-    QpAttr, QpCap, QpInfo, QpInitAttr, QpState, QpType, SrqInfo, SrqInitAttr,
+    AccessFlags, AhAttr, AttrMask, ChannelId, CqInfo, CqInitAttr, Device, GlobalRoute, MrInfo, Mtu,
+    PdId, QpAttr, QpCap, QpInfo, QpInitAttr, QpState, QpType, SrqInfo, SrqInitAttr,
 };
 use mlx5_sim::{DeviceConfig, Fabric, SimDevice};
 use mlx5_wqe::recv::{write_scatter, Sge};
@@ -62,24 +62,53 @@ impl Mem {
     }
 }
 
-/// A CQ with its consumer index.
+/// A CQ with its consumer index, arm sequence number and (own) completion channel.
 pub struct Cq {
     pub info: CqInfo,
     pub ci: u32,
     pub sn: u32,
+    pub ch: Option<ChannelId>,
 }
 
 impl Cq {
+    /// A CQ; with `channel`, on a completion channel of its own.
     pub fn new(dev: &SimDevice, cqe: u32, cqe_size: u32, channel: bool) -> Cq {
+        let ch = channel.then(|| dev.create_comp_channel().expect("create_comp_channel"));
+        Cq::on(dev, cqe, cqe_size, ch)
+    }
+
+    /// A CQ reporting to `ch` (which other CQs may share).
+    pub fn on(dev: &SimDevice, cqe: u32, cqe_size: u32, ch: Option<ChannelId>) -> Cq {
         let info = dev
             .create_cq(&CqInitAttr {
                 cqe,
                 cqe_size,
                 ignore_overrun: false,
-                with_channel: channel,
+                channel: ch,
             })
             .expect("create_cq");
-        Cq { info, ci: 0, sn: 0 }
+        Cq {
+            info,
+            ci: 0,
+            sn: 0,
+            ch,
+        }
+    }
+
+    /// Whether the CQE at free-running index `idx` (at or past the consumer index) has been
+    /// written, without consuming it: `Some(solicited)` where solicited means the SE bit or
+    /// an error CQE (what fires a solicited-only arm).
+    pub fn peek(&self, idx: u32) -> Option<bool> {
+        let l = &self.info.layout;
+        let slot = (idx & (l.cqe_cnt - 1)) as usize * l.cqe_size as usize
+            + if l.cqe_size == 128 { 64 } else { 0 };
+        // SAFETY: the slot is inside the CQ buffer.
+        let op_own = unsafe { core::ptr::read_volatile(l.buf.add(slot + 63)) };
+        if !sw_owned(op_own, idx, l.cqe_cnt) {
+            return None;
+        }
+        let opcode = op_own >> 4;
+        Some(op_own & 2 != 0 || opcode == mlx5_cq::CQE_REQ_ERR || opcode == mlx5_cq::CQE_RESP_ERR)
     }
 
     /// The next CQE, advancing the consumer index and set_ci like rdma-core.

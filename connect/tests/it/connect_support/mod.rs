@@ -53,7 +53,7 @@ impl Side {
                 cqe: 256,
                 cqe_size: 64,
                 ignore_overrun: false,
-                with_channel: false,
+                channel: None,
             })
             .unwrap();
         // SAFETY: the CQ lives as long as the device; it is never destroyed in these tests.

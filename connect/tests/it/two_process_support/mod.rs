@@ -377,7 +377,7 @@ impl End {
                 cqe: 256,
                 cqe_size: 64,
                 ignore_overrun: false,
-                with_channel: false,
+                channel: None,
             })
             .expect("create CQ");
         // SAFETY: the device CQ is never destroyed while the End (and so this Cq) lives.

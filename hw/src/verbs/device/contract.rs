@@ -2,7 +2,6 @@
 
 use std::ffi::c_int;
 use std::os::fd::RawFd;
-use std::time::Duration;
 
 use super::*;
 
@@ -141,21 +140,22 @@ impl Device for VerbsDevice {
                 cq.0
             )));
         }
-        if e.waiters > 0 || e.claimed {
+        if e.claimed {
             return Err(Error::Busy(format!(
-                "CQ {} is being waited on or polled by a baseline handle",
+                "CQ {} is polled by a baseline handle; drop it first",
                 cq.0
             )));
         }
-        // SAFETY: `e.cq` is live.
-        check("ibv_destroy_cq", unsafe { ibv::ibv_destroy_cq(e.cq) })?;
-        let e = objs.cqs.remove(cq.0)?;
-        if !e.channel.is_null() {
-            // SAFETY: its only CQ is gone.
-            check("ibv_destroy_comp_channel", unsafe {
-                ibv::ibv_destroy_comp_channel(e.channel)
-            })?;
+        if e.unacked > 0 {
+            return Err(Error::Busy(format!(
+                "CQ {} has {} completion event(s) taken with get_cq_event and not acknowledged; \
+                 call ack_cq_events(cq, {}) first (ibv_destroy_cq would wait for them forever)",
+                cq.0, e.unacked, e.unacked
+            )));
         }
+        // SAFETY: `e.cq` is live, unused, and has no unacknowledged event.
+        check("ibv_destroy_cq", unsafe { ibv::ibv_destroy_cq(e.cq) })?;
+        objs.cqs.remove(cq.0)?;
         Ok(())
     }
 
@@ -296,15 +296,28 @@ impl Device for VerbsDevice {
         self.next_async_event()
     }
 
-    fn wait_cq_event(&self, cq: CqId, timeout: Duration) -> Result<bool> {
-        self.wait_cq_event_on_channel(cq, timeout)
+    fn async_event_fd(&self) -> Result<RawFd> {
+        Ok(self.async_fd())
     }
 
-    fn cq_event_fd(&self, cq: CqId) -> Option<RawFd> {
-        let objs = self.lock();
-        let e = objs.cqs.get(cq.0).ok()?;
-        // SAFETY: `e.channel` is NULL or live while the CQ is in the table.
-        (!e.channel.is_null()).then(|| unsafe { (*e.channel).fd })
+    fn create_comp_channel(&self) -> Result<ChannelId> {
+        self.create_channel()
+    }
+
+    fn destroy_comp_channel(&self, channel: ChannelId) -> Result<()> {
+        self.destroy_channel(channel)
+    }
+
+    fn comp_channel_fd(&self, channel: ChannelId) -> Result<RawFd> {
+        self.channel_fd(channel)
+    }
+
+    fn get_cq_event(&self, channel: ChannelId) -> Result<Option<CqId>> {
+        self.take_cq_event(channel)
+    }
+
+    fn ack_cq_events(&self, cq: CqId, n: u32) -> Result<()> {
+        self.ack_events(cq, n)
     }
 
     fn counters(&self, port: u8) -> Result<Vec<Counter>> {

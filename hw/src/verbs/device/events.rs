@@ -1,8 +1,7 @@
-//! Asynchronous events and completion-channel waits.
+//! Asynchronous events and completion channels.
 
 use std::ffi::{c_int, c_void};
 use std::os::fd::RawFd;
-use std::time::Duration;
 
 use super::*;
 
@@ -92,67 +91,121 @@ impl VerbsDevice {
         }
     }
 
-    /// [`Device::wait_cq_event`]: `poll(2)` on the CQ's completion channel, then
-    /// `ibv_get_cq_event` and `ibv_ack_cq_events` for the one event taken.
-    pub(super) fn wait_cq_event_on_channel(&self, cq: CqId, timeout: Duration) -> Result<bool> {
-        let (cq_ptr, channel) = {
-            let mut objs = self.lock();
-            let e = objs.cqs.get_mut(cq.0)?;
-            if e.channel.is_null() {
-                return Err(Error::InvalidArgument(format!(
-                    "CQ {} was created without a completion channel (CqInitAttr::with_channel)",
-                    cq.0
-                )));
+    /// [`Device::create_comp_channel`]: `ibv_create_comp_channel`, its fd made non-blocking
+    /// so that [`Device::get_cq_event`] never blocks.
+    pub(super) fn create_channel(&self) -> Result<ChannelId> {
+        let mut objs = self.lock();
+        // SAFETY: `ctx` is open.
+        let ch = unsafe { ibv::ibv_create_comp_channel(self.ctx) };
+        if ch.is_null() {
+            return Err(null_error("ibv_create_comp_channel"));
+        }
+        // SAFETY: `ch` is a live channel.
+        let fd = unsafe { (*ch).fd };
+        let id = set_nonblocking(fd).and_then(|()| objs.channels.insert(ChannelEntry { ch }));
+        match id {
+            Ok(id) => Ok(ChannelId(id)),
+            Err(e) => {
+                // SAFETY: no CQ uses the channel yet.
+                unsafe { ibv::ibv_destroy_comp_channel(ch) };
+                Err(e)
             }
-            e.waiters += 1;
-            (e.cq, e.channel)
-        };
-        // SAFETY: the CQ (and so its channel) cannot be destroyed while `waiters > 0`.
-        let fd = unsafe { (*channel).fd };
-        let result = wait_readable(fd, timeout).map(|ready| {
-            if !ready {
-                return false;
-            }
+        }
+    }
+
+    /// [`Device::destroy_comp_channel`]: refused while a CQ reports to it (libibverbs would
+    /// answer EBUSY, `ibv_destroy_comp_channel`).
+    pub(super) fn destroy_channel(&self, channel: ChannelId) -> Result<()> {
+        let mut objs = self.lock();
+        let ch = objs.channels.get(channel.0)?.ch;
+        let users: Vec<String> = objs
+            .cqs
+            .iter()
+            .filter(|(_, e)| e.channel == Some(channel))
+            .map(|(id, _)| id.to_string())
+            .collect();
+        if !users.is_empty() {
+            return Err(Error::Busy(format!(
+                "completion channel {} still has CQ(s) {} attached; destroy them first",
+                channel.0,
+                users.join(", ")
+            )));
+        }
+        // SAFETY: `ch` is live and no CQ uses it.
+        check("ibv_destroy_comp_channel", unsafe {
+            ibv::ibv_destroy_comp_channel(ch)
+        })?;
+        objs.channels.remove(channel.0)?;
+        Ok(())
+    }
+
+    /// [`Device::comp_channel_fd`].
+    pub(super) fn channel_fd(&self, channel: ChannelId) -> Result<RawFd> {
+        let objs = self.lock();
+        let ch = objs.channels.get(channel.0)?.ch;
+        // SAFETY: `ch` is live while it is in the table.
+        Ok(unsafe { (*ch).fd })
+    }
+
+    /// [`Device::get_cq_event`]: `ibv_get_cq_event` on the non-blocking channel fd. The lock
+    /// is held across the call, so the CQ the event names cannot be destroyed meanwhile (and
+    /// destroying a CQ makes the kernel discard its queued events, `ib_uverbs_release_ucq`).
+    pub(super) fn take_cq_event(&self, channel: ChannelId) -> Result<Option<CqId>> {
+        let mut objs = self.lock();
+        let ch = objs.channels.get(channel.0)?.ch;
+        loop {
             let mut got: *mut ibv::ibv_cq = std::ptr::null_mut();
             let mut ctx: *mut c_void = std::ptr::null_mut();
-            // SAFETY: `channel` is live; the fd is non-blocking, so this returns at once.
-            let ret = unsafe { ibv::ibv_get_cq_event(channel, &mut got, &mut ctx) };
+            // SAFETY: `ch` is live; its fd is non-blocking, so this returns at once.
+            let ret = unsafe { ibv::ibv_get_cq_event(ch, &mut got, &mut ctx) };
             if ret != 0 {
-                return false; // another thread took the event
+                let e = errno();
+                return match e.raw_os_error() {
+                    Some(libc::EAGAIN) => Ok(None),
+                    _ => Err(Error::Verbs {
+                        call: "ibv_get_cq_event",
+                        source: e,
+                    }),
+                };
             }
-            debug_assert_eq!(got, cq_ptr);
-            // SAFETY: one event was taken from this CQ; acknowledging it lets
-            // `ibv_destroy_cq` complete later.
-            unsafe { ibv::ibv_ack_cq_events(got, 1) };
-            true
-        });
-        if let Ok(e) = self.lock().cqs.get_mut(cq.0) {
-            e.waiters -= 1;
+            let found = objs.cqs.iter().find(|(_, e)| e.cq == got).map(|(id, _)| id);
+            match found.and_then(|id| Some((id, objs.cqs.get_mut(id).ok()?))) {
+                Some((id, e)) => {
+                    e.unacked += 1;
+                    return Ok(Some(CqId(id)));
+                }
+                None => {
+                    // Not a CQ of this device's table (cannot happen: the table holds every
+                    // CQ created here); it cannot be acknowledged, so it is only reported.
+                    tracing::warn!(device = %self.name, "completion event for an unknown CQ");
+                }
+            }
         }
-        result
     }
-}
 
-/// Waits until `fd` is readable or `timeout` passes (`poll(2)`).
-fn wait_readable(fd: RawFd, timeout: Duration) -> Result<bool> {
-    let mut p = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    let ms = c_int::try_from(timeout.as_millis()).unwrap_or(c_int::MAX);
-    loop {
-        // SAFETY: one valid pollfd.
-        let r = unsafe { libc::poll(&mut p, 1, ms) };
-        if r >= 0 {
-            return Ok(r > 0);
+    /// [`Device::ack_cq_events`]: `ibv_ack_cq_events`, refusing to acknowledge more events
+    /// than were taken (libibverbs would then wait forever in `ibv_destroy_cq`).
+    pub(super) fn ack_events(&self, cq: CqId, n: u32) -> Result<()> {
+        let mut objs = self.lock();
+        let e = objs.cqs.get_mut(cq.0)?;
+        if n > e.unacked {
+            return Err(Error::InvalidArgument(format!(
+                "ack_cq_events(CQ {}, {n}): only {} event(s) were taken from it and not yet \
+                 acknowledged",
+                cq.0, e.unacked
+            )));
         }
-        let e = errno();
-        if e.raw_os_error() != Some(libc::EINTR) {
-            return Err(Error::Verbs {
-                call: "poll(completion channel)",
-                source: e,
-            });
+        if n > 0 {
+            // SAFETY: `e.cq` is live; `n` events were taken from it and not acknowledged.
+            unsafe { ibv::ibv_ack_cq_events(e.cq, n) };
+            e.unacked -= n;
         }
+        Ok(())
+    }
+
+    /// [`Device::async_event_fd`]: the context's `async_fd`, made non-blocking at open.
+    pub(super) fn async_fd(&self) -> RawFd {
+        // SAFETY: `ctx` is open for the device's lifetime.
+        unsafe { (*self.ctx).async_fd }
     }
 }

@@ -24,8 +24,8 @@ use super::mlx5;
 use super::table::Table;
 use crate::attr::{AccessFlags, AhAttr, AttrMask, Gid, QpAttr, QpCap, QpState, QpType};
 use crate::device::{
-    AhId, AhInfo, AsyncEvent, Counter, CqId, CqInfo, CqInitAttr, Device, DeviceAttr, MrId, MrInfo,
-    PdId, PortAttr, QpId, QpInfo, QpInitAttr, SrqId, SrqInfo, SrqInitAttr,
+    AhId, AhInfo, AsyncEvent, ChannelId, Counter, CqId, CqInfo, CqInitAttr, Device, DeviceAttr,
+    MrId, MrInfo, PdId, PortAttr, QpId, QpInfo, QpInitAttr, SrqId, SrqInfo, SrqInitAttr,
 };
 use crate::error::{Error, Result};
 use crate::layout::{CqLayout, QpLayout, SrqLayout};
@@ -84,12 +84,17 @@ struct MrEntry {
 
 struct CqEntry {
     cq: *mut ibv::ibv_cq,
-    /// Completion channel owned by this CQ (NULL without one).
-    channel: *mut ibv::ibv_comp_channel,
-    /// Threads inside [`Device::wait_cq_event`] (the CQ must outlive them).
-    waiters: u32,
+    /// The completion channel the CQ reports to.
+    channel: Option<ChannelId>,
+    /// Events taken with `ibv_get_cq_event` and not yet acknowledged (`ibv_destroy_cq` waits
+    /// for every one, libibverbs `ibv_cmd_destroy_cq`).
+    unacked: u32,
     /// A [`super::baseline::BaselineCq`] polls it.
     claimed: bool,
+}
+
+struct ChannelEntry {
+    ch: *mut ibv::ibv_comp_channel,
 }
 
 struct QpEntry {
@@ -122,6 +127,7 @@ struct Objects {
     pds: Table<PdEntry>,
     mrs: Table<MrEntry>,
     cqs: Table<CqEntry>,
+    channels: Table<ChannelEntry>,
     qps: Table<QpEntry>,
     srqs: Table<SrqEntry>,
     ahs: Table<AhEntry>,
@@ -130,8 +136,8 @@ struct Objects {
 /// An opened RDMA device (libibverbs context) and the objects created on it.
 ///
 /// Dropping it destroys every object still alive in dependency order (AHs, QPs with their
-/// parent and thread domains, SRQs, CQs with their completion channels, MRs, PDs) and closes
-/// the context.
+/// parent and thread domains, SRQs, CQs after acknowledging their events, completion
+/// channels, MRs, PDs) and closes the context.
 pub struct VerbsDevice {
     name: String,
     ctx: *mut ibv::ibv_context,
@@ -212,6 +218,7 @@ impl VerbsDevice {
                 pds: Table::new("PD"),
                 mrs: Table::new("MR"),
                 cqs: Table::new("CQ"),
+                channels: Table::new("completion channel"),
                 qps: Table::new("QP"),
                 srqs: Table::new("SRQ"),
                 ahs: Table::new("AH"),
@@ -308,44 +315,23 @@ impl VerbsDevice {
             return Err(self.direct_path_error("128-byte CQEs"));
         }
         let mut objs = self.lock();
-        let channel = if attr.with_channel {
-            // SAFETY: `ctx` is open.
-            let ch = unsafe { ibv::ibv_create_comp_channel(self.ctx) };
-            if ch.is_null() {
-                return Err(null_error("ibv_create_comp_channel"));
-            }
-            // SAFETY: `ch` is a live channel; its fd is made non-blocking so that a wait with a
-            // timeout never blocks in `ibv_get_cq_event`.
-            if let Err(e) = set_nonblocking(unsafe { (*ch).fd }) {
-                // SAFETY: no CQ uses the channel yet.
-                unsafe { ibv::ibv_destroy_comp_channel(ch) };
-                return Err(e);
-            }
-            ch
-        } else {
-            std::ptr::null_mut()
+        let channel = match attr.channel {
+            Some(c) => objs.channels.get(c.0)?.ch,
+            None => std::ptr::null_mut(),
         };
         let created = if self.mlx5 {
             mlx5::create_cq(self.ctx, attr, channel)
         } else {
             self.create_cq_plain(attr, channel)
         };
-        let cq = match created {
-            Ok(cq) => cq,
-            Err(e) => {
-                if !channel.is_null() {
-                    // SAFETY: the channel was created above and no CQ uses it.
-                    unsafe { ibv::ibv_destroy_comp_channel(channel) };
-                }
-                return Err(e);
-            }
-        };
+        let cq = created?;
         let layout = if self.mlx5 {
             match mlx5::cq_layout(cq, attr.ignore_overrun) {
                 Ok(l) => Some(l),
                 Err(e) => {
-                    // SAFETY: the CQ was created above, nothing else references it.
-                    unsafe { destroy_cq_and_channel(cq, channel) };
+                    // SAFETY: the CQ was created above, nothing else references it, and no
+                    // event was taken from it.
+                    unsafe { destroy_cq_logged(cq) };
                     return Err(e);
                 }
             }
@@ -356,8 +342,8 @@ impl VerbsDevice {
         let cqe = u32::try_from(unsafe { (*cq).cqe }).unwrap_or(0);
         let id = objs.cqs.insert(CqEntry {
             cq,
-            channel,
-            waiters: 0,
+            channel: attr.channel,
+            unacked: 0,
             claimed: false,
         })?;
         Ok(VerbsCq {
@@ -695,22 +681,15 @@ fn modify_srq_limit(srq: *mut ibv::ibv_srq, limit: u32) -> Result<()> {
     check("ibv_modify_srq(IBV_SRQ_LIMIT)", ret)
 }
 
-/// Destroys a CQ, then its completion channel.
+/// Destroys a CQ, logging a failure.
 ///
 /// # Safety
-/// `cq` is live and no QP uses it; `channel` is NULL or the channel only this CQ uses.
-unsafe fn destroy_cq_and_channel(cq: *mut ibv::ibv_cq, channel: *mut ibv::ibv_comp_channel) {
+/// `cq` is live, no QP uses it and every event taken from it was acknowledged.
+unsafe fn destroy_cq_logged(cq: *mut ibv::ibv_cq) {
     // SAFETY: guaranteed by the caller.
     let r = unsafe { ibv::ibv_destroy_cq(cq) };
     if r != 0 {
         tracing::warn!(err = %status_io_error(r), "ibv_destroy_cq failed");
-    }
-    if !channel.is_null() {
-        // SAFETY: the only CQ on the channel is gone.
-        let r = unsafe { ibv::ibv_destroy_comp_channel(channel) };
-        if r != 0 {
-            tracing::warn!(err = %status_io_error(r), "ibv_destroy_comp_channel failed");
-        }
     }
 }
 
@@ -753,8 +732,20 @@ impl Drop for VerbsDevice {
             unsafe { ibv::ibv_destroy_srq(e.srq) };
         }
         for (_, e) in objs.cqs.drain_newest_first() {
-            // SAFETY: no QP is left to use it; no waiter can exist (`&mut self`).
-            unsafe { destroy_cq_and_channel(e.cq, e.channel) };
+            if e.unacked > 0 {
+                // SAFETY: `e.cq` is live; these events were taken and not acknowledged, and
+                // `ibv_destroy_cq` would wait for them forever.
+                unsafe { ibv::ibv_ack_cq_events(e.cq, e.unacked) };
+            }
+            // SAFETY: no QP is left to use it; every event taken is acknowledged.
+            unsafe { destroy_cq_logged(e.cq) };
+        }
+        for (_, e) in objs.channels.drain_newest_first() {
+            // SAFETY: every CQ is gone, so no CQ uses the channel.
+            let r = unsafe { ibv::ibv_destroy_comp_channel(e.ch) };
+            if r != 0 {
+                tracing::warn!(err = %status_io_error(r), "ibv_destroy_comp_channel failed");
+            }
         }
         for (_, e) in objs.mrs.drain_newest_first() {
             // SAFETY: `e.mr` is live.

@@ -4,8 +4,8 @@
 #![allow(dead_code)]
 
 use mlx5_hw::{
-    AhAttr, AttrMask, CqId, CqInitAttr, Device, GlobalRoute, Mtu, PdId, QpAttr, QpCap, QpInfo,
-    QpInitAttr, QpState, QpType, SrqId,
+    AhAttr, AttrMask, ChannelId, CqId, CqInitAttr, Device, GlobalRoute, Mtu, PdId, QpAttr, QpCap,
+    QpInfo, QpInitAttr, QpState, QpType, SrqId,
 };
 use mlx5_qp::{Cq, Qp, Resolve, Wc};
 use mlx5_sim::{DeviceConfig, Fabric, SimDevice};
@@ -19,6 +19,8 @@ pub struct Side {
     pub pd: PdId,
     pub cq: Cq,
     pub cq_id: CqId,
+    /// The CQ's completion channel (`Opts::channel`).
+    pub channel: Option<ChannelId>,
     pub info: QpInfo,
     pub qp: Qp,
     pub buf: Buf,
@@ -69,7 +71,7 @@ pub fn make_cq(dev: &SimDevice, cqe: u32, cqe_size: u32) -> Cq {
             cqe,
             cqe_size,
             ignore_overrun: false,
-            with_channel: false,
+            channel: None,
         })
         .unwrap();
     // SAFETY: the CQ is never destroyed while the test runs.
@@ -79,12 +81,13 @@ pub fn make_cq(dev: &SimDevice, cqe: u32, cqe_size: u32) -> Cq {
 /// Create a QP on `dev` whose send and receive completions go to a new CQ.
 pub fn side(dev: &SimDevice, o: &Opts, srq: Option<(SrqId, u32)>) -> Side {
     let pd = dev.alloc_pd().unwrap();
+    let channel = o.channel.then(|| dev.create_comp_channel().unwrap());
     let cq_info = dev
         .create_cq(&CqInitAttr {
             cqe: o.cqe,
             cqe_size: o.cqe_size,
             ignore_overrun: false,
-            with_channel: o.channel,
+            channel,
         })
         .unwrap();
     // SAFETY: the CQ lives as long as the device (never destroyed in tests).
@@ -110,6 +113,7 @@ pub fn side(dev: &SimDevice, o: &Opts, srq: Option<(SrqId, u32)>) -> Side {
         pd,
         cq,
         cq_id: cq_info.id,
+        channel,
         info,
         qp,
         buf,
