@@ -1,6 +1,6 @@
 //! Receive WQEs: an RQ WQE is data segments only; an SRQ WQE is a 16-byte next segment and
 //! then data segments. Both end early with the `MLX5_INVALID_LKEY` terminator (rdma-core
-//! `providers/mlx5/qp.c` `mlx5_post_recv`, `srq.c` `mlx5_post_srq_recv`; mlx5-facts §4).
+//! `providers/mlx5/qp.c` `mlx5_post_recv`, `srq.c` `mlx5_post_srq_recv`; `docs/wqe-layout.md` §8).
 
 use mlx5_wqe::INVALID_LKEY;
 
