@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Instructions per post and per poll of the mlx5-direct data path, counted exactly by
-# valgrind's callgrind (DESIGN §6): examples/count_post_poll.rs posts N inline 8-byte RDMA
-# WRITEs through BlueFlame and polls their N CQEs on rings in ordinary memory; each post and
+# valgrind's callgrind (docs/sources.md §21): examples/count_post_poll.rs posts N inline 8-byte
+# RDMA WRITEs through BlueFlame and polls their N CQEs on rings in ordinary memory; each post and
 # each poll goes through one #[inline(never)] function, and callgrind counts only inside it
 # (--toggle-collect), one run per function. The post count divided by N is the cost of one
 # post, WR construction and call/return included; the polls drain up to 16 send completions a
@@ -15,8 +15,8 @@
 # The last two lines of the output are always
 #   instructions per post: N
 #   instructions per poll: N
-# Reference (DESIGN §6): libmlx5 spends 339 instructions in ibv_post_send for this WQE and 294
-# through ibv_wr_*; the targets here are at most 40 per post and 20 per polled CQE.
+# Reference (docs/sources.md §21): libmlx5 spends 339 instructions in ibv_post_send for this WQE
+# and 294 through ibv_wr_*; the targets here are at most 40 per post and 20 per polled CQE.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -1,10 +1,12 @@
 //! What a post and a poll cost, measured against rings in ordinary memory with a RAM page
-//! standing in for the UAR (DESIGN §6), next to the floor: the bare stores any mlx5 post must
-//! make (a 64-byte WQE, the doorbell record, a 64-byte BlueFlame copy and its fences).
+//! standing in for the UAR (`docs/sources.md` §21), next to the floor: the bare stores any mlx5
+//! post must make (a 64-byte WQE, the doorbell record, a 64-byte BlueFlame copy and its
+//! fences).
 //!
 //! Run: `cargo bench -p mlx5-direct --bench post_poll` (about 40 s). Criterion prints its own
 //! figures per case; the run ends with a table of each case's median time per operation and its
-//! ratio to the floor, measured in the same run. Compare ratios, not absolute times (DESIGN §6).
+//! ratio to the floor, measured in the same run. Compare ratios, not absolute times
+//! (`docs/sources.md` §21).
 //!
 //! Every post benchmark writes into the ring for a chunk of WRs, then (outside the timed
 //! region) plays the device — one requester CQE naming the last WQE, polled — so that the send

@@ -1,7 +1,7 @@
 //! The program `benches/count-instructions.sh` runs under `valgrind --tool=callgrind`: it posts
 //! N inline 8-byte RDMA WRITEs through BlueFlame and polls their N CQEs on rings in ordinary
-//! memory (DESIGN §6), each through one `#[inline(never)]` function whose name the script gives
-//! callgrind's `--toggle-collect`, so that only the post (or the poll) is counted.
+//! memory (`docs/sources.md` §21), each through one `#[inline(never)]` function whose name the
+//! script gives callgrind's `--toggle-collect`, so that only the post (or the poll) is counted.
 //!
 //! Usage: `count_post_poll [N] [--sge-db | --bf-flush]` (default 10000). With `--sge-db` the
 //! posts are 1-SGE RDMA WRITEs on a QP without BlueFlame (the 8-byte doorbell), through

@@ -4,12 +4,12 @@
 //! cargo run --example error_recovery
 //! ```
 //!
-//! Two RC QPs on the software ConnectX (deterministic mode, virtual time) exchange RDMA
-//! WRITEs. Then the fabric's fault injection drops every frame on the link between them
-//! (loss rate 1.0): A's WRITE is retransmitted every ACK timeout (4.096 µs × 2^timeout,
-//! IBTA §9.7.6.1.3) until `retry_cnt` is used up, and completes with `IBV_WC_RETRY_EXC_ERR`;
-//! A's QP is in Error and every WR behind it is flushed (seed README §5). Both QPs are rebuilt
-//! Error → Reset → Init → RTR → RTS with fresh PSNs (`rebuild_pair`, the in-process twin of
+//! Two RC QPs on the software ConnectX (deterministic mode, virtual time) exchange RDMA WRITEs.
+//! Then the fabric's fault injection drops every frame on the link between them (loss rate
+//! 1.0): A's WRITE is retransmitted every ACK timeout (4.096 µs × 2^timeout, IBTA §9.7.6.1.3)
+//! until `retry_cnt` is used up, and completes with `IBV_WC_RETRY_EXC_ERR`; A's QP is in Error
+//! and every WR behind it is flushed (`docs/sources.md` §19). Both QPs are rebuilt Error →
+//! Reset → Init → RTR → RTS with fresh PSNs (`rebuild_pair`, the in-process twin of
 //! `Connection::rebuild`), the fault is removed, the failed WRITE and the ones flushed behind
 //! it are posted again, and B's memory is checked byte for byte.
 

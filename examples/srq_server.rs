@@ -6,7 +6,7 @@
 //!
 //! The server has one RC QP per client, all receiving through a single SRQ and completing on
 //! one CQ: the receive buffers are a pool shared by every connection instead of a ring per QP
-//! (seed README §1). The clients live on several devices of the fabric (round robin), as
+//! (`docs/sources.md` §15). The clients live on several devices of the fabric (round robin), as
 //! clients on several hosts would. A completion names the QP the request came in on
 //! (`wc.qp_num`), so the server answers on that QP and puts the receive back into the pool.
 //! The clients send in rounds, each with a window of requests in flight, so the pool serves

@@ -1,9 +1,9 @@
-//! Rings in ordinary memory standing in for a device (DESIGN §6): a 64-byte aligned send ring,
-//! a doorbell record, a RAM page in place of the UAR (the BlueFlame register at +0x800, as
-//! rdma-core's first bfreg), and a CQ buffer initialised as rdma-core leaves it
+//! Rings in ordinary memory standing in for a device (`docs/sources.md` §21): a 64-byte aligned
+//! send ring, a doorbell record, a RAM page in place of the UAR (the BlueFlame register at
+//! +0x800, as rdma-core's first bfreg), and a CQ buffer initialised as rdma-core leaves it
 //! (`op_own = 0xF0`, `mlx5_alloc_cq_buf`). The caller plays the device: it writes requester
-//! CQEs with the right owner bit so that [`Cq::poll`] sees valid completions and the send
-//! queue gets its credits back.
+//! CQEs with the right owner bit so that [`Cq::poll`] sees valid completions and the send queue
+//! gets its credits back.
 //!
 //! Shared by the criterion benchmarks (`benches/post_poll.rs`) and the instruction-count
 //! program (`examples/count_post_poll.rs`), which include it with `#[path]`.

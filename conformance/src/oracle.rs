@@ -1,7 +1,7 @@
 //! Safe wrappers around the C oracle. Each takes the buffer the helper writes, exactly as the
 //! Rust side would hand it to hardware; zero-fill it first when comparing whole segments
 //! (`mlx5dv_set_ctrl_seg` leaves bytes 9–10 untouched and `mlx5dv_set_dgram_seg` bytes 16–19,
-//! mlx5-facts §6.4).
+//! `docs/sources.md` §13).
 
 #[cfg(not(oracle_missing))]
 mod ffi {

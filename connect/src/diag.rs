@@ -1,7 +1,7 @@
-//! Readable dumps for diagnosis (seed README §6): a QP (what `query_qp` reports, what the data
-//! path holds), the device counters, and an error completion with its likely causes, what to
-//! check and which counters to read. `docs/troubleshooting.md` is the long form of the same
-//! table ([`advice`]).
+//! Readable dumps for diagnosis (`docs/sources.md` §20): a QP (what `query_qp` reports, what
+//! the data path holds), the device counters, and an error completion with its likely causes,
+//! what to check and which counters to read. `docs/troubleshooting.md` is the long form of the
+//! same table ([`advice`]).
 
 use super::error::Result;
 use super::session::QpRef;

@@ -1,4 +1,5 @@
-//! Connection setup, recovery and diagnosis: the control path around a QP (seed README §2–§6).
+//! Connection setup, recovery and diagnosis: the control path around a QP (`docs/sources.md`
+//! §16–§20).
 //!
 //! - [`wire`]: the endpoint exchange, a versioned fixed binary message format;
 //! - [`Control`]: the TCP control connection (blocking, every step under a deadline);

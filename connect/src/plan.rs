@@ -142,11 +142,11 @@ pub struct Plan {
 /// - Both sides must have the same QP type and link layer; an InfiniBand path without a GRH
 ///   needs a nonzero peer LID.
 /// - Path MTU = min(local MTU, peer MTU, `params.max_mtu`): a larger one is refused at RTR or
-///   drops every full-size packet (seed README §5).
+///   drops every full-size packet (`docs/sources.md` §19).
 /// - RC: `rq_psn` = the peer's send PSN, `sq_psn` = our own; `max_dest_rd_atomic` = our
 ///   responder resources; `max_rd_atomic` = min(ours, the peer's responder resources), the
 ///   negotiation RDMA CM does with `initiator_depth`/`responder_resources`, so a READ never
-///   waits on a peer that cannot hold it (seed README §2).
+///   waits on a peer that cannot hold it (`docs/sources.md` §16).
 pub fn plan(local: &Endpoint, peer: &Endpoint, params: &ConnectParams) -> Result<Plan> {
     if local.qp_type != peer.qp_type {
         return Err(ConnectError::Incompatible(format!(

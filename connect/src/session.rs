@@ -1,4 +1,4 @@
-//! Connecting a QP to its peer and rebuilding it after an error (seed README §4 and §6).
+//! Connecting a QP to its peer and rebuilding it after an error (`docs/sources.md` §18 and §20).
 //!
 //! Every way in shares two phases:
 //! - **prepare**: Reset→Init, post the receives, query the port, pick a fresh PSN, build the

@@ -236,7 +236,8 @@ impl ErrCqe {
 }
 
 /// Offset of the 64-byte CQE inside a CQ slot of `cqe_size` bytes: 0 for 64-byte CQEs, 64 for
-/// 128-byte CQEs (the first half holds inline-scattered data; rdma-core `get_cqe`).
+/// 128-byte CQEs (the first half holds inline-scattered data or a GRH; rdma-core cq.c
+/// `get_sw_cqe`; `docs/wqe-layout.md` §9).
 #[inline(always)]
 pub const fn cqe64_offset(cqe_size: u32) -> usize {
     if cqe_size == 128 {

@@ -172,8 +172,8 @@ impl WcStatus {
         }
     }
 
-    /// The usual causes, in a sentence a user can act on (after the article in
-    /// `shared/seed` and rdma-core's `ibv_wc_status_str`).
+    /// The usual causes, in a sentence a user can act on (after `docs/sources.md` §19 and
+    /// rdma-core's `ibv_wc_status_str`).
     pub const fn causes(self) -> &'static str {
         match self {
             WcStatus::Success => "the work request completed",

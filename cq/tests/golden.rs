@@ -2,7 +2,7 @@
 //!
 //! Sources: rdma-core `providers/mlx5/mlx5dv.h` (`struct mlx5_cqe64`, `struct mlx5_err_cqe`,
 //! `mlx5dv_get_cqe_*`), `cq.c` (`get_sw_cqe`, `update_cons_index`, `mlx5_arm_cq`,
-//! `mlx5_handle_error_cqe`); mlx5-facts §5.
+//! `mlx5_handle_error_cqe`); `docs/wqe-layout.md` §9–§11.
 
 use mlx5_cq::*;
 
@@ -20,7 +20,7 @@ fn cqe(bytes: &[u8]) -> Cqe64 {
 
 #[test]
 fn op_own_decoding() {
-    // mlx5-facts §5.1: 0xd3 → owner 1, se 1, format 0, opcode 13 (REQ_ERR).
+    // `docs/wqe-layout.md` §9: 0xd3 → owner 1, se 1, format 0, opcode 13 (REQ_ERR).
     let mut raw = [0u8; 64];
     for (op_own, want) in [
         (0xd3u8, (1, 1, 0, CQE_REQ_ERR)),

@@ -58,6 +58,14 @@ pub enum Error {
     /// A CQE opcode the decoder does not know.
     #[error("unknown CQE opcode {0} (op_own bits 7:4, byte 63 of the 64-byte CQE)")]
     UnknownCqeOpcode(u8),
+    /// A compressed CQE that contradicts its layout.
+    #[error("compressed CQE at offset {offset:#x}: {why}")]
+    Compressed {
+        /// Where the CQE starts.
+        offset: usize,
+        /// What is wrong.
+        why: String,
+    },
     /// Input of the wrong length for the structure.
     #[error("{what}: expected {expected} bytes, got {got}")]
     Length {

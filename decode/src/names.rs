@@ -53,3 +53,60 @@ pub(crate) fn fm_ce_se(v: u8) -> String {
     };
     format!("{flags} ({ce_text}; {fm_text})")
 }
+
+/// Send opcodes the decoder names beyond those of `mlx5_wqe` (which holds the ones the data
+/// path builds). Values: rdma-core `providers/mlx5/mlx5dv.h` `MLX5_OPCODE_*` where it has
+/// them, else Linux `include/linux/mlx5/device.h`, else DPDK `drivers/common/mlx5/mlx5_prm.h`.
+pub mod opcode {
+    /// `MLX5_OPCODE_WAIT`: wait for a CQ / memory condition (DPDK `mlx5_prm.h`).
+    pub const WAIT: u8 = 0x0f;
+    /// `MLX5_OPCODE_SEND_EN`: enable WQEs of another send queue (DPDK `mlx5_prm.h`).
+    pub const SEND_EN: u8 = 0x17;
+    /// `MLX5_OPCODE_SET_PSV`: set a protection signature value (`mlx5dv.h`).
+    pub const SET_PSV: u8 = 0x20;
+    /// `MLX5_OPCODE_GET_PSV` (Linux `device.h`).
+    pub const GET_PSV: u8 = 0x21;
+    /// `MLX5_OPCODE_CHECK_PSV` (Linux `device.h`).
+    pub const CHECK_PSV: u8 = 0x22;
+    /// `MLX5_OPCODE_DUMP` (Linux `device.h`).
+    pub const DUMP: u8 = 0x23;
+    /// `MLX5_OPCODE_RGET_PSV` (Linux `device.h`).
+    pub const RGET_PSV: u8 = 0x26;
+    /// `MLX5_OPCODE_RCHECK_PSV` (Linux `device.h`).
+    pub const RCHECK_PSV: u8 = 0x27;
+    /// `MLX5_OPCODE_TAG_MATCHING` (`mlx5dv.h`).
+    pub const TAG_MATCHING: u8 = 0x28;
+    /// `MLX5_OPCODE_ENHANCED_MPSW`: enhanced multi-packet send, Ethernet (Linux `device.h`,
+    /// DPDK `mlx5_prm.h`).
+    pub const ENHANCED_MPSW: u8 = 0x29;
+    /// `MLX5_OPCODE_FLOW_TBL_ACCESS` (`mlx5dv.h`).
+    pub const FLOW_TBL_ACCESS: u8 = 0x2c;
+    /// `MLX5_OPCODE_ACCESS_ASO`: advanced steering object access (Linux `device.h`, DPDK).
+    pub const ACCESS_ASO: u8 = 0x2d;
+    /// `MLX5_OPCODE_MMO`: memory-to-memory offload, opmod 1 = DMA (`mlx5dv.h`; DPDK).
+    pub const MMO: u8 = 0x2f;
+}
+
+/// The name of any send opcode the decoder knows: `mlx5_wqe::opcode_name`, then the
+/// [`opcode`] table (without the `MLX5_OPCODE_` prefix, as rdma-core and Linux spell it).
+pub fn send_opcode_name(op: u8) -> Option<&'static str> {
+    if let Some(n) = mlx5_wqe::opcode_name(op) {
+        return Some(n);
+    }
+    Some(match op {
+        opcode::WAIT => "WAIT",
+        opcode::SEND_EN => "SEND_EN",
+        opcode::SET_PSV => "SET_PSV",
+        opcode::GET_PSV => "GET_PSV",
+        opcode::CHECK_PSV => "CHECK_PSV",
+        opcode::DUMP => "DUMP",
+        opcode::RGET_PSV => "RGET_PSV",
+        opcode::RCHECK_PSV => "RCHECK_PSV",
+        opcode::TAG_MATCHING => "TAG_MATCHING",
+        opcode::ENHANCED_MPSW => "ENHANCED_MPSW",
+        opcode::FLOW_TBL_ACCESS => "FLOW_TBL_ACCESS",
+        opcode::ACCESS_ASO => "ACCESS_ASO",
+        opcode::MMO => "MMO",
+        _ => return None,
+    })
+}

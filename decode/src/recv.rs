@@ -1,6 +1,6 @@
 //! Receive WQEs: an RQ WQE is data segments only; an SRQ WQE is a 16-byte next segment and
 //! then data segments. Both end early with the `MLX5_INVALID_LKEY` terminator (rdma-core
-//! `providers/mlx5/qp.c` `mlx5_post_recv`, `srq.c` `mlx5_post_srq_recv`; mlx5-facts §4).
+//! `providers/mlx5/qp.c` `mlx5_post_recv`, `srq.c` `mlx5_post_srq_recv`; `docs/wqe-layout.md` §8).
 
 use mlx5_wqe::INVALID_LKEY;
 
@@ -12,7 +12,7 @@ fn scatter(r: &mut Report, b: &[u8], off: usize, sges: Option<usize>) -> Result<
     let avail = b.len() - off;
     let slots = match sges {
         Some(n) => n,
-        None if avail.is_multiple_of(16) => avail / 16,
+        None if avail % 16 == 0 => avail / 16,
         None => {
             return Err(Error::Length {
                 what: "receive scatter list",

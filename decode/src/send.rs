@@ -1,12 +1,13 @@
 //! Send WQEs: ctrl, then the transport segment of the QP type (UD address vector, XRC), the
 //! remote-address segment of RDMA and atomic opcodes, the atomic operands, and finally data
 //! or inline segments up to the DS count (rdma-core `providers/mlx5/qp.c` `_mlx5_post_send`;
-//! mlx5-facts §1).
+//! `docs/wqe-layout.md` §2–§5). Opcodes whose segments this decoder does not interpret (UMR,
+//! PSV, WAIT, ...) are named and their segments shown raw.
 
 use mlx5_wqe as w;
 
 use super::bytes::{be16, be24, be32, be64, gid, take};
-use super::names::fm_ce_se;
+use super::names::{fm_ce_se, send_opcode_name};
 use super::{Error, QpType, Report};
 
 /// Decode a send WQE given linearly (a WQE that wrapped in the ring must be unwrapped first).
@@ -16,7 +17,7 @@ pub(crate) fn decode(b: &[u8], qp_type: QpType) -> Result<Report, Error> {
     let opcode = c[3];
     let opmod = c[0];
     let ds = c[7];
-    let name = w::opcode_name(opcode).ok_or(Error::UnknownOpcode(opcode))?;
+    let name = send_opcode_name(opcode).ok_or(Error::UnknownOpcode(opcode))?;
     let ds_units = ds & w::MAX_DS as u8;
     if ds_units == 0 {
         return Err(Error::ZeroDs);
@@ -44,6 +45,19 @@ pub(crate) fn decode(b: &[u8], qp_type: QpType) -> Result<Report, Error> {
     let mut off = 16;
     match qp_type {
         QpType::Ud => off = av(&mut r, b, off, size)?,
+        // rdma-core posts BIND_MW and LOCAL_INV as UMR WQEs and leaves the XRC segment out of
+        // them (qp.c `_mlx5_post_send`, case IBV_QPT_XRC_SEND).
+        QpType::Xrc
+            if matches!(
+                opcode,
+                w::OPCODE_UMR | w::OPCODE_BIND_MW | w::OPCODE_LOCAL_INVAL
+            ) =>
+        {
+            r.notes.push(format!(
+                "XRC QP: a {name} WQE carries no XRC segment (rdma-core qp.c `_mlx5_post_send` \
+                 leaves it out of BIND_MW and LOCAL_INV)"
+            ));
+        }
         QpType::Xrc => {
             let s = take(b, off, 16, size, "XRC segment")?;
             r.section("XRC segment (struct mlx5_wqe_xrc_seg)", off, 16);
@@ -93,14 +107,21 @@ pub(crate) fn decode(b: &[u8], qp_type: QpType) -> Result<Report, Error> {
     }
     off = atomic(&mut r, b, off, size, opcode, opmod)?;
 
-    let decodable = !matches!(
+    // The opcodes whose remaining segments are data or inline segments (§4 of the layout
+    // reference); every other one is shown raw after ctrl.
+    let decodable = matches!(
         opcode,
-        w::OPCODE_TSO
-            | w::OPCODE_BIND_MW
-            | w::OPCODE_FMR
-            | w::OPCODE_LOCAL_INVAL
-            | w::OPCODE_CONFIG_CMD
-            | w::OPCODE_UMR
+        w::OPCODE_NOP
+            | w::OPCODE_SEND_INVAL
+            | w::OPCODE_RDMA_WRITE
+            | w::OPCODE_RDMA_WRITE_IMM
+            | w::OPCODE_SEND
+            | w::OPCODE_SEND_IMM
+            | w::OPCODE_RDMA_READ
+            | w::OPCODE_ATOMIC_CS
+            | w::OPCODE_ATOMIC_FA
+            | w::OPCODE_ATOMIC_MASKED_CS
+            | w::OPCODE_ATOMIC_MASKED_FA
     );
     if decodable {
         data_or_inline(&mut r, b, off, size)?;

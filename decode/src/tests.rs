@@ -427,16 +427,361 @@ fn cqes() {
     assert_eq!(decode(Kind::Cqe, &ok, &rc()).unwrap().notes.len(), 1);
 }
 
+fn sample(name: &str) -> Vec<u8> {
+    let path = format!("{}/../docs/samples/{name}", env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    parse_hex(&text).unwrap()
+}
+
+fn completions(r: &Report) -> Vec<String> {
+    r.sections
+        .iter()
+        .flat_map(|s| &s.fields)
+        .filter(|f| f.name.starts_with("completion["))
+        .map(|f| f.meaning.clone())
+        .collect()
+}
+
+fn zip(z: Zip) -> Options {
+    Options {
+        zip: z,
+        ..Options::default()
+    }
+}
+
+/// A 64-byte CQE with the given op_own, QPN, WQE counter and byte count.
+fn cqe(op_own: u8, qpn: u32, send_opcode: u8, counter: u16, bytes: u32) -> [u8; 64] {
+    let mut q = [0u8; 64];
+    q[44..48].copy_from_slice(&bytes.to_be_bytes());
+    q[56..60].copy_from_slice(&((send_opcode as u32) << 24 | qpn).to_be_bytes());
+    q[60..62].copy_from_slice(&counter.to_be_bytes());
+    q[63] = op_own;
+    q
+}
+
+#[test]
+fn added_send_opcodes_are_named_and_their_segments_shown_raw() {
+    use crate::opcode as o;
+    for (op, name) in [
+        (o::WAIT, "WAIT"),
+        (o::SEND_EN, "SEND_EN"),
+        (o::SET_PSV, "SET_PSV"),
+        (o::GET_PSV, "GET_PSV"),
+        (o::CHECK_PSV, "CHECK_PSV"),
+        (o::DUMP, "DUMP"),
+        (o::RGET_PSV, "RGET_PSV"),
+        (o::RCHECK_PSV, "RCHECK_PSV"),
+        (o::TAG_MATCHING, "TAG_MATCHING"),
+        (o::ENHANCED_MPSW, "ENHANCED_MPSW"),
+        (o::FLOW_TBL_ACCESS, "FLOW_TBL_ACCESS"),
+        (o::ACCESS_ASO, "ACCESS_ASO"),
+        (o::MMO, "MMO"),
+    ] {
+        assert_eq!(send_opcode_name(op), Some(name));
+        let b = cat(&[ctrl(0, op, 0, 7, 8, 2, 0).as_bytes(), &[0xab; 16]]);
+        let r = decode(Kind::Send, &b, &rc()).unwrap();
+        assert_eq!(meaning(&r, "ctrl.opcode"), format!("{op:#04x} {name}"));
+        let seg = r.field("raw").unwrap();
+        assert_eq!((seg.offset, seg.raw.len()), (16, 16), "{name}");
+        assert!(r.sections[1].title.contains("not decoded"), "{name}");
+        // A requester CQE of that WQE names the opcode too.
+        let q = cqe(0x00, 7, op, 0, 0);
+        let r = decode(Kind::Cqe, &q, &rc()).unwrap();
+        assert!(
+            meaning(&r, "cqe.sop_drop_qpn").contains(name),
+            "{}",
+            meaning(&r, "cqe.sop_drop_qpn")
+        );
+    }
+    // The opcodes mlx5_wqe builds keep their names; gaps stay unknown.
+    assert_eq!(send_opcode_name(w::OPCODE_UMR), Some("UMR"));
+    for gap in [0x02, 0x13, 0x16, 0x1a, 0x24, 0x2a, 0x30, 0xff] {
+        assert_eq!(send_opcode_name(gap), None, "{gap:#x}");
+    }
+}
+
+#[test]
+fn xrc_bind_and_local_inv_carry_no_xrc_segment() {
+    let xrc = Options {
+        qp_type: QpType::Xrc,
+        ..Options::default()
+    };
+    // rdma-core posts IBV_WR_LOCAL_INV as a UMR WQE without the XRC segment.
+    let umr = cat(&[
+        ctrl(0, w::OPCODE_UMR, 0, 9, 8, 2, 0x1234_5600).as_bytes(),
+        &[0; 16],
+    ]);
+    let r = decode(Kind::Send, &umr, &xrc).unwrap();
+    assert!(r.field("xrc.xrc_srqn").is_none());
+    assert_eq!(r.field("raw").unwrap().offset, 16);
+    assert!(r.notes[0].contains("no XRC segment"), "{:?}", r.notes);
+    // A SEND on the same QP has it.
+    let mut seg = [0u8; 16];
+    seg[..4].copy_from_slice(&0x77u32.to_be_bytes());
+    let send = cat(&[
+        ctrl(0, w::OPCODE_SEND, 0, 9, 8, 3, 0).as_bytes(),
+        &seg,
+        w::DataSeg::new(1, 2, 3).as_bytes(),
+    ]);
+    let r = decode(Kind::Send, &send, &xrc).unwrap();
+    assert_eq!(meaning(&r, "xrc.xrc_srqn"), "XRC SRQ 0x000077");
+    assert_eq!(r.field("data.lkey").unwrap().offset, 36);
+}
+
+#[test]
+fn signature_error_cqe_field_by_field() {
+    let b = sample("cqe-sig-err.hex");
+    let r = decode(Kind::Cqe, &b, &rc()).unwrap();
+    assert!(r
+        .summary
+        .starts_with("signature-error CQE: mkey 0x00abcd12"));
+    assert!(r.summary.ends_with("completes no work request"));
+    assert_eq!(meaning(&r, "sigerr.syndrome"), "0x0800 (REFTAG)");
+    assert_eq!(r.field("sigerr.syndrome").unwrap().offset, 32);
+    assert_eq!(raw(&r, "sigerr.expected_ref_tag"), [0, 0, 0x10, 0]);
+    assert_eq!(raw(&r, "sigerr.actual_ref_tag"), [0, 0, 0x10, 1]);
+    assert!(meaning(&r, "sigerr.domain").starts_with("1 (memory domain)"));
+    assert_eq!(r.field("sigerr.mkey").unwrap().offset, 36);
+    assert_eq!(
+        meaning(&r, "sigerr.sig_err_offset"),
+        "offset of the bad block 0x200"
+    );
+    assert!(r.notes[0].contains("must consume it"));
+    // Several syndrome bits, and bits no source names.
+    let mut q = [0u8; 64];
+    q[32..34].copy_from_slice(&0x3800u16.to_be_bytes());
+    q[63] = 0xc1;
+    let r = decode(Kind::Cqe, &q, &rc()).unwrap();
+    assert_eq!(
+        meaning(&r, "sigerr.syndrome"),
+        "0x3800 (REFTAG|APPTAG|GUARD)"
+    );
+    q[32..34].copy_from_slice(&0x0001u16.to_be_bytes());
+    let r = decode(Kind::Cqe, &q, &rc()).unwrap();
+    assert_eq!(meaning(&r, "sigerr.syndrome"), "0x0001 (unknown bits)");
+    // In a run of slots it completes nothing: the REQ CQEs around it do.
+    let ring = cat(&[&cqe(0x00, 5, 8, 1, 0), &b, &cqe(0x00, 5, 8, 2, 0)]);
+    let r = decode(Kind::Cq, &ring, &rc()).unwrap();
+    assert_eq!(
+        completions(&r),
+        [
+            "slot 0: REQ on QP 0x000005, WQE counter 0x0001, 0 bytes",
+            "slot 2: REQ on QP 0x000005, WQE counter 0x0002, 0 bytes"
+        ]
+    );
+    assert!(r
+        .sections
+        .iter()
+        .any(|s| s.title.starts_with("slot 1: signature-error CQE")));
+}
+
+#[test]
+fn basic_compressed_session_expands_into_its_completions() {
+    let b = sample("cq-zip-basic.hex");
+    let r = decode(Kind::Cq, &b, &rc()).unwrap();
+    assert_eq!(
+        completions(&r),
+        [
+            "slot 0: REQ 0x10 RDMA_READ on QP 0x000123, WQE counter 0x0010, 64 bytes (mini-CQE)",
+            "slot 1: REQ 0x10 RDMA_READ on QP 0x000123, WQE counter 0x0011, 64 bytes (mini-CQE)",
+            "slot 2: REQ 0x10 RDMA_READ on QP 0x000123, WQE counter 0x0012, 64 bytes (mini-CQE)",
+        ]
+    );
+    assert_eq!(
+        meaning(&r, "cqe.byte_cnt"),
+        "3 completions in this compression session (basic layout)"
+    );
+    let counters: Vec<usize> = r.fields("mini.wqe_counter").map(|f| f.offset).collect();
+    assert_eq!(counters, [64, 72, 80]);
+    assert_eq!(r.field("mini.s_wqe_opcode").unwrap().offset, 66);
+    assert_eq!(r.field("session.hole").unwrap().offset, 128);
+    // The title alone, as one CQE.
+    let r = decode(Kind::Cqe, &b[..64], &rc()).unwrap();
+    assert!(r
+        .summary
+        .starts_with("compressed session title (basic layout): REQ"));
+    assert!(r
+        .summary
+        .contains("3 completion(s) from WQE counter 0x0010"));
+}
+
+#[test]
+fn basic_session_of_ten_uses_a_second_array_eight_slots_on() {
+    // Responder session: title RESP_SEND at WQE counter 0x20, 10 completions; arrays at slots
+    // 1 (completions 0..8) and 8 (completions 8, 9) (Linux en_rx.c, DPDK mlx5_rx.c).
+    let mut slots = vec![[0u8; 64]; 11];
+    slots[0] = cqe(0x2c, 0x42, 0, 0x20, 10);
+    for k in 0..10usize {
+        let a = if k < 8 { 1 } else { 8 };
+        let e = k % 8;
+        slots[a][8 * e + 4..8 * e + 8].copy_from_slice(&(100 + k as u32).to_be_bytes());
+    }
+    slots[10] = cqe(0x20, 0x42, 0, 0x2a, 7);
+    let b: Vec<u8> = slots.concat();
+    let r = decode(Kind::Cq, &b, &rc()).unwrap();
+    let c = completions(&r);
+    assert_eq!(c.len(), 11);
+    assert_eq!(
+        c[8],
+        "slot 8: RESP_SEND on QP 0x000042, WQE counter 0x0028, 108 bytes (mini-CQE)"
+    );
+    assert_eq!(
+        c[9],
+        "slot 9: RESP_SEND on QP 0x000042, WQE counter 0x0029, 109 bytes (mini-CQE)"
+    );
+    assert_eq!(
+        c[10],
+        "slot 10: RESP_SEND on QP 0x000042, WQE counter 0x002a, 7 bytes"
+    );
+    let holes: Vec<usize> = r.fields("session.hole").map(|f| f.offset / 64).collect();
+    assert_eq!(holes, [2, 3, 4, 5, 6, 7, 9]);
+    // Completion 9 is read from slot 8, entry 1.
+    let c9 = r.fields("mini.byte_cnt").nth(9).unwrap();
+    assert_eq!(c9.offset, 8 * 64 + 8 + 4);
+    // A session cut short by the end of the input is a note, not an error.
+    let r = decode(Kind::Cq, &b[..5 * 64], &rc()).unwrap();
+    assert_eq!(completions(&r).len(), 5);
+    assert!(r.notes.iter().any(|n| n.contains("5 of them past the end")));
+    // A title counting fewer than 2 completions contradicts the layout.
+    let mut bad = b.clone();
+    bad[44..48].copy_from_slice(&1u32.to_be_bytes());
+    assert!(matches!(
+        decode(Kind::Cq, &bad, &rc()),
+        Err(Error::Compressed { offset: 0, .. })
+    ));
+}
+
+#[test]
+fn enhanced_compressed_blocks_continue_from_their_title() {
+    let b = sample("cq-zip-enhanced.hex");
+    let r = decode(Kind::Cq, &b, &zip(Zip::Enhanced)).unwrap();
+    assert_eq!(
+        completions(&r),
+        [
+            "slot 0: RESP_SEND on QP 0x000042, WQE counter 0x0007, 256 bytes",
+            "slot 1: RESP_SEND on QP 0x000042, WQE counter 0x0008, 128 bytes (mini-CQE)",
+            "slot 2: RESP_SEND on QP 0x000042, WQE counter 0x0009, 512 bytes (mini-CQE)",
+            "slot 3: RESP_SEND on QP 0x000042, WQE counter 0x000a, 64 bytes (mini-CQE)",
+        ]
+    );
+    assert_eq!(
+        r.field("block.validity_iteration_count").unwrap().offset,
+        126
+    );
+    assert!(meaning(&r, "block.op_own").starts_with("3 mini-CQE(s)"));
+    assert_eq!(r.fields("block.hole").count(), 2);
+    // A second block right after the first continues the counter (UCX unzip).
+    let mut two = b.clone();
+    let mut blk = [0u8; 64];
+    blk[4..8].copy_from_slice(&9u32.to_be_bytes());
+    blk[63] = 0x0c; // one mini-CQE
+    two.extend_from_slice(&blk);
+    let r = decode(Kind::Cq, &two, &zip(Zip::Enhanced)).unwrap();
+    assert_eq!(
+        completions(&r)[4],
+        "slot 4: RESP_SEND on QP 0x000042, WQE counter 0x000b, 9 bytes (mini-CQE)"
+    );
+    // A requester title: the mini-CQEs carry their own WQE counter and opcode.
+    let mut req = cqe(0x00, 0x99, 0x08, 0x30, 0).to_vec();
+    let mut blk = [0u8; 64];
+    blk[0..2].copy_from_slice(&0x31u16.to_be_bytes());
+    blk[2] = 0x0a;
+    blk[8..10].copy_from_slice(&0x33u16.to_be_bytes());
+    blk[10] = 0x08;
+    blk[63] = 0x1c;
+    req.extend_from_slice(&blk);
+    req.extend_from_slice(&[0; 64]);
+    let r = decode(Kind::Cq, &req, &zip(Zip::Enhanced)).unwrap();
+    assert_eq!(
+        completions(&r)[1..],
+        [
+            "slot 1: REQ 0x0a SEND on QP 0x000099, WQE counter 0x0031, 0 bytes (mini-CQE)",
+            "slot 2: REQ 0x08 RDMA_WRITE on QP 0x000099, WQE counter 0x0033, 0 bytes (mini-CQE)",
+        ]
+    );
+    // Without its title in the input, a block lists no completions but says why.
+    let r = decode(Kind::Cq, &b[64..], &zip(Zip::Enhanced)).unwrap();
+    assert!(completions(&r).is_empty());
+    assert!(r
+        .notes
+        .iter()
+        .any(|n| n.contains("no uncompressed CQE precedes")));
+    // One block on its own, as a CQE: both readings of each mini-CQE.
+    let r = decode(Kind::Cqe, &b[64..128], &zip(Zip::Enhanced)).unwrap();
+    assert!(r
+        .summary
+        .starts_with("compressed CQE block (enhanced layout): 3 mini-CQE(s)"));
+    assert_eq!(r.fields("mini.info").count(), 3);
+    // More than 7 mini-CQEs do not fit a block.
+    let mut bad = b[64..128].to_vec();
+    bad[63] = 0x7c;
+    assert!(matches!(
+        decode(Kind::Cqe, &bad, &zip(Zip::Enhanced)),
+        Err(Error::Compressed { offset: 0, .. })
+    ));
+}
+
+#[test]
+fn cqe128_first_half_grh_and_ring_lengths() {
+    // flags_rqpn bit 29: the GRH is in the CQE; UCX reads it just before the 64-byte CQE.
+    let mut q = cqe(0x20, 1, 0, 0, 40);
+    q[24..28].copy_from_slice(&(1u32 << 29 | 0x55).to_be_bytes());
+    let mut big = vec![0u8; 64];
+    big.extend_from_slice(&q);
+    let opts = Options {
+        cqe_size: 128,
+        ..Options::default()
+    };
+    let r = decode(Kind::Cqe, &big, &opts).unwrap();
+    let g = r.field("cqe128.grh").unwrap();
+    assert_eq!((g.offset, g.raw.len()), (24, 40));
+    assert!(g.meaning.contains("struct mlx5_cqe128"));
+    // Several slots given to the one-CQE kind: a hint towards `cq`.
+    let two = [q, q].concat();
+    match decode(Kind::Cqe, &two, &rc()).unwrap_err() {
+        Error::Length { expected, .. } => assert!(expected.contains("`cq` kind"), "{expected}"),
+        e => panic!("{e}"),
+    }
+    assert!(matches!(
+        decode(Kind::Cq, &two[..100], &rc()),
+        Err(Error::Length { got: 100, .. })
+    ));
+    let r = decode(Kind::Cq, &[big.clone(), big].concat(), &opts).unwrap();
+    assert_eq!(completions(&r).len(), 2);
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 256, failure_persistence: None, rng_seed: proptest::test_runner::RngSeed::Fixed(0x6d6c_7835), ..ProptestConfig::default() })]
 
     /// Arbitrary bytes never make the decoder panic, whatever the kind and options.
     #[test]
-    fn never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..200), k in 0usize..4, q in 0usize..4, sges in proptest::option::of(1usize..8), big in any::<bool>()) {
-        let kind = [Kind::Send, Kind::Recv, Kind::Srq, Kind::Cqe][k];
+    fn never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..200), k in 0usize..5, q in 0usize..4, sges in proptest::option::of(1usize..8), big in any::<bool>(), enhanced in any::<bool>()) {
+        let kind = [Kind::Send, Kind::Recv, Kind::Srq, Kind::Cqe, Kind::Cq][k];
         let qp_type = [QpType::Rc, QpType::Uc, QpType::Ud, QpType::Xrc][q];
-        let opts = Options { qp_type, cqe_size: if big { 128 } else { 64 }, sges };
+        let zip = if enhanced { Zip::Enhanced } else { Zip::Basic };
+        let opts = Options { qp_type, cqe_size: if big { 128 } else { 64 }, sges, zip };
         if let Ok(r) = decode(kind, &bytes, &opts) {
+            let _ = r.to_string();
+        }
+    }
+
+    /// Runs of CQ slots whose op_own bytes are mostly compressed or signature entries never
+    /// make the decoder panic (random bytes rarely hit format 3 with a sane count).
+    #[test]
+    fn cq_runs_never_panic(slots in proptest::collection::vec((any::<[u8; 8]>(), any::<u32>(), 0u8..16, any::<u8>()), 1..12), enhanced in any::<bool>(), big in any::<bool>()) {
+        let size = if big { 128 } else { 64 };
+        let mut b = Vec::new();
+        for (head, count, op, low) in &slots {
+            let mut s = vec![0u8; size];
+            let q = size - 64;
+            s[q..q + 8].copy_from_slice(head);
+            s[q + 44..q + 48].copy_from_slice(&(count % 24).to_be_bytes());
+            s[q + 63] = op << 4 | (low & 0x0f) | if low & 0x10 != 0 { 0x0c } else { 0 };
+            b.extend_from_slice(&s);
+        }
+        let zip = if enhanced { Zip::Enhanced } else { Zip::Basic };
+        let opts = Options { cqe_size: size, zip, ..Options::default() };
+        if let Ok(r) = decode(Kind::Cq, &b, &opts) {
             let _ = r.to_string();
         }
     }

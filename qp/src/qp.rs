@@ -291,7 +291,7 @@ impl Qp {
     /// - Nothing else posts to this QP (no second `Qp` from the same layout, no
     ///   `ibv_post_send`/`ibv_post_recv`: their indices would diverge).
     /// - The BlueFlame register is this QP's alone (a dedicated bfreg, as a thread domain and
-    ///   parent domain give; mlx5-facts §3.4), or every QP sharing it is driven from this
+    ///   parent domain give; `docs/sources.md` §6), or every QP sharing it is driven from this
     ///   thread *and* `bf.size` is 0: the half toggle lives in this `Qp`.
     pub unsafe fn from_layout(layout: &QpLayout, srqn: Option<u32>) -> Result<Qp> {
         let sq = &layout.sq;
@@ -787,8 +787,8 @@ impl Qp {
     /// RDMA WRITE of `data` carried inline, doorbell rung (BlueFlame when it fits): exactly
     /// `post(&SendWr::write(wr_id, remote).inline(data).flags(flags))` — the same checks,
     /// errors, WQE, doorbell and completion — on a path specialised for it, the one a
-    /// latency-bound loop wants (DESIGN §6). Falls back to [`Qp::post`] for anything its
-    /// single check does not cover.
+    /// latency-bound loop wants (`docs/sources.md` §21). Falls back to [`Qp::post`] for
+    /// anything its single check does not cover.
     #[inline(always)]
     pub fn post_write_inline(
         &mut self,

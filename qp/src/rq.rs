@@ -1,6 +1,6 @@
 //! The receive queue of a QP: a ring of fixed-stride WQEs made of data segments, ended by the
 //! `MLX5_INVALID_LKEY` terminator when shorter than the stride (rdma-core
-//! `providers/mlx5/qp.c` `mlx5_post_recv`; mlx5-facts §4.1).
+//! `providers/mlx5/qp.c` `mlx5_post_recv`; `docs/sources.md` §7).
 //!
 //! `head` counts WQEs ever posted, `tail` WQEs retired, both 16-bit. There is no MMIO doorbell:
 //! after a store barrier the new `head` goes into `dbrec[0]`. The device consumes receive WQEs

@@ -3,8 +3,8 @@
 //!
 //! Format 1 (`MLX5_INLINE_SCATTER_32`) puts up to 32 bytes at the start of the 64-byte CQE;
 //! format 2 (`MLX5_INLINE_SCATTER_64`) up to 64 bytes in the first half of a 128-byte CQE
-//! (rdma-core `providers/mlx5/cq.c` `handle_responder`, `mlx5_copy_to_recv_wqe`; mlx5-facts
-//! §5.4).
+//! (rdma-core `providers/mlx5/cq.c` `handle_responder`, `mlx5_copy_to_recv_wqe`;
+//! `docs/sources.md` §8).
 
 use mlx5_wqe::seg::DataSeg;
 

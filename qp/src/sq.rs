@@ -2,11 +2,11 @@
 //! per-block bookkeeping that turns a CQE's `wqe_counter` back into WRs, and the doorbell.
 //!
 //! Indices are free-running 16-bit counters in basic blocks, like rdma-core's `sq.cur_post` and
-//! UCX's `sw_pi` (mlx5-facts §2): `pi` is the next block to write, `ci` the first block not yet
-//! retired. The WQE starting at block `p` carries `p` in its ctrl `wqe_index`, and a requester
-//! CQE returns it as `wqe_counter` (mlx5-facts §5.6). Retiring up to a completed WQE frees every
-//! block before it too, so the unsignaled WQEs a signaled one follows give their blocks back
-//! without a CQE of their own (rdma-core `wqe_head`, UCX `hw_ci`).
+//! UCX's `sw_pi` (`docs/sources.md` §4): `pi` is the next block to write, `ci` the first block
+//! not yet retired. The WQE starting at block `p` carries `p` in its ctrl `wqe_index`, and a
+//! requester CQE returns it as `wqe_counter` (`docs/sources.md` §4). Retiring up to a completed
+//! WQE frees every block before it too, so the unsignaled WQEs a signaled one follows give
+//! their blocks back without a CQE of their own (rdma-core `wqe_head`, UCX `hw_ci`).
 
 use crate::wc::{Wc, WcOpcode, WcStatus};
 use mlx5_cq::SYNDROME_WR_FLUSH_ERR;
@@ -81,7 +81,7 @@ pub(crate) enum Progress {
     Bad(&'static str),
 }
 
-/// How a post reaches the device (UCX `uct_ib_mlx5_mmio_mode_t`, mlx5-facts §3.3).
+/// How a post reaches the device (UCX `uct_ib_mlx5_mmio_mode_t`, `docs/sources.md` §5).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DoorbellMode {
     /// BlueFlame copy without a flush after it (UCX `UCT_IB_MLX5_MMIO_MODE_BF_POST`, what
@@ -534,7 +534,7 @@ impl SendQueue {
         self.ring(ctrl, bbs);
     }
 
-    /// Ring the doorbell for every WQE written since the last ring (mlx5-facts §3.3,
+    /// Ring the doorbell for every WQE written since the last ring (`docs/sources.md` §5,
     /// rdma-core `post_send_db`): BlueFlame when exactly one WQE of at most `bf.size` bytes
     /// is pending, else the 8-byte doorbell of the last one.
     #[inline(always)]
@@ -560,7 +560,7 @@ impl SendQueue {
         self.ring_with(ctrl, w0, self.pi, bf_bbs);
     }
 
-    /// The start of every doorbell sequence (mlx5-facts §3.3): store barrier →
+    /// The start of every doorbell sequence (`docs/sources.md` §5): store barrier →
     /// `dbrec[1] = BE32(pi)` → WC start; returns the register half the doorbell goes to. `pi`
     /// is the producer index after the WQEs (what `self.pi` holds; passed in a register).
     #[inline(always)]

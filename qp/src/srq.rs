@@ -1,5 +1,5 @@
 //! The shared receive queue, linked-list topology (a verbs-created SRQ; rdma-core
-//! `providers/mlx5/srq.c` `mlx5_post_srq_recv`, `mlx5_free_srq_wqe`; mlx5-facts §4.2).
+//! `providers/mlx5/srq.c` `mlx5_post_srq_recv`, `mlx5_free_srq_wqe`; `docs/sources.md` §7).
 //!
 //! Each WQE is a 16-byte next segment followed by data segments. Free WQEs form a list through
 //! `next_wqe_index` from `head` to `tail`; posting takes `head` and follows its link, and the

@@ -295,7 +295,7 @@ impl<'a> SendWr<'a> {
     }
     /// 64-bit compare and swap: if `*remote == compare` then `*remote = swap`; the original
     /// value is written to `local` (big-endian unless the device says otherwise; see
-    /// mlx5-facts §1.4).
+    /// `docs/sources.md` §3).
     #[inline(always)]
     pub const fn comp_swap(
         wr_id: u64,
@@ -321,7 +321,7 @@ impl<'a> SendWr<'a> {
     }
     /// Masked compare and swap on 4 bytes: if `(*remote & compare_mask) == (compare &
     /// compare_mask)`, the `swap_mask` bits of `*remote` take those of `swap` (opcode 0x14,
-    /// opmod 0x08; mlx5-facts §1.3–1.4).
+    /// opmod 0x08; `docs/sources.md` §2–§3).
     #[inline(always)]
     pub const fn masked_comp_swap32(
         wr_id: u64,

@@ -8,7 +8,7 @@
 //! 64-byte basic block — and `mlx5_calc_sq_size` sets `wq_size = roundup_pow2(max_send_wr ×
 //! wqe_size)`, `sq.wqe_cnt = wq_size / 64` and `sq.max_post = wq_size / wqe_size`, which it
 //! also reports back as `cap.max_send_wr`. `mlx5_wq_overflow` (`providers/mlx5/qp.c`) then
-//! refuses a post when `head − tail + nreq ≥ max_post` (mlx5-facts §2, "Flow control"). The
+//! refuses a post when `head − tail + nreq ≥ max_post` (`docs/sources.md` §4, "Flow control"). The
 //! ring is therefore never the limit for WRs within the caps: `max_post` WQEs of the largest
 //! size fill it at most.
 

@@ -6,11 +6,11 @@
 //! source GID a RoCE port uses by default ([`gid`]), what `-I` asks of the device
 //! ([`inline`]) and the edges of a run ([`serve`]).
 //!
-//! The tools print the same columns as perftest's `ib_write_lat` / `ib_write_bw`
-//! (perftest `src/perftest_parameters.c`, `print_report_lat` / `print_report_bw`) so that their
-//! figures can be put side by side with perftest's on the same machine (DESIGN §6). What needs
-//! `unsafe` — registering memory and building the data path from the device's layouts — lives
-//! in the binaries (`src/bin/support/side.rs`), since this crate forbids unsafe code.
+//! The tools print the same columns as perftest's `ib_write_lat` / `ib_write_bw` (perftest
+//! `src/perftest_parameters.c`, `print_report_lat` / `print_report_bw`) so that their figures
+//! can be put side by side with perftest's on the same machine (`docs/sources.md` §21). What
+//! needs `unsafe` — registering memory and building the data path from the device's layouts —
+//! lives in the binaries (`src/bin/support/side.rs`), since this crate forbids unsafe code.
 #![deny(missing_docs)]
 
 pub mod args;

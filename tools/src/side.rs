@@ -159,7 +159,7 @@ impl Buf {
     }
 
     /// An 8-byte value in the byte order it sits in memory (big-endian for atomic results
-    /// and operands, mlx5-facts §1.4).
+    /// and operands, `docs/sources.md` §3).
     pub fn read_be64(&self, off: usize) -> u64 {
         let b = self.read(off, 8);
         u64::from_be_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]])

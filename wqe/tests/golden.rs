@@ -1,10 +1,10 @@
 //! Golden byte vectors for send WQEs, in plain Rust (no C compiler needed).
 //!
-//! The segment vectors are the ones mlx5-facts §6.4 obtained by calling rdma-core 44's
-//! `mlx5dv_set_*_seg` helpers (with the bytes those helpers leave untouched zero-filled). The
-//! whole-WQE vectors are written out by hand from the layouts of mlx5-facts §1 (rdma-core
-//! `providers/mlx5/qp.c` `_mlx5_post_send`, UCX `rc_mlx5.inl`), so a change to any byte of any
-//! segment, to the segment order, the DS count or the wrap rule fails here.
+//! The segment vectors are the ones `docs/sources.md` §13 lists, obtained by calling rdma-core
+//! 44's `mlx5dv_set_*_seg` helpers (with the bytes those helpers leave untouched zero-filled).
+//! The whole-WQE vectors are written out by hand from the layouts of `docs/wqe-layout.md` §2–§6
+//! (rdma-core `providers/mlx5/qp.c` `_mlx5_post_send`, UCX `rc_mlx5.inl`), so a change to any
+//! byte of any segment, to the segment order, the DS count or the wrap rule fails here.
 
 use mlx5_wqe::*;
 
@@ -305,7 +305,7 @@ fn masked_atomics_64_bit() {
             w.push(&DataSeg::new(8, 8, 0x5000)).unwrap();
         },
     );
-    // ctrl 16 + raddr 16 + masked 32 + data 16 = 80 bytes: 5 DS, 2 BBs (mlx5-facts §1.5).
+    // ctrl 16 + raddr 16 + masked 32 + data 16 = 80 bytes: 5 DS, 2 BBs (`docs/sources.md` §2).
     assert_eq!((ds, bbs), (5, 2));
     assert_eq!(
         &r.0[..80],
@@ -364,7 +364,7 @@ fn ud_send_full_address_vector() {
         w.push(&roce_av()).unwrap();
         w.push(&DataSeg::new(64, 9, 0xa000)).unwrap();
     });
-    // 16 + 48 + 16 = 80 bytes: 5 DS, 2 BBs (mlx5-facts §1.5).
+    // 16 + 48 + 16 = 80 bytes: 5 DS, 2 BBs (`docs/sources.md` §2).
     assert_eq!((ds, bbs), (5, 2));
     assert_eq!(
         &r.0[..80],
@@ -432,7 +432,7 @@ fn fixed_segments_wrap_on_their_own_16_byte_units() {
 
 #[test]
 fn ds_and_basic_block_arithmetic() {
-    // mlx5-facts §1.5.
+    // `docs/sources.md` §2 ("Typical sizes").
     for (bytes, ds, bbs) in [
         (16, 1, 1),
         (32, 2, 1),

@@ -52,6 +52,19 @@ fn send_opcodes() {
     ]);
 }
 
+/// The send opcodes `wqe-dump` names beyond `mlx5_wqe`'s, where `mlx5dv.h` has them (the
+/// others come from Linux `device.h` and DPDK `mlx5_prm.h`, which the oracle does not see).
+#[test]
+fn decoder_send_opcodes() {
+    use mlx5_decode::opcode as o;
+    check(&[
+        c!("MLX5_OPCODE_SET_PSV", o::SET_PSV),
+        c!("MLX5_OPCODE_TAG_MATCHING", o::TAG_MATCHING),
+        c!("MLX5_OPCODE_FLOW_TBL_ACCESS", o::FLOW_TBL_ACCESS),
+        c!("MLX5_OPCODE_MMO", o::MMO),
+    ]);
+}
+
 #[test]
 fn wqe_constants() {
     check(&[
@@ -138,6 +151,12 @@ fn opcode_names_are_rdma_cores() {
             if let Some(rust) = wqe::opcode_name(v as u8) {
                 assert_eq!(rust, suffix, "name of send opcode {v:#x}");
             }
+            // wqe-dump names every send opcode the header defines, as the header does.
+            assert_eq!(
+                mlx5_decode::send_opcode_name(v as u8),
+                Some(suffix),
+                "wqe-dump's name of send opcode {v:#x}"
+            );
         }
         if let Some(suffix) = name.strip_prefix("MLX5_CQE_") {
             let is_opcode = name != "MLX5_CQE_OWNER_MASK"

@@ -2,7 +2,7 @@
 //! (`mlx5dv_set_ctrl_seg`, `mlx5dv_x86_set_ctrl_seg`, `mlx5dv_set_data_seg`,
 //! `mlx5dv_set_dgram_seg`, `mlx5dv_get_cqe_*`, `mlx5dv_set_cqe_owner`), byte for byte, on
 //! fixed vectors and on seeded random inputs. Both buffers start zero-filled because the
-//! helpers leave ctrl bytes 9–10 and AV bytes 16–19 untouched (mlx5-facts §6.4).
+//! helpers leave ctrl bytes 9–10 and AV bytes 16–19 untouched (`docs/sources.md` §13).
 
 use mlx5_conformance::oracle::{self, CtrlArgs, DgramArgs};
 use mlx5_cq::Cqe64;
@@ -78,7 +78,7 @@ fn ctrl_golden_vector_of_the_facts_sheet() {
         signature: 0x77,
         imm: 0x11223344,
     };
-    // mlx5-facts §6.4, with the untouched bytes 9–10 zero-filled.
+    // `docs/sources.md` §13, with the untouched bytes 9–10 zero-filled.
     let want = [
         0x5a, 0x12, 0x34, 0x08, 0xab, 0xcd, 0xef, 0x03, 0x77, 0, 0, 0x08, 0x44, 0x33, 0x22, 0x11,
     ];
@@ -291,7 +291,7 @@ fn ud_destination_overwrite_matches_the_helper() {
 
 #[test]
 fn cqe_accessors() {
-    // mlx5-facts §5.1: op_own 0xd3 → owner 1, se 1, format 0, opcode 13 (REQ_ERR).
+    // `docs/wqe-layout.md` §9: op_own 0xd3 → owner 1, se 1, format 0, opcode 13 (REQ_ERR).
     let mut raw = [0u8; 64];
     raw[63] = 0xd3;
     assert_eq!(oracle::cqe_fields(&raw), (1, 1, 0, 13));

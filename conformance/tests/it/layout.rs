@@ -3,7 +3,7 @@
 //!
 //! Not in the installed header (they live in rdma-core's internal `providers/mlx5/wqe.h`): the
 //! masked-atomic segments and the XRC segment. Their layouts are pinned by the golden vectors
-//! in `wqe/tests/golden.rs`, after mlx5-facts §1.4.
+//! in `wqe/tests/golden.rs`, after `docs/wqe-layout.md` §5 (rdma-core `wqe.h`, UCX `ib_mlx5.h`).
 
 use core::mem::{offset_of, size_of};
 

@@ -1,7 +1,7 @@
 //! Connection setup on the software ConnectX through `mlx5_connect`: the in-process pair
 //! and the TCP handshake between two threads bring real QPs to RTS with crossed PSNs, and data
 //! then flows; UD gets its Q_Key and address handle; the illegal transitions and bad values
-//! the seed README §5 lists are refused with the state table's messages.
+//! `docs/sources.md` §19 lists are refused with the state table's messages.
 
 use crate::connect_support;
 

@@ -1,4 +1,4 @@
-//! Recovery after one side's QP was destroyed, on the software ConnectX (seed README §6).
+//! Recovery after one side's QP was destroyed, on the software ConnectX (`docs/sources.md` §20).
 //!
 //! The side whose QP is gone creates a new QP (a new QPN), hands it to
 //! `Connection::replace_qp` — which retires the old QP's WRs — and destroys the old one. The

@@ -1,4 +1,4 @@
-//! Recovery on the software ConnectX (seed README §5–§6): a peer QP in Error makes the
+//! Recovery on the software ConnectX (`docs/sources.md` §19–§20): a peer QP in Error makes the
 //! requester exhaust its retries (RETRY_EXC_ERR), a receiver with nothing posted makes it
 //! exhaust its RNR retries (RNR_RETRY_EXC_ERR); `rebuild` / `rebuild_pair` drain, reset and
 //! reconnect with fresh PSNs, every posted WR is accounted for, and data flows again.
@@ -175,7 +175,7 @@ fn rnr_retries_exhausted_then_rebuild_with_receives_posted() {
         "responder counts no-buffer: {gb:?}"
     );
 
-    // The fix the article suggests: post receives (here: at all) and rebuild.
+    // The fix for RNR (`docs/sources.md` §19–§20): post receives (here: at all) and rebuild.
     b.recv_count.store(8, Ordering::SeqCst);
     let (ra, _rb) = rebuild_pair(&mut a, &mut ca, &mut b, &mut cb, wc.status);
     assert_eq!(ra.generation, 1);

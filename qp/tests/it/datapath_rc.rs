@@ -123,7 +123,8 @@ fn be32(b: &[u8], off: usize) -> u32 {
 #[test]
 fn rc_atomics_plain_and_masked() {
     let (f, mut a, mut b) = pair(&Opts::default());
-    // Remote words are big-endian (mlx5-facts §1.4); replies land big-endian too.
+    // Remote words are big-endian, and so are replies: the software ConnectX's
+    // atomic_req_8B_endianness_mode is 0 (`docs/sources.md` §3, `docs/software-connectx.md`).
     b.buf.bytes_mut()[0..8].copy_from_slice(&100u64.to_be_bytes());
     let r = b.buf.remote(0);
     let l = a.buf.sge(0, 8);

@@ -47,7 +47,7 @@ fn inline_write_goes_through_blueflame_and_toggles() {
     )
     .unwrap();
     let b = fake.bb(0).to_vec();
-    // 16 ctrl + 16 raddr + align16(4 + 8) = 48 bytes = 3 DS (mlx5-facts §1.5 "WRITE inline").
+    // 16 ctrl + 16 raddr + align16(4 + 8) = 48 bytes = 3 DS (`docs/sources.md` §2).
     check_ctrl(&b, 0, 0, 0x08, 0x1234, 3, 0x08);
     assert_eq!(be64(&b, 16), 0x1122_3344_5566_7788);
     assert_eq!(be32(&b, 24), 0xabcd);
@@ -419,7 +419,7 @@ fn ud_send_carries_the_address_vector() {
     qp.post(&SendWr::send_imm(0, 0xfeed).sges(&sg).ud(&dest))
         .unwrap();
     let w = fake.wqe(0, 2);
-    // ctrl + 48-byte AV + data = 80 bytes = 5 DS, 2 blocks (mlx5-facts §1.5).
+    // ctrl + 48-byte AV + data = 80 bytes = 5 DS, 2 blocks (`docs/sources.md` §2).
     check_ctrl(&w, 0, 0, 0x0b, 0x1234, 5, 0);
     assert_eq!(be32(&w, 16), 0x1111_2222, "Q_Key in the key's high word");
     assert_eq!(be32(&w, 20), 0);

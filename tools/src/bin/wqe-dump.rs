@@ -1,7 +1,9 @@
-//! `wqe-dump`: print every field of a raw mlx5 send WQE, receive WQE, SRQ WQE or CQE.
+//! `wqe-dump`: print every field of a raw mlx5 send WQE, receive WQE, SRQ WQE, CQE or run of
+//! CQ slots (compressed CQEs expanded).
 //!
 //! ```text
-//! wqe-dump send|recv|srq|cqe [FILE] [--qp-type rc|uc|ud|xrc] [--cqe-size 64|128] [--sges N]
+//! wqe-dump send|recv|srq|cqe|cq [FILE] [--qp-type rc|uc|ud|xrc] [--cqe-size 64|128] [--sges N]
+//!          [--zip basic|enhanced]
 //! ```
 //!
 //! Input is hex text from FILE (or stdin when FILE is absent or `-`). Malformed input prints one
@@ -10,19 +12,22 @@
 use std::io::Read;
 use std::process::ExitCode;
 
-use mlx5_decode::{decode, parse_hex, Kind, Options, QpType};
+use mlx5_decode::{decode, parse_hex, Kind, Options, QpType, Zip};
 
 const USAGE: &str = "\
-usage: wqe-dump <send|recv|srq|cqe> [FILE] [options]
+usage: wqe-dump <send|recv|srq|cqe|cq> [FILE] [options]
 
-Decode the hex bytes of an mlx5 send WQE, receive WQE, SRQ WQE or CQE (from FILE, or stdin)
-and print every field with its byte offset, raw bytes and meaning.
+Decode the hex bytes of an mlx5 send WQE, receive WQE, SRQ WQE, CQE, or of consecutive CQ
+slots (`cq`: compressed sessions expanded into the completions they stand for), from FILE or
+stdin, and print every field with its byte offset, raw bytes and meaning.
 Whitespace, newlines, commas, 0x prefixes and # comments are allowed in the input.
 
 options:
   --qp-type rc|uc|ud|xrc   QP type of a send WQE (default rc; ud: an address vector follows ctrl)
   --cqe-size 64|128        CQE size (default 64)
   --sges N                 scatter slots of a recv/srq WQE (default: as many as the bytes hold)
+  --zip basic|enhanced     layout of compressed CQEs (default basic, as mlx5dv_create_cq gets;
+                           enhanced: DEVX CQs with cqe_comp_layout 1, as UCX and DPDK create)
   -h, --help               this text
 
 A send WQE that wrapped around the ring end must be given unwrapped (in WQE order).
@@ -64,6 +69,14 @@ fn parse_args(argv: &[String]) -> Result<Option<Args>, String> {
                     _ => return Err(format!("--cqe-size must be 64 or 128, not `{v}`")),
                 }
             }
+            "--zip" => {
+                let v = value("--zip")?;
+                opts.zip = match v.as_str() {
+                    "basic" => Zip::Basic,
+                    "enhanced" => Zip::Enhanced,
+                    _ => return Err(format!("--zip must be basic or enhanced, not `{v}`")),
+                }
+            }
             "--sges" => {
                 let v = value("--sges")?;
                 let n: usize = v
@@ -81,9 +94,10 @@ fn parse_args(argv: &[String]) -> Result<Option<Args>, String> {
                     "recv" => Kind::Recv,
                     "srq" => Kind::Srq,
                     "cqe" => Kind::Cqe,
+                    "cq" => Kind::Cq,
                     other => {
                         return Err(format!(
-                            "unknown kind `{other}`: expected send, recv, srq or cqe"
+                            "unknown kind `{other}`: expected send, recv, srq, cqe or cq"
                         ))
                     }
                 })
@@ -92,7 +106,7 @@ fn parse_args(argv: &[String]) -> Result<Option<Args>, String> {
             s => return Err(format!("unexpected argument `{s}` (see --help)")),
         }
     }
-    let kind = kind.ok_or("missing kind: send, recv, srq or cqe (see --help)")?;
+    let kind = kind.ok_or("missing kind: send, recv, srq, cqe or cq (see --help)")?;
     Ok(Some(Args { kind, file, opts }))
 }
 
@@ -154,16 +168,17 @@ mod tests {
     fn sample_files_decode() {
         let root = env!("CARGO_MANIFEST_DIR");
         for (kind, file, extra) in [
-            ("send", "rc-write-inline.hex", None),
-            ("send", "ud-send.hex", Some("ud")),
-            ("cqe", "cqe-req-err.hex", None),
-            ("srq", "srq-recv.hex", None),
+            ("send", "rc-write-inline.hex", &[][..]),
+            ("send", "ud-send.hex", &["--qp-type", "ud"][..]),
+            ("cqe", "cqe-req-err.hex", &[][..]),
+            ("cqe", "cqe-sig-err.hex", &[][..]),
+            ("cq", "cq-zip-basic.hex", &[][..]),
+            ("cq", "cq-zip-enhanced.hex", &["--zip", "enhanced"][..]),
+            ("srq", "srq-recv.hex", &[][..]),
         ] {
             let path = format!("{root}/../docs/samples/{file}");
             let mut a = args(&[kind, &path]);
-            if let Some(t) = extra {
-                a.extend(args(&["--qp-type", t]));
-            }
+            a.extend(args(extra));
             let out = run(&a).unwrap_or_else(|e| panic!("{file}: {e}"));
             assert!(out.lines().count() > 5, "{file}");
         }
@@ -184,6 +199,10 @@ mod tests {
                 "CQE: expected exactly 64 bytes, got 16",
             ),
             (args(&["bogus"]), "unknown kind `bogus`"),
+            (
+                args(&["cq", "--zip", "legacy"]),
+                "--zip must be basic or enhanced",
+            ),
             (
                 args(&["send", "--qp-type", "rd"]),
                 "--qp-type must be rc, uc, ud or xrc",

@@ -438,7 +438,7 @@ fn every_doorbell_mode_runs_and_is_named() {
 fn a_blueflame_mode_on_a_qp_without_blueflame_is_refused() {
     use mlx5_qp::{DoorbellMode, Qp};
     // The software ConnectX always has BlueFlame registers; a ConnectX may not (a VF,
-    // MLX5_SHUT_UP_BF=1: docs/hardware.md). Drive the QP as if its layout said so.
+    // a device without write combining: docs/hardware.md). Drive the QP as if its layout said so.
     let devs = side::Devices::sim_pair(false);
     let mut s = side::Side::new(devs.local.clone(), &side::SideCfg::rc()).unwrap();
     let mut layout = s.infos[0].layout;
