@@ -183,7 +183,7 @@ fn error_kind_names_the_offending_bits() {
     ));
 }
 
-/// The moves the seed article lists as legal (with the attributes it says are usually set)
+/// The moves the QP article lists (`docs/sources.md` §17) as legal (with the attributes it says are usually set)
 /// and the ones it warns against.
 #[test]
 fn article_transitions() {

@@ -8,7 +8,7 @@
 //!   `(pi >> log2(cqe_cnt)) & 1`, and `op_own` is written last (rdma-core `get_sw_cqe`).
 //! - `dbrec[0]` is the 24-bit consumer index (set_ci); a CQE that would land on an entry the
 //!   consumer has not released is an overrun: the CQ stops and `IBV_EVENT_CQ_ERR` is raised,
-//!   unless the CQ was created with `IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN` (mlx5-facts §5.7).
+//!   unless the CQ was created with `IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN` (`docs/sources.md` §10).
 //! - Arming: `dbrec[1] = sn << 28 | cmd | ci`, then the same word and the CQN as a 64-bit write
 //!   at UAR + 0x20 (rdma-core `mlx5_arm_cq`, kernel `mlx5_cq_arm`). `cmd` is `REQ_NOT` (0,
 //!   any completion) or `REQ_NOT_SOL` (1 << 24); bits 31:30 and 27:25 are not used by either

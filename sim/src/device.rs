@@ -766,7 +766,7 @@ impl Device for SimDevice {
 }
 
 /// The 48-byte address vector of an AH, as rdma-core's `mlx5_create_ah` fills `struct
-/// mlx5_wqe_av` (mlx5-facts §1.4): extended bit in `dqp_dct`, static rate and SL, the UDP
+/// mlx5_wqe_av` (`docs/sources.md` §3): extended bit in `dqp_dct`, static rate and SL, the UDP
 /// source port in `rlid` on RoCE (from the flow label, `mlx5_ah_set_udp_sport`; rdma-core
 /// picks a random port when the label is 0, the software ConnectX a fixed one from the GID so
 /// runs repeat), destination MAC, traffic class, hop limit, SGID index + flow label, GID.

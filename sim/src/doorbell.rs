@@ -1,6 +1,6 @@
 //! How the device learns of send work: only from writes to the QP's UAR page.
 //!
-//! The driver (rdma-core `post_send_db`, UCX `uct_ib_mlx5_txwq_ring_doorbell`; mlx5-facts §3.3)
+//! The driver (rdma-core `post_send_db`, UCX `uct_ib_mlx5_txwq_ring_doorbell`; `docs/sources.md` §5)
 //! writes the WQEs, then the SQ doorbell record `dbrec[1]`, then either an 8-byte doorbell (the
 //! first 8 bytes of the last WQE's ctrl segment) or a BlueFlame copy (whole 64-byte blocks of
 //! the WQE) to `bf.reg + offset`, and toggles `offset` by `bf.size`.
@@ -15,7 +15,7 @@
 //! - **Deterministic** ([`scan`]): the driver never runs during a scan. A half whose first 8
 //!   bytes changed received a write: if bytes 8..15 are still poison it was an 8-byte
 //!   doorbell, otherwise a BlueFlame copy of the blocks that changed. After reading, the half
-//!   is poisoned again. Every doorbell is checked against the ring (mlx5-facts §3.3): it must
+//!   is poisoned again. Every doorbell is checked against the ring (`docs/sources.md` §5): it must
 //!   carry this QP's number and the index of a WQE among those newly posted, the doorbell
 //!   record must have advanced, two BlueFlame copies in a row must use both halves, and a
 //!   BlueFlame copy must equal the ring over the WQE's DS × 16 bytes (the rest of its last

@@ -5,7 +5,7 @@
 //! for the syndrome): when a QP enters Error, every WQE outstanding on its SQ and RQ completes
 //! with WR_FLUSH_ERR (syndrome 0x05), signaled or not, in order, after the error CQE of the WQE
 //! that failed; WQEs posted while the QP is in Error are flushed too. That unsignaled WQEs
-//! produce flush CQEs is IB verbs semantics; mlx5-facts §5.5 marks it unconfirmed on mlx5.
+//! produce flush CQEs is IB verbs semantics; `docs/sources.md` §9 marks it unconfirmed on mlx5.
 //! SRQ WQEs belong to the SRQ and are not flushed; the QP raises
 //! `IBV_EVENT_QP_LAST_WQE_REACHED` instead.
 

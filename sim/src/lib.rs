@@ -1,6 +1,6 @@
 //! # mlx5-sim: the software ConnectX
 //!
-//! A device model that plays the hardware side of the mlx5 contract (DESIGN §4), so that the
+//! A device model that plays the hardware side of the mlx5 contract (`docs/software-connectx.md`), so that the
 //! same driver code that posts on a ConnectX can be tested without one, and a driver bug fails
 //! a test here.
 //!

@@ -4,7 +4,7 @@
 //! machines (requester and responder).
 //!
 //! Layout sources: rdma-core `providers/mlx5/verbs.c` `mlx5_calc_wq_size` (RQ at offset 0, SQ
-//! at the RQ size), `mlx5.c` `mlx5dv_get_qp` (`dbrec`, `bf.reg`, `bf.size`), mlx5-facts §3.1
+//! at the RQ size), `mlx5.c` `mlx5dv_get_qp` (`dbrec`, `bf.reg`, `bf.size`), `docs/sources.md` §5
 //! (bfreg 0 of a UAR at 0x800, halves of 256 bytes), §3.4 (a thread domain gives the QP a
 //! dedicated UAR).
 

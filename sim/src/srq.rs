@@ -1,7 +1,7 @@
 //! Shared receive queues in the linked-list topology of verbs-created mlx5 SRQs.
 //!
 //! Layout (rdma-core `providers/mlx5/srq.c` `mlx5_alloc_srq_buf`, `mlx5_post_srq_recv`;
-//! mlx5-facts §4.2): each WQE is a 16-byte next segment (`next_wqe_index` BE16 at byte 2)
+//! `docs/sources.md` §7): each WQE is a 16-byte next segment (`next_wqe_index` BE16 at byte 2)
 //! followed by data segments; at creation WQE i links to i + 1 (the last back to 0), head = 0,
 //! tail = the last WQE. The driver posts at its head and follows the link; the device mirrors
 //! that: it consumes the WQE at its own head, reads the link to find the next one, and knows

@@ -1,5 +1,5 @@
 //! Reading send WQEs the way the NIC does: fetch 16-byte units from the SQ ring (wrapping at
-//! the ring end, mlx5-facts §2 "Wrap policy"), or take the BlueFlame register copy, then decode
+//! the ring end, `docs/sources.md` §4, "Wrap"), or take the BlueFlame register copy, then decode
 //! the segments and reject what hardware rejects.
 //!
 //! Segment order: ctrl, then the datagram segment (UD), the remote-address segment, the atomic

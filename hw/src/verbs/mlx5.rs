@@ -28,7 +28,7 @@ pub(super) fn blueflame_expected(ctx: *mut ibv::ibv_context) -> bool {
 }
 
 /// `mlx5dv_create_cq` with the CQE size and, if asked, `IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN`
-/// (mlx5-facts §6.2).
+/// (`docs/sources.md` §11).
 pub(super) fn create_cq(
     ctx: *mut ibv::ibv_context,
     attr: &CqInitAttr,
@@ -118,8 +118,8 @@ pub(super) fn srq_layout(srq: *mut ibv::ibv_srq, max_sge: u32) -> Result<SrqLayo
 
 /// Creates an mlx5 QP on its own thread domain and parent domain, so that it gets a dedicated
 /// BlueFlame register (rdma-core `mlx5_alloc_td` attaches a dedicated bfreg to the TD; a QP
-/// created on a parent domain with that TD uses it: mlx5-facts §3.4). Scatter-to-CQE is
-/// disabled so received data always lands in the posted buffers (mlx5-facts §9.1).
+/// created on a parent domain with that TD uses it: `docs/sources.md` §6). Scatter-to-CQE is
+/// disabled so received data always lands in the posted buffers (`docs/sources.md` §8).
 ///
 /// Returns the QP, its parent domain and its thread domain; `a.cap` is updated with the
 /// capabilities granted.
@@ -251,7 +251,7 @@ pub(super) fn ah_av(ah: *mut ibv::ibv_ah) -> Result<[u8; 48]> {
             "mlx5dv_init_obj returned no address vector".into(),
         ));
     }
-    // SAFETY: `av` points at the AH's `struct mlx5_wqe_av`, 48 bytes (mlx5-facts §1.4), live
+    // SAFETY: `av` points at the AH's `struct mlx5_wqe_av`, 48 bytes (`docs/sources.md` §3), live
     // as long as the AH; it is copied out at once.
     Ok(unsafe { std::ptr::read_unaligned(out.av.cast::<[u8; 48]>()) })
 }

@@ -20,7 +20,7 @@ pub const MLX5DV_QP_CREATE_TIR_ALLOW_SELF_LOOPBACK_UC: u32 = 1 << 1;
 pub const MLX5DV_QP_CREATE_TIR_ALLOW_SELF_LOOPBACK_MC: u32 = 1 << 2;
 /// `create_flags`: never scatter received data into CQEs
 /// (`MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE`). mlx5-direct sets it so that data always lands
-/// in the posted buffers (mlx5-facts §5.4).
+/// in the posted buffers (`docs/sources.md` §8).
 pub const MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE: u32 = 1 << 3;
 /// `create_flags`: allow requester scatter to CQE (`MLX5DV_QP_CREATE_ALLOW_SCATTER_TO_CQE`);
 /// together with the previous flag `mlx5dv_create_qp` fails with EINVAL.

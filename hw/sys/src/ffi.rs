@@ -2,7 +2,7 @@
 //!
 //! Declared unconditionally; linked only with the `link` feature, so the default build needs no
 //! libmlx5. Symbol versions: a normal link binds `mlx5dv_init_obj@@MLX5_1.2`, the version that
-//! returns `cq_uar` as the UAR address (mlx5-facts §6.1).
+//! returns `cq_uar` as the UAR address (`docs/sources.md` §11).
 
 use core::ffi::c_int;
 

@@ -213,7 +213,7 @@ impl<I, O> Default for mlx5dv_obj_pair<I, O> {
 /// Defined with the `devx` pair that rdma-core added after v44, so it is 128 bytes; the v44
 /// header's struct is 112 bytes. Both are safe to pass: the library touches only the pairs whose
 /// `MLX5DV_OBJ_*` bit is requested, and the first seven pairs sit at the same offsets
-/// (mlx5-facts §6.1; rdma-core `mlx5.c` `mlx5dv_init_obj`).
+/// (`docs/sources.md` §11; rdma-core `mlx5.c` `mlx5dv_init_obj`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct mlx5dv_obj {

@@ -3,8 +3,8 @@
 //! In deterministic mode ([`super::scan`]) the driver never runs during a scan, so what sits in
 //! a BlueFlame half is exactly what the driver wrote since the last scan. With the fabric on
 //! its own thread ([`crate::Fabric::start_thread`]) a scan can land anywhere in the driver's
-//! doorbell sequence (WQEs → `dbrec[1]` → 8-byte doorbell or BlueFlame copy, mlx5-facts
-//! §3.3), and a copy of 64, 128, ... bytes is a run of 8- or 16-byte stores, ascending, that
+//! doorbell sequence (WQEs → `dbrec[1]` → 8-byte doorbell or BlueFlame copy,
+//! `docs/sources.md` §5), and a copy of 64, 128, ... bytes is a run of 8- or 16-byte stores, ascending, that
 //! the driver's thread can be preempted in the middle of. So threaded mode changes what drives
 //! execution and when a half is judged:
 //!

@@ -876,7 +876,7 @@ pub fn on_response(qp: &mut Qp, ctx: &mut Ctx, frame: &Frame) {
                 }
             };
             let orig = pkt.atomic_ack_eth.map(|a| a.orig).unwrap_or(0);
-            // Replies are written big-endian (atomic_req_8B_endianness_mode 0, mlx5-facts §1.4).
+            // Replies are written big-endian (atomic_req_8B_endianness_mode 0, `docs/sources.md` §3).
             let bytes = orig.to_be_bytes();
             let data = if size == 4 { &bytes[4..] } else { &bytes[..] };
             if !scatter(qp, ctx, &[local], 0, data) {

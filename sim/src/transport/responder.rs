@@ -31,8 +31,8 @@
 //!
 //! Atomics operate on the responder's memory as big-endian words and return the original
 //! bytes unchanged, which the requester writes to its buffer: 8-byte replies are big-endian as
-//! with `atomic_req_8B_endianness_mode` 0, and so are the masked (extended) ones (mlx5-facts
-//! §1.4, UNCONFIRMED on hardware).
+//! with `atomic_req_8B_endianness_mode` 0, and so are the masked (extended) ones
+//! (`docs/sources.md` §3, UNCONFIRMED on hardware).
 
 use std::collections::VecDeque;
 
@@ -301,7 +301,7 @@ fn ud(qp: &mut Qp, ctx: &mut Ctx, frame: &Frame) {
     } else {
         CQE_RESP_SEND
     };
-    // flags_rqpn: bit 28 = GRH in the receive buffer, bit 25 = IPv4 packet (mlx5-facts §5.1).
+    // flags_rqpn: bit 28 = GRH in the receive buffer, bit 25 = IPv4 packet (`docs/sources.md` §8).
     recv_cqe(qp, ctx, &w, op, total as u32, pkt, (1 << 28) | (1 << 25));
 }
 

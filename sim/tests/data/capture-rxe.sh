@@ -3,7 +3,7 @@
 # the software ConnectX's parser and ICRC against them (sim/tests/wire_golden_rxe.rs holds the
 # bytes taken from such a capture).
 #
-# Runs inside the rxe VM (/work/shared/rxe-vm, or the project's copy of that recipe), which
+# Runs inside the rxe VM (`tools/rxe-vm/`), which
 # pairs rxe0/veth0 (192.0.2.1) with rxe1/veth1 (192.0.2.2). From the host:
 #
 #   out=/tmp/rxe-cap; mkdir -p $out

@@ -229,7 +229,7 @@ impl Device for VerbsDevice {
             String::new()
         };
         // DEBUG, not INFO: `mlx5_hw::transition::apply` emits the one INFO event per state
-        // change (DESIGN.md §7); this one records what reached the device.
+        // change (docs/sources.md §20); this one records what reached the device.
         tracing::debug!(
             device = %self.name,
             qpn,

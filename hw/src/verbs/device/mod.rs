@@ -430,7 +430,7 @@ impl VerbsDevice {
 
     /// Creates a QP on any device. On mlx5: `mlx5dv_create_qp` with
     /// `MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE`, on a parent domain with its own thread domain
-    /// so that the QP has a dedicated BlueFlame register (mlx5-facts §3.4, §9.3); the layout
+    /// so that the QP has a dedicated BlueFlame register (`docs/sources.md` §6); the layout
     /// comes from `mlx5dv_init_obj`. Elsewhere: `ibv_create_qp`.
     pub fn create_qp_verbs(&self, pd: PdId, attr: &QpInitAttr) -> Result<VerbsQp> {
         let mut objs = self.lock();
