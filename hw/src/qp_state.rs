@@ -139,7 +139,9 @@ impl KernelVersion {
     const fn extra_optional(self, cur: QpState, next: QpState, qp_type: QpType) -> AttrMask {
         let rc_rate_cell = matches!(
             (cur, next),
-            (QpState::Init, QpState::Rtr) | (QpState::Rtr, QpState::Rts) | (QpState::Rts, QpState::Rts)
+            (QpState::Init, QpState::Rtr)
+                | (QpState::Rtr, QpState::Rts)
+                | (QpState::Rts, QpState::Rts)
         );
         if matches!(self, KernelVersion::Linux7_0) && matches!(qp_type, QpType::Rc) && rc_rate_cell
         {
@@ -663,9 +665,7 @@ fn check_ah_values(attr: &'static str, field: &str, ah: &AhAttr) -> Result<(), M
     if ah.port_num == 0 {
         return Err(invalid(
             attr,
-            format!(
-                "{field}.port_num = 0: ports are numbered from 1 (uverbs modify_qp checks it)"
-            ),
+            format!("{field}.port_num = 0: ports are numbered from 1 (uverbs modify_qp checks it)"),
         ));
     }
     at_most(

@@ -7,9 +7,7 @@
 //! `tests/sim_transition_table.rs`, which also parses it); the library encodes the same facts
 //! as Rust constants. A typo on either side makes a case disagree.
 
-use mlx5_hw::qp_state::{
-    check_modify, check_modify_for, rule, rule_for, KernelVersion, Rule,
-};
+use mlx5_hw::qp_state::{check_modify, check_modify_for, rule, rule_for, KernelVersion, Rule};
 use mlx5_hw::{AttrMask, Errno, ModifyError, QpState, QpType};
 use std::collections::HashMap;
 

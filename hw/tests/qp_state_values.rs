@@ -326,7 +326,10 @@ fn alt_path_is_refused_on_roce_with_einval_before_the_table() {
         msg.contains("IBV_QP_ALT_PATH") && msg.contains("RoCE") && msg.contains("InfiniBand"),
         "{msg}"
     );
-    assert_eq!(check_port_protocol(&a, m, &limits()), Err(ModifyError::AltPathOnRoce));
+    assert_eq!(
+        check_port_protocol(&a, m, &limits()),
+        Err(ModifyError::AltPathOnRoce)
+    );
     // The table alone accepts it (RC Init->RTR lists IB_QP_ALT_PATH) ...
     assert_eq!(validate(QpState::Init, &a, m, QpType::Rc), Ok(QpState::Rtr));
     // ... and so does an InfiniBand port.
@@ -399,7 +402,11 @@ fn alternate_path_values_on_infiniband() {
         let mut a = ok;
         brk(&mut a);
         let e = validate_with_limits(QpState::Init, &a, m, QpType::Rc, &ib).unwrap_err();
-        assert_eq!(attr_name(Err::<(), _>(e.clone())), Some("IBV_QP_ALT_PATH"), "{e}");
+        assert_eq!(
+            attr_name(Err::<(), _>(e.clone())),
+            Some("IBV_QP_ALT_PATH"),
+            "{e}"
+        );
         assert!(e.to_string().contains(words), "{words}: {e}");
         assert_eq!(e.errno(), Errno::Inval);
     }
@@ -497,10 +504,12 @@ fn uverbs_adds_the_port_to_an_address_outside_init_to_rtr() {
         Ok(QpState::Sqd)
     );
     // A port given by the caller is checked against the address as before.
-    assert!(validate(QpState::Sqd, &sqd, av | AttrMask::PORT, QpType::Rc)
-        .unwrap_err()
-        .to_string()
-        .contains("port_num = 7"));
+    assert!(
+        validate(QpState::Sqd, &sqd, av | AttrMask::PORT, QpType::Rc)
+            .unwrap_err()
+            .to_string()
+            .contains("port_num = 7")
+    );
     // Where the address itself is refused, the refusal names it, not the added port.
     assert_eq!(
         validate(QpState::Sqd, &sqd, av, QpType::Ud),
@@ -531,7 +540,10 @@ fn validate_with_limits_follows_the_limits_kernel() {
         assert_eq!(got.is_ok(), ok, "{kernel}: {got:?}");
         assert_eq!(validate_for(kernel, QpState::Rts, &a, m, QpType::Rc), got);
     }
-    assert!(validate(QpState::Rts, &a, m, QpType::Rc).is_ok(), "default 7.2");
+    assert!(
+        validate(QpState::Rts, &a, m, QpType::Rc).is_ok(),
+        "default 7.2"
+    );
 }
 
 #[test]

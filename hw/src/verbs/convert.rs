@@ -285,10 +285,7 @@ mod tests {
         assert_eq!(qp_type_to_ibv(QpType::Ud), ibv::ibv_qp_type::IBV_QPT_UD);
         assert_eq!(QpState::Sqe as u32, ibv::ibv_qp_state::IBV_QPS_SQE);
         assert_eq!(Mtu::Mtu256 as u32, ibv::ibv_mtu::IBV_MTU_256);
-        assert_eq!(
-            MigState::Armed as u32,
-            ibv::ibv_mig_state::IBV_MIG_ARMED
-        );
+        assert_eq!(MigState::Armed as u32, ibv::ibv_mig_state::IBV_MIG_ARMED);
     }
 
     #[test]
