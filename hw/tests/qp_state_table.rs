@@ -238,7 +238,7 @@ fn rate_limit_per_kernel_version() {
 
 #[test]
 fn error_kind_names_the_offending_bits() {
-    // Missing MIN_RNR_TIMER on RC Init->RTR: the article's "silently defaulted" attribute.
+    // Missing MIN_RNR_TIMER on RC Init->RTR: the attribute most often left to a default.
     let mask = AttrMask::STATE
         | AttrMask::AV
         | AttrMask::PATH_MTU
@@ -299,10 +299,10 @@ fn error_kind_names_the_offending_bits() {
     assert!(e.to_string().contains("attr_mask"), "{e}");
 }
 
-/// The moves the seed article lists as legal (with the attributes it says are usually set)
-/// and the ones it warns against.
+/// The moves a connection makes (with the attributes usually set at each)
+/// and moves that are illegal.
 #[test]
-fn article_transitions() {
+fn connection_moves_and_illegal_ones() {
     use QpState::*;
     let rc = QpType::Rc;
     let s = AttrMask::STATE;

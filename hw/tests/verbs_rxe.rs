@@ -1023,7 +1023,7 @@ fn error_flush_and_recovery_then_traffic_again() {
         assert_eq!(f.wr_id, 3);
         assert!(!f.is_success());
     }
-    // the seed's rebuild: Error → Reset → Init → RTR → RTS, on both sides with fresh PSNs
+    // the rebuild after an error: Error → Reset → Init → RTR → RTS, on both sides with fresh PSNs
     b.apply(&[Step::Error, Step::Reset]);
     a.apply(&[Step::Reset]);
     connect(&a, &b, 0x5000, 0x6000);

@@ -317,7 +317,7 @@ impl Cq {
             // SAFETY: op_own is the last byte of the CQE; volatile, the device writes it.
             let op_own = unsafe { core::ptr::read_volatile(cqe_ptr.add(63)) };
             // The common case in one test (UCX `uct_ib_mlx5_poll_cq` tests error, invalid
-            // and compressed CQEs with one mask, mlx5-facts §5.2): opcode REQ (bits 7:4 = 0),
+            // and compressed CQEs with one mask): opcode REQ (bits 7:4 = 0),
             // no inline scatter and not compressed (format, bits 3:2 = 0), owner bit (bit 0)
             // equal to the lap parity (rdma-core `get_sw_cqe`, §5.3). SE (bit 1) is ignored.
             let parity = ((ci & cqe_cnt) != 0) as u8;
@@ -630,7 +630,8 @@ impl Cq {
                 let cqn = self.cqn;
                 let qp = table.qp(qpn).ok_or(Error::UnknownQpn { cqn, qpn })?;
                 if let (Some(data), WcStatus::Success) = (inline, status) {
-                    // Requester scatter-to-CQE: a READ or atomic reply (mlx5-facts §5.4).
+                    // Requester scatter-to-CQE: a READ or atomic reply (rdma-core `mlx5_parse_cqe`:
+                    // `mlx5_copy_to_send_wqe` for a requester CQE with inline scatter).
                     let mut segs = [DataSeg::default(); 16];
                     let k = qp.reply_sges(cqe.wqe_counter(), &mut segs);
                     let len = (cqe.byte_cnt() as usize).min(data.len());
