@@ -654,11 +654,15 @@ impl Cq {
                     wc.syndrome = e.syndrome;
                     wc.vendor_err = e.vendor_err_synd;
                 } else {
+                    // The fields rdma-core's `handle_responder` takes from a good responder
+                    // CQE, the same way.
                     wc.byte_len = cqe.byte_cnt();
                     wc.src_qp = cqe.src_qpn();
-                    wc.slid = u16::from_be(cqe.slid);
-                    // rdma-core `handle_responder`: g = (flags_rqpn >> 28) & 3.
-                    if (u32::from_be(cqe.flags_rqpn) >> 28) & 3 != 0 {
+                    wc.slid = cqe.slid();
+                    wc.sl = cqe.sl();
+                    wc.dlid_path_bits = cqe.dlid_path_bits();
+                    wc.pkey_index = cqe.pkey_index();
+                    if cqe.grh_flags() != 0 {
                         wc.flags |= WcFlags::GRH;
                     }
                     let imm = u32::from_be(cqe.imm_inval_pkey);
