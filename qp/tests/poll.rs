@@ -314,7 +314,12 @@ fn receive_completions_carry_sl_path_bits_and_pkey_index() {
         // The Cqe64 accessors read the same bits.
         let cqe = Cqe64::from_bytes(&b);
         assert_eq!(
-            (cqe.sl(), cqe.dlid_path_bits(), cqe.pkey_index(), cqe.grh_flags()),
+            (
+                cqe.sl(),
+                cqe.dlid_path_bits(),
+                cqe.pkey_index(),
+                cqe.grh_flags()
+            ),
             (7, 3, 0x0042, 0)
         );
     }
