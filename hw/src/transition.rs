@@ -111,7 +111,9 @@ pub enum ToRts {
 /// Attributes changed in place (Init→Init, RTS→RTS, SQD→SQD) or on the way back to RTS
 /// (SQD→RTS, SQE→RTS). Each `Some` field adds its bit to the mask; the table then decides
 /// whether the transition accepts it for the QP type (the path, timeout and retry counts of an
-/// RC QP change only in SQD→SQD).
+/// RC QP change only in SQD→SQD; a UC QP's path not at all from user space, because uverbs adds
+/// `IBV_QP_PORT` to an `IBV_QP_AV` there, which UC SQD→SQD refuses:
+/// [`crate::ModifyError::PortAddedWithAv`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct Changes {
     /// `IBV_QP_ACCESS_FLAGS`
