@@ -319,7 +319,7 @@ impl Cq {
             // The common case in one test (UCX `uct_ib_mlx5_poll_cq` tests error, invalid
             // and compressed CQEs with one mask): opcode REQ (bits 7:4 = 0),
             // no inline scatter and not compressed (format, bits 3:2 = 0), owner bit (bit 0)
-            // equal to the lap parity (rdma-core `get_sw_cqe`, §5.3). SE (bit 1) is ignored.
+            // equal to the lap parity (rdma-core `get_sw_cqe`). SE (bit 1) is ignored.
             let parity = ((ci & cqe_cnt) != 0) as u8;
             if (op_own ^ parity) & 0xfd == 0 {
                 mmio::from_device_barrier();
