@@ -159,6 +159,36 @@ impl Cqe64 {
     pub fn src_qpn(&self) -> u32 {
         u32::from_be(self.flags_rqpn) & 0x00ff_ffff
     }
+    /// Service level of a responder CQE: bits 27:24 of `flags_rqpn` (rdma-core
+    /// `handle_responder`: `(be32toh(cqe->flags_rqpn) >> 24) & 0xf`).
+    #[inline(always)]
+    pub fn sl(&self) -> u8 {
+        ((u32::from_be(self.flags_rqpn) >> 24) & 0xf) as u8
+    }
+    /// GRH flags of a responder CQE: bits 29:28 of `flags_rqpn`, non-zero when a GRH preceded
+    /// the data (rdma-core `handle_responder`: `g = (be32toh(cqe->flags_rqpn) >> 28) & 3`).
+    #[inline(always)]
+    pub fn grh_flags(&self) -> u8 {
+        ((u32::from_be(self.flags_rqpn) >> 28) & 3) as u8
+    }
+    /// DLID path bits of a responder CQE: bits 6:0 of `ml_path` (rdma-core
+    /// `handle_responder`: `cqe->ml_path & 0x7f`).
+    #[inline(always)]
+    pub fn dlid_path_bits(&self) -> u8 {
+        self.ml_path & 0x7f
+    }
+    /// P_Key index of a responder CQE: the low 16 bits of `imm_inval_pkey` (rdma-core
+    /// `handle_responder`: `be32toh(cqe->imm_inval_pkey) & 0xffff`). The field is shared with
+    /// the immediate and the invalidated rkey: meaningful when the CQE carries neither.
+    #[inline(always)]
+    pub fn pkey_index(&self) -> u16 {
+        (u32::from_be(self.imm_inval_pkey) & 0xffff) as u16
+    }
+    /// Source LID of a responder CQE (InfiniBand).
+    #[inline(always)]
+    pub fn slid(&self) -> u16 {
+        u16::from_be(self.slid)
+    }
     /// SRQN / user index.
     #[inline(always)]
     pub fn srqn(&self) -> u32 {

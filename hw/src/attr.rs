@@ -1,9 +1,10 @@
 //! Verbs-level attribute types shared by every device: QP states and types, attribute masks,
-//! access flags, path MTU, address-handle attributes and the QP attribute record.
+//! access flags, path MTU, path-migration state, address-handle attributes and the QP
+//! attribute record.
 //!
 //! Numeric values are those of rdma-core's `infiniband/verbs.h` (`enum ibv_qp_state`,
-//! `enum ibv_qp_type`, `enum ibv_qp_attr_mask`, `enum ibv_access_flags`, `enum ibv_mtu`), so
-//! that the verbs backend passes them through unchanged.
+//! `enum ibv_qp_type`, `enum ibv_qp_attr_mask`, `enum ibv_access_flags`, `enum ibv_mtu`,
+//! `enum ibv_mig_state`), so that the verbs backend passes them through unchanged.
 
 use bitflags::bitflags;
 
@@ -214,6 +215,41 @@ impl Mtu {
     }
 }
 
+/// Path-migration state of a connected QP (`enum ibv_mig_state`, verbs.h; IBTA vol. 1 §17.2.8
+/// "Automatic Path Migration"). Set with `IBV_QP_PATH_MIG_STATE`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+#[repr(u8)]
+pub enum MigState {
+    /// `IBV_MIG_MIGRATED`: the QP uses its primary path; no alternate path is armed.
+    #[default]
+    Migrated = 0,
+    /// `IBV_MIG_REARM`: an alternate path was loaded; the QP and its peer are re-arming it.
+    Rearm = 1,
+    /// `IBV_MIG_ARMED`: the alternate path is armed; the device migrates to it on failure.
+    Armed = 2,
+}
+
+impl MigState {
+    /// The state with the given `ibv_mig_state` value.
+    pub fn from_u8(v: u8) -> Option<MigState> {
+        Some(match v {
+            0 => MigState::Migrated,
+            1 => MigState::Rearm,
+            2 => MigState::Armed,
+            _ => return None,
+        })
+    }
+
+    /// The verbs name (`IBV_MIG_MIGRATED`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            MigState::Migrated => "IBV_MIG_MIGRATED",
+            MigState::Rearm => "IBV_MIG_REARM",
+            MigState::Armed => "IBV_MIG_ARMED",
+        }
+    }
+}
+
 /// A 128-bit GID (for RoCE v2: an IPv6 or IPv4-mapped IPv6 address).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub struct Gid(pub [u8; 16]);
@@ -321,6 +357,24 @@ pub struct QpAttr {
     pub port_num: u8,
     /// Primary path (`IBV_QP_AV`, set at RTR).
     pub ah_attr: AhAttr,
+    /// Alternate path (`IBV_QP_ALT_PATH`, with [`QpAttr::alt_port_num`],
+    /// [`QpAttr::alt_pkey_index`] and [`QpAttr::alt_timeout`]). InfiniBand only: the kernel
+    /// refuses `IBV_QP_ALT_PATH` on a RoCE port (drivers/infiniband/core/verbs.c
+    /// `_ib_modify_qp`), and so does [`crate::qp_state::check_port_protocol`].
+    pub alt_ah_attr: AhAttr,
+    /// P_Key index of the alternate path (`IBV_QP_ALT_PATH`).
+    pub alt_pkey_index: u16,
+    /// Port of the alternate path, 1-based; must equal `alt_ah_attr.port_num` (uverbs
+    /// `modify_qp`) (`IBV_QP_ALT_PATH`).
+    pub alt_port_num: u8,
+    /// Local ACK timeout exponent on the alternate path, 0..=31 (`IBV_QP_ALT_PATH`).
+    pub alt_timeout: u8,
+    /// Path-migration state (`IBV_QP_PATH_MIG_STATE`).
+    pub path_mig_state: MigState,
+    /// Send rate limit in kbit/s, 0 = unlimited (`IBV_QP_RATE_LIMIT`; which QP types and
+    /// transitions accept it depends on the kernel and the device, see
+    /// [`crate::qp_state::KernelVersion`]).
+    pub rate_limit: u32,
     /// Outstanding READ/atomic requests as initiator (`IBV_QP_MAX_QP_RD_ATOMIC`, RTS).
     pub max_rd_atomic: u8,
     /// Outstanding READ/atomic requests as responder (`IBV_QP_MAX_DEST_RD_ATOMIC`, RTR).
@@ -355,6 +409,12 @@ impl Default for QpAttr {
             pkey_index: 0,
             port_num: 1,
             ah_attr: AhAttr::default(),
+            alt_ah_attr: AhAttr::default(),
+            alt_pkey_index: 0,
+            alt_port_num: 0,
+            alt_timeout: 0,
+            path_mig_state: MigState::Migrated,
+            rate_limit: 0,
             max_rd_atomic: 0,
             max_dest_rd_atomic: 0,
             min_rnr_timer: 0,

@@ -25,5 +25,5 @@ pub mod verbs;
 
 pub use attr::*;
 pub use device::*;
-pub use error::{Error, ModifyError, Result};
+pub use error::{Errno, Error, ModifyError, Result};
 pub use layout::*;

@@ -5,7 +5,8 @@
 //!
 //! A step builds its `(QpAttr, AttrMask)` with the *full* mask of its transition: an RC
 //! Init→RTR step cannot be written without `min_rnr_timer`, so the RNR NAK timer is never the
-//! silent default the seed article warns about (seed README §6, "full attribute masks").
+//! silent default 0, which encodes the longest wait, 655.36 ms (IBTA vol. 1 "RNR NAK timer field
+//! encodings").
 //!
 //! | step | transition | RC | UC | UD |
 //! |---|---|---|---|---|
@@ -110,7 +111,9 @@ pub enum ToRts {
 /// Attributes changed in place (Init→Init, RTS→RTS, SQD→SQD) or on the way back to RTS
 /// (SQD→RTS, SQE→RTS). Each `Some` field adds its bit to the mask; the table then decides
 /// whether the transition accepts it for the QP type (the path, timeout and retry counts of an
-/// RC QP change only in SQD→SQD).
+/// RC QP change only in SQD→SQD; a UC QP's path not at all from user space, because uverbs adds
+/// `IBV_QP_PORT` to an `IBV_QP_AV` there, which UC SQD→SQD refuses:
+/// [`crate::ModifyError::PortAddedWithAv`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct Changes {
     /// `IBV_QP_ACCESS_FLAGS`
@@ -436,7 +439,7 @@ pub fn apply(
     outcome
 }
 
-/// Applies `steps` in order from `from` (e.g. Reset→Init→RTR→RTS, or the seed's rebuild:
+/// Applies `steps` in order from `from` (e.g. Reset→Init→RTR→RTS, or the rebuild after an error:
 /// Error→Reset→Init→RTR→RTS), stopping at the first failure. Each step logs its own event.
 /// Returns the attributes queried after the last step.
 pub fn apply_all(

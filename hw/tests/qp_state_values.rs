@@ -1,8 +1,16 @@
 //! `check_values`, `check_limits` and `validate`: ranges, the attribute named in each error,
-//! and `IBV_QP_CUR_STATE` checked against the real state.
+//! `IBV_QP_CUR_STATE` checked against the real state, what uverbs and `_ib_modify_qp` add to
+//! the table (the `IBV_QP_PORT` that follows an `IBV_QP_AV`, a RoCE address without a GRH,
+//! `IBV_QP_ALT_PATH` on RoCE) and the errno class of every refusal.
 
-use mlx5_hw::qp_state::{check_limits, check_values, validate, validate_with_limits, DeviceLimits};
-use mlx5_hw::{AhAttr, AttrMask, GlobalRoute, ModifyError, Mtu, QpAttr, QpState, QpType};
+use mlx5_hw::qp_state::{
+    check_limits, check_port_protocol, check_values, uverbs_adds_port, uverbs_view, validate,
+    validate_for, validate_with_limits, DeviceLimits, KernelVersion,
+};
+use mlx5_hw::{
+    AhAttr, AttrMask, Errno, Error, GlobalRoute, LinkLayer, MigState, ModifyError, Mtu, QpAttr,
+    QpState, QpType,
+};
 use proptest::prelude::*;
 
 fn attr_name(r: Result<impl Sized, ModifyError>) -> Option<&'static str> {
@@ -21,6 +29,8 @@ fn limits() -> DeviceLimits {
         max_rd_atomic: 16,
         max_dest_rd_atomic: 16,
         privileged_qkey: false,
+        link_layer: LinkLayer::Ethernet,
+        kernel: KernelVersion::DEFAULT,
     }
 }
 
@@ -178,10 +188,10 @@ fn device_limits() {
         .to_string()
         .contains("sgid_index"));
     a.qkey = 0x8000_0000;
-    assert_eq!(
-        attr_name(check_limits(&a, AttrMask::QKEY, &l)),
-        Some("IBV_QP_QKEY")
-    );
+    let e = check_limits(&a, AttrMask::QKEY, &l).unwrap_err();
+    assert_eq!(e, ModifyError::PrivilegedQkey { qkey: 0x8000_0000 });
+    assert!(e.to_string().contains("IBV_QP_QKEY"), "{e}");
+    assert_eq!(e.errno(), Errno::Perm, "uverbs answers EPERM");
     let privileged = DeviceLimits {
         privileged_qkey: true,
         ..l
@@ -249,4 +259,358 @@ proptest! {
             prop_assert_eq!(check_values(&a, bit, QpType::Rc).is_ok(), v < (1 << 24));
         }
     }
+}
+
+/// An RC Init→RTR modify with every required attribute, addressed with a GRH (RoCE v2).
+fn rc_rtr() -> (QpAttr, AttrMask) {
+    let a = QpAttr {
+        qp_state: QpState::Rtr,
+        cur_qp_state: QpState::Init,
+        path_mtu: Mtu::Mtu1024,
+        dest_qp_num: 0x42,
+        rq_psn: 0x100,
+        max_dest_rd_atomic: 1,
+        min_rnr_timer: 12,
+        ah_attr: AhAttr {
+            port_num: 1,
+            grh: Some(GlobalRoute {
+                sgid_index: 1,
+                hop_limit: 64,
+                ..GlobalRoute::default()
+            }),
+            ..AhAttr::default()
+        },
+        ..QpAttr::default()
+    };
+    let m = AttrMask::STATE
+        | AttrMask::AV
+        | AttrMask::PATH_MTU
+        | AttrMask::DEST_QPN
+        | AttrMask::RQ_PSN
+        | AttrMask::MAX_DEST_RD_ATOMIC
+        | AttrMask::MIN_RNR_TIMER;
+    (a, m)
+}
+
+/// A valid alternate path on port 1.
+fn with_alt_path(mut a: QpAttr) -> QpAttr {
+    a.alt_ah_attr = AhAttr {
+        dlid: 0x22,
+        sl: 1,
+        port_num: 1,
+        ..AhAttr::default()
+    };
+    a.alt_port_num = 1;
+    a.alt_pkey_index = 0;
+    a.alt_timeout = 14;
+    a
+}
+
+fn infiniband() -> DeviceLimits {
+    DeviceLimits {
+        link_layer: LinkLayer::InfiniBand,
+        ..limits()
+    }
+}
+
+#[test]
+fn alt_path_is_refused_on_roce_with_einval_before_the_table() {
+    let (a, m) = rc_rtr();
+    let a = with_alt_path(a);
+    let m = m | AttrMask::ALT_PATH;
+    let e = validate_with_limits(QpState::Init, &a, m, QpType::Rc, &limits()).unwrap_err();
+    assert_eq!(e, ModifyError::AltPathOnRoce);
+    assert_eq!(e.errno(), Errno::Inval);
+    let msg = e.to_string();
+    assert!(
+        msg.contains("IBV_QP_ALT_PATH") && msg.contains("RoCE") && msg.contains("InfiniBand"),
+        "{msg}"
+    );
+    assert_eq!(
+        check_port_protocol(&a, m, &limits()),
+        Err(ModifyError::AltPathOnRoce)
+    );
+    // The table alone accepts it (RC Init->RTR lists IB_QP_ALT_PATH) ...
+    assert_eq!(validate(QpState::Init, &a, m, QpType::Rc), Ok(QpState::Rtr));
+    // ... and so does an InfiniBand port.
+    assert_eq!(
+        validate_with_limits(QpState::Init, &a, m, QpType::Rc, &infiniband()),
+        Ok(QpState::Rtr)
+    );
+    // Before the table: on RoCE the refusal names the link layer even where the table would
+    // refuse the bit anyway (UD takes no alternate path).
+    let ud = QpAttr {
+        qp_state: QpState::Rts,
+        ..with_alt_path(QpAttr::default())
+    };
+    let m = AttrMask::STATE | AttrMask::ALT_PATH;
+    assert_eq!(
+        validate_with_limits(QpState::Rts, &ud, m, QpType::Ud, &limits()),
+        Err(ModifyError::AltPathOnRoce)
+    );
+    assert!(matches!(
+        validate_with_limits(QpState::Rts, &ud, m, QpType::Ud, &infiniband()),
+        Err(ModifyError::ForbiddenAttributes { forbidden, .. }) if forbidden == AttrMask::ALT_PATH
+    ));
+    // The path-migration state is no path: RoCE ports take it (the kernel stores it).
+    let mut rts = QpAttr {
+        qp_state: QpState::Rts,
+        path_mig_state: MigState::Armed,
+        ..QpAttr::default()
+    };
+    let pm = AttrMask::STATE | AttrMask::PATH_MIG_STATE;
+    assert_eq!(
+        validate_with_limits(QpState::Rts, &rts, pm, QpType::Rc, &limits()),
+        Ok(QpState::Rts)
+    );
+    rts.path_mig_state = MigState::Migrated;
+    assert_eq!(check_port_protocol(&rts, pm, &limits()), Ok(()));
+}
+
+#[test]
+fn alternate_path_values_on_infiniband() {
+    let (a, m) = rc_rtr();
+    let m = m | AttrMask::ALT_PATH;
+    let ib = infiniband();
+    let ok = with_alt_path(a);
+    assert!(validate_with_limits(QpState::Init, &ok, m, QpType::Rc, &ib).is_ok());
+    type Break = fn(&mut QpAttr);
+    let cases: [(Break, &str); 7] = [
+        (|a| a.alt_port_num = 0, "alt_port_num = 0"),
+        (|a| a.alt_ah_attr.port_num = 0, "alt_ah_attr.port_num = 0"),
+        (|a| a.alt_ah_attr.sl = 16, "alt_ah_attr.sl"),
+        (|a| a.alt_timeout = 32, "alt_timeout"),
+        (
+            |a| {
+                a.alt_port_num = 2;
+                a.alt_ah_attr.port_num = 2
+            },
+            "alt_port_num = 2",
+        ),
+        (|a| a.alt_pkey_index = 1, "alt_pkey_index"),
+        (
+            |a| {
+                a.alt_ah_attr.grh = Some(GlobalRoute {
+                    sgid_index: 9,
+                    ..GlobalRoute::default()
+                })
+            },
+            "alt_ah_attr.grh.sgid_index",
+        ),
+    ];
+    for (brk, words) in cases {
+        let mut a = ok;
+        brk(&mut a);
+        let e = validate_with_limits(QpState::Init, &a, m, QpType::Rc, &ib).unwrap_err();
+        assert_eq!(
+            attr_name(Err::<(), _>(e.clone())),
+            Some("IBV_QP_ALT_PATH"),
+            "{e}"
+        );
+        assert!(e.to_string().contains(words), "{words}: {e}");
+        assert_eq!(e.errno(), Errno::Inval);
+    }
+    // uverbs: the alternate port and the alternate address's port must agree.
+    let mut a = ok;
+    a.alt_ah_attr.port_num = 2;
+    let e = check_values(&a, AttrMask::ALT_PATH, QpType::Rc).unwrap_err();
+    assert!(e.to_string().contains("alt_port_num = 1"), "{e}");
+    // Outside the mask the alternate fields are not looked at.
+    let mut a = ok;
+    a.alt_port_num = 0;
+    assert!(check_values(&a, AttrMask::AV, QpType::Rc).is_ok());
+}
+
+#[test]
+fn a_roce_address_without_a_grh_names_the_grh() {
+    let (mut a, m) = rc_rtr();
+    a.ah_attr.grh = None;
+    a.ah_attr.dlid = 0;
+    let e = validate_with_limits(QpState::Init, &a, m, QpType::Rc, &limits()).unwrap_err();
+    assert_eq!(e, ModifyError::MissingGrh { attr: "IBV_QP_AV" });
+    assert_eq!(e.errno(), Errno::Inval);
+    let msg = e.to_string();
+    assert!(
+        msg.contains("GRH") && msg.contains("is_global = 1") && msg.contains("RoCE"),
+        "{msg}"
+    );
+    // check_limits makes the same check (connect plans call it alone).
+    assert_eq!(check_limits(&a, m, &limits()), Err(e));
+    // On InfiniBand a LID is an address.
+    a.ah_attr.dlid = 7;
+    assert!(validate_with_limits(QpState::Init, &a, m, QpType::Rc, &infiniband()).is_ok());
+}
+
+#[test]
+fn uverbs_adds_the_port_to_an_address_outside_init_to_rtr() {
+    let ah = AhAttr {
+        port_num: 1,
+        grh: Some(GlobalRoute::default()),
+        ..AhAttr::default()
+    };
+    let sqd = QpAttr {
+        qp_state: QpState::Sqd,
+        cur_qp_state: QpState::Sqd,
+        ah_attr: ah,
+        // What the caller left in port_num; uverbs replaces it with the address's port.
+        port_num: 7,
+        ..QpAttr::default()
+    };
+    let av = AttrMask::STATE | AttrMask::AV;
+    assert!(uverbs_adds_port(&sqd, av));
+    assert!(uverbs_adds_port(&sqd, AttrMask::AV), "no STATE: SQD->SQD");
+    assert!(!uverbs_adds_port(&sqd, av | AttrMask::PORT), "PORT given");
+    assert!(!uverbs_adds_port(&sqd, AttrMask::STATE), "no AV");
+    let (rtr, m) = rc_rtr();
+    assert!(!uverbs_adds_port(&rtr, m), "Init->RTR keeps its mask");
+    let (seen, seen_mask) = uverbs_view(&sqd, av);
+    assert_eq!(seen_mask, av | AttrMask::PORT);
+    assert_eq!(seen.port_num, 1);
+    assert_eq!(uverbs_view(&rtr, m), (rtr, m));
+
+    // UC SQD->SQD lists IB_QP_AV but not IB_QP_PORT: what uverbs hands the table is refused.
+    for mask in [av, AttrMask::AV, av | AttrMask::ACCESS_FLAGS] {
+        let e = validate(QpState::Sqd, &sqd, mask, QpType::Uc).unwrap_err();
+        assert_eq!(
+            e,
+            ModifyError::PortAddedWithAv {
+                from: QpState::Sqd,
+                to: QpState::Sqd,
+                qp_type: QpType::Uc
+            },
+            "{mask:?}"
+        );
+        assert_eq!(e.errno(), Errno::Inval);
+        let msg = e.to_string();
+        assert!(
+            msg.contains("IBV_QP_PORT") && msg.contains("IBV_QP_AV") && msg.contains("uverbs"),
+            "{msg}"
+        );
+    }
+    // ... in every kernel version (uverbs is the same in all).
+    for v in KernelVersion::ALL {
+        assert!(matches!(
+            validate_for(v, QpState::Sqd, &sqd, av, QpType::Uc),
+            Err(ModifyError::PortAddedWithAv { .. })
+        ));
+    }
+    // RC SQD->SQD lists both, and the stale port_num does not matter: uverbs replaced it.
+    assert_eq!(
+        validate(QpState::Sqd, &sqd, av, QpType::Rc),
+        Ok(QpState::Sqd)
+    );
+    assert_eq!(
+        validate_with_limits(QpState::Sqd, &sqd, av, QpType::Rc, &limits()),
+        Ok(QpState::Sqd)
+    );
+    // A port given by the caller is checked against the address as before.
+    assert!(
+        validate(QpState::Sqd, &sqd, av | AttrMask::PORT, QpType::Rc)
+            .unwrap_err()
+            .to_string()
+            .contains("port_num = 7")
+    );
+    // Where the address itself is refused, the refusal names it, not the added port.
+    assert_eq!(
+        validate(QpState::Sqd, &sqd, av, QpType::Ud),
+        Err(ModifyError::ForbiddenAttributes {
+            from: QpState::Sqd,
+            to: QpState::Sqd,
+            qp_type: QpType::Ud,
+            forbidden: AttrMask::AV
+        })
+    );
+}
+
+#[test]
+fn validate_with_limits_follows_the_limits_kernel() {
+    let a = QpAttr {
+        qp_state: QpState::Rts,
+        rate_limit: 1000,
+        ..QpAttr::default()
+    };
+    let m = AttrMask::STATE | AttrMask::RATE_LIMIT;
+    for (kernel, ok) in [
+        (KernelVersion::Linux6_1, false),
+        (KernelVersion::Linux7_0, true),
+        (KernelVersion::Linux7_2, true),
+    ] {
+        let l = DeviceLimits { kernel, ..limits() };
+        let got = validate_with_limits(QpState::Rts, &a, m, QpType::Rc, &l);
+        assert_eq!(got.is_ok(), ok, "{kernel}: {got:?}");
+        assert_eq!(validate_for(kernel, QpState::Rts, &a, m, QpType::Rc), got);
+    }
+    assert!(
+        validate(QpState::Rts, &a, m, QpType::Rc).is_ok(),
+        "default 7.2"
+    );
+}
+
+#[test]
+fn every_refusal_has_an_errno_class() {
+    let inval: Vec<ModifyError> = vec![
+        ModifyError::IllegalTransition {
+            from: QpState::Reset,
+            to: QpState::Rts,
+            qp_type: QpType::Rc,
+        },
+        ModifyError::MissingAttributes {
+            from: QpState::Init,
+            to: QpState::Rtr,
+            qp_type: QpType::Rc,
+            missing: AttrMask::MIN_RNR_TIMER,
+        },
+        ModifyError::ForbiddenAttributes {
+            from: QpState::Rts,
+            to: QpState::Rts,
+            qp_type: QpType::Rc,
+            forbidden: AttrMask::TIMEOUT,
+        },
+        ModifyError::InvalidValue {
+            attr: "IBV_QP_SQ_PSN",
+            why: "too wide".into(),
+        },
+        ModifyError::PortAddedWithAv {
+            from: QpState::Sqd,
+            to: QpState::Sqd,
+            qp_type: QpType::Uc,
+        },
+        ModifyError::MissingGrh { attr: "IBV_QP_AV" },
+        ModifyError::AltPathOnRoce,
+        ModifyError::CurrentStateMismatch {
+            claimed: QpState::Rtr,
+            actual: QpState::Rts,
+        },
+    ];
+    for e in inval {
+        assert_eq!(e.errno(), Errno::Inval, "{e}");
+        assert_eq!(Error::from(e).errno(), libc::EINVAL);
+    }
+    for e in [
+        ModifyError::UnknownAttributes { bits: 1 << 21 },
+        ModifyError::Unsupported {
+            attr: "IBV_QP_RATE_LIMIT",
+            why: "no pacing".into(),
+        },
+    ] {
+        assert_eq!(e.errno(), Errno::OpNotSupp, "{e}");
+        assert_eq!(Error::from(e).errno(), libc::EOPNOTSUPP);
+    }
+    assert_eq!(
+        ModifyError::PrivilegedQkey { qkey: 1 << 31 }.errno(),
+        Errno::Perm
+    );
+    assert_eq!(Error::Resources("QPs".into()).errno(), libc::ENOMEM);
+    assert_eq!(Error::Unsupported("x".into()).errno(), libc::EOPNOTSUPP);
+    assert_eq!(Error::InvalidArgument("x".into()).errno(), libc::EINVAL);
+    let verbs = Error::Verbs {
+        call: "ibv_modify_qp",
+        source: std::io::Error::from_raw_os_error(libc::ENOMEM),
+    };
+    assert_eq!(verbs.errno(), libc::ENOMEM);
+    for c in [Errno::Inval, Errno::OpNotSupp, Errno::NoMem, Errno::Perm] {
+        assert_eq!(Errno::from_raw(c.raw()), Some(c));
+        assert!(c.to_string().starts_with('E'));
+    }
+    assert_eq!(Errno::from_raw(0), None);
 }

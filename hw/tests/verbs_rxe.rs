@@ -8,15 +8,17 @@
 //!
 //! What they check: device/port/GID queries and object lifecycles on a real kernel; every
 //! transition through the typed steps ([`mlx5_hw::transition`]); that for a few hundred
-//! state × mask × QP-type combinations the kernel's verdict on a raw `ibv_modify_qp` equals
-//! [`mlx5_hw::qp_state::check_modify`]; SEND/WRITE/READ/atomics over RC, UC and UD through the
+//! state × mask × QP-type combinations the kernel's verdict on a raw `ibv_modify_qp`, errno
+//! included, equals [`mlx5_hw::qp_state::validate_with_limits`] under the running kernel's
+//! table (uverbs' added `IBV_QP_PORT` and the RoCE refusal of `IBV_QP_ALT_PATH` included), and
+//! that rxe refuses `IBV_QP_RATE_LIMIT` with EOPNOTSUPP; SEND/WRITE/READ/atomics over RC, UC and UD through the
 //! baseline data path between rxe0 and rxe1 (GID index 1, IPv4-mapped); and the Error → Reset →
 //! Init → RTR → RTS recovery with traffic afterwards.
 #![cfg(feature = "verbs")]
 
 use std::time::Duration;
 
-use mlx5_hw::qp_state::{self, check_modify};
+use mlx5_hw::qp_state::{self, DeviceLimits, KernelVersion};
 use mlx5_hw::transition::{self, Changes, PeerPath, Step, ToInit, ToRtr, ToRts};
 use mlx5_hw::verbs::baseline::{BaselineCq, BaselineQp, Completion, SendOp, SendWr, Sge, UdDest};
 use mlx5_hw::verbs::{list_devices, VerbsDevice, VerbsQp};
@@ -567,10 +569,9 @@ fn wait_drained(s: &Side) {
     }
 }
 
-/// The attribute bits sampled: everything the contract carries except ALT_PATH,
-/// PATH_MIG_STATE, CAP and RATE_LIMIT (their values are not in [`QpAttr`], so a kernel
-/// refusal there would be about values, not the table).
-const SAMPLED: [AttrMask; 18] = [
+/// The attribute bits sampled: everything the contract carries except CAP (never legal for
+/// RC/UC/UD) and RATE_LIMIT (rxe refuses it whatever the table says; checked on its own).
+const SAMPLED: [AttrMask; 20] = [
     AttrMask::STATE,
     AttrMask::CUR_STATE,
     AttrMask::EN_SQD_ASYNC_NOTIFY,
@@ -585,9 +586,11 @@ const SAMPLED: [AttrMask; 18] = [
     AttrMask::RNR_RETRY,
     AttrMask::RQ_PSN,
     AttrMask::MAX_QP_RD_ATOMIC,
+    AttrMask::ALT_PATH,
     AttrMask::MIN_RNR_TIMER,
     AttrMask::SQ_PSN,
     AttrMask::MAX_DEST_RD_ATOMIC,
+    AttrMask::PATH_MIG_STATE,
     AttrMask::DEST_QPN,
 ];
 
@@ -621,17 +624,6 @@ fn put_in(s: QpState, a: &Side, b: &Side) {
     assert_eq!(a.state(), s);
 }
 
-/// Verdicts where the Debian 6.1 kernel with rxe answers EINVAL although
-/// `ib_modify_qp_is_ok`'s table (and so ours) accepts the modify, i.e. refusals from below the
-/// table. Each was observed in this VM; an unlisted disagreement fails the test.
-///
-/// - UC SQD→SQD with `IBV_QP_AV`: EINVAL, while `IBV_QP_STATE` alone, `| ACCESS_FLAGS` and
-///   `| PKEY_INDEX` succeed, and RC SQD→SQD accepts `IBV_QP_AV` (seen with
-///   linux-image-6.1.0-56-amd64; the rejecting check was not identified).
-fn known_divergence(t: QpType, cur: QpState, next: QpState, mask: AttrMask) -> bool {
-    t == QpType::Uc && cur == QpState::Sqd && next == QpState::Sqd && mask.contains(AttrMask::AV)
-}
-
 #[test]
 #[ignore = "needs Soft-RoCE: run tools/rxe-vm/run-verbs-tests.sh"]
 fn kernel_verdicts_match_the_state_table() {
@@ -644,22 +636,38 @@ fn kernel_verdicts_match_the_state_table() {
         QpState::Sqd,
         QpState::Error,
     ];
+    // The VM runs Debian's 6.1; /proc names it (6.1's table if /proc cannot be read).
+    let kernel = KernelVersion::running().unwrap_or_else(|| {
+        eprintln!("/proc/sys/kernel/osrelease unreadable: assuming Linux 6.1's table");
+        KernelVersion::Linux6_1
+    });
     let mut compared = 0usize;
     let mut mismatches = Vec::new();
-    let mut known_seen = Vec::new();
     let mut pick = 0usize; // rotates the extra bit chosen for "forbidden" masks
     for t in QpType::ALL {
         let a = Side::new("rxe0", t, false);
         let b = Side::new("rxe1", t, false);
+        let mut limits = DeviceLimits::from_attrs(
+            &a.dev.query_device().unwrap(),
+            &a.dev.query_port(PORT).unwrap(),
+        );
+        assert_eq!(limits.link_layer, LinkLayer::Ethernet);
+        limits.kernel = kernel;
         for cur in reachable {
             put_in(cur, &a, &b);
             for next in QpState::ALL {
                 let mut masks = Vec::new();
-                match qp_state::rule(cur, next, t) {
+                match qp_state::rule_for(kernel, cur, next, t) {
                     Some(rule) => {
                         let req = rule.required | AttrMask::STATE;
                         masks.push(req);
-                        masks.push((rule.allowed() & sampled_all()) | AttrMask::STATE);
+                        // Everything the cell accepts, but the alternate path (refused on
+                        // RoCE), then the alternate path alone.
+                        let all = rule.allowed() & sampled_all();
+                        masks.push(all.difference(AttrMask::ALT_PATH) | AttrMask::STATE);
+                        if all.contains(AttrMask::ALT_PATH) {
+                            masks.push(req | AttrMask::ALT_PATH);
+                        }
                         if let Some((_, bit)) = rule.required.iter_names().next() {
                             masks.push(req.difference(bit));
                         }
@@ -677,52 +685,26 @@ fn kernel_verdicts_match_the_state_table() {
                         // what the target state would typically carry, from a legal source
                         let typical = QpState::ALL
                             .iter()
-                            .find_map(|&from| qp_state::rule(from, next, t))
+                            .find_map(|&from| qp_state::rule_for(kernel, from, next, t))
                             .map(|r| r.required)
                             .unwrap_or_default();
                         masks.push(typical | AttrMask::STATE);
                     }
                 }
                 for mask in masks {
-                    let attr = QpAttr {
-                        qp_state: next,
-                        cur_qp_state: cur,
-                        path_mtu: Mtu::Mtu1024,
-                        qkey: QKEY,
-                        rq_psn: 0x300,
-                        sq_psn: 0x400,
-                        dest_qp_num: b.qp.qpn,
-                        qp_access_flags: AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ,
-                        pkey_index: 0,
-                        port_num: PORT,
-                        ah_attr: ah_to(b.gid),
-                        max_rd_atomic: 1,
-                        max_dest_rd_atomic: 1,
-                        min_rnr_timer: 12,
-                        timeout: 14,
-                        retry_cnt: 7,
-                        rnr_retry: 7,
-                        ..QpAttr::default()
-                    };
-                    let target = if mask.contains(AttrMask::STATE) {
-                        next
-                    } else {
-                        cur
-                    };
-                    let table = check_modify(cur, target, t, mask);
+                    let attr = verdict_attr(next, cur, &b);
+                    let ours = qp_state::validate_with_limits(cur, &attr, mask, t, &limits);
                     let kernel = a.dev.modify_qp_raw(a.qp.id, &attr, mask).unwrap();
                     compared += 1;
-                    let agree = match (&table, &kernel) {
-                        (Ok(()), Ok(())) => true,
-                        (Err(_), Err(e)) => e.raw_os_error() == Some(libc::EINVAL),
+                    let agree = match (&ours, &kernel) {
+                        (Ok(_), Ok(())) => true,
+                        (Err(o), Err(k)) => k.raw_os_error() == Some(o.errno().raw()),
                         _ => false,
                     };
-                    if !agree && known_divergence(t, cur, target, mask) {
-                        known_seen.push(format!("{t} {cur}->{target} {mask:?}"));
-                    } else if !agree {
+                    if !agree {
                         mismatches.push(format!(
-                            "{t} {cur}->{target} mask {mask:?}: table {:?}, kernel {:?}",
-                            table.as_ref().map_err(|e| e.to_string()),
+                            "{t} {cur}->{next} mask {mask:?}: ours {:?}, kernel {:?}",
+                            ours.as_ref().map_err(|e| format!("{e} ({})", e.errno())),
                             kernel.as_ref().map_err(|e| e.to_string())
                         ));
                     }
@@ -732,18 +714,71 @@ fn kernel_verdicts_match_the_state_table() {
                 }
             }
         }
+        // IBV_QP_RATE_LIMIT: rxe refuses it before any table (rdma-core's rxe provider sends
+        // the legacy modify command, which cannot carry bit 25, and rxe_modify_qp refuses bits
+        // beyond IB_QP_ATTR_STANDARD_BITS): EOPNOTSUPP. Under 6.1's table the library refuses
+        // it too (EINVAL, as mlx5 would answer); under 7.0 (RC) and 7.2 it lets it through.
+        put_in(QpState::Rts, &a, &b);
+        let attr = QpAttr {
+            rate_limit: 1000,
+            ..verdict_attr(QpState::Rts, QpState::Rts, &b)
+        };
+        let mask = AttrMask::STATE | AttrMask::RATE_LIMIT;
+        let got = a.dev.modify_qp_raw(a.qp.id, &attr, mask).unwrap();
+        compared += 1;
+        assert_eq!(
+            got.as_ref().map_err(|e| e.raw_os_error()),
+            Err(Some(libc::EOPNOTSUPP)),
+            "{t} RTS->RTS with IBV_QP_RATE_LIMIT on rxe"
+        );
+        let ours = qp_state::validate_with_limits(QpState::Rts, &attr, mask, t, &limits);
+        assert_eq!(
+            ours.is_ok(),
+            kernel != KernelVersion::Linux6_1
+                && (t == QpType::Rc || kernel == KernelVersion::Linux7_2),
+            "{t} {kernel}: {ours:?}"
+        );
+        assert_eq!(a.state(), QpState::Rts);
     }
     eprintln!(
-        "compared {compared} modifies with the kernel: {} unexplained mismatches, known rxe \
-         divergences seen: {known_seen:?}",
+        "{kernel}: compared {compared} modifies with the kernel, {} mismatches",
         mismatches.len()
     );
     assert!(compared >= 200, "only {compared} combinations compared");
     assert!(
         mismatches.is_empty(),
-        "kernel and table disagree:\n{}",
+        "kernel and library disagree:\n{}",
         mismatches.join("\n")
     );
+}
+
+/// Valid values for every attribute the verdict test samples, for a modify to `next` from
+/// `cur` addressed to `peer` (the alternate path, refused on RoCE anyway, is valid too).
+fn verdict_attr(next: QpState, cur: QpState, peer: &Side) -> QpAttr {
+    QpAttr {
+        qp_state: next,
+        cur_qp_state: cur,
+        path_mtu: Mtu::Mtu1024,
+        qkey: QKEY,
+        rq_psn: 0x300,
+        sq_psn: 0x400,
+        dest_qp_num: peer.qp.qpn,
+        qp_access_flags: AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ,
+        pkey_index: 0,
+        port_num: PORT,
+        ah_attr: ah_to(peer.gid),
+        alt_ah_attr: ah_to(peer.gid),
+        alt_port_num: PORT,
+        alt_pkey_index: 0,
+        alt_timeout: 14,
+        max_rd_atomic: 1,
+        max_dest_rd_atomic: 1,
+        min_rnr_timer: 12,
+        timeout: 14,
+        retry_cnt: 7,
+        rnr_retry: 7,
+        ..QpAttr::default()
+    }
 }
 
 // ------------------------------------------------------------------------------------------ data
@@ -1007,7 +1042,7 @@ fn error_flush_and_recovery_then_traffic_again() {
         assert_eq!(f.wr_id, 3);
         assert!(!f.is_success());
     }
-    // the seed's rebuild: Error → Reset → Init → RTR → RTS, on both sides with fresh PSNs
+    // the rebuild after an error: Error → Reset → Init → RTR → RTS, on both sides with fresh PSNs
     b.apply(&[Step::Error, Step::Reset]);
     a.apply(&[Step::Reset]);
     connect(&a, &b, 0x5000, 0x6000);

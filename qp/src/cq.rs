@@ -325,7 +325,7 @@ impl Cq {
             // The common case in one test (UCX `uct_ib_mlx5_poll_cq` tests error, invalid
             // and compressed CQEs with one mask, `docs/sources.md` §8): opcode REQ (bits 7:4 = 0),
             // no inline scatter and not compressed (format, bits 3:2 = 0), owner bit (bit 0)
-            // equal to the lap parity (rdma-core `get_sw_cqe`, §5.3). SE (bit 1) is ignored.
+            // equal to the lap parity (rdma-core `get_sw_cqe`). SE (bit 1) is ignored.
             let parity = ((ci & cqe_cnt) != 0) as u8;
             if (op_own ^ parity) & 0xfd == 0 {
                 mmio::from_device_barrier();
@@ -644,7 +644,8 @@ impl Cq {
                     qp.follow_error_completion(true);
                 }
                 if let (Some(data), WcStatus::Success) = (inline, status) {
-                    // Requester scatter-to-CQE: a READ or atomic reply (`docs/sources.md` §8).
+                    // Requester scatter-to-CQE: a READ or atomic reply (rdma-core `mlx5_parse_cqe`:
+                    // `mlx5_copy_to_send_wqe` for a requester CQE with inline scatter).
                     let mut segs = [DataSeg::default(); 16];
                     let k = qp.reply_sges(cqe.wqe_counter(), &mut segs);
                     let len = (cqe.byte_cnt() as usize).min(data.len());
@@ -667,11 +668,15 @@ impl Cq {
                     wc.syndrome = e.syndrome;
                     wc.vendor_err = e.vendor_err_synd;
                 } else {
+                    // The fields rdma-core's `handle_responder` takes from a good responder
+                    // CQE, the same way.
                     wc.byte_len = cqe.byte_cnt();
                     wc.src_qp = cqe.src_qpn();
-                    wc.slid = u16::from_be(cqe.slid);
-                    // rdma-core `handle_responder`: g = (flags_rqpn >> 28) & 3.
-                    if (u32::from_be(cqe.flags_rqpn) >> 28) & 3 != 0 {
+                    wc.slid = cqe.slid();
+                    wc.sl = cqe.sl();
+                    wc.dlid_path_bits = cqe.dlid_path_bits();
+                    wc.pkey_index = cqe.pkey_index();
+                    if cqe.grh_flags() != 0 {
                         wc.flags |= WcFlags::GRH;
                     }
                     let imm = u32::from_be(cqe.imm_inval_pkey);

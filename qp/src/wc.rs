@@ -128,6 +128,19 @@ pub struct Wc {
     pub src_qp: u32,
     /// Source LID (InfiniBand UD receives).
     pub slid: u16,
+    /// P_Key index of a receive (`wc.pkey_index`): filled as libmlx5 fills it, from the low 16
+    /// bits of the CQE's `imm_inval_pkey` on every successful receive (rdma-core
+    /// `handle_responder`). The CQE field is shared with the immediate and the invalidated
+    /// rkey, so it is a P_Key index only when [`WcFlags::WITH_IMM`] and [`WcFlags::WITH_INV`]
+    /// are clear (the P_Key index is meaningful for UD and GSI QPs). 0 on send and error
+    /// completions.
+    pub pkey_index: u16,
+    /// Service level the packet arrived with (`wc.sl`, 4 bits; the CQE's `flags_rqpn` bits
+    /// 27:24, rdma-core `handle_responder`). Successful receives only; 0 otherwise.
+    pub sl: u8,
+    /// Destination LID path bits of a receive (`wc.dlid_path_bits`, the CQE's `ml_path` bits
+    /// 6:0; InfiniBand with LMC > 0, 0 on RoCE). Successful receives only; 0 otherwise.
+    pub dlid_path_bits: u8,
     /// mlx5 vendor syndrome of an error CQE (`wc.vendor_err`).
     pub vendor_err: u8,
     /// mlx5 syndrome of an error CQE (`MLX5_CQE_SYNDROME_*`; 0 on success). A completion
@@ -148,6 +161,9 @@ impl Default for Wc {
             qp_num: 0,
             src_qp: 0,
             slid: 0,
+            pkey_index: 0,
+            sl: 0,
+            dlid_path_bits: 0,
             vendor_err: 0,
             syndrome: 0,
         }

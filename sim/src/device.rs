@@ -600,7 +600,8 @@ impl Device for SimDevice {
     }
 
     fn modify_qp(&self, qp: QpId, attr: &QpAttr, mask: AttrMask) -> Result<()> {
-        self.with_world(|w| modify_qp(w, self.idx, qp.0, attr, mask))
+        let link_layer = self.link_layer();
+        self.with_world(|w| modify_qp(w, self.idx, qp.0, attr, mask, link_layer))
     }
 
     fn query_qp(&self, qp: QpId) -> Result<QpAttr> {

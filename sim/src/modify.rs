@@ -1,17 +1,25 @@
 //! `modify_qp` and `query_qp` as the kernel driver and the firmware carry them out.
 //!
 //! Every modify is first checked by the one state table of the project,
-//! `mlx5_hw::qp_state::validate_with_limits` (the kernel's `qp_state_table` and
-//! `ib_modify_qp_is_ok`, plus the device's limits). Then, as `mlx5_ib_modify_qp` does:
-//! the attributes in the mask are stored (query returns what was set); Reset zeroes the
+//! `mlx5_hw::qp_state::validate_with_limits` under the default kernel
+//! (`KernelVersion::DEFAULT`, Linux 7.2: the kernel's `qp_state_table` and
+//! `ib_modify_qp_is_ok`, what uverbs and `_ib_modify_qp` check before them — undefined mask
+//! bits, the `IBV_QP_PORT` uverbs adds to an `IBV_QP_AV`, a RoCE address without a GRH,
+//! `IBV_QP_ALT_PATH` on RoCE — plus the device's limits). Then, as `mlx5_ib_modify_qp` does:
+//! `IBV_QP_RATE_LIMIT`, which the 7.2 table lets through, is refused with EOPNOTSUPP (except
+//! in Reset→Reset, for which the driver returns success before looking) (`__mlx5_ib_modify_qp`: mlx5 paces raw-packet QPs, and
+//! UD/UC QPs only where the device reports `packet_pacing_req_ud`/`_uc`; the software
+//! ConnectX has neither); the attributes in the mask — and the port uverbs added — are stored
+//! (query returns what was set; the alternate path and the path-migration state too, on an
+//! InfiniBand port, though the device never migrates); Reset zeroes the
 //! doorbell record and the ring indexes (rdma-core `mlx5_modify_qp`); RTR resolves the path's
 //! destination MAC from the GID (the kernel resolves it through the neighbour table; here,
 //! through the fabric: an unknown GID refuses the modify) and loads the expected PSN; RTS
 //! loads the send PSN and the retry counters; SQD arms the SQ-drained event when asked; Error
 //! flushes (no async event: the application asked for it).
 
-use mlx5_hw::qp_state::{validate_with_limits, DeviceLimits};
-use mlx5_hw::{AttrMask, Error, QpAttr, QpState, QpType, Result};
+use mlx5_hw::qp_state::{uverbs_view, validate_with_limits, DeviceLimits, KernelVersion};
+use mlx5_hw::{AttrMask, Error, LinkLayer, ModifyError, QpAttr, QpState, QpType, Result};
 
 use crate::engine::flush;
 use crate::transport::{flow_label_of_qpns, flow_label_to_udp_sport, Path};
@@ -36,6 +44,18 @@ fn copy_masked(dst: &mut QpAttr, src: &QpAttr, mask: AttrMask) {
     }
     if mask.contains(AttrMask::AV) {
         dst.ah_attr = src.ah_attr;
+    }
+    if mask.contains(AttrMask::ALT_PATH) {
+        dst.alt_ah_attr = src.alt_ah_attr;
+        dst.alt_pkey_index = src.alt_pkey_index;
+        dst.alt_port_num = src.alt_port_num;
+        dst.alt_timeout = src.alt_timeout;
+    }
+    if mask.contains(AttrMask::PATH_MIG_STATE) {
+        dst.path_mig_state = src.path_mig_state;
+    }
+    if mask.contains(AttrMask::RATE_LIMIT) {
+        dst.rate_limit = src.rate_limit;
     }
     if mask.contains(AttrMask::PATH_MTU) {
         dst.path_mtu = src.path_mtu;
@@ -83,6 +103,8 @@ fn resolve_path(w: &World, idx: usize, attr: &QpAttr, qpn: u32) -> Result<Path> 
                 grh.dgid
             ))
         })?,
+        // Only on an InfiniBand port: on RoCE an address without a GRH was refused before
+        // (`qp_state::check_port_protocol`, as the kernel's `rdma_check_ah_attr`).
         None => w
             .devs
             .iter()
@@ -90,7 +112,9 @@ fn resolve_path(w: &World, idx: usize, attr: &QpAttr, qpn: u32) -> Result<Path> 
             .map(|d| (d.port.ip, d.port.mac))
             .ok_or_else(|| {
                 Error::InvalidArgument(format!(
-                    "IBV_QP_AV: no port on the fabric has LID {}",
+                    "IBV_QP_AV: no port on the fabric has LID {} (an InfiniBand address without \
+                     a GRH names the peer's port by its LID; is_global = 1 with the peer's GID \
+                     reaches it through a GRH instead)",
                     ah.dlid
                 ))
             })?,
@@ -119,8 +143,15 @@ fn resolve_path(w: &World, idx: usize, attr: &QpAttr, qpn: u32) -> Result<Path> 
     })
 }
 
-/// Apply `ibv_modify_qp` to QP `qpn` of device `idx`.
-pub fn modify_qp(w: &mut World, idx: usize, qpn: u32, attr: &QpAttr, mask: AttrMask) -> Result<()> {
+/// Apply `ibv_modify_qp` to QP `qpn` of device `idx`, whose port has link layer `link_layer`.
+pub fn modify_qp(
+    w: &mut World,
+    idx: usize,
+    qpn: u32,
+    attr: &QpAttr,
+    mask: AttrMask,
+    link_layer: LinkLayer,
+) -> Result<()> {
     let dev = w.devs.get(idx).ok_or(Error::UnknownHandle {
         kind: "device",
         id: idx as u32,
@@ -138,10 +169,45 @@ pub fn modify_qp(w: &mut World, idx: usize, qpn: u32, attr: &QpAttr, mask: AttrM
         max_rd_atomic: MAX_RD_ATOMIC,
         max_dest_rd_atomic: MAX_RD_ATOMIC,
         privileged_qkey: false,
+        link_layer,
+        kernel: KernelVersion::DEFAULT,
     };
     let next = validate_with_limits(cur, attr, mask, qp.qp_type, &limits)?;
+    // What uverbs hands the driver: IBV_QP_PORT added to an IBV_QP_AV outside Init->RTR.
+    let (attr, mask) = uverbs_view(attr, mask);
+    // uverbs `modify_qp`: at Init->RTR the address must use the port the QP was given at Init.
+    if mask.contains(AttrMask::AV)
+        && mask.contains(AttrMask::STATE)
+        && attr.qp_state == QpState::Rtr
+        && attr.ah_attr.port_num != qp.attr.port_num
+    {
+        return Err(ModifyError::InvalidValue {
+            attr: "IBV_QP_AV",
+            why: format!(
+                "ah_attr.port_num = {} but the QP was bound to port {} at Init (uverbs modify_qp \
+                 refuses the difference)",
+                attr.ah_attr.port_num, qp.attr.port_num
+            ),
+        }
+        .into());
+    }
+    // `mlx5_ib_modify_qp` returns 0 for Reset->Reset before the device code that refuses the
+    // rate limit runs (rdma-core still resets the rings afterwards, below).
+    let reset_to_reset = cur == QpState::Reset && next == QpState::Reset;
+    if mask.contains(AttrMask::RATE_LIMIT) && !reset_to_reset {
+        return Err(ModifyError::Unsupported {
+            attr: "IBV_QP_RATE_LIMIT",
+            why: format!(
+                "mlx5 paces raw-packet QPs, and UD/UC QPs only on devices that report \
+                 packet_pacing_req_ud/_uc (Linux 7.2); this device paces none of its QPs, this \
+                 {} QP included (__mlx5_ib_modify_qp answers EOPNOTSUPP)",
+                qp.qp_type
+            ),
+        }
+        .into());
+    }
     let mut new_attr = qp.attr;
-    copy_masked(&mut new_attr, attr, mask);
+    copy_masked(&mut new_attr, &attr, mask);
     let path = if qp.qp_type != QpType::Ud
         && (mask.contains(AttrMask::AV)
             || mask.contains(AttrMask::PATH_MTU)

@@ -11,11 +11,19 @@
 //!
 //! The expected table is text, independent of `mlx5_hw::qp_state`: the transcription of the
 //! kernel table in `hw/tests/data/kernel_qp_state_table.rs`, shared with
-//! `hw/tests/qp_state_table.rs` (which checks the library alone).
+//! `hw/tests/qp_state_table.rs` (which checks the library alone), in its newest version (Linux
+//! 7.2, the kernel the software ConnectX follows). Around the table the expectation models, as
+//! the kernel and an mlx5 device answer from user space: undefined mask bits refused first
+//! (EOPNOTSUPP, uverbs); `IB_QP_PORT` added to an `IB_QP_AV` outside INIT->RTR (uverbs
+//! `modify_qp`); `IB_QP_ALT_PATH` refused on the RoCE port (EINVAL, `_ib_modify_qp`); and
+//! `IB_QP_RATE_LIMIT`, which the 7.2 table passes through, refused by the device (EOPNOTSUPP,
+//! `__mlx5_ib_modify_qp`) except in RESET->RESET, which the driver answers before looking.
+//! Every refusal's errno class is checked.
 
+use mlx5_direct::hw::qp_state::KernelVersion;
 use mlx5_direct::hw::{
-    AccessFlags, AhAttr, AttrMask, CqInitAttr, Device, Gid, GlobalRoute, Mtu, PdId, QpAttr, QpCap,
-    QpInfo, QpInitAttr, QpState, QpType,
+    AccessFlags, AhAttr, AttrMask, CqInitAttr, Device, Gid, GlobalRoute, MigState, Mtu, PdId,
+    QpAttr, QpCap, QpInfo, QpInitAttr, QpState, QpType,
 };
 use mlx5_direct::qp::{Qp, SendWr, Sge, UdDest};
 use mlx5_direct::sim::{DeviceConfig, Fabric, SimDevice};
@@ -25,6 +33,12 @@ include!("../../hw/tests/data/kernel_qp_state_table.rs");
 
 const STATE: u32 = 1;
 const CUR_STATE: u32 = 1 << 1;
+const PORT: u32 = 1 << 5;
+const AV: u32 = 1 << 7;
+const ALT_PATH: u32 = 1 << 14;
+const RATE_LIMIT: u32 = 1 << 25;
+const EINVAL: i32 = 22;
+const EOPNOTSUPP: i32 = 95;
 /// Bits verbs does not define (21..=24 are unused, 26 and up do not exist).
 const UNDEFINED_BITS: [u32; 3] = [1 << 21, 1 << 24, 1 << 26];
 
@@ -66,17 +80,30 @@ fn verbs_names(mask: u32) -> Vec<String> {
 enum Expect {
     /// The modify succeeds and the QP reaches this state.
     Ok(QpState),
-    /// Refused; the message contains each of these.
-    Refused(Vec<String>),
+    /// Refused with this errno; the message contains each of these.
+    Refused(i32, Vec<String>),
 }
 
-/// The kernel's verdict on `mask` for a `ty` QP in `cur` asked to go to `next`: without
-/// `IB_QP_STATE` the target is the current state (`mlx5_ib_modify_qp`); bits verbs does not
-/// define are refused first, then a transition not in the table, then missing required bits,
-/// then bits the transition does not accept — `IB_QP_CUR_STATE` among them unless the QP is in
-/// RTR, RTS, SQD or SQE (`ib_modify_qp_is_ok`).
+/// The transcribed kernel the software ConnectX follows: the newest.
+fn sim_kernel() -> Kernel {
+    let k = *KERNELS.last().expect("kernels");
+    assert_eq!(k, Kernel::V7_2);
+    assert_eq!(KernelVersion::DEFAULT, KernelVersion::Linux7_2);
+    k
+}
+
+/// The verdict of the kernel (7.2) and an mlx5 device on `mask` for a `ty` QP in `cur` asked
+/// to go to `next`, on a RoCE port, from user space:
+/// undefined bits refused first (uverbs, EOPNOTSUPP); `IB_QP_ALT_PATH` refused on RoCE
+/// (`_ib_modify_qp`, EINVAL); then the table (`ib_modify_qp_is_ok`, EINVAL) on the mask uverbs
+/// hands it — `IB_QP_PORT` added to an `IB_QP_AV` outside INIT->RTR — with the target the
+/// current state without `IB_QP_STATE` (`mlx5_ib_modify_qp`): a transition not in the table,
+/// then missing required bits, then bits the transition does not accept (`IB_QP_CUR_STATE`
+/// among them unless the QP is in RTR, RTS, SQD or SQE), `IB_QP_RATE_LIMIT` passed through;
+/// last the device: `IB_QP_RATE_LIMIT` unsupported (EOPNOTSUPP) except in RESET->RESET.
 fn expect(
     t: &HashMap<Key, (u32, u32)>,
+    pass: u32,
     cur: QpState,
     next: QpState,
     ty: QpType,
@@ -84,23 +111,37 @@ fn expect(
 ) -> Expect {
     let defined = KERNEL_BITS.iter().fold(0, |a, (_, b)| a | b);
     if mask & !defined != 0 {
-        return Expect::Refused(vec!["attr_mask".into()]);
+        return Expect::Refused(EOPNOTSUPP, vec!["attr_mask".into()]);
     }
-    let next = if mask & STATE != 0 { next } else { cur };
+    if mask & ALT_PATH != 0 {
+        return Expect::Refused(EINVAL, vec!["IBV_QP_ALT_PATH".into(), "RoCE".into()]);
+    }
+    // `next` is also the `qp_state` the modify carries (`attrs`).
+    let added =
+        if mask & AV != 0 && mask & PORT == 0 && !(mask & STATE != 0 && next == QpState::Rtr) {
+            PORT
+        } else {
+            0
+        };
+    let seen = mask | added;
+    let next = if seen & STATE != 0 { next } else { cur };
     let Some(&(req, opt)) = t.get(&(cur, next, ty)) else {
-        return Expect::Refused(vec![
-            "illegal QP transition".into(),
-            format!("{} -> {}", state_name(cur), state_name(next)),
-        ]);
+        return Expect::Refused(
+            EINVAL,
+            vec![
+                "illegal QP transition".into(),
+                format!("{} -> {}", state_name(cur), state_name(next)),
+            ],
+        );
     };
-    let missing = req & !mask;
+    let missing = req & !seen;
     if missing != 0 {
         let mut words = verbs_names(missing);
         words.push("requires".into());
-        return Expect::Refused(words);
+        return Expect::Refused(EINVAL, words);
     }
-    let mut forbidden = mask & !(req | opt | STATE);
-    if mask & CUR_STATE != 0
+    let mut forbidden = seen & !(req | opt | STATE | pass);
+    if seen & CUR_STATE != 0
         && !matches!(
             cur,
             QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
@@ -108,10 +149,23 @@ fn expect(
     {
         forbidden |= CUR_STATE;
     }
+    if forbidden == added && added != 0 {
+        return Expect::Refused(
+            EINVAL,
+            vec!["IBV_QP_PORT".into(), "IBV_QP_AV".into(), "uverbs".into()],
+        );
+    }
+    let forbidden = forbidden & !added;
     if forbidden != 0 {
         let mut words = verbs_names(forbidden);
         words.push("does not accept".into());
-        return Expect::Refused(words);
+        return Expect::Refused(EINVAL, words);
+    }
+    if seen & RATE_LIMIT != 0 && !(cur == QpState::Reset && next == QpState::Reset) {
+        return Expect::Refused(
+            EOPNOTSUPP,
+            vec!["IBV_QP_RATE_LIMIT".into(), "not supported".into()],
+        );
     }
     Expect::Ok(next)
 }
@@ -152,6 +206,23 @@ fn attrs(ty: QpType, cur: QpState, next: QpState, peer_gid: Gid, variant: u8) ->
                 traffic_class: if v { 0x20 } else { 0 },
             }),
         },
+        alt_ah_attr: AhAttr {
+            port_num: 1,
+            grh: Some(GlobalRoute {
+                dgid: peer_gid,
+                ..GlobalRoute::default()
+            }),
+            ..AhAttr::default()
+        },
+        alt_pkey_index: 0,
+        alt_port_num: 1,
+        alt_timeout: 14,
+        path_mig_state: if v {
+            MigState::Rearm
+        } else {
+            MigState::Migrated
+        },
+        rate_limit: if v { 10_000 } else { 0 },
         max_rd_atomic: if v { 4 } else { 1 },
         max_dest_rd_atomic: if v { 8 } else { 2 },
         min_rnr_timer: if v { 20 } else { 12 },
@@ -165,8 +236,9 @@ fn attrs(ty: QpType, cur: QpState, next: QpState, peer_gid: Gid, variant: u8) ->
 }
 
 /// The attributes `mask` carries, as `query_qp` must report them after a successful modify
-/// (`IB_QP_STATE`, `CUR_STATE` and the bits without a field in `QpAttr` — ALT_PATH,
-/// PATH_MIG_STATE, CAP, RATE_LIMIT — are not compared).
+/// (`IB_QP_STATE`, `CUR_STATE` and `CAP` are not compared; `ALT_PATH` and `RATE_LIMIT` never
+/// succeed on this RoCE device outside RESET->RESET, after which nothing is kept; a `PORT` the
+/// kernel added with `AV` is the address's port, which `attrs` makes the same).
 fn check_attrs_set(got: &QpAttr, want: &QpAttr, mask: AttrMask, what: &str) {
     macro_rules! field {
         ($bit:ident, $f:ident) => {
@@ -196,6 +268,16 @@ fn check_attrs_set(got: &QpAttr, want: &QpAttr, mask: AttrMask, what: &str) {
     field!(MAX_DEST_RD_ATOMIC, max_dest_rd_atomic);
     field!(DEST_QPN, dest_qp_num);
     field!(EN_SQD_ASYNC_NOTIFY, en_sqd_async_notify);
+    field!(PATH_MIG_STATE, path_mig_state);
+    field!(ALT_PATH, alt_ah_attr);
+    field!(ALT_PATH, alt_port_num);
+    field!(RATE_LIMIT, rate_limit);
+    if mask.contains(AttrMask::AV) {
+        assert_eq!(
+            got.port_num, want.ah_attr.port_num,
+            "{what}: the port follows the address"
+        );
+    }
 }
 
 /// A device under test, a peer whose GID the address vectors name, and QPs on demand.
@@ -206,6 +288,10 @@ struct Bench {
     cq: mlx5_direct::hw::CqId,
     peer_gid: Gid,
     table: HashMap<Key, (u32, u32)>,
+    /// Bits the table passes through on every legal transition.
+    pass: u32,
+    /// Refusals seen, by errno.
+    refused: HashMap<i32, usize>,
     /// One QP per (type, source state), replaced when a modify moved it elsewhere.
     pool: HashMap<(QpType, QpState), QpInfo>,
     created: usize,
@@ -234,7 +320,9 @@ impl Bench {
             pd,
             cq,
             peer_gid,
-            table: expected_table(),
+            table: expected_table(sim_kernel()),
+            pass: pass_through(sim_kernel()),
+            refused: HashMap::new(),
             pool: HashMap::new(),
             created: 0,
             modifies: 0,
@@ -372,7 +460,7 @@ fn run_source(b: &mut Bench, ty: QpType, cur: QpState) -> (usize, usize) {
             let what = format!("{ty} {cur} -> {next} mask {mask:#x}");
             let got = b.modify(&qp, &attr, mask);
             let now = b.dev.query_qp(qp.id).unwrap();
-            match (expect(&b.table, cur, next, ty, mask), got) {
+            match (expect(&b.table, b.pass, cur, next, ty, mask), got) {
                 (Expect::Ok(reached), Ok(())) => {
                     oks += 1;
                     assert_eq!(now.qp_state, reached, "{what}: query_qp after success");
@@ -383,10 +471,10 @@ fn run_source(b: &mut Bench, ty: QpType, cur: QpState) -> (usize, usize) {
                 (Expect::Ok(_), Err(e)) => {
                     panic!("{what}: the kernel allows it, the sim refused: {e}")
                 }
-                (Expect::Refused(words), Ok(())) => {
+                (Expect::Refused(_, words), Ok(())) => {
                     panic!("{what}: the kernel refuses it ({words:?}), the sim allowed it")
                 }
-                (Expect::Refused(words), Err(e)) => {
+                (Expect::Refused(errno, words), Err(e)) => {
                     let msg = e.to_string();
                     for w in &words {
                         assert!(
@@ -394,6 +482,8 @@ fn run_source(b: &mut Bench, ty: QpType, cur: QpState) -> (usize, usize) {
                             "{what}: {msg:?} does not name {w}"
                         );
                     }
+                    assert_eq!(e.errno(), errno, "{what}: errno of {msg:?}");
+                    *b.refused.entry(errno).or_default() += 1;
                     assert_eq!(now.qp_state, cur, "{what}: a refused modify moved the QP");
                 }
             }
@@ -418,13 +508,23 @@ fn every_transition_mask_and_type_on_the_software_connectx() {
             oks += o;
         }
     }
-    // Each legal cell succeeds once with its required set and once per optional bit; count
-    // them from the table so a skipped case fails the test.
+    // Each legal cell succeeds once with its required set and once per optional bit the RoCE
+    // device takes (not ALT_PATH; for UC SQD->SQD not AV, which brings IB_QP_PORT); count them
+    // from the table so a skipped case fails the test.
     let want_oks: usize = b
         .table
         .iter()
         .filter(|((cur, _, ty), _)| !(*ty == QpType::Rc && *cur == QpState::Sqe))
-        .map(|(_, (_, opt))| 1 + opt.count_ones() as usize)
+        .map(|(&(_, next, _), &(req, opt))| {
+            let refused = |bit: u32| {
+                bit == ALT_PATH
+                    || (bit == AV && req & PORT == 0 && opt & PORT == 0 && next != QpState::Rtr)
+            };
+            1 + (0..32)
+                .map(|i| 1u32 << i)
+                .filter(|&bit| opt & bit != 0 && !refused(bit))
+                .count()
+        })
         .sum::<usize>();
     // Plus the masks without IB_QP_STATE that leave a QP where it is and are legal there.
     assert!(
@@ -435,9 +535,20 @@ fn every_transition_mask_and_type_on_the_software_connectx() {
     assert!(b.modifies < 8000, "{} modifies: keep it cheap", b.modifies);
     let bugs = b.fabric.driver_bugs();
     assert!(bugs.is_empty(), "{bugs:#?}");
+    // Both classes were seen (undefined bits and the rate limit are EOPNOTSUPP).
+    assert!(
+        b.refused.get(&EINVAL).copied().unwrap_or(0) > 100,
+        "{:?}",
+        b.refused
+    );
+    assert!(
+        b.refused.get(&EOPNOTSUPP).copied().unwrap_or(0) > 20,
+        "{:?}",
+        b.refused
+    );
     eprintln!(
-        "{cases} cases, {oks} accepted, {} QPs created, {} modifies",
-        b.created, b.modifies
+        "{cases} cases, {oks} accepted, refused by errno {:?}, {} QPs created, {} modifies",
+        b.refused, b.created, b.modifies
     );
 }
 
@@ -456,5 +567,212 @@ fn a_wrong_cur_state_is_refused_and_named() {
             .to_string();
         assert!(e.contains("IBV_QP_CUR_STATE") && e.contains("RTR"), "{e}");
         assert_eq!(b.dev.query_qp(qp.id).unwrap().qp_state, QpState::Rts);
+    }
+}
+
+/// The required attributes of `cur -> next` for `ty` (from the transcribed table) with `extra`.
+fn required_with(b: &Bench, ty: QpType, cur: QpState, next: QpState, extra: u32) -> AttrMask {
+    let (req, _) = b.table[&(cur, next, ty)];
+    AttrMask::from_bits_retain(req | STATE | extra)
+}
+
+/// On the RoCE port an address without a GRH is refused before the device looks for a LID, and
+/// the refusal says why (RoCE needs a GRH); on an InfiniBand port a LID nobody has is named.
+#[test]
+fn an_address_without_a_grh_is_refused_with_the_grh_hint() {
+    let mut b = Bench::new();
+    let qp = b.qp(QpType::Rc, QpState::Init);
+    let mut a = attrs(QpType::Rc, QpState::Init, QpState::Rtr, b.peer_gid, 1);
+    a.ah_attr.grh = None;
+    a.ah_attr.dlid = 0;
+    let m = required_with(&b, QpType::Rc, QpState::Init, QpState::Rtr, 0);
+    let e = b.dev.modify_qp(qp.id, &a, m).unwrap_err();
+    let msg = e.to_string();
+    assert!(
+        msg.contains("GRH") && msg.contains("is_global = 1") && msg.contains("RoCE"),
+        "{msg}"
+    );
+    assert!(!msg.contains("no port on the fabric"), "{msg}");
+    assert_eq!(e.errno(), EINVAL);
+    assert_eq!(b.dev.query_qp(qp.id).unwrap().qp_state, QpState::Init);
+
+    let f = Fabric::new();
+    let ib = DeviceConfig {
+        lid: 0x11,
+        link_layer: mlx5_direct::hw::LinkLayer::InfiniBand,
+        ..DeviceConfig::new([10, 0, 1, 1])
+    };
+    let d = f.add_device(ib);
+    let (_, qp) = ib_qp(&d, QpType::Rc);
+    let e = d.modify_qp(qp.id, &a, m).unwrap_err().to_string();
+    assert!(
+        e.contains("no port on the fabric has LID 0") && e.contains("GRH"),
+        "{e}"
+    );
+}
+
+/// A `ty` QP of `d`, in Init (port 1, P_Key 0), with its PD.
+fn ib_qp(d: &SimDevice, ty: QpType) -> (PdId, QpInfo) {
+    let pd = d.alloc_pd().unwrap();
+    let cq = d
+        .create_cq(&CqInitAttr {
+            cqe: 16,
+            cqe_size: 64,
+            ignore_overrun: true,
+            channel: None,
+        })
+        .unwrap()
+        .id;
+    let qp = d
+        .create_qp(
+            pd,
+            &QpInitAttr {
+                qp_type: ty,
+                send_cq: cq,
+                recv_cq: cq,
+                srq: None,
+                cap: QpCap {
+                    max_send_wr: 4,
+                    max_recv_wr: 4,
+                    max_send_sge: 1,
+                    max_recv_sge: 1,
+                    max_inline_data: 0,
+                },
+                sq_sig_all: false,
+            },
+        )
+        .unwrap();
+    let init = QpAttr {
+        qp_state: QpState::Init,
+        port_num: 1,
+        pkey_index: 0,
+        qp_access_flags: AccessFlags::REMOTE_WRITE,
+        ..QpAttr::default()
+    };
+    d.modify_qp(
+        qp.id,
+        &init,
+        AttrMask::STATE | AttrMask::PORT | AttrMask::PKEY_INDEX | AttrMask::ACCESS_FLAGS,
+    )
+    .unwrap();
+    (pd, qp)
+}
+
+/// `IBV_QP_ALT_PATH` is refused on the RoCE port (EINVAL, before the table) and kept on an
+/// InfiniBand port, where `query_qp` returns the alternate path and the path-migration state.
+#[test]
+fn the_alternate_path_is_refused_on_roce_and_kept_on_infiniband() {
+    let mut b = Bench::new();
+    let qp = b.qp(QpType::Rc, QpState::Init);
+    let a = attrs(QpType::Rc, QpState::Init, QpState::Rtr, b.peer_gid, 1);
+    let m = required_with(&b, QpType::Rc, QpState::Init, QpState::Rtr, ALT_PATH);
+    let e = b.dev.modify_qp(qp.id, &a, m).unwrap_err();
+    assert!(e.to_string().contains("IBV_QP_ALT_PATH"), "{e}");
+    assert_eq!(e.errno(), EINVAL);
+    assert_eq!(b.dev.query_qp(qp.id).unwrap().qp_state, QpState::Init);
+
+    let f = Fabric::new();
+    let ib = |ip: [u8; 4], lid: u16| DeviceConfig {
+        lid,
+        link_layer: mlx5_direct::hw::LinkLayer::InfiniBand,
+        ..DeviceConfig::new(ip)
+    };
+    let d = f.add_device(ib([10, 0, 1, 1], 0x11));
+    let _peer = f.add_device(ib([10, 0, 1, 2], 0x22));
+    let (_, qp) = ib_qp(&d, QpType::Rc);
+    let path = AhAttr {
+        dlid: 0x22,
+        sl: 2,
+        port_num: 1,
+        ..AhAttr::default()
+    };
+    let rtr = QpAttr {
+        qp_state: QpState::Rtr,
+        path_mtu: Mtu::Mtu1024,
+        dest_qp_num: 0x77,
+        rq_psn: 0x10,
+        max_dest_rd_atomic: 1,
+        min_rnr_timer: 12,
+        ah_attr: path,
+        alt_ah_attr: AhAttr { sl: 5, ..path },
+        alt_port_num: 1,
+        alt_pkey_index: 0,
+        alt_timeout: 17,
+        ..QpAttr::default()
+    };
+    d.modify_qp(qp.id, &rtr, m).unwrap();
+    let got = d.query_qp(qp.id).unwrap();
+    assert_eq!(got.qp_state, QpState::Rtr);
+    assert_eq!(
+        (got.alt_ah_attr, got.alt_port_num, got.alt_timeout),
+        (rtr.alt_ah_attr, 1, 17)
+    );
+    let rts = QpAttr {
+        qp_state: QpState::Rts,
+        sq_psn: 0x20,
+        timeout: 14,
+        retry_cnt: 7,
+        rnr_retry: 7,
+        max_rd_atomic: 1,
+        path_mig_state: MigState::Rearm,
+        ..QpAttr::default()
+    };
+    let m = required_with(&b, QpType::Rc, QpState::Rtr, QpState::Rts, 1 << 18);
+    d.modify_qp(qp.id, &rts, m).unwrap();
+    let got = d.query_qp(qp.id).unwrap();
+    assert_eq!(
+        (got.qp_state, got.path_mig_state),
+        (QpState::Rts, MigState::Rearm)
+    );
+    assert_eq!(got.alt_timeout, 17, "the alternate path stays");
+    assert!(f.driver_bugs().is_empty());
+}
+
+/// uverbs adds `IBV_QP_PORT` to a modify carrying `IBV_QP_AV` outside Init→RTR: UC SQD→SQD does
+/// not accept it (EINVAL), RC SQD→SQD does and the port follows the address.
+#[test]
+fn an_address_in_sqd_brings_the_port_uverbs_adds() {
+    let mut b = Bench::new();
+    let uc = b.qp(QpType::Uc, QpState::Sqd);
+    let a = attrs(QpType::Uc, QpState::Sqd, QpState::Sqd, b.peer_gid, 1);
+    for m in [AttrMask::STATE | AttrMask::AV, AttrMask::AV] {
+        let e = b.dev.modify_qp(uc.id, &a, m).unwrap_err();
+        let msg = e.to_string();
+        assert!(
+            msg.contains("IBV_QP_PORT") && msg.contains("uverbs"),
+            "{msg}"
+        );
+        assert_eq!(e.errno(), EINVAL);
+    }
+    let rc = b.qp(QpType::Rc, QpState::Sqd);
+    let a = attrs(QpType::Rc, QpState::Sqd, QpState::Sqd, b.peer_gid, 1);
+    b.dev
+        .modify_qp(rc.id, &a, AttrMask::STATE | AttrMask::AV)
+        .unwrap();
+    let got = b.dev.query_qp(rc.id).unwrap();
+    assert_eq!((got.ah_attr, got.port_num), (a.ah_attr, a.ah_attr.port_num));
+}
+
+/// The 7.2 table lets `IBV_QP_RATE_LIMIT` through; the device, which paces no RC/UC/UD QP,
+/// refuses it with EOPNOTSUPP — but Reset→Reset succeeds before the driver looks.
+#[test]
+fn the_rate_limit_is_unsupported_by_the_device() {
+    let mut b = Bench::new();
+    for ty in TYPES {
+        let qp = b.qp(ty, QpState::Rts);
+        let a = attrs(ty, QpState::Rts, QpState::Rts, b.peer_gid, 1);
+        let e = b
+            .dev
+            .modify_qp(qp.id, &a, AttrMask::STATE | AttrMask::RATE_LIMIT)
+            .unwrap_err();
+        let msg = e.to_string();
+        assert!(msg.contains("IBV_QP_RATE_LIMIT"), "{msg}");
+        assert_eq!(e.errno(), EOPNOTSUPP, "{msg}");
+        assert_eq!(b.dev.query_qp(qp.id).unwrap().qp_state, QpState::Rts);
+        let fresh = b.qp(ty, QpState::Reset);
+        let r = attrs(ty, QpState::Reset, QpState::Reset, b.peer_gid, 1);
+        b.dev
+            .modify_qp(fresh.id, &r, AttrMask::STATE | AttrMask::RATE_LIMIT)
+            .unwrap();
     }
 }

@@ -4,7 +4,9 @@
 //! `ibv_qp_attr_mask`, `ibv_access_flags`), so most fields pass through unchanged.
 
 use super::ffi::ibv;
-use crate::attr::{AccessFlags, AhAttr, Gid, GlobalRoute, Mtu, QpAttr, QpCap, QpState, QpType};
+use crate::attr::{
+    AccessFlags, AhAttr, Gid, GlobalRoute, MigState, Mtu, QpAttr, QpCap, QpState, QpType,
+};
 use crate::device::{LinkLayer, PortAttr, PortState};
 
 /// `IBV_LINK_LAYER_ETHERNET` (verbs.h `enum { IBV_LINK_LAYER_UNSPECIFIED, _INFINIBAND, _ETHERNET }`).
@@ -80,6 +82,12 @@ pub(super) fn qp_attr_to_ibv(a: &QpAttr) -> ibv::ibv_qp_attr {
     r.timeout = a.timeout;
     r.retry_cnt = a.retry_cnt;
     r.rnr_retry = a.rnr_retry;
+    r.alt_ah_attr = ah_to_ibv(&a.alt_ah_attr);
+    r.alt_pkey_index = a.alt_pkey_index;
+    r.alt_port_num = a.alt_port_num;
+    r.alt_timeout = a.alt_timeout;
+    r.path_mig_state = a.path_mig_state as u32;
+    r.rate_limit = a.rate_limit;
     r
 }
 
@@ -107,6 +115,15 @@ pub(super) fn qp_attr_from_ibv(r: &ibv::ibv_qp_attr) -> QpAttr {
         pkey_index: r.pkey_index,
         port_num: r.port_num,
         ah_attr: ah_from_ibv(&r.ah_attr),
+        alt_ah_attr: ah_from_ibv(&r.alt_ah_attr),
+        alt_pkey_index: r.alt_pkey_index,
+        alt_port_num: r.alt_port_num,
+        alt_timeout: r.alt_timeout,
+        path_mig_state: u8::try_from(r.path_mig_state)
+            .ok()
+            .and_then(MigState::from_u8)
+            .unwrap_or_default(),
+        rate_limit: r.rate_limit,
         max_rd_atomic: r.max_rd_atomic,
         max_dest_rd_atomic: r.max_dest_rd_atomic,
         min_rnr_timer: r.min_rnr_timer,
@@ -208,6 +225,19 @@ mod tests {
                     traffic_class: 0x10,
                 }),
             },
+            alt_ah_attr: AhAttr {
+                dlid: 0x33,
+                sl: 5,
+                src_path_bits: 1,
+                static_rate: 3,
+                port_num: 2,
+                grh: None,
+            },
+            alt_pkey_index: 2,
+            alt_port_num: 2,
+            alt_timeout: 17,
+            path_mig_state: MigState::Rearm,
+            rate_limit: 100_000,
             max_rd_atomic: 4,
             max_dest_rd_atomic: 8,
             min_rnr_timer: 12,
@@ -228,6 +258,8 @@ mod tests {
         assert_eq!(r.qp_state, ibv::ibv_qp_state::IBV_QPS_RTR);
         assert_eq!(r.path_mtu, ibv::ibv_mtu::IBV_MTU_4096);
         assert_eq!(r.ah_attr.is_global, 1);
+        assert_eq!(r.alt_ah_attr.is_global, 0);
+        assert_eq!(r.path_mig_state, ibv::ibv_mig_state::IBV_MIG_REARM);
         assert_eq!(qp_attr_from_ibv(&r), a);
     }
 
@@ -253,6 +285,7 @@ mod tests {
         assert_eq!(qp_type_to_ibv(QpType::Ud), ibv::ibv_qp_type::IBV_QPT_UD);
         assert_eq!(QpState::Sqe as u32, ibv::ibv_qp_state::IBV_QPS_SQE);
         assert_eq!(Mtu::Mtu256 as u32, ibv::ibv_mtu::IBV_MTU_256);
+        assert_eq!(MigState::Armed as u32, ibv::ibv_mig_state::IBV_MIG_ARMED);
     }
 
     #[test]

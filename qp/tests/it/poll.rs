@@ -605,3 +605,82 @@ fn sixteen_bit_counters_wrap() {
     }
     assert_eq!(fcq.set_ci(), c.ci() & 0xff_ffff);
 }
+
+/// SL, DLID path bits and P_Key index of a receive, read from the CQE bytes as libmlx5's
+/// `handle_responder` reads them (`(be32toh(flags_rqpn) >> 24) & 0xf`, `ml_path & 0x7f`,
+/// `be32toh(imm_inval_pkey) & 0xffff`; `struct mlx5_cqe64` offsets 24, 17 and 36, checked
+/// against mlx5dv.h by the conformance crate), for 64- and 128-byte CQEs; send and error
+/// completions leave them 0.
+#[test]
+fn receive_completions_carry_sl_path_bits_and_pkey_index() {
+    for cqe_size in [64u32, 128] {
+        let fake = FakeQp::new(&QpCfg::default());
+        let mut qp = rts(&fake);
+        let mut fcq = FakeCq::new(8, cqe_size, false);
+        let mut c = cq(&fcq);
+        for i in 0..3 {
+            qp.post_recv(
+                20 + i,
+                &[Sge {
+                    addr: 0x1000,
+                    length: 256,
+                    lkey: 1,
+                }],
+            )
+            .unwrap();
+        }
+        qp.post(&SendWr::send(30).inline(b"x").signaled()).unwrap();
+        // A SEND without immediate: byte 17 (ml_path) 0xff, flags_rqpn = GRH flags 2 | SL 0xb |
+        // source QPN, imm_inval_pkey = 0x1234_0005 (P_Key index 5).
+        let mut b = *resp(CQE_RESP_SEND, QPN, 0, 64, 0).as_bytes();
+        b[17] = 0xff;
+        b[24..28].copy_from_slice(&(0x2b00_0000u32 | 0x00_0abc).to_be_bytes());
+        b[36..40].copy_from_slice(&0x1234_0005u32.to_be_bytes());
+        fcq.push(Cqe64::from_bytes(&b));
+        // With an immediate the shared field is the immediate; libmlx5 still takes its low 16
+        // bits as the P_Key index.
+        let mut b = *resp(CQE_RESP_SEND_IMM, QPN, 1, 8, 0xcafe_0042).as_bytes();
+        b[17] = 0x03;
+        b[24..28].copy_from_slice(&0x0700_0001u32.to_be_bytes());
+        fcq.push(Cqe64::from_bytes(&b));
+        // An error CQE has no such fields (`struct mlx5_err_cqe`): bytes there are not read.
+        let mut e = *err(CQE_RESP_ERR, QPN, 2, SYNDROME_LOCAL_LENGTH_ERR, 0).as_bytes();
+        e[17] = 0xff;
+        e[24] = 0x2f;
+        e[38..40].copy_from_slice(&[0xff, 0xff]);
+        fcq.push(Cqe64::from_bytes(&e));
+        fcq.push(req(QPN, 0, 0x0a));
+        let mut wcs = [Wc::default(); 4];
+        assert_eq!(c.poll(&mut qp, &mut wcs).unwrap(), 4, "{cqe_size}");
+        let w = &wcs[0];
+        assert_eq!((w.wr_id, w.opcode), (20, WcOpcode::Recv), "{cqe_size}");
+        assert_eq!(
+            (w.sl, w.dlid_path_bits, w.pkey_index, w.src_qp),
+            (0xb, 0x7f, 5, 0xabc),
+            "{cqe_size}"
+        );
+        assert_eq!(w.flags, WcFlags::GRH, "{cqe_size}");
+        let w = &wcs[1];
+        assert_eq!(
+            (w.sl, w.dlid_path_bits, w.pkey_index, w.imm_data, w.flags),
+            (7, 3, 0x0042, 0xcafe_0042, WcFlags::WITH_IMM),
+            "{cqe_size}"
+        );
+        for w in &wcs[2..] {
+            assert_eq!((w.sl, w.dlid_path_bits, w.pkey_index), (0, 0, 0), "{w:?}");
+        }
+        assert_eq!((wcs[2].wr_id, wcs[2].status), (22, WcStatus::LocLenErr));
+        assert_eq!((wcs[3].wr_id, wcs[3].opcode), (30, WcOpcode::Send));
+        // The Cqe64 accessors read the same bits.
+        let cqe = Cqe64::from_bytes(&b);
+        assert_eq!(
+            (
+                cqe.sl(),
+                cqe.dlid_path_bits(),
+                cqe.pkey_index(),
+                cqe.grh_flags()
+            ),
+            (7, 3, 0x0042, 0)
+        );
+    }
+}
