@@ -15,6 +15,7 @@
 //! | [`Step::Rts`] | RTR→RTS | sq_psn, timeout, retry_cnt, rnr_retry, max_rd_atomic | sq_psn | sq_psn |
 //! | [`Step::Drain`] | RTS→SQD | (en_sqd_async_notify) | same | same |
 //! | [`Step::Resume`] | SQD→RTS, SQE→RTS | the [`Changes`] given | same | same |
+//! | [`Step::WithOptional`] | Init, RTR or RTS step | its required attributes + the optional [`Changes`] given | same | same |
 //! | [`Step::Change`] | Init→Init, RTS→RTS, SQD→SQD | the [`Changes`] given | same | same |
 //! | [`Step::SetQkey`] | UD: same-state Q_Key change | — | — | qkey |
 //! | [`Step::Error`] | any but Reset → Error | state only | same | same |
@@ -22,7 +23,7 @@
 
 #![deny(missing_docs)]
 
-use crate::attr::{AccessFlags, AhAttr, AttrMask, Mtu, QpAttr, QpState, QpType};
+use crate::attr::{AccessFlags, AhAttr, AttrMask, MigState, Mtu, QpAttr, QpState, QpType};
 use crate::device::{Device, QpId};
 use crate::error::{ModifyError, Result};
 use crate::qp_state;
@@ -138,6 +139,27 @@ pub struct Changes {
     pub max_dest_rd_atomic: Option<u8>,
     /// `IBV_QP_MIN_RNR_TIMER`
     pub min_rnr_timer: Option<u8>,
+    /// `IBV_QP_ALT_PATH`: the alternate path (InfiniBand ports only; refused on RoCE).
+    pub alt_path: Option<AltPath>,
+    /// `IBV_QP_PATH_MIG_STATE`
+    pub path_mig_state: Option<MigState>,
+    /// `IBV_QP_RATE_LIMIT` (bytes per second; which transitions accept it depends on the
+    /// kernel, `crate::qp_state::KernelVersion`).
+    pub rate_limit: Option<u32>,
+}
+
+/// The alternate path of a QP (`IBV_QP_ALT_PATH`: `alt_ah_attr`, `alt_port_num`,
+/// `alt_pkey_index`, `alt_timeout` of `struct ibv_qp_attr`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AltPath {
+    /// Address of the peer on the alternate path.
+    pub ah: AhAttr,
+    /// Local port of the alternate path, 1-based (must equal `ah.port_num`).
+    pub port: u8,
+    /// P_Key index on that port.
+    pub pkey_index: u16,
+    /// Local ACK timeout exponent on the alternate path.
+    pub timeout: u8,
 }
 
 impl Changes {
@@ -194,6 +216,25 @@ impl Changes {
             &mut attr.min_rnr_timer,
             mask,
         );
+        if let Some(alt) = self.alt_path {
+            attr.alt_ah_attr = alt.ah;
+            attr.alt_port_num = alt.port;
+            attr.alt_pkey_index = alt.pkey_index;
+            attr.alt_timeout = alt.timeout;
+            *mask |= AttrMask::ALT_PATH;
+        }
+        set(
+            self.path_mig_state,
+            AttrMask::PATH_MIG_STATE,
+            &mut attr.path_mig_state,
+            mask,
+        );
+        set(
+            self.rate_limit,
+            AttrMask::RATE_LIMIT,
+            &mut attr.rate_limit,
+            mask,
+        );
     }
 }
 
@@ -222,6 +263,34 @@ pub enum Step {
     Error,
     /// Any state → Reset.
     Reset,
+    /// A state step (Reset→Init, Init→RTR, RTR→RTS) with optional attributes of its
+    /// transition on top of the required ones: the kernel table's optional column (access
+    /// flags and P_Key index at Init→RTR, min_rnr_timer, path migration state or an alternate
+    /// path at RTR→RTS, rate limit where the kernel takes it). The table refuses what the
+    /// transition does not accept for the QP type, naming the attribute.
+    WithOptional(StateStep, Changes),
+}
+
+/// The steps that move a QP forward through Init, RTR and RTS, for [`Step::WithOptional`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StateStep {
+    /// Reset→Init.
+    Init(ToInit),
+    /// Init→RTR.
+    Rtr(ToRtr),
+    /// RTR→RTS.
+    Rts(ToRts),
+}
+
+impl StateStep {
+    /// The plain step.
+    pub fn step(self) -> Step {
+        match self {
+            StateStep::Init(s) => Step::Init(s),
+            StateStep::Rtr(s) => Step::Rtr(s),
+            StateStep::Rts(s) => Step::Rts(s),
+        }
+    }
 }
 
 impl Step {
@@ -235,6 +304,7 @@ impl Step {
             Step::Change(_) | Step::SetQkey(_) => from,
             Step::Error => QpState::Error,
             Step::Reset => QpState::Reset,
+            Step::WithOptional(s, _) => s.step().target(from),
         }
     }
 
@@ -254,6 +324,7 @@ impl Step {
             Step::SetQkey(_) => "Q_Key change (UD)",
             Step::Error => "->Error",
             Step::Reset => "->Reset",
+            Step::WithOptional(s, _) => s.step().name(),
         }
     }
 
@@ -271,6 +342,7 @@ impl Step {
             }
             Step::Rtr(ToRtr::Uc { .. }) => Some(("UC", &[QpType::Uc])),
             Step::Rts(ToRts::Unreliable { .. }) => Some(("UC and UD", UNRELIABLE)),
+            Step::WithOptional(s, _) => s.step().expected(),
             _ => None,
         }
     }
@@ -366,6 +438,11 @@ impl Step {
                 m |= AttrMask::QKEY;
             }
             Step::Error | Step::Reset => {}
+            Step::WithOptional(s, optional) => {
+                let (mut a, mut m) = s.step().build(from, qp_type)?;
+                optional.write(&mut a, &mut m);
+                return Ok((a, m));
+            }
         }
         Ok((a, m))
     }

@@ -4,5 +4,6 @@
 
 mod drop_order;
 mod mr_midstream;
+mod optional_attrs;
 mod prop;
 mod support;

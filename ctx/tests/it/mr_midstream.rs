@@ -2,10 +2,9 @@
 //! freed memory (it is quarantined: an access would fault), and every WR completes exactly once,
 //! the ones that come after the region with the error a ConnectX gives for a key that is gone.
 
-use mlx5_connect::ConnectParams;
 use mlx5_qp::{SendWr, WcStatus};
 
-use crate::support::{drain, pair};
+use crate::support::{drain, pair, Params};
 
 const WRS: u64 = 32;
 const CHUNK: usize = 256 << 10;
@@ -39,7 +38,7 @@ fn assert_ok_then(st: &[WcStatus], first_err: WcStatus) {
 fn stream_then(
     drop_it: impl FnOnce(&mut Option<mlx5_ctx::Mr>, &mut Option<mlx5_ctx::Mr>),
 ) -> Vec<WcStatus> {
-    let (f, mut a, b) = pair(&ConnectParams::default());
+    let (f, mut a, b) = pair(&Params::default());
     let mut src = Some(a.pd.alloc_mr(CHUNK * WRS as usize).unwrap());
     let mut dst = Some(b.pd.alloc_mr(CHUNK * WRS as usize).unwrap());
     let aux = a.pd.alloc_mr(4096).unwrap();
@@ -101,7 +100,7 @@ fn target_region_dropped_mid_stream() {
 /// Receives posted into a region that is then dropped: the arriving SENDs find the key gone.
 #[test]
 fn receive_region_dropped_before_the_sends_arrive() {
-    let (f, mut a, mut b) = pair(&ConnectParams::default());
+    let (f, mut a, mut b) = pair(&Params::default());
     let src = a.pd.alloc_mr(4096).unwrap();
     let rbuf = b.pd.alloc_mr(4096).unwrap();
     for i in 0..4u64 {
@@ -125,7 +124,7 @@ fn receive_region_dropped_before_the_sends_arrive() {
 /// freeing without deregistering, would leave it registered over freed memory.
 #[test]
 fn dropping_a_region_deregisters_it_first() {
-    let (_f, a, _b) = pair(&ConnectParams::default());
+    let (_f, a, _b) = pair(&Params::default());
     let before = a.ctx.sim_device().unwrap().live_objects().mrs;
     let mr = a.pd.alloc_mr(1 << 20).unwrap();
     assert_eq!(a.ctx.sim_device().unwrap().live_objects().mrs, before + 1);

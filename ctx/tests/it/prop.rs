@@ -6,13 +6,12 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use mlx5_connect::ConnectParams;
 use mlx5_ctx::Mr;
-use mlx5_qp::{RemoteAddr, SendWr, Sge, WcStatus};
+use mlx5_qp::{RemoteAddr, SendWr, Sge};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngSeed};
 
-use crate::support::{pair, End};
+use crate::support::{pair, End, Params};
 
 #[derive(Clone, Debug)]
 enum Op {
@@ -94,11 +93,10 @@ fn sge(n: Named, len: u32) -> Sge {
 }
 
 fn run(ops: Vec<Op>) {
-    let (f, mut a, mut b) = pair(&ConnectParams {
+    let (f, mut a, mut b) = pair(&Params {
         timeout: 10,
         retry_cnt: 2,
         rnr_retry: 1,
-        ..ConnectParams::default()
     });
     let (mut ra, mut rb) = (Regions::default(), Regions::default());
     ra.alloc(&a, 0);
@@ -197,7 +195,6 @@ fn run(ops: Vec<Op>) {
         "{:?}",
         f.fabric().driver_bugs()
     );
-    let _ = WcStatus::Success;
 }
 
 proptest! {

@@ -1,9 +1,89 @@
 //! What the tests share: a deterministic pair of connected RC QPs on two software ConnectX
 //! devices.
 
-use mlx5_connect::{connect_qps, ConnectParams};
 use mlx5_ctx::{Context, Cq, Pd, Qp, QpInit, SimFabric};
+use mlx5_hw::transition::{Changes, PeerPath, StateStep, Step, ToInit, ToRtr, ToRts};
+use mlx5_hw::{AccessFlags, AhAttr, GlobalRoute, MigState, Mtu};
 use mlx5_qp::Wc;
+
+/// How `pair` connects the QPs (the tests of this crate do it with typed steps, not with
+/// mlx5-connect, which depends on this crate).
+#[derive(Clone, Copy, Debug)]
+pub struct Params {
+    /// RC local ACK timeout exponent.
+    pub timeout: u8,
+    /// Transport retries.
+    pub retry_cnt: u8,
+    /// RNR retries.
+    pub rnr_retry: u8,
+}
+
+impl Default for Params {
+    fn default() -> Self {
+        Params {
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+        }
+    }
+}
+
+/// Reset→Init→RTR→RTS for an RC QP toward `peer`, with optional attributes at RTR (access
+/// flags, P_Key index) and RTS (min_rnr_timer, migration state) as the kernel table allows.
+pub fn connect_rc(qp: &mut Qp, peer: &Qp, p: &Params, psn: u32, peer_psn: u32) {
+    let access = AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC;
+    let dgid = peer.context().device().query_gid(1, 0).unwrap();
+    let ah = AhAttr {
+        port_num: 1,
+        grh: Some(GlobalRoute {
+            dgid,
+            hop_limit: 64,
+            ..GlobalRoute::default()
+        }),
+        ..AhAttr::default()
+    };
+    let rtr = ToRtr::Rc {
+        path: PeerPath {
+            path_mtu: Mtu::Mtu1024,
+            dest_qpn: peer.qpn(),
+            rq_psn: peer_psn,
+            ah,
+        },
+        max_dest_rd_atomic: 4,
+        min_rnr_timer: 1,
+    };
+    let rts = ToRts::Rc {
+        sq_psn: psn,
+        timeout: p.timeout,
+        retry_cnt: p.retry_cnt,
+        rnr_retry: p.rnr_retry,
+        max_rd_atomic: 4,
+    };
+    qp.modify_all(&[
+        Step::Init(ToInit::Connected {
+            port: 1,
+            pkey_index: 0,
+            access: AccessFlags::empty(),
+        }),
+        Step::WithOptional(
+            StateStep::Rtr(rtr),
+            Changes {
+                access: Some(access),
+                pkey_index: Some(0),
+                ..Changes::default()
+            },
+        ),
+        Step::WithOptional(
+            StateStep::Rts(rts),
+            Changes {
+                min_rnr_timer: Some(1),
+                path_mig_state: Some(MigState::Migrated),
+                ..Changes::default()
+            },
+        ),
+    ])
+    .unwrap();
+}
 
 /// One end.
 pub struct End {
@@ -14,7 +94,7 @@ pub struct End {
 }
 
 /// Two RC QPs connected on a deterministic fabric (the test steps it).
-pub fn pair(params: &ConnectParams) -> (SimFabric, End, End) {
+pub fn pair(params: &Params) -> (SimFabric, End, End) {
     let f = SimFabric::deterministic();
     let mk = |ctx: Context| {
         let pd = ctx.alloc_pd().unwrap();
@@ -25,7 +105,8 @@ pub fn pair(params: &ConnectParams) -> (SimFabric, End, End) {
         End { qp, cq, pd, ctx }
     };
     let (mut a, mut b) = (mk(f.add_device()), mk(f.add_device()));
-    connect_qps(&mut a.qp, &mut b.qp, params).unwrap();
+    connect_rc(&mut a.qp, &b.qp, params, 0x10, 0x20);
+    connect_rc(&mut b.qp, &a.qp, params, 0x20, 0x10);
     (f, a, b)
 }
 
