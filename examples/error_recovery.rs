@@ -15,6 +15,7 @@
 //! `Connection::rebuild`), the fault is removed, the failed WRITE and the ones flushed behind
 //! it are posted again, and B's memory is checked byte for byte.
 
+use clap::Parser;
 use mlx5_direct::connect::{connect_qps, rebuild_pair, ConnectParams, QpLink};
 use mlx5_direct::hw::QpState;
 use mlx5_direct::qp::{SendWr, Wc, WcStatus};
@@ -37,11 +38,19 @@ const SEED: u64 = 7;
 /// Real time a batch of completions may take when the link delivers (it takes microseconds).
 const TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Inject loss until RETRY_EXC_ERR, rebuild both QPs, resume: no data lost.
+/// Set RUST_LOG=mlx5=info to log every QP transition.
+#[derive(Parser)]
+#[command(name = "error_recovery")]
+struct Args {}
+
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .with_writer(std::io::stderr)
         .init();
+    // No arguments: anything given is a usage error (status 2); `--help` says what this does.
+    Args::parse();
     match run() {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -176,7 +185,11 @@ fn run() -> Result<()> {
         .into());
     }
     for i in BEFORE..BEFORE + DURING {
-        if b.mr.read(i as usize * RECORD, RECORD)?.iter().any(|&x| x != 0) {
+        if b.mr
+            .read(i as usize * RECORD, RECORD)?
+            .iter()
+            .any(|&x| x != 0)
+        {
             return Err(format!("record {i}, written during the fault, reached B").into());
         }
     }

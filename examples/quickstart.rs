@@ -20,8 +20,9 @@
 //! Exit status 0 only if every operation completed with the expected data and the software
 //! ConnectX reported no driver bug.
 
+use clap::Parser;
 use mlx5_direct::connect::{connect_qps, ConnectParams};
-use mlx5_direct::qp::{SendWr, WcFlags, WcOpcode};
+use mlx5_direct::qp::{SendWr, Wc, WcFlags, WcOpcode};
 use mlx5_direct::{Context, Cq, Mr, Qp, QpInit, SimFabric};
 use std::process::ExitCode;
 use std::time::Duration;
@@ -37,11 +38,19 @@ const RESULT: usize = 12296; // where an atomic's original value lands
 /// How long a completion may take before the run fails (it takes microseconds).
 const TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Two RC QPs on the software ConnectX: WRITE, READ, SEND with immediate, CAS, FAA, each checked.
+/// Set RUST_LOG=mlx5=info to log every QP transition.
+#[derive(Parser)]
+#[command(name = "quickstart")]
+struct Args {}
+
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .with_writer(std::io::stderr)
         .init();
+    // No arguments: anything given is a usage error (status 2); `--help` says what this does.
+    Args::parse();
     match run() {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -80,7 +89,7 @@ impl Side {
     }
 
     /// Wait for the successful completion of WR `wr_id` (stepping the fabric meanwhile).
-    fn done(&mut self, wr_id: u64, what: &str) -> Result<mlx5_direct::qp::Wc> {
+    fn done(&mut self, wr_id: u64, what: &str) -> Result<Wc> {
         self.cq
             .wait_for(&mut self.qp, wr_id, TIMEOUT)
             .map_err(|e| format!("{what}: {e}").into())
@@ -95,6 +104,15 @@ fn check(cond: bool, what: &str) -> Result<()> {
     }
 }
 
+/// The second line of an operation: its completion on A and what it left behind.
+fn ok(wc: &Wc, result: std::fmt::Arguments<'_>) {
+    println!("         ok: {} on A; {result}", wc.opcode.name());
+}
+
+fn text(bytes: &[u8]) -> std::borrow::Cow<'_, str> {
+    String::from_utf8_lossy(bytes)
+}
+
 fn run() -> Result<()> {
     println!("mlx5-direct quickstart: two RC QPs on the software ConnectX\n");
     let fabric = SimFabric::deterministic();
@@ -102,106 +120,86 @@ fn run() -> Result<()> {
     let mut b = Side::new(&fabric.add_device(), "B")?;
 
     let (ca, cb) = connect_qps(&mut a.qp, &mut b.qp, &ConnectParams::default())?;
+    let (la, lb, mtu) = (ca.local(), cb.local(), ca.path_mtu().bytes());
     println!(
         "  connect Reset → Init → RTR → RTS: A {:#x} (PSN {:#08x}) ⇄ B {:#x} (PSN {:#08x}), \
-         path MTU {}\n",
-        ca.local().qpn,
-        ca.local().psn,
-        cb.local().qpn,
-        cb.local().psn,
-        ca.path_mtu().bytes()
+         path MTU {mtu}\n",
+        la.qpn, la.psn, lb.qpn, lb.psn
     );
-    // B posts one receive for the SEND below (nothing reaches B before this returns).
+    // B posts one receive for the SEND below (nothing reaches B before `connect_qps` returns).
     b.qp.post_recv(7, &[b.mr.sge(RECV, 64)?])?;
 
     // 1. RDMA WRITE: A's bytes land in B's memory; B's CPU is not involved.
-    let text = b"hello from A, by RDMA WRITE";
-    a.mr.write(MSG, text)?;
-    let sge = [a.mr.sge(MSG, text.len() as u32)?];
-    a.qp.post(&SendWr::write(1, b.mr.remote(LANDING)?).sges(&sge).signaled())?;
+    let msg = b"hello from A, by RDMA WRITE";
+    println!("  WRITE  A → B  {} bytes into B's buffer", msg.len());
+    a.mr.write(MSG, msg)?;
+    let (sge, dst) = ([a.mr.sge(MSG, msg.len() as u32)?], b.mr.remote(LANDING)?);
+    a.qp.post(&SendWr::write(1, dst).sges(&sge).signaled())?;
     let wc = a.done(1, "WRITE")?;
-    let landed = b.mr.read(LANDING, text.len())?;
-    check(landed == text, "WRITE: B's buffer does not hold A's bytes")?;
-    println!("  WRITE  A → B  {} bytes into B's buffer", text.len());
-    println!(
-        "         ok: {} on A; B's memory reads {:?}",
-        wc.opcode.name(),
-        String::from_utf8_lossy(&landed)
-    );
+    let landed = b.mr.read(LANDING, msg.len())?;
+    check(landed == msg, "WRITE: B's buffer does not hold A's bytes")?;
+    ok(&wc, format_args!("B's memory reads {:?}", text(&landed)));
 
     // 2. RDMA READ: A fetches B's bytes into its own buffer.
     let data = b"B's data, fetched by READ";
+    println!("  READ   A ← B  {} bytes from B's buffer", data.len());
     b.mr.write(MSG, data)?;
-    let sge = [a.mr.sge(LANDING, data.len() as u32)?];
-    a.qp.post(&SendWr::read(2, b.mr.remote(MSG)?).sges(&sge).signaled())?;
+    let (sge, src) = ([a.mr.sge(LANDING, data.len() as u32)?], b.mr.remote(MSG)?);
+    a.qp.post(&SendWr::read(2, src).sges(&sge).signaled())?;
     let wc = a.done(2, "READ")?;
     let got = a.mr.read(LANDING, data.len())?;
-    check(got == data, "READ: wrong bytes")?;
-    check(wc.byte_len as usize == data.len(), "READ: wrong byte count")?;
-    println!("  READ   A ← B  {} bytes from B's buffer", wc.byte_len);
-    println!(
-        "         ok: {} on A; A's memory reads {:?}",
-        wc.opcode.name(),
-        String::from_utf8_lossy(&got)
-    );
+    check(
+        got == data && wc.byte_len as usize == data.len(),
+        "READ: wrong bytes",
+    )?;
+    ok(&wc, format_args!("A's memory reads {:?}", text(&got)));
 
     // 3. SEND with immediate: consumes the receive B posted.
-    let ping = b"ping";
-    a.mr.write(MSG, ping)?;
-    let sge = [a.mr.sge(MSG, ping.len() as u32)?];
+    println!("  SEND   A → B  \"ping\" with immediate 0xc0ffee, into the receive B posted");
+    a.mr.write(MSG, b"ping")?;
+    let sge = [a.mr.sge(MSG, 4)?];
     a.qp.post(&SendWr::send_imm(3, 0xC0FFEE).sges(&sge).signaled())?;
     let sent = a.done(3, "SEND")?;
     let recv = b.done(7, "RECV")?;
-    let got = b.mr.read(RECV, ping.len())?;
-    check(recv.opcode == WcOpcode::Recv, "RECV: wrong opcode")?;
-    check(recv.byte_len == 4 && got == ping, "RECV: wrong bytes")?;
+    let got = b.mr.read(RECV, 4)?;
+    let (imm, has_imm) = (recv.imm_data, recv.flags.contains(WcFlags::WITH_IMM));
     check(
-        recv.flags.contains(WcFlags::WITH_IMM) && recv.imm_data == 0xC0FFEE,
-        "RECV: immediate data lost",
+        recv.opcode == WcOpcode::Recv && recv.wr_id == 7,
+        "RECV: wrong WR",
     )?;
-    println!(
-        "  SEND   A → B  {:?} with immediate {:#x}, into the receive B posted",
-        String::from_utf8_lossy(ping),
-        0xC0FFEE
-    );
-    println!(
-        "         ok: {} on A; {} on B: wr_id {}, {} bytes {:?}, imm {:#x}",
-        sent.opcode.name(),
-        recv.opcode.name(),
-        recv.wr_id,
-        recv.byte_len,
-        String::from_utf8_lossy(&got),
-        recv.imm_data
+    check(recv.byte_len == 4 && got == b"ping", "RECV: wrong bytes")?;
+    check(has_imm && imm == 0xC0FFEE, "RECV: immediate data lost")?;
+    let (op, got) = (recv.opcode.name(), text(&got));
+    ok(
+        &sent,
+        format_args!("{op} on B: wr_id 7, 4 bytes {got:?}, imm {imm:#x}"),
     );
 
     // 4. Compare-and-swap on B's counter: 0 → 42. The original value lands in A's buffer.
+    println!("  CAS    A → B  compare-and-swap B's counter: if 0 then 42");
     let (target, result) = (b.mr.remote(COUNTER)?, a.mr.sge(RESULT, 8)?);
     a.qp.post(&SendWr::comp_swap(4, target, result, 0, 42).signaled())?;
     let wc = a.done(4, "CAS")?;
     let (old, now) = (a.mr.read_u64_be(RESULT)?, b.mr.read_u64_be(COUNTER)?);
     check(old == 0 && now == 42, "CAS: wrong values")?;
-    println!("  CAS    A → B  compare-and-swap B's counter: if 0 then 42");
-    println!(
-        "         ok: {} on A; original value {old}, B's counter now {now}",
-        wc.opcode.name()
+    ok(
+        &wc,
+        format_args!("original value {old}, B's counter now {now}"),
     );
 
     // 5. Fetch-and-add 8.
+    println!("  FAA    A → B  fetch-and-add 8 to B's counter");
     a.qp.post(&SendWr::fetch_add(5, target, result, 8).signaled())?;
     let wc = a.done(5, "FAA")?;
     let (old, now) = (a.mr.read_u64_be(RESULT)?, b.mr.read_u64_be(COUNTER)?);
     check(old == 42 && now == 50, "FAA: wrong values")?;
-    println!("  FAA    A → B  fetch-and-add 8 to B's counter");
-    println!(
-        "         ok: {} on A; original value {old}, B's counter now {now}",
-        wc.opcode.name()
+    ok(
+        &wc,
+        format_args!("original value {old}, B's counter now {now}"),
     );
 
     let bugs = fabric.fabric().driver_bugs();
-    check(
-        bugs.is_empty(),
-        &format!("the software ConnectX reported driver bugs: {bugs:?}"),
-    )?;
+    check(bugs.is_empty(), &format!("driver bugs: {bugs:?}"))?;
     println!(
         "\n  done: 5 operations, every result checked; the software ConnectX saw no driver bug"
     );

@@ -179,7 +179,10 @@ fn run(clients: usize, per: u64) -> Result<()> {
         // it came in on and puts the receive back into the pool.
         let mut staged = 0usize;
         loop {
-            let n = cq.poll(&mut (&mut qps[..], std::slice::from_mut(&mut srq)), &mut wcs)?;
+            let n = cq.poll(
+                &mut (&mut qps[..], std::slice::from_mut(&mut srq)),
+                &mut wcs,
+            )?;
             if n == 0 {
                 break;
             }

@@ -30,7 +30,8 @@ fn built_bench() -> Option<PathBuf> {
         .filter_map(|l| {
             let at = l.find("\"executable\":\"")? + "\"executable\":\"".len();
             let path = &l[at..at + l[at..].find('"')?];
-            path.contains("count_post_poll").then(|| PathBuf::from(path))
+            path.contains("count_post_poll")
+                .then(|| PathBuf::from(path))
         })
         .last()
 }
