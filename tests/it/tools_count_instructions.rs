@@ -27,13 +27,13 @@ fn built_bench() -> Option<PathBuf> {
     );
     String::from_utf8_lossy(&out.stdout)
         .lines()
-        .filter_map(|l| {
+        .rev()
+        .find_map(|l| {
             let at = l.find("\"executable\":\"")? + "\"executable\":\"".len();
             let path = &l[at..at + l[at..].find('"')?];
             path.contains("count_post_poll")
                 .then(|| PathBuf::from(path))
         })
-        .last()
 }
 
 fn parse_line(line: &str, prefix: &str) -> u64 {
