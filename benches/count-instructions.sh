@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Instructions per post and per poll of the mlx5-direct data path, counted exactly by
-# valgrind's callgrind (docs/sources.md §21): examples/count_post_poll.rs posts N inline 8-byte
-# RDMA WRITEs through BlueFlame and polls their N CQEs on rings in ordinary memory; each post and
+# valgrind's callgrind (docs/sources.md §21): benches/count_post_poll.rs posts N inline 8-byte RDMA
+# WRITEs through BlueFlame and polls their N CQEs on rings in ordinary memory; each post and
 # each poll goes through one #[inline(never)] function, and callgrind counts only inside it
 # (--toggle-collect), one run per function. The post count divided by N is the cost of one
 # post, WR construction and call/return included; the polls drain up to 16 send completions a
 # call (`Cq::poll_send`), so the poll count divided by N is the cost per polled CQE.
 #
 # Usage: benches/count-instructions.sh [N]        (N defaults to 10000)
-#   COUNT_BIN=path  use an already built count_post_poll instead of building it (release)
+#   COUNT_BIN=path  use an already built count_post_poll instead of building it (by default
+#                   the release bench target, `cargo build --release --bench count_post_poll`)
 #   KEEP=dir        keep the callgrind output files there (for callgrind_annotate)
 # Before them it prints the floor and the other shapes it counts (a 1-SGE WRITE with the
 # 8-byte doorbell, the post in DoorbellMode::Bf, Cq::poll one CQE a call and 16 a call).
@@ -32,9 +33,12 @@ fi
 
 bin="${COUNT_BIN:-}"
 if [ -z "$bin" ]; then
-  cargo build --release -p mlx5-direct --example count_post_poll >&2
-  target="${CARGO_TARGET_DIR:-$(pwd)/target}"
-  bin="$target/release/examples/count_post_poll"
+  # A bench binary carries a hash in its name (target/release/deps/count_post_poll-HASH):
+  # take its path from cargo's own report of the artifact it built.
+  bin=$(cargo build --release -p mlx5-direct --bench count_post_poll \
+    --message-format=json-render-diagnostics |
+    sed -n 's/.*"executable":"\([^"]*count_post_poll[^"]*\)".*/\1/p' | tail -n 1)
+  [ -n "$bin" ] || { echo "cargo reported no count_post_poll executable" >&2; exit 1; }
 fi
 [ -x "$bin" ] || { echo "no executable at $bin" >&2; exit 1; }
 

@@ -2,26 +2,25 @@
 //!
 //! ```text
 //! cargo run --example error_recovery
+//! RUST_LOG=mlx5=info cargo run --example error_recovery     (also log every QP transition)
 //! ```
 //!
-//! Two RC QPs on the software ConnectX (deterministic mode, virtual time) exchange RDMA WRITEs.
-//! Then the fabric's fault injection drops every frame on the link between them (loss rate
-//! 1.0): A's WRITE is retransmitted every ACK timeout (4.096 µs × 2^timeout, IBTA §9.7.6.1.3)
-//! until `retry_cnt` is used up, and completes with `IBV_WC_RETRY_EXC_ERR`; A's QP is in Error
-//! and every WR behind it is flushed (`docs/sources.md` §19). Both QPs are rebuilt Error →
-//! Reset → Init → RTR → RTS with fresh PSNs (`rebuild_pair`, the in-process twin of
+//! Two RC QPs on the software ConnectX (deterministic mode, virtual time) exchange RDMA
+//! WRITEs. Then the fabric's fault injection drops every frame on the link between them
+//! (loss rate 1.0): A's WRITE is retransmitted every ACK timeout (4.096 µs × 2^timeout,
+//! IBTA Vol. 1 §9.7.6.1.3) until `retry_cnt` is used up, and completes with
+//! `IBV_WC_RETRY_EXC_ERR`; A's QP is in Error and every WR behind it is flushed with
+//! `IBV_WC_WR_FLUSH_ERR` (IBTA Vol. 1 §10.3.1, Error state). Both QPs are rebuilt
+//! Error → Reset → Init → RTR → RTS with fresh PSNs (`rebuild_pair`, the in-process twin of
 //! `Connection::rebuild`), the fault is removed, the failed WRITE and the ones flushed behind
 //! it are posted again, and B's memory is checked byte for byte.
 
-use mlx5_tools::side;
-
-use mlx5_direct::connect::{
-    connect_pair, rebuild_pair, ConnectParams, PairSide, QpLink, RemoteBuffer,
-};
+use clap::Parser;
+use mlx5_direct::connect::{connect_qps, rebuild_pair, ConnectParams, QpLink};
 use mlx5_direct::hw::QpState;
-use mlx5_direct::qp::{Qp, SendWr, Wc, WcStatus};
-use mlx5_direct::sim::{Fabric, Rate};
-use side::{remote, Devices, Side, SideCfg};
+use mlx5_direct::qp::{SendWr, Wc, WcStatus};
+use mlx5_direct::sim::Rate;
+use mlx5_direct::{Context, Cq, Mr, Qp, QpInit, SimFabric};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -36,8 +35,22 @@ const DURING: u64 = 4;
 /// Seed of the fabric's fault generator (a loss rate of 1.0 draws nothing from it, but a run
 /// with any other rate is reproducible for a given seed).
 const SEED: u64 = 7;
+/// Real time a batch of completions may take when the link delivers (it takes microseconds).
+const TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Inject loss until RETRY_EXC_ERR, rebuild both QPs, resume: no data lost.
+/// Set RUST_LOG=mlx5=info to log every QP transition.
+#[derive(Parser)]
+#[command(name = "error_recovery")]
+struct Args {}
 
 fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_writer(std::io::stderr)
+        .init();
+    // No arguments: anything given is a usage error (status 2); `--help` says what this does.
+    Args::parse();
     match run() {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -47,72 +60,74 @@ fn main() -> ExitCode {
     }
 }
 
-/// Post record `i` (signaled).
-fn write_record(a: &mut Side, b_buf: &RemoteBuffer, i: u64) -> Result<()> {
-    let off = i as usize * RECORD;
-    a.buf.write(off, &[i as u8 + 1; RECORD]);
-    let sge = [a.buf.sge(off, RECORD as u32)];
-    let wr = SendWr::write(i, remote(b_buf, off as u64))
-        .sges(&sge)
-        .signaled();
-    a.qps[0].post(&wr)?;
-    Ok(())
+/// One side: its device, CQ, RC QP and buffer.
+struct Side {
+    ctx: Context,
+    cq: Cq,
+    qp: Qp,
+    mr: Mr,
 }
 
-fn poll_all(side: &mut Side) -> Result<Vec<Wc>> {
-    let mut out = Vec::new();
-    let mut wcs = [Wc::default(); 16];
-    loop {
-        let n = side.cq.poll(&mut side.qps[..], &mut wcs)?;
-        if n == 0 {
-            return Ok(out);
+impl Side {
+    fn new(ctx: Context) -> Result<Side> {
+        let pd = ctx.alloc_pd()?;
+        let cq = ctx.create_cq(64)?;
+        let qp = pd.create_qp(&QpInit::rc(&cq))?;
+        let mr = pd.alloc_mr(RECORDS as usize * RECORD)?;
+        Ok(Side { ctx, cq, qp, mr })
+    }
+
+    /// Every completion ready now.
+    fn poll_all(&mut self) -> Result<Vec<Wc>> {
+        let mut out = Vec::new();
+        let mut wcs = [Wc::default(); 16];
+        loop {
+            let n = self.cq.poll(&mut self.qp, &mut wcs)?;
+            if n == 0 {
+                return Ok(out);
+            }
+            out.extend_from_slice(&wcs[..n]);
         }
-        out.extend_from_slice(&wcs[..n]);
+    }
+
+    /// The software ConnectX's counter `name` (`/sys/class/infiniband/*/ports/1/hw_counters`).
+    fn counter(&self, name: &str) -> u64 {
+        self.ctx.sim_device().map_or(0, |d| d.counter(name))
     }
 }
 
-fn counter(devs: &Devices, dev: usize, name: &str) -> u64 {
-    devs.sims.get(dev).map_or(0, |d| d.counter(name))
+/// Post record `i` (signaled) from A's buffer into B's.
+fn write_record(a: &mut Side, b_mr: &Mr, i: u64) -> Result<()> {
+    let off = i as usize * RECORD;
+    a.mr.write(off, &[i as u8 + 1; RECORD])?;
+    let sge = [a.mr.sge(off, RECORD as u32)?];
+    let wr = SendWr::write(i, b_mr.remote(off)?).sges(&sge).signaled();
+    a.qp.post(&wr)?;
+    Ok(())
+}
+
+/// Wait until WR `last` completes; every completion up to it must be a success.
+fn all_ok(a: &mut Side, last: u64, count: u64, what: &str) -> Result<()> {
+    let done = a.cq.poll_until(&mut a.qp, TIMEOUT, |wc| wc.wr_id == last)?;
+    if done.len() != count as usize || done.iter().any(|w| !w.is_ok()) {
+        return Err(format!("{what}: {done:?}").into());
+    }
+    Ok(())
 }
 
 fn run() -> Result<()> {
     println!("mlx5-direct error recovery: inject loss until RETRY_EXC_ERR, rebuild, resume\n");
-    let devs = Devices::sim_pair(false);
-    let fabric: Fabric = devs.fabric.clone().ok_or("no fabric")?;
-    let mut a = Side::new(devs.local.clone(), &SideCfg::rc())?;
-    let mut b = Side::new(devs.peer.clone().ok_or("no peer device")?, &SideCfg::rc())?;
+    let fabric = SimFabric::deterministic();
+    let mut a = Side::new(fabric.add_device())?;
+    let mut b = Side::new(fabric.add_device())?;
     // A short ACK timeout (4.096 µs × 2^10 ≈ 4.2 ms) and 3 retries: exhaustion in ~17 ms of
     // virtual time.
-    let base = ConnectParams {
+    let params = ConnectParams {
         timeout: 10,
         retry_cnt: 3,
         ..ConnectParams::default()
     };
-    let (pa, pb) = (
-        base.clone().with_buffer(a.buf.remote_buffer()),
-        base.with_buffer(b.buf.remote_buffer()),
-    );
-    let (ra, rb) = (a.qp_ref(0), b.qp_ref(0));
-    let (da, db) = (a.dev.clone(), b.dev.clone());
-    let (mut ca, mut cb) = {
-        let mut la = QpLink::new(&mut a.qps[0], &mut a.cq, |_: &mut Qp| Ok(()));
-        let mut lb = QpLink::new(&mut b.qps[0], &mut b.cq, |_: &mut Qp| Ok(()));
-        connect_pair(
-            PairSide {
-                dev: &*da,
-                qp: ra,
-                link: &mut la,
-                params: &pa,
-            },
-            PairSide {
-                dev: &*db,
-                qp: rb,
-                link: &mut lb,
-                params: &pb,
-            },
-        )?
-    };
-    let b_buf = ca.remote_buffer().ok_or("B announced no buffer")?;
+    let (mut ca, mut cb) = connect_qps(&mut a.qp, &mut b.qp, &params)?;
     println!(
         "  1 connect    RC QPs A {:#x} ⇄ B {:#x}; ACK timeout 4.096 µs × 2^10 ≈ 4.2 ms, \
          retry_cnt 3",
@@ -122,58 +137,61 @@ fn run() -> Result<()> {
 
     // Normal traffic.
     for i in 0..BEFORE {
-        write_record(&mut a, &b_buf, i)?;
+        write_record(&mut a, &b.mr, i)?;
     }
-    fabric.run_until_idle();
-    let done = poll_all(&mut a)?;
-    if done.len() != BEFORE as usize || done.iter().any(|w| !w.is_ok()) {
-        return Err(format!("before the fault: {done:?}").into());
-    }
+    all_ok(&mut a, BEFORE - 1, BEFORE, "before the fault")?;
     println!("  2 traffic    records 0..{BEFORE} written to B, all completed");
 
     // Fault: the link between A and B drops every frame; A keeps writing.
-    let (sim_a, sim_b) = match devs.sims.as_slice() {
-        [a, b, ..] => (a, b),
+    let (sim_a, sim_b) = match (a.ctx.sim_device(), b.ctx.sim_device()) {
+        (Some(x), Some(y)) => (x.clone(), y.clone()),
         _ => return Err("no software ConnectX pair".into()),
     };
-    fabric.set_seed(SEED);
-    let faults = fabric.faults();
-    faults.link(sim_a, sim_b).loss(Rate(1.0));
+    fabric.fabric().set_seed(SEED);
+    let faults = fabric.fabric().faults();
+    faults.link(&sim_a, &sim_b).loss(Rate(1.0));
     println!("  3 fault      link A ⇄ B drops every frame (loss rate 1.0, seed {SEED})");
     for i in BEFORE..BEFORE + DURING {
-        write_record(&mut a, &b_buf, i)?;
+        write_record(&mut a, &b.mr, i)?;
     }
     println!(
         "               A posts records {BEFORE}..{} regardless",
         BEFORE + DURING
     );
-    let timeouts_before = counter(&devs, 0, "local_ack_timeout_err");
+    // Virtual time moves only when the program says so: 1 ms at a time, until A's first
+    // completion (the retry budget is spent after about 17 ms).
+    let timeouts_before = a.counter("local_ack_timeout_err");
     let mut seen = Vec::new();
     let mut waited = Duration::ZERO;
     while seen.is_empty() && waited < Duration::from_secs(1) {
-        fabric.advance(Duration::from_millis(1));
+        fabric.fabric().advance(Duration::from_millis(1));
         waited += Duration::from_millis(1);
-        seen = poll_all(&mut a)?;
+        seen = a.poll_all()?;
     }
-    seen.extend(poll_all(&mut a)?);
-    let first = seen
+    seen.extend(a.poll_all()?);
+    let first = *seen
         .first()
         .ok_or("no completion after 1 s of virtual time")?;
     if first.status != WcStatus::RetryExcErr {
         return Err(format!("expected RETRY_EXC_ERR first, got {first:?}").into());
     }
-    let state_a = da.query_qp(ra.id)?.qp_state;
-    if state_a != QpState::Error {
-        return Err(format!("A's QP is in {state_a} after RETRY_EXC_ERR, want ERR").into());
+    // The device moved the QP to Error, and the data path knows it from the error completion.
+    let state_a = a.qp.query()?.qp_state;
+    if state_a != QpState::Error || a.qp.state() != QpState::Error {
+        return Err(format!(
+            "A's QP is in {state_a} (data path: {}) after RETRY_EXC_ERR, want ERR",
+            a.qp.state()
+        )
+        .into());
     }
-    let lost = (BEFORE..BEFORE + DURING).all(|i| {
-        b.buf
-            .read(i as usize * RECORD, RECORD)
+    for i in BEFORE..BEFORE + DURING {
+        if b.mr
+            .read(i as usize * RECORD, RECORD)?
             .iter()
-            .all(|&x| x == 0)
-    });
-    if !lost {
-        return Err("a record written during the fault reached B".into());
+            .any(|&x| x != 0)
+        {
+            return Err(format!("record {i}, written during the fault, reached B").into());
+        }
     }
     println!(
         "  4 error      after {} ms of virtual time: WR {} completed with {} (syndrome {})",
@@ -185,7 +203,7 @@ fn run() -> Result<()> {
     println!(
         "               ACK timeouts counted by A: {}; frames dropped by the fault: {}; A's QP \
          is in {}; records {BEFORE}..{} never reached B",
-        counter(&devs, 0, "local_ack_timeout_err") - timeouts_before,
+        a.counter("local_ack_timeout_err") - timeouts_before,
         faults.stats().dropped,
         state_a.name(),
         BEFORE + DURING
@@ -193,13 +211,15 @@ fn run() -> Result<()> {
 
     // Rebuild both QPs. The rebuild drains what is left and flushes the rest.
     let (rep_a, rep_b) = {
-        let mut la = QpLink::new(&mut a.qps[0], &mut a.cq, |_: &mut Qp| Ok(()));
-        let mut lb = QpLink::new(&mut b.qps[0], &mut b.cq, |_: &mut Qp| Ok(()));
+        let (dev_a, dev_b) = (a.ctx.device(), b.ctx.device());
+        let no_receives = |_: &mut mlx5_direct::qp::Qp| Ok(());
+        let mut la = QpLink::new(&mut a.qp, &mut a.cq, no_receives);
+        let mut lb = QpLink::new(&mut b.qp, &mut b.cq, no_receives);
         rebuild_pair(
-            &*da,
+            dev_a,
             &mut ca,
             &mut la,
-            &*db,
+            dev_b,
             &mut cb,
             &mut lb,
             WcStatus::RetryExcErr,
@@ -238,20 +258,16 @@ fn run() -> Result<()> {
     );
 
     // Heal the link.
-    faults.link(sim_a, sim_b).clear();
+    faults.link(&sim_a, &sim_b).clear();
     println!("  6 heal       fault removed: the link A ⇄ B delivers again");
 
     // Resume: post the lost records again, then the rest.
     for i in BEFORE..RECORDS {
-        write_record(&mut a, &b_buf, i)?;
+        write_record(&mut a, &b.mr, i)?;
     }
-    fabric.run_until_idle();
-    let done = poll_all(&mut a)?;
-    if done.len() != (RECORDS - BEFORE) as usize || done.iter().any(|w| !w.is_ok()) {
-        return Err(format!("after the rebuild: {done:?}").into());
-    }
+    all_ok(&mut a, RECORDS - 1, RECORDS - BEFORE, "after the rebuild")?;
     for i in 0..RECORDS {
-        let got = b.buf.read(i as usize * RECORD, RECORD);
+        let got = b.mr.read(i as usize * RECORD, RECORD)?;
         if got.iter().any(|&x| x != i as u8 + 1) {
             return Err(format!("record {i} in B's memory is wrong: {got:?}").into());
         }
@@ -260,7 +276,7 @@ fn run() -> Result<()> {
         "  7 resume     records {BEFORE}..{RECORDS} written (the lost ones again); all {RECORDS} \
          records verified in B's memory"
     );
-    let bugs = fabric.driver_bugs();
+    let bugs = fabric.fabric().driver_bugs();
     if !bugs.is_empty() {
         return Err(format!("driver bugs: {bugs:?}").into());
     }

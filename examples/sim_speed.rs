@@ -3,17 +3,17 @@
 //! the fabric and polls).
 //!
 //! ```text
-//! cargo run --release --example sim_speed -- [N]        (N defaults to 200000)
+//! cargo run --release --example sim_speed -- [N 1..=1000000000]        (N defaults to 200000)
 //! ```
 //!
 //! For the ping-pong latency in threaded mode use `lat write --loopback -s 8`. These figures
 //! describe the model, not a NIC: a ConnectX does tens of millions of messages per second.
+//! Exit status 2 for bad arguments, 1 if a WRITE failed or did not land.
 
-use mlx5_tools::side;
-
-use mlx5_direct::connect::{connect_pair, ConnectParams, ControlOnly, PairSide, QpLink};
-use mlx5_direct::qp::{Qp, SendWr, Wc};
-use side::{remote, Devices, Side, SideCfg};
+use clap::Parser;
+use mlx5_direct::connect::{connect_qps, ConnectParams};
+use mlx5_direct::qp::{SendWr, Wc};
+use mlx5_direct::{QpInit, SimFabric};
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -23,16 +23,23 @@ type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 const BURST: u64 = 64;
 const SIGNAL_EVERY: u64 = 16;
 
+/// Message rate of the software ConnectX: RC 8-byte RDMA WRITEs on one core.
+#[derive(Parser)]
+#[command(name = "sim_speed")]
+struct Args {
+    /// WRITEs to post.
+    #[arg(default_value_t = 200_000, value_parser = clap::value_parser!(u64).range(1..=1_000_000_000))]
+    n: u64,
+}
+
 fn main() -> ExitCode {
-    let n = match std::env::args().nth(1).map(|a| a.parse::<u64>()) {
-        None => 200_000,
-        Some(Ok(n)) if n > 0 => n,
-        _ => {
-            eprintln!("usage: sim_speed [N > 0]");
-            return ExitCode::from(2);
-        }
-    };
-    match run(n) {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_writer(std::io::stderr)
+        .init();
+    // Bad arguments: clap prints what is wrong and exits with status 2.
+    let args = Args::parse();
+    match run(args.n) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("sim_speed: FAILED: {e}");
@@ -42,34 +49,16 @@ fn main() -> ExitCode {
 }
 
 fn run(n: u64) -> Result<()> {
-    let devs = Devices::sim_pair(false);
-    let fabric = devs.fabric.clone().ok_or("no fabric")?;
-    let mut a = Side::new(devs.local.clone(), &SideCfg::rc())?;
-    let b = Side::new(devs.peer.clone().ok_or("no peer")?, &SideCfg::rc())?;
-    let (pa, pb) = (
-        ConnectParams::default(),
-        ConnectParams::default().with_buffer(b.buf.remote_buffer()),
-    );
-    let (ra, rb) = (a.qp_ref(0), b.qp_ref(0));
-    let da = a.dev.clone();
-    let (ca, _cb) = {
-        let mut la = QpLink::new(&mut a.qps[0], &mut a.cq, |_: &mut Qp| Ok(()));
-        connect_pair(
-            PairSide {
-                dev: &*da,
-                qp: ra,
-                link: &mut la,
-                params: &pa,
-            },
-            PairSide {
-                dev: &*b.dev,
-                qp: rb,
-                link: &mut ControlOnly,
-                params: &pb,
-            },
-        )?
-    };
-    let target = remote(&ca.remote_buffer().ok_or("no buffer")?, 0);
+    let fabric = SimFabric::deterministic();
+    let (a, b) = (fabric.add_device(), fabric.add_device());
+    let (pd_a, pd_b) = (a.alloc_pd()?, b.alloc_pd()?);
+    let (mut cq, cq_b) = (a.create_cq(64)?, b.create_cq(64)?);
+    let mut qp = pd_a.create_qp(&QpInit::rc(&cq))?;
+    let mut qp_b = pd_b.create_qp(&QpInit::rc(&cq_b))?;
+    let dst = pd_b.alloc_mr(4096)?;
+    let _conns = connect_qps(&mut qp, &mut qp_b, &ConnectParams::default())?;
+    let target = dst.remote(0)?;
+
     let mut wcs = [Wc::default(); 32];
     let mut posted = 0u64;
     let mut completed = 0u64;
@@ -80,17 +69,17 @@ fn run(n: u64) -> Result<()> {
             let i = posted;
             let payload = i.to_le_bytes();
             let wr = SendWr::write(i, target).inline(&payload);
-            let wr = if (i + 1).is_multiple_of(SIGNAL_EVERY) || i + 1 == n {
+            let wr = if (i + 1) % SIGNAL_EVERY == 0 || i + 1 == n {
                 wr.signaled()
             } else {
                 wr
             };
-            a.qps[0].post(&wr)?;
+            qp.post(&wr)?;
             posted += 1;
         }
-        fabric.run_until_idle();
+        fabric.fabric().run_until_idle();
         loop {
-            let k = a.cq.poll(&mut a.qps[..], &mut wcs)?;
+            let k = cq.poll(&mut qp, &mut wcs)?;
             if k == 0 {
                 break;
             }
@@ -106,7 +95,7 @@ fn run(n: u64) -> Result<()> {
         }
     }
     let secs = start.elapsed().as_secs_f64();
-    if b.buf.read(0, 8) != (n - 1).to_le_bytes() {
+    if dst.read(0, 8)? != (n - 1).to_le_bytes() {
         return Err("the last WRITE did not land".into());
     }
     println!(

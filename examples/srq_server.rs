@@ -1,28 +1,28 @@
 //! One server, many clients, one shared receive queue (SRQ).
 //!
 //! ```text
-//! cargo run --example srq_server -- [CLIENTS] [REQUESTS_PER_CLIENT]
+//! cargo run --example srq_server -- [CLIENTS 1..=32] [REQUESTS_PER_CLIENT 1..=10000]
 //! ```
 //!
 //! The server has one RC QP per client, all receiving through a single SRQ and completing on
-//! one CQ: the receive buffers are a pool shared by every connection instead of a ring per QP
-//! (`docs/sources.md` §15). The clients live on several devices of the fabric (round robin), as
-//! clients on several hosts would. A completion names the QP the request came in on
-//! (`wc.qp_num`), so the server answers on that QP and puts the receive back into the pool.
-//! The clients send in rounds, each with a window of requests in flight, so the pool serves
-//! more requests than it has receives. The server checks every request (its client, its
-//! number, its bytes); each client checks every answer. Deterministic mode on the software
-//! ConnectX.
+//! one CQ: the receive buffers are a pool shared by every connection instead of a ring per QP.
+//! The clients live on several devices of the fabric (round robin), as clients on several
+//! hosts would. A completion names the QP the request came in on (`wc.qp_num`), so the server
+//! answers on that QP and puts the receive back into the pool. The clients send in rounds,
+//! each with a window of requests in flight, so the pool serves more requests than it has
+//! receives. The server checks every request (its client, its number, its bytes); each client
+//! checks every answer.
+//!
+//! The fabric is deterministic (`SimFabric::deterministic`): the program steps it between the
+//! phases of a round, so every run takes the same rounds. `RUST_LOG=mlx5=info` logs every QP
+//! transition. Exit status 2 for bad arguments, 1 if anything went wrong.
 
-use mlx5_tools::side;
-
-use mlx5_direct::connect::{connect_pair, ConnectParams, Link, PairSide, QpLink};
-use mlx5_direct::hw::{QpState, QpType};
-use mlx5_direct::qp::{Qp, SendWr, Srq, Wc};
-use mlx5_direct::sim::{DeviceConfig, Fabric, SimDevice};
-use side::{Side, SideCfg};
+use clap::Parser;
+use mlx5_direct::connect::{connect_qps, ConnectParams};
+use mlx5_direct::qp::{SendWr, Wc};
+use mlx5_direct::sim::DeviceConfig;
+use mlx5_direct::{Context, Cq, Mr, Qp, QpInit, SimFabric};
 use std::process::ExitCode;
-use std::sync::Arc;
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
@@ -35,20 +35,26 @@ const CLIENT_DEVICES: usize = 3;
 /// Requests in flight per client, at most.
 const MAX_WINDOW: u64 = 16;
 
+/// One server, many clients, one shared receive queue, on the software ConnectX.
+#[derive(Parser)]
+#[command(name = "srq_server")]
+struct Args {
+    /// Clients, each connected to a QP of its own on the server.
+    #[arg(default_value_t = 6, value_parser = clap::value_parser!(u64).range(1..=32))]
+    clients: u64,
+    /// Requests each client sends.
+    #[arg(default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    requests_per_client: u64,
+}
+
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let num = |i: usize, default: u64| -> Option<u64> {
-        args.get(i).map_or(Some(default), |a| a.parse().ok())
-    };
-    let (Some(clients), Some(per)) = (num(0, 6), num(1, 20)) else {
-        eprintln!("usage: srq_server [CLIENTS 1..=32] [REQUESTS_PER_CLIENT 1..=10000]");
-        return ExitCode::from(2);
-    };
-    if !(1..=32).contains(&clients) || !(1..=10_000).contains(&per) || args.len() > 2 {
-        eprintln!("usage: srq_server [CLIENTS 1..=32] [REQUESTS_PER_CLIENT 1..=10000]");
-        return ExitCode::from(2);
-    }
-    match run(clients as usize, per) {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_writer(std::io::stderr)
+        .init();
+    // Bad arguments: clap prints what is wrong and exits with status 2.
+    let args = Args::parse();
+    match run(args.clients as usize, args.requests_per_client) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("srq_server: FAILED: {e}");
@@ -69,17 +75,13 @@ fn answer(c: usize, k: u64) -> Vec<u8> {
     m
 }
 
-fn post_srq(srq: &mut Srq, s_buf: &side::Buf, slot: u64) -> Result<()> {
-    let sge = s_buf.sge(slot as usize * SLOT, SLOT as u32);
-    srq.post_recv(slot, std::slice::from_ref(&sge))?;
-    Ok(())
-}
-
-/// A client: its device's address, its side (one QP; send slots then receive slots, `window`
-/// of each), and its progress.
+/// A client: its device's address, its QP, its buffer (`window` send slots, then `window`
+/// receive slots) and its progress.
 struct Client {
-    ip: std::net::Ipv4Addr,
-    side: Side,
+    ctx: Context,
+    cq: Cq,
+    qp: Qp,
+    mr: Mr,
     sent: u64,
     answered: u64,
 }
@@ -88,93 +90,65 @@ fn run(clients: usize, per: u64) -> Result<()> {
     let window = (SRQ_DEPTH as u64 / clients as u64)
         .clamp(1, MAX_WINDOW)
         .min(per);
-    let fabric = Fabric::new();
-    let server_dev = fabric.add_device(DeviceConfig::new([10, 0, 0, 1]).name("server"));
-    let client_devs: Vec<SimDevice> = (0..clients.min(CLIENT_DEVICES))
+    let fabric = SimFabric::deterministic();
+    let server = fabric.add_device_with(DeviceConfig::new([10, 0, 0, 1]).name("server"));
+    let client_devs: Vec<Context> = (0..clients.min(CLIENT_DEVICES))
         .map(|i| {
-            let name = format!("client{i}");
-            fabric.add_device(DeviceConfig::new([10, 0, 0, 2 + i as u8]).name(&name))
+            let cfg = DeviceConfig::new([10, 0, 0, 2 + i as u8]).name(&format!("client{i}"));
+            fabric.add_device_with(cfg)
         })
         .collect();
-    let mut server = Side::new(
-        Arc::new(server_dev),
-        &SideCfg {
-            qp_type: QpType::Rc,
-            qps: clients as u32,
-            sq_depth: 2 * window as u32,
-            rq_depth: 0,
-            inline: 0,
-            buf_len: 2 * SRQ_DEPTH as usize * SLOT,
-            srq: Some(SRQ_DEPTH),
-        },
-    )?;
+
+    // The server: one CQ with room for every completion that can be outstanding (each QP's
+    // sends and the whole pool), one SRQ, one QP per client receiving through it.
+    let pd = server.alloc_pd()?;
+    let mut cq = server.create_cq(clients as u32 * 2 * window as u32 + SRQ_DEPTH)?;
+    let mut srq = pd.create_srq(SRQ_DEPTH, 1)?;
+    let init = QpInit::rc(&cq).srq(&srq).max_send_wr(2 * window as u32);
+    let mut qps = (0..clients)
+        .map(|_| pd.create_qp(&init))
+        .collect::<std::result::Result<Vec<Qp>, _>>()?;
+    // Pool slots first, then the slots answers are staged in.
+    let mr = pd.alloc_mr(2 * SRQ_DEPTH as usize * SLOT)?;
     // Fill the shared pool before any QP can receive.
-    {
-        let srq = server.srq.as_mut().ok_or("no SRQ")?;
-        for slot in 0..SRQ_DEPTH as u64 {
-            post_srq(srq, &server.buf, slot)?;
-        }
+    for slot in 0..SRQ_DEPTH as usize {
+        srq.post_recv(slot as u64, &[mr.sge(slot * SLOT, SLOT as u32)?])?;
     }
+
     let params = ConnectParams::default();
     let mut cl: Vec<Client> = Vec::new();
     let mut conns = Vec::new();
-    for c in 0..clients {
-        let dev = &client_devs[c % client_devs.len()];
-        let mut s = Side::new(
-            Arc::new(dev.clone()),
-            &SideCfg {
-                qp_type: QpType::Rc,
-                qps: 1,
-                sq_depth: 2 * window as u32,
-                rq_depth: window as u32,
-                inline: 0,
-                buf_len: 2 * window as usize * SLOT,
-                srq: None,
-            },
-        )?;
-        let recv: Vec<_> = (0..window)
-            .map(|k| s.buf.sge((window + k) as usize * SLOT, SLOT as u32))
-            .collect();
-        let (rs, rc) = (server.qp_ref(c), s.qp_ref(0));
-        let (ds, dc) = (server.dev.clone(), s.dev.clone());
-        // The server's receives live in the SRQ: its side of the link posts nothing.
-        let mut ls = ServerLink {
-            qp: &mut server.qps[c],
-        };
-        let mut lc = QpLink::new(&mut s.qps[0], &mut s.cq, move |qp: &mut Qp| {
-            for (k, sge) in recv.iter().enumerate() {
-                qp.post_recv(k as u64, std::slice::from_ref(sge))?;
-            }
-            Ok(())
-        });
-        let pair = connect_pair(
-            PairSide {
-                dev: &*ds,
-                qp: rs,
-                link: &mut ls,
-                params: &params,
-            },
-            PairSide {
-                dev: &*dc,
-                qp: rc,
-                link: &mut lc,
-                params: &params,
-            },
-        )?;
-        conns.push(pair);
+    for (c, server_qp) in qps.iter_mut().enumerate() {
+        let ctx = client_devs[c % client_devs.len()].clone();
+        let cpd = ctx.alloc_pd()?;
+        let ccq = ctx.create_cq(3 * window as u32)?;
+        let init = QpInit::rc(&ccq)
+            .max_send_wr(2 * window as u32)
+            .max_recv_wr(window as u32);
+        let mut qp = cpd.create_qp(&init)?;
+        let cmr = cpd.alloc_mr(2 * window as usize * SLOT)?;
+        // The server's receives are in the SRQ; the client posts its own after connecting
+        // (nothing is sent before `connect_qps` returns).
+        conns.push(connect_qps(server_qp, &mut qp, &params)?);
+        for k in 0..window {
+            let sge = cmr.sge((window + k) as usize * SLOT, SLOT as u32)?;
+            qp.post_recv(k, &[sge])?;
+        }
         cl.push(Client {
-            ip: dev.ipv4(),
-            side: s,
+            ctx,
+            cq: ccq,
+            qp,
+            mr: cmr,
             sent: 0,
             answered: 0,
         });
     }
-    let ips: Vec<String> = client_devs.iter().map(|d| d.ipv4().to_string()).collect();
+    let ips: Vec<String> = client_devs.iter().map(ipv4).collect();
     println!(
         "srq_server: {} on one CQ, all receiving through one SRQ of {SRQ_DEPTH} receives \
          (SRQN {:#x})",
         plural(clients, "server QP"),
-        server.srq.as_ref().map_or(0, |s| s.srqn())
+        srq.srqn()
     );
     println!(
         "            {} on {} ({}), {per} requests each, up to {window} in flight per client",
@@ -190,27 +164,25 @@ fn run(clients: usize, per: u64) -> Result<()> {
         rounds += 1;
         // Every client sends its next window of requests.
         for (c, client) in cl.iter_mut().enumerate() {
-            let s = &mut client.side;
             let upto = (client.sent + window).min(per);
             for k in client.sent..upto {
                 let off = (k % window) as usize * SLOT;
-                s.buf.write(off, &request(c, k));
-                let sge = [s.buf.sge(off, SLOT as u32)];
-                s.qps[0].post(&SendWr::send(k).sges(&sge).signaled())?;
+                client.mr.write(off, &request(c, k))?;
+                let sge = [client.mr.sge(off, SLOT as u32)?];
+                client.qp.post(&SendWr::send(k).sges(&sge).signaled())?;
             }
             client.sent = upto;
         }
-        fabric.run_until_idle();
+        fabric.fabric().run_until_idle();
 
         // The server takes the requests from the shared pool, checks each, answers on the QP
         // it came in on and puts the receive back into the pool.
         let mut staged = 0usize;
         loop {
-            let n = {
-                let srq = server.srq.as_mut().ok_or("no SRQ")?;
-                let mut table = (&mut server.qps[..], std::slice::from_mut(srq));
-                server.cq.poll(&mut table, &mut wcs)?
-            };
+            let n = cq.poll(
+                &mut (&mut qps[..], std::slice::from_mut(&mut srq)),
+                &mut wcs,
+            )?;
             if n == 0 {
                 break;
             }
@@ -222,16 +194,13 @@ fn run(clients: usize, per: u64) -> Result<()> {
                 if !wc.opcode.is_recv() {
                     continue;
                 }
-                let c = server
-                    .qps
+                let c = qps
                     .iter()
                     .position(|q| q.qpn() == wc.qp_num)
                     .ok_or("a request on an unknown QP")?;
                 let k = served[c];
                 let slot = wc.wr_id as usize;
-                if wc.byte_len as usize != SLOT
-                    || server.buf.read(slot * SLOT, SLOT) != request(c, k)
-                {
+                if wc.byte_len as usize != SLOT || mr.read(slot * SLOT, SLOT)? != request(c, k) {
                     return Err(format!(
                         "server: request {k} of client {c} damaged or out of order"
                     )
@@ -241,21 +210,20 @@ fn run(clients: usize, per: u64) -> Result<()> {
                 // Answers are staged behind the pool's slots; a round has at most SRQ_DEPTH.
                 let off = (SRQ_DEPTH as usize + staged % SRQ_DEPTH as usize) * SLOT;
                 staged += 1;
-                server.buf.write(off, &answer(c, k));
-                let sge = [server.buf.sge(off, SLOT as u32)];
-                server.qps[c].post(&SendWr::send(replies).sges(&sge).signaled())?;
+                mr.write(off, &answer(c, k))?;
+                let sge = [mr.sge(off, SLOT as u32)?];
+                qps[c].post(&SendWr::send(replies).sges(&sge).signaled())?;
                 replies += 1;
-                post_srq(server.srq.as_mut().ok_or("no SRQ")?, &server.buf, wc.wr_id)?;
+                srq.post_recv(wc.wr_id, &[mr.sge(slot * SLOT, SLOT as u32)?])?;
                 reposted += 1;
             }
         }
-        fabric.run_until_idle();
+        fabric.fabric().run_until_idle();
 
         // Every client checks its answers and reposts its receives.
         for (c, client) in cl.iter_mut().enumerate() {
-            let s = &mut client.side;
             loop {
-                let n = s.cq.poll(&mut s.qps[..], &mut wcs)?;
+                let n = client.cq.poll(&mut client.qp, &mut wcs)?;
                 if n == 0 {
                     break;
                 }
@@ -269,12 +237,13 @@ fn run(clients: usize, per: u64) -> Result<()> {
                     }
                     let k = client.answered;
                     let off = (window + wc.wr_id) as usize * SLOT;
-                    if s.buf.read(off, SLOT) != answer(c, k) {
+                    if client.mr.read(off, SLOT)? != answer(c, k) {
                         return Err(format!("client {c}: answer {k} is not its own").into());
                     }
                     client.answered += 1;
-                    let sge = s.buf.sge(off, SLOT as u32);
-                    s.qps[0].post_recv(wc.wr_id, std::slice::from_ref(&sge))?;
+                    client
+                        .qp
+                        .post_recv(wc.wr_id, &[client.mr.sge(off, SLOT as u32)?])?;
                 }
             }
         }
@@ -293,20 +262,29 @@ fn run(clients: usize, per: u64) -> Result<()> {
         println!(
             "  client {c:>2} on {}: QPN {:#x} ⇄ server QPN {:#x}: {per} requests served from \
              the SRQ, {per} answers checked",
-            client.ip, client.side.infos[0].qpn, server.infos[c].qpn
+            ipv4(&client.ctx),
+            client.qp.qpn(),
+            qps[c].qpn()
         );
     }
-    let bugs = fabric.driver_bugs();
+    let bugs = fabric.fabric().driver_bugs();
     if !bugs.is_empty() {
         return Err(format!("driver bugs: {bugs:?}").into());
     }
     let total = clients as u64 * per;
     println!(
-        "done: {total} requests through one SRQ of {SRQ_DEPTH} receives in {rounds} rounds \
-         ({reposted} receives put back into the pool), every request and every answer checked"
+        "done: {total} requests through one SRQ of {SRQ_DEPTH} receives in {} \
+         ({reposted} receives put back into the pool), every request and every answer checked",
+        plural(rounds as usize, "round")
     );
     drop(conns);
     Ok(())
+}
+
+/// The IPv4 address of a software ConnectX.
+fn ipv4(ctx: &Context) -> String {
+    ctx.sim_device()
+        .map_or_else(|| "?".into(), |d| d.ipv4().to_string())
 }
 
 /// `1 client`, `6 clients`.
@@ -315,29 +293,5 @@ fn plural(n: usize, what: &str) -> String {
         format!("1 {what}")
     } else {
         format!("{n} {what}s")
-    }
-}
-
-/// The server side of a connection: the QP's state follows the control path; its receives
-/// are in the SRQ, and its completions are polled by the server loop, not during connect.
-struct ServerLink<'a> {
-    qp: &'a mut Qp,
-}
-
-impl Link for ServerLink<'_> {
-    fn set_state(&mut self, state: QpState) {
-        self.qp.set_state(state);
-    }
-    fn post_receives(&mut self) -> mlx5_direct::qp::Result<()> {
-        Ok(())
-    }
-    fn poll(&mut self, _out: &mut [Wc]) -> mlx5_direct::qp::Result<usize> {
-        Ok(0)
-    }
-    fn flush_outstanding(&mut self, out: &mut [Wc]) -> mlx5_direct::qp::Result<usize> {
-        self.qp.flush_outstanding(out)
-    }
-    fn data_path(&self) -> Option<&Qp> {
-        Some(self.qp)
     }
 }

@@ -2,6 +2,42 @@
 //!
 //! A kernel-bypass data path for NVIDIA/Mellanox ConnectX (mlx5) NICs, written in Rust.
 //!
+//! Open the software ConnectX, connect two RC QPs, WRITE 5 bytes, poll the completion, check
+//! the bytes (`examples/hello_write.rs`; `cargo run --example quickstart` does READ, SEND and
+//! atomics too):
+//!
+//! ```
+//! use mlx5_direct::connect::{connect_qps, ConnectParams};
+//! use mlx5_direct::qp::SendWr;
+//! use mlx5_direct::{Context, QpInit};
+//! use std::time::Duration;
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! // Two software ConnectX devices on one fabric, run by its own thread.
+//! let (a, b) = Context::sim_pair()?;
+//! let (pd_a, pd_b) = (a.alloc_pd()?, b.alloc_pd()?);
+//! let (mut cq_a, cq_b) = (a.create_cq(16)?, b.create_cq(16)?);
+//! let mut qp_a = pd_a.create_qp(&QpInit::rc(&cq_a))?;
+//! let mut qp_b = pd_b.create_qp(&QpInit::rc(&cq_b))?;
+//! // Page-aligned registered buffers; dropping one deregisters it before freeing it.
+//! let (src, dst) = (pd_a.alloc_mr(4096)?, pd_b.alloc_mr(4096)?);
+//!
+//! // Reset → Init → RTR → RTS on both sides, in one call.
+//! let _conns = connect_qps(&mut qp_a, &mut qp_b, &ConnectParams::default())?;
+//!
+//! src.write(0, b"hello")?;
+//! let sge = [src.sge(0, 5)?];
+//! qp_a.post(&SendWr::write(1, dst.remote(0)?).sges(&sge).signaled())?;
+//! let wc = cq_a.wait_for(&mut qp_a, 1, Duration::from_secs(5))?;
+//! assert!(wc.is_ok());
+//! assert_eq!(dst.read(0, 5)?, b"hello");
+//! # Ok(()) }
+//! ```
+//!
+//! Every object owns its device object and holds what it depends on (a QP its PD and CQs, an
+//! MR its PD, everything its context), so they may be dropped in any order; no `unsafe` is
+//! needed to use the library.
+//!
 //! This facade crate re-exports the workspace's library crates:
 //!
 //! - [`wqe`]: send / receive / SRQ WQE segment layouts, opcodes, and the WQE writer over a

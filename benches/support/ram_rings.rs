@@ -6,7 +6,7 @@
 //! gets its credits back.
 //!
 //! Shared by the criterion benchmarks (`benches/post_poll.rs`) and the instruction-count
-//! program (`examples/count_post_poll.rs`), which include it with `#[path]`.
+//! program (`benches/count_post_poll.rs`), which include it with `#[path]`.
 #![allow(dead_code)]
 
 use mlx5_cq::{Cqe64, CQE_INITIAL_OP_OWN, CQE_REQ};

@@ -7,9 +7,10 @@
 
 use crate::examples_support;
 
+use std::io::Read;
 use std::path::PathBuf;
-use std::process::{Command, Output};
-use std::time::Duration;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 fn example(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("test path");
@@ -32,11 +33,57 @@ fn example(name: &str) -> PathBuf {
     bin
 }
 
-fn run_ok(name: &str, args: &[&str]) -> String {
-    let out: Output = Command::new(example(name))
+/// How long one example run may take before the test kills it and fails (they take well
+/// under a second; a debug build on a loaded machine a few).
+const RUN_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Run example `name` with `args` and the extra environment `env` (`RUST_LOG` is cleared
+/// first, so a developer's setting does not change what the example prints), killing it if it
+/// has not ended within [`RUN_TIMEOUT`]: a hang fails the test instead of stalling the suite.
+fn run(name: &str, args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut child = Command::new(example(name))
         .args(args)
-        .output()
-        .expect("run example");
+        .env_remove("RUST_LOG")
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start example");
+    // Read both pipes while waiting, so a chatty example cannot block on a full pipe.
+    let mut out = child.stdout.take().expect("piped stdout");
+    let mut err = child.stderr.take().expect("piped stderr");
+    let out = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = out.read_to_end(&mut v);
+        v
+    });
+    let err = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = err.read_to_end(&mut v);
+        v
+    });
+    let start = Instant::now();
+    let status = loop {
+        if let Some(st) = child.try_wait().expect("wait for example") {
+            break st;
+        }
+        if start.elapsed() > RUN_TIMEOUT {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("example {name} {args:?} still running after {RUN_TIMEOUT:?}: killed");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    Output {
+        status,
+        stdout: out.join().expect("stdout reader"),
+        stderr: err.join().expect("stderr reader"),
+    }
+}
+
+fn run_ok(name: &str, args: &[&str]) -> String {
+    let out = run(name, args, &[]);
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),
@@ -49,16 +96,113 @@ fn run_ok(name: &str, args: &[&str]) -> String {
 
 #[test]
 fn quickstart() {
-    let out = run_ok("quickstart", &[]);
+    let out = run("quickstart", &[], &[]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{}\n{stdout}\n{stderr}", out.status);
     for op in ["WRITE", "READ", "SEND", "CAS", "FAA"] {
-        assert!(out.contains(&format!("  {op} ")), "{op} missing:\n{out}");
+        assert!(
+            stdout.contains(&format!("  {op} ")),
+            "{op} missing:\n{stdout}"
+        );
     }
-    assert_eq!(out.matches("         ok: ").count(), 5, "{out}");
-    assert!(
-        out.contains("original value 42, B's counter now 50"),
-        "{out}"
-    );
-    assert!(out.contains("imm 0xc0ffee"), "{out}");
+    assert_eq!(stdout.matches("         ok: ").count(), 5, "{stdout}");
+    for line in [
+        "B's memory reads \"hello from A, by RDMA WRITE\"",
+        "A's memory reads \"B's data, fetched by READ\"",
+        "IBV_WC_RECV on B: wr_id 7, 4 bytes \"ping\", imm 0xc0ffee",
+        "original value 0, B's counter now 42",
+        "original value 42, B's counter now 50",
+        "done: 5 operations, every result checked; the software ConnectX saw no driver bug",
+    ] {
+        assert!(stdout.contains(line), "{line:?} missing:\n{stdout}");
+    }
+    // Without RUST_LOG nothing is logged.
+    assert!(stderr.is_empty(), "{stderr}");
+}
+
+/// The value of `key=` in a log line (`key="x"` or `key=x`), quotes removed.
+fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
+    let pat = format!(" {key}=");
+    let rest = &line[line.find(&pat)? + pat.len()..];
+    Some(match rest.strip_prefix('"') {
+        Some(q) => &q[..q.find('"')?],
+        None => rest.split(' ').next()?,
+    })
+}
+
+/// `RUST_LOG=mlx5=info` shows one line per QP transition with the old and new state, the QPN,
+/// the destination QPN, the PSNs and the path; the PSNs logged are the ones the quickstart
+/// printed.
+#[test]
+fn quickstart_logs_every_transition_with_rust_log() {
+    let out = run("quickstart", &[], &[("RUST_LOG", "mlx5=info")]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{}\n{stdout}\n{stderr}", out.status);
+    let lines: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("mlx5_hw::transition") && l.contains("QP modified"))
+        .collect();
+    // Reset → Init → RTR → RTS on each of the two QPs.
+    assert_eq!(lines.len(), 6, "{stderr}");
+    let mut steps = Vec::new();
+    for l in &lines {
+        for key in [
+            "old_state",
+            "new_state",
+            "qpn",
+            "dest_qpn",
+            "sq_psn",
+            "rq_psn",
+            "path_mtu",
+            "dgid",
+        ] {
+            assert!(field(l, key).is_some(), "no {key} in {l:?}");
+        }
+        steps.push((
+            field(l, "old_state").unwrap(),
+            field(l, "new_state").unwrap(),
+        ));
+    }
+    for step in [("RESET", "INIT"), ("INIT", "RTR"), ("RTR", "RTS")] {
+        assert_eq!(steps.iter().filter(|s| **s == step).count(), 2, "{steps:?}");
+    }
+    // The RTS lines carry the connection: the peer's QPN, this side's PSN, the peer's PSN
+    // as the expected one, and the peer's GID as the path.
+    let printed = stdout
+        .lines()
+        .find(|l| l.contains("connect Reset → Init → RTR → RTS"))
+        .unwrap_or_else(|| panic!("no connect line:\n{stdout}"));
+    let psns: Vec<u32> = printed
+        .match_indices("(PSN 0x")
+        .map(|(at, m)| {
+            let hex: String = printed[at + m.len()..]
+                .chars()
+                .take_while(char::is_ascii_hexdigit)
+                .collect();
+            u32::from_str_radix(&hex, 16).expect("hex PSN")
+        })
+        .collect();
+    assert_eq!(psns.len(), 2, "{printed}");
+    let mut rts: Vec<(u32, u32)> = lines
+        .iter()
+        .filter(|l| field(l, "new_state") == Some("RTS"))
+        .map(|l| {
+            assert_ne!(field(l, "dest_qpn"), Some("0"), "{l}");
+            assert!(
+                field(l, "dgid")
+                    .is_some_and(|g| g.ends_with(":0a00:0001") || g.ends_with(":0a00:0002")),
+                "{l}"
+            );
+            let n = |k| field(l, k).and_then(|v| v.parse().ok()).expect("a number");
+            (n("sq_psn"), n("rq_psn"))
+        })
+        .collect();
+    rts.sort_unstable();
+    let mut want = vec![(psns[0], psns[1]), (psns[1], psns[0])];
+    want.sort_unstable();
+    assert_eq!(rts, want, "{stderr}");
 }
 
 #[test]
@@ -264,15 +408,10 @@ fn srq_server() {
 }
 
 #[test]
-fn srq_server_single_client_and_bad_arguments() {
+fn srq_server_single_client() {
     let out = run_ok("srq_server", &["1", "5"]);
     assert!(out.contains("1 client on 1 device (10.0.0.2)"), "{out}");
     assert!(out.contains("done: 5 requests"), "{out}");
-    let bad = Command::new(example("srq_server"))
-        .args(["0", "5"])
-        .output()
-        .expect("run example");
-    assert_eq!(bad.status.code(), Some(2));
 }
 
 #[test]
@@ -280,4 +419,65 @@ fn sim_speed() {
     let out = run_ok("sim_speed", &["3000"]);
     assert!(out.contains("3000 RC 8-byte RDMA WRITEs"), "{out}");
     assert!(out.contains("messages/s"), "{out}");
+}
+
+/// Bad arguments to an example are a usage error (exit status 2) with a message on stderr,
+/// never a panic (101), an abort (134), a crash (139) or a hang (each run under a timeout).
+#[test]
+fn example_argument_mistakes_are_clear_errors() {
+    let cases: &[(&str, &[&str], i32, &str)] = &[
+        ("quickstart", &["extra"], 2, "unexpected argument 'extra'"),
+        (
+            "quickstart",
+            &["--verbose"],
+            2,
+            "unexpected argument '--verbose'",
+        ),
+        ("error_recovery", &["1"], 2, "unexpected argument '1'"),
+        ("srq_server", &["0", "5"], 2, "0 is not in 1..=32"),
+        ("srq_server", &["33"], 2, "33 is not in 1..=32"),
+        ("srq_server", &["4", "0"], 2, "0 is not in 1..=10000"),
+        (
+            "srq_server",
+            &["4", "10001"],
+            2,
+            "10001 is not in 1..=10000",
+        ),
+        (
+            "srq_server",
+            &["many"],
+            2,
+            "invalid value 'many' for '[CLIENTS]'",
+        ),
+        ("srq_server", &["-3"], 2, "unexpected argument '-3'"),
+        ("srq_server", &["1", "2", "3"], 2, "unexpected argument '3'"),
+        ("sim_speed", &["0"], 2, "0 is not in 1..=1000000000"),
+        ("sim_speed", &["1e6"], 2, "invalid value '1e6' for '[N]'"),
+        ("sim_speed", &["99999999999999999999"], 2, "invalid value"),
+        ("sim_speed", &["--n", "5"], 2, "unexpected argument '--n'"),
+    ];
+    for &(name, args, code, needle) in cases {
+        let out = run(name, args, &[]);
+        let e = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            out.status.code(),
+            Some(code),
+            "{name} {args:?}: {}: {e}",
+            out.status
+        );
+        assert!(
+            e.contains(needle),
+            "{name} {args:?}: {needle:?} not in {e:?}"
+        );
+        assert!(!e.contains("panicked"), "{name} {args:?}: {e}");
+    }
+    // `--help` says what each one does and succeeds.
+    for name in ["quickstart", "error_recovery", "srq_server", "sim_speed"] {
+        let out = run(name, &["--help"], &[]);
+        let help = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && help.contains(&format!("Usage: {name}")),
+            "{help}"
+        );
+    }
 }

@@ -1,16 +1,39 @@
-//! `benches/count-instructions.sh` runs the post/poll program under callgrind and ends with
-//! exactly two lines, `instructions per post: N` and `instructions per poll: N`.
+//! `benches/count-instructions.sh` runs the post/poll program (the bench target
+//! `benches/count_post_poll.rs`) under callgrind and ends with exactly two lines,
+//! `instructions per post: N` and `instructions per poll: N`.
 
 use std::path::PathBuf;
 use std::process::Command;
 
-/// The `count_post_poll` example that `cargo test` built next to this test, when it did
-/// (`target/<profile>/examples/`); otherwise the script builds it itself.
-fn sibling_example() -> Option<PathBuf> {
+/// The `count_post_poll` bench program (`benches/count_post_poll.rs`), built by cargo in the
+/// profile of this test (a no-op when it is fresh); cargo's artifact report names the
+/// executable, whose file name carries a hash (`target/<profile>/deps/count_post_poll-HASH`).
+/// `None` when cargo reports none: then the script builds it itself (release).
+fn built_bench() -> Option<PathBuf> {
     let exe = std::env::current_exe().ok()?;
-    let profile_dir = exe.parent()?.parent()?;
-    let bin = profile_dir.join("examples").join("count_post_poll");
-    bin.is_file().then_some(bin)
+    let release = exe.parent()?.parent()?.ends_with("release");
+    let mut cmd = Command::new(env!("CARGO"));
+    cmd.args(["build", "-p", "mlx5-direct", "--bench", "count_post_poll"])
+        .args(["--message-format", "json-render-diagnostics"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"));
+    if release {
+        cmd.arg("--release");
+    }
+    let out = cmd.output().expect("run cargo");
+    assert!(
+        out.status.success(),
+        "building the count_post_poll bench failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .rev()
+        .find_map(|l| {
+            let at = l.find("\"executable\":\"")? + "\"executable\":\"".len();
+            let path = &l[at..at + l[at..].find('"')?];
+            path.contains("count_post_poll")
+                .then(|| PathBuf::from(path))
+        })
 }
 
 fn parse_line(line: &str, prefix: &str) -> u64 {
@@ -27,7 +50,7 @@ fn script_ends_with_per_post_and_per_poll_counts() {
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("benches/count-instructions.sh");
     let mut cmd = Command::new("bash");
     cmd.arg(&script).arg("300");
-    if let Some(bin) = sibling_example() {
+    if let Some(bin) = built_bench() {
         cmd.env("COUNT_BIN", bin);
     }
     let out = cmd.output().expect("run bash");

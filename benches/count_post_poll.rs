@@ -1,18 +1,25 @@
 //! The program `benches/count-instructions.sh` runs under `valgrind --tool=callgrind`: it posts
 //! N inline 8-byte RDMA WRITEs through BlueFlame and polls their N CQEs on rings in ordinary
-//! memory (`docs/sources.md` §21), each through one `#[inline(never)]` function whose name the
+//! memory (`support/ram_rings.rs`), each through one `#[inline(never)]` function whose name the
 //! script gives callgrind's `--toggle-collect`, so that only the post (or the poll) is counted.
 //!
-//! Usage: `count_post_poll [N] [--sge-db | --bf-flush]` (default 10000). With `--sge-db` the
-//! posts are 1-SGE RDMA WRITEs on a QP without BlueFlame (the 8-byte doorbell), through
-//! `measured_post_sge`; with `--bf-flush` the QP rings in `DoorbellMode::Bf` (rdma-core's exact
-//! sequence, a flush after every BlueFlame copy) instead of the default `BfPost`; with
-//! `--poll-one` the CQEs are polled one per call through `Cq::poll` (`measured_poll_one`), with
-//! `--poll-wcs` up to 16 per call through `Cq::poll` (`measured_poll_wcs`). It checks its own results — every post accepted, the polls return
+//! A bench target (`harness = false`), not an example: building data-path objects over memory
+//! that no device owns takes `unsafe` (in `support/ram_rings.rs`), which has no place in the
+//! examples people copy. The script builds it with
+//! `cargo build --release --bench count_post_poll`; `cargo bench` runs it once natively (it
+//! ignores the `--bench` flag cargo passes) as a smoke test of its own checks.
+//!
+//! Usage: `count_post_poll [N] [--sge-db | --bf-flush] [--poll-one | --poll-wcs]` (default
+//! 10000). With `--sge-db` the posts are 1-SGE RDMA WRITEs on a QP without BlueFlame (the
+//! 8-byte doorbell), through `measured_post_sge`; with `--bf-flush` the QP rings in
+//! `DoorbellMode::Bf` (rdma-core's exact sequence, a flush after every BlueFlame copy) instead
+//! of the default `BfPost`; with `--poll-one` the CQEs are polled one per call through
+//! `Cq::poll` (`measured_poll_one`), with `--poll-wcs` up to 16 per call through `Cq::poll`
+//! (`measured_poll_wcs`). It checks its own results — every post accepted, the polls return
 //! exactly the WR ids posted, in order — and exits non-zero otherwise, so a count is never
 //! taken of a run that went wrong.
 
-#[path = "../benches/support/ram_rings.rs"]
+#[path = "support/ram_rings.rs"]
 mod ram_rings;
 
 use mlx5_qp::{Cq, DoorbellMode, Qp, SendWr, Sge, Wc};
@@ -92,11 +99,13 @@ fn main() -> ExitCode {
             "--bf-flush" => bf_flush = true,
             "--poll-one" => poll_one = true,
             "--poll-wcs" => poll_wcs = true,
+            // What `cargo bench` passes to a bench binary.
+            "--bench" => {}
             _ => match a.parse() {
                 Ok(v) if v > 0 => n = v,
                 _ => {
                     eprintln!(
-                        "usage: count_post_poll [N > 0] [--sge-db | --bf-flush] [--poll-one]"
+                        "usage: count_post_poll [N > 0] [--sge-db | --bf-flush] [--poll-one | --poll-wcs]"
                     );
                     return ExitCode::from(2);
                 }
