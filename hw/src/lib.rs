@@ -23,7 +23,12 @@ pub mod transition;
 #[cfg(feature = "verbs")]
 pub mod verbs;
 
-pub use attr::*;
-pub use device::*;
+pub use attr::{
+    AccessFlags, AhAttr, AttrMask, Gid, GlobalRoute, Mtu, QpAttr, QpCap, QpState, QpType,
+};
+pub use device::{
+    AhId, AhInfo, AsyncEvent, Counter, CqId, CqInfo, CqInitAttr, Device, DeviceAttr, LinkLayer,
+    MrId, MrInfo, PdId, PortAttr, PortState, QpId, QpInfo, QpInitAttr, SrqId, SrqInfo, SrqInitAttr,
+};
 pub use error::{Error, ModifyError, Result};
-pub use layout::*;
+pub use layout::{BfLayout, CqLayout, QpLayout, SrqLayout, WqLayout};

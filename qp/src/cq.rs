@@ -655,12 +655,12 @@ impl Cq {
                 } else {
                     wc.byte_len = cqe.byte_cnt();
                     wc.src_qp = cqe.src_qpn();
-                    wc.slid = u16::from_be(cqe.slid);
+                    wc.slid = cqe.slid.get();
                     // rdma-core `handle_responder`: g = (flags_rqpn >> 28) & 3.
-                    if (u32::from_be(cqe.flags_rqpn) >> 28) & 3 != 0 {
+                    if (cqe.flags_rqpn.get() >> 28) & 3 != 0 {
                         wc.flags |= WcFlags::GRH;
                     }
-                    let imm = u32::from_be(cqe.imm_inval_pkey);
+                    let imm = cqe.imm_inval_pkey.get();
                     match opcode {
                         CQE_RESP_SEND_IMM => {
                             wc.flags |= WcFlags::WITH_IMM;

@@ -367,7 +367,7 @@ impl SendQueue {
     }
 
     /// Write the control segment of the WQE at `ctrl` (which starts at block `pi`) as two
-    /// 64-bit stores, byte for byte what `mlx5_wqe::seg::CtrlSeg::new` lays out with
+    /// 64-bit stores, byte for byte what `mlx5_wqe::CtrlSeg::builder()` builds with
     /// signature 0 (rdma-core `mlx5dv_set_ctrl_seg`): `qpn_shifted` is `qpn << 8`.
     ///
     /// # Safety
