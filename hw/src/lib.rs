@@ -12,6 +12,9 @@
 //! - [`qp_state`]: the QP state machine table (the Linux kernel's `qp_state_table`), used to
 //!   validate every modify before it reaches a device, and by the software ConnectX.
 //! - `verbs` (feature `verbs`): libibverbs + mlx5dv backend.
+//!
+//! Each item is documented once, in its module; the crate root re-exports the attribute,
+//! device-contract and layout types by name.
 
 pub mod attr;
 pub mod device;

@@ -630,7 +630,7 @@ pub trait Segment: FromBytes + IntoBytes + KnownLayout + Immutable + Copy {
     const SIZE: usize = {
         let n = size_of::<Self>();
         assert!(
-            n != 0 && n % 16 == 0,
+            n != 0 && n & 15 == 0,
             "a WQE segment is whole 16-byte units"
         );
         n
