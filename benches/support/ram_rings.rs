@@ -9,7 +9,7 @@
 //! program (`benches/count_post_poll.rs`), which include it with `#[path]`.
 #![allow(dead_code)]
 
-use mlx5_cq::{Cqe64, CQE_INITIAL_OP_OWN, CQE_REQ};
+use mlx5_cq::{Cqe64, CQE_INITIAL_OP_OWN, CQE_REQ, U16, U32};
 use mlx5_hw::{mmio, BfLayout, CqLayout, QpLayout, QpState, QpType, WqLayout};
 use mlx5_qp::{Cq, DoorbellMode, Qp, RemoteAddr, Wc};
 use mlx5_wqe::opcode as op;
@@ -186,8 +186,8 @@ impl Rig {
     /// (rdma-core `get_sw_cqe`: owner = `!!(ci & cqe_cnt)`).
     pub fn push_req_cqe(&mut self, wqe_counter: u16, send_opcode: u8) {
         let cqe = Cqe64 {
-            sop_drop_qpn: ((send_opcode as u32) << 24 | QPN).to_be(),
-            wqe_counter: wqe_counter.to_be(),
+            sop_drop_qpn: U32::new((send_opcode as u32) << 24 | QPN),
+            wqe_counter: U16::new(wqe_counter),
             ..Cqe64::default()
         };
         let slot = (self.cq_pi & (self.cqe_cnt - 1)) as usize * 64;

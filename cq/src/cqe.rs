@@ -1,5 +1,16 @@
 //! CQE layouts (rdma-core `providers/mlx5/mlx5dv.h` `struct mlx5_cqe64`, `struct mlx5_err_cqe`;
 //! Linux `include/linux/mlx5/device.h`).
+//!
+//! Multi-byte fields are the big-endian types `U16` / `U32` / `U64` of
+//! `zerocopy::byteorder::big_endian` (the `__be16` / `__be32` / `__be64` of the header), so a
+//! host-order integer cannot be stored in one; getters return host-order values. The structs
+//! derive zerocopy's layout traits, which refuse padding at compile time, and the constant
+//! assertions at the end pin every size and offset (the conformance tests check them against
+//! `mlx5dv.h`).
+
+use core::mem::{align_of, offset_of, size_of};
+use zerocopy::byteorder::big_endian::{U16, U32, U64};
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
 
 /// CQE opcode (`op_own` bits 7:4): requester success (`MLX5_CQE_REQ`).
 pub const CQE_REQ: u8 = 0;
@@ -57,8 +68,9 @@ pub const INLINE_SCATTER_32: u8 = 0x04;
 pub const INLINE_SCATTER_64: u8 = 0x08;
 
 /// The 64-byte CQE (`struct mlx5_cqe64`). Multi-byte fields hold big-endian values.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
 pub struct Cqe64 {
     /// Ethernet / striding-RQ fields (bytes 0–15) and ml_path etc. (16–23); unused by RC/UC/UD
     /// except `slid` at 22 and `ml_path` at 17.
@@ -68,44 +80,37 @@ pub struct Cqe64 {
     /// Reserved.
     pub rsvd20: [u8; 4],
     /// BE16 source LID.
-    pub slid: u16,
+    pub slid: U16,
     /// BE32: SL / packet type (27:24), GRH flags (29:28), source QPN (23:0).
-    pub flags_rqpn: u32,
+    pub flags_rqpn: U32,
     /// L3/L4 status bits.
     pub hds_ip_ext: u8,
     /// L4 header type etc.
     pub l4_hdr_type_etc: u8,
     /// BE16 VLAN info.
-    pub vlan_info: u16,
+    pub vlan_info: U16,
     /// BE32: SRQN or user index (23:0).
-    pub srqn_uidx: u32,
-    /// Immediate (network order, raw), invalidated rkey, or P_Key index.
-    pub imm_inval_pkey: u32,
+    pub srqn_uidx: U32,
+    /// BE32 immediate, invalidated rkey, or P_Key index.
+    pub imm_inval_pkey: U32,
     /// Tag matching: app.
     pub app: u8,
     /// Tag matching: app_op.
     pub app_op: u8,
     /// BE16 tag matching: app_info.
-    pub app_info: u16,
+    pub app_info: U16,
     /// BE32 bytes transferred.
-    pub byte_cnt: u32,
+    pub byte_cnt: U32,
     /// BE64 timestamp.
-    pub timestamp: u64,
+    pub timestamp: U64,
     /// BE32: requester send opcode (31:24) | QPN (23:0).
-    pub sop_drop_qpn: u32,
+    pub sop_drop_qpn: U32,
     /// BE16 WQE counter.
-    pub wqe_counter: u16,
+    pub wqe_counter: U16,
     /// Signature / validity iteration count.
     pub signature: u8,
     /// Opcode (7:4), format (3:2), solicited (1), owner (0).
     pub op_own: u8,
-}
-
-impl Default for Cqe64 {
-    fn default() -> Self {
-        // SAFETY: POD; all-zero is a valid value.
-        unsafe { core::mem::zeroed() }
-    }
 }
 
 impl Cqe64 {
@@ -137,39 +142,39 @@ impl Cqe64 {
     /// QPN (bits 23:0 of `sop_drop_qpn`).
     #[inline(always)]
     pub fn qpn(&self) -> u32 {
-        u32::from_be(self.sop_drop_qpn) & 0x00ff_ffff
+        self.sop_drop_qpn.get() & 0x00ff_ffff
     }
     /// Requester CQE: the `MLX5_OPCODE_*` of the completed send WQE.
     #[inline(always)]
     pub fn send_opcode(&self) -> u8 {
-        (u32::from_be(self.sop_drop_qpn) >> 24) as u8
+        (self.sop_drop_qpn.get() >> 24) as u8
     }
     /// WQE counter.
     #[inline(always)]
     pub fn wqe_counter(&self) -> u16 {
-        u16::from_be(self.wqe_counter)
+        self.wqe_counter.get()
     }
     /// Byte count.
     #[inline(always)]
     pub fn byte_cnt(&self) -> u32 {
-        u32::from_be(self.byte_cnt)
+        self.byte_cnt.get()
     }
     /// Source QPN (UD responder).
     #[inline(always)]
     pub fn src_qpn(&self) -> u32 {
-        u32::from_be(self.flags_rqpn) & 0x00ff_ffff
+        self.flags_rqpn.get() & 0x00ff_ffff
     }
     /// Service level of a responder CQE: bits 27:24 of `flags_rqpn` (rdma-core
     /// `handle_responder`: `(be32toh(cqe->flags_rqpn) >> 24) & 0xf`).
     #[inline(always)]
     pub fn sl(&self) -> u8 {
-        ((u32::from_be(self.flags_rqpn) >> 24) & 0xf) as u8
+        ((self.flags_rqpn.get() >> 24) & 0xf) as u8
     }
     /// GRH flags of a responder CQE: bits 29:28 of `flags_rqpn`, non-zero when a GRH preceded
     /// the data (rdma-core `handle_responder`: `g = (be32toh(cqe->flags_rqpn) >> 28) & 3`).
     #[inline(always)]
     pub fn grh_flags(&self) -> u8 {
-        ((u32::from_be(self.flags_rqpn) >> 28) & 3) as u8
+        ((self.flags_rqpn.get() >> 28) & 3) as u8
     }
     /// DLID path bits of a responder CQE: bits 6:0 of `ml_path` (rdma-core
     /// `handle_responder`: `cqe->ml_path & 0x7f`).
@@ -182,22 +187,27 @@ impl Cqe64 {
     /// the immediate and the invalidated rkey: meaningful when the CQE carries neither.
     #[inline(always)]
     pub fn pkey_index(&self) -> u16 {
-        (u32::from_be(self.imm_inval_pkey) & 0xffff) as u16
+        (self.imm_inval_pkey.get() & 0xffff) as u16
     }
     /// Source LID of a responder CQE (InfiniBand).
     #[inline(always)]
     pub fn slid(&self) -> u16 {
-        u16::from_be(self.slid)
+        self.slid.get()
     }
     /// SRQN / user index.
     #[inline(always)]
     pub fn srqn(&self) -> u32 {
-        u32::from_be(self.srqn_uidx) & 0x00ff_ffff
+        self.srqn_uidx.get() & 0x00ff_ffff
+    }
+    /// The immediate (or invalidated rkey), host order.
+    #[inline(always)]
+    pub fn imm(&self) -> u32 {
+        self.imm_inval_pkey.get()
     }
     /// The immediate as the 4 bytes received (network order).
     #[inline(always)]
     pub fn imm_bytes(&self) -> [u8; 4] {
-        self.imm_inval_pkey.to_ne_bytes()
+        self.imm_inval_pkey.to_bytes()
     }
     /// Whether this is an error CQE (REQ_ERR or RESP_ERR).
     #[inline(always)]
@@ -207,29 +217,28 @@ impl Cqe64 {
     /// View as an error CQE.
     #[inline(always)]
     pub fn as_err(&self) -> &ErrCqe {
-        // SAFETY: both are 64-byte repr(C) PODs with alignment ≤ Cqe64's.
-        unsafe { &*(self as *const Cqe64 as *const ErrCqe) }
+        // Both 64 bytes, alignment 1, every byte pattern valid (checked by the macro).
+        zerocopy::transmute_ref!(self)
     }
-    /// The raw bytes.
+    /// The raw bytes (as an array; `IntoBytes::as_bytes` gives the same bytes as a slice).
     pub fn as_bytes(&self) -> &[u8; 64] {
-        // SAFETY: 64-byte POD without padding.
-        unsafe { &*(self as *const Cqe64 as *const [u8; 64]) }
+        zerocopy::transmute_ref!(self)
     }
     /// Read a CQE from bytes.
     pub fn from_bytes(b: &[u8; 64]) -> Cqe64 {
-        // SAFETY: 64-byte POD, unaligned read.
-        unsafe { core::ptr::read_unaligned(b.as_ptr() as *const Cqe64) }
+        zerocopy::transmute!(*b)
     }
 }
 
 /// The error CQE (`struct mlx5_err_cqe`, 64 bytes), opcode REQ_ERR (13) or RESP_ERR (14).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
 pub struct ErrCqe {
     /// Reserved.
     pub rsvd0: [u8; 32],
     /// BE32 SRQN (23:0).
-    pub srqn: u32,
+    pub srqn: U32,
     /// Reserved.
     pub rsvd1: [u8; 16],
     /// Hardware error syndrome (UCX `hw_err_synd`).
@@ -241,9 +250,9 @@ pub struct ErrCqe {
     /// Syndrome (`MLX5_CQE_SYNDROME_*`).
     pub syndrome: u8,
     /// BE32: send opcode (31:24) | QPN (23:0).
-    pub s_wqe_opcode_qpn: u32,
+    pub s_wqe_opcode_qpn: U32,
     /// BE16 WQE counter of the failing WQE.
-    pub wqe_counter: u16,
+    pub wqe_counter: U16,
     /// Signature.
     pub signature: u8,
     /// Opcode / owner.
@@ -253,15 +262,15 @@ pub struct ErrCqe {
 impl ErrCqe {
     /// QPN.
     pub fn qpn(&self) -> u32 {
-        u32::from_be(self.s_wqe_opcode_qpn) & 0x00ff_ffff
+        self.s_wqe_opcode_qpn.get() & 0x00ff_ffff
     }
     /// Send opcode of the failing WQE.
     pub fn send_opcode(&self) -> u8 {
-        (u32::from_be(self.s_wqe_opcode_qpn) >> 24) as u8
+        (self.s_wqe_opcode_qpn.get() >> 24) as u8
     }
     /// WQE counter.
     pub fn wqe_counter(&self) -> u16 {
-        u16::from_be(self.wqe_counter)
+        self.wqe_counter.get()
     }
 }
 
@@ -277,7 +286,39 @@ pub const fn cqe64_offset(cqe_size: u32) -> usize {
     }
 }
 
+/// Sizes and field offsets of `struct mlx5_cqe64` and `struct mlx5_err_cqe` (mlx5dv.h), and
+/// alignment 1 (a CQE may be read at any offset of a buffer).
 const _: () = {
-    assert!(core::mem::size_of::<Cqe64>() == 64);
-    assert!(core::mem::size_of::<ErrCqe>() == 64);
+    assert!(size_of::<Cqe64>() == 64);
+    assert!(offset_of!(Cqe64, ml_path) == 17);
+    assert!(offset_of!(Cqe64, slid) == 22);
+    assert!(offset_of!(Cqe64, flags_rqpn) == 24);
+    assert!(offset_of!(Cqe64, hds_ip_ext) == 28);
+    assert!(offset_of!(Cqe64, l4_hdr_type_etc) == 29);
+    assert!(offset_of!(Cqe64, vlan_info) == 30);
+    assert!(offset_of!(Cqe64, srqn_uidx) == 32);
+    assert!(offset_of!(Cqe64, imm_inval_pkey) == 36);
+    assert!(offset_of!(Cqe64, app) == 40);
+    assert!(offset_of!(Cqe64, app_op) == 41);
+    assert!(offset_of!(Cqe64, app_info) == 42);
+    assert!(offset_of!(Cqe64, byte_cnt) == 44);
+    assert!(offset_of!(Cqe64, timestamp) == 48);
+    assert!(offset_of!(Cqe64, sop_drop_qpn) == 56);
+    assert!(offset_of!(Cqe64, wqe_counter) == 60);
+    assert!(offset_of!(Cqe64, signature) == 62);
+    assert!(offset_of!(Cqe64, op_own) == 63);
+
+    assert!(size_of::<ErrCqe>() == 64);
+    assert!(offset_of!(ErrCqe, srqn) == 32);
+    assert!(offset_of!(ErrCqe, hw_err_synd) == 52);
+    assert!(offset_of!(ErrCqe, hw_synd_type) == 53);
+    assert!(offset_of!(ErrCqe, vendor_err_synd) == 54);
+    assert!(offset_of!(ErrCqe, syndrome) == 55);
+    assert!(offset_of!(ErrCqe, s_wqe_opcode_qpn) == 56);
+    assert!(offset_of!(ErrCqe, wqe_counter) == 60);
+    assert!(offset_of!(ErrCqe, signature) == 62);
+    assert!(offset_of!(ErrCqe, op_own) == 63);
+
+    assert!(align_of::<Cqe64>() == 1);
+    assert!(align_of::<ErrCqe>() == 1);
 };

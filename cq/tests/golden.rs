@@ -78,7 +78,7 @@ fn responder_cqe_fields() {
     assert_eq!(c.src_qpn(), 0xabc);
     assert_eq!(c.imm_bytes(), [0xca, 0xfe, 0xba, 0xbe]);
     assert_eq!(c.srqn(), 0x777);
-    assert_eq!(u16::from_be(c.slid), 0x12);
+    assert_eq!(c.slid.get(), 0x12);
     assert_eq!(c.qpn(), 0x42);
     assert_eq!(c.wqe_counter(), 5);
 }

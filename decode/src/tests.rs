@@ -2,8 +2,8 @@
 //! seeded property test that no input makes the decoder panic.
 
 use mlx5_wqe as w;
-use mlx5_wqe::Segment;
 use proptest::prelude::*;
+use zerocopy::IntoBytes;
 
 use super::*;
 
@@ -15,8 +15,17 @@ fn cat(parts: &[&[u8]]) -> Vec<u8> {
     parts.concat()
 }
 
+/// A ctrl segment from its fields in host order (`imm` too).
 fn ctrl(pi: u16, opcode: u8, opmod: u8, qpn: u32, flags: u8, ds: u8, imm: u32) -> w::CtrlSeg {
-    w::CtrlSeg::new(pi, opcode, opmod, qpn, flags, ds, 0, imm)
+    w::CtrlSeg::builder()
+        .wqe_index(pi)
+        .opcode(opcode)
+        .opmod(opmod)
+        .qpn(qpn)
+        .fm_ce_se(flags)
+        .ds(ds)
+        .imm(imm)
+        .build()
 }
 
 fn raw(r: &Report, name: &str) -> Vec<u8> {
@@ -74,16 +83,14 @@ fn rc_write_inline_field_by_field() {
     let mut inl = w::InlineHdr::new(8).as_bytes().to_vec();
     inl.extend_from_slice(&[1, 2, 3, 4, 5, 6, 7, 8, 0, 0, 0, 0]);
     let b = cat(&[
-        ctrl(
-            0x10,
-            w::OPCODE_RDMA_WRITE,
-            0,
-            0x123,
-            w::CTRL_CQ_UPDATE,
-            3,
-            0,
-        )
-        .as_bytes(),
+        w::CtrlSeg::builder()
+            .wqe_index(0x10)
+            .opcode(w::OPCODE_RDMA_WRITE)
+            .qpn(0x123)
+            .fm_ce_se(w::CTRL_CQ_UPDATE)
+            .ds(3)
+            .build()
+            .as_bytes(),
         w::RaddrSeg::new(0x7f00_0000_1000, 0x1234).as_bytes(),
         &inl,
     ]);
@@ -118,9 +125,17 @@ fn fm_ce_se_names() {
 
 #[test]
 fn send_with_sges_and_immediate() {
-    let imm = u32::from_ne_bytes([0xca, 0xfe, 0xba, 0xbe]);
+    let imm = 0xcafe_babe;
     let b = cat(&[
-        ctrl(1, w::OPCODE_SEND_IMM, 0, 0x42, 0x0a, 3, imm).as_bytes(),
+        w::CtrlSeg::builder()
+            .wqe_index(1)
+            .opcode(w::OPCODE_SEND_IMM)
+            .qpn(0x42)
+            .fm_ce_se(0x0a)
+            .ds(3)
+            .imm(imm)
+            .build()
+            .as_bytes(),
         w::DataSeg::new(0x100, 0x77, 0x1000).as_bytes(),
         w::DataSeg::new(0x200, 0x78, 0x2000).as_bytes(),
     ]);
@@ -137,7 +152,14 @@ fn send_with_sges_and_immediate() {
 #[test]
 fn atomics() {
     let cas = cat(&[
-        ctrl(0, w::OPCODE_ATOMIC_CS, 0, 1, 8, 4, 0).as_bytes(),
+        w::CtrlSeg::builder()
+            .wqe_index(0)
+            .opcode(w::OPCODE_ATOMIC_CS)
+            .qpn(1)
+            .fm_ce_se(8)
+            .ds(4)
+            .build()
+            .as_bytes(),
         w::RaddrSeg::new(0x8000, 5).as_bytes(),
         w::AtomicSeg::cas(1, 2).as_bytes(),
         w::DataSeg::new(8, 6, 0x9000).as_bytes(),
@@ -153,16 +175,15 @@ fn atomics() {
     );
 
     let m64 = cat(&[
-        ctrl(
-            0,
-            w::OPCODE_ATOMIC_MASKED_CS,
-            w::OPMOD_EXT_ATOMIC_64,
-            1,
-            8,
-            5,
-            0,
-        )
-        .as_bytes(),
+        w::CtrlSeg::builder()
+            .wqe_index(0)
+            .opcode(w::OPCODE_ATOMIC_MASKED_CS)
+            .opmod(w::OPMOD_EXT_ATOMIC_64)
+            .qpn(1)
+            .fm_ce_se(8)
+            .ds(5)
+            .build()
+            .as_bytes(),
         w::RaddrSeg::new(0x8000, 5).as_bytes(),
         w::MaskedCs64Seg::new(1, 2, 3, 4).as_bytes(),
         w::DataSeg::new(8, 6, 0x9000).as_bytes(),
@@ -175,16 +196,15 @@ fn atomics() {
     assert_eq!(r.field("data.byte_count").unwrap().offset, 64);
 
     let m32 = cat(&[
-        ctrl(
-            0,
-            w::OPCODE_ATOMIC_MASKED_FA,
-            w::OPMOD_EXT_ATOMIC_32,
-            1,
-            8,
-            4,
-            0,
-        )
-        .as_bytes(),
+        w::CtrlSeg::builder()
+            .wqe_index(0)
+            .opcode(w::OPCODE_ATOMIC_MASKED_FA)
+            .opmod(w::OPMOD_EXT_ATOMIC_32)
+            .qpn(1)
+            .fm_ce_se(8)
+            .ds(4)
+            .build()
+            .as_bytes(),
         w::RaddrSeg::new(0x8000, 5).as_bytes(),
         w::MaskedFa32Seg::new(7, 0x8000_0000).as_bytes(),
         w::DataSeg::new(4, 6, 0x9000).as_bytes(),
@@ -224,7 +244,14 @@ fn ud_compact_and_full_av() {
         ..Options::default()
     };
     let full = cat(&[
-        ctrl(0, w::OPCODE_SEND, 0, 0x100, 8, 5, 0).as_bytes(),
+        w::CtrlSeg::builder()
+            .wqe_index(0)
+            .opcode(w::OPCODE_SEND)
+            .qpn(0x100)
+            .fm_ce_se(8)
+            .ds(5)
+            .build()
+            .as_bytes(),
         av.as_bytes(),
         w::DataSeg::new(64, 9, 0xa000).as_bytes(),
     ]);
@@ -242,7 +269,14 @@ fn ud_compact_and_full_av() {
     let mut compact = av.as_bytes()[..16].to_vec();
     compact[8] &= 0x7f;
     let small = cat(&[
-        ctrl(0, w::OPCODE_SEND, 0, 0x100, 8, 3, 0).as_bytes(),
+        w::CtrlSeg::builder()
+            .wqe_index(0)
+            .opcode(w::OPCODE_SEND)
+            .qpn(0x100)
+            .fm_ce_se(8)
+            .ds(3)
+            .build()
+            .as_bytes(),
         &compact,
         w::DataSeg::new(64, 9, 0xa000).as_bytes(),
     ]);
@@ -268,7 +302,14 @@ fn ud_compact_and_full_av() {
 #[test]
 fn send_errors() {
     let ok = cat(&[
-        ctrl(0, w::OPCODE_SEND, 0, 1, 8, 2, 0).as_bytes(),
+        w::CtrlSeg::builder()
+            .wqe_index(0)
+            .opcode(w::OPCODE_SEND)
+            .qpn(1)
+            .fm_ce_se(8)
+            .ds(2)
+            .build()
+            .as_bytes(),
         w::DataSeg::new(1, 2, 3).as_bytes(),
     ]);
     // DS count beyond the bytes given.
@@ -789,7 +830,7 @@ proptest! {
     /// Any well-formed RC WRITE with data segments decodes to the values that went in.
     #[test]
     fn write_roundtrip(pi in any::<u16>(), qpn in 0u32..1 << 24, raddr in any::<u64>(), rkey in any::<u32>(), n in 1usize..4) {
-        let mut b = ctrl(pi, w::OPCODE_RDMA_WRITE, 0, qpn, 8, 2 + n as u8, 0).as_bytes().to_vec();
+        let mut b = w::CtrlSeg::builder().wqe_index(pi).opcode(w::OPCODE_RDMA_WRITE).qpn(qpn).fm_ce_se(8).ds(2 + n as u8).build().as_bytes().to_vec();
         b.extend_from_slice(w::RaddrSeg::new(raddr, rkey).as_bytes());
         for i in 0..n {
             b.extend_from_slice(w::DataSeg::new(i as u32, 7, raddr ^ i as u64).as_bytes());

@@ -12,6 +12,9 @@
 //! - [`qp_state`]: the QP state machine table (the Linux kernel's `qp_state_table`), used to
 //!   validate every modify before it reaches a device, and by the software ConnectX.
 //! - `verbs` (feature `verbs`): libibverbs + mlx5dv backend.
+//!
+//! Each item is documented once, in its module; the crate root re-exports the attribute,
+//! device-contract and layout types by name.
 
 pub mod attr;
 pub mod device;
@@ -23,7 +26,13 @@ pub mod transition;
 #[cfg(feature = "verbs")]
 pub mod verbs;
 
-pub use attr::*;
-pub use device::*;
+pub use attr::{
+    AccessFlags, AhAttr, AttrMask, Gid, GlobalRoute, MigState, Mtu, QpAttr, QpCap, QpState, QpType,
+};
+pub use device::{
+    AhId, AhInfo, AsyncEvent, ChannelId, Counter, CqId, CqInfo, CqInitAttr, Device, DeviceAttr,
+    LinkLayer, MrId, MrInfo, PdId, PortAttr, PortState, QpId, QpInfo, QpInitAttr, SrqId, SrqInfo,
+    SrqInitAttr,
+};
 pub use error::{Errno, Error, ModifyError, Result};
-pub use layout::*;
+pub use layout::{BfLayout, CqLayout, QpLayout, SrqLayout, WqLayout};

@@ -679,7 +679,7 @@ impl Cq {
                     if cqe.grh_flags() != 0 {
                         wc.flags |= WcFlags::GRH;
                     }
-                    let imm = u32::from_be(cqe.imm_inval_pkey);
+                    let imm = cqe.imm_inval_pkey.get();
                     match opcode {
                         CQE_RESP_SEND_IMM => {
                             wc.flags |= WcFlags::WITH_IMM;

@@ -12,22 +12,14 @@ use mlx5_hw::{QpLayout, QpState, QpType};
 use mlx5_wqe::opcode as op;
 use mlx5_wqe::ring::{bbs_for_ds, ds_for_bytes, SqRing, WqeWriter};
 use mlx5_wqe::seg::{
-    inline_seg_size, AtomicSeg, AvSeg, DataSeg, InlineHdr, MaskedCs32Seg, MaskedCs64Seg,
-    MaskedFa32Seg, MaskedFa64Seg, RaddrSeg, Segment,
+    inline_seg_size, AtomicSeg, DataSeg, InlineHdr, MaskedCs32Seg, MaskedCs64Seg, MaskedFa32Seg,
+    MaskedFa64Seg, RaddrSeg,
 };
 use mlx5_wqe::{SEND_WQE_BB, SEND_WQE_DS, SEND_WQE_MAX_WQEBBS};
 
 /// The largest send ring this data path drives: wqe_index and the CQE's wqe_counter are 16-bit,
 /// and telling a live block from a stale one needs at least one spare bit.
 pub const MAX_SQ_BBS: u32 = 1 << 15;
-
-/// The first 16 bytes of an address vector: the compact UD AV (UCX
-/// `uct_ib_mlx5_get_compact_av`).
-#[repr(C)]
-#[derive(Clone, Copy)]
-struct CompactAv([u8; 16]);
-// SAFETY: a 16-byte array, POD without padding.
-unsafe impl Segment for CompactAv {}
 
 /// Atomic operands as they go into the WQE.
 #[derive(Clone, Copy)]
@@ -224,7 +216,7 @@ unsafe fn write_inline(ring: &SqRing, ctrl: *mut u8, offset: usize, data: &[u8])
     // block; the payload runs to the ring end and continues at the start.
     unsafe {
         let seg = ctrl.add(offset);
-        (seg as *mut u32).write(InlineHdr::new(len as u32).byte_count);
+        (seg as *mut InlineHdr).write(InlineHdr::new(len as u32));
         let dst = seg.add(4);
         // A payload that fits the first block never reaches the ring end (blocks are whole);
         // with a constant length the compiler drops the test.
@@ -1190,10 +1182,7 @@ impl Qp {
         };
         if let Some(d) = wr.ud {
             if d.is_compact() {
-                let av: &AvSeg = d.av();
-                let mut c = [0u8; 16];
-                c.copy_from_slice(&av.as_bytes()[..16]);
-                w.push(&CompactAv(c)).map_err(too_large)?;
+                w.push(&d.av().compact()).map_err(too_large)?;
             } else {
                 w.push(d.av()).map_err(too_large)?;
             }

@@ -58,7 +58,7 @@ impl UdDest {
     /// `av` is the address handle's `struct mlx5_wqe_av` (`mlx5_hw::AhInfo::av`).
     pub fn new(av: &[u8; 48], dest_qpn: u32, qkey: u32) -> UdDest {
         let mut seg = Self::parse(av);
-        seg.dqp_dct |= mlx5_wqe::EXTENDED_UD_AV.to_be();
+        seg.set_extended(true);
         seg.set_ud_dest(dest_qpn, qkey);
         UdDest {
             av: seg,
@@ -71,7 +71,7 @@ impl UdDest {
     /// shorter. Only valid where the device resolves the rest (InfiniBand without GRH).
     pub fn compact(av: &[u8; 48], dest_qpn: u32, qkey: u32) -> UdDest {
         let mut seg = Self::parse(av);
-        seg.dqp_dct &= !mlx5_wqe::EXTENDED_UD_AV.to_be();
+        seg.set_extended(false);
         seg.set_ud_dest(dest_qpn, qkey);
         UdDest {
             av: seg,
@@ -80,8 +80,8 @@ impl UdDest {
     }
 
     fn parse(av: &[u8; 48]) -> AvSeg {
-        // SAFETY: AvSeg is a 48-byte repr(C) POD without padding; any bytes are a valid value.
-        unsafe { core::ptr::read_unaligned(av.as_ptr() as *const AvSeg) }
+        // 48 bytes, every byte pattern valid (checked by the macro).
+        zerocopy::transmute!(*av)
     }
 
     /// The datagram segment as it goes into the WQE.

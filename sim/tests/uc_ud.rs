@@ -72,7 +72,7 @@ fn ud_send_carries_grh_source_qp_and_checks_qkey() {
     assert_eq!(r.opcode(), CQE_RESP_SEND_IMM);
     assert_eq!(r.byte_cnt(), 40 + 8);
     assert_eq!(r.src_qpn(), p.a.qp.qpn());
-    assert_ne!(u32::from_be(r.flags_rqpn) >> 28 & 3, 0, "GRH flag");
+    assert_ne!(r.flags_rqpn.get() >> 28 & 3, 0, "GRH flag");
     assert_eq!(r.imm_bytes(), [0x0a, 0x0b, 0x0c, 0x0d]);
     let grh = dst.read(0, 40);
     assert_eq!(grh[20], 0x45, "IPv4 header in the last 20 bytes of the GRH");

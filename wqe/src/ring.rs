@@ -8,7 +8,8 @@
 //! `uct_ib_mlx5_txwq_wrap_*`, `uct_ib_mlx5_inline_copy`).
 
 use crate::opcode::{MAX_DS, SEND_WQE_BB, SEND_WQE_DS};
-use crate::seg::{CtrlSeg, InlineHdr, Segment};
+use crate::seg::{CtrlSegBuilder, InlineHdr, Segment};
+use zerocopy::IntoBytes;
 
 /// DS units for a WQE of `bytes` bytes: `ceil(bytes / 16)`.
 #[inline(always)]
@@ -120,6 +121,7 @@ impl SqRing {
 /// Nothing is checked against the ring's free space: the caller has reserved the blocks.
 #[derive(Debug)]
 pub struct WqeWriter {
+    pi: u16,
     start: *mut u8,
     end: *mut u8,
     ctrl: *mut u8,
@@ -136,6 +138,7 @@ impl WqeWriter {
         let ctrl = ring.bb(pi);
         let ring_max = ring.max_wqe_bytes();
         WqeWriter {
+            pi,
             start: ring.start,
             end: ring.end,
             ctrl,
@@ -182,13 +185,12 @@ impl WqeWriter {
         }
     }
 
-    /// Append a fixed-size segment (a multiple of 16 bytes), each 16-byte unit wrapping on
-    /// its own.
+    /// Append a fixed-size segment (a multiple of 16 bytes, checked when this is compiled:
+    /// [`Segment::SIZE`]), each 16-byte unit wrapping on its own.
     #[inline(always)]
     pub fn push<S: Segment>(&mut self, seg: &S) -> Result<(), WqeError> {
-        debug_assert!(S::SIZE % SEND_WQE_DS == 0);
         self.reserve(S::SIZE)?;
-        let src = seg as *const S as *const u8;
+        let src = seg.as_bytes().as_ptr();
         let mut off = 0;
         while off < S::SIZE {
             // SAFETY: `cur` has 16 writable bytes (inside the ring); the source has `S::SIZE`.
@@ -245,22 +247,17 @@ impl WqeWriter {
         Ok(len as u32)
     }
 
-    /// Write the control segment with the final DS count and return `(ds, basic blocks)`.
-    /// `fm_ce_se` and `imm_be` (network order) as in [`CtrlSeg::new`].
+    /// Write the control segment and return `(ds, basic blocks)`. `ctrl` names the opcode,
+    /// QPN, flags and the rest ([`crate::CtrlSeg::builder`]); the writer fills in the two
+    /// fields it knows, replacing whatever `ctrl` had for them: `wqe_index`, the producer
+    /// index the writer was made for, and `ds`, the WQE's final DS count.
     #[inline(always)]
-    pub fn finish(
-        self,
-        pi: u16,
-        opcode: u8,
-        opmod: u8,
-        qpn: u32,
-        fm_ce_se: u8,
-        imm_be: u32,
-    ) -> (u32, u32) {
+    pub fn finish(self, ctrl: CtrlSegBuilder) -> (u32, u32) {
         let ds = ds_for_bytes(self.size);
-        let ctrl = CtrlSeg::new(pi, opcode, opmod, qpn, fm_ce_se, ds as u8, 0, imm_be);
-        // SAFETY: ctrl points at the WQE's first block, 64-byte aligned.
-        unsafe { core::ptr::write(self.ctrl as *mut CtrlSeg, ctrl) };
+        let seg = ctrl.wqe_index(self.pi).ds(ds as u8).build();
+        // SAFETY: ctrl points at the WQE's first block, inside the ring (`CtrlSeg` has
+        // alignment 1).
+        unsafe { core::ptr::write(self.ctrl as *mut crate::seg::CtrlSeg, seg) };
         (ds, bbs_for_ds(ds))
     }
 }
@@ -290,7 +287,11 @@ mod tests {
         w.push(&RaddrSeg::new(0x1122, 7)).unwrap();
         let payload: [u8; 40] = core::array::from_fn(|i| i as u8);
         w.push_inline(&[&payload]).unwrap();
-        let (ds, bbs) = w.finish(3, crate::OPCODE_RDMA_WRITE, 0, 0x42, 0x08, 0);
+        let ctrl = crate::CtrlSeg::builder()
+            .opcode(crate::OPCODE_RDMA_WRITE)
+            .qpn(0x42)
+            .fm_ce_se(0x08);
+        let (ds, bbs) = w.finish(ctrl);
         assert_eq!(ds, 5);
         assert_eq!(bbs, 2);
         assert_eq!(&r.0[224..228], &[0x80, 0, 0, 40]);

@@ -7,6 +7,7 @@
 //! byte of any segment, to the segment order, the DS count or the wrap rule fails here.
 
 use mlx5_wqe::*;
+use zerocopy::IntoBytes;
 
 /// Parse "5a 12 34 ..." (whitespace and `|` separators ignored).
 fn hex(s: &str) -> Vec<u8> {
@@ -21,16 +22,9 @@ fn hex(s: &str) -> Vec<u8> {
 #[repr(C, align(64))]
 struct Ring<const N: usize>([u8; N]);
 
-/// A 16-byte compact address vector (the first 16 bytes of `mlx5_wqe_av`, bit 31 of
-/// `dqp_dct` clear; UCX `uct_ib_mlx5_get_compact_av`).
-#[repr(C)]
-#[derive(Clone, Copy)]
-struct CompactAv([u8; 16]);
-// SAFETY: 16 bytes of plain data, no padding.
-unsafe impl Segment for CompactAv {}
-
 /// Build one WQE at producer index `pi` in a zeroed ring of `bbs` basic blocks; return the
-/// ring bytes and `(ds, bbs used)`.
+/// ring bytes and `(ds, bbs used)`. `ctrl` is `(opcode, opmod, qpn, fm_ce_se, imm)`, host
+/// order.
 fn build<const N: usize>(
     pi: u16,
     ctrl: (u8, u8, u32, u8, u32),
@@ -43,13 +37,28 @@ fn build<const N: usize>(
     let mut w = WqeWriter::new(&ring, pi, 1008);
     body(&mut w);
     let (opcode, opmod, qpn, fm_ce_se, imm) = ctrl;
-    let (ds, bbs) = w.finish(pi, opcode, opmod, qpn, fm_ce_se, imm);
+    let ctrl = CtrlSeg::builder()
+        .opcode(opcode)
+        .opmod(opmod)
+        .qpn(qpn)
+        .fm_ce_se(fm_ce_se)
+        .imm(imm);
+    let (ds, bbs) = w.finish(ctrl);
     (r, ds, bbs)
 }
 
 #[test]
 fn ctrl_segment_of_the_facts_sheet() {
-    let seg = CtrlSeg::new(0x1234, 0x08, 0x5a, 0xabcdef, 0x08, 3, 0x77, 0x11223344);
+    let seg = CtrlSeg::builder()
+        .wqe_index(0x1234)
+        .opcode(0x08)
+        .opmod(0x5a)
+        .qpn(0xabcdef)
+        .fm_ce_se(0x08)
+        .ds(3)
+        .signature(0x77)
+        .imm(0x44332211)
+        .build();
     assert_eq!(
         seg.as_bytes(),
         hex("5a 12 34 08 ab cd ef 03 77 00 00 08 44 33 22 11")
@@ -64,8 +73,10 @@ fn ctrl_segment_of_the_facts_sheet() {
         ),
         (0x5a, 0x1234, 0x08, 0xabcdef, 3)
     );
-    // The immediate is stored as given (already network order).
+    // The immediate travels big-endian (mlx5-facts §6.4 passed it to the helper already in
+    // network order, as `wr->imm_data` is).
     assert_eq!(seg.imm_bytes(), [0x44, 0x33, 0x22, 0x11]);
+    assert_eq!(seg.imm(), 0x44332211);
 }
 
 #[test]
@@ -169,7 +180,7 @@ fn rc_write_inline_8_bytes() {
 
 #[test]
 fn send_with_immediate_one_sge() {
-    let imm = u32::from_ne_bytes([0xca, 0xfe, 0xba, 0xbe]);
+    let imm = 0xcafe_babe;
     let flags = CTRL_CQ_UPDATE | CTRL_SOLICITED;
     let (r, ds, bbs) = build::<256>(1, (OPCODE_SEND_IMM, 0, 0x42, flags, imm), |w| {
         w.push(&DataSeg::new(0x100, 0x77, 0x1000)).unwrap();
@@ -378,11 +389,12 @@ fn ud_send_full_address_vector() {
 
 #[test]
 fn ud_send_compact_address_vector() {
-    let mut compact = [0u8; 16];
-    compact.copy_from_slice(&roce_av().as_bytes()[..16]);
-    compact[8] &= 0x7f; // no EXTENDED_UD_AV: only the 16-byte base AV follows ctrl
+    let mut av = roce_av();
+    av.set_extended(false); // no EXTENDED_UD_AV: only the 16-byte base AV follows ctrl
+    let compact = av.compact();
+    assert_eq!(compact.as_bytes(), &av.as_bytes()[..16]);
     let (r, ds, bbs) = build::<256>(0, (OPCODE_SEND, 0, 0x100, CTRL_CQ_UPDATE, 0), |w| {
-        w.push(&CompactAv(compact)).unwrap();
+        w.push(&compact).unwrap();
         w.push(&DataSeg::new(64, 9, 0xa000)).unwrap();
     });
     assert_eq!((ds, bbs), (3, 1));

@@ -6,21 +6,24 @@
 
 use mlx5_conformance::oracle::{self, CtrlArgs, DgramArgs};
 use mlx5_cq::Cqe64;
-use mlx5_wqe::{AvSeg, CtrlSeg, DataSeg, Segment, SqRing, WqeWriter};
+use mlx5_wqe::{AvSeg, CtrlSeg, DataSeg, SqRing, WqeWriter};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
+use zerocopy::{FromBytes, IntoBytes};
 
 fn rust_ctrl(a: CtrlArgs) -> [u8; 16] {
-    let seg = CtrlSeg::new(
-        a.pi,
-        a.opcode,
-        a.opmod,
-        a.qpn,
-        a.fm_ce_se,
-        a.ds,
-        a.signature,
-        a.imm,
-    );
+    let seg = CtrlSeg::builder()
+        .wqe_index(a.pi)
+        .opcode(a.opcode)
+        .opmod(a.opmod)
+        .qpn(a.qpn)
+        .fm_ce_se(a.fm_ce_se)
+        .ds(a.ds)
+        .signature(a.signature)
+        // The helper stores its `imm` argument unswapped (it is `wr->imm_data`, already a
+        // `__be32`); the builder takes the host-order value.
+        .imm(u32::from_be(a.imm))
+        .build();
     seg.as_bytes().try_into().unwrap()
 }
 
@@ -153,16 +156,17 @@ fn ctrl_random() {
                     prop_assert_eq!(rust_ctrl(a), sse);
                 }
                 // And the getters read back what went in.
-                let seg = CtrlSeg::read_from(&c_ctrl(a)).unwrap();
+                let seg = CtrlSeg::read_from_bytes(&c_ctrl(a)[..]).unwrap();
                 prop_assert_eq!(
                     (
                         seg.wqe_index(),
                         seg.opcode(),
                         seg.opmod(),
                         seg.qpn(),
-                        seg.ds()
+                        seg.ds(),
+                        seg.imm_bytes()
                     ),
-                    (pi, opcode, opmod, qpn, ds)
+                    (pi, opcode, opmod, qpn, ds, imm.to_ne_bytes())
                 );
                 Ok(())
             },
@@ -279,7 +283,7 @@ fn ud_destination_overwrite_matches_the_helper() {
         rlid: 0x12b7,
         ..Default::default()
     };
-    let mut av = AvSeg::read_from(&c_dgram(&base)).unwrap();
+    let mut av = AvSeg::read_from_bytes(&c_dgram(&base)[..]).unwrap();
     av.set_ud_dest(0x00abcdef, 0x11111111);
     let want = c_dgram(&DgramArgs {
         key: 0x11111111 << 32,
@@ -338,7 +342,11 @@ fn writer_wqes_match_helper_built_wqes() {
                 w.push(&DataSeg::new(64 * i as u32 + 1, lkey, raddr ^ i as u64))
                     .unwrap();
             }
-            let (ds, _) = w.finish(pi, mlx5_wqe::OPCODE_RDMA_WRITE, 0, qpn, 0x08, 0);
+            let ctrl = CtrlSeg::builder()
+                .opcode(mlx5_wqe::OPCODE_RDMA_WRITE)
+                .qpn(qpn)
+                .fm_ce_se(0x08);
+            let (ds, _) = w.finish(ctrl);
 
             // The same WQE, linear, from the C helpers (raddr has no helper: BE fields).
             let mut lin = vec![0u8; 16 * (2 + n)];

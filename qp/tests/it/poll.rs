@@ -225,8 +225,8 @@ fn receive_completions_carry_imm_source_and_flags() {
         .unwrap();
     }
     let mut a = resp(CQE_RESP_SEND_IMM, QPN, 0, 100, 0xdead_beef);
-    a.flags_rqpn = (1u32 << 28 | 0x00ab_cdef).to_be();
-    a.slid = 0x0102u16.to_be();
+    a.flags_rqpn = U32::new(1u32 << 28 | 0x00ab_cdef);
+    a.slid = U16::new(0x0102u16);
     fcq.push(a);
     fcq.push(resp(CQE_RESP_WR_IMM, QPN, 1, 0, 7));
     fcq.push(err(CQE_RESP_ERR, QPN, 2, SYNDROME_LOCAL_LENGTH_ERR, 0));

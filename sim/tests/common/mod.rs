@@ -11,7 +11,7 @@ use mlx5_hw::{
 };
 use mlx5_sim::{DeviceConfig, Fabric, SimDevice};
 use mlx5_wqe::recv::{write_scatter, Sge};
-use mlx5_wqe::{DataSeg, SqRing, WqeWriter};
+use mlx5_wqe::{CtrlSeg, CtrlSegBuilder, DataSeg, SqRing, WqeWriter};
 
 pub mod ops;
 
@@ -189,6 +189,16 @@ impl Qp {
         unsafe { SqRing::new(self.info.layout.sq.buf, self.info.layout.sq.wqe_cnt) }
     }
 
+    /// The ctrl segment of this QP's WQEs; `imm` is in network order, as `wr->imm_data` is.
+    fn ctrl(&self, opcode: u8, opmod: u8, fm_ce_se: u8, imm: u32) -> CtrlSegBuilder {
+        CtrlSeg::builder()
+            .opcode(opcode)
+            .opmod(opmod)
+            .qpn(self.qpn())
+            .fm_ce_se(fm_ce_se)
+            .imm(u32::from_be(imm))
+    }
+
     /// Build a WQE with `build`, then post it and ring. Returns the WQE index.
     pub fn post(
         &mut self,
@@ -202,7 +212,7 @@ impl Qp {
         let pi = self.sq_pi;
         let mut w = WqeWriter::new(&ring, pi, 1008);
         build(&mut w);
-        let (ds, bbs) = w.finish(pi, opcode, opmod, self.qpn(), fm_ce_se, imm);
+        let (ds, bbs) = w.finish(self.ctrl(opcode, opmod, fm_ce_se, imm));
         self.sq_pi = pi.wrapping_add(bbs as u16);
         self.doorbell(pi, ds);
         pi
@@ -222,7 +232,7 @@ impl Qp {
         let pi = self.sq_pi;
         let mut w = WqeWriter::new(&ring, pi, 1008);
         build(&mut w);
-        let (ds, bbs) = w.finish(pi, opcode, opmod, self.qpn(), fm_ce_se, imm);
+        let (ds, bbs) = w.finish(self.ctrl(opcode, opmod, fm_ce_se, imm));
         self.sq_pi = pi.wrapping_add(bbs as u16);
         (pi, ds)
     }

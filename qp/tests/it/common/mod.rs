@@ -3,7 +3,7 @@
 //! CQE writer that plays the device's side of the ownership rule.
 #![allow(dead_code)]
 
-use mlx5_cq::{Cqe64, CQE_INITIAL_OP_OWN};
+use mlx5_cq::{Cqe64, CQE_INITIAL_OP_OWN, U16, U32};
 use mlx5_hw::{BfLayout, CqLayout, QpLayout, QpType, SrqLayout, WqLayout};
 use mlx5_wqe::seg::SrqNextSeg;
 use std::alloc::{alloc_zeroed, dealloc, Layout};
@@ -234,8 +234,8 @@ impl FakeCq {
 /// A requester success CQE.
 pub fn req(qpn: u32, wqe_counter: u16, send_opcode: u8) -> Cqe64 {
     Cqe64 {
-        sop_drop_qpn: ((send_opcode as u32) << 24 | qpn).to_be(),
-        wqe_counter: wqe_counter.to_be(),
+        sop_drop_qpn: U32::new((send_opcode as u32) << 24 | qpn),
+        wqe_counter: U16::new(wqe_counter),
         op_own: mlx5_cq::CQE_REQ << 4,
         ..Cqe64::default()
     }
@@ -244,7 +244,7 @@ pub fn req(qpn: u32, wqe_counter: u16, send_opcode: u8) -> Cqe64 {
 /// A requester CQE carrying a byte count (READ).
 pub fn req_bytes(qpn: u32, wqe_counter: u16, send_opcode: u8, byte_cnt: u32) -> Cqe64 {
     let mut c = req(qpn, wqe_counter, send_opcode);
-    c.byte_cnt = byte_cnt.to_be();
+    c.byte_cnt = U32::new(byte_cnt);
     c
 }
 
@@ -262,10 +262,10 @@ pub fn err(opcode: u8, qpn: u32, wqe_counter: u16, syndrome: u8, vendor: u8) -> 
 /// A responder CQE.
 pub fn resp(opcode: u8, qpn: u32, wqe_counter: u16, byte_cnt: u32, imm: u32) -> Cqe64 {
     Cqe64 {
-        sop_drop_qpn: qpn.to_be(),
-        wqe_counter: wqe_counter.to_be(),
-        byte_cnt: byte_cnt.to_be(),
-        imm_inval_pkey: imm.to_be(),
+        sop_drop_qpn: U32::new(qpn),
+        wqe_counter: U16::new(wqe_counter),
+        byte_cnt: U32::new(byte_cnt),
+        imm_inval_pkey: U32::new(imm),
         op_own: opcode << 4,
         ..Cqe64::default()
     }
