@@ -3,7 +3,7 @@
 #
 #   tools/rxe-vm/run-verbs-tests.sh [extra libtest args, e.g. a test name filter]
 #
-# 1. builds the test binaries of mlx5-hw with `--features verbs` (verbs_rxe, verbs_host) and
+# 1. builds the test binary of mlx5-hw with `--features verbs` (its verbs_rxe and verbs_host modules) and
 #    the perftest-compatible tools `lat` and `bw` with `--features verbs`;
 # 2. boots the Soft-RoCE VM once (run.sh: Debian's 6.1 kernel under QEMU, rxe0 + rxe1);
 # 3. runs both test binaries inside it, the rxe tests with --include-ignored and
@@ -25,17 +25,17 @@ say() { printf 'run-verbs-tests: %s\n' "$*" >&2; }
 # Packages, kernel and initramfs first: the build needs libibverbs-dev and librdmacm-dev too.
 "$here/setup.sh" || { say "FAILED: the VM could not be prepared (tools/rxe-vm/setup.sh; run it as root once)"; exit 2; }
 
-say "building the verbs test binaries (cargo test -p mlx5-hw --features verbs --no-run)"
+say "building the verbs test binary (cargo test -p mlx5-hw --features verbs --no-run)"
 json=$(mktemp); trap 'rm -f "$json"' EXIT
 if ! cargo test -p mlx5-hw --features verbs --no-run --message-format=json \
-       --test verbs_rxe --test verbs_host >"$json"; then
+       --test it >"$json"; then
   say "FAILED: cargo could not build the verbs tests (libibverbs-dev, librdmacm-dev, libclang-dev needed)"
   exit 1
 fi
 perf_tools=${RXE_VM_PERF_TOOLS:-1}
 if [ "$perf_tools" != 0 ]; then
-  say "building lat and bw (cargo build -p mlx5-direct --features verbs --bin lat --bin bw)"
-  if ! cargo build -p mlx5-direct --features verbs --message-format=json \
+  say "building lat and bw (cargo build -p mlx5-tools --features verbs --bin lat --bin bw)"
+  if ! cargo build -p mlx5-tools --features verbs --message-format=json \
          --bin lat --bin bw >>"$json"; then
     say "FAILED: cargo could not build lat and bw with --features verbs"
     exit 1
@@ -49,20 +49,20 @@ for line in open(sys.argv[1]):
     except ValueError:
         continue
     if m.get("reason") == "compiler-artifact" and m.get("executable") \
-            and m["target"]["name"] in ("verbs_rxe", "verbs_host", "lat", "bw"):
+            and (m["target"]["name"], m["target"]["kind"][0]) in (
+                ("it", "test"), ("lat", "bin"), ("bw", "bin")):
         print(m["target"]["name"], m["executable"])
 PY
 )
-rxe_bin= host_bin= lat_bin= bw_bin=
+it_bin= lat_bin= bw_bin=
 for b in "${bins[@]}"; do
   case $b in
-    "verbs_rxe "*) rxe_bin=${b#verbs_rxe } ;;
-    "verbs_host "*) host_bin=${b#verbs_host } ;;
+    "it "*) it_bin=${b#it } ;;
     "lat "*) lat_bin=${b#lat } ;;
     "bw "*) bw_bin=${b#bw } ;;
   esac
 done
-[ -n "$rxe_bin" ] && [ -n "$host_bin" ] || { say "FAILED: test binaries not found in cargo's output"; exit 1; }
+[ -n "$it_bin" ] || { say "FAILED: the test binary was not found in cargo's output"; exit 1; }
 tools_cmd=
 if [ "$perf_tools" != 0 ]; then
   [ -n "$lat_bin" ] && [ -n "$bw_bin" ] || { say "FAILED: lat and bw not found in cargo's output"; exit 1; }
@@ -75,7 +75,7 @@ export RXE_VM_ENV="MLX5_HW_RXE_VM RUST_BACKTRACE ${RXE_VM_ENV:-}"
 say "booting the Soft-RoCE VM (TCG: about 8 s) and running the tests inside"
 start=$SECONDS
 set +e
-"$here/run.sh" "$(printf '%q' "$rxe_bin") --include-ignored --test-threads=2$args && $(printf '%q' "$host_bin")$args$tools_cmd"
+"$here/run.sh" "$(printf '%q' "$it_bin") verbs_rxe:: --include-ignored --test-threads=2$args && $(printf '%q' "$it_bin") verbs_host::$args$tools_cmd"
 rc=$?
 set -e
 case $rc in

@@ -10,7 +10,7 @@
 //! `DEBIAN_FRONTEND=noninteractive apt-get install -y tshark`. (tshark 4.0 does not verify the
 //! ICRC; `wire_golden_rxe.rs` checks the ICRC against the Linux kernel's frames.)
 
-mod common;
+use crate::common;
 
 use std::net::Ipv4Addr;
 use std::path::PathBuf;

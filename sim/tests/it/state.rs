@@ -1,7 +1,7 @@
 //! The QP state machine through modify_qp: the shared table refuses what the kernel refuses,
 //! query returns what was set, and the state gates the data path.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

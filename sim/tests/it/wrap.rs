@@ -1,7 +1,7 @@
 //! Ring wrap over many laps with mixed WQE sizes (inline payloads and masked atomics split at
 //! the ring end), and CQ wrap with owner flips.
 
-mod common;
+use crate::common;
 
 use common::*;
 use mlx5_cq::*;

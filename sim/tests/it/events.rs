@@ -4,7 +4,7 @@
 //! over random interleavings of completions, polls, arms, event takes and acks
 //! ([`interleave`]).
 
-mod common;
+use crate::common;
 #[path = "events/interleave.rs"]
 mod interleave;
 

@@ -5,7 +5,7 @@
 //! destroyed peer QP, RNR recovered by a late receive and RNR retries exhausted, PSN wrap,
 //! READ/atomic depth and fences, delay.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

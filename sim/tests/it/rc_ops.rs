@@ -1,6 +1,6 @@
 //! Every RC opcode between two software ConnectX devices, data checked byte for byte.
 
-mod common;
+use crate::common;
 
 use common::*;
 use mlx5_cq::*;

@@ -1,7 +1,7 @@
 //! Nothing in a ring, a doorbell record or a UAR page can make the device panic or touch memory
 //! outside a registered region (seeded, bounded property test).
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -1,7 +1,7 @@
 //! Work detection: the device learns of send work only from doorbell / BlueFlame writes, checks
 //! them against the ring and the doorbell record, and executes the BlueFlame copy.
 
-mod common;
+use crate::common;
 
 use common::*;
 use mlx5_hw::QpType;

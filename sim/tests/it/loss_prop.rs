@@ -7,7 +7,7 @@
 //! RETRY_EXC_ERR (or RNR_RETRY_EXC_ERR), the QP is in Error, everything after it is flushed,
 //! and everything before it was delivered exactly once.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! nothing at the receiver, which recovers at the next first/only packet; a lost UD datagram
 //! is simply gone. Both complete at the sender when sent (IBTA Vol 1 §9.8).
 
-mod common;
+use crate::common;
 
 use common::ops::*;
 use common::*;

@@ -11,7 +11,7 @@ use mlx5_hw::qp_state::{check_modify, check_modify_for, rule, rule_for, KernelVe
 use mlx5_hw::{AttrMask, Errno, ModifyError, QpState, QpType};
 use std::collections::HashMap;
 
-include!("data/kernel_qp_state_table.rs");
+include!("../data/kernel_qp_state_table.rs");
 
 /// The library's name for a transcribed kernel.
 fn version(k: Kernel) -> KernelVersion {

@@ -1,6 +1,6 @@
 //! Objects laid out like the real thing: what `mlx5dv_init_obj` would describe.
 
-mod common;
+use crate::common;
 
 use common::*;
 use mlx5_hw::{AccessFlags, AhAttr, CqInitAttr, Device, Error, GlobalRoute, LinkLayer, QpType};

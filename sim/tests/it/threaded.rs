@@ -1,6 +1,6 @@
 //! Threaded mode: a background thread polls doorbells; the driver only posts and polls.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

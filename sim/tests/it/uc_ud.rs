@@ -1,6 +1,6 @@
 //! UC and UD: the opcodes they allow, Q_Key checks, the GRH of UD receives, SQE.
 
-mod common;
+use crate::common;
 
 use common::*;
 use mlx5_cq::*;

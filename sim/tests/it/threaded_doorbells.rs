@@ -4,7 +4,7 @@
 //! the ring, with the right data, no QP may stall, and no driver bug may be reported for a
 //! correct driver; a wrong copy must still be reported once it has settled.
 
-mod common;
+use crate::common;
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};

@@ -9,7 +9,7 @@
 //!   (`MLX5_SIM_UDP_PEER=1`, running `udp_peer_process`); the two exchange QPNs and UDP
 //!   addresses over the child's stdin/stdout.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::SocketAddr;
@@ -279,7 +279,7 @@ fn two_processes_over_udp() {
     let exe = std::env::current_exe().unwrap();
     let mut child = Command::new(exe)
         .args([
-            "udp_peer_process",
+            "udp::udp_peer_process",
             "--exact",
             "--nocapture",
             "--test-threads=1",

@@ -29,8 +29,8 @@
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 
+use super::{readable, send};
 use crate::common::*;
-use crate::{readable, send};
 use mlx5_cq::{ArmCmd, CQE_RESP_SEND};
 use mlx5_hw::{Device, Error, QpType};
 

@@ -1,7 +1,7 @@
 //! Every error syndrome the software ConnectX produces, and the QP moving to Error with
 //! everything flushed.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -1,0 +1,25 @@
+//! The integration tests of this crate, one test binary (link time dominates on small
+//! machines): one module per area.
+
+mod common;
+mod doorbell;
+mod errors;
+mod events;
+mod garbage;
+mod loss;
+mod loss_prop;
+mod loss_uc_ud;
+mod objects;
+mod pcap_roundtrip;
+mod pcap_tshark;
+mod rc_ops;
+mod state;
+mod threaded;
+mod threaded_doorbells;
+mod uc_ud;
+mod udp;
+mod wire_bytes;
+mod wire_golden_rxe;
+mod wire_proptest;
+mod wire_segment;
+mod wrap;
