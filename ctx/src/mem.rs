@@ -111,7 +111,7 @@ pub(crate) unsafe fn copy_from_device(src: *const u8, dst: &mut [u8]) {
     while i < dst.len() {
         // SAFETY: `src + i` is in bounds (caller) and u8 has no alignment.
         let p = unsafe { src.add(i) };
-        if (p as usize) % 8 == 0 && dst.len() - i >= 8 {
+        if (p as usize).is_multiple_of(8) && dst.len() - i >= 8 {
             // SAFETY: 8 bytes in bounds, 8-byte aligned (checked); atomic access only.
             let v = unsafe { AtomicU64::from_ptr(p as *mut u64) }.load(Relaxed);
             dst[i..i + 8].copy_from_slice(&v.to_ne_bytes());
@@ -134,7 +134,7 @@ pub(crate) unsafe fn copy_to_device(src: &[u8], dst: *mut u8) {
     while i < src.len() {
         // SAFETY: `dst + i` is in bounds (caller).
         let p = unsafe { dst.add(i) };
-        if (p as usize) % 8 == 0 && src.len() - i >= 8 {
+        if (p as usize).is_multiple_of(8) && src.len() - i >= 8 {
             let mut w = [0u8; 8];
             w.copy_from_slice(&src[i..i + 8]);
             // SAFETY: 8 bytes in bounds, 8-byte aligned (checked); atomic access only.
