@@ -614,6 +614,11 @@ fn steps_to(s: QpState, a: &Side, b: &Side) -> Vec<Step> {
 
 fn put_in(s: QpState, a: &Side, b: &Side) {
     let cur = a.state();
+    if cur == QpState::Sqd {
+        // rxe refuses any move but to Error while its SQ is still draining (EINVAL); a case
+        // that left the QP in SQD may not have drained yet on a busy machine.
+        wait_drained(a);
+    }
     if cur != QpState::Reset {
         transition::apply(&a.dev, a.qp.id, a.qp_type, a.qp.qpn, cur, &Step::Reset).unwrap();
     }
