@@ -21,6 +21,38 @@ mkdir -p target
 echo "== cargo test (workspace, all features)"
 cargo test --workspace --all-features 2>&1 | tee target/test-output.txt
 
+echo "== clippy (workspace, all targets and features; incompatible_msrv checks the declared rust-version)"
+if cargo clippy --version >/dev/null 2>&1; then
+  if ! cargo clippy --workspace --all-targets --all-features -- -D warnings >target/clippy.txt 2>&1; then
+    tail -n 30 target/clippy.txt
+    echo "test result: FAILED. 0 passed; 1 failed (clippy)" | tee -a target/test-output.txt
+  fi
+else
+  echo "clippy skipped: cargo clippy is not installed (rustup component add clippy)"
+fi
+
+echo "== rust-version: no dependency needs a newer Rust than the workspace declares"
+cargo metadata --format-version 1 --all-features 2>/dev/null | python3 -c '
+import json, sys
+m = json.load(sys.stdin)
+ws = set(m["workspace_members"])
+def v(s): return tuple(int(x) for x in (s or "0").split("."))
+declared = max(v(p.get("rust_version")) for p in m["packages"] if p["id"] in ws)
+bad = [(p["name"], p["version"], p["rust_version"]) for p in m["packages"]
+       if p["id"] not in ws and v(p.get("rust_version")) > declared]
+for b in bad: print("  %s %s needs Rust %s" % b)
+print("rust-version %s: %d dependencies need a newer Rust" % (".".join(map(str, declared)), len(bad)))
+sys.exit(1 if bad else 0)
+' || echo "test result: FAILED. 0 passed; 1 failed (rust-version)" | tee -a target/test-output.txt
+
+echo "== cargo package (every crate packages, in dependency order)"
+if cargo package --workspace --no-verify --allow-dirty >target/package-output.txt 2>&1; then
+  grep -c '^ *Packaged' target/package-output.txt | sed 's/^/crates packaged: /'
+else
+  tail -n 20 target/package-output.txt
+  echo "test result: FAILED. 0 passed; 1 failed (cargo package)" | tee -a target/test-output.txt
+fi
+
 # The doorbell sequence has aarch64 arms (dmb/dsb/DGH, hw/src/mmio.rs): make sure they compile.
 echo "== aarch64: the data path compiles for arm64 (cargo check)"
 # Adding the target needs rustup's download server; a machine that cannot reach it skips the
@@ -29,7 +61,7 @@ if command -v rustup >/dev/null 2>&1 &&
   { rustup target list --installed | grep -qx aarch64-unknown-linux-gnu ||
     timeout 300 rustup target add aarch64-unknown-linux-gnu; }; then
   cargo check --target aarch64-unknown-linux-gnu -p mlx5-wqe -p mlx5-cq -p mlx5-hw -p mlx5-qp \
-    -p mlx5-sim -p mlx5-direct --lib
+    -p mlx5-sim -p mlx5-ctx -p mlx5-connect -p mlx5-direct --lib
 else
   echo "aarch64 check skipped: the aarch64-unknown-linux-gnu target could not be added (rustup)"
 fi
