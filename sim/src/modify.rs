@@ -288,6 +288,17 @@ pub fn query_qp(w: &World, idx: usize, qpn: u32) -> Result<QpAttr> {
     let mut a = qp.attr;
     a.cur_qp_state = a.qp_state;
     a.cap = qp.geom.cap;
+    // The PSNs a query reports are the live ones, as on a ConnectX (the kernel's
+    // `mlx5_ib_query_qp` reads `next_send_psn` / `next_rcv_psn` from the QP context) and on
+    // rxe (`rxe_qp_to_attr`: `req.psn`, `resp.psn`): the next PSN to send once the QP has sent
+    // (RTS and later), the next PSN expected once it receives (RTR and later).
+    use QpState::{Error as Err_, Rtr, Rts, Sqd, Sqe};
+    if matches!(a.qp_state, Rts | Sqd | Sqe | Err_) {
+        a.sq_psn = qp.req.psn.get();
+    }
+    if matches!(a.qp_state, Rtr | Rts | Sqd | Sqe | Err_) {
+        a.rq_psn = qp.resp.epsn.get();
+    }
     a.sq_draining = a.qp_state == QpState::Sqd && !qp.req.outstanding.is_empty();
     Ok(a)
 }

@@ -3,10 +3,10 @@
 use super::*;
 use crate::fake::FakeDevice;
 use crate::plan::plan;
-use std::time::Instant;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+use std::time::Instant;
 
 /// A link that records what the control path told it.
 #[derive(Debug, Default)]

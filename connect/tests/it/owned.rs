@@ -42,7 +42,16 @@ fn chosen_psns_wrap_during_the_run() {
         ca.wait_for(&mut qa, i, Duration::from_secs(5)).unwrap();
         assert_eq!(dst.read_u64_be(i as usize * 64).unwrap(), i);
     }
-    // 64 one-packet messages from 0xffffec: PSNs 0xffffec..=0xffffff, then 0x0..=0x2b.
+    // 64 one-packet messages from 0xffffec: PSNs 0xffffec..=0xffffff, then 0x0..=0x2b; a query
+    // reports the live next PSNs, as mlx5 and rxe do.
+    let next = (psn_a + 64) & 0x00ff_ffff;
+    assert_eq!(next, 0x2c);
+    assert_eq!(qa.query().unwrap().sq_psn, next, "A's next PSN wrapped");
+    assert_eq!(
+        qb.query().unwrap().rq_psn,
+        next,
+        "B expects the wrapped PSN"
+    );
 }
 
 /// A PSN wider than 24 bits is refused before the QP is touched.
