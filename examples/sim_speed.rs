@@ -69,7 +69,7 @@ fn run(n: u64) -> Result<()> {
             let i = posted;
             let payload = i.to_le_bytes();
             let wr = SendWr::write(i, target).inline(&payload);
-            let wr = if (i + 1) % SIGNAL_EVERY == 0 || i + 1 == n {
+            let wr = if (i + 1).is_multiple_of(SIGNAL_EVERY) || i + 1 == n {
                 wr.signaled()
             } else {
                 wr

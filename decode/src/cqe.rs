@@ -75,7 +75,7 @@ pub(crate) fn decode(b: &[u8], cqe_size: usize, zip: Zip) -> Result<Report, Erro
     if b.len() != cqe_size {
         let hint = if b.len() == 128 && cqe_size == 64 {
             "; pass --cqe-size 128 for a 128-byte CQE, or use the `cq` kind for two CQ slots"
-        } else if b.len() > cqe_size && b.len() % cqe_size == 0 {
+        } else if b.len() > cqe_size && b.len().is_multiple_of(cqe_size) {
             "; use the `cq` kind for several CQ slots"
         } else {
             ""
@@ -680,7 +680,7 @@ struct Completion {
 /// sessions (basic layout) or blocks (enhanced layout) into the completions they stand for.
 pub(crate) fn decode_ring(b: &[u8], cqe_size: usize, zip: Zip) -> Result<Report, Error> {
     check_size(cqe_size)?;
-    if b.len() % cqe_size != 0 {
+    if !b.len().is_multiple_of(cqe_size) {
         return Err(Error::Length {
             what: "CQ slots",
             expected: format!("a multiple of {cqe_size}"),
@@ -848,7 +848,7 @@ fn basic_session(
         let d = j - i;
         let first = if d == 1 {
             Some(0)
-        } else if d % MINIS_PER_ARRAY == 0 {
+        } else if d.is_multiple_of(MINIS_PER_ARRAY) {
             Some(d)
         } else {
             None

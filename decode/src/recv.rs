@@ -12,7 +12,7 @@ fn scatter(r: &mut Report, b: &[u8], off: usize, sges: Option<usize>) -> Result<
     let avail = b.len() - off;
     let slots = match sges {
         Some(n) => n,
-        None if avail % 16 == 0 => avail / 16,
+        None if avail.is_multiple_of(16) => avail / 16,
         None => {
             return Err(Error::Length {
                 what: "receive scatter list",
