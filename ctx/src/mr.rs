@@ -29,6 +29,17 @@
 //! so an SGE can only ever make the device touch memory of a live region — or fail with a
 //! protection error. [`Mr::sge`] builds an SGE checked against the region's bounds when it is
 //! made (not per post), for callers who want the mistake found before the WR is written.
+//!
+//! Per entry point of the data path (all reached through [`crate::Qp`] / [`crate::Srq`]):
+//!
+//! | entry point | memory it names | checked by |
+//! |---|---|---|
+//! | `post_write_inline`, `post_send_inline`, `SendWr::inline` | none: the bytes are copied from a Rust slice into the WQE at post time | the type system (a borrowed `&[u8]`) |
+//! | `post_write`, `post_send` (one SGE), `post` / `batch` with `SendWr::sges` | the SGEs' local memory, and the remote address of a WRITE/READ/atomic | the device, at execution: lkey (region, PD, bounds, LOCAL_WRITE for READ/atomic results) and, at the peer, rkey (region, bounds, remote rights); a miss is `IBV_WC_LOC_PROT_ERR` / `IBV_WC_REM_ACCESS_ERR`, nothing is touched |
+//! | `post_recv`, `Srq::post_recv` | the receive SGEs | the device, when a message lands (lkey, bounds, LOCAL_WRITE) |
+//! | `post_raw` | whatever the caller's WQE bytes name | the device, as above (and its WQE checks: a malformed WQE is an error completion) |
+//!
+//! The lean entry points stay lean: no lookup of the region per post.
 
 use std::fmt;
 
