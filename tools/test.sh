@@ -31,6 +31,12 @@ else
   echo "clippy skipped: cargo clippy is not installed (rustup component add clippy)"
 fi
 
+echo "== cargo doc (every public item documented, no broken links)"
+if ! RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --all-features >target/doc.txt 2>&1; then
+  tail -n 30 target/doc.txt
+  echo "test result: FAILED. 0 passed; 1 failed (cargo doc)" | tee -a target/test-output.txt
+fi
+
 echo "== rust-version: no dependency needs a newer Rust than the workspace declares"
 cargo metadata --format-version 1 --all-features 2>/dev/null | python3 -c '
 import json, sys

@@ -17,7 +17,7 @@
 //!   pages) and deregisters before it frees; [`Pd::with_registered`] lends the device caller
 //!   memory for the length of a closure and deregisters before the borrow ends, so no
 //!   `mem::forget` can leave the device writing into memory the program reuses. See
-//!   [`mr`](crate::mr) for the soundness boundary (a peer with the rkey can write at any time:
+//!   [`mr`] for the soundness boundary (a peer with the rkey can write at any time:
 //!   every access is a volatile copy).
 //! - **The data path is the same code.** [`Qp`], [`Cq`] and [`Srq`] dereference to
 //!   [`mlx5_qp::Qp`], [`mlx5_qp::Cq`] and [`mlx5_qp::Srq`]: a post through an owning `Qp` is

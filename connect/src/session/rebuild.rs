@@ -85,14 +85,14 @@ impl Connection {
 
     /// Swaps in `new_qp` for this side's QP, which was destroyed or is beyond use (a fatal
     /// async event, a QP destroyed by mistake, a restarted component that owned it). The next
-    /// [`Connection::rebuild`] (or [`rebuild_pair`]) brings `new_qp` up and announces its QPN
+    /// [`Connection::rebuild`] (or [`rebuild_pair`](crate::rebuild_pair)) brings `new_qp` up and announces its QPN
     /// in the REBUILD message; the peer connects its QP to the new QPN.
     ///
     /// `new_qp` must have been created by the caller with the same type, and still be in
     /// Reset. `old_link` is the data path of the old QP: if the device still knows the old QP
     /// it is moved to Error and its completions are drained through `old_link`; either way
     /// every WR the data path still holds is reported as flushed (pass
-    /// [`super::ControlOnly`] when that data path is gone too). These completions head the
+    /// [`crate::ControlOnly`] when that data path is gone too). These completions head the
     /// next [`RebuildReport::drained`], so every WR of the old QP is retired exactly once.
     ///
     /// Returns the old QP's reference; destroy it once its data path is dropped (a `Qp` must
