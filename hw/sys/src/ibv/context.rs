@@ -252,7 +252,7 @@ pub struct verbs_context {
 /// extended.
 ///
 /// The pointer may lie before the provider's allocation when the provider's struct is
-/// shorter than this one (older header): only fields that [`verbs_get_ctx_op!`] admits may be
+/// shorter than this one (older header): only fields that [`verbs_get_ctx_op!`](crate::verbs_get_ctx_op) admits may be
 /// read through it, so prefer the macro.
 ///
 /// # Safety

@@ -31,3 +31,6 @@ pub use context::*;
 pub use enums::*;
 pub use func::*;
 pub use types::*;
+
+#[cfg(test)]
+mod dispatch_tests;
