@@ -1,4 +1,5 @@
-//! Compiles the C oracle (`oracle/oracle.c`) against the installed `<infiniband/mlx5dv.h>`.
+//! Compiles the C oracle (`oracle/oracle.c`, with the verbs.h table `oracle/verbs_table.h`)
+//! against the installed `<infiniband/mlx5dv.h>` (which includes `<infiniband/verbs.h>`).
 //!
 //! When the header is missing the build still succeeds, but sets `cfg(oracle_missing)`: every
 //! conformance test then fails at run time with the install command, so a machine without
@@ -7,6 +8,7 @@
 fn main() {
     println!("cargo:rerun-if-changed=oracle/oracle.c");
     println!("cargo:rerun-if-changed=oracle/probe.c");
+    println!("cargo:rerun-if-changed=oracle/verbs_table.h");
     println!("cargo:rustc-check-cfg=cfg(oracle_missing)");
 
     let header_found = cc::Build::new()

@@ -79,6 +79,9 @@ struct oracle_entry {
 #define SZ(t)      { "sizeof " #t, sizeof(struct t) }
 #define OFF(t, f)  { "offsetof " #t "." #f, offsetof(struct t, f) }
 #define C(c)       { #c, (uint64_t)(c) }
+#define SZU(t)     { "sizeof " #t, sizeof(union t) }
+#define OFF_U(t, f) { "offsetof " #t "." #f, offsetof(union t, f) }
+#define MSZ(t, f)  { "sizeof " #t "." #f, sizeof(((struct t *)0)->f) }
 
 static const struct oracle_entry entries[] = {
     /* send WQE segments */
@@ -242,6 +245,11 @@ static const struct oracle_entry entries[] = {
     C(MLX5DV_CQ_INIT_ATTR_FLAGS_RESERVED),
     C(MLX5DV_CQE_RES_FORMAT_HASH), C(MLX5DV_CQE_RES_FORMAT_CSUM),
     C(MLX5DV_CQE_RES_FORMAT_CSUM_STRIDX),
+    SZ(mlx5dv_clock_info), OFF(mlx5dv_clock_info, nsec), OFF(mlx5dv_clock_info, last_cycles),
+    OFF(mlx5dv_clock_info, frac), OFF(mlx5dv_clock_info, mult), OFF(mlx5dv_clock_info, shift),
+    OFF(mlx5dv_clock_info, mask),
+
+#include "verbs_table.h"
 };
 
 size_t oracle_entry_count(void)

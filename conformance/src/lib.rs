@@ -4,8 +4,10 @@
 //! `<infiniband/mlx5dv.h>`. `build.rs` compiles a small C oracle (`oracle/oracle.c`) that calls
 //! the header's static-inline helpers (`mlx5dv_set_ctrl_seg`, `mlx5dv_set_data_seg`,
 //! `mlx5dv_set_dgram_seg`, `mlx5dv_get_cqe_*`, `mlx5dv_set_cqe_owner`) on buffers owned by the
-//! Rust tests, and reports `sizeof` / `offsetof` / constant values by name. The tests in
-//! `tests/` compare bytes, sizes, offsets and constants.
+//! Rust tests, and reports `sizeof` / `offsetof` / constant values by name, for the mlx5dv.h
+//! mirrors and for every struct and enum of the hand-written libibverbs bindings
+//! (`mlx5dv_sys::ibv`, table `oracle/verbs_table.h`). The tests in `tests/` compare bytes,
+//! sizes, offsets and constants.
 //!
 //! If the header is not installed, the crate still builds (`cfg(oracle_missing)`), but every
 //! function of [`oracle`] panics with the install command, so every test fails loudly.

@@ -22,14 +22,14 @@ root=$(cd "$here/../.." && pwd)
 cd "$root"
 say() { printf 'run-verbs-tests: %s\n' "$*" >&2; }
 
-# Packages, kernel and initramfs first: the build needs libibverbs-dev and librdmacm-dev too.
+# Packages, kernel and initramfs first: the build needs libibverbs-dev too.
 "$here/setup.sh" || { say "FAILED: the VM could not be prepared (tools/rxe-vm/setup.sh; run it as root once)"; exit 2; }
 
 say "building the verbs test binary (cargo test -p mlx5-hw --features verbs --no-run)"
 json=$(mktemp); trap 'rm -f "$json"' EXIT
 if ! cargo test -p mlx5-hw --features verbs --no-run --message-format=json \
        --test it >"$json"; then
-  say "FAILED: cargo could not build the verbs tests (libibverbs-dev, librdmacm-dev, libclang-dev needed)"
+  say "FAILED: cargo could not build the verbs tests (libibverbs-dev needed)"
   exit 1
 fi
 perf_tools=${RXE_VM_PERF_TOOLS:-1}

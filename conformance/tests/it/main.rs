@@ -5,3 +5,4 @@ mod constants;
 mod dump;
 mod helpers;
 mod layout;
+mod verbs;

@@ -1,11 +1,11 @@
 //! The two FFI surfaces this backend uses, and how their errors become [`Error`]s.
 //!
-//! - `rdma-sys` (bindgen over `<infiniband/verbs.h>`): every exported libibverbs function, plus
+//! - `mlx5dv_sys::ibv` (hand-written, aliased `ibv`): the exported libibverbs functions, plus
 //!   Rust versions of the `static inline` ones (`ibv_post_send`, `ibv_poll_cq`,
 //!   `ibv_create_cq_ex`, `ibv_alloc_td`, ...), which dispatch through the provider's ops table
-//!   exactly as the header does. No C shim is needed.
-//! - `mlx5dv-sys` (hand-written): `mlx5dv_*`, taking opaque verbs types; the `rdma-sys`
-//!   pointers are cast with [`dv`] helpers.
+//!   exactly as `<infiniband/verbs.h>` does. No C shim, no bindgen.
+//! - `mlx5dv_sys` (aliased `dv`): `mlx5dv_*`, taking the same verbs types (`dv::ibv_qp` is
+//!   `ibv::ibv_qp`), so the pointer casts at the call sites are identities.
 
 use std::ffi::c_int;
 use std::io;
@@ -13,7 +13,7 @@ use std::io;
 use crate::error::Error;
 
 pub(super) use mlx5dv_sys as dv;
-pub(super) use rdma_sys as ibv;
+pub(super) use mlx5dv_sys::ibv;
 
 /// The `errno` a failed verbs call left behind, as an [`io::Error`].
 pub(super) fn errno() -> io::Error {

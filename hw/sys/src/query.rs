@@ -199,3 +199,23 @@ impl Default for mlx5dv_context {
         }
     }
 }
+
+/// `struct mlx5dv_clock_info` (40 bytes; `mlx5dv_get_clock_info`): the kernel's published
+/// conversion from the device's free-running clock to nanoseconds (`mlx5dv_ts_to_ns`:
+/// `nsec + ((((ts - last_cycles) & mask) * mult + frac) >> shift)`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct mlx5dv_clock_info {
+    /// Nanoseconds at `last_cycles`.
+    pub nsec: u64,
+    /// Device clock at the last update.
+    pub last_cycles: u64,
+    /// Fractional nanoseconds carried (scaled by `2^shift`).
+    pub frac: u64,
+    /// Cycle-to-ns multiplier.
+    pub mult: u32,
+    /// Right shift applied after `mult`.
+    pub shift: u32,
+    /// Width mask of the free-running counter.
+    pub mask: u64,
+}

@@ -1,0 +1,535 @@
+//! The libibverbs functions: the exported ones (`libibverbs.so.1`), then Rust versions of the
+//! header's `static inline` ones.
+//!
+//! The inline functions follow verbs.h branch for branch. The ones that create an object
+//! through an extended op return `Option`: `None` where the header sets `errno = EOPNOTSUPP`
+//! and returns NULL (this function sets `errno` too), `Some(p)` with the provider's result
+//! otherwise (NULL with `errno` set on failure). Where the header calls a function pointer
+//! unconditionally (`ibv_post_send`, `ibv_poll_cq`, `ibv_close_xrcd`, ...), a NULL pointer is
+//! answered with `EOPNOTSUPP` instead of a crash; libibverbs fills every `ops` entry
+//! (`libibverbs/dummy_ops.c`), so on a real context the provider's function is always called.
+
+use core::ffi::{c_char, c_int, c_uint, c_void};
+use core::ptr;
+
+use super::context::ibv_context;
+use super::enums::{ibv_qp_init_attr_mask, ibv_srq_init_attr_mask, ibv_srq_type};
+use super::types::*;
+
+#[cfg_attr(all(feature = "link", not(docsrs)), link(name = "ibverbs"))]
+extern "C" {
+    /// NULL-terminated array of the RDMA devices; `num_devices` (optional) gets the count.
+    /// Free with [`ibv_free_device_list`].
+    pub fn ibv_get_device_list(num_devices: *mut c_int) -> *mut *mut ibv_device;
+    /// Free a list from [`ibv_get_device_list`].
+    pub fn ibv_free_device_list(list: *mut *mut ibv_device);
+    /// Kernel device name (`mlx5_0`).
+    pub fn ibv_get_device_name(device: *mut ibv_device) -> *const c_char;
+    /// Node GUID, big-endian.
+    pub fn ibv_get_device_guid(device: *mut ibv_device) -> u64;
+    /// Open a device; NULL and `errno` on failure.
+    pub fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_context;
+    /// Close a device.
+    pub fn ibv_close_device(context: *mut ibv_context) -> c_int;
+    /// Next async event (blocks unless the async fd is non-blocking); ack it with
+    /// [`ibv_ack_async_event`].
+    pub fn ibv_get_async_event(context: *mut ibv_context, event: *mut ibv_async_event) -> c_int;
+    /// Acknowledge an async event.
+    pub fn ibv_ack_async_event(event: *mut ibv_async_event);
+    /// Device attributes.
+    pub fn ibv_query_device(context: *mut ibv_context, device_attr: *mut ibv_device_attr) -> c_int;
+    /// The exported legacy port query (what verbs.h's [`___ibv_query_port`] falls back to).
+    pub fn ibv_query_port(
+        context: *mut ibv_context,
+        port_num: u8,
+        port_attr: *mut _compat_ibv_port_attr,
+    ) -> c_int;
+    /// One GID table entry.
+    pub fn ibv_query_gid(
+        context: *mut ibv_context,
+        port_num: u8,
+        index: c_int,
+        gid: *mut ibv_gid,
+    ) -> c_int;
+    /// One P_Key table entry (big-endian).
+    pub fn ibv_query_pkey(
+        context: *mut ibv_context,
+        port_num: u8,
+        index: c_int,
+        pkey: *mut u16,
+    ) -> c_int;
+    /// Allocate a protection domain.
+    pub fn ibv_alloc_pd(context: *mut ibv_context) -> *mut ibv_pd;
+    /// Free a protection domain (also frees a parent domain).
+    pub fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int;
+    /// Register memory. The exported symbol forwards to [`ibv_reg_mr_iova2`] with
+    /// `iova = addr` (rdma-core `libibverbs/verbs.c`), which is also where verbs.h's
+    /// `ibv_reg_mr` macro sends a non-constant `access`.
+    pub fn ibv_reg_mr(
+        pd: *mut ibv_pd,
+        addr: *mut c_void,
+        length: usize,
+        access: c_int,
+    ) -> *mut ibv_mr;
+    /// Register memory at an I/O virtual address; optional access bits are dropped on kernels
+    /// that do not support them.
+    pub fn ibv_reg_mr_iova2(
+        pd: *mut ibv_pd,
+        addr: *mut c_void,
+        length: usize,
+        iova: u64,
+        access: c_uint,
+    ) -> *mut ibv_mr;
+    /// Deregister memory.
+    pub fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int;
+    /// Create a completion channel.
+    pub fn ibv_create_comp_channel(context: *mut ibv_context) -> *mut ibv_comp_channel;
+    /// Destroy a completion channel (EBUSY while CQs use it).
+    pub fn ibv_destroy_comp_channel(channel: *mut ibv_comp_channel) -> c_int;
+    /// Create a CQ.
+    pub fn ibv_create_cq(
+        context: *mut ibv_context,
+        cqe: c_int,
+        cq_context: *mut c_void,
+        channel: *mut ibv_comp_channel,
+        comp_vector: c_int,
+    ) -> *mut ibv_cq;
+    /// Resize a CQ.
+    pub fn ibv_resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_int;
+    /// Destroy a CQ (waits for every completion event to be acknowledged).
+    pub fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int;
+    /// Next completion event of a channel.
+    pub fn ibv_get_cq_event(
+        channel: *mut ibv_comp_channel,
+        cq: *mut *mut ibv_cq,
+        cq_context: *mut *mut c_void,
+    ) -> c_int;
+    /// Acknowledge `nevents` completion events of `cq`.
+    pub fn ibv_ack_cq_events(cq: *mut ibv_cq, nevents: c_uint);
+    /// Create an SRQ.
+    pub fn ibv_create_srq(pd: *mut ibv_pd, srq_init_attr: *mut ibv_srq_init_attr) -> *mut ibv_srq;
+    /// Modify an SRQ (`IBV_SRQ_*` mask).
+    pub fn ibv_modify_srq(
+        srq: *mut ibv_srq,
+        srq_attr: *mut ibv_srq_attr,
+        srq_attr_mask: c_int,
+    ) -> c_int;
+    /// Query an SRQ.
+    pub fn ibv_query_srq(srq: *mut ibv_srq, srq_attr: *mut ibv_srq_attr) -> c_int;
+    /// Destroy an SRQ.
+    pub fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int;
+    /// Create a QP.
+    pub fn ibv_create_qp(pd: *mut ibv_pd, qp_init_attr: *mut ibv_qp_init_attr) -> *mut ibv_qp;
+    /// Modify a QP (`IBV_QP_*` mask); returns 0 or an errno value.
+    pub fn ibv_modify_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, attr_mask: c_int) -> c_int;
+    /// Query a QP.
+    pub fn ibv_query_qp(
+        qp: *mut ibv_qp,
+        attr: *mut ibv_qp_attr,
+        attr_mask: c_int,
+        init_attr: *mut ibv_qp_init_attr,
+    ) -> c_int;
+    /// Destroy a QP.
+    pub fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int;
+    /// Create an address handle.
+    pub fn ibv_create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) -> *mut ibv_ah;
+    /// Destroy an address handle.
+    pub fn ibv_destroy_ah(ah: *mut ibv_ah) -> c_int;
+    /// Attach a UD QP to a multicast group (`lid` in host order).
+    pub fn ibv_attach_mcast(qp: *mut ibv_qp, gid: *const ibv_gid, lid: u16) -> c_int;
+    /// Detach a UD QP from a multicast group.
+    pub fn ibv_detach_mcast(qp: *mut ibv_qp, gid: *const ibv_gid, lid: u16) -> c_int;
+    /// Static description of a work-completion status.
+    pub fn ibv_wc_status_str(status: super::enums::ibv_wc_status::Type) -> *const c_char;
+    /// Static description of an async event type.
+    pub fn ibv_event_type_str(event: super::enums::ibv_event_type::Type) -> *const c_char;
+    /// Static description of a port state.
+    pub fn ibv_port_state_str(port_state: super::enums::ibv_port_state::Type) -> *const c_char;
+    /// Make libibverbs' memory fork-safe.
+    pub fn ibv_fork_init() -> c_int;
+}
+
+/// Sets `errno` (the header's `errno = EOPNOTSUPP`).
+fn set_errno(e: c_int) {
+    // SAFETY: `__errno_location` returns the calling thread's errno slot.
+    unsafe { *libc::__errno_location() = e };
+}
+
+/// `ibv_post_send`: `qp->context->ops.post_send(qp, wr, bad_wr)`.
+///
+/// # Safety
+///
+/// `qp` is a live QP; `wr` a valid WR list; `bad_wr` writable.
+#[inline]
+pub unsafe fn ibv_post_send(
+    qp: *mut ibv_qp,
+    wr: *mut ibv_send_wr,
+    bad_wr: *mut *mut ibv_send_wr,
+) -> c_int {
+    // SAFETY: the caller guarantees a live QP, whose context outlives it.
+    match unsafe { (*(*qp).context).ops.post_send } {
+        // SAFETY: the provider's own post_send with the caller's arguments.
+        Some(f) => unsafe { f(qp, wr, bad_wr) },
+        None => {
+            // SAFETY: `bad_wr` is writable (caller).
+            unsafe { *bad_wr = wr };
+            libc::EOPNOTSUPP
+        }
+    }
+}
+
+/// `ibv_post_recv`: `qp->context->ops.post_recv(qp, wr, bad_wr)`.
+///
+/// # Safety
+///
+/// As [`ibv_post_send`].
+#[inline]
+pub unsafe fn ibv_post_recv(
+    qp: *mut ibv_qp,
+    wr: *mut ibv_recv_wr,
+    bad_wr: *mut *mut ibv_recv_wr,
+) -> c_int {
+    // SAFETY: the caller guarantees a live QP.
+    match unsafe { (*(*qp).context).ops.post_recv } {
+        // SAFETY: the provider's own post_recv.
+        Some(f) => unsafe { f(qp, wr, bad_wr) },
+        None => {
+            // SAFETY: `bad_wr` is writable (caller).
+            unsafe { *bad_wr = wr };
+            libc::EOPNOTSUPP
+        }
+    }
+}
+
+/// `ibv_post_srq_recv`: `srq->context->ops.post_srq_recv(srq, wr, bad_wr)`.
+///
+/// # Safety
+///
+/// `srq` is a live SRQ; `wr` a valid WR list; `bad_wr` writable.
+#[inline]
+pub unsafe fn ibv_post_srq_recv(
+    srq: *mut ibv_srq,
+    wr: *mut ibv_recv_wr,
+    bad_wr: *mut *mut ibv_recv_wr,
+) -> c_int {
+    // SAFETY: the caller guarantees a live SRQ.
+    match unsafe { (*(*srq).context).ops.post_srq_recv } {
+        // SAFETY: the provider's own post_srq_recv.
+        Some(f) => unsafe { f(srq, wr, bad_wr) },
+        None => {
+            // SAFETY: `bad_wr` is writable (caller).
+            unsafe { *bad_wr = wr };
+            libc::EOPNOTSUPP
+        }
+    }
+}
+
+/// `ibv_poll_cq`: `cq->context->ops.poll_cq(cq, num_entries, wc)`; completions polled, or a
+/// negative value on error (`-EOPNOTSUPP` for a NULL op).
+///
+/// # Safety
+///
+/// `cq` is a live CQ; `wc` has room for `num_entries` entries.
+#[inline]
+pub unsafe fn ibv_poll_cq(cq: *mut ibv_cq, num_entries: c_int, wc: *mut ibv_wc) -> c_int {
+    // SAFETY: the caller guarantees a live CQ.
+    match unsafe { (*(*cq).context).ops.poll_cq } {
+        // SAFETY: the provider's own poll_cq.
+        Some(f) => unsafe { f(cq, num_entries, wc) },
+        None => -libc::EOPNOTSUPP,
+    }
+}
+
+/// `ibv_req_notify_cq`: `cq->context->ops.req_notify_cq(cq, solicited_only)`.
+///
+/// # Safety
+///
+/// `cq` is a live CQ.
+#[inline]
+pub unsafe fn ibv_req_notify_cq(cq: *mut ibv_cq, solicited_only: c_int) -> c_int {
+    // SAFETY: the caller guarantees a live CQ.
+    match unsafe { (*(*cq).context).ops.req_notify_cq } {
+        // SAFETY: the provider's own req_notify_cq.
+        Some(f) => unsafe { f(cq, solicited_only) },
+        None => libc::EOPNOTSUPP,
+    }
+}
+
+/// `ibv_cq_ex_to_cq`: a cast (an `ibv_cq_ex` starts with the fields of an `ibv_cq`).
+pub fn ibv_cq_ex_to_cq(cq: *mut ibv_cq_ex) -> *mut ibv_cq {
+    cq.cast()
+}
+
+/// `ibv_create_cq_ex` through `verbs_get_ctx_op(context, create_cq_ex)`.
+///
+/// # Safety
+///
+/// `context` is a live context; `cq_attr` valid.
+#[inline]
+pub unsafe fn ibv_create_cq_ex(
+    context: *mut ibv_context,
+    cq_attr: *mut ibv_cq_init_attr_ex,
+) -> Option<*mut ibv_cq_ex> {
+    // SAFETY: live context (caller).
+    match unsafe { crate::verbs_get_ctx_op!(context, create_cq_ex) } {
+        // SAFETY: the provider's op with the caller's arguments.
+        Some(f) => Some(unsafe { f(context, cq_attr) }),
+        None => {
+            set_errno(libc::EOPNOTSUPP);
+            None
+        }
+    }
+}
+
+/// `___ibv_query_port` (what verbs.h's `ibv_query_port` macro expands to): the extended
+/// `query_port` op with `sizeof(struct ibv_port_attr)`, or, without it, the exported legacy
+/// [`ibv_query_port`] on a zeroed `port_attr`.
+///
+/// # Safety
+///
+/// `context` is a live context; `port_attr` writable.
+#[inline]
+pub unsafe fn ___ibv_query_port(
+    context: *mut ibv_context,
+    port_num: u8,
+    port_attr: *mut ibv_port_attr,
+) -> c_int {
+    // SAFETY: live context (caller).
+    match unsafe { crate::verbs_get_ctx_op!(context, query_port) } {
+        // SAFETY: the provider's op, told the size of the caller's struct.
+        Some(f) => unsafe {
+            f(
+                context,
+                port_num,
+                port_attr,
+                core::mem::size_of::<ibv_port_attr>(),
+            )
+        },
+        None => {
+            // SAFETY: `port_attr` is writable (caller); zero is valid for every field.
+            unsafe {
+                ptr::write_bytes(port_attr, 0, 1);
+                ibv_query_port(context, port_num, port_attr.cast())
+            }
+        }
+    }
+}
+
+/// `ibv_open_xrcd` through `verbs_get_ctx_op(context, open_xrcd)`.
+///
+/// # Safety
+///
+/// `context` is a live context; `xrcd_init_attr` valid.
+#[inline]
+pub unsafe fn ibv_open_xrcd(
+    context: *mut ibv_context,
+    xrcd_init_attr: *mut ibv_xrcd_init_attr,
+) -> Option<*mut ibv_xrcd> {
+    // SAFETY: live context (caller).
+    match unsafe { crate::verbs_get_ctx_op!(context, open_xrcd) } {
+        // SAFETY: the provider's op.
+        Some(f) => Some(unsafe { f(context, xrcd_init_attr) }),
+        None => {
+            set_errno(libc::EOPNOTSUPP);
+            None
+        }
+    }
+}
+
+/// `ibv_close_xrcd`: the context's `close_xrcd` op (verbs.h calls it without checking; a
+/// context that opened the XRCD has it, and a missing one is `EOPNOTSUPP` here).
+///
+/// # Safety
+///
+/// `xrcd` is a live XRC domain.
+#[inline]
+pub unsafe fn ibv_close_xrcd(xrcd: *mut ibv_xrcd) -> c_int {
+    // SAFETY: a live XRCD points to its live context (caller).
+    let context = unsafe { (*xrcd).context };
+    // SAFETY: as above.
+    match unsafe { crate::verbs_get_ctx_op!(context, close_xrcd) } {
+        // SAFETY: the provider's op.
+        Some(f) => unsafe { f(xrcd) },
+        None => libc::EOPNOTSUPP,
+    }
+}
+
+/// `ibv_create_srq_ex`: a basic SRQ whose `comp_mask` holds nothing but `PD` (and `TYPE` =
+/// `IBV_SRQT_BASIC`) goes to [`ibv_create_srq`]; anything else to the `create_srq_ex` op.
+///
+/// # Safety
+///
+/// `context` is a live context; `srq_init_attr_ex` valid.
+#[inline]
+pub unsafe fn ibv_create_srq_ex(
+    context: *mut ibv_context,
+    srq_init_attr_ex: *mut ibv_srq_init_attr_ex,
+) -> Option<*mut ibv_srq> {
+    // SAFETY: valid attributes (caller).
+    let a = unsafe { &*srq_init_attr_ex };
+    let pd = ibv_srq_init_attr_mask::IBV_SRQ_INIT_ATTR_PD.0;
+    let ty = ibv_srq_init_attr_mask::IBV_SRQ_INIT_ATTR_TYPE.0;
+    let mask = a.comp_mask;
+    if mask & !(pd | ty) == 0
+        && mask & pd != 0
+        && (mask & ty == 0 || a.srq_type == ibv_srq_type::IBV_SRQT_BASIC)
+    {
+        // SAFETY: `ibv_srq_init_attr_ex` starts with the fields of `ibv_srq_init_attr`.
+        return Some(unsafe { ibv_create_srq(a.pd, srq_init_attr_ex.cast()) });
+    }
+    // SAFETY: live context (caller).
+    match unsafe { crate::verbs_get_ctx_op!(context, create_srq_ex) } {
+        // SAFETY: the provider's op.
+        Some(f) => Some(unsafe { f(context, srq_init_attr_ex) }),
+        None => {
+            set_errno(libc::EOPNOTSUPP);
+            None
+        }
+    }
+}
+
+/// `ibv_get_srq_num` through `verbs_get_ctx_op(srq->context, get_srq_num)` (`EOPNOTSUPP`
+/// without it).
+///
+/// # Safety
+///
+/// `srq` is a live SRQ; `srq_num` writable.
+#[inline]
+pub unsafe fn ibv_get_srq_num(srq: *mut ibv_srq, srq_num: *mut u32) -> c_int {
+    // SAFETY: a live SRQ points to its live context (caller).
+    let context = unsafe { (*srq).context };
+    // SAFETY: as above.
+    match unsafe { crate::verbs_get_ctx_op!(context, get_srq_num) } {
+        // SAFETY: the provider's op.
+        Some(f) => unsafe { f(srq, srq_num) },
+        None => libc::EOPNOTSUPP,
+    }
+}
+
+/// `ibv_create_qp_ex`: `comp_mask == IBV_QP_INIT_ATTR_PD` goes to [`ibv_create_qp`], anything
+/// else to the `create_qp_ex` op.
+///
+/// # Safety
+///
+/// `context` is a live context; `qp_init_attr_ex` valid.
+#[inline]
+pub unsafe fn ibv_create_qp_ex(
+    context: *mut ibv_context,
+    qp_init_attr_ex: *mut ibv_qp_init_attr_ex,
+) -> Option<*mut ibv_qp> {
+    // SAFETY: valid attributes (caller).
+    let a = unsafe { &*qp_init_attr_ex };
+    if a.comp_mask == ibv_qp_init_attr_mask::IBV_QP_INIT_ATTR_PD.0 {
+        // SAFETY: `ibv_qp_init_attr_ex` starts with the fields of `ibv_qp_init_attr`.
+        return Some(unsafe { ibv_create_qp(a.pd, qp_init_attr_ex.cast()) });
+    }
+    // SAFETY: live context (caller).
+    match unsafe { crate::verbs_get_ctx_op!(context, create_qp_ex) } {
+        // SAFETY: the provider's op.
+        Some(f) => Some(unsafe { f(context, qp_init_attr_ex) }),
+        None => {
+            set_errno(libc::EOPNOTSUPP);
+            None
+        }
+    }
+}
+
+/// `ibv_open_qp` through `verbs_get_ctx_op(context, open_qp)`.
+///
+/// # Safety
+///
+/// `context` is a live context; `qp_open_attr` valid.
+#[inline]
+pub unsafe fn ibv_open_qp(
+    context: *mut ibv_context,
+    qp_open_attr: *mut ibv_qp_open_attr,
+) -> Option<*mut ibv_qp> {
+    // SAFETY: live context (caller).
+    match unsafe { crate::verbs_get_ctx_op!(context, open_qp) } {
+        // SAFETY: the provider's op.
+        Some(f) => Some(unsafe { f(context, qp_open_attr) }),
+        None => {
+            set_errno(libc::EOPNOTSUPP);
+            None
+        }
+    }
+}
+
+/// `ibv_alloc_td` through `verbs_get_ctx_op(context, alloc_td)`.
+///
+/// # Safety
+///
+/// `context` is a live context; `init_attr` valid.
+#[inline]
+pub unsafe fn ibv_alloc_td(
+    context: *mut ibv_context,
+    init_attr: *mut ibv_td_init_attr,
+) -> Option<*mut ibv_td> {
+    // SAFETY: live context (caller).
+    match unsafe { crate::verbs_get_ctx_op!(context, alloc_td) } {
+        // SAFETY: the provider's op.
+        Some(f) => Some(unsafe { f(context, init_attr) }),
+        None => {
+            set_errno(libc::EOPNOTSUPP);
+            None
+        }
+    }
+}
+
+/// `ibv_dealloc_td` through `verbs_get_ctx_op(td->context, dealloc_td)` (`EOPNOTSUPP`
+/// without it).
+///
+/// # Safety
+///
+/// `td` is a live thread domain.
+#[inline]
+pub unsafe fn ibv_dealloc_td(td: *mut ibv_td) -> c_int {
+    // SAFETY: a live TD points to its live context (caller).
+    let context = unsafe { (*td).context };
+    // SAFETY: as above.
+    match unsafe { crate::verbs_get_ctx_op!(context, dealloc_td) } {
+        // SAFETY: the provider's op.
+        Some(f) => unsafe { f(td) },
+        None => libc::EOPNOTSUPP,
+    }
+}
+
+/// `ibv_alloc_parent_domain` through `verbs_get_ctx_op(context, alloc_parent_domain)`.
+///
+/// # Safety
+///
+/// `context` is a live context; `attr` valid.
+#[inline]
+pub unsafe fn ibv_alloc_parent_domain(
+    context: *mut ibv_context,
+    attr: *mut ibv_parent_domain_init_attr,
+) -> Option<*mut ibv_pd> {
+    // SAFETY: live context (caller).
+    match unsafe { crate::verbs_get_ctx_op!(context, alloc_parent_domain) } {
+        // SAFETY: the provider's op.
+        Some(f) => Some(unsafe { f(context, attr) }),
+        None => {
+            set_errno(libc::EOPNOTSUPP);
+            None
+        }
+    }
+}
+
+/// `ibv_query_rt_values_ex` through `verbs_get_ctx_op(context, query_rt_values)`
+/// (`EOPNOTSUPP` without it).
+///
+/// # Safety
+///
+/// `context` is a live context; `values` valid.
+#[inline]
+pub unsafe fn ibv_query_rt_values_ex(
+    context: *mut ibv_context,
+    values: *mut ibv_values_ex,
+) -> c_int {
+    // SAFETY: live context (caller).
+    match unsafe { crate::verbs_get_ctx_op!(context, query_rt_values) } {
+        // SAFETY: the provider's op.
+        Some(f) => unsafe { f(context, values) },
+        None => libc::EOPNOTSUPP,
+    }
+}
