@@ -27,10 +27,10 @@ pub fn serve_until_closed(conns: &mut [Connection]) -> Result<()> {
             match conn.poll_control()? {
                 Some(ControlEvent::PeerAborted(AbortCode::Shutdown)) => *open = false,
                 Some(ControlEvent::PeerAborted(code)) => {
-                    return Err(Error::Usage(format!(
-                        "the client aborted: {}",
-                        code.describe()
-                    )))
+                    return Err(Error::Peer {
+                        peer: "the client".into(),
+                        why: format!("it aborted: {}", code.describe()),
+                    })
                 }
                 Some(ControlEvent::RebuildRequested { .. }) | None => {}
             }

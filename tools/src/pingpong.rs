@@ -1,0 +1,1 @@
+//! What the ping-pong examples share (placeholder).
