@@ -10,11 +10,12 @@
 
 use tracing_subscriber::{fmt, EnvFilter};
 
-/// The filter for a verbosity without `RUST_LOG`: 0 warnings and errors, 1 (`-v`) also INFO
+/// The filter for a verbosity without `RUST_LOG`: 0 warnings and errors (but `mlx5_connect`
+/// only errors: it warns of every ordinary goodbye of a peer), 1 (`-v`) warnings and INFO
 /// of this project's crates (every QP transition), 2 DEBUG, 3 or more TRACE.
 pub fn default_filter(verbosity: u8) -> &'static str {
     match verbosity {
-        0 => "warn",
+        0 => "warn,mlx5_connect=error",
         1 => "warn,mlx5=info",
         2 => "warn,mlx5=debug",
         _ => "warn,mlx5=trace",
