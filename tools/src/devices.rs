@@ -233,7 +233,8 @@ fn auto_gid_index(v: &mlx5_hw::verbs::VerbsDevice, port: u8) -> Result<u8> {
 }
 
 /// Open the devices the command line names and run `f` on them; when it fails, print what the
-/// software ConnectX logged as driver bugs (`tool` names the program in those lines).
+/// software ConnectX logged as driver bugs (`tool` names the program in those lines; not after a
+/// timeout, whose cause may still hold the software ConnectX's lock).
 pub fn on_devices<T>(
     tool: &str,
     name: &str,
@@ -243,7 +244,7 @@ pub fn on_devices<T>(
 ) -> Result<T> {
     let devs = open_devices(name, loopback, client)?;
     let r = f(&devs);
-    if r.is_err() {
+    if r.as_ref().is_err_and(|e| !matches!(e, Error::Timeout { .. })) {
         devs.print_driver_bugs(tool);
     }
     r

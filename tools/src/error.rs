@@ -87,9 +87,9 @@ impl Error {
         Error::Timeout {
             what,
             secs,
-            hint: "is the peer running and connected? A large message (-s) on the software \
-                   ConnectX in a debug build moves about 100 MB/s: use a smaller -s or a \
-                   release build"
+            hint: "is the peer running and connected? (The software ConnectX of a debug build \
+                   moves a few tens of MB per second: a large -s takes long; use a smaller -s \
+                   or a release build)"
                 .into(),
         }
     }

@@ -47,7 +47,7 @@ use mlx5_tools::rendezvous::{
 use mlx5_tools::report::{self, Banner};
 use mlx5_tools::resources::{Resources, ResourcesCfg};
 use mlx5_tools::results;
-use mlx5_tools::serve::{say, serve_until_closed};
+use mlx5_tools::serve::{exit_on_failure, say, serve_until_closed};
 use mlx5_tools::stats::{BwStats, PERFTEST_GBIT, PERFTEST_MB};
 use mlx5_tools::{Error, Result};
 use std::process::ExitCode;
@@ -853,14 +853,14 @@ fn run_direct(
             aim(&mut db, &conn.peer);
             let ea = BwEnd::new(da, p, mr, buffers(&conn.conns)?, inline)?;
             let eb = BwEnd::new(db, p, mr_b, buffers(&conn.peer)?, inline)?;
-            measure_loopback(a, p, devs, ea, eb, conn, (inline, &doorbell))
+            exit_on_failure("bw", devs, measure_loopback(a, p, devs, ea, eb, conn, (inline, &doorbell)))
         }
         Some(rv) => {
             let conn = connect_all(devs, &end_a, &mut links_a, None, Some(rv), Some(&p.shape))?;
             let mut da = Direct::new(links_a.qps, links_a.cq);
             aim(&mut da, &conn.conns);
             let e = BwEnd::new(da, p, mr, buffers(&conn.conns)?, inline_a)?;
-            measure_end(a, p, devs, e, conn, rv.is_client(), (inline_a, &doorbell))
+            exit_on_failure("bw", devs, measure_end(a, p, devs, e, conn, rv.is_client(), (inline_a, &doorbell)))
         }
     }
 }
@@ -1101,7 +1101,7 @@ fn run_verbs(
             let inline = inline_a.min(inline_b);
             let ea = BwEnd::new(va, p, &me.mr, buffers(&conn.conns)?, inline)?;
             let eb = BwEnd::new(vb, p, &peer.mr, buffers(&conn.peer)?, inline)?;
-            measure_loopback(a, p, devs, ea, eb, conn, (inline, doorbell))
+            exit_on_failure("bw", devs, measure_loopback(a, p, devs, ea, eb, conn, (inline, doorbell)))
         }
         Some(rv) => {
             let conn = {
@@ -1114,7 +1114,7 @@ fn run_verbs(
             };
             aim(&mut va, &conn.conns);
             let e = BwEnd::new(va, p, &me.mr, buffers(&conn.conns)?, inline_a)?;
-            measure_end(a, p, devs, e, conn, rv.is_client(), (inline_a, doorbell))
+            exit_on_failure("bw", devs, measure_end(a, p, devs, e, conn, rv.is_client(), (inline_a, doorbell)))
         }
     }
 }

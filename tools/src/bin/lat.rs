@@ -43,7 +43,7 @@ use mlx5_tools::progress::Progress;
 use mlx5_tools::rendezvous::{describe_endpoint, sizes_for_udp_link, Rendezvous, UdpLink};
 use mlx5_tools::report::{self, Banner};
 use mlx5_tools::resources::{Resources, ResourcesCfg};
-use mlx5_tools::serve::{say, serve_until_closed};
+use mlx5_tools::serve::{exit_on_failure, say, serve_until_closed};
 use mlx5_tools::stats::{self, DurationStats, LatencyStats};
 use mlx5_tools::{svg, Error, Result};
 use std::fs::File;
@@ -849,12 +849,12 @@ fn run_direct(
             let inline = inline_a.min(inline_b);
             let pa = Pinger::new(Direct::new(links_a.qps, links_a.cq), mr, buffer_of(&conn.conns[0])?, inline, p);
             let pb = Pinger::new(Direct::new(links_b.qps, links_b.cq), mr_b, buffer_of(&conn.peer[0])?, inline, p);
-            measure_loopback(args, p, devs, pa, pb, conn, &doorbell)
+            exit_on_failure("lat", devs, measure_loopback(args, p, devs, pa, pb, conn, &doorbell))
         }
         Some(rv) => {
             let conn = connect_all(devs, &end_a, &mut links_a, None, Some(rv), Some(&p.shape))?;
             let me = Pinger::new(Direct::new(links_a.qps, links_a.cq), mr, buffer_of(&conn.conns[0])?, inline_a, p);
-            measure_end(args, p, devs, me, conn, rv.is_client(), &doorbell)
+            exit_on_failure("lat", devs, measure_end(args, p, devs, me, conn, rv.is_client(), &doorbell))
         }
     }
 }
@@ -1143,7 +1143,7 @@ fn run_verbs(
             let inline = inline_a.min(inline_b);
             let pa = Pinger::new(va, &a.mr, buffer_of(&conn.conns[0])?, inline, p);
             let pb = Pinger::new(vb, &b.mr, buffer_of(&conn.peer[0])?, inline, p);
-            measure_loopback(args, p, devs, pa, pb, conn, &doorbell)
+            exit_on_failure("lat", devs, measure_loopback(args, p, devs, pa, pb, conn, &doorbell))
         }
         Some(rv) => {
             let conn = {
@@ -1155,7 +1155,7 @@ fn run_verbs(
                 connect_all(devs, &end_a, &mut la, None, Some(rv), Some(&p.shape))?
             };
             let me = Pinger::new(va, &a.mr, buffer_of(&conn.conns[0])?, inline_a, p);
-            measure_end(args, p, devs, me, conn, rv.is_client(), &doorbell)
+            exit_on_failure("lat", devs, measure_end(args, p, devs, me, conn, rv.is_client(), &doorbell))
         }
     }
 }
