@@ -5,11 +5,8 @@
 //! `cargo test` builds the examples next to the tests (`target/<profile>/examples/`); when a
 //! test is run alone and the example is not there yet, it is built with cargo first.
 
-use crate::examples_support;
-
 use std::path::PathBuf;
 use std::process::{Command, Output};
-use std::time::Duration;
 
 fn example(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("test path");
@@ -105,131 +102,6 @@ fn error_recovery() {
         "retry_cnt 3: 1 + 3 timeouts"
     );
     assert!(n("frames dropped by the fault: ") >= 4, "{out}");
-}
-
-#[test]
-fn rc_pingpong_loopback_over_tcp_exchange() {
-    let out = run_ok("rc_pingpong", &["--loopback", "-n", "50", "-s", "1024"]);
-    assert!(out.contains("server: remote address"), "{out}");
-    assert!(out.contains("client: remote address"), "{out}");
-    for who in ["server", "client"] {
-        let line = format!("{who}: 50 messages of 1024 bytes received, every one checked");
-        assert!(out.contains(&line), "{line:?} missing:\n{out}");
-    }
-    assert!(out.contains("50 iters in"), "{out}");
-}
-
-/// The server and the client of a ping-pong example as two processes, each with its own
-/// software ConnectX (see [`examples_support::two_processes`]).
-fn two_processes(name: &str, args: &[&str]) -> (String, String) {
-    examples_support::two_processes(
-        &example(name),
-        args,
-        "server waiting for a client on TCP port ",
-        Duration::from_secs(60),
-    )
-}
-
-#[test]
-fn rc_pingpong_server_and_client_processes() {
-    let (s, c) = two_processes("rc_pingpong", &["-n", "100", "-s", "3000"]);
-    for (who, out, peer_ip) in [("server", &s, "10.0.0.2"), ("client", &c, "10.0.0.1")] {
-        // Each process has its own device, and learnt the other's UDP address.
-        assert_eq!(out.matches("(software ConnectX").count(), 1, "{out}");
-        let udp = format!("{who}: software ConnectX ");
-        assert!(
-            out.contains(&udp)
-                && out.contains(&format!(
-                    "peer software ConnectX {peer_ip} at UDP 127.0.0.1:"
-                )),
-            "{out}"
-        );
-        assert!(
-            out.contains(&format!("{who}: remote address: QPN 0x")),
-            "{out}"
-        );
-        let line = format!("{who}: 100 messages of 3000 bytes received, every one checked byte");
-        assert!(out.contains(&line), "{line:?} missing:\n{out}");
-        assert!(out.contains("600000 bytes in "), "{out}");
-        assert!(out.contains("100 iters in "), "{out}");
-    }
-    // The QPNs and PSNs one side announced are the ones the other side used.
-    let addr = |out: &str, which: &str| -> String {
-        let l = out
-            .lines()
-            .find(|l| l.contains(which))
-            .unwrap_or_else(|| panic!("no {which} in {out}"));
-        l[l.find("QPN").unwrap()..].to_string()
-    };
-    assert_eq!(addr(&s, "local address"), addr(&c, "remote address"));
-    assert_eq!(addr(&c, "local address"), addr(&s, "remote address"));
-}
-
-#[test]
-fn ud_pingpong_server_and_client_processes() {
-    let (s, c) = two_processes("ud_pingpong", &["-n", "60", "-s", "700"]);
-    for (who, out) in [("server", &s), ("client", &c)] {
-        assert!(out.contains(&format!("{who}: software ConnectX ")), "{out}");
-        let line = format!("{who}: 60 datagrams of 700 bytes received from QPN 0x");
-        assert!(out.contains(&line), "{line:?} missing:\n{out}");
-        assert!(
-            out.contains("every one checked byte for byte (60 with a GRH in front)"),
-            "{out}"
-        );
-        assert!(out.contains("60 iters in "), "{out}");
-    }
-}
-
-#[test]
-fn ud_pingpong_loopback() {
-    let out = run_ok("ud_pingpong", &["--loopback", "-n", "20", "-s", "256"]);
-    for who in ["server", "client"] {
-        assert!(
-            out.contains(&format!("{who}: 20 datagrams of 256 bytes received")),
-            "{out}"
-        );
-    }
-}
-
-#[test]
-fn pingpong_mistakes_are_clear_errors() {
-    let err = |name: &str, args: &[&str], code: i32, needle: &str| {
-        let out = Command::new(example(name))
-            .args(args)
-            .output()
-            .expect("run example");
-        let e = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(code), "{args:?}: {e}");
-        assert!(
-            e.contains(needle) && !e.contains("panicked"),
-            "{args:?}: {e}"
-        );
-    };
-    err(
-        "rc_pingpong",
-        &["--loopback", "192.0.2.1"],
-        2,
-        "give no server address",
-    );
-    err(
-        "ud_pingpong",
-        &["--loopback", "-s", "5000"],
-        2,
-        "-s must be 1..=4096",
-    );
-    err(
-        "ud_pingpong",
-        &["--loopback", "-s", "2048"],
-        1,
-        "at most one MTU",
-    );
-    #[cfg(not(feature = "verbs"))]
-    err(
-        "rc_pingpong",
-        &["-d", "mlx5_0", "--loopback"],
-        1,
-        "--features verbs",
-    );
 }
 
 #[test]

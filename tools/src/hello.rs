@@ -36,7 +36,7 @@
 //! byte 31 reserved).
 //!
 //! Version 1 was the first 28 bytes alone, sent only by a software ConnectX. A version 1 peer
-//! reads 28 bytes of this message, finds version 2 and stops with "version 2, this build speaks
+//! reads 28 bytes of this message, finds version 3 and stops with "version 3, this build speaks
 //! version 1: run the same build on both ends"; this build reads the first 28 bytes before the
 //! rest, so it stops on a version 1 peer at once too, and on a peer that went straight to the
 //! endpoint exchange (an older build on a verbs device, whose first bytes are `mlx5_qp`'s
@@ -613,7 +613,7 @@ mod tests {
         assert_eq!(&b[6..8], &4791u16.to_be_bytes());
         assert_eq!(&b[8..12], &[10, 0, 0, 2]);
         assert_eq!(&b[12..28], &Ipv4Addr::LOCALHOST.to_ipv6_mapped().octets());
-        assert_eq!(&b[28..32], &[3, 2, 1, 0]);
+        assert_eq!(&b[28..32], &[3, 2, 1, 1]);
         assert_eq!(&b[32..36], &2u32.to_be_bytes());
         assert_eq!(&b[36..44], &4096u64.to_be_bytes());
         assert_eq!(&b[44..52], &300u64.to_be_bytes());
@@ -636,7 +636,7 @@ mod tests {
         http[..4].copy_from_slice(b"GET ");
         let e = Hello::decode(&http, "p").unwrap_err().to_string();
         assert!(e.contains("not lat or bw"), "{e}");
-        for (v, which) in [(1, "an older"), (3, "a newer")] {
+        for (v, which) in [(1, "an older"), (2, "an older"), (4, "a newer")] {
             let mut other = good;
             other[4] = v;
             let e = Hello::decode(&other, "p").unwrap_err().to_string();
@@ -771,7 +771,7 @@ mod tests {
         );
         // What the version 1 peer reads: its magic and a version it does not speak, so it
         // says so (its decoder compares the version byte).
-        assert_eq!((&seen[..4], seen[4]), (&b"MX5S"[..], 2));
+        assert_eq!((&seen[..4], seen[4]), (&b"MX5S"[..], 3));
         // An older build on a verbs device sends the endpoint exchange's HELLO at once.
         let mut endpoint = b"M5QP".to_vec();
         endpoint.resize(84, 0);
