@@ -392,6 +392,12 @@ impl Common {
                 test.name()
             )));
         }
+        if let Some(i) = self.inline.filter(|&i| i > 1024) {
+            return Err(Error::Usage(format!(
+                "-I {i}: at most 1024 bytes inline (perftest MAX_INLINE; a WQE is at most 1 KiB, \
+                 PRM `max_wqe_sz_sq`)"
+            )));
+        }
         if test != Test::Send && self.rx_depth != 512 {
             return Err(Error::Usage(format!(
                 "-r {}: only the send test posts receives; leave -r out",

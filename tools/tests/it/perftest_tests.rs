@@ -171,11 +171,24 @@ fn help_names_every_default() {
         let out = Command::new(bin).arg("--help").output().unwrap();
         assert_eq!(out.status.code(), Some(0));
         let help = String::from_utf8_lossy(&out.stdout);
+        let lines: Vec<&str> = help.lines().collect();
+        // An option's first line: at most 6 spaces, then a dash.
+        let is_opt = |l: &str| {
+            let t = l.trim_start();
+            t.starts_with('-') && l.len() - t.len() <= 6
+        };
         for f in flags {
-            let entry = help
-                .split("\n  ")
-                .find(|e| e.trim_start().starts_with(&format!("{f},")) || e.trim_start().starts_with(&format!("{f} ")))
+            let at = lines
+                .iter()
+                .position(|l| {
+                    let t = l.trim_start();
+                    is_opt(l) && (t.starts_with(&format!("{f},")) || t.starts_with(&format!("{f} ")))
+                })
                 .unwrap_or_else(|| panic!("{bin}: no {f} in\n{help}"));
+            let entry: Vec<&str> = std::iter::once(lines[at])
+                .chain(lines[at + 1..].iter().take_while(|l| !is_opt(l)).copied())
+                .collect();
+            let entry = entry.join(" ");
             assert!(entry.contains("default"), "{bin} {f}: no default in {entry:?}");
         }
     }
@@ -214,6 +227,7 @@ fn a_gigabyte_message_ends_with_the_timeouts_message_never_a_signal() {
     // The software ConnectX of a debug build moves a 1 GiB message in more than the 10 s stall
     // timeout: the run stops with the timeout's message (or, on a faster build, succeeds). It
     // used to free its buffer under the device thread and die of SIGSEGV.
+    let _heavy = crate::heavy();
     let runs: Vec<_> = [LAT, BW]
         .into_iter()
         .map(|bin| {
