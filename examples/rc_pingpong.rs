@@ -58,12 +58,16 @@ fn rc_side(mut s: Resources, st: &Setup<'_>) -> Result<Outcome> {
     let (qp_ref, ctx) = (s.qp_ref(0), s.context().clone());
     let depth = st.opts.rx_depth;
     let conn = {
-        let mut link = QpLink::new(&mut s.qps[0], &mut s.cq, move |qp: &mut mlx5_direct::qp::Qp| {
-            for i in 0..u64::from(depth) {
-                qp.post_recv(i, std::slice::from_ref(&recv))?;
-            }
-            Ok(())
-        });
+        let mut link = QpLink::new(
+            &mut s.qps[0],
+            &mut s.cq,
+            move |qp: &mut mlx5_direct::qp::Qp| {
+                for i in 0..u64::from(depth) {
+                    qp.post_recv(i, std::slice::from_ref(&recv))?;
+                }
+                Ok(())
+            },
+        );
         Connection::over(control, ctx.device(), qp_ref, &mut link, &st.params)?
     };
     st.address("local address: ", conn.local());
@@ -95,8 +99,12 @@ fn rc_side(mut s: Resources, st: &Setup<'_>) -> Result<Outcome> {
                     sent += 1;
                     continue;
                 }
-                if wc.byte_len as usize != size || s.mr.read(size, size)? != pattern(i, !client, size) {
-                    return Err(Error::Check(format!("iteration {i}: the message arrived damaged")));
+                if wc.byte_len as usize != size
+                    || s.mr.read(size, size)? != pattern(i, !client, size)
+                {
+                    return Err(Error::Check(format!(
+                        "iteration {i}: the message arrived damaged"
+                    )));
                 }
                 s.qps[0].post_recv(wc.wr_id, std::slice::from_ref(&recv))?;
                 got = true;

@@ -57,17 +57,21 @@ fn ud_side(mut s: Resources, st: &Setup<'_>) -> Result<Outcome> {
     let (qp_ref, ctx) = (s.qp_ref(0), s.context().clone());
     let depth = st.opts.rx_depth;
     let conn = {
-        let mut link = QpLink::new(&mut s.qps[0], &mut s.cq, move |qp: &mut mlx5_direct::qp::Qp| {
-            for i in 0..u64::from(depth) {
-                qp.post_recv(i, std::slice::from_ref(&recv))?;
-            }
-            Ok(())
-        });
+        let mut link = QpLink::new(
+            &mut s.qps[0],
+            &mut s.cq,
+            move |qp: &mut mlx5_direct::qp::Qp| {
+                for i in 0..u64::from(depth) {
+                    qp.post_recv(i, std::slice::from_ref(&recv))?;
+                }
+                Ok(())
+            },
+        );
         Connection::over(control, ctx.device(), qp_ref, &mut link, &st.params)?
     };
-    let peer = *conn.ud_peer().ok_or_else(|| {
-        Error::Check("the UD connect made no address handle for the peer".into())
-    })?;
+    let peer = *conn
+        .ud_peer()
+        .ok_or_else(|| Error::Check("the UD connect made no address handle for the peer".into()))?;
     // The connection made the peer's address handle; it is this side's to destroy.
     let _ah = mlx5_tools::connecting::AhGuard::of(&ctx, &conn);
     let mtu = conn.path_mtu().bytes() as usize;
@@ -120,7 +124,9 @@ fn ud_side(mut s: Resources, st: &Setup<'_>) -> Result<Outcome> {
                 if wc.byte_len as usize != size + off
                     || s.mr.read(size + off, size)? != pattern(i, !client, size)
                 {
-                    return Err(Error::Check(format!("iteration {i}: the datagram arrived damaged")));
+                    return Err(Error::Check(format!(
+                        "iteration {i}: the datagram arrived damaged"
+                    )));
                 }
                 s.qps[0].post_recv(wc.wr_id, std::slice::from_ref(&recv))?;
                 got = true;

@@ -74,9 +74,15 @@ fn check_result_lines(out: &str, size: u64, iters: u64) {
 
 #[test]
 fn rc_pingpong_loopback_over_tcp_exchange() {
-    let out = run_ok("rc_pingpong", &["--loopback", "-n", "50", "-s", "1024", "-r", "8"]);
+    let out = run_ok(
+        "rc_pingpong",
+        &["--loopback", "-n", "50", "-s", "1024", "-r", "8"],
+    );
     for who in ["server", "client"] {
-        assert!(out.contains(&format!("[{who}]   remote address: LID 0x0000, QPN 0x")), "{out}");
+        assert!(
+            out.contains(&format!("[{who}]   remote address: LID 0x0000, QPN 0x")),
+            "{out}"
+        );
         let line = format!("[{who}]   50 messages of 1024 bytes received, every one checked");
         assert!(out.contains(&line), "{line:?} missing:\n{out}");
     }
@@ -114,7 +120,9 @@ fn rc_pingpong_server_and_client_processes() {
         // Each process has its own device, and learnt the other's UDP address.
         assert_eq!(out.matches("(software ConnectX").count(), 1, "{out}");
         assert!(
-            out.contains(&format!("peer software ConnectX {peer_ip} at UDP 127.0.0.1:")),
+            out.contains(&format!(
+                "peer software ConnectX {peer_ip} at UDP 127.0.0.1:"
+            )),
             "{out}"
         );
         let line = "  100 messages of 3000 bytes received, every one checked byte";
@@ -153,7 +161,9 @@ fn help_is_on_stdout_with_status_0_and_names_ibv_pingpongs_flags() {
         let out = run(name, &["--help"]);
         assert_eq!(out.status.code(), Some(0), "{name}");
         let help = String::from_utf8_lossy(&out.stdout);
-        for f in ["-p,", "-d,", "-i,", "-g,", "-s,", "-m,", "-r,", "-n,", "-e,", "-l,"] {
+        for f in [
+            "-p,", "-d,", "-i,", "-g,", "-s,", "-m,", "-r,", "-n,", "-e,", "-l,",
+        ] {
             assert!(help.contains(f), "{name}: no {f} in\n{help}");
         }
         for d in ["[default: 18515]", "[default: 500]", "[default: 1000]"] {
@@ -169,13 +179,36 @@ fn pingpong_mistakes_are_clear_errors() {
         let out = run(name, args);
         let e = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(code), "{args:?}: {e}");
-        assert!(e.contains(needle) && !e.contains("panicked"), "{args:?}: {e}");
+        assert!(
+            e.contains(needle) && !e.contains("panicked"),
+            "{args:?}: {e}"
+        );
     };
-    err("rc_pingpong", &["--loopback", "192.0.2.1"], 2, "give no server address");
-    err("ud_pingpong", &["--loopback", "-s", "2048"], 2, "at most one MTU");
-    err("rc_pingpong", &["--loopback", "-e"], 2, "completion channels");
+    err(
+        "rc_pingpong",
+        &["--loopback", "192.0.2.1"],
+        2,
+        "give no server address",
+    );
+    err(
+        "ud_pingpong",
+        &["--loopback", "-s", "2048"],
+        2,
+        "at most one MTU",
+    );
+    err(
+        "rc_pingpong",
+        &["--loopback", "-e"],
+        2,
+        "completion channels",
+    );
     #[cfg(not(feature = "verbs"))]
-    err("rc_pingpong", &["-d", "mlx5_0", "--loopback"], 2, "--features verbs");
+    err(
+        "rc_pingpong",
+        &["-d", "mlx5_0", "--loopback"],
+        2,
+        "--features verbs",
+    );
 }
 
 /// `name args` ends within `limit` with 1 or 2 and a message.
@@ -261,6 +294,10 @@ fn bad_arguments_never_crash_the_pingpong_examples() {
             }
         }
     }
-    assert!(failures.is_empty(), "unclean exits:\n{}", failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "unclean exits:\n{}",
+        failures.join("\n")
+    );
     drop(taken);
 }

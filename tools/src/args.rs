@@ -631,7 +631,9 @@ mod tests {
         assert_eq!(a.common.qp_timeout, 12);
         assert!(a.report_histogram);
         assert_eq!(a.common.server.as_deref(), Some("10.0.0.1"));
-        a.common.check(a.test, &[OutputArg::Latency], "lat").unwrap();
+        a.common
+            .check(a.test, &[OutputArg::Latency], "lat")
+            .unwrap();
         let b = BwArgs::try_parse_from([
             "bw",
             "read",
@@ -654,7 +656,15 @@ mod tests {
         assert!(b.common.server.is_none());
         assert_eq!(b.common.gid_index, None);
         let c = BwArgs::try_parse_from([
-            "bw", "atomic", "-A", "CMP_AND_SWAP", "-b", "-D", "4", "--output", "message_rate",
+            "bw",
+            "atomic",
+            "-A",
+            "CMP_AND_SWAP",
+            "-b",
+            "-D",
+            "4",
+            "--output",
+            "message_rate",
         ])
         .unwrap();
         assert_eq!(c.common.atomic_type, AtomicArg::CmpAndSwap);
@@ -665,13 +675,20 @@ mod tests {
         );
         assert_eq!(c.common.sizes(c.test, 65536).unwrap(), [8]);
         c.common
-            .check(c.test, &[OutputArg::Bandwidth, OutputArg::MessageRate], "bw")
+            .check(
+                c.test,
+                &[OutputArg::Bandwidth, OutputArg::MessageRate],
+                "bw",
+            )
             .unwrap();
         assert_eq!(
             c.test.title(true, c.common.atomic_type, true),
             "Atomic CMP_AND_SWAP Bidirectional BW Test"
         );
-        assert_eq!(Test::Write.title(false, AtomicArg::FetchAndAdd, false), "RDMA_Write Latency Test");
+        assert_eq!(
+            Test::Write.title(false, AtomicArg::FetchAndAdd, false),
+            "RDMA_Write Latency Test"
+        );
     }
 
     #[test]
@@ -686,26 +703,61 @@ mod tests {
             assert!(e.to_string().contains(needle), "{args:?}: {e}");
         };
         refused(&["lat", "read", "-c", "UC"], "UC connection not possible");
-        refused(&["lat", "write", "-c", "UD"], "UD connection only possible in SEND");
-        refused(&["lat", "atomic", "-c", "UD"], "UD connection only possible");
+        refused(
+            &["lat", "write", "-c", "UD"],
+            "UD connection only possible in SEND",
+        );
+        refused(
+            &["lat", "atomic", "-c", "UD"],
+            "UD connection only possible",
+        );
         refused(&["lat", "atomic", "-s", "64"], "8 bytes per operation");
-        refused(&["lat", "write", "-A", "CMP_AND_SWAP"], "for the atomic test");
+        refused(
+            &["lat", "write", "-A", "CMP_AND_SWAP"],
+            "for the atomic test",
+        );
         refused(&["lat", "read", "-I", "64"], "leave -I out");
-        refused(&["lat", "write", "-r", "64"], "only the send test posts receives");
+        refused(
+            &["lat", "write", "-r", "64"],
+            "only the send test posts receives",
+        );
         refused(&["lat", "send", "-r", "0"], "1 to 16384");
         refused(&["lat", "write", "-u", "32"], "0 to 31");
-        refused(&["lat", "write", "-m", "1000"], "256, 512, 1024, 2048, 4096");
+        refused(
+            &["lat", "write", "-m", "1000"],
+            "256, 512, 1024, 2048, 4096",
+        );
         refused(&["lat", "write", "-D", "0"], "1 to 86400");
-        refused(&["lat", "write", "-D", "2", "-f", "1"], "more than twice the margin");
-        refused(&["lat", "write", "-D", "4", "-n", "5"], "leave out -n and -a");
+        refused(
+            &["lat", "write", "-D", "2", "-f", "1"],
+            "more than twice the margin",
+        );
+        refused(
+            &["lat", "write", "-D", "4", "-n", "5"],
+            "leave out -n and -a",
+        );
         refused(&["lat", "write", "-f", "1"], "for runs of a duration");
         refused(&["lat", "send", "-e"], "completion channels");
-        refused(&["lat", "write", "--output", "bandwidth"], "lat reports latency");
-        refused(&["lat", "write", "--loopback", "10.0.0.1"], "give no server address");
+        refused(
+            &["lat", "write", "--output", "bandwidth"],
+            "lat reports latency",
+        );
+        refused(
+            &["lat", "write", "--loopback", "10.0.0.1"],
+            "give no server address",
+        );
         let b = BwArgs::try_parse_from(["bw", "write", "--cq-mod", "0"]).unwrap();
-        assert!(b.check().unwrap_err().to_string().contains("-Q must be between 1 and 1024"));
+        assert!(b
+            .check()
+            .unwrap_err()
+            .to_string()
+            .contains("-Q must be between 1 and 1024"));
         let b = BwArgs::try_parse_from(["bw", "write", "-t", "0"]).unwrap();
-        assert!(b.check().unwrap_err().to_string().contains("-t must be between"));
+        assert!(b
+            .check()
+            .unwrap_err()
+            .to_string()
+            .contains("-t must be between"));
         let b = BwArgs::try_parse_from(["bw", "write", "-q", "65"]).unwrap();
         assert!(b.check().is_err());
         let c = LatArgs::try_parse_from(["lat", "write", "-n", "18446744073709551615"]).unwrap();

@@ -51,7 +51,7 @@ impl Links for DirectLinks<'_> {
         let recv = self.recv;
         Box::new(QpLink::new(
             &mut self.qps[q],
-            &mut self.cq,
+            self.cq,
             move |qp: &mut mlx5_qp::Qp| {
                 if let Some(r) = recv {
                     for i in 0..u64::from(r.depth) {

@@ -244,7 +244,9 @@ pub fn on_devices<T>(
 ) -> Result<T> {
     let devs = open_devices(name, loopback, client)?;
     let r = f(&devs);
-    if r.as_ref().is_err_and(|e| !matches!(e, Error::Timeout { .. })) {
+    if r.as_ref()
+        .is_err_and(|e| !matches!(e, Error::Timeout { .. }))
+    {
         devs.print_driver_bugs(tool);
     }
     r

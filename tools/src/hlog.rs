@@ -86,13 +86,22 @@ mod tests {
         )
         .unwrap();
         let text = String::from_utf8(out.clone()).unwrap();
-        assert!(text.starts_with("#[Histogram log format version 1.3]\n"), "{text}");
+        assert!(
+            text.starts_with("#[Histogram log format version 1.3]\n"),
+            "{text}"
+        );
         assert!(text.contains("#[StartTime: 1700000000.000"), "{text}");
-        assert!(text.contains("\"StartTimestamp\",\"Interval_Length\""), "{text}");
+        assert!(
+            text.contains("\"StartTimestamp\",\"Interval_Length\""),
+            "{text}"
+        );
         let mut got = Vec::new();
         for e in IntervalLogIterator::new(&out) {
             if let Ok(LogEntry::Interval(i)) = e {
-                got.push((i.tag().map(|t| t.as_str().to_string()), i.encoded_histogram().to_string()));
+                got.push((
+                    i.tag().map(|t| t.as_str().to_string()),
+                    i.encoded_histogram().to_string(),
+                ));
             }
         }
         assert_eq!(got.len(), 1, "{text}");

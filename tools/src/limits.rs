@@ -120,15 +120,26 @@ mod tests {
         assert!(e.to_string().contains("between 1 and 1073741824") && e.exit_code() == 2);
         assert!(check_size("-s", 0).is_err());
         let e = check_iters("-n", u64::MAX, MAX_ITERS, "why").unwrap_err();
-        assert!(e.to_string().contains("at most 4294967296 iterations (why)"), "{e}");
+        assert!(
+            e.to_string()
+                .contains("at most 4294967296 iterations (why)"),
+            "{e}"
+        );
         assert!(check_iters("-n", 0, 10, "").is_err());
         let (max, why) = max_lat_iters();
-        assert!(max >= 1 && max <= MAX_ITERS && !why.is_empty());
+        assert!((1..=MAX_ITERS).contains(&max) && !why.is_empty());
         assert!(available_memory() > 0);
-        assert!(check_memory("buffers", u64::MAX).unwrap_err().to_string().contains("available"));
+        assert!(check_memory("buffers", u64::MAX)
+            .unwrap_err()
+            .to_string()
+            .contains("available"));
         assert_eq!(human(1536 << 20), "1.5 GiB");
         assert_eq!(human(2048), "2 KiB");
         let e = create_output("--hlog", Path::new("/nonexistent-dir/x.hlog")).unwrap_err();
-        assert!(e.to_string().starts_with("--hlog /nonexistent-dir/x.hlog: cannot write"), "{e}");
+        assert!(
+            e.to_string()
+                .starts_with("--hlog /nonexistent-dir/x.hlog: cannot write"),
+            "{e}"
+        );
     }
 }

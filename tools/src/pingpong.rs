@@ -242,7 +242,14 @@ pub fn cfg(kind: Kind, o: &Opts, size: usize, extra: usize) -> ResourcesCfg {
 /// print the report. `side` connects one end and runs the ping-pong. `default_size` is the
 /// message size without `-s` (`mtu_cap`: at most the port's MTU), `extra` the receive room
 /// beyond the message (UD: the GRH).
-pub fn run<F>(kind: Kind, o: &Opts, default_size: u64, mtu_cap: bool, extra: usize, side: F) -> Result<()>
+pub fn run<F>(
+    kind: Kind,
+    o: &Opts,
+    default_size: u64,
+    mtu_cap: bool,
+    extra: usize,
+    side: F,
+) -> Result<()>
 where
     F: Fn(Resources, &Setup<'_>) -> Result<Outcome> + Sync,
 {
@@ -323,7 +330,10 @@ where
             params: params.clone(),
             tag,
         };
-        let (ss, cs) = (setup(&server_rv, "[server] "), setup(&client_rv, "[client] "));
+        let (ss, cs) = (
+            setup(&server_rv, "[server] "),
+            setup(&client_rv, "[client] "),
+        );
         let (server, client) = std::thread::scope(|sc| {
             let server = sc.spawn(|| side(b, &ss));
             let client = side(a, &cs);
@@ -453,9 +463,14 @@ mod tests {
 
     #[test]
     fn ibv_pingpong_flags_parse_and_are_checked() {
-        let o = opts(&["-p", "1", "-d", "mlx5_0", "-i", "1", "-g", "3", "-s", "64", "-m", "2048",
-            "-r", "16", "-n", "5", "-l", "2", "host"]);
-        assert_eq!((o.port, o.gid_idx, o.size, o.rx_depth, o.iters, o.sl), (1, Some(3), Some(64), 16, 5, 2));
+        let o = opts(&[
+            "-p", "1", "-d", "mlx5_0", "-i", "1", "-g", "3", "-s", "64", "-m", "2048", "-r", "16",
+            "-n", "5", "-l", "2", "host",
+        ]);
+        assert_eq!(
+            (o.port, o.gid_idx, o.size, o.rx_depth, o.iters, o.sl),
+            (1, Some(3), Some(64), 16, 5, 2)
+        );
         assert_eq!(mtu(&o).unwrap(), Some(Mtu::Mtu2048));
         check(&o).unwrap();
         let bad = |args: &[&str], needle: &str| {

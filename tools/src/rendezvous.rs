@@ -183,7 +183,6 @@ pub fn connect(host: &str, port: u16, timeout: Duration) -> Result<(TcpStream, S
     }
 }
 
-
 /// How this process reaches its peer: the TCP control connection (the server listens, the
 /// client connects), and the [`Hello`] both ends swap on it first: the run each was started
 /// for, and for a software ConnectX in another process, where each device's frames go.

@@ -3,7 +3,9 @@
 //! `RESULT_LINE`, `RESULT_FMT_LAT`, `RESULT_FMT`, `RESULT_FMT_G`) so that scripts written for
 //! perftest's output read these tools' output too.
 
-use super::stats::{quantile_of_sorted, BwStats, DurationStats, LatencyStats, PERFTEST_GBIT, PERFTEST_MB};
+use super::stats::{
+    quantile_of_sorted, BwStats, DurationStats, LatencyStats, PERFTEST_GBIT, PERFTEST_MB,
+};
 use hdrhistogram::Histogram;
 use std::fmt::Write as _;
 

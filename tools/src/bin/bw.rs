@@ -106,14 +106,21 @@ fn plan(a: &BwArgs) -> Result<Plan> {
     a.check()?;
     let default_iters = if a.test == Test::Write { 5000 } else { 1000 };
     let sizes = c.sizes(a.test, 65536)?;
-    let length = c.length(default_iters, limits::MAX_ITERS, "perftest's limit, MAX_ITER")?;
+    let length = c.length(
+        default_iters,
+        limits::MAX_ITERS,
+        "perftest's limit, MAX_ITER",
+    )?;
     let conn = c.connection.qp_type();
     let max = sizes.iter().copied().max().unwrap_or(8) as usize;
     let recv = if conn == QpType::Ud { max + GRH } else { max };
     let half = recv.next_multiple_of(64);
     let ends = if c.loopback { 2 } else { 1 };
     limits::check_memory(
-        &format!("the buffers of {ends} end(s), 2 × {} each,", limits::human(half as u64)),
+        &format!(
+            "the buffers of {ends} end(s), 2 × {} each,",
+            limits::human(half as u64)
+        ),
         (ends * 2 * half) as u64,
     )?;
     // perftest `force_dependecies`: no deeper queues than the run has messages, and on UC/UD
@@ -218,7 +225,11 @@ impl Plan {
 
     /// The row of `s`, or with `--output` its one number.
     fn row(&self, s: &BwStats) {
-        let unit = if self.gbits { PERFTEST_GBIT } else { PERFTEST_MB };
+        let unit = if self.gbits {
+            PERFTEST_GBIT
+        } else {
+            PERFTEST_MB
+        };
         match self.output {
             Some(OutputArg::Bandwidth) => say(&format!("{:.6}", s.avg_bps / unit)),
             Some(OutputArg::MessageRate) => say(&format!("{:.6}", s.msg_rate / 1e6)),
@@ -462,7 +473,14 @@ impl<'a, P: DataPath> BwEnd<'a, P> {
 
     /// Start a size: a flow when this end sends, a sink when it receives SENDs.
     fn start(&mut self, p: &Plan, size: u64, depth: u32, sends: bool, recvs: bool) -> Result<()> {
-        self.sge = self.mr.sge(0, if self.test == Test::Atomic { 8 } else { size as u32 })?;
+        self.sge = self.mr.sge(
+            0,
+            if self.test == Test::Atomic {
+                8
+            } else {
+                size as u32
+            },
+        )?;
         if size <= u64::from(self.inline) && matches!(self.test, Test::Write | Test::Send) {
             self.payload = vec![0xa5; size as usize];
         } else {
@@ -499,22 +517,23 @@ impl<'a, P: DataPath> BwEnd<'a, P> {
     fn step(&mut self) -> Result<bool> {
         let mut busy = false;
         if let Some(f) = &mut self.flow {
-            let now_ok = f.stop.is_none_or(|s| Instant::now() < s);
+            let now_ok = f.stop.map_or(true, |s| Instant::now() < s);
             if now_ok {
                 for q in 0..f.posted.len() {
-                    while f.iters.is_none_or(|n| f.posted[q] < n)
+                    while f.iters.map_or(true, |n| f.posted[q] < n)
                         && f.posted[q] - f.done[q] < f.depth
                     {
                         let i = f.posted[q];
                         let last = f.iters.is_some_and(|n| i + 1 == n);
                         let wr_id = i;
-                        let op = Self::op(self.test, self.atomic, &self.peers[q], self.remote_off, i);
+                        let op =
+                            Self::op(self.test, self.atomic, &self.peers[q], self.remote_off, i);
                         let post = Post {
                             wr_id,
                             op,
                             sge: self.sge,
                             inline: (!self.payload.is_empty()).then_some(&self.payload[..]),
-                            signaled: (i + 1).is_multiple_of(f.cq_mod) || last,
+                            signaled: (i + 1) % f.cq_mod == 0 || last,
                         };
                         self.path.post(q, &post)?;
                         f.posted[q] += 1;
@@ -536,7 +555,7 @@ impl<'a, P: DataPath> BwEnd<'a, P> {
                 };
                 s.received[d.qp] += 1;
                 s.last_arrival = now;
-                if s.iters.is_none_or(|n| s.posted[d.qp] < n) {
+                if s.iters.map_or(true, |n| s.posted[d.qp] < n) {
                     self.path.post_recv(d.qp, d.wr_id, self.recv_sge)?;
                     s.posted[d.qp] += 1;
                 }
@@ -555,7 +574,7 @@ impl<'a, P: DataPath> BwEnd<'a, P> {
     }
 
     fn flow_done(&self) -> bool {
-        self.flow.as_ref().is_none_or(Flow::is_done)
+        self.flow.as_ref().map_or(true, Flow::is_done)
     }
 
     /// Whether the receiver has everything, or (its own flow done, UC/UD, a `-D` run) has
@@ -565,9 +584,7 @@ impl<'a, P: DataPath> BwEnd<'a, P> {
             None => true,
             Some(s) => {
                 s.is_done()
-                    || (lossy_or_timed
-                        && self.flow_done()
-                        && s.last_arrival.elapsed() > LOSS_GRACE)
+                    || (lossy_or_timed && self.flow_done() && s.last_arrival.elapsed() > LOSS_GRACE)
             }
         }
     }
@@ -611,7 +628,7 @@ fn drive<P: DataPath, Q: DataPath>(
         }
         let b_done = b
             .as_deref()
-            .is_none_or(|b| b.flow_done() && b.sink_done(lossy));
+            .map_or(true, |b| b.flow_done() && b.sink_done(lossy));
         if a.flow_done() && a.sink_done(lossy && control.is_none()) && b_done {
             return Ok(true);
         }
@@ -620,12 +637,10 @@ fn drive<P: DataPath, Q: DataPath>(
             progress.update(f.completed & !1023);
         }
         if !busy {
-            if spins.is_multiple_of(1024) {
+            if spins % 1024 == 0 {
                 if let Some(c) = control.as_deref_mut() {
                     match c.poll_control()? {
-                        Some(ControlEvent::PeerAborted(AbortCode::Shutdown)) => {
-                            return Ok(false)
-                        }
+                        Some(ControlEvent::PeerAborted(AbortCode::Shutdown)) => return Ok(false),
                         Some(ControlEvent::PeerAborted(code)) => {
                             return Err(Error::Peer {
                                 peer: "the client".into(),
@@ -676,7 +691,10 @@ fn banner(
     if let Length::Duration { secs, margin } = p.length {
         extra.push((
             "Duration".into(),
-            format!("{secs} s, figures between {margin} s and {} s", secs - margin),
+            format!(
+                "{secs} s, figures between {margin} s and {} s",
+                secs - margin
+            ),
         ));
     }
     if let Some(u) = udp {
@@ -853,14 +871,22 @@ fn run_direct(
             aim(&mut db, &conn.peer);
             let ea = BwEnd::new(da, p, mr, buffers(&conn.conns)?, inline)?;
             let eb = BwEnd::new(db, p, mr_b, buffers(&conn.peer)?, inline)?;
-            exit_on_failure("bw", devs, measure_loopback(a, p, devs, ea, eb, conn, (inline, &doorbell)))
+            exit_on_failure(
+                "bw",
+                devs,
+                measure_loopback(a, p, devs, ea, eb, conn, (inline, &doorbell)),
+            )
         }
         Some(rv) => {
             let conn = connect_all(devs, &end_a, &mut links_a, None, Some(rv), Some(&p.shape))?;
             let mut da = Direct::new(links_a.qps, links_a.cq);
             aim(&mut da, &conn.conns);
             let e = BwEnd::new(da, p, mr, buffers(&conn.conns)?, inline_a)?;
-            exit_on_failure("bw", devs, measure_end(a, p, devs, e, conn, rv.is_client(), (inline_a, &doorbell)))
+            exit_on_failure(
+                "bw",
+                devs,
+                measure_end(a, p, devs, e, conn, rv.is_client(), (inline_a, &doorbell)),
+            )
         }
     }
 }
@@ -1101,7 +1127,11 @@ fn run_verbs(
             let inline = inline_a.min(inline_b);
             let ea = BwEnd::new(va, p, &me.mr, buffers(&conn.conns)?, inline)?;
             let eb = BwEnd::new(vb, p, &peer.mr, buffers(&conn.peer)?, inline)?;
-            exit_on_failure("bw", devs, measure_loopback(a, p, devs, ea, eb, conn, (inline, doorbell)))
+            exit_on_failure(
+                "bw",
+                devs,
+                measure_loopback(a, p, devs, ea, eb, conn, (inline, doorbell)),
+            )
         }
         Some(rv) => {
             let conn = {
@@ -1114,7 +1144,11 @@ fn run_verbs(
             };
             aim(&mut va, &conn.conns);
             let e = BwEnd::new(va, p, &me.mr, buffers(&conn.conns)?, inline_a)?;
-            exit_on_failure("bw", devs, measure_end(a, p, devs, e, conn, rv.is_client(), (inline_a, doorbell)))
+            exit_on_failure(
+                "bw",
+                devs,
+                measure_end(a, p, devs, e, conn, rv.is_client(), (inline_a, doorbell)),
+            )
         }
     }
 }

@@ -119,7 +119,10 @@ fn plan(args: &LatArgs) -> Result<Plan> {
     let half = recv.next_multiple_of(64);
     let ends = if c.loopback { 2 } else { 1 };
     limits::check_memory(
-        &format!("the buffers of {ends} end(s), 2 × {} each,", limits::human(half as u64)),
+        &format!(
+            "the buffers of {ends} end(s), 2 × {} each,",
+            limits::human(half as u64)
+        ),
         (ends * 2 * half) as u64,
     )?;
     let mut shape = RunShape::new(
@@ -361,10 +364,10 @@ impl<'a, P: DataPath> Pinger<'a, P> {
                 return Ok(Waited::Done);
             }
             spins = spins.wrapping_add(1);
-            if spins.is_multiple_of(every) {
+            if spins % every == 0 {
                 self.drain()?;
             }
-            if spins.is_multiple_of(4096) {
+            if spins % 4096 == 0 {
                 if let Some(conn) = self.watch.as_mut() {
                     match conn.poll_control()? {
                         Some(ControlEvent::PeerAborted(AbortCode::Shutdown)) => {
@@ -847,14 +850,40 @@ fn run_direct(
                 None,
             )?;
             let inline = inline_a.min(inline_b);
-            let pa = Pinger::new(Direct::new(links_a.qps, links_a.cq), mr, buffer_of(&conn.conns[0])?, inline, p);
-            let pb = Pinger::new(Direct::new(links_b.qps, links_b.cq), mr_b, buffer_of(&conn.peer[0])?, inline, p);
-            exit_on_failure("lat", devs, measure_loopback(args, p, devs, pa, pb, conn, &doorbell))
+            let pa = Pinger::new(
+                Direct::new(links_a.qps, links_a.cq),
+                mr,
+                buffer_of(&conn.conns[0])?,
+                inline,
+                p,
+            );
+            let pb = Pinger::new(
+                Direct::new(links_b.qps, links_b.cq),
+                mr_b,
+                buffer_of(&conn.peer[0])?,
+                inline,
+                p,
+            );
+            exit_on_failure(
+                "lat",
+                devs,
+                measure_loopback(args, p, devs, pa, pb, conn, &doorbell),
+            )
         }
         Some(rv) => {
             let conn = connect_all(devs, &end_a, &mut links_a, None, Some(rv), Some(&p.shape))?;
-            let me = Pinger::new(Direct::new(links_a.qps, links_a.cq), mr, buffer_of(&conn.conns[0])?, inline_a, p);
-            exit_on_failure("lat", devs, measure_end(args, p, devs, me, conn, rv.is_client(), &doorbell))
+            let me = Pinger::new(
+                Direct::new(links_a.qps, links_a.cq),
+                mr,
+                buffer_of(&conn.conns[0])?,
+                inline_a,
+                p,
+            );
+            exit_on_failure(
+                "lat",
+                devs,
+                measure_end(args, p, devs, me, conn, rv.is_client(), &doorbell),
+            )
         }
     }
 }
@@ -908,7 +937,16 @@ fn measure_loopback<P: DataPath, Q: DataPath>(
     aim(&mut pb, &conn.peer[0]);
     let sizes = usable_sizes(p, &conn.conns[0], None)?;
     let title = args.test.title(false, p.atomic, false);
-    p.say(&banner(args, p, &title, devs, pa.inline, doorbell, &conn.conns[0], None));
+    p.say(&banner(
+        args,
+        p,
+        &title,
+        devs,
+        pa.inline,
+        doorbell,
+        &conn.conns[0],
+        None,
+    ));
     let mut rep = Reporter::new(p, title);
     rep.header();
     let mut stamp = 0u8;
@@ -956,16 +994,23 @@ fn measure_end<P: DataPath>(
     doorbell: &str,
 ) -> Result<()> {
     me.yield_idle = devs.software;
-    let Connected {
-        mut conns, udp, ..
-    } = conn;
+    let Connected { mut conns, udp, .. } = conn;
     if conns.is_empty() {
         return Err(Error::Usage("no connection".into()));
     }
     let mut conn = conns.remove(0);
     aim(&mut me, &conn);
     let title = args.test.title(false, p.atomic, false);
-    p.say(&banner(args, p, &title, devs, me.inline, doorbell, &conn, udp.as_ref()));
+    p.say(&banner(
+        args,
+        p,
+        &title,
+        devs,
+        me.inline,
+        doorbell,
+        &conn,
+        udp.as_ref(),
+    ));
     // Both ends leave out the same sizes, so they stay in step.
     let sizes = usable_sizes(p, &conn, udp.as_ref())?;
     let passive = matches!(p.test, Test::Read | Test::Atomic);
@@ -977,7 +1022,7 @@ fn measure_end<P: DataPath>(
             'sizes: for &size in &sizes {
                 let size = size as usize;
                 let mut i = 0u64;
-                while p.length.iters().is_none_or(|n| i < n) {
+                while p.length.iters().map_or(true, |n| i < n) {
                     stamp = next_stamp(stamp);
                     if me.wait_msg(p.test, size, stamp)? == Waited::Stopped {
                         stopped = true;
@@ -1055,7 +1100,10 @@ fn banner(
     if let Length::Duration { secs, margin } = p.length {
         extra.push((
             "Duration".into(),
-            format!("{secs} s, figures between {margin} s and {} s", secs - margin),
+            format!(
+                "{secs} s, figures between {margin} s and {} s",
+                secs - margin
+            ),
         ));
     }
     if let Some(u) = udp {
@@ -1138,12 +1186,23 @@ fn run_verbs(
                     recv: recv_b,
                     failed: None,
                 };
-                connect_all(devs, &end_a, &mut la, Some((&end_b, &mut lb as &mut dyn Links)), None, None)?
+                connect_all(
+                    devs,
+                    &end_a,
+                    &mut la,
+                    Some((&end_b, &mut lb as &mut dyn Links)),
+                    None,
+                    None,
+                )?
             };
             let inline = inline_a.min(inline_b);
             let pa = Pinger::new(va, &a.mr, buffer_of(&conn.conns[0])?, inline, p);
             let pb = Pinger::new(vb, &b.mr, buffer_of(&conn.peer[0])?, inline, p);
-            exit_on_failure("lat", devs, measure_loopback(args, p, devs, pa, pb, conn, &doorbell))
+            exit_on_failure(
+                "lat",
+                devs,
+                measure_loopback(args, p, devs, pa, pb, conn, &doorbell),
+            )
         }
         Some(rv) => {
             let conn = {
@@ -1155,7 +1214,11 @@ fn run_verbs(
                 connect_all(devs, &end_a, &mut la, None, Some(rv), Some(&p.shape))?
             };
             let me = Pinger::new(va, &a.mr, buffer_of(&conn.conns[0])?, inline_a, p);
-            exit_on_failure("lat", devs, measure_end(args, p, devs, me, conn, rv.is_client(), &doorbell))
+            exit_on_failure(
+                "lat",
+                devs,
+                measure_end(args, p, devs, me, conn, rv.is_client(), &doorbell),
+            )
         }
     }
 }

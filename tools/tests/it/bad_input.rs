@@ -71,7 +71,11 @@ pub fn check_table(table: Vec<(&'static str, Vec<String>)>, limit: Duration) {
             }
         }
     }
-    assert!(failures.is_empty(), "unclean exits:\n{}", failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "unclean exits:\n{}",
+        failures.join("\n")
+    );
 }
 
 fn args(a: &[&str]) -> Vec<String> {
@@ -136,7 +140,12 @@ fn bad_arguments_never_crash_lat_or_bw() {
         table.push((BW, args(a)));
     }
     for a in [
-        &["write", "--loopback", "--histogram", "/nonexistent-dir/lat.svg"][..],
+        &[
+            "write",
+            "--loopback",
+            "--histogram",
+            "/nonexistent-dir/lat.svg",
+        ][..],
         &["write", "--loopback", "--hlog", "/proc/lat.hlog"],
         &["write", "--loopback", "-H", "-D", "2", "-n", "5"],
     ] {
@@ -184,10 +193,25 @@ fn bad_input_never_crashes_wqe_dump() {
         vec!["cqe".into(), empty.clone()],
         vec!["recv".into(), binary.clone()],
         vec!["cqe".into(), short.clone()],
-        vec!["send".into(), short.clone(), "--qp-type".into(), "rd".into()],
-        vec!["cqe".into(), short.clone(), "--cqe-size".into(), "18446744073709551616".into()],
+        vec![
+            "send".into(),
+            short.clone(),
+            "--qp-type".into(),
+            "rd".into(),
+        ],
+        vec![
+            "cqe".into(),
+            short.clone(),
+            "--cqe-size".into(),
+            "18446744073709551616".into(),
+        ],
         vec!["recv".into(), short.clone(), "--sges".into(), "-1".into()],
-        vec!["srq".into(), short, "--sges".into(), "99999999999999999999".into()],
+        vec![
+            "srq".into(),
+            short,
+            "--sges".into(),
+            "99999999999999999999".into(),
+        ],
         vec!["frobnicate".into()],
         vec!["send".into(), "--bogus".into()],
         vec![],

@@ -60,14 +60,54 @@ fn field(out: &str, name: &str) -> String {
 #[test]
 fn every_latency_test_on_every_connection_perftest_allows() {
     for (args, title, size, conn) in [
-        (&["write", "-n", "20"][..], "RDMA_Write Latency Test", 2.0, "RC"),
-        (&["write", "-c", "UC", "-n", "20", "-s", "300"], "RDMA_Write Latency Test", 300.0, "UC"),
-        (&["send", "-n", "20", "-s", "64"], "Send Latency Test", 64.0, "RC"),
-        (&["send", "-c", "UC", "-n", "20"], "Send Latency Test", 2.0, "UC"),
-        (&["send", "-c", "UD", "-n", "20", "-s", "1024"], "Send Latency Test", 1024.0, "UD"),
-        (&["read", "-n", "20", "-s", "512"], "RDMA_Read Latency Test", 512.0, "RC"),
-        (&["atomic", "-n", "20"], "Atomic FETCH_AND_ADD Latency Test", 8.0, "RC"),
-        (&["atomic", "-A", "CMP_AND_SWAP", "-n", "20"], "Atomic CMP_AND_SWAP Latency Test", 8.0, "RC"),
+        (
+            &["write", "-n", "20"][..],
+            "RDMA_Write Latency Test",
+            2.0,
+            "RC",
+        ),
+        (
+            &["write", "-c", "UC", "-n", "20", "-s", "300"],
+            "RDMA_Write Latency Test",
+            300.0,
+            "UC",
+        ),
+        (
+            &["send", "-n", "20", "-s", "64"],
+            "Send Latency Test",
+            64.0,
+            "RC",
+        ),
+        (
+            &["send", "-c", "UC", "-n", "20"],
+            "Send Latency Test",
+            2.0,
+            "UC",
+        ),
+        (
+            &["send", "-c", "UD", "-n", "20", "-s", "1024"],
+            "Send Latency Test",
+            1024.0,
+            "UD",
+        ),
+        (
+            &["read", "-n", "20", "-s", "512"],
+            "RDMA_Read Latency Test",
+            512.0,
+            "RC",
+        ),
+        (
+            &["atomic", "-n", "20"],
+            "Atomic FETCH_AND_ADD Latency Test",
+            8.0,
+            "RC",
+        ),
+        (
+            &["atomic", "-A", "CMP_AND_SWAP", "-n", "20"],
+            "Atomic CMP_AND_SWAP Latency Test",
+            8.0,
+            "RC",
+        ),
     ] {
         let out = ok(LAT, &[args, &["--loopback"]].concat());
         assert!(out.contains(title), "{args:?}: {out}");
@@ -81,28 +121,74 @@ fn every_latency_test_on_every_connection_perftest_allows() {
 #[test]
 fn every_bandwidth_test_on_every_connection_perftest_allows() {
     for (args, title, size, iters) in [
-        (&["send", "-n", "200", "-s", "2048"][..], "Send BW Test", 2048.0, 200.0),
-        (&["send", "-c", "UC", "-n", "200", "-s", "512"], "Send BW Test", 512.0, 200.0),
-        (&["send", "-c", "UD", "-n", "200", "-s", "1024", "-q", "2"], "Send BW Test", 1024.0, 400.0),
-        (&["write", "-c", "UC", "-n", "200", "-s", "4096"], "RDMA_Write BW Test", 4096.0, 200.0),
-        (&["atomic", "-n", "200"], "Atomic FETCH_AND_ADD BW Test", 8.0, 200.0),
-        (&["atomic", "-A", "CMP_AND_SWAP", "-n", "100"], "Atomic CMP_AND_SWAP BW Test", 8.0, 100.0),
-        (&["write", "-b", "-n", "200", "-s", "1024"], "RDMA_Write Bidirectional BW Test", 1024.0, 400.0),
-        (&["send", "-b", "-n", "100", "-s", "1024", "-q", "2"], "Send Bidirectional BW Test", 1024.0, 400.0),
+        (
+            &["send", "-n", "200", "-s", "2048"][..],
+            "Send BW Test",
+            2048.0,
+            200.0,
+        ),
+        (
+            &["send", "-c", "UC", "-n", "200", "-s", "512"],
+            "Send BW Test",
+            512.0,
+            200.0,
+        ),
+        (
+            &["send", "-c", "UD", "-n", "200", "-s", "1024", "-q", "2"],
+            "Send BW Test",
+            1024.0,
+            400.0,
+        ),
+        (
+            &["write", "-c", "UC", "-n", "200", "-s", "4096"],
+            "RDMA_Write BW Test",
+            4096.0,
+            200.0,
+        ),
+        (
+            &["atomic", "-n", "200"],
+            "Atomic FETCH_AND_ADD BW Test",
+            8.0,
+            200.0,
+        ),
+        (
+            &["atomic", "-A", "CMP_AND_SWAP", "-n", "100"],
+            "Atomic CMP_AND_SWAP BW Test",
+            8.0,
+            100.0,
+        ),
+        (
+            &["write", "-b", "-n", "200", "-s", "1024"],
+            "RDMA_Write Bidirectional BW Test",
+            1024.0,
+            400.0,
+        ),
+        (
+            &["send", "-b", "-n", "100", "-s", "1024", "-q", "2"],
+            "Send Bidirectional BW Test",
+            1024.0,
+            400.0,
+        ),
     ] {
         let out = ok(BW, &[args, &["--loopback"]].concat());
         assert!(out.contains(title), "{args:?}: {out}");
         let r = &rows(&out, "MsgRate[Mpps]")[0];
         assert_eq!((r[0], r[1]), (size, iters), "{args:?}: {out}");
         assert!(r[2] > 0.0 && r[3] > 0.0 && r[4] > 0.0, "{args:?}: {r:?}");
-        assert!(!out.contains("messages arrived"), "{args:?}: a loss in loopback: {out}");
+        assert!(
+            !out.contains("messages arrived"),
+            "{args:?}: a loss in loopback: {out}"
+        );
     }
 }
 
 #[test]
 fn duration_runs_have_perftests_duration_columns() {
     let out = ok(LAT, &["send", "--loopback", "-D", "1"]);
-    assert!(out.contains("#bytes        #iterations       t_avg[usec]    tps average"), "{out}");
+    assert!(
+        out.contains("#bytes        #iterations       t_avg[usec]    tps average"),
+        "{out}"
+    );
     let r = &rows(&out, "tps average")[0];
     assert_eq!(r.len(), 4, "{out}");
     assert!(r[1] > 10.0 && r[2] > 0.0 && r[3] > 0.0, "{r:?}");
@@ -128,7 +214,10 @@ fn the_listing_one_number_and_the_histogram_log() {
         .map(|l| l.split(", ").nth(1).unwrap().parse().unwrap())
         .collect();
     assert_eq!(listed.len(), 7, "{out}");
-    assert!(listed.windows(2).all(|w| w[0] <= w[1]), "sorted: {listed:?}");
+    assert!(
+        listed.windows(2).all(|w| w[0] <= w[1]),
+        "sorted: {listed:?}"
+    );
     assert_eq!(rows(&out, "t_typical[usec]")[0][1], 7.0);
     // --output=latency: one number per size and nothing else.
     let out = ok(LAT, &["read", "--loopback", "-n", "10", "--output=latency"]);
@@ -150,13 +239,27 @@ fn the_listing_one_number_and_the_histogram_log() {
     ok(
         LAT,
         &[
-            "write", "--loopback", "-a", "-n", "2", "--hlog", log.to_str().unwrap(),
-            "--histogram", svg.to_str().unwrap(),
+            "write",
+            "--loopback",
+            "-a",
+            "-n",
+            "2",
+            "--hlog",
+            log.to_str().unwrap(),
+            "--histogram",
+            svg.to_str().unwrap(),
         ],
     );
     let text = std::fs::read_to_string(&log).unwrap();
-    assert!(text.starts_with("#[Histogram log format version 1.3]"), "{text}");
-    assert_eq!(text.lines().filter(|l| l.starts_with("Tag=size=")).count(), 23, "{text}");
+    assert!(
+        text.starts_with("#[Histogram log format version 1.3]"),
+        "{text}"
+    );
+    assert_eq!(
+        text.lines().filter(|l| l.starts_with("Tag=size=")).count(),
+        23,
+        "{text}"
+    );
     assert!(text.contains("Tag=size=8388608,"), "{text}");
     assert!(std::fs::read_to_string(&svg).unwrap().starts_with("<svg"));
     std::fs::remove_dir_all(&dir).ok();
@@ -165,7 +268,12 @@ fn the_listing_one_number_and_the_histogram_log() {
 #[test]
 fn help_names_every_default() {
     for (bin, flags) in [
-        (LAT, &["-s", "-n", "-p", "-d", "-i", "-c", "-A", "-r", "-u", "--path"][..]),
+        (
+            LAT,
+            &[
+                "-s", "-n", "-p", "-d", "-i", "-c", "-A", "-r", "-u", "--path",
+            ][..],
+        ),
         (BW, &["-s", "-n", "-q", "-t", "-Q", "-p", "-c", "-r", "-u"]),
     ] {
         let out = Command::new(bin).arg("--help").output().unwrap();
@@ -182,14 +290,18 @@ fn help_names_every_default() {
                 .iter()
                 .position(|l| {
                     let t = l.trim_start();
-                    is_opt(l) && (t.starts_with(&format!("{f},")) || t.starts_with(&format!("{f} ")))
+                    is_opt(l)
+                        && (t.starts_with(&format!("{f},")) || t.starts_with(&format!("{f} ")))
                 })
                 .unwrap_or_else(|| panic!("{bin}: no {f} in\n{help}"));
             let entry: Vec<&str> = std::iter::once(lines[at])
                 .chain(lines[at + 1..].iter().take_while(|l| !is_opt(l)).copied())
                 .collect();
             let entry = entry.join(" ");
-            assert!(entry.contains("default"), "{bin} {f}: no default in {entry:?}");
+            assert!(
+                entry.contains("default"),
+                "{bin} {f}: no default in {entry:?}"
+            );
         }
     }
 }
@@ -210,16 +322,32 @@ fn rust_log_shows_one_line_per_qp_transition() {
     // Reset→Init→RTR→RTS on both QPs.
     assert_eq!(moves.len(), 6, "{err}");
     for l in &moves {
-        for f in ["old_state=", "new_state=", "qpn=", "dest_qpn=", "sq_psn=", "rq_psn=", "path_mtu=", "dgid="] {
+        for f in [
+            "old_state=",
+            "new_state=",
+            "qpn=",
+            "dest_qpn=",
+            "sq_psn=",
+            "rq_psn=",
+            "path_mtu=",
+            "dgid=",
+        ] {
             assert!(l.contains(f), "{f} missing in {l}");
         }
     }
-    assert!(moves.iter().any(|l| l.contains("new_state=\"RTS\"")), "{err}");
+    assert!(
+        moves.iter().any(|l| l.contains("new_state=\"RTS\"")),
+        "{err}"
+    );
     // -v does the same without RUST_LOG; without either, nothing is logged.
     let v = run(BW, &["write", "--loopback", "-n", "10", "-v"]);
     assert!(String::from_utf8_lossy(&v.stderr).contains("QP modified"));
     let quiet = run(BW, &["write", "--loopback", "-n", "10"]);
-    assert!(quiet.stderr.is_empty(), "{}", String::from_utf8_lossy(&quiet.stderr));
+    assert!(
+        quiet.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&quiet.stderr)
+    );
 }
 
 #[test]
@@ -232,7 +360,10 @@ fn a_gigabyte_message_ends_with_the_timeouts_message_never_a_signal() {
         .into_iter()
         .map(|bin| {
             std::thread::spawn(move || {
-                (bin, run(bin, &["write", "--loopback", "-s", "1073741824", "-n", "2"]))
+                (
+                    bin,
+                    run(bin, &["write", "--loopback", "-s", "1073741824", "-n", "2"]),
+                )
             })
         })
         .collect();
@@ -241,7 +372,10 @@ fn a_gigabyte_message_ends_with_the_timeouts_message_never_a_signal() {
         let err = String::from_utf8_lossy(&out.stderr);
         match out.status.code() {
             Some(0) => {}
-            Some(1) => assert!(err.contains("timed out after 10 s waiting for"), "{bin}: {err}"),
+            Some(1) => assert!(
+                err.contains("timed out after 10 s waiting for"),
+                "{bin}: {err}"
+            ),
             other => panic!("{bin}: exit {other:?} (a signal?): {err}"),
         }
     }

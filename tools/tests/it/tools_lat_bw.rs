@@ -211,7 +211,11 @@ fn bad_requests_are_clear_errors() {
         "give no server address",
     );
     check_clear_error(bw, &["read", "--loopback", "::1"], "give no server address");
-    check_clear_error(lat, &["write", "--loopback", "-s", "0"], "-s 0: the message size must be");
+    check_clear_error(
+        lat,
+        &["write", "--loopback", "-s", "0"],
+        "-s 0: the message size must be",
+    );
     check_clear_error(bw, &["write", "--loopback", "-q", "0"], "-q must be");
     // The software ConnectX has one GID: an empty slot is refused before any QP is touched.
     check_clear_error(lat, &["write", "--loopback", "-x", "1"], "GID 1 of port 1");
