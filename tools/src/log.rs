@@ -12,11 +12,14 @@ use tracing_subscriber::{fmt, EnvFilter};
 
 /// The filter for a verbosity without `RUST_LOG`: 0 warnings and errors (but `mlx5_connect`
 /// only errors: it warns of every ordinary goodbye of a peer), 1 (`-v`) warnings and INFO
-/// of this project's crates (every QP transition), 2 DEBUG, 3 or more TRACE.
+/// of this project's crates (every QP transition) but the software ConnectX's, 2 DEBUG, 3 or
+/// more TRACE.
 pub fn default_filter(verbosity: u8) -> &'static str {
     match verbosity {
         0 => "warn,mlx5_connect=error",
-        1 => "warn,mlx5=info",
+        // The software ConnectX logs its own side of every modify at INFO too (`mlx5_sim`):
+        // one line per transition is the library's (`mlx5_hw::transition`).
+        1 => "warn,mlx5=info,mlx5_sim=warn",
         2 => "warn,mlx5=debug",
         _ => "warn,mlx5=trace",
     }
