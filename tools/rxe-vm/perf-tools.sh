@@ -5,16 +5,17 @@
 #
 # Checked, each run bounded by `timeout`:
 #   --path verbs, both ends in one process on rxe0 (--loopback): lat write, lat send, lat read,
-#     bw write (-q 2);
+#     lat atomic (-A CMP_AND_SWAP), lat send over UD (-c UD), bw write (-q 2), bw send (the
+#     receiver reposting through ibv_post_recv), bw write -b (both directions, summed);
 #   --path verbs, a server process on rxe0 and a client process on rxe1, control connection
 #     over TCP 127.0.0.1, RoCE v2 frames across the veth pair: lat write, lat send, bw write;
-#   --path direct on rxe0 (not mlx5): lat and bw exit 1 saying the direct path needs an mlx5
-#     device, without a panic; so does --doorbell with --path verbs;
+#   --path direct on rxe0 (not mlx5): lat and bw exit 2 (a usage error) saying the direct path
+#     needs an mlx5 device, without a panic; so does --doorbell with --path verbs;
 #   -I above what rxe grants: refused naming the largest size ibv_create_qp grants, and a run
 #     with -I (and -s) of exactly that size works;
 #   a bw server with -q 2 and a client with -q 1 (rxe0, rxe1): both exit 1 at connect naming
 #     both values.
-# Every run must exit 0 (the refusals 1) and the two-process runs must show the IPv4 RoCE v2
+# Every run must exit 0 (the refusals 2, the mismatched pair 1) and the two-process runs must show the IPv4 RoCE v2
 # GIDs of rxe0 (192.0.2.1) and rxe1 (192.0.2.2) crosswise, else the script stops there with
 # exit 1 after printing what the tools printed; at the end every measuring run's output must
 # have perftest's columns and one row of positive figures of the requested size and
@@ -46,7 +47,7 @@ import sys
 COLS = {
     "lat": ["#bytes", "#iterations", "t_min[usec]", "t_max[usec]", "t_typical[usec]",
             "t_avg[usec]", "t_stdev[usec]", "99% percentile[usec]", "99.9% percentile[usec]"],
-    "bw": ["#bytes", "#iterations", "BW peak[MB/sec]", "BW average[MB/sec]", "MsgRate[Mpps]"],
+    "bw": ["#bytes", "#iterations", "BW peak[MiB/sec]", "BW average[MiB/sec]", "MsgRate[Mpps]"],
 }
 
 def check(path, kind, size, iters):
@@ -120,12 +121,13 @@ two() {
     || fail "$name: the server's banner does not show rxe0 -> rxe1 GIDs"
 }
 
-# refused NAME WHY TOOL ARGS...: exit status 1 and WHY (a fixed string) in stderr, no panic.
+# refused NAME WHY TOOL ARGS...: exit status 2 (a usage error) and WHY (a fixed string) in
+# stderr, no panic.
 refused() {
   local name=$1 why=$2; shift 2
   timeout 60 "$@" >"$work/$name.out" 2>"$work/$name.err"
   local rc=$?
-  [ $rc = 1 ] || fail "$name: $* exited $rc, want 1"
+  [ $rc = 2 ] || fail "$name: $* exited $rc, want 2"
   grep -qF -- "$why" "$work/$name.err" || fail "$name: no clear refusal ($why)"
   ! grep -q panicked "$work/$name.err" || fail "$name: panicked"
   say "ok $name: $(head -c 120 "$work/$name.err")..."
@@ -164,6 +166,14 @@ one lat-read "$lat" read "${v[@]}" -d rxe0 --loopback -n 20 -s 2048
 expect "$work/lat-read.out" lat 2048 20
 one bw-write "$bw" write "${v[@]}" -d rxe0 --loopback -n 200 -s 4096 -q 2
 expect "$work/bw-write.out" bw 4096 400
+one lat-atomic "$lat" atomic -A CMP_AND_SWAP "${v[@]}" -d rxe0 --loopback -n 20
+expect "$work/lat-atomic.out" lat 8 20
+one lat-ud "$lat" send -c UD "${v[@]}" -d rxe0 --loopback -n 20 -s 512
+expect "$work/lat-ud.out" lat 512 20
+one bw-send "$bw" send "${v[@]}" -d rxe0 --loopback -n 200 -s 2048
+expect "$work/bw-send.out" bw 2048 200
+one bw-bidir "$bw" write -b "${v[@]}" -d rxe0 --loopback -n 100 -s 1024
+expect "$work/bw-bidir.out" bw 1024 200
 
 two lat-write2 "$lat" write "${v[@]}" -n 50 -s 32
 expect "$work/lat-write2-client.out" lat 32 50
@@ -182,7 +192,7 @@ refused lat-doorbell "--doorbell bf: --path verbs rings the doorbell libibverbs 
 
 # The largest inline size rxe grants, as the refusal names it; then a run at exactly that size.
 refused lat-inline "grants a QP of this run at most" \
-  "$lat" send "${v[@]}" -d rxe0 --loopback -n 5 -I 100000
+  "$lat" send "${v[@]}" -d rxe0 --loopback -n 5 -I 1024
 max=$(grep -o "at most [0-9]*" "$work/lat-inline.err" | awk '{print $3}')
 [ -n "$max" ] && [ "$max" -gt 0 ] || fail "lat-inline: no inline size in the refusal"
 one lat-inline-max "$lat" send "${v[@]}" -d rxe0 --loopback -n 20 -s "$max" -I "$max"

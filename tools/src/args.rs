@@ -1,12 +1,18 @@
-//! Command-line arguments of `lat` and `bw`, with perftest's flag names where they make sense
-//! (perftest `src/perftest_parameters.c` `usage`): `-d/--ib-dev`, `-i/--ib-port`,
-//! `-p/--port`, `-s/--size`, `-n/--iters`, `-a/--all`, `-I/--inline_size`, `-q/--qp`,
-//! `-t/--tx-depth`, `-x/--gid-index`, `--report_gbits`; the server is the side started
-//! without an address. `--doorbell` is this library's own: how the direct path rings the
-//! doorbell (`mlx5_qp::DoorbellMode`).
+//! Command-line arguments of `lat` and `bw`, with perftest's flag names and defaults (perftest
+//! `src/perftest_parameters.c` `usage`, `src/perftest_parameters.h` `DEF_*`): `-d/--ib-dev`,
+//! `-i/--ib-port`, `-p/--port`, `-s/--size`, `-n/--iters`, `-a/--all`, `-D/--duration`,
+//! `-f/--margin`, `-c/--connection`, `-A/--atomic_type`, `-m/--mtu`, `-r/--rx-depth`,
+//! `-u/--qp-timeout`, `-I/--inline_size`, `-e/--events`, `-F/--CPU-freq`, `--output`,
+//! `-x/--gid-index`; `lat`: `-H`, `-U`; `bw`: `-q/--qp`, `-t/--tx-depth`, `-Q/--cq-mod`,
+//! `-b/--bidirectional`, `--report_gbits`. The server is the side started without an address.
+//! `--path`, `--doorbell`, `--loopback`, `--histogram`, `--hlog` and `-v` are these tools' own
+//! (`docs/perftest.md` has the side-by-side table).
 
 use super::error::{Error, Result};
+use crate::hello::TestKind;
+use crate::{limits, report};
 use clap::{Args, Parser, ValueEnum};
+use mlx5_hw::{Mtu, QpType};
 use mlx5_qp::DoorbellMode;
 use std::path::PathBuf;
 
@@ -83,44 +89,230 @@ pub fn describe_doorbell(mode: DoorbellMode, chosen: bool) -> String {
     format!("{}: {what}{how}", DoorbellArg::of(mode).name())
 }
 
+/// perftest's connection types (`-c`), those this library has.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ConnArg {
+    /// Reliable connected.
+    #[value(name = "RC", alias = "rc")]
+    Rc,
+    /// Unreliable connected (WRITE and SEND).
+    #[value(name = "UC", alias = "uc")]
+    Uc,
+    /// Unreliable datagram (SEND only; one MTU per message).
+    #[value(name = "UD", alias = "ud")]
+    Ud,
+}
+
+impl ConnArg {
+    /// The QP type.
+    pub fn qp_type(self) -> QpType {
+        match self {
+            ConnArg::Rc => QpType::Rc,
+            ConnArg::Uc => QpType::Uc,
+            ConnArg::Ud => QpType::Ud,
+        }
+    }
+}
+
+/// perftest's atomic operations (`-A`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum AtomicArg {
+    /// 64-bit compare and swap.
+    #[value(name = "CMP_AND_SWAP")]
+    CmpAndSwap,
+    /// 64-bit fetch and add (perftest's default).
+    #[value(name = "FETCH_AND_ADD")]
+    FetchAndAdd,
+}
+
+impl AtomicArg {
+    /// perftest's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            AtomicArg::CmpAndSwap => "CMP_AND_SWAP",
+            AtomicArg::FetchAndAdd => "FETCH_AND_ADD",
+        }
+    }
+}
+
+/// What `--output` prints instead of the report (perftest `--output=<units>`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum OutputArg {
+    /// The average latency in microseconds (`lat`).
+    #[value(name = "latency")]
+    Latency,
+    /// The average bandwidth, MiB/s or with `--report_gbits` Gb/s (`bw`).
+    #[value(name = "bandwidth")]
+    Bandwidth,
+    /// The message rate in millions per second (`bw`).
+    #[value(name = "message_rate")]
+    MessageRate,
+}
+
+impl OutputArg {
+    /// The flag's value.
+    pub fn name(self) -> &'static str {
+        match self {
+            OutputArg::Latency => "latency",
+            OutputArg::Bandwidth => "bandwidth",
+            OutputArg::MessageRate => "message_rate",
+        }
+    }
+}
+
+/// The tests, as perftest's programs are named: `ib_<test>_lat` / `ib_<test>_bw`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Test {
+    /// RDMA WRITE (`ib_write_lat`, `ib_write_bw`).
+    Write,
+    /// SEND/RECV (`ib_send_lat`, `ib_send_bw`).
+    Send,
+    /// RDMA READ (`ib_read_lat`, `ib_read_bw`).
+    Read,
+    /// 64-bit atomics, `-A` (`ib_atomic_lat`, `ib_atomic_bw`).
+    Atomic,
+}
+
+impl Test {
+    /// The name on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Test::Write => "write",
+            Test::Send => "send",
+            Test::Read => "read",
+            Test::Atomic => "atomic",
+        }
+    }
+
+    /// The connection types perftest allows for the test (`change_conn_type`: UC has no READ
+    /// or atomics, UD only SEND; IBTA Vol. 1 §9.4 and table 38).
+    pub fn allows(self, c: ConnArg) -> bool {
+        matches!(
+            (self, c),
+            (_, ConnArg::Rc) | (Test::Write | Test::Send, ConnArg::Uc) | (Test::Send, ConnArg::Ud)
+        )
+    }
+
+    /// perftest's message for a connection type the test does not allow.
+    pub fn refuse(self, c: ConnArg) -> Error {
+        let why = match c {
+            ConnArg::Ud => "UD connection only possible in SEND verb",
+            _ => "UC connection not possible in READ/ATOMIC verbs",
+        };
+        Error::Usage(format!(
+            "-c {c:?}: {why} (perftest's rule; IBTA Vol. 1 §9.4: UC carries SEND and RDMA \
+             WRITE, UD only SEND)",
+            c = c.qp_type().name()
+        ))
+    }
+
+    /// perftest's title line (`ctx_print_test_info`): `RDMA_Write Latency Test`, `Atomic
+    /// FETCH_AND_ADD BW Test`, `Send Bidirectional BW Test`; `bw` for the bandwidth tool.
+    pub fn title(self, bw: bool, atomic: AtomicArg, bidirectional: bool) -> String {
+        let verb = match self {
+            Test::Write => "RDMA_Write".to_string(),
+            Test::Send => "Send".to_string(),
+            Test::Read => "RDMA_Read".to_string(),
+            Test::Atomic => format!("Atomic {}", atomic.name()),
+        };
+        match (bw, bidirectional) {
+            (true, true) => format!("{verb} Bidirectional BW Test"),
+            (true, false) => format!("{verb} BW Test"),
+            (false, _) => format!("{verb} Latency Test"),
+        }
+    }
+
+    /// The hello's name of the test.
+    pub fn kind(self) -> TestKind {
+        match self {
+            Test::Write => TestKind::Write,
+            Test::Send => TestKind::Send,
+            Test::Read => TestKind::Read,
+            Test::Atomic => TestKind::Atomic,
+        }
+    }
+
+    /// The inline size asked for without `-I` (perftest `DEF_INLINE_WRITE`,
+    /// `DEF_INLINE_SEND_RC_UC`, `DEF_INLINE_SEND_UD`; READ and atomics send nothing inline).
+    pub fn default_inline(self, c: ConnArg) -> u32 {
+        match (self, c) {
+            (Test::Write, _) => 220,
+            (Test::Send, ConnArg::Ud) => 188,
+            (Test::Send, _) => 236,
+            _ => 0,
+        }
+    }
+}
+
 /// What both tools share.
 #[derive(Args, Clone, Debug)]
 pub struct Common {
     /// The server's address: given, this side is the client; omitted, the server.
     pub server: Option<String>,
-    /// Device: `sim` (the software ConnectX, default) or a verbs device such as `mlx5_0`
-    /// (needs the `verbs` feature).
+    /// Device: `sim` (the software ConnectX) or a verbs device such as `mlx5_0` (needs the
+    /// `verbs` feature).
     #[arg(short = 'd', long = "ib-dev", default_value = "sim")]
     pub device: String,
     /// Device port.
     #[arg(short = 'i', long = "ib-port", default_value_t = 1)]
     pub ib_port: u8,
-    /// Source GID index on a RoCE port (default: a RoCE v2 GID of an IPv4 address, as
-    /// perftest picks one; index 0 on the software ConnectX).
+    /// Source GID index on a RoCE port [default: a RoCE v2 GID of an IPv4 address, as
+    /// perftest picks one; index 0 on the software ConnectX].
     #[arg(short = 'x', long = "gid-index")]
     pub gid_index: Option<u8>,
-    /// TCP port of the endpoint exchange (perftest's default; 0: the server picks a free one
-    /// and prints it).
+    /// TCP port of the endpoint exchange (0: the server picks a free one and prints it).
     #[arg(short = 'p', long = "port", default_value_t = 18515)]
     pub port: u16,
-    /// Message size in bytes.
+    /// Message size in bytes, 1 to 1 GiB [default: lat 2, bw 65536; atomic: 8, the only size].
     #[arg(short = 's', long = "size")]
     pub size: Option<u64>,
-    /// Iterations per message size.
+    /// Iterations per message size [default: lat 1000; bw write 5000, others 1000].
     #[arg(short = 'n', long = "iters")]
     pub iters: Option<u64>,
     /// Run every size from 2 bytes to 8 MiB (powers of two).
     #[arg(short = 'a', long = "all")]
     pub all: bool,
+    /// Run for this many seconds instead of -n iterations; the figures are taken between the
+    /// margins (-f).
+    #[arg(short = 'D', long = "duration", value_name = "SECONDS")]
+    pub duration: Option<u64>,
+    /// With -D: seconds at the start and the end left out of the figures [default: -D / 4].
+    #[arg(short = 'f', long = "margin", value_name = "SECONDS")]
+    pub margin: Option<u64>,
+    /// Connection type.
+    #[arg(short = 'c', long = "connection", value_enum, default_value_t = ConnArg::Rc)]
+    pub connection: ConnArg,
+    /// Atomic operation of the atomic test.
+    #[arg(short = 'A', long = "atomic_type", value_enum, default_value_t = AtomicArg::FetchAndAdd)]
+    pub atomic_type: AtomicArg,
+    /// Path MTU: 256, 512, 1024, 2048 or 4096 [default: the port's active MTU].
+    #[arg(short = 'm', long = "mtu")]
+    pub mtu: Option<u32>,
+    /// Receive queue depth (the send test).
+    #[arg(short = 'r', long = "rx-depth", default_value_t = 512)]
+    pub rx_depth: u32,
+    /// RC local ACK timeout: 4.096 µs × 2^timeout (0..=31; 0 waits forever).
+    #[arg(short = 'u', long = "qp-timeout", default_value_t = 14)]
+    pub qp_timeout: u8,
     /// Largest message sent inline (copied into the WQE). Refused when the device grants a
-    /// QP less; without it, 220 bytes or what the QP grants, whichever is smaller.
+    /// QP less [default: write 220, send 236, UD send 188, or what the QP grants if less].
     #[arg(short = 'I', long = "inline_size")]
     pub inline: Option<u32>,
+    /// Sleep on completion events instead of polling (refused for now: see the message).
+    #[arg(short = 'e', long = "events")]
+    pub events: bool,
+    /// perftest: do not warn about CPU frequency scaling. These tools read the monotonic
+    /// clock, not the CPU's cycle counter, and never give that warning.
+    #[arg(short = 'F', long = "CPU-freq")]
+    pub cpu_freq: bool,
+    /// Print only this figure, one line per size (lat: latency; bw: bandwidth, message_rate).
+    #[arg(long, value_enum, value_name = "UNITS")]
+    pub output: Option<OutputArg>,
     /// Which post path to measure.
     #[arg(long, value_enum, default_value_t = PathKind::Direct)]
     pub path: PathKind,
-    /// How the direct path rings the doorbell, on every QP of the run (default: the QP's own,
-    /// bfpost when it has BlueFlame registers, else db). `--path verbs` rings libibverbs'.
+    /// How the direct path rings the doorbell, on every QP of the run [default: the QP's own,
+    /// bfpost when it has BlueFlame registers, else db]. `--path verbs` rings libibverbs'.
     #[arg(long, value_enum, value_name = "MODE")]
     pub doorbell: Option<DoorbellArg>,
     /// Both ends in this process, on two software ConnectX devices (threaded mode), or on one
@@ -128,6 +320,10 @@ pub struct Common {
     /// on the software ConnectX each process has its own device, reaching the other over UDP.
     #[arg(long)]
     pub loopback: bool,
+    /// Log more on standard error (-v: every QP state transition; -vv debug; -vvv trace).
+    /// RUST_LOG, when set, decides instead (e.g. RUST_LOG=mlx5=info).
+    #[arg(short = 'v', long = "verbose", action = clap::ArgAction::Count)]
+    pub verbose: u8,
 }
 
 impl Common {
@@ -144,96 +340,272 @@ impl Common {
             (d, _) => Ok(d.map(DoorbellArg::mode)),
         }
     }
+
+    /// Whether this process measures: the client, or both ends here.
+    pub fn is_client(&self) -> bool {
+        self.loopback || self.server.is_some()
+    }
+
+    /// `-m` as the MTU enum, refusing other values (perftest `set_mtu`).
+    pub fn mtu(&self) -> Result<Option<Mtu>> {
+        match self.mtu {
+            None => Ok(None),
+            Some(m) => Mtu::from_bytes(m).map(Some).ok_or_else(|| {
+                Error::Usage(format!(
+                    "-m {m}: the MTU is one of 256, 512, 1024, 2048, 4096 (IBTA Vol. 1 §7.7.8)"
+                ))
+            }),
+        }
+    }
+
+    /// The checks of the flags both tools share that need no device: the test and the
+    /// connection type (`-c`), `-A`/`-r`/`-I` only where they mean something, `-D` with its
+    /// margin and not with `-a` or `-n`, `-m`, `-u`, `-e`, `-F` (said to do nothing),
+    /// `--output` against the tool's figures (`outputs`), `--loopback` without an address.
+    pub fn check(&self, test: Test, outputs: &[OutputArg], tool: &str) -> Result<()> {
+        if !test.allows(self.connection) {
+            return Err(test.refuse(self.connection));
+        }
+        if self.loopback && self.server.is_some() {
+            return Err(Error::Usage(
+                "--loopback runs both ends here: give no server address".into(),
+            ));
+        }
+        if test != Test::Atomic && self.atomic_type != AtomicArg::FetchAndAdd {
+            return Err(Error::Usage(format!(
+                "-A {}: the atomic operation is for the atomic test, not {}",
+                self.atomic_type.name(),
+                test.name()
+            )));
+        }
+        if test == Test::Atomic && (self.all || self.size.is_some_and(|s| s != 8)) {
+            return Err(Error::Usage(
+                "the atomic test moves 8 bytes per operation (64-bit atomics, IBTA Vol. 1 \
+                 §9.4.5): leave out -s and -a"
+                    .into(),
+            ));
+        }
+        if matches!(test, Test::Read | Test::Atomic) && self.inline.is_some() {
+            return Err(Error::Usage(format!(
+                "-I: a {} sends no data for the device to copy inline (the reply lands in the \
+                 local buffer); leave -I out",
+                test.name()
+            )));
+        }
+        if let Some(i) = self.inline.filter(|&i| i > 1024) {
+            return Err(Error::Usage(format!(
+                "-I {i}: at most 1024 bytes inline (perftest MAX_INLINE; a WQE is at most 1 KiB, \
+                 PRM `max_wqe_sz_sq`)"
+            )));
+        }
+        if test != Test::Send && self.rx_depth != 512 {
+            return Err(Error::Usage(format!(
+                "-r {}: only the send test posts receives; leave -r out",
+                self.rx_depth
+            )));
+        }
+        if !(1..=16384).contains(&self.rx_depth) {
+            return Err(Error::Usage(format!(
+                "-r {}: the receive queue depth is 1 to 16384 (perftest MIN_RX, MAX_RX)",
+                self.rx_depth
+            )));
+        }
+        if self.qp_timeout > 31 {
+            return Err(Error::Usage(format!(
+                "-u {}: the ACK timeout exponent is 0 to 31 (a 5-bit field, IBTA Vol. 1 \
+                 §9.7.6.1.3)",
+                self.qp_timeout
+            )));
+        }
+        self.mtu()?;
+        if let Some(d) = self.duration {
+            if d == 0 || d > 86_400 {
+                return Err(Error::Usage(format!(
+                    "-D {d}: the duration is 1 to 86400 seconds"
+                )));
+            }
+            if self.iters.is_some() || self.all {
+                return Err(Error::Usage(
+                    "-D runs for a time: leave out -n and -a (perftest: duration mode does not \
+                     run all sizes)"
+                        .into(),
+                ));
+            }
+            if self.margin.unwrap_or(d / 4) * 2 >= d {
+                return Err(Error::Usage(format!(
+                    "-D {d} -f {}: the duration must be more than twice the margin (perftest: \
+                     DURATION > 2*MARGIN)",
+                    self.margin.unwrap_or(d / 4)
+                )));
+            }
+        } else if self.margin.is_some() {
+            return Err(Error::Usage(
+                "-f: the margin is for runs of a duration (-D)".into(),
+            ));
+        }
+        if self.events {
+            return Err(Error::Usage(
+                "-e: completion events need completion channels, which this library's owning \
+                 API (mlx5-ctx) does not offer yet; poll instead (leave -e out)"
+                    .into(),
+            ));
+        }
+        if let Some(o) = self.output {
+            if !outputs.contains(&o) {
+                let names: Vec<&str> = outputs.iter().map(|o| o.name()).collect();
+                return Err(Error::Usage(format!(
+                    "--output={}: {tool} reports {}",
+                    o.name(),
+                    names.join(" or ")
+                )));
+            }
+        }
+        self.doorbell_mode()?;
+        Ok(())
+    }
+
+    /// The message sizes (`-a`: all of them; else `-s`, or `default_size`) of a run.
+    pub fn sizes(&self, test: Test, default_size: u64) -> Result<Vec<u64>> {
+        let sizes = if test == Test::Atomic {
+            vec![8]
+        } else if self.all {
+            report::all_sizes(u64::MAX)
+        } else {
+            vec![self.size.unwrap_or(default_size)]
+        };
+        for &s in &sizes {
+            limits::check_size("-s", s)?;
+        }
+        Ok(sizes)
+    }
+
+    /// The run's length: `-D` seconds with its margin, or `-n` (else `default_iters`), at most
+    /// `max` iterations (`why` says where that cap comes from).
+    pub fn length(&self, default_iters: u64, max: u64, why: &str) -> Result<Length> {
+        if let Some(d) = self.duration {
+            return Ok(Length::Duration {
+                secs: d,
+                margin: self.margin.unwrap_or(d / 4),
+            });
+        }
+        let n = self.iters.unwrap_or(default_iters);
+        limits::check_iters("-n", n, max, why)?;
+        Ok(Length::Iters(n))
+    }
 }
 
-/// The latency tests.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum LatTest {
-    /// RDMA WRITE ping-pong (`ib_write_lat`): half the round trip.
-    Write,
-    /// SEND/RECV ping-pong (`ib_send_lat`): half the round trip.
-    Send,
-    /// RDMA READ (`ib_read_lat`): the whole READ.
-    Read,
+/// How long a run is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Length {
+    /// `-n`: this many iterations per size.
+    Iters(u64),
+    /// `-D`: this many seconds, the figures taken between the margins.
+    Duration {
+        /// The whole run.
+        secs: u64,
+        /// Left out at the start and at the end.
+        margin: u64,
+    },
 }
 
-impl LatTest {
-    /// perftest's title.
-    pub fn title(self) -> &'static str {
+impl Length {
+    /// The iterations of a run of `-n` (`None` for `-D`).
+    pub fn iters(self) -> Option<u64> {
         match self {
-            LatTest::Write => "RDMA_Write Latency Test",
-            LatTest::Send => "Send Latency Test",
-            LatTest::Read => "RDMA_Read Latency Test",
+            Length::Iters(n) => Some(n),
+            Length::Duration { .. } => None,
         }
     }
 }
 
-/// `lat`: ping-pong latency like perftest's `ib_write_lat`, `ib_send_lat`, `ib_read_lat`.
+/// `lat`: ping-pong latency like perftest's `ib_write_lat`, `ib_send_lat`, `ib_read_lat`,
+/// `ib_atomic_lat`.
 #[derive(Parser, Clone, Debug)]
 #[command(
     name = "lat",
     version,
-    about = "Latency of RDMA WRITE, SEND and READ, perftest style",
-    after_help = "Examples:\n  lat write                     server, software ConnectX (-d sim)\n  lat write 127.0.0.1           client, another process\n  lat write --loopback -n 1000  both ends in one process\n  lat send -d mlx5_0            server on a ConnectX (--features verbs)\n  lat send -d mlx5_0 192.0.2.1  client"
+    about = "Latency of RDMA WRITE, SEND, READ and atomics, perftest style",
+    after_help = "Examples:\n  lat write                     server, software ConnectX (-d sim)\n  lat write 127.0.0.1           client, another process\n  lat write --loopback -n 1000  both ends in one process\n  lat atomic -A CMP_AND_SWAP --loopback\n  lat send -c UD --loopback -s 512\n  lat send -d mlx5_0            server on a ConnectX (--features verbs)\n  lat send -d mlx5_0 192.0.2.1  client\n\nRUST_LOG=mlx5=info (or -v) logs every QP state transition on standard error."
 )]
 pub struct LatArgs {
     /// Which latency test.
     #[arg(value_enum)]
-    pub test: LatTest,
+    pub test: Test,
     /// Shared flags.
     #[command(flatten)]
     pub common: Common,
+    /// Print every sample, sorted, before each row (perftest -H); with -D, the histogram.
+    #[arg(short = 'H', long = "report-histogram")]
+    pub report_histogram: bool,
+    /// Print every sample in the order measured, then sorted (perftest -U; implies -H).
+    #[arg(short = 'U', long = "report-unsorted")]
+    pub report_unsorted: bool,
     /// Also write the latency histogram (of the last size) as an SVG picture.
     #[arg(long, value_name = "FILE")]
     pub histogram: Option<PathBuf>,
+    /// Also write every size's histogram as an HdrHistogram interval log (.hlog), for
+    /// HdrHistogram's HistogramLogAnalyzer and plotter.
+    #[arg(long, value_name = "FILE")]
+    pub hlog: Option<PathBuf>,
 }
 
-/// The bandwidth tests.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum BwTest {
-    /// RDMA WRITE (`ib_write_bw`).
-    Write,
-    /// RDMA READ (`ib_read_bw`).
-    Read,
-}
-
-impl BwTest {
-    /// perftest's title.
-    pub fn title(self) -> &'static str {
-        match self {
-            BwTest::Write => "RDMA_Write BW Test",
-            BwTest::Read => "RDMA_Read BW Test",
-        }
-    }
-}
-
-/// `bw`: message rate and bandwidth like perftest's `ib_write_bw` / `ib_read_bw`.
+/// `bw`: message rate and bandwidth like perftest's `ib_write_bw`, `ib_send_bw`,
+/// `ib_read_bw`, `ib_atomic_bw`.
 #[derive(Parser, Clone, Debug)]
 #[command(
     name = "bw",
     version,
-    about = "Message rate and bandwidth of RDMA WRITE and READ, perftest style",
-    after_help = "Examples:\n  bw write                            server, software ConnectX (-d sim)\n  bw write 127.0.0.1                  client, another process\n  bw write --loopback -s 8 -n 100000  both ends in one process\n  bw write -q 4 -d mlx5_0 192.0.2.1 --report_gbits"
+    about = "Message rate and bandwidth of RDMA WRITE, SEND, READ and atomics, perftest style",
+    after_help = "Examples:\n  bw write                            server, software ConnectX (-d sim)\n  bw write 127.0.0.1                  client, another process\n  bw write --loopback -s 8 -n 100000  both ends in one process\n  bw send -b --loopback               both directions at once\n  bw write -q 4 -d mlx5_0 192.0.2.1 --report_gbits\n\nRUST_LOG=mlx5=info (or -v) logs every QP state transition on standard error."
 )]
 pub struct BwArgs {
     /// Which bandwidth test.
     #[arg(value_enum)]
-    pub test: BwTest,
+    pub test: Test,
     /// Shared flags.
     #[command(flatten)]
     pub common: Common,
-    /// Number of QPs; messages go round-robin, `-n` per QP.
+    /// Number of QPs (1 to 64); messages go round-robin, `-n` per QP.
     #[arg(short = 'q', long = "qp", default_value_t = 1)]
     pub qps: u32,
-    /// Send queue depth: WRs in flight per QP.
+    /// Send queue depth: WRs in flight per QP (1 to 15000, perftest MAX_TX, and what the
+    /// device grants).
     #[arg(short = 't', long = "tx-depth", default_value_t = 128)]
     pub tx_depth: u32,
-    /// Request a completion every this many WRs (perftest `--cq-mod`).
-    #[arg(long = "cq-mod", default_value_t = 100)]
+    /// Request a completion every this many WRs (1 to 1024).
+    #[arg(short = 'Q', long = "cq-mod", default_value_t = 100)]
     pub cq_mod: u32,
-    /// Report Gb/sec instead of MB/sec.
+    /// Both ends send at once; the figures are the sum of both directions.
+    #[arg(short = 'b', long = "bidirectional")]
+    pub bidirectional: bool,
+    /// Report Gb/sec instead of MiB/sec.
     #[arg(long = "report_gbits", alias = "report-gbits")]
     pub report_gbits: bool,
+}
+
+impl BwArgs {
+    /// The checks of `-q`, `-t` and `-Q` (perftest `MAX_TX`, `MIN_CQ_MOD`/`MAX_CQ_MOD`).
+    pub fn check(&self) -> Result<()> {
+        if !(1..=64).contains(&self.qps) {
+            return Err(Error::Usage(format!(
+                "-q {}: -q must be between 1 and 64 (one control connection per QP)",
+                self.qps
+            )));
+        }
+        if !(1..=15000).contains(&self.tx_depth) {
+            return Err(Error::Usage(format!(
+                "-t {}: -t must be between 1 and 15000 (perftest MAX_TX)",
+                self.tx_depth
+            )));
+        }
+        if !(1..=1024).contains(&self.cq_mod) {
+            return Err(Error::Usage(format!(
+                "--cq-mod {}: -Q must be between 1 and 1024 (perftest MIN_CQ_MOD, MAX_CQ_MOD)",
+                self.cq_mod
+            )));
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -244,17 +616,24 @@ mod tests {
     fn perftest_flags_parse() {
         let a = LatArgs::try_parse_from([
             "lat", "write", "-s", "64", "-n", "10", "-I", "32", "-d", "mlx5_0", "-p", "9999", "-x",
-            "3", "10.0.0.1",
+            "3", "-c", "UC", "-m", "2048", "-u", "12", "-H", "10.0.0.1",
         ])
         .unwrap();
         assert_eq!(a.common.gid_index, Some(3));
-        assert_eq!(a.test, LatTest::Write);
+        assert_eq!(a.test, Test::Write);
         assert_eq!(a.common.size, Some(64));
         assert_eq!(a.common.iters, Some(10));
         assert_eq!(a.common.inline, Some(32));
         assert_eq!(a.common.device, "mlx5_0");
         assert_eq!(a.common.port, 9999);
+        assert_eq!(a.common.connection, ConnArg::Uc);
+        assert_eq!(a.common.mtu().unwrap(), Some(Mtu::Mtu2048));
+        assert_eq!(a.common.qp_timeout, 12);
+        assert!(a.report_histogram);
         assert_eq!(a.common.server.as_deref(), Some("10.0.0.1"));
+        a.common
+            .check(a.test, &[OutputArg::Latency], "lat")
+            .unwrap();
         let b = BwArgs::try_parse_from([
             "bw",
             "read",
@@ -265,13 +644,128 @@ mod tests {
             "--loopback",
             "--path",
             "verbs",
+            "-Q",
+            "7",
+            "-t",
+            "64",
         ])
         .unwrap();
-        assert_eq!(b.qps, 4);
+        assert_eq!((b.qps, b.cq_mod, b.tx_depth), (4, 7, 64));
         assert!(b.common.all && b.report_gbits && b.common.loopback);
         assert_eq!(b.common.path, PathKind::Verbs);
         assert!(b.common.server.is_none());
         assert_eq!(b.common.gid_index, None);
+        let c = BwArgs::try_parse_from([
+            "bw",
+            "atomic",
+            "-A",
+            "CMP_AND_SWAP",
+            "-b",
+            "-D",
+            "4",
+            "--output",
+            "message_rate",
+        ])
+        .unwrap();
+        assert_eq!(c.common.atomic_type, AtomicArg::CmpAndSwap);
+        assert!(c.bidirectional);
+        assert_eq!(
+            c.common.length(1000, 10, "").unwrap(),
+            Length::Duration { secs: 4, margin: 1 }
+        );
+        assert_eq!(c.common.sizes(c.test, 65536).unwrap(), [8]);
+        c.common
+            .check(
+                c.test,
+                &[OutputArg::Bandwidth, OutputArg::MessageRate],
+                "bw",
+            )
+            .unwrap();
+        assert_eq!(
+            c.test.title(true, c.common.atomic_type, true),
+            "Atomic CMP_AND_SWAP Bidirectional BW Test"
+        );
+        assert_eq!(
+            Test::Write.title(false, AtomicArg::FetchAndAdd, false),
+            "RDMA_Write Latency Test"
+        );
+    }
+
+    #[test]
+    fn flags_that_do_not_fit_the_test_are_refused() {
+        let refused = |args: &[&str], needle: &str| {
+            let a = LatArgs::try_parse_from(args).unwrap();
+            let e = a
+                .common
+                .check(a.test, &[OutputArg::Latency], "lat")
+                .unwrap_err();
+            assert_eq!(e.exit_code(), 2, "{e}");
+            assert!(e.to_string().contains(needle), "{args:?}: {e}");
+        };
+        refused(&["lat", "read", "-c", "UC"], "UC connection not possible");
+        refused(
+            &["lat", "write", "-c", "UD"],
+            "UD connection only possible in SEND",
+        );
+        refused(
+            &["lat", "atomic", "-c", "UD"],
+            "UD connection only possible",
+        );
+        refused(&["lat", "atomic", "-s", "64"], "8 bytes per operation");
+        refused(
+            &["lat", "write", "-A", "CMP_AND_SWAP"],
+            "for the atomic test",
+        );
+        refused(&["lat", "read", "-I", "64"], "leave -I out");
+        refused(
+            &["lat", "write", "-r", "64"],
+            "only the send test posts receives",
+        );
+        refused(&["lat", "send", "-r", "0"], "1 to 16384");
+        refused(&["lat", "write", "-u", "32"], "0 to 31");
+        refused(
+            &["lat", "write", "-m", "1000"],
+            "256, 512, 1024, 2048, 4096",
+        );
+        refused(&["lat", "write", "-D", "0"], "1 to 86400");
+        refused(
+            &["lat", "write", "-D", "2", "-f", "1"],
+            "more than twice the margin",
+        );
+        refused(
+            &["lat", "write", "-D", "4", "-n", "5"],
+            "leave out -n and -a",
+        );
+        refused(&["lat", "write", "-f", "1"], "for runs of a duration");
+        refused(&["lat", "send", "-e"], "completion channels");
+        refused(
+            &["lat", "write", "--output", "bandwidth"],
+            "lat reports latency",
+        );
+        refused(
+            &["lat", "write", "--loopback", "10.0.0.1"],
+            "give no server address",
+        );
+        let b = BwArgs::try_parse_from(["bw", "write", "--cq-mod", "0"]).unwrap();
+        assert!(b
+            .check()
+            .unwrap_err()
+            .to_string()
+            .contains("-Q must be between 1 and 1024"));
+        let b = BwArgs::try_parse_from(["bw", "write", "-t", "0"]).unwrap();
+        assert!(b
+            .check()
+            .unwrap_err()
+            .to_string()
+            .contains("-t must be between"));
+        let b = BwArgs::try_parse_from(["bw", "write", "-q", "65"]).unwrap();
+        assert!(b.check().is_err());
+        let c = LatArgs::try_parse_from(["lat", "write", "-n", "18446744073709551615"]).unwrap();
+        let e = c.common.length(1000, limits::MAX_ITERS, "cap").unwrap_err();
+        assert!(e.to_string().contains("at most 4294967296"), "{e}");
+        assert!(LatArgs::try_parse_from(["lat", "write", "-n", "18446744073709551616"]).is_err());
+        assert!(LatArgs::try_parse_from(["lat", "write", "-n", "-1"]).is_err());
+        assert!(LatArgs::try_parse_from(["lat", "write", "-c", "XRC"]).is_err());
     }
 
     #[test]
@@ -301,6 +795,7 @@ mod tests {
 
     #[test]
     fn unknown_test_is_rejected() {
-        assert!(LatArgs::try_parse_from(["lat", "atomic"]).is_err());
+        assert!(LatArgs::try_parse_from(["lat", "atomics"]).is_err());
+        assert!(LatArgs::try_parse_from(["lat", "atomic"]).is_ok());
     }
 }

@@ -11,6 +11,9 @@ pub enum Error {
     /// The device refused a control-path call (open, create, register, modify).
     #[error("device: {0}")]
     Device(#[from] mlx5_hw::Error),
+    /// The owning layer refused (creating an object, a memory region, a wait).
+    #[error("{0}")]
+    Ctx(#[from] mlx5_ctx::Error),
     /// The data path refused a post or a poll, or a layout.
     #[error("data path: {0}")]
     DataPath(#[from] mlx5_qp::Error),
@@ -30,13 +33,18 @@ pub enum Error {
         hint: String,
     },
     /// Nothing happened for too long.
-    #[error("timed out after {secs} s waiting for {what}; is the peer running and connected?")]
+    #[error("timed out after {secs} s waiting for {what}; {hint}")]
     Timeout {
         /// What was awaited.
         what: &'static str,
         /// Seconds waited.
         secs: u64,
+        /// What may be wrong.
+        hint: String,
     },
+    /// What arrived is not what was sent (a message's bytes, an atomic's result).
+    #[error("check failed: {0}")]
+    Check(String),
     /// The peer on the control connection is not what this side expects.
     #[error("peer {peer}: {why}")]
     Peer {
@@ -61,6 +69,30 @@ pub enum Error {
         /// The cause.
         source: std::io::Error,
     },
+}
+
+impl Error {
+    /// The exit status for this error: 2 for a usage error (the command line asks for
+    /// something this build, device or machine cannot do, found before any traffic), 1 for
+    /// everything that went wrong while running.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            Error::Usage(_) => 2,
+            _ => 1,
+        }
+    }
+
+    /// The usual stall of a run: nothing for `secs` seconds while waiting for `what`.
+    pub fn stalled(what: &'static str, secs: u64) -> Error {
+        Error::Timeout {
+            what,
+            secs,
+            hint: "is the peer running and connected? (The software ConnectX of a debug build \
+                   moves a few tens of MB per second: a large -s takes long; use a smaller -s \
+                   or a release build)"
+                .into(),
+        }
+    }
 }
 
 /// Result of the tools' functions.

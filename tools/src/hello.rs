@@ -13,7 +13,7 @@
 //! kernel gave the sender's UDP socket, from which both ends compute how much the link holds at
 //! once (`rendezvous::UdpBudget`).
 //!
-//! Wire format, version 2 (big-endian):
+//! Wire format, version 3 (big-endian):
 //!
 //! ```text
 //!  0..4   magic "MX5S"
@@ -22,17 +22,21 @@
 //!  6..8   UDP port                  \
 //!  8..12  device IPv4 address        > the software ConnectX; zero without one
 //! 12..28  UDP IP (IPv6, IPv4-mapped) /
-//! 28      flags: 1 software ConnectX present, 2 run shape present
+//! 28      flags: 1 software ConnectX present, 2 run shape present, 4 bidirectional (-b),
+//!         8 a duration (-D) in place of iterations
 //! 29      tool (1 lat, 2 bw)
-//! 30      test (1 write, 2 send, 3 read)
-//! 31      reserved, 0
+//! 30      test (1 write, 2 send, 3 read, 4 atomic)
+//! 31      connection type (-c: 0 or 1 RC, 2 UC, 3 UD)
 //! 32..36  QPs (-q)
 //! 36..44  message size (-s; 0: every size, -a)
-//! 44..52  iterations (-n)
+//! 44..52  iterations (-n), or seconds (-D) with flag 8
 //! ```
 //!
+//! Version 3 added the atomic test, the connection type and the flags 4 and 8 (version 2 had
+//! byte 31 reserved).
+//!
 //! Version 1 was the first 28 bytes alone, sent only by a software ConnectX. A version 1 peer
-//! reads 28 bytes of this message, finds version 2 and stops with "version 2, this build speaks
+//! reads 28 bytes of this message, finds version 3 and stops with "version 3, this build speaks
 //! version 1: run the same build on both ends"; this build reads the first 28 bytes before the
 //! rest, so it stops on a version 1 peer at once too, and on a peer that went straight to the
 //! endpoint exchange (an older build on a verbs device, whose first bytes are `mlx5_qp`'s
@@ -46,7 +50,7 @@ use std::time::Duration;
 /// The first bytes of a [`Hello`].
 pub const MAGIC: [u8; 4] = *b"MX5S";
 /// The format version this build speaks. Version 2 added the run's shape and the flags.
-pub const VERSION: u8 = 2;
+pub const VERSION: u8 = 3;
 /// Bytes of a version 1 message, the prefix every version starts with.
 pub const V1_LEN: usize = 28;
 /// Bytes of an encoded [`Hello`].
@@ -59,6 +63,10 @@ const RECV_BUFFER_UNIT: u64 = 64 << 10;
 const FLAG_SIM: u8 = 1 << 0;
 /// Flag: the run's shape is present.
 const FLAG_SHAPE: u8 = 1 << 1;
+/// Flag: a bidirectional run.
+const FLAG_BIDIR: u8 = 1 << 2;
+/// Flag: the iterations field holds a duration in seconds.
+const FLAG_DURATION: u8 = 1 << 3;
 
 /// What one software ConnectX tells the other: where its frames go.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -100,6 +108,8 @@ pub enum TestKind {
     Send,
     /// RDMA READ.
     Read,
+    /// Atomic compare-and-swap or fetch-and-add.
+    Atomic,
 }
 
 /// The message sizes of a run.
@@ -122,11 +132,40 @@ pub struct RunShape {
     pub qps: u32,
     /// Message sizes (`-s` or `-a`).
     pub sizes: Sizes,
-    /// Iterations per size (`-n`).
+    /// Iterations per size (`-n`), or seconds with `duration`.
     pub iters: u64,
+    /// The connection type (`-c`).
+    pub conn: mlx5_hw::QpType,
+    /// Both directions at once (`-b`).
+    pub bidirectional: bool,
+    /// `iters` is a duration in seconds (`-D`).
+    pub duration: bool,
 }
 
 impl RunShape {
+    /// A run of `tool` `test` over one RC QP, `sizes`, `iters` iterations, one direction.
+    pub fn new(tool: Tool, test: TestKind, sizes: Sizes, iters: u64) -> RunShape {
+        RunShape {
+            tool,
+            test,
+            qps: 1,
+            sizes,
+            iters,
+            conn: mlx5_hw::QpType::Rc,
+            bidirectional: false,
+            duration: false,
+        }
+    }
+
+    /// How a user names the length of the run: `-n 1000` or `-D 5`.
+    fn length_flag(&self) -> String {
+        if self.duration {
+            format!("-D {}", self.iters)
+        } else {
+            format!("-n {}", self.iters)
+        }
+    }
+
     /// How a user names the tool and test: `bw write`.
     fn command(&self) -> String {
         let tool = match self.tool {
@@ -137,6 +176,7 @@ impl RunShape {
             TestKind::Write => "write",
             TestKind::Send => "send",
             TestKind::Read => "read",
+            TestKind::Atomic => "atomic",
         };
         format!("{tool} {test}")
     }
@@ -180,10 +220,31 @@ impl RunShape {
                 s.sizes_flag()
             ));
         }
-        if c.iters != s.iters {
+        if c.iters != s.iters || c.duration != s.duration {
+            let fix = if c.duration || s.duration {
+                "start both with the same -n, or both with the same -D"
+            } else {
+                "start both with the same -n"
+            };
             why.push(format!(
-                "client -n {}, server -n {}: start both with the same -n",
-                c.iters, s.iters
+                "client {}, server {}: {fix}",
+                c.length_flag(),
+                s.length_flag()
+            ));
+        }
+        if c.conn != s.conn {
+            why.push(format!(
+                "client -c {}, server -c {}: start both with the same -c",
+                c.conn.name(),
+                s.conn.name()
+            ));
+        }
+        if c.bidirectional != s.bidirectional {
+            let on = |b: bool| if b { "with -b" } else { "without -b" };
+            why.push(format!(
+                "client {}, server {}: start both with -b, or both without",
+                on(c.bidirectional),
+                on(s.bidirectional)
             ));
         }
         why
@@ -237,7 +298,19 @@ impl Hello {
                 TestKind::Write => 1,
                 TestKind::Send => 2,
                 TestKind::Read => 3,
+                TestKind::Atomic => 4,
             };
+            b[31] = match s.conn {
+                mlx5_hw::QpType::Rc => 1,
+                mlx5_hw::QpType::Uc => 2,
+                mlx5_hw::QpType::Ud => 3,
+            };
+            if s.bidirectional {
+                flags |= FLAG_BIDIR;
+            }
+            if s.duration {
+                flags |= FLAG_DURATION;
+            }
             b[32..36].copy_from_slice(&s.qps.to_be_bytes());
             let size = match s.sizes {
                 Sizes::One(n) => n,
@@ -286,7 +359,7 @@ impl Hello {
     pub fn decode(b: &[u8; HELLO_LEN], from: &str) -> Result<Hello> {
         Hello::check_prefix(b, from)?;
         let flags = b[28];
-        if flags & !(FLAG_SIM | FLAG_SHAPE) != 0 || b[31] != 0 {
+        if flags & !(FLAG_SIM | FLAG_SHAPE | FLAG_BIDIR | FLAG_DURATION) != 0 {
             return Err(peer_error(
                 from,
                 format!(
@@ -392,6 +465,7 @@ fn decode_shape(b: &[u8; HELLO_LEN], from: &str) -> Result<RunShape> {
         1 => TestKind::Write,
         2 => TestKind::Send,
         3 => TestKind::Read,
+        4 => TestKind::Atomic,
         t => {
             return Err(peer_error(
                 from,
@@ -408,6 +482,19 @@ fn decode_shape(b: &[u8; HELLO_LEN], from: &str) -> Result<RunShape> {
             n => Sizes::One(n),
         },
         iters: be64(44),
+        conn: match b[31] {
+            0 | 1 => mlx5_hw::QpType::Rc,
+            2 => mlx5_hw::QpType::Uc,
+            3 => mlx5_hw::QpType::Ud,
+            c => {
+                return Err(peer_error(
+                    from,
+                    format!("its hello names an unknown connection type {c}"),
+                ))
+            }
+        },
+        bidirectional: b[28] & FLAG_BIDIR != 0,
+        duration: b[28] & FLAG_DURATION != 0,
     })
 }
 
@@ -440,6 +527,7 @@ pub fn exchange(stream: &mut TcpStream, me: &Hello, timeout: Duration) -> Result
                 ErrorKind::WouldBlock | ErrorKind::TimedOut => Error::Timeout {
                     what: "the peer's hello",
                     secs: timeout.as_secs(),
+                    hint: "is the peer this tool, started for the same run?".into(),
                 },
                 ErrorKind::UnexpectedEof => peer_error(
                     &from,
@@ -475,6 +563,9 @@ mod tests {
             qps: 2,
             sizes: Sizes::One(4096),
             iters: 300,
+            conn: mlx5_hw::QpType::Rc,
+            bidirectional: false,
+            duration: false,
         }
     }
 
@@ -499,6 +590,9 @@ mod tests {
                 qps: 1,
                 sizes: Sizes::All,
                 iters: u64::MAX,
+                conn: mlx5_hw::QpType::Rc,
+                bidirectional: false,
+                duration: false,
             }),
         };
         assert_eq!(Hello::decode(&verbs.encode(), "t").unwrap(), verbs);
@@ -514,12 +608,12 @@ mod tests {
         let b = hello("127.0.0.1:4791").encode();
         // Version 1's prefix, with the version byte moved on.
         assert_eq!(&b[..4], b"MX5S");
-        assert_eq!(b[4], 2);
+        assert_eq!(b[4], 3);
         assert_eq!(b[5], 128, "8 MiB in 64 KiB units");
         assert_eq!(&b[6..8], &4791u16.to_be_bytes());
         assert_eq!(&b[8..12], &[10, 0, 0, 2]);
         assert_eq!(&b[12..28], &Ipv4Addr::LOCALHOST.to_ipv6_mapped().octets());
-        assert_eq!(&b[28..32], &[3, 2, 1, 0]);
+        assert_eq!(&b[28..32], &[3, 2, 1, 1]);
         assert_eq!(&b[32..36], &2u32.to_be_bytes());
         assert_eq!(&b[36..44], &4096u64.to_be_bytes());
         assert_eq!(&b[44..52], &300u64.to_be_bytes());
@@ -542,7 +636,7 @@ mod tests {
         http[..4].copy_from_slice(b"GET ");
         let e = Hello::decode(&http, "p").unwrap_err().to_string();
         assert!(e.contains("not lat or bw"), "{e}");
-        for (v, which) in [(1, "an older"), (3, "a newer")] {
+        for (v, which) in [(1, "an older"), (2, "an older"), (4, "a newer")] {
             let mut other = good;
             other[4] = v;
             let e = Hello::decode(&other, "p").unwrap_err().to_string();
@@ -595,6 +689,9 @@ mod tests {
             qps: 2,
             sizes: Sizes::All,
             iters: 5,
+            conn: mlx5_hw::QpType::Rc,
+            bidirectional: false,
+            duration: false,
         };
         let why = all.differences(&server, true);
         assert_eq!(why.len(), 3, "{why:?}");
@@ -674,7 +771,7 @@ mod tests {
         );
         // What the version 1 peer reads: its magic and a version it does not speak, so it
         // says so (its decoder compares the version byte).
-        assert_eq!((&seen[..4], seen[4]), (&b"MX5S"[..], 2));
+        assert_eq!((&seen[..4], seen[4]), (&b"MX5S"[..], 3));
         // An older build on a verbs device sends the endpoint exchange's HELLO at once.
         let mut endpoint = b"M5QP".to_vec();
         endpoint.resize(84, 0);

@@ -1,28 +1,41 @@
-//! The shared, safe part of the perftest-compatible tools `lat` and `bw`: command-line
-//! arguments ([`args`]), statistics ([`stats`]), perftest-style report lines ([`report`]), the
-//! latency histogram picture ([`svg`]), terminal progress ([`progress`]), errors
-//! ([`error`]), what a server and its client tell each other before they connect ([`hello`]),
-//! the control connection and the UDP link between two processes ([`rendezvous`]), which
-//! source GID a RoCE port uses by default ([`gid`]), what `-I` asks of the device
-//! ([`inline`]) and the edges of a run ([`serve`]).
+//! The perftest-compatible tools `lat` and `bw` and the ping-pong examples, built on the
+//! library's public API (`mlx5-ctx` owning objects, `mlx5-connect`): command-line arguments
+//! ([`args`]) and their limits ([`limits`]), the devices of a run ([`devices`]) and one end's
+//! resources on them ([`resources`]), connecting their QPs ([`connecting`]), the post/poll path under measurement ([`path`]),
+//! statistics ([`stats`]), perftest-style report lines ([`report`]), the latency histogram
+//! as an SVG picture ([`svg`]) and as an HdrHistogram log ([`hlog`]), terminal progress
+//! ([`progress`]), errors ([`error`]), what a server and its client tell each other before
+//! they connect ([`hello`]) and after a bidirectional run ([`results`]), the control connection
+//! and the UDP link between two processes ([`rendezvous`]), which source GID a RoCE port uses
+//! by default ([`gid`]), what `-I` asks of the device ([`inline`]), the edges of a run
+//! ([`serve`]), the log every program installs ([`log`]) and what the `rc_pingpong` and
+//! `ud_pingpong` examples share ([`pingpong`]).
 //!
-//! The tools print the same columns as perftest's `ib_write_lat` / `ib_write_bw` (perftest
-//! `src/perftest_parameters.c`, `print_report_lat` / `print_report_bw`) so that their figures
-//! can be put side by side with perftest's on the same machine (`docs/sources.md` §21). What
-//! needs `unsafe` — registering memory and building the data path from the device's layouts —
-//! lives in the binaries (`src/bin/support/side.rs`), since this crate forbids unsafe code.
+//! The tools print the same columns as perftest's `ib_write_lat` / `ib_write_bw`
+//! (perftest `src/perftest_parameters.c`, `print_report_lat` / `print_report_bw`) so that their
+//! figures can be put side by side with perftest's on the same machine (`docs/perftest.md`).
+//! This crate has no `unsafe` code: registered memory is reached only through `mlx5_ctx::Mr`.
 #![deny(missing_docs)]
+#![forbid(unsafe_code)]
 
 pub mod args;
+pub mod connecting;
+pub mod devices;
 pub mod error;
 pub mod gid;
 pub mod hello;
+pub mod hlog;
 pub mod inline;
+pub mod limits;
+pub mod log;
+pub mod path;
+pub mod pingpong;
 pub mod progress;
 pub mod rendezvous;
 pub mod report;
+pub mod resources;
+pub mod results;
 pub mod serve;
-pub mod side;
 pub mod stats;
 pub mod svg;
 

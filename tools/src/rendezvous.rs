@@ -6,9 +6,14 @@
 //!
 //! [`accept`] and [`connect`] open the control socket the way the tools want it: the server
 //! waits for its client as long as it takes (perftest's servers do), the client retries a
-//! refused connection until the server listens or the deadline passes.
+//! refused connection until the server listens or the deadline passes; [`Rendezvous`] does
+//! both and swaps the hello.
 
 use super::error::{Error, Result};
+use crate::devices::Devices;
+use crate::hello::{self, Hello, RunShape, SimHello};
+use mlx5_connect::{Control, Endpoint};
+use mlx5_sim::SimDevice;
 use std::io::ErrorKind;
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
@@ -176,6 +181,185 @@ pub fn connect(host: &str, port: u16, timeout: Duration) -> Result<(TcpStream, S
         }
         std::thread::sleep(RETRY_EVERY);
     }
+}
+
+/// How this process reaches its peer: the TCP control connection (the server listens, the
+/// client connects), and the [`Hello`] both ends swap on it first: the run each was started
+/// for, and for a software ConnectX in another process, where each device's frames go.
+pub enum Rendezvous {
+    /// The server: waits for its client on this listener.
+    Server(TcpListener),
+    /// The client: connects to the server.
+    Client {
+        /// The server's host name or address.
+        host: String,
+        /// Its TCP port.
+        port: u16,
+    },
+}
+
+/// The UDP path between the software ConnectX of two processes, as agreed on the control
+/// socket.
+#[derive(Clone, Copy, Debug)]
+pub struct UdpLink {
+    /// This process's device.
+    pub local: SimHello,
+    /// The peer's.
+    pub peer: SimHello,
+}
+
+impl UdpLink {
+    /// What the link holds at once with path MTU `mtu`: the frames that fit in the smaller of
+    /// the two ends' UDP receive buffers.
+    pub fn budget(&self, mtu: u32) -> UdpBudget {
+        UdpBudget::new(self.local.recv_buffer, self.peer.recv_buffer, mtu)
+    }
+}
+
+impl std::fmt::Display for UdpLink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ⇄ peer {}", self.local, self.peer)
+    }
+}
+
+/// One control connection to the peer, opened by [`Rendezvous::control_for`]: the control
+/// channel `mlx5_connect` connects a QP over, and a second handle on the same socket for the
+/// results a bidirectional run swaps at its end ([`crate::results`]), which travel only when
+/// the connection's own protocol is idle.
+pub struct Opened {
+    /// The control channel.
+    pub control: Control,
+    /// The UDP link, when this opened it (software ConnectX across processes).
+    pub udp: Option<UdpLink>,
+    /// The same socket, for [`crate::results`].
+    pub stream: TcpStream,
+}
+
+impl Rendezvous {
+    /// The server (`server` is `None`) binds TCP `port` on every address; the client will
+    /// connect to `server`:`port`.
+    pub fn new(server: Option<&str>, port: u16) -> Result<Rendezvous> {
+        Ok(match server {
+            None => Rendezvous::Server(listen(port)?),
+            Some(h) => Rendezvous::Client {
+                host: h.to_string(),
+                port,
+            },
+        })
+    }
+
+    /// Whether this side is the client.
+    pub fn is_client(&self) -> bool {
+        matches!(self, Rendezvous::Client { .. })
+    }
+
+    /// The TCP port the server listens on (the one it picked for `-p 0`).
+    pub fn port(&self) -> Option<u16> {
+        match self {
+            Rendezvous::Server(l) => l.local_addr().ok().map(|a| a.port()),
+            Rendezvous::Client { port, .. } => Some(*port),
+        }
+    }
+
+    /// Open one control connection (the server waits for its client as long as it takes; the
+    /// client retries for `timeout` while the server does not listen yet). On a software
+    /// ConnectX that talks to another process, bind its UDP socket on the address the control
+    /// connection uses (the first time) and swap UDP addresses with the peer first.
+    pub fn control(&self, devs: &Devices, timeout: Duration) -> Result<(Control, Option<UdpLink>)> {
+        let o = self.control_for(devs, timeout, None)?;
+        Ok((o.control, o.udp))
+    }
+
+    /// [`Rendezvous::control`] for a run of this `shape` (`lat`, `bw`): the peer must have
+    /// been started for the same run, else both ends stop here, each naming both values
+    /// ([`Hello::check_peer`]). With a shape the hello is swapped on every device, not only
+    /// on a software ConnectX.
+    pub fn control_for(
+        &self,
+        devs: &Devices,
+        timeout: Duration,
+        shape: Option<&RunShape>,
+    ) -> Result<Opened> {
+        let (mut stream, peer) = match self {
+            Rendezvous::Server(l) => accept(l)?,
+            Rendezvous::Client { host, port } => connect(host, *port, timeout)?,
+        };
+        let sim = match (devs.sim(), devs.peer.is_none()) {
+            (Some(sim), true) => Some((sim, bind_udp(devs, sim, &stream)?)),
+            _ => None,
+        };
+        let me = Hello {
+            sim: sim.map(|(_, s)| s),
+            shape: shape.copied(),
+        };
+        let mut link = None;
+        if me.sim.is_some() || me.shape.is_some() {
+            let theirs = hello::exchange(&mut stream, &me, timeout)?;
+            me.check_peer(&theirs, self.is_client(), &peer.to_string())?;
+            if let (Some((dev, local)), Some(remote)) = (sim, theirs.sim) {
+                dev.add_udp_peer(remote.ipv4.octets(), remote.udp)
+                    .map_err(|e| Error::Net {
+                        during: "add the peer's UDP address".into(),
+                        source: e,
+                    })?;
+                tracing::info!(
+                    %local,
+                    peer = %remote,
+                    "software ConnectX linked to the peer process over UDP"
+                );
+                link = Some(UdpLink {
+                    local,
+                    peer: remote,
+                });
+            }
+        }
+        let second = stream.try_clone().map_err(|e| Error::Net {
+            during: "a second handle on the control connection".into(),
+            source: e,
+        })?;
+        Ok(Opened {
+            control: Control::from_stream(stream, peer, timeout)?,
+            udp: link,
+            stream: second,
+        })
+    }
+}
+
+/// Bind the device's UDP socket (once) on the control connection's local address; what this
+/// side's hello says about it.
+fn bind_udp(devs: &Devices, sim: &SimDevice, stream: &TcpStream) -> Result<SimHello> {
+    let net = |during: &str, source| Error::Net {
+        during: during.to_string(),
+        source,
+    };
+    let udp = match devs.udp.get() {
+        Some(a) => *a,
+        None => {
+            let ip = stream
+                .local_addr()
+                .map_err(|e| net("the control connection's local address", e))?
+                .ip();
+            let a = sim
+                .bind_udp(SocketAddr::new(ip, 0))
+                .map_err(|e| net("bind the software ConnectX to UDP", e))?;
+            *devs.udp.get_or_init(|| a)
+        }
+    };
+    Ok(SimHello {
+        ipv4: sim.ipv4(),
+        udp,
+        recv_buffer: sim.udp_recv_buffer().map(|b| b as u64),
+    })
+}
+
+/// How a banner names one end of a connection: `QPN 0x000011 PSN 0xa21b53`, and the GID the
+/// path uses when it has one (RoCE), e.g. `GID ::ffff:192.0.2.1`.
+pub fn describe_endpoint(e: &Endpoint) -> String {
+    let mut s = format!("QPN {:#08x} PSN {:#08x}", e.qpn, e.psn);
+    if e.gid != mlx5_hw::Gid::default() {
+        s.push_str(&format!(" GID {}", std::net::Ipv6Addr::from(e.gid.0)));
+    }
+    s
 }
 
 #[cfg(test)]

@@ -3,7 +3,10 @@
 //! `RESULT_LINE`, `RESULT_FMT_LAT`, `RESULT_FMT`, `RESULT_FMT_G`) so that scripts written for
 //! perftest's output read these tools' output too.
 
-use super::stats::{BwStats, LatencyStats, PERFTEST_GBIT, PERFTEST_MB};
+use super::stats::{
+    quantile_of_sorted, BwStats, DurationStats, LatencyStats, PERFTEST_GBIT, PERFTEST_MB,
+};
+use hdrhistogram::Histogram;
 use std::fmt::Write as _;
 
 /// perftest's separator line (`RESULT_LINE`).
@@ -13,12 +16,17 @@ pub const RESULT_LINE: &str =
 /// The latency column header (`RESULT_FMT_LAT`).
 pub const LAT_HEADER: &str = " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] ";
 
-/// The bandwidth column header (`RESULT_FMT`, or `RESULT_FMT_G` with `--report_gbits`).
+/// The latency column header of a run of fixed length, `-D` (`RESULT_FMT_LAT_DUR`).
+pub const LAT_DUR_HEADER: &str = " #bytes        #iterations       t_avg[usec]    tps average";
+
+/// The bandwidth column header (`RESULT_FMT`, or `RESULT_FMT_G` with `--report_gbits`), as
+/// perftest prints it since it names its unit MiB (`format_factor = 0x100000`; older
+/// releases said `MB/sec` for the same figure).
 pub fn bw_header(gbits: bool) -> &'static str {
     if gbits {
         " #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]"
     } else {
-        " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]"
+        " #bytes     #iterations    BW peak[MiB/sec]    BW average[MiB/sec]   MsgRate[Mpps]"
     }
 }
 
@@ -74,12 +82,50 @@ pub fn lat_row(s: &LatencyStats) -> String {
     )
 }
 
-/// The percentile block printed under a latency table (HdrHistogram quantiles).
-pub fn lat_percentiles(s: &LatencyStats) -> String {
+/// One row of a run of fixed length, columns under [`LAT_DUR_HEADER`]
+/// (`REPORT_FMT_LAT_DUR`).
+pub fn lat_dur_row(s: &DurationStats) -> String {
+    format!(
+        " {:<7}       {:<16} {:<14.2} {:.2}",
+        s.bytes, s.iterations, s.avg, s.tps
+    )
+}
+
+/// The percentile line printed under a latency table, from the sorted samples (nanoseconds)
+/// of `bytes`-byte messages.
+pub fn lat_percentiles(bytes: u64, sorted: &[u64]) -> String {
     let qs = [0.5, 0.9, 0.99, 0.999, 0.9999, 1.0];
-    let mut out = format!(" percentiles[usec] for {} bytes:", s.bytes);
+    let mut out = format!(" percentiles[usec] for {bytes} bytes:");
     for q in qs {
-        let _ = write!(out, " p{}={:.2}", q * 100.0, s.quantile(q));
+        let v = quantile_of_sorted(sorted, q) as f64 / 1000.0;
+        let _ = write!(out, " p{}={v:.2}", q * 100.0);
+    }
+    out
+}
+
+/// perftest's `-H` / `-U` listing (`print_report_lat`): a `#, usec` line, then one
+/// `index, microseconds` line per sample (nanoseconds in `samples`), in the order given.
+pub fn sample_listing(samples: &[u64]) -> String {
+    let mut out = String::with_capacity(16 + samples.len() * 12);
+    out.push_str("#, usec");
+    for (i, &ns) in samples.iter().enumerate() {
+        let _ = write!(out, "\n{}, {}", i + 1, ns as f64 / 1000.0);
+    }
+    out
+}
+
+/// `-H` of a run of fixed length, which keeps a histogram and not the samples: a
+/// `#usec, count` line, then one `microseconds, count` line per histogram bucket that holds a
+/// sample, in increasing order.
+pub fn histogram_listing(h: &Histogram<u64>) -> String {
+    let mut out = String::from("#usec, count");
+    for v in h.iter_recorded() {
+        let _ = write!(
+            out,
+            "\n{}, {}",
+            h.highest_equivalent(v.value_iterated_to()) as f64 / 1000.0,
+            v.count_at_value()
+        );
     }
     out
 }
@@ -134,7 +180,7 @@ mod tests {
 
     #[test]
     fn lat_row_has_nine_numbers() {
-        let s = LatencyStats::from_nanos(64, &[1500, 2500, 2000]).unwrap();
+        let s = LatencyStats::from_samples(64, &mut [1500, 2500, 2000]).unwrap();
         let row = lat_row(&s);
         let nums: Vec<f64> = row.split_whitespace().map(|t| t.parse().unwrap()).collect();
         assert_eq!(nums.len(), 9, "{row}");
@@ -157,7 +203,30 @@ mod tests {
             .map(|t| t.parse().unwrap())
             .collect();
         assert_eq!(gb[3], 0.84); // 100 MiB/s = 0.8389 Gb/s
-        assert!(bw_header(true).contains("Gb/sec") && bw_header(false).contains("MB/sec"));
+        assert!(bw_header(true).contains("Gb/sec") && bw_header(false).contains("MiB/sec"));
+    }
+
+    #[test]
+    fn duration_row_and_listings() {
+        assert_eq!(
+            columns(LAT_DUR_HEADER),
+            ["#bytes", "#iterations", "t_avg[usec]", "tps average"]
+        );
+        let d = DurationStats::new(2, 1000, Duration::from_millis(10), 2);
+        let nums: Vec<f64> = lat_dur_row(&d)
+            .split_whitespace()
+            .map(|t| t.parse().unwrap())
+            .collect();
+        assert_eq!(nums, [2.0, 1000.0, 5.0, 100000.0]);
+        assert_eq!(sample_listing(&[1500, 2000]), "#, usec\n1, 1.5\n2, 2");
+        let h = crate::stats::histogram_of(&[1000, 1000, 3000]).unwrap();
+        let l = histogram_listing(&h);
+        assert!(l.starts_with("#usec, count\n"), "{l}");
+        assert_eq!(l.lines().count(), 3, "{l}");
+        assert!(l.lines().nth(1).unwrap().ends_with(", 2"), "{l}");
+        // perftest's index ⌈n × q⌉: the p50 of three samples is the third.
+        let p = lat_percentiles(8, &[1000, 2000, 3000, 4000]);
+        assert!(p.contains("p50=3.00") && p.contains("p100=4.00"), "{p}");
     }
 
     #[test]

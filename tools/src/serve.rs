@@ -27,10 +27,10 @@ pub fn serve_until_closed(conns: &mut [Connection]) -> Result<()> {
             match conn.poll_control()? {
                 Some(ControlEvent::PeerAborted(AbortCode::Shutdown)) => *open = false,
                 Some(ControlEvent::PeerAborted(code)) => {
-                    return Err(Error::Usage(format!(
-                        "the client aborted: {}",
-                        code.describe()
-                    )))
+                    return Err(Error::Peer {
+                        peer: "the client".into(),
+                        why: format!("it aborted: {}", code.describe()),
+                    })
                 }
                 Some(ControlEvent::RebuildRequested { .. }) | None => {}
             }
@@ -38,4 +38,27 @@ pub fn serve_until_closed(conns: &mut [Connection]) -> Result<()> {
         std::thread::sleep(Duration::from_millis(1));
     }
     Ok(())
+}
+
+/// End the process now when a run failed, reporting `r`'s error as `tool: error: ...` (and
+/// what the software ConnectX logged as driver bugs) with its exit status, without tearing the
+/// run's resources down first — as perftest exits on a failure. The resources are still
+/// registered when the process ends, so the device never touches freed memory; the orderly
+/// teardown would only wait: the software ConnectX moves a whole message in one step under its
+/// lock (a 1 GiB WRITE: tens of seconds in a debug build), and deregistering waits for that
+/// step. On success `r` is returned as it is. After a timeout the driver bugs are not asked
+/// for: asking takes the software ConnectX's lock, which the step that stalled the run may
+/// hold for as long.
+pub fn exit_on_failure<T>(tool: &str, devs: &crate::devices::Devices, r: Result<T>) -> Result<T> {
+    match r {
+        Ok(v) => Ok(v),
+        Err(e) => {
+            let _ = std::io::stdout().flush();
+            eprintln!("{tool}: error: {e}");
+            if !matches!(e, crate::Error::Timeout { .. }) {
+                devs.print_driver_bugs(tool);
+            }
+            std::process::exit(i32::from(e.exit_code()));
+        }
+    }
 }

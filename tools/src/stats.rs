@@ -1,6 +1,9 @@
 //! Latency and bandwidth figures as perftest computes them (perftest
-//! `src/perftest_parameters.c` `print_report_lat`, `src/perftest_resources.c`
-//! `print_report_bw`), with the percentiles taken from an HdrHistogram.
+//! `src/perftest_parameters.c` `print_report_lat`, `print_report_lat_duration`,
+//! `print_report_bw`). One method per mode keeps memory bounded: a run of `-n` iterations keeps
+//! every sample, as perftest does (8 bytes each, `-n` capped by the memory there is:
+//! `crate::limits`); a run of `-D` seconds keeps an HdrHistogram instead, whose size depends on
+//! the range of the values, not on their count.
 
 use hdrhistogram::Histogram;
 use std::time::Duration;
@@ -11,7 +14,13 @@ pub const PERFTEST_MB: f64 = 1_048_576.0;
 pub const PERFTEST_GBIT: f64 = 125_000_000.0;
 
 /// One row of a latency report, in microseconds.
-#[derive(Clone, Debug)]
+///
+/// Computed as perftest computes it (`print_report_lat`): every sample is kept (one per
+/// iteration), sorted, and the median and percentiles are read off the sorted samples
+/// (`t_typical` the median, the p99 the sample at index ⌈n × 0.99⌉). Differences: perftest's
+/// sample is the time between two successive posts and it drops the two largest; here each
+/// sample is one iteration's own time and none is dropped.
+#[derive(Clone, Debug, PartialEq)]
 pub struct LatencyStats {
     /// Message size.
     pub bytes: u64,
@@ -27,56 +36,111 @@ pub struct LatencyStats {
     pub avg: f64,
     /// Standard deviation (population).
     pub stdev: f64,
-    /// 99th percentile (HdrHistogram, 3 significant digits).
+    /// 99th percentile.
     pub p99: f64,
     /// 99.9th percentile.
     pub p999: f64,
-    /// Every sample in nanoseconds (1 ns resolution up to 1 µs, 3 significant digits above).
-    pub histogram: Histogram<u64>,
+}
+
+/// The sample at `quantile` (0..=1) of sorted samples, perftest's way: index ⌈n × q⌉, at most
+/// the last.
+pub fn quantile_of_sorted(sorted: &[u64], quantile: f64) -> u64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let i = ((sorted.len() as f64 * quantile).ceil() as usize).min(sorted.len() - 1);
+    sorted[i]
 }
 
 impl LatencyStats {
-    /// Statistics of `samples` (nanoseconds each). `None` when there are none.
-    pub fn from_nanos(bytes: u64, samples: &[u64]) -> Option<LatencyStats> {
+    /// Statistics of `samples` (nanoseconds each), which are sorted in place. `None` when
+    /// there are none.
+    pub fn from_samples(bytes: u64, samples: &mut [u64]) -> Option<LatencyStats> {
         if samples.is_empty() {
             return None;
         }
-        let mut histogram = Histogram::<u64>::new(3).ok()?;
-        for &s in samples {
-            // The histogram resizes itself on `record`; `saturating_record` alone would clamp
-            // to the current range instead.
-            if histogram.record(s.max(1)).is_err() {
-                histogram.saturating_record(s.max(1));
-            }
-        }
-        let mut sorted = samples.to_vec();
-        sorted.sort_unstable();
-        let n = sorted.len() as f64;
+        samples.sort_unstable();
+        let sorted = &*samples;
+        let n = sorted.len();
         let us = |ns: f64| ns / 1000.0;
-        let mean = sorted.iter().map(|&s| s as f64).sum::<f64>() / n;
+        let mean = sorted.iter().map(|&s| s as f64).sum::<f64>() / n as f64;
         let var = sorted
             .iter()
             .map(|&s| (s as f64 - mean) * (s as f64 - mean))
             .sum::<f64>()
-            / n;
+            / n as f64;
+        // perftest `get_median`: the mean of the two middle samples of an even count.
+        let median = if n % 2 == 0 {
+            (sorted[n / 2 - 1] as f64 + sorted[n / 2] as f64) / 2.0
+        } else {
+            sorted[n / 2] as f64
+        };
         Some(LatencyStats {
             bytes,
-            iterations: samples.len() as u64,
+            iterations: n as u64,
             min: us(sorted[0] as f64),
-            max: us(sorted[sorted.len() - 1] as f64),
-            typical: us(sorted[sorted.len() / 2] as f64),
+            max: us(sorted[n - 1] as f64),
+            typical: us(median),
             avg: us(mean),
             stdev: us(var.sqrt()),
-            p99: us(histogram.value_at_quantile(0.99) as f64),
-            p999: us(histogram.value_at_quantile(0.999) as f64),
-            histogram,
+            p99: us(quantile_of_sorted(sorted, 0.99) as f64),
+            p999: us(quantile_of_sorted(sorted, 0.999) as f64),
         })
     }
+}
 
-    /// The value at `quantile` (0..=1) in microseconds, from the histogram.
-    pub fn quantile(&self, quantile: f64) -> f64 {
-        self.histogram.value_at_quantile(quantile) as f64 / 1000.0
+/// The figures of a latency run of fixed length (`-D`), perftest's
+/// (`print_report_lat_duration`): the mean latency and the transactions per second.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct DurationStats {
+    /// Message size.
+    pub bytes: u64,
+    /// Iterations measured (in the sampling window).
+    pub iterations: u64,
+    /// Mean latency, microseconds.
+    pub avg: f64,
+    /// Iterations per second.
+    pub tps: f64,
+}
+
+impl DurationStats {
+    /// `iterations` of `bytes` measured over `window`, each taking `per_iteration` (a
+    /// ping-pong: half of the round trip, which counts 2 of a round trip's halves: `halves`).
+    pub fn new(bytes: u64, iterations: u64, window: Duration, halves: u32) -> DurationStats {
+        let secs = window.as_secs_f64().max(1e-12);
+        let n = iterations.max(1) as f64;
+        DurationStats {
+            bytes,
+            iterations,
+            avg: secs * 1e6 / n / f64::from(halves.max(1)),
+            tps: iterations as f64 / secs,
+        }
     }
+}
+
+/// An empty latency histogram in nanoseconds: 3 significant digits, growing as values come
+/// (memory bounded by the range, a few tens of KiB, not by the count).
+/// (`None` only if the histogram library refused its own parameters.)
+pub fn new_histogram() -> Option<Histogram<u64>> {
+    Histogram::<u64>::new(3).ok()
+}
+
+/// Record `ns` into `h` (values of 0 count as 1 ns; a value past the range the histogram can
+/// grow to is clamped to its top).
+pub fn record(h: &mut Histogram<u64>, ns: u64) {
+    let v = ns.max(1);
+    if h.record(v).is_err() {
+        h.saturating_record(v);
+    }
+}
+
+/// The histogram of `samples` (nanoseconds).
+pub fn histogram_of(samples: &[u64]) -> Option<Histogram<u64>> {
+    let mut h = new_histogram()?;
+    for &s in samples {
+        record(&mut h, s);
+    }
+    Some(h)
 }
 
 /// One row of a bandwidth report.
@@ -120,6 +184,25 @@ impl BwStats {
             msg_rate: iterations as f64 / secs,
         }
     }
+
+    /// Figures without a peak (perftest prints 0 when it does not measure one: duration
+    /// runs, `-N`).
+    pub fn without_peak(mut self) -> BwStats {
+        self.peak_bps = 0.0;
+        self
+    }
+
+    /// The figures of both directions of a bidirectional run added up, as perftest reports
+    /// them (`print_full_bw_report` with the remote report).
+    pub fn plus(&self, other: &BwStats) -> BwStats {
+        BwStats {
+            bytes: self.bytes,
+            iterations: self.iterations + other.iterations,
+            peak_bps: self.peak_bps + other.peak_bps,
+            avg_bps: self.avg_bps + other.avg_bps,
+            msg_rate: self.msg_rate + other.msg_rate,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -128,23 +211,47 @@ mod tests {
 
     #[test]
     fn latency_figures_of_known_samples() {
-        // 1..=1000 ns.
-        let samples: Vec<u64> = (1..=1000).collect();
-        let s = LatencyStats::from_nanos(8, &samples).unwrap();
+        // 1..=1000 ns, shuffled.
+        let mut samples: Vec<u64> = (1..=1000).rev().collect();
+        let s = LatencyStats::from_samples(8, &mut samples).unwrap();
         assert_eq!(s.iterations, 1000);
         assert!((s.min - 0.001).abs() < 1e-9);
         assert!((s.max - 1.0).abs() < 1e-9);
         assert!((s.avg - 0.5005).abs() < 1e-9);
-        assert!((s.typical - 0.501).abs() < 1e-9);
+        // The mean of the two middle samples, 500 and 501 ns.
+        assert!((s.typical - 0.5005).abs() < 1e-9, "{}", s.typical);
         // Population stdev of 1..=1000 is sqrt((1000^2 - 1) / 12) ≈ 288.675 ns.
         assert!((s.stdev - 0.288675).abs() < 1e-5);
-        assert!((s.p99 - 0.990).abs() < 0.002, "{}", s.p99);
-        assert!((s.p999 - 0.999).abs() < 0.002, "{}", s.p999);
+        // perftest's index: ⌈1000 × 0.99⌉ = 990, the sample 991 ns.
+        assert!((s.p99 - 0.991).abs() < 1e-9, "{}", s.p99);
+        assert!((s.p999 - 1.0).abs() < 1e-9, "{}", s.p999);
+        let mut odd = vec![5, 1, 3];
+        assert!((LatencyStats::from_samples(1, &mut odd).unwrap().typical - 0.003).abs() < 1e-9);
     }
 
     #[test]
     fn no_samples_no_stats() {
-        assert!(LatencyStats::from_nanos(8, &[]).is_none());
+        assert!(LatencyStats::from_samples(8, &mut []).is_none());
+        assert_eq!(quantile_of_sorted(&[], 0.5), 0);
+    }
+
+    #[test]
+    fn duration_figures() {
+        let d = DurationStats::new(2, 1000, Duration::from_millis(10), 2);
+        assert!((d.avg - 5.0).abs() < 1e-9, "{d:?}");
+        assert!((d.tps - 100_000.0).abs() < 1e-6, "{d:?}");
+        let r = DurationStats::new(2, 1000, Duration::from_millis(10), 1);
+        assert!((r.avg - 10.0).abs() < 1e-9, "{r:?}");
+    }
+
+    #[test]
+    fn histograms_grow_and_never_fail() {
+        let mut h = new_histogram().unwrap();
+        for v in [0, 1, 1_000, 1 << 40, u64::MAX] {
+            record(&mut h, v);
+        }
+        assert_eq!(h.len(), 5);
+        assert_eq!(histogram_of(&[5, 6, 7]).unwrap().len(), 3);
     }
 
     #[test]
@@ -166,5 +273,9 @@ mod tests {
             Some((1, Duration::from_secs(1))),
         );
         assert_eq!(t.peak_bps, t.avg_bps);
+        // Both directions of a bidirectional run add up.
+        let sum = s.plus(&t);
+        assert_eq!(sum.iterations, 1100);
+        assert!((sum.avg_bps - s.avg_bps - t.avg_bps).abs() < 1e-6);
     }
 }

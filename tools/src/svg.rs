@@ -1,7 +1,10 @@
 //! The latency histogram as a small standalone SVG (`lat --histogram out.svg`), written by hand:
-//! a few dozen rectangles and labels need no plotting library.
+//! a few dozen rectangles and labels need no plotting library. Kept next to the HdrHistogram
+//! log (`--hlog`, [`crate::hlog`]) because it opens in any browser with nothing else
+//! installed, while the log needs HdrHistogram's own tools to be looked at.
 
 use super::stats::LatencyStats;
+use hdrhistogram::Histogram;
 use std::fmt::Write as _;
 
 const W: f64 = 800.0;
@@ -22,12 +25,12 @@ fn esc(s: &str) -> String {
 /// Counts of `BINS` bins spaced logarithmically from the minimum to the maximum (latency
 /// distributions have long tails: a linear axis squeezes the body into one bar), and the
 /// axis ends in microseconds.
-fn bins(s: &LatencyStats) -> (Vec<u64>, f64, f64) {
+fn bins(s: &LatencyStats, h: &Histogram<u64>) -> (Vec<u64>, f64, f64) {
     let lo = s.min.max(0.001);
     let hi = s.max.max(lo * 1.01);
     let span = (hi / lo).ln();
     let mut counts = vec![0u64; BINS];
-    for v in s.histogram.iter_recorded() {
+    for v in h.iter_recorded() {
         let us = (v.value_iterated_to() as f64 / 1000.0).max(lo);
         let i = (((us / lo).ln() / span * BINS as f64).floor() as usize).min(BINS - 1);
         counts[i] += v.count_at_value();
@@ -35,9 +38,10 @@ fn bins(s: &LatencyStats) -> (Vec<u64>, f64, f64) {
     (counts, lo, hi)
 }
 
-/// The picture of one latency distribution; `title` names the test.
-pub fn histogram_svg(title: &str, s: &LatencyStats) -> String {
-    let (counts, lo, hi) = bins(s);
+/// The picture of one latency distribution (`s`, with every sample in `h`, nanoseconds);
+/// `title` names the test.
+pub fn histogram_svg(title: &str, s: &LatencyStats, h: &Histogram<u64>) -> String {
+    let (counts, lo, hi) = bins(s, h);
     let max = counts.iter().copied().max().unwrap_or(1).max(1) as f64;
     let pw = W - LEFT - RIGHT;
     let ph = H - TOP - BOTTOM;
@@ -151,17 +155,19 @@ mod tests {
 
     #[test]
     fn every_sample_lands_in_a_bin() {
-        let samples: Vec<u64> = (0..500).map(|i| 1000 + (i % 50) * 20).collect();
-        let s = LatencyStats::from_nanos(8, &samples).unwrap();
-        let (counts, _, _) = bins(&s);
+        let mut samples: Vec<u64> = (0..500).map(|i| 1000 + (i % 50) * 20).collect();
+        let h = crate::stats::histogram_of(&samples).unwrap();
+        let s = LatencyStats::from_samples(8, &mut samples).unwrap();
+        let (counts, _, _) = bins(&s, &h);
         assert_eq!(counts.iter().sum::<u64>(), 500);
     }
 
     #[test]
     fn picture_is_an_svg_with_bars_and_markers() {
-        let samples: Vec<u64> = (0..100).map(|i| 2000 + i * 10).collect();
-        let s = LatencyStats::from_nanos(8, &samples).unwrap();
-        let svg = histogram_svg("RDMA_Write <lat>", &s);
+        let mut samples: Vec<u64> = (0..100).map(|i| 2000 + i * 10).collect();
+        let h = crate::stats::histogram_of(&samples).unwrap();
+        let s = LatencyStats::from_samples(8, &mut samples).unwrap();
+        let svg = histogram_svg("RDMA_Write <lat>", &s, &h);
         assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
         assert!(svg.matches("<rect").count() > 10);
         assert!(svg.contains("p99.9"));

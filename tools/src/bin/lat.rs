@@ -1,176 +1,235 @@
-//! `lat`: ping-pong latency like perftest's `ib_write_lat`, `ib_send_lat` and `ib_read_lat`,
-//! through this library's data path.
+//! `lat`: ping-pong latency like perftest's `ib_write_lat`, `ib_send_lat`, `ib_read_lat` and
+//! `ib_atomic_lat`, through this library's data path.
 //!
 //! ```text
 //! lat write                             server, on the software ConnectX (-d sim)
 //! lat write 127.0.0.1                   client, in another terminal
 //! lat write --loopback -n 1000          both ends in one process
+//! lat send -c UD --loopback -s 512      UD datagrams (one MTU at most)
+//! lat atomic -A CMP_AND_SWAP --loopback 64-bit atomics
+//! lat write --loopback -D 5             for 5 seconds instead of -n iterations
 //! lat send -d mlx5_0                    server on a ConnectX (--features verbs)
-//! lat send -d mlx5_0 192.0.2.1          client
 //! lat send -d mlx5_0 --path verbs ...   the same through libibverbs, for comparison
-//! lat send -d rxe0 --path verbs --loopback   libibverbs on Soft-RoCE (tools/rxe-vm)
 //! ```
-//!
-//! `--path verbs` creates its QPs and CQ with `VerbsDevice::create_*_verbs`, so it runs on any
-//! verbs device, Soft-RoCE included; `--path direct` needs an mlx5 device and says so on any
-//! other. On RoCE the source GID is `-x`, else a RoCE v2 GID of an IPv4 address.
-//! `--doorbell bfpost|bf|db` chooses how the direct path rings the doorbell on both ends
-//! (`mlx5_qp::DoorbellMode`), to compare them on hardware; the banner names the mode in use.
-//! `-I` above what the device grants a QP is refused, naming the largest size it grants.
-//!
-//! A server and a client started with different flags (test, `-s`/`-a`, `-n`) both stop when
-//! they connect, naming both values (`mlx5_tools::hello`).
-//!
-//! Across processes each has its own software ConnectX; they swap UDP addresses on the
-//! control connection, and RoCEv2 frames travel between them over UDP. `-p 0` lets the server
-//! pick a free TCP port (it prints it).
 //!
 //! WRITE: each side writes the message into the other's buffer and waits for its last byte to
 //! change (perftest's method); SEND: each side waits for the receive completion; the figure is
-//! half the round trip. READ: the client reads and waits for the completion; the figure is the
-//! whole READ. The table has perftest's columns; percentiles come from an HdrHistogram.
-
-use mlx5_tools::side;
+//! half the round trip. READ and atomics: the client posts one and waits for its completion;
+//! the figure is the whole operation. With `-n` every sample is kept, as perftest keeps them
+//! (the run's `-n` is capped by memory: `mlx5_tools::limits`); with `-D` a bounded histogram
+//! is kept instead and the report has perftest's duration columns (`t_avg`, `tps average`).
+//!
+//! A server and a client started with different flags (test, `-c`, `-s`/`-a`, `-n`/`-D`) both
+//! stop when they connect, naming both values (`mlx5_tools::hello`). Across processes each has
+//! its own software ConnectX; they swap UDP addresses on the control connection, and RoCEv2
+//! frames travel between them over UDP. `-p 0` lets the server pick a free TCP port.
+#![forbid(unsafe_code)]
 
 use clap::Parser;
-use mlx5_connect::{
-    connect_pair, ConnectParams, Connection, Link, PairSide, QpLink, QpRef, RemoteBuffer,
-};
-use mlx5_hw::Device;
+use hdrhistogram::Histogram;
+use mlx5_connect::{AbortCode, ConnectParams, Connection, ControlEvent, RemoteBuffer};
+use mlx5_ctx::Mr;
 use mlx5_hw::QpType;
-use mlx5_qp::{Cq, DoorbellMode, Qp, RemoteAddr, SendWr, Sge, Wc};
-use mlx5_tools::args::{describe_doorbell, Common, LatArgs, LatTest, PathKind};
-use mlx5_tools::hello::{RunShape, Sizes, TestKind, Tool};
+use mlx5_qp::{DoorbellMode, RemoteAddr, Sge};
+use mlx5_tools::args::{describe_doorbell, AtomicArg, LatArgs, Length, OutputArg, PathKind, Test};
+use mlx5_tools::connecting::{connect_all, Connected, DirectLinks, End, Receives};
+use mlx5_tools::devices::{on_devices, Devices};
+use mlx5_tools::hello::{RunShape, Sizes, Tool};
+use mlx5_tools::hlog;
 use mlx5_tools::inline::InlineRequest;
+use mlx5_tools::limits;
+use mlx5_tools::path::{DataPath, Direct, Done, Op, Post, GRH};
 use mlx5_tools::progress::Progress;
-use mlx5_tools::rendezvous::sizes_for_udp_link;
+use mlx5_tools::rendezvous::{describe_endpoint, sizes_for_udp_link, Rendezvous, UdpLink};
 use mlx5_tools::report::{self, Banner};
-use mlx5_tools::serve::{say, serve_until_closed};
-use mlx5_tools::stats::LatencyStats;
+use mlx5_tools::resources::{Resources, ResourcesCfg};
+use mlx5_tools::serve::{exit_on_failure, say, serve_until_closed};
+use mlx5_tools::stats::{self, DurationStats, LatencyStats};
 use mlx5_tools::{svg, Error, Result};
-use side::{
-    describe_endpoint, on_devices, remote, sizes_and_iters, Buf, Devices, Rendezvous, Side,
-    SideCfg, UdpLink,
-};
+use std::fs::File;
+use std::io::Write;
 use std::process::ExitCode;
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 /// How long any one wait may take before the run is declared stuck.
 const STALL: Duration = Duration::from_secs(10);
-/// Default largest inline message, taken down to what the QP grants.
-const DEFAULT_INLINE: u32 = 220;
-/// Receives kept posted for SEND.
-const RECV_DEPTH: u32 = 64;
 
 fn main() -> ExitCode {
     let args = LatArgs::parse();
+    mlx5_tools::log::init(args.common.verbose);
     match run(&args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("lat: error: {e}");
-            ExitCode::FAILURE
+            ExitCode::from(e.exit_code())
         }
-    }
-}
-
-/// A completion as the ping-pong sees it.
-#[derive(Clone, Copy, Debug, Default)]
-struct Done {
-    /// A receive (of the peer's SEND), else a send-side completion.
-    recv: bool,
-    wr_id: u64,
-}
-
-/// What one message is.
-#[derive(Clone, Copy, Debug)]
-enum Op {
-    /// RDMA WRITE to this remote address.
-    Write(RemoteAddr),
-    /// SEND.
-    Send,
-    /// RDMA READ from this remote address.
-    Read(RemoteAddr),
-}
-
-/// The post/poll path under measurement: this library's ([`Direct`]), or libibverbs'
-/// (`Verbs`, `--path verbs`).
-trait LatPath {
-    /// Post one signaled WR: `sge` is the local buffer (the READ's destination), `inline` the
-    /// same bytes when they go inline.
-    fn post(&mut self, wr_id: u64, op: Op, sge: Sge, inline: Option<&[u8]>) -> Result<()>;
-    /// Post one receive.
-    fn post_recv(&mut self, wr_id: u64, sge: Sge) -> Result<()>;
-    /// Poll ready completions; an error completion is an error.
-    fn poll(&mut self, out: &mut [Done]) -> Result<usize>;
-}
-
-/// This library's data path.
-struct Direct<'a> {
-    qp: &'a mut Qp,
-    cq: &'a mut Cq,
-    wcs: [Wc; 16],
-}
-
-impl<'a> Direct<'a> {
-    fn new(qp: &'a mut Qp, cq: &'a mut Cq) -> Self {
-        Direct {
-            qp,
-            cq,
-            wcs: [Wc::default(); 16],
-        }
-    }
-}
-
-impl LatPath for Direct<'_> {
-    #[inline]
-    fn post(&mut self, wr_id: u64, op: Op, sge: Sge, inline: Option<&[u8]>) -> Result<()> {
-        let wr = match op {
-            Op::Write(to) => SendWr::write(wr_id, to),
-            Op::Send => SendWr::send(wr_id),
-            Op::Read(from) => SendWr::read(wr_id, from),
-        }
-        .signaled();
-        let sges = [sge];
-        match inline {
-            Some(bytes) => self.qp.post(&wr.inline(bytes))?,
-            None => self.qp.post(&wr.sges(&sges))?,
-        }
-        Ok(())
-    }
-
-    fn post_recv(&mut self, wr_id: u64, sge: Sge) -> Result<()> {
-        self.qp.post_recv(wr_id, std::slice::from_ref(&sge))?;
-        Ok(())
-    }
-
-    #[inline]
-    fn poll(&mut self, out: &mut [Done]) -> Result<usize> {
-        let max = out.len().min(self.wcs.len());
-        let n = self.cq.poll(&mut *self.qp, &mut self.wcs[..max])?;
-        for (o, wc) in out.iter_mut().zip(&self.wcs[..n]) {
-            if !wc.is_ok() {
-                return Err(Error::completion(wc));
-            }
-            *o = Done {
-                recv: wc.opcode.is_recv(),
-                wr_id: wc.wr_id,
-            };
-        }
-        Ok(n)
     }
 }
 
 /// Signaled sends a pinger leaves outstanding before it drains: well under the SQ depth
-/// (128 WRs) and the CQ (256 entries) the sides are created with.
+/// (128 WRs) and the CQ the ends are created with.
 const MAX_OUTSTANDING_SENDS: u64 = 64;
+
+/// The run's plan, from the arguments, checked before any device is opened.
+struct Plan {
+    test: Test,
+    conn: QpType,
+    atomic: AtomicArg,
+    sizes: Vec<u64>,
+    length: Length,
+    /// What to ask the device for (READ, atomics: nothing).
+    inline: InlineRequest,
+    /// `--doorbell` (direct path only).
+    doorbell: Option<DoorbellMode>,
+    /// Offset of the receive half of both buffers (the send half starts at 0).
+    half: usize,
+    /// Receives kept posted (SEND).
+    rx_depth: u32,
+    /// What the peer process must have been started for.
+    shape: RunShape,
+    /// Connection parameters every QP starts from.
+    params: ConnectParams,
+    /// `--output`: only the number.
+    quiet: bool,
+    /// `-H` / `-U`.
+    listing: Listing,
+    /// `--histogram`, `--hlog`, opened before the run.
+    svg: Option<(File, String)>,
+    hlog: Option<(File, String)>,
+}
+
+/// What `-H` / `-U` print.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Listing {
+    None,
+    Sorted,
+    Unsorted,
+}
+
+fn plan(args: &LatArgs) -> Result<Plan> {
+    let c = &args.common;
+    c.check(args.test, &[OutputArg::Latency], "lat")?;
+    let sizes = c.sizes(args.test, 2)?;
+    let (max_iters, why) = limits::max_lat_iters();
+    let length = c.length(1000, max_iters, &why)?;
+    let max = sizes.iter().copied().max().unwrap_or(2) as usize;
+    let conn = c.connection.qp_type();
+    // A UD receive starts with the 40-byte GRH.
+    let recv = if conn == QpType::Ud { max + GRH } else { max };
+    let half = recv.next_multiple_of(64);
+    let ends = if c.loopback { 2 } else { 1 };
+    limits::check_memory(
+        &format!(
+            "the buffers of {ends} end(s), 2 × {} each,",
+            limits::human(half as u64)
+        ),
+        (ends * 2 * half) as u64,
+    )?;
+    let mut shape = RunShape::new(
+        Tool::Lat,
+        args.test.kind(),
+        if c.all {
+            Sizes::All
+        } else {
+            Sizes::One(sizes[0])
+        },
+        0,
+    );
+    shape.conn = conn;
+    match length {
+        Length::Iters(n) => shape.iters = n,
+        Length::Duration { secs, .. } => {
+            shape.iters = secs;
+            shape.duration = true;
+        }
+    }
+    let open = |flag: &str, p: &Option<std::path::PathBuf>| -> Result<Option<(File, String)>> {
+        p.as_ref()
+            .map(|p| Ok((limits::create_output(flag, p)?, p.display().to_string())))
+            .transpose()
+    };
+    let svg = open("--histogram", &args.histogram)?;
+    let hlog = open("--hlog", &args.hlog)?;
+    Ok(Plan {
+        test: args.test,
+        conn,
+        atomic: c.atomic_type,
+        sizes,
+        length,
+        inline: InlineRequest::new(c.inline, args.test.default_inline(c.connection)),
+        doorbell: c.doorbell_mode()?,
+        half,
+        rx_depth: c.rx_depth,
+        shape,
+        params: ConnectParams {
+            port: c.ib_port,
+            max_mtu: c.mtu()?,
+            timeout: c.qp_timeout,
+            ..ConnectParams::default()
+        },
+        quiet: c.output.is_some(),
+        listing: if args.report_unsorted {
+            Listing::Unsorted
+        } else if args.report_histogram {
+            Listing::Sorted
+        } else {
+            Listing::None
+        },
+        svg,
+        hlog,
+    })
+}
+
+impl Plan {
+    fn cfg(&self) -> ResourcesCfg {
+        ResourcesCfg {
+            qp_type: self.conn,
+            qps: 1,
+            sq_depth: 128,
+            rq_depth: if self.test == Test::Send {
+                self.rx_depth
+            } else {
+                1
+            },
+            inline: self.inline.bytes,
+            buf_len: 2 * self.half,
+            srq: None,
+        }
+    }
+
+    /// The receives of the SEND test, in the receive half of `mr`.
+    fn receives(&self, mr: &Mr) -> Result<Option<Receives>> {
+        if self.test != Test::Send {
+            return Ok(None);
+        }
+        Ok(Some(Receives {
+            sge: mr.sge(self.half, self.half as u32)?,
+            depth: self.rx_depth,
+        }))
+    }
+
+    /// How many halves of a round trip one sample is: 2 for a ping-pong, 1 for READ and
+    /// atomics (perftest's `rtt_factor`).
+    fn halves(&self) -> u32 {
+        match self.test {
+            Test::Write | Test::Send => 2,
+            Test::Read | Test::Atomic => 1,
+        }
+    }
+
+    /// Say a line of the report, unless `--output` asks for the number only.
+    fn say(&self, line: &str) {
+        if !self.quiet {
+            say(line);
+        }
+    }
+}
 
 /// One end's data path during a ping-pong.
 struct Pinger<'a, P> {
     path: P,
-    buf: &'a Buf,
+    mr: &'a Mr,
     remote: RemoteBuffer,
-    /// Offset of the receive half of both buffers (the send half starts at 0).
     half: usize,
     inline: u32,
     payload: Vec<u8>,
@@ -178,18 +237,33 @@ struct Pinger<'a, P> {
     sends_posted: u64,
     sends_done: u64,
     recvs: u64,
+    /// The receive of the last message (its byte count is checked).
+    last_recv_len: u32,
+    /// Atomics completed (the next result to expect).
+    atomics: u64,
     done: [Done; 16],
     /// Give the core away while waiting instead of spinning: on a software device, whose work
-    /// needs a core (the software ConnectX's thread: two processes on two cores are four busy
-    /// threads; Soft-RoCE's kernel tasks).
+    /// needs a core (the software ConnectX's thread; Soft-RoCE's kernel tasks).
     yield_idle: bool,
+    /// A server watches the control connection while it answers: the client's goodbye ends
+    /// a `-D` run.
+    watch: Option<Connection>,
 }
 
-impl<'a, P: LatPath> Pinger<'a, P> {
-    fn new(path: P, buf: &'a Buf, remote: RemoteBuffer, inline: u32, p: &Plan) -> Self {
+/// What a wait ended with.
+#[derive(PartialEq, Eq)]
+enum Waited {
+    /// What was waited for happened.
+    Done,
+    /// The client said goodbye (a `-D` server).
+    Stopped,
+}
+
+impl<'a, P: DataPath> Pinger<'a, P> {
+    fn new(path: P, mr: &'a Mr, remote: RemoteBuffer, inline: u32, p: &Plan) -> Self {
         Pinger {
             path,
-            buf,
+            mr,
             remote,
             half: p.half,
             inline,
@@ -198,36 +272,60 @@ impl<'a, P: LatPath> Pinger<'a, P> {
             sends_posted: 0,
             sends_done: 0,
             recvs: 0,
+            last_recv_len: 0,
+            atomics: 0,
             done: [Done::default(); 16],
             yield_idle: false,
+            watch: None,
         }
+    }
+
+    fn remote(&self, off: usize) -> RemoteAddr {
+        RemoteAddr::new(self.remote.addr + off as u64, self.remote.rkey)
+    }
+
+    fn sge(&self, off: usize, len: usize) -> Result<Sge> {
+        Ok(self.mr.sge(off, len as u32)?)
     }
 
     /// Post one message of `size` bytes ending in `stamp`: an RDMA WRITE into the peer's
     /// receive half, or a SEND.
-    fn post_msg(&mut self, test: LatTest, size: usize, stamp: u8) -> Result<()> {
-        // Every send is signaled, and `wait_msg` drains only every 64 spins: when the peer
-        // answers sooner, nothing drains, and the completions would overrun the CQ (sized for
-        // `sq_depth` WRs; a small WQE takes one block, so the SQ holds more of them).
+    fn post_msg(&mut self, test: Test, size: usize, stamp: u8) -> Result<()> {
+        // Every send is signaled, and the WRITE wait drains only every 64 spins: when the
+        // peer answers sooner, nothing drains, and the completions would overrun the CQ.
         // Retire before posting past the bound.
         if self.sends_posted - self.sends_done >= MAX_OUTSTANDING_SENDS {
             self.wait("send completions", 1, |p| {
                 p.sends_posted - p.sends_done < MAX_OUTSTANDING_SENDS
             })?;
         }
-        let id = self.next_wr;
+        let wr_id = self.next_wr;
         self.next_wr += 1;
         let op = match test {
-            LatTest::Write => Op::Write(remote(&self.remote, self.half as u64)),
+            Test::Write => Op::Write(self.remote(self.half)),
             _ => Op::Send,
         };
-        let sge = self.buf.sge(0, size as u32);
+        let sge = self.sge(0, size)?;
         if size as u32 <= self.inline {
             self.payload[size - 1] = stamp;
-            self.path.post(id, op, sge, Some(&self.payload[..size]))?;
+            let post = Post {
+                wr_id,
+                op,
+                sge,
+                inline: Some(&self.payload[..size]),
+                signaled: true,
+            };
+            self.path.post(0, &post)?;
         } else {
-            self.buf.write_u8(size - 1, stamp);
-            self.path.post(id, op, sge, None)?;
+            self.mr.write_u8(size - 1, stamp)?;
+            let post = Post {
+                wr_id,
+                op,
+                sge,
+                inline: None,
+                signaled: true,
+            };
+            self.path.post(0, &post)?;
         }
         self.sends_posted += 1;
         Ok(())
@@ -241,8 +339,9 @@ impl<'a, P: LatPath> Pinger<'a, P> {
             let d = self.done[i];
             if d.recv {
                 self.recvs += 1;
-                let sge = self.buf.sge(self.half, self.half as u32);
-                self.path.post_recv(d.wr_id, sge)?;
+                self.last_recv_len = d.byte_len;
+                let sge = self.sge(self.half, self.half)?;
+                self.path.post_recv(0, d.wr_id, sge)?;
             } else {
                 self.sends_done += 1;
             }
@@ -257,21 +356,34 @@ impl<'a, P: LatPath> Pinger<'a, P> {
         what: &'static str,
         every: u32,
         mut done: impl FnMut(&Self) -> bool,
-    ) -> Result<()> {
+    ) -> Result<Waited> {
         let start = Instant::now();
         let mut spins = 0u32;
         loop {
             if done(self) {
-                return Ok(());
+                return Ok(Waited::Done);
             }
             spins = spins.wrapping_add(1);
-            if spins.is_multiple_of(every) {
+            if spins % every == 0 {
                 self.drain()?;
-                if spins.is_multiple_of(65536) && start.elapsed() > STALL {
-                    return Err(Error::Timeout {
-                        what,
-                        secs: STALL.as_secs(),
-                    });
+            }
+            if spins % 4096 == 0 {
+                if let Some(conn) = self.watch.as_mut() {
+                    match conn.poll_control()? {
+                        Some(ControlEvent::PeerAborted(AbortCode::Shutdown)) => {
+                            return Ok(Waited::Stopped)
+                        }
+                        Some(ControlEvent::PeerAborted(code)) => {
+                            return Err(Error::Peer {
+                                peer: "the client".into(),
+                                why: format!("it aborted: {}", code.describe()),
+                            })
+                        }
+                        Some(ControlEvent::RebuildRequested { .. }) | None => {}
+                    }
+                }
+                if start.elapsed() > STALL {
+                    return Err(Error::stalled(what, STALL.as_secs()));
                 }
             }
             if self.yield_idle {
@@ -283,432 +395,82 @@ impl<'a, P: LatPath> Pinger<'a, P> {
     }
 
     /// Wait for the peer's message `stamp` of `size` bytes.
-    fn wait_msg(&mut self, test: LatTest, size: usize, stamp: u8) -> Result<()> {
+    fn wait_msg(&mut self, test: Test, size: usize, stamp: u8) -> Result<Waited> {
         match test {
-            LatTest::Write => {
+            Test::Write => {
                 let off = self.half + size - 1;
-                self.wait("the peer's RDMA WRITE", 64, |p| p.buf.read_u8(off) == stamp)
+                self.wait("the peer's RDMA WRITE", 64, |p| {
+                    p.mr.read_u8(off).is_ok_and(|b| b == stamp)
+                })
             }
             _ => {
                 let want = self.recvs + 1;
-                self.wait("the peer's SEND", 1, |p| p.recvs >= want)
+                let w = self.wait("the peer's SEND", 1, |p| p.recvs >= want)?;
+                if w == Waited::Done && self.last_recv_len as usize != size {
+                    return Err(Error::Check(format!(
+                        "a receive of {} bytes, the peer sent {size}",
+                        self.last_recv_len
+                    )));
+                }
+                Ok(w)
             }
         }
     }
 
-    /// One RDMA READ of `size` bytes from the peer's send half, waited for.
-    fn read(&mut self, size: usize) -> Result<()> {
-        let id = self.next_wr;
+    /// One RDMA READ of `size` bytes from the peer's send half, or one atomic on the 8 bytes
+    /// at the start of its receive half, waited for.
+    fn one_op(&mut self, test: Test, atomic: AtomicArg, size: usize) -> Result<()> {
+        let wr_id = self.next_wr;
         self.next_wr += 1;
-        let sge = self.buf.sge(self.half, size as u32);
-        self.path
-            .post(id, Op::Read(remote(&self.remote, 0)), sge, None)?;
+        let k = self.atomics;
+        let (op, sge) = match test {
+            Test::Atomic => {
+                let remote = self.remote(self.half);
+                let op = match atomic {
+                    // k-th operation: the target holds k; swap it for k + 1.
+                    AtomicArg::CmpAndSwap => Op::CompSwap {
+                        remote,
+                        compare: k,
+                        swap: k + 1,
+                    },
+                    AtomicArg::FetchAndAdd => Op::FetchAdd { remote, add: 1 },
+                };
+                (op, self.sge(0, 8)?)
+            }
+            _ => (Op::Read(self.remote(0)), self.sge(self.half, size)?),
+        };
+        let post = Post {
+            wr_id,
+            op,
+            sge,
+            inline: None,
+            signaled: true,
+        };
+        self.path.post(0, &post)?;
         self.sends_posted += 1;
         let want = self.sends_posted;
-        self.wait("the RDMA READ's completion", 1, |p| p.sends_done >= want)
+        self.wait("the operation's completion", 1, |p| p.sends_done >= want)?;
+        if test == Test::Atomic {
+            // The original value, big-endian as the responder stores it (IBTA Vol. 1
+            // §9.4.5; `docs/wqe-layout.md`).
+            let got = self.mr.read_u64_be(0)?;
+            if got != k {
+                return Err(Error::Check(format!(
+                    "atomic {} #{k} returned {got}, the target should have held {k}",
+                    atomic.name()
+                )));
+            }
+            self.atomics += 1;
+        }
+        Ok(())
     }
 
     /// Wait for every send to complete (between sizes, outside the timed loops).
     fn settle(&mut self) -> Result<()> {
         let want = self.sends_posted;
-        self.wait("send completions", 1, |p| p.sends_done >= want)
-    }
-}
-
-/// The run's plan, from the arguments.
-struct Plan {
-    test: LatTest,
-    sizes: Vec<u64>,
-    iters: u64,
-    /// What to ask the device for (READ: nothing).
-    inline: InlineRequest,
-    /// `--doorbell` (direct path only).
-    doorbell: Option<DoorbellMode>,
-    half: usize,
-    /// What the peer process must have been started for.
-    shape: RunShape,
-}
-
-fn plan(args: &LatArgs) -> Result<Plan> {
-    let c = &args.common;
-    let (sizes, iters) = sizes_and_iters(c, 2, 1000)?;
-    let max = sizes.iter().copied().max().unwrap_or(2) as usize;
-    let shape = RunShape {
-        tool: Tool::Lat,
-        test: match args.test {
-            LatTest::Write => TestKind::Write,
-            LatTest::Send => TestKind::Send,
-            LatTest::Read => TestKind::Read,
-        },
-        qps: 1,
-        sizes: if c.all {
-            Sizes::All
-        } else {
-            Sizes::One(sizes.first().copied().unwrap_or(2))
-        },
-        iters,
-    };
-    Ok(Plan {
-        test: args.test,
-        sizes,
-        iters,
-        inline: if args.test == LatTest::Read {
-            InlineRequest::none()
-        } else {
-            InlineRequest::new(c.inline, DEFAULT_INLINE)
-        },
-        doorbell: c.doorbell_mode()?,
-        half: max.next_multiple_of(64),
-        shape,
-    })
-}
-
-fn side_cfg(p: &Plan) -> SideCfg {
-    SideCfg {
-        qp_type: QpType::Rc,
-        qps: 1,
-        sq_depth: 128,
-        rq_depth: RECV_DEPTH,
-        inline: p.inline.bytes,
-        buf_len: 2 * p.half,
-        srq: None,
-    }
-}
-
-/// One end on this library's data path: the side, the inline size it can use, with the
-/// doorbell mode `--doorbell` asks for.
-fn direct_side(dev: Arc<dyn Device>, cfg: &SideCfg, p: &Plan) -> Result<(Side, u32)> {
-    let (mut side, inline) = Side::with_inline(dev, cfg, p.inline)?;
-    if let Some(mode) = p.doorbell {
-        side.set_doorbell_mode(mode)?;
-    }
-    Ok((side, inline))
-}
-
-/// The banner's doorbell line: the direct path's mode (as `--doorbell` chose it, or the QP's
-/// default), or libibverbs' own.
-fn doorbell_line(p: &Plan, mode: Option<DoorbellMode>) -> String {
-    match mode {
-        Some(m) => describe_doorbell(m, p.doorbell.is_some()),
-        None => "libibverbs' own (ibv_post_send)".into(),
-    }
-}
-
-/// The closure that posts the receives (SEND test) when the QP reaches Init.
-fn receives(test: LatTest, sge: Sge) -> impl FnMut(&mut Qp) -> mlx5_qp::Result<()> {
-    move |qp: &mut Qp| {
-        if test == LatTest::Send {
-            for i in 0..RECV_DEPTH as u64 {
-                qp.post_recv(i, std::slice::from_ref(&sge))?;
-            }
-        }
+        self.wait("send completions", 1, |p| p.sends_done >= want)?;
         Ok(())
     }
-}
-
-/// What connecting one end needs, taken from its [`Side`] before its data path is borrowed.
-struct EndInfo {
-    dev: Arc<dyn Device>,
-    qp: QpRef,
-    params: ConnectParams,
-    /// The receive half: where the peer's messages land.
-    recv: Sge,
-}
-
-/// `gid_index`: the source GID on a RoCE port ([`Devices::gid_index`]).
-fn end_info(
-    dev: Arc<dyn Device>,
-    qp: QpRef,
-    buf: &Buf,
-    c: &Common,
-    p: &Plan,
-    gid_index: u8,
-) -> EndInfo {
-    EndInfo {
-        dev,
-        qp,
-        params: ConnectParams {
-            port: c.ib_port,
-            gid_index,
-            ..ConnectParams::default()
-        }
-        .with_buffer(buf.remote_buffer()),
-        recv: buf.sge(p.half, p.half as u32),
-    }
-}
-
-/// Connect the two ends of a loopback run.
-fn connect_loopback(
-    a: &EndInfo,
-    la: &mut dyn Link,
-    b: &EndInfo,
-    lb: &mut dyn Link,
-) -> Result<(Connection, Connection)> {
-    Ok(connect_pair(
-        PairSide {
-            dev: &*a.dev,
-            qp: a.qp,
-            link: la,
-            params: &a.params,
-        },
-        PairSide {
-            dev: &*b.dev,
-            qp: b.qp,
-            link: lb,
-            params: &b.params,
-        },
-    )?)
-}
-
-/// Connect this end to the peer process through `rv`, which must have been started for the
-/// same run (`shape`).
-fn connect_end(
-    me: &EndInfo,
-    link: &mut dyn Link,
-    rv: &Rendezvous,
-    devs: &Devices,
-    shape: &RunShape,
-) -> Result<(Connection, Option<UdpLink>)> {
-    let (control, udp) = rv.control_for(devs, me.params.io_timeout, Some(shape))?;
-    let conn = Connection::over(control, &*me.dev, me.qp, link, &me.params)?;
-    Ok((conn, udp))
-}
-
-fn banner(
-    args: &LatArgs,
-    devs: &Devices,
-    inline: u32,
-    doorbell: &str,
-    conn: &Connection,
-    udp: Option<&UdpLink>,
-) -> String {
-    let mtu = conn.path_mtu().bytes();
-    let mut extra = vec![
-        ("Doorbell".into(), doorbell.to_string()),
-        ("local address".into(), describe_endpoint(conn.local())),
-        ("remote address".into(), describe_endpoint(conn.peer())),
-    ];
-    if let Some(u) = udp {
-        extra.push(("UDP link".into(), u.to_string()));
-    }
-    Banner {
-        title: args.test.title(),
-        device: &devs.name,
-        path: args.common.path.describe(),
-        connection: "RC",
-        qps: 1,
-        inline,
-        tx_depth: 1,
-        mtu,
-        extra,
-    }
-    .render()
-}
-
-fn run(args: &LatArgs) -> Result<()> {
-    let p = plan(args)?;
-    on_devices("lat", &args.common, |devs| run_on(args, &p, devs))
-}
-
-fn run_on(args: &LatArgs, p: &Plan, devs: &Devices) -> Result<()> {
-    let c = &args.common;
-    devs.check_path(c.path)?;
-    let gid = devs.gid_index(c)?;
-    let cfg = side_cfg(p);
-    let rv = if c.loopback {
-        None
-    } else {
-        let rv = Rendezvous::new(c.server.as_deref(), c.port)?;
-        if let Rendezvous::Server(l) = &rv {
-            let port = l.local_addr().map_or(c.port, |a| a.port());
-            say(&format!(
-                " Waiting for client to connect on TCP port {port} ..."
-            ));
-        }
-        Some(rv)
-    };
-    match c.path {
-        PathKind::Direct => run_direct(args, p, devs, &cfg, gid, rv.as_ref()),
-        PathKind::Verbs => run_verbs(args, p, devs, &cfg, gid, rv.as_ref()),
-    }
-}
-
-/// This library's data path: both ends here (`rv` is `None`) or this end of two processes.
-fn run_direct(
-    args: &LatArgs,
-    p: &Plan,
-    devs: &Devices,
-    cfg: &SideCfg,
-    gid: u8,
-    rv: Option<&Rendezvous>,
-) -> Result<()> {
-    let c = &args.common;
-    let (mut a, inline) = direct_side(devs.local.clone(), cfg, p)?;
-    let doorbell = doorbell_line(p, a.doorbell_mode());
-    let ia = end_info(a.dev.clone(), a.qp_ref(0), &a.buf, c, p, gid);
-    let Side { qps, cq, buf, .. } = &mut a;
-    let Some(rv) = rv else {
-        let peer_dev = devs.peer.clone().unwrap_or_else(|| devs.local.clone());
-        let (mut b, inline_b) = direct_side(peer_dev, cfg, p)?;
-        let ib = end_info(b.dev.clone(), b.qp_ref(0), &b.buf, c, p, gid);
-        let Side {
-            qps: qps_b,
-            cq: cq_b,
-            buf: buf_b,
-            ..
-        } = &mut b;
-        let (ca, cb) = {
-            let mut la = QpLink::new(&mut qps[0], cq, receives(p.test, ia.recv));
-            let mut lb = QpLink::new(&mut qps_b[0], cq_b, receives(p.test, ib.recv));
-            connect_loopback(&ia, &mut la, &ib, &mut lb)?
-        };
-        let inline = inline.min(inline_b);
-        let mut pa = Pinger::new(
-            Direct::new(&mut qps[0], cq),
-            buf,
-            buffer_of(&ca)?,
-            inline,
-            p,
-        );
-        let mut pb = Pinger::new(
-            Direct::new(&mut qps_b[0], cq_b),
-            buf_b,
-            buffer_of(&cb)?,
-            inline,
-            p,
-        );
-        (pa.yield_idle, pb.yield_idle) = (devs.software, devs.software);
-        return measure_loopback(args, p, devs, pa, pb, &ca, &doorbell);
-    };
-    let (conn, udp) = {
-        let mut link = QpLink::new(&mut qps[0], cq, receives(p.test, ia.recv));
-        connect_end(&ia, &mut link, rv, devs, &p.shape)?
-    };
-    let mut me = Pinger::new(
-        Direct::new(&mut qps[0], cq),
-        buf,
-        buffer_of(&conn)?,
-        inline,
-        p,
-    );
-    me.yield_idle = devs.software;
-    measure_end(args, p, devs, me, conn, udp, rv.is_client(), &doorbell)
-}
-
-/// Both ends here: A pings, B answers, A measures.
-fn measure_loopback<P: LatPath, Q: LatPath>(
-    args: &LatArgs,
-    p: &Plan,
-    devs: &Devices,
-    mut pa: Pinger<'_, P>,
-    mut pb: Pinger<'_, Q>,
-    ca: &Connection,
-    doorbell: &str,
-) -> Result<()> {
-    println!("{}", banner(args, devs, pa.inline, doorbell, ca, None));
-    println!("{}", report::LAT_HEADER);
-    let mut last = None;
-    let mut stamp = 0u8;
-    for &size in &p.sizes {
-        let size = size as usize;
-        let mut samples = Vec::with_capacity(p.iters as usize);
-        let mut progress = Progress::new(format!("{size} bytes"), p.iters);
-        for i in 0..p.iters {
-            stamp = next_stamp(stamp);
-            let t0 = Instant::now();
-            let ns = match p.test {
-                LatTest::Read => {
-                    pa.read(size)?;
-                    t0.elapsed().as_nanos() as u64
-                }
-                t => {
-                    pa.post_msg(t, size, stamp)?;
-                    pb.wait_msg(t, size, stamp)?;
-                    pb.post_msg(t, size, stamp)?;
-                    pa.wait_msg(t, size, stamp)?;
-                    t0.elapsed().as_nanos() as u64 / 2
-                }
-            };
-            samples.push(ns);
-            progress.update(i);
-        }
-        drop(progress);
-        pa.settle()?;
-        pb.settle()?;
-        last = print_row(size as u64, &samples).or(last);
-    }
-    finish(args, last)
-}
-
-/// This end of a run across processes: the client pings and measures, the server answers
-/// (READ: the server only serves) until the client says goodbye.
-#[allow(clippy::too_many_arguments)]
-fn measure_end<P: LatPath>(
-    args: &LatArgs,
-    p: &Plan,
-    devs: &Devices,
-    mut me: Pinger<'_, P>,
-    mut conn: Connection,
-    udp: Option<UdpLink>,
-    client: bool,
-    doorbell: &str,
-) -> Result<()> {
-    say(&banner(
-        args,
-        devs,
-        me.inline,
-        doorbell,
-        &conn,
-        udp.as_ref(),
-    ));
-    // Both ends leave out the same sizes, so they stay in step.
-    let mtu = conn.path_mtu().bytes();
-    let budget = udp.as_ref().map(|u| u.budget(mtu));
-    let (sizes, note) = sizes_for_udp_link(&p.sizes, budget.as_ref())?;
-    if let Some(n) = note {
-        say(&n);
-    }
-    if client {
-        say(report::LAT_HEADER);
-    }
-    let mut last = None;
-    let mut stamp = 0u8;
-    for &size in &sizes {
-        let size = size as usize;
-        let mut samples = Vec::with_capacity(p.iters as usize);
-        for _ in 0..p.iters {
-            stamp = next_stamp(stamp);
-            let t0 = Instant::now();
-            match (p.test, client) {
-                (LatTest::Read, true) => {
-                    me.read(size)?;
-                    samples.push(t0.elapsed().as_nanos() as u64);
-                }
-                (LatTest::Read, false) => {}
-                (t, true) => {
-                    me.post_msg(t, size, stamp)?;
-                    me.wait_msg(t, size, stamp)?;
-                    samples.push(t0.elapsed().as_nanos() as u64 / 2);
-                }
-                (t, false) => {
-                    me.wait_msg(t, size, stamp)?;
-                    me.post_msg(t, size, stamp)?;
-                }
-            }
-        }
-        me.settle()?;
-        if client {
-            last = print_row(size as u64, &samples).or(last);
-        }
-    }
-    if client {
-        conn.close()?;
-        return finish(args, last);
-    }
-    // The client says when it is done (READ: the server only serves until then).
-    serve_until_closed(std::slice::from_mut(&mut conn))?;
-    say(report::RESULT_LINE);
-    Ok(())
 }
 
 /// Stamps cycle through 1..=255 so that consecutive messages always differ from each other
@@ -721,32 +483,644 @@ fn next_stamp(s: u8) -> u8 {
     }
 }
 
-fn buffer_of(conn: &Connection) -> Result<RemoteBuffer> {
-    conn.remote_buffer()
-        .ok_or_else(|| Error::Usage("the peer announced no buffer".into()))
+/// What one size measured.
+enum Measured {
+    /// `-n`: every sample (nanoseconds), in the order taken.
+    Samples(Vec<u64>),
+    /// `-D`: the samples in the window, as a histogram, with the window's span.
+    Window {
+        histogram: Histogram<u64>,
+        iterations: u64,
+        span: Duration,
+    },
 }
 
-fn print_row(size: u64, samples: &[u64]) -> Option<LatencyStats> {
-    let s = LatencyStats::from_nanos(size, samples)?;
-    say(&report::lat_row(&s));
-    Some(s)
+/// Collects the samples of one size.
+struct Recorder {
+    length: Length,
+    halves: u32,
+    samples: Vec<u64>,
+    histogram: Option<Histogram<u64>>,
+    start: Instant,
+    window: (Instant, Instant),
+    first: Option<Instant>,
+    last: Instant,
+    iterations: u64,
 }
 
-fn finish(args: &LatArgs, last: Option<LatencyStats>) -> Result<()> {
-    say(report::RESULT_LINE);
-    if let Some(s) = &last {
-        say(&report::lat_percentiles(s));
-        if let Some(path) = &args.histogram {
-            std::fs::write(path, svg::histogram_svg(args.test.title(), s)).map_err(|e| {
-                Error::Io {
-                    path: path.display().to_string(),
-                    source: e,
-                }
-            })?;
-            say(&format!(" histogram written to {}", path.display()));
+impl Recorder {
+    fn new(p: &Plan) -> Result<Recorder> {
+        let now = Instant::now();
+        let mut r = Recorder {
+            length: p.length,
+            halves: p.halves(),
+            samples: Vec::new(),
+            histogram: None,
+            start: now,
+            window: (now, now),
+            first: None,
+            last: now,
+            iterations: 0,
+        };
+        match p.length {
+            Length::Iters(n) => {
+                let n = usize::try_from(n).unwrap_or(usize::MAX);
+                r.samples.try_reserve_exact(n).map_err(|_| {
+                    Error::Usage(format!(
+                        "-n {n}: could not allocate {} for the samples",
+                        limits::human((n as u64).saturating_mul(limits::SAMPLE_BYTES))
+                    ))
+                })?;
+            }
+            Length::Duration { secs, margin } => {
+                r.histogram = Some(
+                    stats::new_histogram()
+                        .ok_or_else(|| Error::Check("no histogram could be made".into()))?,
+                );
+                r.window = (
+                    now + Duration::from_secs(margin),
+                    now + Duration::from_secs(secs - margin),
+                );
+            }
+        }
+        Ok(r)
+    }
+
+    /// Whether another iteration is due after `i` of them.
+    fn more(&self, i: u64) -> bool {
+        match self.length {
+            Length::Iters(n) => i < n,
+            Length::Duration { secs, .. } => self.start.elapsed() < Duration::from_secs(secs),
         }
     }
-    Ok(())
+
+    /// One iteration from `t0` to `t1`.
+    #[inline]
+    fn record(&mut self, t0: Instant, t1: Instant) {
+        let ns = (t1 - t0).as_nanos() as u64 / u64::from(self.halves);
+        match &mut self.histogram {
+            None => self.samples.push(ns),
+            Some(h) => {
+                if t0 >= self.window.0 && t1 <= self.window.1 {
+                    stats::record(h, ns);
+                    self.first.get_or_insert(t0);
+                    self.last = t1;
+                    self.iterations += 1;
+                }
+            }
+        }
+    }
+
+    fn finish(self) -> Measured {
+        match self.histogram {
+            None => Measured::Samples(self.samples),
+            Some(histogram) => Measured::Window {
+                histogram,
+                iterations: self.iterations,
+                span: self.first.map_or(Duration::ZERO, |f| self.last - f),
+            },
+        }
+    }
+}
+
+/// What the report of a run collects for the files written at its end.
+struct Reporter<'p> {
+    p: &'p Plan,
+    title: String,
+    started: SystemTime,
+    t0: Instant,
+    /// For the SVG: the last size's figures and histogram.
+    last: Option<(LatencyStats, Histogram<u64>)>,
+    /// For the log: every size's histogram and when it ran.
+    intervals: Vec<(u64, Histogram<u64>, Duration, Duration)>,
+}
+
+impl<'p> Reporter<'p> {
+    fn new(p: &'p Plan, title: String) -> Reporter<'p> {
+        Reporter {
+            p,
+            title,
+            started: SystemTime::now(),
+            t0: Instant::now(),
+            last: None,
+            intervals: Vec::new(),
+        }
+    }
+
+    fn header(&self) {
+        let h = match self.p.length {
+            Length::Iters(_) => report::LAT_HEADER,
+            Length::Duration { .. } => report::LAT_DUR_HEADER,
+        };
+        self.p.say(h);
+    }
+
+    /// The row (and listing) of one size that started at `from` and took `took`.
+    fn row(&mut self, size: u64, m: Measured, from: Instant, took: Duration) -> Result<()> {
+        let p = self.p;
+        let keep = p.svg.is_some() || p.hlog.is_some();
+        let start = from.saturating_duration_since(self.t0);
+        match m {
+            Measured::Samples(mut samples) => {
+                if p.listing == Listing::Unsorted {
+                    p.say(&report::sample_listing(&samples));
+                }
+                let hist = if keep {
+                    stats::histogram_of(&samples)
+                } else {
+                    None
+                };
+                let Some(s) = LatencyStats::from_samples(size, &mut samples) else {
+                    return Ok(());
+                };
+                if p.listing != Listing::None {
+                    p.say(&report::sample_listing(&samples));
+                    p.say(report::RESULT_LINE);
+                    p.say(report::LAT_HEADER);
+                }
+                if p.quiet {
+                    say(&format!("{:.6}", s.avg));
+                } else {
+                    say(&report::lat_row(&s));
+                }
+                if let Some(h) = hist {
+                    self.intervals.push((size, h.clone(), start, took));
+                    self.last = Some((s, h));
+                }
+                if !p.quiet && p.sizes.len() == 1 {
+                    say(report::RESULT_LINE);
+                    say(&report::lat_percentiles(size, &samples));
+                }
+            }
+            Measured::Window {
+                histogram,
+                iterations,
+                span,
+            } => {
+                if iterations == 0 {
+                    return Err(Error::Check(
+                        "no iteration ended inside the measuring window of -D: use a longer -D \
+                         or a smaller -f"
+                            .into(),
+                    ));
+                }
+                let d = DurationStats::new(size, iterations, span, p.halves());
+                if p.listing != Listing::None {
+                    p.say(&report::histogram_listing(&histogram));
+                    p.say(report::RESULT_LINE);
+                    p.say(report::LAT_DUR_HEADER);
+                }
+                if p.quiet {
+                    say(&format!("{:.6}", d.avg));
+                } else {
+                    say(&report::lat_dur_row(&d));
+                }
+                if keep {
+                    let s = LatencyStats {
+                        bytes: size,
+                        iterations,
+                        min: histogram.min() as f64 / 1000.0,
+                        max: histogram.max() as f64 / 1000.0,
+                        typical: histogram.value_at_quantile(0.5) as f64 / 1000.0,
+                        avg: histogram.mean() / 1000.0,
+                        stdev: histogram.stdev() / 1000.0,
+                        p99: histogram.value_at_quantile(0.99) as f64 / 1000.0,
+                        p999: histogram.value_at_quantile(0.999) as f64 / 1000.0,
+                    };
+                    self.intervals.push((size, histogram.clone(), start, took));
+                    self.last = Some((s, histogram));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The end of the report, and the files.
+    fn finish(self) -> Result<()> {
+        let p = self.p;
+        if !(p.quiet || p.sizes.len() == 1 && matches!(p.length, Length::Iters(_))) {
+            say(report::RESULT_LINE);
+        }
+        let io = |path: &str, source| Error::Io {
+            path: path.to_string(),
+            source,
+        };
+        if let (Some((file, path)), Some((s, h))) = (&p.svg, &self.last) {
+            let mut f = file;
+            f.write_all(svg::histogram_svg(&self.title, s, h).as_bytes())
+                .map_err(|e| io(path, e))?;
+            p.say(&format!(" histogram written to {path}"));
+        }
+        if let Some((file, path)) = &p.hlog {
+            let intervals: Vec<hlog::Interval<'_>> = self
+                .intervals
+                .iter()
+                .map(|(bytes, h, start, length)| hlog::Interval {
+                    bytes: *bytes,
+                    histogram: h,
+                    start: *start,
+                    length: *length,
+                })
+                .collect();
+            let mut w = std::io::BufWriter::new(file);
+            hlog::write(&mut w, &self.title, self.started, &intervals)
+                .and_then(|()| w.flush())
+                .map_err(|e| io(path, e))?;
+            p.say(&format!(" HdrHistogram log written to {path}"));
+        }
+        Ok(())
+    }
+}
+
+fn run(args: &LatArgs) -> Result<()> {
+    let p = plan(args)?;
+    let c = &args.common;
+    if c.cpu_freq {
+        eprintln!(
+            "lat: note: -F changes nothing here: these tools time with the monotonic clock, \
+             not the CPU's cycle counter, and give no CPU frequency warning to silence"
+        );
+    }
+    on_devices("lat", &c.device, c.loopback, c.server.is_some(), |devs| {
+        run_on(args, &p, devs)
+    })
+}
+
+/// The device-dependent checks, then the run on the data path `--path` names.
+fn run_on(args: &LatArgs, p: &Plan, devs: &Devices) -> Result<()> {
+    let c = &args.common;
+    devs.check_port(c.ib_port)?;
+    devs.check_path(c.path)?;
+    let gid = devs.gid_index(c.ib_port, c.gid_index)?;
+    let params = ConnectParams {
+        gid_index: gid,
+        ..p.params.clone()
+    };
+    let rv = if c.loopback {
+        None
+    } else {
+        let rv = Rendezvous::new(c.server.as_deref(), c.port)?;
+        if let Rendezvous::Server(_) = &rv {
+            let line = format!(
+                " Waiting for client to connect on TCP port {} ...",
+                rv.port().unwrap_or(c.port)
+            );
+            if p.quiet {
+                eprintln!("{line}");
+            } else {
+                say(&line);
+            }
+        }
+        Some(rv)
+    };
+    match c.path {
+        PathKind::Direct => run_direct(args, p, devs, &params, rv.as_ref()),
+        PathKind::Verbs => run_verbs(args, p, devs, &params, rv.as_ref()),
+    }
+}
+
+/// One end of this library's data path, with the doorbell mode `--doorbell` asks for.
+fn direct_end(ctx: &mlx5_ctx::Context, p: &Plan) -> Result<(Resources, u32)> {
+    let (mut r, inline) = Resources::with_inline(ctx, &p.cfg(), p.inline)?;
+    if let Some(mode) = p.doorbell {
+        r.set_doorbell_mode(mode)?;
+    }
+    Ok((r, inline))
+}
+
+/// The banner's doorbell line: the direct path's mode (as `--doorbell` chose it, or the QP's
+/// default), or libibverbs' own.
+fn doorbell_line(p: &Plan, mode: Option<DoorbellMode>) -> String {
+    match mode {
+        Some(m) => describe_doorbell(m, p.doorbell.is_some()),
+        None => "libibverbs' own (ibv_post_send)".into(),
+    }
+}
+
+/// This library's data path: both ends here (`rv` is `None`) or this end of two processes.
+fn run_direct(
+    args: &LatArgs,
+    p: &Plan,
+    devs: &Devices,
+    params: &ConnectParams,
+    rv: Option<&Rendezvous>,
+) -> Result<()> {
+    let (mut a, inline_a) = direct_end(&devs.local, p)?;
+    let doorbell = doorbell_line(p, a.doorbell_mode());
+    let recv_a = p.receives(&a.mr)?;
+    let ctx_a = a.context().clone();
+    let end_a = End {
+        ctx: &ctx_a,
+        qps: vec![a.qp_ref(0)],
+        params: params.clone().with_buffer(a.remote_buffer()),
+    };
+    let Resources { qps, cq, mr, .. } = &mut a;
+    let mut links_a = DirectLinks {
+        qps,
+        cq,
+        recv: recv_a,
+    };
+    match rv {
+        None => {
+            let (mut b, inline_b) = direct_end(devs.peer_or_local(), p)?;
+            let recv_b = p.receives(&b.mr)?;
+            let ctx_b = b.context().clone();
+            let end_b = End {
+                ctx: &ctx_b,
+                qps: vec![b.qp_ref(0)],
+                params: params.clone().with_buffer(b.remote_buffer()),
+            };
+            let Resources {
+                qps: qps_b,
+                cq: cq_b,
+                mr: mr_b,
+                ..
+            } = &mut b;
+            let mut links_b = DirectLinks {
+                qps: qps_b,
+                cq: cq_b,
+                recv: recv_b,
+            };
+            let conn = connect_all(
+                devs,
+                &end_a,
+                &mut links_a,
+                Some((&end_b, &mut links_b)),
+                None,
+                None,
+            )?;
+            let inline = inline_a.min(inline_b);
+            let pa = Pinger::new(
+                Direct::new(links_a.qps, links_a.cq),
+                mr,
+                buffer_of(&conn.conns[0])?,
+                inline,
+                p,
+            );
+            let pb = Pinger::new(
+                Direct::new(links_b.qps, links_b.cq),
+                mr_b,
+                buffer_of(&conn.peer[0])?,
+                inline,
+                p,
+            );
+            exit_on_failure(
+                "lat",
+                devs,
+                measure_loopback(args, p, devs, pa, pb, conn, &doorbell),
+            )
+        }
+        Some(rv) => {
+            let conn = connect_all(devs, &end_a, &mut links_a, None, Some(rv), Some(&p.shape))?;
+            let me = Pinger::new(
+                Direct::new(links_a.qps, links_a.cq),
+                mr,
+                buffer_of(&conn.conns[0])?,
+                inline_a,
+                p,
+            );
+            exit_on_failure(
+                "lat",
+                devs,
+                measure_end(args, p, devs, me, conn, rv.is_client(), &doorbell),
+            )
+        }
+    }
+}
+
+fn buffer_of(conn: &Connection) -> Result<RemoteBuffer> {
+    conn.remote_buffer().ok_or_else(|| Error::Peer {
+        peer: conn.peer().qpn.to_string(),
+        why: "the peer announced no buffer".into(),
+    })
+}
+
+/// UD: where the pinger's SENDs go.
+fn aim<P: DataPath>(pinger: &mut Pinger<'_, P>, conn: &Connection) {
+    if let Some(peer) = conn.ud_peer() {
+        pinger.path.set_ud_peer(0, peer);
+    }
+}
+
+/// The sizes this run can do: on a UD QP at most one path MTU (IBTA Vol. 1 §9.6: a UD message
+/// is one packet); over a UDP link between processes, what it holds at once.
+fn usable_sizes(p: &Plan, conn: &Connection, udp: Option<&UdpLink>) -> Result<Vec<u64>> {
+    let mtu = conn.path_mtu().bytes();
+    if p.conn == QpType::Ud {
+        if let Some(&s) = p.sizes.iter().find(|&&s| s > u64::from(mtu)) {
+            return Err(Error::Usage(format!(
+                "-s {s}: a UD message is one packet, at most the path MTU ({mtu} bytes): use -s \
+                 {mtu} or less (or -m)"
+            )));
+        }
+    }
+    let budget = udp.map(|u| u.budget(mtu));
+    let (sizes, note) = sizes_for_udp_link(&p.sizes, budget.as_ref())?;
+    if let Some(n) = note {
+        p.say(&n);
+    }
+    Ok(sizes)
+}
+
+/// Both ends here: A pings, B answers, A measures.
+fn measure_loopback<P: DataPath, Q: DataPath>(
+    args: &LatArgs,
+    p: &Plan,
+    devs: &Devices,
+    mut pa: Pinger<'_, P>,
+    mut pb: Pinger<'_, Q>,
+    conn: Connected,
+    doorbell: &str,
+) -> Result<()> {
+    (pa.yield_idle, pb.yield_idle) = (devs.software, devs.software);
+    aim(&mut pa, &conn.conns[0]);
+    aim(&mut pb, &conn.peer[0]);
+    let sizes = usable_sizes(p, &conn.conns[0], None)?;
+    let title = args.test.title(false, p.atomic, false);
+    p.say(&banner(
+        args,
+        p,
+        &title,
+        devs,
+        pa.inline,
+        doorbell,
+        &conn.conns[0],
+        None,
+    ));
+    let mut rep = Reporter::new(p, title);
+    rep.header();
+    let mut stamp = 0u8;
+    for &size in &sizes {
+        let size = size as usize;
+        let mut rec = Recorder::new(p)?;
+        let total = p.length.iters().unwrap_or(0);
+        let mut progress = Progress::new(format!("{size} bytes"), total);
+        let from = Instant::now();
+        let mut i = 0;
+        while rec.more(i) {
+            stamp = next_stamp(stamp);
+            let t0 = Instant::now();
+            match p.test {
+                Test::Read | Test::Atomic => pa.one_op(p.test, p.atomic, size)?,
+                t => {
+                    pa.post_msg(t, size, stamp)?;
+                    pb.wait_msg(t, size, stamp)?;
+                    pb.post_msg(t, size, stamp)?;
+                    pa.wait_msg(t, size, stamp)?;
+                }
+            }
+            rec.record(t0, Instant::now());
+            i += 1;
+            progress.update(i);
+        }
+        let took = from.elapsed();
+        drop(progress);
+        pa.settle()?;
+        pb.settle()?;
+        rep.row(size as u64, rec.finish(), from, took)?;
+    }
+    rep.finish()
+}
+
+/// This end of a run across processes: the client pings and measures, the server answers
+/// (READ and atomics: the server only serves) until the client says goodbye.
+fn measure_end<P: DataPath>(
+    args: &LatArgs,
+    p: &Plan,
+    devs: &Devices,
+    mut me: Pinger<'_, P>,
+    conn: Connected,
+    client: bool,
+    doorbell: &str,
+) -> Result<()> {
+    me.yield_idle = devs.software;
+    let Connected { mut conns, udp, .. } = conn;
+    if conns.is_empty() {
+        return Err(Error::Usage("no connection".into()));
+    }
+    let mut conn = conns.remove(0);
+    aim(&mut me, &conn);
+    let title = args.test.title(false, p.atomic, false);
+    p.say(&banner(
+        args,
+        p,
+        &title,
+        devs,
+        me.inline,
+        doorbell,
+        &conn,
+        udp.as_ref(),
+    ));
+    // Both ends leave out the same sizes, so they stay in step.
+    let sizes = usable_sizes(p, &conn, udp.as_ref())?;
+    let passive = matches!(p.test, Test::Read | Test::Atomic);
+    if !client {
+        let mut stopped = false;
+        if !passive {
+            me.watch = Some(conn);
+            let mut stamp = 0u8;
+            'sizes: for &size in &sizes {
+                let size = size as usize;
+                let mut i = 0u64;
+                while p.length.iters().map_or(true, |n| i < n) {
+                    stamp = next_stamp(stamp);
+                    if me.wait_msg(p.test, size, stamp)? == Waited::Stopped {
+                        stopped = true;
+                        break 'sizes;
+                    }
+                    me.post_msg(p.test, size, stamp)?;
+                    i += 1;
+                }
+                me.settle()?;
+            }
+            conn = me
+                .watch
+                .take()
+                .ok_or_else(|| Error::Usage("the control connection went missing".into()))?;
+            if stopped && p.length.iters().is_some() {
+                return Err(Error::Peer {
+                    peer: "the client".into(),
+                    why: "it said goodbye before the last iteration".into(),
+                });
+            }
+        }
+        // The client says when it is done (READ, atomics: the server only serves until
+        // then); a -D server that saw the goodbye already is done.
+        if !stopped {
+            serve_until_closed(std::slice::from_mut(&mut conn))?;
+        }
+        p.say(report::RESULT_LINE);
+        return Ok(());
+    }
+    let mut rep = Reporter::new(p, title);
+    rep.header();
+    let mut stamp = 0u8;
+    for &size in &sizes {
+        let size = size as usize;
+        let mut rec = Recorder::new(p)?;
+        let from = Instant::now();
+        let mut i = 0;
+        while rec.more(i) {
+            stamp = next_stamp(stamp);
+            let t0 = Instant::now();
+            match p.test {
+                Test::Read | Test::Atomic => me.one_op(p.test, p.atomic, size)?,
+                t => {
+                    me.post_msg(t, size, stamp)?;
+                    me.wait_msg(t, size, stamp)?;
+                }
+            }
+            rec.record(t0, Instant::now());
+            i += 1;
+        }
+        let took = from.elapsed();
+        me.settle()?;
+        rep.row(size as u64, rec.finish(), from, took)?;
+    }
+    conn.close()?;
+    rep.finish()
+}
+
+#[allow(clippy::too_many_arguments)]
+fn banner(
+    args: &LatArgs,
+    p: &Plan,
+    title: &str,
+    devs: &Devices,
+    inline: u32,
+    doorbell: &str,
+    conn: &Connection,
+    udp: Option<&UdpLink>,
+) -> String {
+    let mut extra = vec![
+        ("Doorbell".into(), doorbell.to_string()),
+        ("local address".into(), describe_endpoint(conn.local())),
+        ("remote address".into(), describe_endpoint(conn.peer())),
+    ];
+    if let Length::Duration { secs, margin } = p.length {
+        extra.push((
+            "Duration".into(),
+            format!(
+                "{secs} s, figures between {margin} s and {} s",
+                secs - margin
+            ),
+        ));
+    }
+    if let Some(u) = udp {
+        extra.push(("UDP link".into(), u.to_string()));
+    }
+    Banner {
+        title,
+        device: &devs.name,
+        path: args.common.path.describe(),
+        connection: p.conn.name(),
+        qps: 1,
+        inline,
+        tx_depth: 1,
+        mtu: conn.path_mtu().bytes(),
+        extra,
+    }
+    .render()
 }
 
 /// `--path verbs` needs the `verbs` feature.
@@ -755,8 +1129,7 @@ fn run_verbs(
     _args: &LatArgs,
     _p: &Plan,
     _devs: &Devices,
-    _cfg: &SideCfg,
-    _gid: u8,
+    _params: &ConnectParams,
     _rv: Option<&Rendezvous>,
 ) -> Result<()> {
     Err(Error::Usage(
@@ -764,192 +1137,88 @@ fn run_verbs(
     ))
 }
 
-#[cfg(feature = "verbs")]
-use verbs_path::run_verbs;
-
 /// `--path verbs`: the same QPs and CQs, driven through libibverbs' `ibv_post_send`,
 /// `ibv_post_recv` and `ibv_poll_cq` (`mlx5_hw::verbs::baseline`), as perftest drives them.
 #[cfg(feature = "verbs")]
-mod verbs_path {
-    use super::*;
-    use mlx5_hw::verbs::baseline::{
-        BaselineCq, BaselineQp, Completion, SendOp, SendWr as VWr, Sge as VSge,
+fn run_verbs(
+    args: &LatArgs,
+    p: &Plan,
+    devs: &Devices,
+    params: &ConnectParams,
+    rv: Option<&Rendezvous>,
+) -> Result<()> {
+    use mlx5_tools::connecting::{Links, VerbsLinks};
+    use mlx5_tools::path::Verbs;
+    use mlx5_tools::resources::VerbsResources;
+    let dev = devs
+        .verbs
+        .clone()
+        .ok_or_else(|| Error::Usage("--path verbs needs a verbs device".into()))?;
+    let doorbell = doorbell_line(p, None);
+    let (a, inline_a) = VerbsResources::with_inline(&devs.local, dev.clone(), &p.cfg(), p.inline)?;
+    let end_a = End {
+        ctx: a.context(),
+        qps: vec![a.qp_ref(0)],
+        params: params.clone().with_buffer(a.remote_buffer()),
     };
-    use mlx5_tools::side::VerbsSide;
-
-    /// `IBV_WC_RECV`: every receive opcode has this bit (rdma-core `libibverbs/verbs.h`,
-    /// `enum ibv_wc_opcode`: "consumers can test if a completion is a receive by testing
-    /// (opcode & IBV_WC_RECV)").
-    const IBV_WC_RECV: u32 = 1 << 7;
-
-    fn vsge(s: Sge) -> VSge {
-        VSge {
-            addr: s.addr,
-            length: s.length,
-            lkey: s.lkey,
-        }
-    }
-
-    /// libibverbs' data path on one QP and its CQ.
-    pub(super) struct Verbs<'d> {
-        qp: BaselineQp<'d>,
-        cq: BaselineCq<'d>,
-        done: [Completion; 16],
-    }
-
-    impl LatPath for Verbs<'_> {
-        fn post(&mut self, wr_id: u64, op: Op, sge: Sge, inline: Option<&[u8]>) -> Result<()> {
-            let op = match op {
-                Op::Write(to) => SendOp::Write {
-                    remote_addr: to.addr,
-                    rkey: to.rkey,
-                },
-                Op::Send => SendOp::Send,
-                Op::Read(from) => SendOp::Read {
-                    remote_addr: from.addr,
-                    rkey: from.rkey,
-                },
-            };
-            // IBV_SEND_INLINE copies from the SGE's address: the bytes must be there.
-            let sges = [match inline {
-                Some(bytes) => VSge {
-                    addr: bytes.as_ptr() as u64,
-                    length: bytes.len() as u32,
-                    lkey: sge.lkey,
-                },
-                None => vsge(sge),
-            }];
-            let mut wr = VWr::new(wr_id, op, &sges);
-            wr.inline = inline.is_some();
-            self.qp.post_send(&wr)?;
-            Ok(())
-        }
-
-        fn post_recv(&mut self, wr_id: u64, sge: Sge) -> Result<()> {
-            self.qp.post_recv(wr_id, &[vsge(sge)])?;
-            Ok(())
-        }
-
-        fn poll(&mut self, out: &mut [Done]) -> Result<usize> {
-            let max = out.len().min(self.done.len());
-            let n = self.cq.poll(&mut self.done[..max])?;
-            for (o, c) in out.iter_mut().zip(&self.done[..n]) {
-                if !c.is_success() {
-                    return Err(Error::Completion {
-                        wr_id: c.wr_id,
-                        what: "verbs work request",
-                        status: c.status_str(),
-                        hint: format!("; vendor syndrome {:#x}", c.vendor_err),
-                    });
-                }
-                *o = Done {
-                    recv: c.opcode & IBV_WC_RECV != 0,
-                    wr_id: c.wr_id,
-                };
-            }
-            Ok(n)
-        }
-    }
-
-    /// The control path's view of a verbs data path: receives are posted through
-    /// `ibv_post_recv` when the QP reaches Init, so none is missing when the peer starts.
-    struct VerbsLink<'q, 'd> {
-        qp: &'q mut BaselineQp<'d>,
-        test: LatTest,
-        recv: Sge,
-        /// Why posting a receive failed (the link's error type cannot carry it).
-        failed: Option<mlx5_hw::Error>,
-    }
-
-    impl Link for VerbsLink<'_, '_> {
-        fn set_state(&mut self, _state: mlx5_hw::QpState) {}
-        fn post_receives(&mut self) -> mlx5_qp::Result<()> {
-            if self.test != LatTest::Send {
-                return Ok(());
-            }
-            for i in 0..RECV_DEPTH as u64 {
-                if let Err(e) = self.qp.post_recv(i, &[vsge(self.recv)]) {
-                    self.failed = Some(e);
-                    return Err(mlx5_qp::Error::BadLayout("ibv_post_recv refused a receive"));
-                }
-            }
-            Ok(())
-        }
-        fn poll(&mut self, _out: &mut [Wc]) -> mlx5_qp::Result<usize> {
-            Ok(0)
-        }
-        fn flush_outstanding(&mut self, _out: &mut [Wc]) -> mlx5_qp::Result<usize> {
-            Ok(0)
-        }
-    }
-
-    impl<'q, 'd> VerbsLink<'q, 'd> {
-        fn new(qp: &'q mut BaselineQp<'d>, test: LatTest, recv: Sge) -> Self {
-            VerbsLink {
-                qp,
-                test,
-                recv,
-                failed: None,
-            }
-        }
-        /// The real cause of a failed connect, when it was a receive.
-        fn cause(&mut self, e: Error) -> Error {
-            self.failed.take().map_or(e, Error::from)
-        }
-    }
-
-    fn verbs<'d>((qp, cq): (BaselineQp<'d>, BaselineCq<'d>)) -> Verbs<'d> {
-        Verbs {
-            qp,
-            cq,
-            done: [Completion::default(); 16],
-        }
-    }
-
-    fn verbs_end(s: &VerbsSide, c: &Common, p: &Plan, gid: u8) -> EndInfo {
-        end_info(s.dev.clone(), s.qp_ref(0), &s.buf, c, p, gid)
-    }
-
-    pub(super) fn run_verbs(
-        args: &LatArgs,
-        p: &Plan,
-        devs: &Devices,
-        cfg: &SideCfg,
-        gid: u8,
-        rv: Option<&Rendezvous>,
-    ) -> Result<()> {
-        let c = &args.common;
-        let dev = devs
-            .verbs
-            .clone()
-            .ok_or_else(|| Error::Usage("--path verbs needs a verbs device".into()))?;
-        let doorbell = doorbell_line(p, None);
-        let (a, inline) = VerbsSide::with_inline(dev.clone(), cfg, p.inline)?;
-        let ia = verbs_end(&a, c, p, gid);
-        let (mut qa, cqa) = a.claim(0)?;
-        let Some(rv) = rv else {
+    let mut va = Verbs::claim(&a)?;
+    let recv_a = p.receives(&a.mr)?;
+    match rv {
+        None => {
             // Both ends on this device: rxe and ConnectX deliver a packet to their own GID
             // internally (loopback), so one port is enough.
-            let (b, inline_b) = VerbsSide::with_inline(dev, cfg, p.inline)?;
-            let ib = verbs_end(&b, c, p, gid);
-            let (mut qb, cqb) = b.claim(0)?;
-            let (ca, cb) = {
-                let mut la = VerbsLink::new(&mut qa, p.test, ia.recv);
-                let mut lb = VerbsLink::new(&mut qb, p.test, ib.recv);
-                connect_loopback(&ia, &mut la, &ib, &mut lb).map_err(|e| lb.cause(la.cause(e)))?
+            let (b, inline_b) = VerbsResources::with_inline(&devs.local, dev, &p.cfg(), p.inline)?;
+            let end_b = End {
+                ctx: b.context(),
+                qps: vec![b.qp_ref(0)],
+                params: params.clone().with_buffer(b.remote_buffer()),
             };
-            let inline = inline.min(inline_b);
-            let mut pa = Pinger::new(verbs((qa, cqa)), &a.buf, buffer_of(&ca)?, inline, p);
-            let mut pb = Pinger::new(verbs((qb, cqb)), &b.buf, buffer_of(&cb)?, inline, p);
-            (pa.yield_idle, pb.yield_idle) = (devs.software, devs.software);
-            return measure_loopback(args, p, devs, pa, pb, &ca, &doorbell);
-        };
-        let (conn, udp) = {
-            let mut link = VerbsLink::new(&mut qa, p.test, ia.recv);
-            connect_end(&ia, &mut link, rv, devs, &p.shape).map_err(|e| link.cause(e))?
-        };
-        let mut me = Pinger::new(verbs((qa, cqa)), &a.buf, buffer_of(&conn)?, inline, p);
-        me.yield_idle = devs.software;
-        measure_end(args, p, devs, me, conn, udp, rv.is_client(), &doorbell)
+            let mut vb = Verbs::claim(&b)?;
+            let recv_b = p.receives(&b.mr)?;
+            let conn = {
+                let mut la = VerbsLinks {
+                    verbs: &mut va,
+                    recv: recv_a,
+                    failed: None,
+                };
+                let mut lb = VerbsLinks {
+                    verbs: &mut vb,
+                    recv: recv_b,
+                    failed: None,
+                };
+                connect_all(
+                    devs,
+                    &end_a,
+                    &mut la,
+                    Some((&end_b, &mut lb as &mut dyn Links)),
+                    None,
+                    None,
+                )?
+            };
+            let inline = inline_a.min(inline_b);
+            let pa = Pinger::new(va, &a.mr, buffer_of(&conn.conns[0])?, inline, p);
+            let pb = Pinger::new(vb, &b.mr, buffer_of(&conn.peer[0])?, inline, p);
+            exit_on_failure(
+                "lat",
+                devs,
+                measure_loopback(args, p, devs, pa, pb, conn, &doorbell),
+            )
+        }
+        Some(rv) => {
+            let conn = {
+                let mut la = VerbsLinks {
+                    verbs: &mut va,
+                    recv: recv_a,
+                    failed: None,
+                };
+                connect_all(devs, &end_a, &mut la, None, Some(rv), Some(&p.shape))?
+            };
+            let me = Pinger::new(va, &a.mr, buffer_of(&conn.conns[0])?, inline_a, p);
+            exit_on_failure(
+                "lat",
+                devs,
+                measure_end(args, p, devs, me, conn, rv.is_client(), &doorbell),
+            )
+        }
     }
 }

@@ -1,5 +1,14 @@
 //! The integration tests of this crate, one test binary (link time dominates on small
 //! machines): one module per area.
 
+mod bad_input;
 mod examples_support;
+mod perftest_tests;
 mod tools_lat_bw;
+
+/// Held by the tests that load both cores for a while, and by those that a loaded machine
+/// could make fail (frames over UDP between processes): they do not run at the same time.
+pub fn heavy() -> std::sync::MutexGuard<'static, ()> {
+    static HEAVY: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    HEAVY.lock().unwrap_or_else(|e| e.into_inner())
+}

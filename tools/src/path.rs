@@ -1,0 +1,329 @@
+//! The post/poll path a run measures, behind one small interface ([`DataPath`]) so that `lat`
+//! and `bw` drive this library's data path ([`Direct`]) and libibverbs' (`Verbs`, feature
+//! `verbs`, `--path verbs`) with the same loops: post one WR of an [`Op`], post a receive,
+//! poll completions as [`Done`]s.
+
+use crate::{Error, Result};
+use mlx5_connect::UdPeer;
+use mlx5_qp::{RemoteAddr, SendWr, Sge, UdDest, Wc, WcFlags};
+
+/// What one send WR does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
+    /// RDMA WRITE to this remote address.
+    Write(RemoteAddr),
+    /// SEND (UD: to the QP's peer, [`DataPath::set_ud_peer`]).
+    Send,
+    /// RDMA READ from this remote address into the local SGE.
+    Read(RemoteAddr),
+    /// 64-bit compare and swap at this remote address; the original value lands in the
+    /// local SGE (8 bytes).
+    CompSwap {
+        /// Target (8-byte aligned).
+        remote: RemoteAddr,
+        /// Compare operand.
+        compare: u64,
+        /// Swap operand.
+        swap: u64,
+    },
+    /// 64-bit fetch and add at this remote address; the original value lands in the local
+    /// SGE (8 bytes).
+    FetchAdd {
+        /// Target (8-byte aligned).
+        remote: RemoteAddr,
+        /// Addend.
+        add: u64,
+    },
+}
+
+/// One send WR to post.
+#[derive(Clone, Copy, Debug)]
+pub struct Post<'a> {
+    /// Returned in the completion.
+    pub wr_id: u64,
+    /// The operation.
+    pub op: Op,
+    /// The local buffer: what is sent, or where a READ or atomic result lands.
+    pub sge: Sge,
+    /// The same bytes, when they go inline (copied into the WQE).
+    pub inline: Option<&'a [u8]>,
+    /// Ask for a completion.
+    pub signaled: bool,
+}
+
+/// A completion as the tools see it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Done {
+    /// Index of the QP in the path's table.
+    pub qp: usize,
+    /// The WR's id.
+    pub wr_id: u64,
+    /// A receive (of the peer's SEND), else a send-side completion.
+    pub recv: bool,
+    /// Bytes received (receives).
+    pub byte_len: u32,
+}
+
+/// The post/poll path under measurement.
+pub trait DataPath {
+    /// Post `p` on QP `q`.
+    fn post(&mut self, q: usize, p: &Post<'_>) -> Result<()>;
+    /// Post one receive on QP `q`.
+    fn post_recv(&mut self, q: usize, wr_id: u64, sge: Sge) -> Result<()>;
+    /// Poll ready completions; an error completion is an error.
+    fn poll(&mut self, out: &mut [Done]) -> Result<usize>;
+    /// UD: where QP `q`'s SENDs go.
+    fn set_ud_peer(&mut self, q: usize, peer: &UdPeer);
+}
+
+/// This library's data path over owning QPs and their CQ.
+pub struct Direct<'a> {
+    qps: &'a mut [mlx5_ctx::Qp],
+    cq: &'a mut mlx5_ctx::Cq,
+    ud: Vec<Option<UdDest>>,
+    wcs: [Wc; 32],
+}
+
+impl<'a> Direct<'a> {
+    /// The data path of `qps`, all completing on `cq`.
+    pub fn new(qps: &'a mut [mlx5_ctx::Qp], cq: &'a mut mlx5_ctx::Cq) -> Self {
+        let n = qps.len();
+        Direct {
+            qps,
+            cq,
+            ud: vec![None; n],
+            wcs: [Wc::default(); 32],
+        }
+    }
+}
+
+/// The data-path WR of `p` (UD: to `ud`).
+#[inline]
+fn send_wr<'a>(p: &Post<'a>, sges: &'a [Sge], ud: Option<&'a UdDest>) -> SendWr<'a> {
+    let wr = match p.op {
+        Op::Write(to) => SendWr::write(p.wr_id, to),
+        Op::Send => SendWr::send(p.wr_id),
+        Op::Read(from) => SendWr::read(p.wr_id, from),
+        Op::CompSwap {
+            remote,
+            compare,
+            swap,
+        } => SendWr::comp_swap(p.wr_id, remote, p.sge, compare, swap),
+        Op::FetchAdd { remote, add } => SendWr::fetch_add(p.wr_id, remote, p.sge, add),
+    };
+    let wr = if p.signaled { wr.signaled() } else { wr };
+    let wr = match ud {
+        Some(d) => wr.ud(d),
+        None => wr,
+    };
+    match (p.op, p.inline) {
+        (Op::CompSwap { .. } | Op::FetchAdd { .. }, _) => wr,
+        (_, Some(bytes)) => wr.inline(bytes),
+        (_, None) => wr.sges(sges),
+    }
+}
+
+impl DataPath for Direct<'_> {
+    #[inline]
+    fn post(&mut self, q: usize, p: &Post<'_>) -> Result<()> {
+        let sges = [p.sge];
+        let ud = self.ud.get(q).and_then(Option::as_ref);
+        let wr = send_wr(p, &sges, ud);
+        self.qps[q].post(&wr)?;
+        Ok(())
+    }
+
+    fn post_recv(&mut self, q: usize, wr_id: u64, sge: Sge) -> Result<()> {
+        self.qps[q].post_recv(wr_id, std::slice::from_ref(&sge))?;
+        Ok(())
+    }
+
+    #[inline]
+    fn poll(&mut self, out: &mut [Done]) -> Result<usize> {
+        let max = out.len().min(self.wcs.len());
+        let n = self.cq.poll(&mut *self.qps, &mut self.wcs[..max])?;
+        for (o, wc) in out.iter_mut().zip(&self.wcs[..n]) {
+            if !wc.is_ok() {
+                return Err(Error::completion(wc));
+            }
+            let qp = if self.qps.len() == 1 {
+                0
+            } else {
+                self.qps
+                    .iter()
+                    .position(|q| q.qpn() == wc.qp_num)
+                    .unwrap_or(0)
+            };
+            *o = Done {
+                qp,
+                wr_id: wc.wr_id,
+                recv: wc.opcode.is_recv(),
+                // The GRH a UD receive starts with is the device's, not the peer's message.
+                byte_len: if wc.flags.contains(WcFlags::GRH) {
+                    wc.byte_len.saturating_sub(GRH as u32)
+                } else {
+                    wc.byte_len
+                },
+            };
+        }
+        Ok(n)
+    }
+
+    fn set_ud_peer(&mut self, q: usize, peer: &UdPeer) {
+        if let Some(slot) = self.ud.get_mut(q) {
+            *slot = Some(peer.dest());
+        }
+    }
+}
+
+/// Bytes of the GRH in front of every UD receive on RoCE (IBTA Vol. 1 §11.4.1.2; rdma-core
+/// `ibv_ud_pingpong` posts receives 40 bytes longer than the message).
+pub const GRH: usize = 40;
+
+#[cfg(feature = "verbs")]
+pub use verbs::Verbs;
+
+#[cfg(feature = "verbs")]
+mod verbs {
+    use super::*;
+    use mlx5_hw::verbs::baseline::{
+        BaselineCq, BaselineQp, Completion, SendOp, SendWr as VWr, Sge as VSge, UdDest as VUd,
+    };
+
+    /// `IBV_WC_RECV`: every receive opcode has this bit (rdma-core `libibverbs/verbs.h`,
+    /// `enum ibv_wc_opcode`: "consumers can test if a completion is a receive by testing
+    /// (opcode & IBV_WC_RECV)").
+    const IBV_WC_RECV: u32 = 1 << 7;
+
+    /// libibverbs' `ibv_post_send` / `ibv_post_recv` / `ibv_poll_cq` on the same QPs and CQ,
+    /// as perftest drives them.
+    pub struct Verbs<'d> {
+        qps: Vec<BaselineQp<'d>>,
+        qpns: Vec<u32>,
+        cq: BaselineCq<'d>,
+        ud: Vec<Option<VUd>>,
+        /// UD receives start with a GRH on RoCE (the CQE's flag is not reported here).
+        ud_grh: bool,
+        done: Vec<Completion>,
+    }
+
+    impl<'d> Verbs<'d> {
+        /// Claim the QPs and the CQ of `r` for the libibverbs data path.
+        pub fn claim(r: &'d crate::resources::VerbsResources) -> Result<Verbs<'d>> {
+            let qps = r
+                .qps
+                .iter()
+                .map(|q| BaselineQp::new(&r.verbs, q.id))
+                .collect::<std::result::Result<Vec<_>, _>>()?;
+            Ok(Verbs {
+                qps,
+                qpns: r.qps.iter().map(|q| q.qpn).collect(),
+                cq: BaselineCq::new(&r.verbs, r.cq.id)?,
+                ud: vec![None; r.qps.len()],
+                ud_grh: r.qp_type == mlx5_hw::QpType::Ud,
+                done: vec![Completion::default(); 32],
+            })
+        }
+
+        /// QP `q`'s handle (to post the receives of a connect).
+        pub fn qp_mut(&mut self, q: usize) -> &mut BaselineQp<'d> {
+            &mut self.qps[q]
+        }
+    }
+
+    fn vsge(s: Sge) -> VSge {
+        VSge {
+            addr: s.addr,
+            length: s.length,
+            lkey: s.lkey,
+        }
+    }
+
+    impl DataPath for Verbs<'_> {
+        fn post(&mut self, q: usize, p: &Post<'_>) -> Result<()> {
+            let op = match p.op {
+                Op::Write(to) => SendOp::Write {
+                    remote_addr: to.addr,
+                    rkey: to.rkey,
+                },
+                Op::Send => SendOp::Send,
+                Op::Read(from) => SendOp::Read {
+                    remote_addr: from.addr,
+                    rkey: from.rkey,
+                },
+                Op::CompSwap {
+                    remote,
+                    compare,
+                    swap,
+                } => SendOp::CompareSwap {
+                    remote_addr: remote.addr,
+                    rkey: remote.rkey,
+                    compare,
+                    swap,
+                },
+                Op::FetchAdd { remote, add } => SendOp::FetchAdd {
+                    remote_addr: remote.addr,
+                    rkey: remote.rkey,
+                    add,
+                },
+            };
+            // IBV_SEND_INLINE copies from the SGE's address: the bytes must be there.
+            let sges = [match p.inline {
+                Some(bytes) => VSge {
+                    addr: bytes.as_ptr() as u64,
+                    length: bytes.len() as u32,
+                    lkey: p.sge.lkey,
+                },
+                None => vsge(p.sge),
+            }];
+            let mut wr = VWr::new(p.wr_id, op, &sges);
+            wr.signaled = p.signaled;
+            wr.inline = p.inline.is_some();
+            wr.ud = self.ud.get(q).copied().flatten();
+            self.qps[q].post_send(&wr)?;
+            Ok(())
+        }
+
+        fn post_recv(&mut self, q: usize, wr_id: u64, sge: Sge) -> Result<()> {
+            self.qps[q].post_recv(wr_id, &[vsge(sge)])?;
+            Ok(())
+        }
+
+        fn poll(&mut self, out: &mut [Done]) -> Result<usize> {
+            let max = out.len().min(self.done.len());
+            let n = self.cq.poll(&mut self.done[..max])?;
+            for (o, c) in out.iter_mut().zip(&self.done[..n]) {
+                if !c.is_success() {
+                    return Err(Error::Completion {
+                        wr_id: c.wr_id,
+                        what: "verbs work request",
+                        status: c.status_str(),
+                        hint: format!("; vendor syndrome {:#x}", c.vendor_err),
+                    });
+                }
+                let recv = c.opcode & IBV_WC_RECV != 0;
+                *o = Done {
+                    qp: self.qpns.iter().position(|&n| n == c.qp_num).unwrap_or(0),
+                    wr_id: c.wr_id,
+                    recv,
+                    byte_len: if recv && self.ud_grh {
+                        c.byte_len.saturating_sub(GRH as u32)
+                    } else {
+                        c.byte_len
+                    },
+                };
+            }
+            Ok(n)
+        }
+
+        fn set_ud_peer(&mut self, q: usize, peer: &UdPeer) {
+            if let Some(slot) = self.ud.get_mut(q) {
+                *slot = Some(VUd {
+                    ah: peer.ah.id,
+                    remote_qpn: peer.qpn,
+                    remote_qkey: peer.qkey,
+                });
+            }
+        }
+    }
+}

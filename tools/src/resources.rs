@@ -1,0 +1,362 @@
+//! One end's RDMA resources, perftest's `pingpong_context`: a PD, a CQ, one or more QPs (in
+//! Reset), maybe an SRQ, and one registered buffer — owning `mlx5-ctx` objects, so nothing
+//! can be freed under the device: the buffer is a [`Mr`], which deregisters before it frees
+//! its memory, whatever the run's outcome (a timeout, an error completion, a panic).
+//!
+//! Also the checks of what the device grants a run: [`Resources::with_inline`] (`-I`) and
+//! [`Resources::set_doorbell_mode`] (`--doorbell`); and with the `verbs` feature
+//! [`VerbsResources`], one end on any verbs device (Soft-RoCE too) for the libibverbs data path.
+
+use crate::args::DoorbellArg;
+use crate::inline::{self, InlineRequest};
+use crate::{Error, Result};
+use mlx5_connect::{qp_ref, QpRef, RemoteBuffer};
+use mlx5_ctx::{Context, Cq, Mr, Pd, Qp, QpInit, Srq};
+use mlx5_hw::QpType;
+use mlx5_qp::DoorbellMode;
+
+/// The shape of one end.
+#[derive(Clone, Copy, Debug)]
+pub struct ResourcesCfg {
+    /// Transport.
+    pub qp_type: QpType,
+    /// QPs sharing the CQ.
+    pub qps: u32,
+    /// Send WRs per QP.
+    pub sq_depth: u32,
+    /// Receive WRs per QP (ignored with an SRQ).
+    pub rq_depth: u32,
+    /// Inline bytes per WR.
+    pub inline: u32,
+    /// Buffer size.
+    pub buf_len: usize,
+    /// Receive through a shared receive queue of this many WRs.
+    pub srq: Option<u32>,
+}
+
+impl ResourcesCfg {
+    /// One RC QP with room for 128 sends and 128 receives, 220 bytes inline, a 64 KiB buffer.
+    pub fn rc() -> ResourcesCfg {
+        ResourcesCfg {
+            qp_type: QpType::Rc,
+            qps: 1,
+            sq_depth: 128,
+            rq_depth: 128,
+            inline: 220,
+            buf_len: 1 << 16,
+            srq: None,
+        }
+    }
+
+    /// The entries this end's CQ needs: every send and receive of every QP.
+    pub fn cqe(&self) -> u32 {
+        let per_qp = self.sq_depth.saturating_add(self.rq_depth);
+        let n = per_qp
+            .saturating_mul(self.qps.max(1))
+            .saturating_add(self.srq.unwrap_or(0));
+        n.max(64)
+    }
+
+    /// The creation attributes of each QP on `cq` (and `srq`), asking for `inline` bytes.
+    fn init<'a>(&self, cq: &'a Cq, srq: Option<&'a Srq>, inline: u32) -> QpInit<'a> {
+        let init = QpInit::new(self.qp_type, cq)
+            .max_send_wr(self.sq_depth)
+            .max_recv_wr(self.rq_depth)
+            .max_inline_data(inline);
+        match srq {
+            Some(s) => init.srq(s),
+            None => init,
+        }
+    }
+}
+
+/// One end: a PD, a CQ, one or more QPs (Reset), maybe an SRQ, and a registered buffer.
+pub struct Resources {
+    /// The QPs, in creation order (the data path through `Deref`).
+    pub qps: Vec<Qp>,
+    /// The CQ every QP (and the SRQ) completes on.
+    pub cq: Cq,
+    /// The shared receive queue, if configured.
+    pub srq: Option<Srq>,
+    /// The registered buffer.
+    pub mr: Mr,
+    /// Protection domain.
+    pub pd: Pd,
+}
+
+impl Resources {
+    /// Create everything on `ctx`.
+    pub fn new(ctx: &Context, cfg: &ResourcesCfg) -> Result<Resources> {
+        let pd = ctx.alloc_pd()?;
+        let cq = ctx.create_cq(cfg.cqe())?;
+        let srq = match cfg.srq {
+            Some(n) => Some(pd.create_srq(n, 1)?),
+            None => None,
+        };
+        let mut qps = Vec::new();
+        for _ in 0..cfg.qps.max(1) {
+            qps.push(pd.create_qp(&cfg.init(&cq, srq.as_ref(), cfg.inline))?);
+        }
+        let mr = pd.alloc_mr(cfg.buf_len)?;
+        Ok(Resources {
+            qps,
+            cq,
+            srq,
+            mr,
+            pd,
+        })
+    }
+
+    /// [`Resources::new`] asking for the inline size of `req` (`cfg.inline` is replaced by it),
+    /// and the inline size the run can use ([`InlineRequest::settle`]): an explicit `-I` the
+    /// device does not grant is refused with the largest size it does grant.
+    pub fn with_inline(
+        ctx: &Context,
+        cfg: &ResourcesCfg,
+        req: InlineRequest,
+    ) -> Result<(Resources, u32)> {
+        let cfg = ResourcesCfg {
+            inline: req.bytes,
+            ..*cfg
+        };
+        match Resources::new(ctx, &cfg) {
+            Ok(r) => {
+                let granted = r.qps.iter().map(|q| q.max_inline_data()).min().unwrap_or(0);
+                let inline = req.settle(granted, ctx.name())?;
+                Ok((r, inline))
+            }
+            Err(e) if req.explicit => Err(refuse_inline(e, ctx, &cfg, req.bytes)),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Ring every QP's doorbells in `mode` (`--doorbell`); a BlueFlame mode on a QP without
+    /// BlueFlame registers is refused with the data path's reason.
+    pub fn set_doorbell_mode(&mut self, mode: DoorbellMode) -> Result<()> {
+        for qp in &mut self.qps {
+            let name = qp.context().name().to_string();
+            let qpn = qp.qpn();
+            qp.set_doorbell_mode(mode).map_err(|e| {
+                Error::Usage(format!(
+                    "--doorbell {}: QP {qpn:#08x} on {name}: {e}; use --doorbell db, or leave \
+                     --doorbell out",
+                    DoorbellArg::of(mode).name(),
+                ))
+            })?;
+        }
+        Ok(())
+    }
+
+    /// The doorbell mode of the QPs (the first one's; [`Resources::set_doorbell_mode`] sets
+    /// them all alike).
+    pub fn doorbell_mode(&self) -> Option<DoorbellMode> {
+        self.qps.first().map(|q| q.doorbell_mode())
+    }
+
+    /// The control path's name for QP `i`.
+    pub fn qp_ref(&self, i: usize) -> QpRef {
+        qp_ref(&self.qps[i])
+    }
+
+    /// The device this end is on.
+    pub fn context(&self) -> &Context {
+        self.pd.context()
+    }
+
+    /// What to announce to the peer: the whole buffer.
+    pub fn remote_buffer(&self) -> RemoteBuffer {
+        remote_buffer(&self.mr)
+    }
+}
+
+/// What to announce to a peer for `mr`: the whole region.
+pub fn remote_buffer(mr: &Mr) -> RemoteBuffer {
+    RemoteBuffer {
+        addr: mr.addr(),
+        rkey: mr.rkey(),
+        len: mr.len() as u64,
+    }
+}
+
+/// The error for an explicit `-I asked` after creating an end failed with `cause`: when a QP of
+/// the same shape with less inline data can be created, [`inline::refused`] naming the largest
+/// size the device grants ([`inline::largest_granted`], creating and dropping QPs); else
+/// `cause`.
+fn refuse_inline(cause: Error, ctx: &Context, cfg: &ResourcesCfg, asked: u32) -> Error {
+    let probe = || -> Result<Option<u32>> {
+        let pd = ctx.alloc_pd()?;
+        let cq = ctx.create_cq(cfg.cqe())?;
+        // No SRQ: the receive queue does not change the send WQE's size.
+        Ok(inline::largest_granted(asked, |n| {
+            let qp = pd.create_qp(&cfg.init(&cq, None, n)).ok()?;
+            Some(qp.max_inline_data())
+        }))
+    };
+    match probe() {
+        Ok(Some(largest)) => inline::refused(asked, largest, ctx.name()),
+        Ok(None) => cause,
+        Err(e) => {
+            tracing::debug!(%e, "could not look for the largest inline size");
+            cause
+        }
+    }
+}
+
+/// One end on a verbs device, for the libibverbs data path (`--path verbs`): a PD, a CQ, one
+/// or more RC/UC/UD QPs (Reset) created with `create_*_verbs`, which work on any provider
+/// (Soft-RoCE included), and a registered buffer (an owning [`Mr`] of a context over the same
+/// device). Posting and polling go through `mlx5_hw::verbs::baseline` handles claimed from it
+/// ([`VerbsResources::claim`]). The QPs and the CQ are destroyed when this is dropped, before
+/// the PD goes.
+#[cfg(feature = "verbs")]
+pub struct VerbsResources {
+    /// The QPs, in creation order, with the capabilities the device granted.
+    pub qps: Vec<mlx5_hw::verbs::VerbsQp>,
+    /// Their transport.
+    pub qp_type: QpType,
+    /// The CQ every QP completes on.
+    pub cq: mlx5_hw::verbs::VerbsCq,
+    /// The registered buffer.
+    pub mr: Mr,
+    /// Protection domain.
+    pub pd: Pd,
+    /// The device, as the verbs backend.
+    pub verbs: std::sync::Arc<mlx5_hw::verbs::VerbsDevice>,
+}
+
+#[cfg(feature = "verbs")]
+impl Drop for VerbsResources {
+    fn drop(&mut self) {
+        use mlx5_hw::Device;
+        for q in &self.qps {
+            if let Err(e) = self.verbs.destroy_qp(q.id) {
+                tracing::warn!(qpn = q.qpn, error = %e, "destroy_qp failed");
+            }
+        }
+        if let Err(e) = self.verbs.destroy_cq(self.cq.id) {
+            tracing::warn!(error = %e, "destroy_cq failed");
+        }
+    }
+}
+
+#[cfg(feature = "verbs")]
+impl VerbsResources {
+    /// Create everything on `verbs` (whose context is `ctx`; `cfg.srq` is not supported here).
+    pub fn new(
+        ctx: &Context,
+        verbs: std::sync::Arc<mlx5_hw::verbs::VerbsDevice>,
+        cfg: &ResourcesCfg,
+    ) -> Result<Self> {
+        use mlx5_hw::{CqInitAttr, QpCap, QpInitAttr};
+        if cfg.srq.is_some() {
+            return Err(Error::Usage(
+                "a shared receive queue is not supported on --path verbs".into(),
+            ));
+        }
+        let pd = ctx.alloc_pd()?;
+        let cq = verbs.create_cq_verbs(&CqInitAttr {
+            cqe: cfg.cqe(),
+            ..CqInitAttr::default()
+        })?;
+        let mut r = VerbsResources {
+            qps: Vec::new(),
+            qp_type: cfg.qp_type,
+            cq,
+            mr: pd.alloc_mr(cfg.buf_len)?,
+            pd,
+            verbs,
+        };
+        for _ in 0..cfg.qps.max(1) {
+            let attr = QpInitAttr {
+                qp_type: cfg.qp_type,
+                send_cq: r.cq.id,
+                recv_cq: r.cq.id,
+                srq: None,
+                cap: QpCap {
+                    max_send_wr: cfg.sq_depth,
+                    max_recv_wr: cfg.rq_depth,
+                    max_send_sge: 1,
+                    max_recv_sge: 1,
+                    max_inline_data: cfg.inline,
+                },
+                sq_sig_all: false,
+            };
+            // On failure `r` is dropped and destroys what was made.
+            let q = r.verbs.create_qp_verbs(r.pd.id(), &attr)?;
+            r.qps.push(q);
+        }
+        Ok(r)
+    }
+
+    /// [`VerbsResources::new`] asking for the inline size of `req`, and the inline size the
+    /// run can use: an explicit `-I` that `ibv_create_qp` does not grant is refused with the
+    /// largest size it does grant, as [`Resources::with_inline`].
+    pub fn with_inline(
+        ctx: &Context,
+        verbs: std::sync::Arc<mlx5_hw::verbs::VerbsDevice>,
+        cfg: &ResourcesCfg,
+        req: InlineRequest,
+    ) -> Result<(Self, u32)> {
+        let cfg = ResourcesCfg {
+            inline: req.bytes,
+            ..*cfg
+        };
+        match VerbsResources::new(ctx, verbs.clone(), &cfg) {
+            Ok(r) => {
+                let inline = req.settle(r.max_inline(), ctx.name())?;
+                Ok((r, inline))
+            }
+            Err(e) if req.explicit => {
+                let largest = inline::largest_granted(req.bytes, |n| {
+                    let probe = VerbsResources::new(
+                        ctx,
+                        verbs.clone(),
+                        &ResourcesCfg {
+                            inline: n,
+                            qps: 1,
+                            buf_len: 64,
+                            ..cfg
+                        },
+                    )
+                    .ok()?;
+                    Some(probe.max_inline())
+                });
+                match largest {
+                    Some(l) => Err(inline::refused(req.bytes, l, ctx.name())),
+                    None => Err(e),
+                }
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The control path's name for QP `i`.
+    pub fn qp_ref(&self, i: usize) -> QpRef {
+        let q = &self.qps[i];
+        QpRef {
+            id: q.id,
+            qpn: q.qpn,
+            qp_type: self.qp_type,
+            pd: self.pd.id(),
+        }
+    }
+
+    /// The inline bytes every QP was granted (the provider may round the request up).
+    pub fn max_inline(&self) -> u32 {
+        self.qps
+            .iter()
+            .map(|q| q.cap.max_inline_data)
+            .min()
+            .unwrap_or(0)
+    }
+
+    /// What to announce to the peer: the whole buffer.
+    pub fn remote_buffer(&self) -> RemoteBuffer {
+        remote_buffer(&self.mr)
+    }
+
+    /// The device this end is on.
+    pub fn context(&self) -> &Context {
+        self.pd.context()
+    }
+}
