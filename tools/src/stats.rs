@@ -70,7 +70,7 @@ impl LatencyStats {
             .sum::<f64>()
             / n as f64;
         // perftest `get_median`: the mean of the two middle samples of an even count.
-        let median = if n % 2 == 0 {
+        let median = if n.is_multiple_of(2) {
             (sorted[n / 2 - 1] as f64 + sorted[n / 2] as f64) / 2.0
         } else {
             sorted[n / 2] as f64

@@ -517,10 +517,10 @@ impl<'a, P: DataPath> BwEnd<'a, P> {
     fn step(&mut self) -> Result<bool> {
         let mut busy = false;
         if let Some(f) = &mut self.flow {
-            let now_ok = f.stop.map_or(true, |s| Instant::now() < s);
+            let now_ok = f.stop.is_none_or(|s| Instant::now() < s);
             if now_ok {
                 for q in 0..f.posted.len() {
-                    while f.iters.map_or(true, |n| f.posted[q] < n)
+                    while f.iters.is_none_or(|n| f.posted[q] < n)
                         && f.posted[q] - f.done[q] < f.depth
                     {
                         let i = f.posted[q];
@@ -555,7 +555,7 @@ impl<'a, P: DataPath> BwEnd<'a, P> {
                 };
                 s.received[d.qp] += 1;
                 s.last_arrival = now;
-                if s.iters.map_or(true, |n| s.posted[d.qp] < n) {
+                if s.iters.is_none_or(|n| s.posted[d.qp] < n) {
                     self.path.post_recv(d.qp, d.wr_id, self.recv_sge)?;
                     s.posted[d.qp] += 1;
                 }
@@ -574,7 +574,7 @@ impl<'a, P: DataPath> BwEnd<'a, P> {
     }
 
     fn flow_done(&self) -> bool {
-        self.flow.as_ref().map_or(true, Flow::is_done)
+        self.flow.as_ref().is_none_or(Flow::is_done)
     }
 
     /// Whether the receiver has everything, or (its own flow done, UC/UD, a `-D` run) has
@@ -628,7 +628,7 @@ fn drive<P: DataPath, Q: DataPath>(
         }
         let b_done = b
             .as_deref()
-            .map_or(true, |b| b.flow_done() && b.sink_done(lossy));
+            .is_none_or(|b| b.flow_done() && b.sink_done(lossy));
         if a.flow_done() && a.sink_done(lossy && control.is_none()) && b_done {
             return Ok(true);
         }
@@ -637,7 +637,7 @@ fn drive<P: DataPath, Q: DataPath>(
             progress.update(f.completed & !1023);
         }
         if !busy {
-            if spins % 1024 == 0 {
+            if spins.is_multiple_of(1024) {
                 if let Some(c) = control.as_deref_mut() {
                     match c.poll_control()? {
                         Some(ControlEvent::PeerAborted(AbortCode::Shutdown)) => return Ok(false),

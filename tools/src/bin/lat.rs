@@ -364,10 +364,10 @@ impl<'a, P: DataPath> Pinger<'a, P> {
                 return Ok(Waited::Done);
             }
             spins = spins.wrapping_add(1);
-            if spins % every == 0 {
+            if spins.is_multiple_of(every) {
                 self.drain()?;
             }
-            if spins % 4096 == 0 {
+            if spins.is_multiple_of(4096) {
                 if let Some(conn) = self.watch.as_mut() {
                     match conn.poll_control()? {
                         Some(ControlEvent::PeerAborted(AbortCode::Shutdown)) => {
@@ -1022,7 +1022,7 @@ fn measure_end<P: DataPath>(
             'sizes: for &size in &sizes {
                 let size = size as usize;
                 let mut i = 0u64;
-                while p.length.iters().map_or(true, |n| i < n) {
+                while p.length.iters().is_none_or(|n| i < n) {
                     stamp = next_stamp(stamp);
                     if me.wait_msg(p.test, size, stamp)? == Waited::Stopped {
                         stopped = true;
