@@ -180,14 +180,51 @@ macro_rules! lean_post {
     };
 }
 
-/// Which doorbell sequence a lean post ends with: the fast one (through the gate `fast`), or
-/// whichever the QP's [`DoorbellMode`] asks for (the gate `other`).
+/// In a [`Batch`] post: when `$ok` and the batch gate lets the post through, write the WQE
+/// with `$qp.$post(args…, LeanRing::Defer)` (no doorbell) and return `Ok(())`; otherwise fall
+/// through to the generic deferred post.
+macro_rules! lean_defer {
+    ($qp:ident, $ok:expr, $post:ident($($arg:expr),*), $id:expr, $shape:expr, $flags:expr) => {{
+        if $ok && $qp.sq.lean_open($qp.sq.batch) {
+            $qp.$post($($arg,)* LeanRing::Defer);
+            return Ok(());
+        }
+        return $qp.lean_generic($id, $shape, $flags, true);
+    }};
+}
+
+/// The WR of a lean entry point, by value, for its one out-of-line fallback
+/// (`Qp::lean_slow`): gather entries as `(addr, length, lkey)`.
+#[derive(Clone, Copy)]
+enum LeanShape<'a> {
+    WriteInline(&'a [u8], RemoteAddr),
+    Write((u64, u32, u32), RemoteAddr),
+    SendInline(&'a [u8]),
+    Send((u64, u32, u32)),
+}
+
+impl LeanShape<'_> {
+    #[inline(always)]
+    fn write(sge: Sge, remote: RemoteAddr) -> LeanShape<'static> {
+        LeanShape::Write((sge.addr, sge.length, sge.lkey), remote)
+    }
+    #[inline(always)]
+    fn send(sge: Sge) -> LeanShape<'static> {
+        LeanShape::Send((sge.addr, sge.length, sge.lkey))
+    }
+}
+
+/// Which doorbell sequence a lean post ends with: the fast one (through the gate `fast`),
+/// whichever the QP's [`DoorbellMode`] asks for (the gate `other`), or none yet (a post in a
+/// [`Batch`], the gate `batch`).
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum LeanRing {
     /// [`SendQueue::ring_bf_post`].
     BfPost,
     /// [`SendQueue::ring_other`]: any other mode.
     Any,
+    /// [`SendQueue::defer_lean`]: the batch rings when it ends.
+    Defer,
 }
 
 /// The first 8 bytes of a lean WQE's ctrl segment, in memory order: `opmod 0 | wqe_index |
@@ -606,7 +643,7 @@ impl Qp {
         if self.sq.pending() == 0 {
             self.sq.ring_one(ctrl, bbs);
         } else {
-            self.sq.defer(ctrl, bbs);
+            self.sq.defer(ctrl);
             self.sq.ring_doorbell();
         }
         Ok(())
@@ -619,99 +656,49 @@ impl Qp {
     // `Result<()>` is returned through a hidden first argument, which would make the hot path
     // shuffle `self` and `wr_id` out of the registers they arrive in to match it.
     #[inline(always)]
-    fn post_write_inline_generic(
+    fn lean_generic(
         &mut self,
         wr_id: u64,
-        data: &[u8],
-        remote: RemoteAddr,
+        shape: LeanShape<'_>,
         flags: SendFlags,
+        defer: bool,
     ) -> Result<()> {
         let mut r = MaybeUninit::uninit();
-        self.post_write_inline_slow(wr_id, data, remote, flags, &mut r);
-        // SAFETY: `post_write_inline_slow` always writes `r`.
+        self.lean_slow(wr_id, shape, flags, defer, &mut r);
+        // SAFETY: `lean_slow` always writes `r`.
         unsafe { r.assume_init() }
     }
+    /// The one out-of-line fallback of every lean entry point: rebuild the WR, post it on the
+    /// generic path (deferred in a batch).
     #[cold]
     #[inline(never)]
-    fn post_write_inline_slow(
+    fn lean_slow(
         &mut self,
         wr_id: u64,
-        data: &[u8],
-        remote: RemoteAddr,
+        shape: LeanShape<'_>,
         flags: SendFlags,
+        defer: bool,
         r: &mut MaybeUninit<Result<()>>,
     ) {
-        r.write(self.post_planned(&SendWr::write(wr_id, remote).inline(data).flags(flags)));
-    }
-    #[inline(always)]
-    fn post_write_generic(
-        &mut self,
-        wr_id: u64,
-        sge: Sge,
-        remote: RemoteAddr,
-        flags: SendFlags,
-    ) -> Result<()> {
-        let mut r = MaybeUninit::uninit();
-        let Sge { addr, length, lkey } = sge;
-        self.post_write_slow(wr_id, (addr, length, lkey), remote, flags, &mut r);
-        // SAFETY: `post_write_slow` always writes `r`.
-        unsafe { r.assume_init() }
-    }
-    #[cold]
-    #[inline(never)]
-    fn post_write_slow(
-        &mut self,
-        wr_id: u64,
-        (addr, length, lkey): (u64, u32, u32),
-        remote: RemoteAddr,
-        flags: SendFlags,
-        r: &mut MaybeUninit<Result<()>>,
-    ) {
-        let sge = Sge { addr, length, lkey };
-        r.write(self.post_planned(&SendWr::write(wr_id, remote).sges(&[sge]).flags(flags)));
-    }
-    #[inline(always)]
-    fn post_send_inline_generic(
-        &mut self,
-        wr_id: u64,
-        data: &[u8],
-        flags: SendFlags,
-    ) -> Result<()> {
-        let mut r = MaybeUninit::uninit();
-        self.post_send_inline_slow(wr_id, data, flags, &mut r);
-        // SAFETY: `post_send_inline_slow` always writes `r`.
-        unsafe { r.assume_init() }
-    }
-    #[cold]
-    #[inline(never)]
-    fn post_send_inline_slow(
-        &mut self,
-        wr_id: u64,
-        data: &[u8],
-        flags: SendFlags,
-        r: &mut MaybeUninit<Result<()>>,
-    ) {
-        r.write(self.post_planned(&SendWr::send(wr_id).inline(data).flags(flags)));
-    }
-    #[inline(always)]
-    fn post_send_generic(&mut self, wr_id: u64, sge: Sge, flags: SendFlags) -> Result<()> {
-        let mut r = MaybeUninit::uninit();
-        let Sge { addr, length, lkey } = sge;
-        self.post_send_slow(wr_id, (addr, length, lkey), flags, &mut r);
-        // SAFETY: `post_send_slow` always writes `r`.
-        unsafe { r.assume_init() }
-    }
-    #[cold]
-    #[inline(never)]
-    fn post_send_slow(
-        &mut self,
-        wr_id: u64,
-        (addr, length, lkey): (u64, u32, u32),
-        flags: SendFlags,
-        r: &mut MaybeUninit<Result<()>>,
-    ) {
-        let sge = Sge { addr, length, lkey };
-        r.write(self.post_planned(&SendWr::send(wr_id).sges(&[sge]).flags(flags)));
+        let sge;
+        let wr = match shape {
+            LeanShape::WriteInline(data, remote) => SendWr::write(wr_id, remote).inline(data),
+            LeanShape::Write((addr, length, lkey), remote) => {
+                sge = [Sge { addr, length, lkey }];
+                SendWr::write(wr_id, remote).sges(&sge)
+            }
+            LeanShape::SendInline(data) => SendWr::send(wr_id).inline(data),
+            LeanShape::Send((addr, length, lkey)) => {
+                sge = [Sge { addr, length, lkey }];
+                SendWr::send(wr_id).sges(&sge)
+            }
+        };
+        let wr = wr.flags(flags);
+        r.write(if defer {
+            self.post_deferred(&wr)
+        } else {
+            self.post_planned(&wr)
+        });
     }
 
     /// Whether the lean path writes a gather entry of this length: a zero-length entry is
@@ -773,6 +760,7 @@ impl Qp {
         match ring {
             LeanRing::BfPost => self.sq.ring_bf_post(ctrl, w0, next, bbs, ds),
             LeanRing::Any => self.sq.ring_other(ctrl, w0, next, bbs, ds),
+            LeanRing::Defer => self.sq.defer_lean(ctrl),
         }
     }
 
@@ -794,7 +782,7 @@ impl Qp {
             Self::inline_len_ok(data.len(), self.fast.inline_rdma),
             lean_write_inline(wr_id, data, remote, flags)
         );
-        self.post_write_inline_generic(wr_id, data, remote, flags)
+        self.lean_generic(wr_id, LeanShape::WriteInline(data, remote), flags, false)
     }
 
     /// The lean WRITE with inline data, once a gate let it through.
@@ -835,7 +823,7 @@ impl Qp {
             Self::sge_len_ok(sge),
             lean_write(wr_id, sge, remote, flags)
         );
-        self.post_write_generic(wr_id, sge, remote, flags)
+        self.lean_generic(wr_id, LeanShape::write(sge, remote), flags, false)
     }
 
     /// The lean WRITE of one gather entry, once a gate let it through.
@@ -870,7 +858,7 @@ impl Qp {
             Self::inline_len_ok(data.len(), self.fast.inline_send),
             lean_send_inline(wr_id, data, flags)
         );
-        self.post_send_inline_generic(wr_id, data, flags)
+        self.lean_generic(wr_id, LeanShape::SendInline(data), flags, false)
     }
 
     /// The lean SEND with inline data, once a gate let it through.
@@ -890,7 +878,7 @@ impl Qp {
     #[inline(always)]
     pub fn post_send(&mut self, wr_id: u64, sge: Sge, flags: SendFlags) -> Result<()> {
         lean_post!(self, Self::sge_len_ok(sge), lean_send(wr_id, sge, flags));
-        self.post_send_generic(wr_id, sge, flags)
+        self.lean_generic(wr_id, LeanShape::send(sge), flags, false)
     }
 
     /// The lean SEND of one gather entry, once a gate let it through.
@@ -911,8 +899,8 @@ impl Qp {
     #[inline]
     pub fn post_deferred(&mut self, wr: &SendWr<'_>) -> Result<()> {
         let plan = self.plan(wr)?;
-        let (ctrl, bbs) = self.write(wr, &plan)?;
-        self.sq.defer(ctrl, bbs);
+        let (ctrl, _) = self.write(wr, &plan)?;
+        self.sq.defer(ctrl);
         Ok(())
     }
 
@@ -943,7 +931,61 @@ impl Qp {
     /// ```
     #[inline]
     pub fn batch(&mut self) -> Batch<'_> {
+        self.sq.begin_batch();
         Batch { qp: self }
+    }
+
+    /// [`Qp::post_deferred`] for a [`Batch`]: the four lean shapes (as in [`Qp::post`]) go
+    /// through the batch gate and leave the doorbell to the batch's end, anything else (and
+    /// anything the gate stops) to the generic deferred post.
+    #[inline(always)]
+    fn post_batched(&mut self, wr: &SendWr<'_>) -> Result<()> {
+        if wr.ud.is_none() {
+            let (id, f) = (wr.wr_id, wr.flags);
+            match (wr.op, wr.data) {
+                (SendOp::Write { remote }, SendData::Inline(d)) => lean_defer!(
+                    self,
+                    Self::inline_len_ok(d.len(), self.fast.inline_rdma),
+                    lean_write_inline(id, d, remote, f),
+                    id,
+                    LeanShape::WriteInline(d, remote),
+                    f
+                ),
+                (SendOp::Write { remote }, SendData::Sges([sge])) => lean_defer!(
+                    self,
+                    Self::sge_len_ok(*sge),
+                    lean_write(id, *sge, remote, f),
+                    id,
+                    LeanShape::write(*sge, remote),
+                    f
+                ),
+                (SendOp::Send, SendData::Inline(d)) => lean_defer!(
+                    self,
+                    Self::inline_len_ok(d.len(), self.fast.inline_send),
+                    lean_send_inline(id, d, f),
+                    id,
+                    LeanShape::SendInline(d),
+                    f
+                ),
+                (SendOp::Send, SendData::Sges([sge])) => lean_defer!(
+                    self,
+                    Self::sge_len_ok(*sge),
+                    lean_send(id, *sge, f),
+                    id,
+                    LeanShape::send(*sge),
+                    f
+                ),
+                _ => {}
+            }
+        }
+        self.post_deferred_slow(wr)
+    }
+
+    /// The generic deferred post out of line (a batch's rare shapes).
+    #[cold]
+    #[inline(never)]
+    fn post_deferred_slow(&mut self, wr: &SendWr<'_>) -> Result<()> {
+        self.post_deferred(wr)
     }
 
     #[inline(always)]
@@ -1313,7 +1355,7 @@ impl Qp {
             _ => 0,
         };
         self.sq.commit(wr_id, bbs, atomic_size);
-        self.sq.defer(ctrl, bbs);
+        self.sq.defer(ctrl);
         Ok(())
     }
 
@@ -1450,10 +1492,12 @@ pub struct Batch<'a> {
 }
 
 impl Batch<'_> {
-    /// Write a send WR; the doorbell rings when the batch ends.
-    #[inline]
+    /// Write a send WR; the doorbell rings when the batch ends. The shapes [`Qp::post`] posts
+    /// on its lean path (WRITE or SEND, inline or one gather entry) take the same lean path
+    /// here, without the doorbell: a batch of them costs less per WR than single posts.
+    #[inline(always)]
     pub fn post(&mut self, wr: &SendWr<'_>) -> Result<()> {
-        self.qp.post_deferred(wr)
+        self.qp.post_batched(wr)
     }
     /// Write a caller-built WQE ([`Qp::post_raw`]); the doorbell rings when the batch ends.
     #[inline]

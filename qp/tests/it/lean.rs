@@ -316,6 +316,17 @@ enum Step {
     },
     /// A generic post left pending on both.
     Defer(usize),
+    /// `n` posts of one lean shape (kind 0..4, as in `Post`) in one `Qp::batch` on the lean
+    /// twin, through `post_deferred` and one `ring_doorbell` on the generic one; with `mixed`,
+    /// a generic-only shape (a SEND with immediate) in the middle.
+    Batch {
+        n: u8,
+        kind: u8,
+        len: usize,
+        sge_len: u32,
+        flags: u8,
+        mixed: bool,
+    },
     /// Ring both.
     Ring,
     /// The device completes the last posted WQE on both; both poll.
@@ -351,6 +362,8 @@ fn step() -> impl Strategy<Value = Step> {
         8 => (0u8..4, 0usize..300, sge_len, 0u8..8, any::<u64>())
             .prop_map(|(kind, len, sge_len, flags, remote)| Step::Post { kind, len, sge_len, flags, remote }),
         1 => (0usize..40).prop_map(Step::Defer),
+        2 => (0u8..6, 0u8..4, 0usize..40, 1u32..100, 0u8..8, any::<bool>())
+            .prop_map(|(n, kind, len, sge_len, flags, mixed)| Step::Batch { n, kind, len, sge_len, flags, mixed }),
         1 => Just(Step::Ring),
         3 => Just(Step::Retire),
         1 => state.prop_map(Step::State),
@@ -450,6 +463,34 @@ proptest! {
                     if rg.is_ok() {
                         last_pi = Some(pi);
                     }
+                }
+                Step::Batch { n, kind, len, sge_len, flags, mixed } => {
+                    let flags = SendFlags::from_bits_truncate(flags);
+                    let remote = RemoteAddr::new(0x1000 + id, 0x42);
+                    let sges = [Sge { addr: 0x3000, length: sge_len, lkey: 0x77 }];
+                    let mut bl = l.qp.batch();
+                    for i in 0..n as u64 {
+                        let wr = if mixed && i == n as u64 / 2 {
+                            SendWr::send_imm(id + i, 7).sges(&sges)
+                        } else {
+                            match kind {
+                                0 => SendWr::write(id + i, remote).inline(&payload[..len]),
+                                1 => SendWr::write(id + i, remote).sges(&sges),
+                                2 => SendWr::send(id + i).inline(&payload[..len]),
+                                _ => SendWr::send(id + i).sges(&sges),
+                            }
+                            .flags(flags)
+                        };
+                        let pi = g.qp.sq_pi();
+                        let rg = g.qp.post_deferred(&wr);
+                        prop_assert_eq!(rg, bl.post(&wr), "{:?}", wr);
+                        prop_assert_eq!(bl.qp().pending_doorbell(), g.qp.pending_doorbell());
+                        if rg.is_ok() {
+                            last_pi = Some(pi);
+                        }
+                    }
+                    drop(bl);
+                    g.qp.ring_doorbell();
                 }
                 Step::Defer(len) => {
                     let wr = SendWr::send(id).inline(&payload[..len]);
