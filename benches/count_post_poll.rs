@@ -50,37 +50,53 @@ pub fn measured_post_sge(qp: &mut Qp, wr_id: u64) -> bool {
 /// drains). The script divides the instructions of all calls by N, the CQEs polled, so the
 /// figure is the cost per polled CQE with the per-call overhead spread over its batch.
 #[inline(never)]
-pub fn measured_poll(cq: &mut Cq, qp: &mut Qp, ids: &mut [u64; 16]) -> usize {
+pub fn measured_poll(cq: &mut Cq, qp: &mut Qp, _wcs: &mut [Wc; 16], ids: &mut [u64; 16]) -> usize {
     cq.poll_send(qp, ids, |_| {}).unwrap_or(0)
 }
 
 /// One call of the general poll for a single completion (`Cq::poll` with room for one), what
-/// a ping-pong loop calls; its WR id goes to `ids[0]`.
+/// a ping-pong loop calls; its WR id goes to `ids[0]`. The completion array is the caller's,
+/// kept across calls (as an `ibv_poll_cq` loop keeps its `ibv_wc` array).
 #[inline(never)]
-pub fn measured_poll_one(cq: &mut Cq, qp: &mut Qp, ids: &mut [u64; 16]) -> usize {
-    let mut wc = [Wc::default(); 1];
-    match cq.poll(qp, &mut wc) {
-        Ok(1) if wc[0].is_ok() => {
-            ids[0] = wc[0].wr_id;
+pub fn measured_poll_one(
+    cq: &mut Cq,
+    qp: &mut Qp,
+    wcs: &mut [Wc; 16],
+    ids: &mut [u64; 16],
+) -> usize {
+    match cq.poll(qp, &mut wcs[..1]) {
+        Ok(1) if wcs[0].is_ok() => {
+            ids[0] = wcs[0].wr_id;
             1
         }
         _ => 0,
     }
 }
 
-/// One call of the general poll with room for 16 completions (`Cq::poll`); their WR ids go
-/// to `ids`.
-#[inline(never)]
-pub fn measured_poll_wcs(cq: &mut Cq, qp: &mut Qp, ids: &mut [u64; 16]) -> usize {
-    let mut wcs = [Wc::default(); 16];
-    match cq.poll(qp, &mut wcs) {
-        Ok(k) if wcs[..k].iter().all(|w| w.is_ok()) => {
-            for (id, w) in ids.iter_mut().zip(&wcs[..k]) {
-                *id = w.wr_id;
-            }
-            k
+/// The WR ids of `k` successful completions to `ids`; 0 if one failed.
+#[inline(always)]
+fn take_ids(wcs: &[Wc; 16], k: usize, ids: &mut [u64; 16]) -> usize {
+    for (id, w) in ids.iter_mut().zip(&wcs[..k.min(16)]) {
+        if !w.is_ok() {
+            return 0;
         }
-        _ => 0,
+        *id = w.wr_id;
+    }
+    k
+}
+
+/// One call of the general poll with room for 16 completions (`Cq::poll`, into the caller's
+/// array); their WR ids go to `ids`.
+#[inline(never)]
+pub fn measured_poll_wcs(
+    cq: &mut Cq,
+    qp: &mut Qp,
+    wcs: &mut [Wc; 16],
+    ids: &mut [u64; 16],
+) -> usize {
+    match cq.poll(qp, wcs) {
+        Ok(k) => take_ids(wcs, k, ids),
+        Err(_) => 0,
     }
 }
 
@@ -117,16 +133,15 @@ pub fn measured_floor(f: &mut Floor) {
 /// One call of the general poll with room for 16 completions on a CQ that serves many QPs,
 /// found through a `QpTable`; their WR ids go to `ids`.
 #[inline(never)]
-pub fn measured_poll_table(cq: &mut Cq, table: &mut QpTable, ids: &mut [u64; 16]) -> usize {
-    let mut wcs = [Wc::default(); 16];
-    match cq.poll(table, &mut wcs) {
-        Ok(k) if wcs[..k].iter().all(|w| w.is_ok()) => {
-            for (id, w) in ids.iter_mut().zip(&wcs[..k]) {
-                *id = w.wr_id;
-            }
-            k
-        }
-        _ => 0,
+pub fn measured_poll_table(
+    cq: &mut Cq,
+    table: &mut QpTable,
+    wcs: &mut [Wc; 16],
+    ids: &mut [u64; 16],
+) -> usize {
+    match cq.poll(table, wcs) {
+        Ok(k) => take_ids(wcs, k, ids),
+        Err(_) => 0,
     }
 }
 
@@ -192,6 +207,7 @@ fn check_ids(ids: &[u64], next: &mut u64, step: u64) -> bool {
 fn run_batch(n: u64) -> bool {
     let mut rig = Rig::new(RigCfg::rc_bf());
     let mut ids = [0u64; 16];
+    let mut wcs = [Wc::default(); 16];
     let chunk = (rig.qp.sq_free_bbs().min(rig.qp.sq_free_wrs()) as u64 / BATCH) * BATCH;
     let (mut done, mut next) = (0, BATCH - 1);
     while done < n {
@@ -209,7 +225,7 @@ fn run_batch(n: u64) -> bool {
         }
         let mut polled = 0;
         while polled < k / BATCH {
-            let got = measured_poll(&mut rig.cq, &mut rig.qp, &mut ids);
+            let got = measured_poll(&mut rig.cq, &mut rig.qp, &mut wcs, &mut ids);
             if got == 0 || !check_ids(&ids[..got], &mut next, BATCH) {
                 eprintln!("batch poll after {polled} CQEs failed");
                 return false;
@@ -230,6 +246,7 @@ fn run_recv(n: u64) -> bool {
     };
     let mut rig = Rig::new(cfg);
     let mut ids = [0u64; 16];
+    let mut wcs = [Wc::default(); 16];
     let (mut done, mut next, mut rq_pi) = (0u64, 0u64, 0u16);
     let sge = [Sge {
         addr: 0x2000,
@@ -250,7 +267,7 @@ fn run_recv(n: u64) -> bool {
         }
         let mut polled = 0;
         while polled < k {
-            let got = measured_poll_wcs(&mut rig.cq, &mut rig.qp, &mut ids);
+            let got = measured_poll_wcs(&mut rig.cq, &mut rig.qp, &mut wcs, &mut ids);
             if got == 0 || !check_ids(&ids[..got], &mut next, 1) {
                 eprintln!("receive poll after {} failed", done + polled);
                 return false;
@@ -282,6 +299,7 @@ fn run_qps(n: u64, qps: u32) -> bool {
         qpns.push(qpn);
     }
     let mut ids = [0u64; 16];
+    let mut wcs = [Wc::default(); 16];
     let (mut done, mut next) = (0u64, 0u64);
     while done < n {
         let k = (qps as u64 * 32).min(n - done);
@@ -299,7 +317,7 @@ fn run_qps(n: u64, qps: u32) -> bool {
             // Poll before the CQ (1024 entries) or a send queue (16 WRs) fills.
             if (i + 1) % (qps as u64 * 8).min(512) == 0 || i + 1 == k {
                 while next < done + i + 1 {
-                    let got = measured_poll_table(&mut cq, &mut table, &mut ids);
+                    let got = measured_poll_table(&mut cq, &mut table, &mut wcs, &mut ids);
                     if got == 0 || !check_ids(&ids[..got], &mut next, 1) {
                         eprintln!("poll of {qps} QPs after {next} failed");
                         return false;
@@ -362,6 +380,7 @@ fn run_single(a: &Args) -> bool {
     let mut rig = Rig::new(cfg);
     let chunk = rig.qp.sq_free_bbs().min(rig.qp.sq_free_wrs()) as u64;
     let mut ids = [0u64; 16];
+    let mut wcs = [Wc::default(); 16];
     let mut done = 0;
     while done < n {
         let k = chunk.min(n - done);
@@ -378,7 +397,7 @@ fn run_single(a: &Args) -> bool {
         }
         let mut polled = 0;
         while polled < k {
-            let got = poll(&mut rig.cq, &mut rig.qp, &mut ids);
+            let got = poll(&mut rig.cq, &mut rig.qp, &mut wcs, &mut ids);
             if got == 0 {
                 eprintln!("poll after {}: no completion", done + polled);
                 return false;

@@ -65,16 +65,40 @@ impl<A: Resolve + ?Sized, S: BorrowMut<Srq>> Resolve for (&mut A, &mut [S]) {
     }
 }
 
-/// An owning table of QPs and SRQs for a CQ that serves many of them. Lookup by QPN is a
-/// binary search over a sorted index built when QPs are added (no hashing, no allocation
-/// while polling).
-#[derive(Debug, Default)]
+/// An owning table of QPs and SRQs for a CQ that serves many of them.
+///
+/// Lookup by QPN takes constant time whatever the number of QPs: a direct-indexed table by
+/// the QPN's low bits (no scan, no hashing), the smallest power of two at least twice the QPs
+/// in which their QPNs' low bits all differ, rebuilt when a QP is added. A device hands out
+/// QPNs from a range (the software ConnectX counts up; a ConnectX allocates them from its
+/// QPC table, `docs/sources.md`), so the low bits of a CQ's QPs rarely collide and the table
+/// stays a few entries per QP; at worst it grows to 2^24 entries (4 bytes each), where no
+/// two 24-bit QPNs collide. The choice over the CQE's user index (`srqn_uidx`, which
+/// rdma-core's `mlx5_get_qp_from_rsn`… path fills only for QPs created with a uidx): it
+/// needs nothing from the control path and works on every device.
+#[derive(Debug)]
 pub struct QpTable {
     qps: Vec<Qp>,
     srqs: Vec<Srq>,
-    /// (qpn, index into `qps`), sorted by qpn.
-    index: Vec<(u32, usize)>,
+    /// `qpn & mask` → 1 + the QP's index in `qps`, 0 when empty.
+    slots: Vec<u32>,
+    /// `slots.len() - 1`.
+    mask: u32,
 }
+
+impl Default for QpTable {
+    fn default() -> QpTable {
+        QpTable {
+            qps: Vec::new(),
+            srqs: Vec::new(),
+            slots: vec![0],
+            mask: 0,
+        }
+    }
+}
+
+/// The largest table: every 24-bit QPN has its own entry.
+const MAX_SLOTS: usize = 1 << 24;
 
 impl QpTable {
     /// An empty table.
@@ -82,16 +106,57 @@ impl QpTable {
         QpTable::default()
     }
     /// Add a QP; returns its position for [`QpTable::qp_at`]. A QP with the same QPN replaces
-    /// the previous one's index entry.
+    /// the previous one in lookups by QPN.
     pub fn insert_qp(&mut self, qp: Qp) -> usize {
         let pos = self.qps.len();
         let qpn = qp.qpn();
         self.qps.push(qp);
-        match self.index.binary_search_by_key(&qpn, |e| e.0) {
-            Ok(i) => self.index[i].1 = pos,
-            Err(i) => self.index.insert(i, (qpn, pos)),
+        let slot = (qpn & self.mask) as usize;
+        let free = match self.slots[slot] {
+            0 => true,
+            i => self.qps[i as usize - 1].qpn() == qpn,
+        };
+        if free && self.slots.len() >= 2 * self.live() {
+            self.slots[slot] = pos as u32 + 1;
+        } else {
+            self.rebuild();
         }
         pos
+    }
+    /// The QPs lookups by QPN find (the last inserted of each QPN), as (qpn, position).
+    fn live(&self) -> usize {
+        self.slots.iter().filter(|&&i| i != 0).count() + 1
+    }
+    /// Size the table for the QPs it holds: the smallest power of two of at least twice their
+    /// number in which their QPNs' low bits differ.
+    fn rebuild(&mut self) {
+        let mut live: Vec<(u32, u32)> = Vec::with_capacity(self.qps.len());
+        for (pos, q) in self.qps.iter().enumerate() {
+            match live.iter_mut().find(|e| e.0 == q.qpn()) {
+                Some(e) => e.1 = pos as u32 + 1,
+                None => live.push((q.qpn(), pos as u32 + 1)),
+            }
+        }
+        let mut len = (2 * live.len()).next_power_of_two().min(MAX_SLOTS);
+        loop {
+            let mut slots = vec![0u32; len];
+            let mask = len as u32 - 1;
+            let mut ok = true;
+            for &(qpn, i) in &live {
+                let s = &mut slots[(qpn & mask) as usize];
+                if *s != 0 {
+                    ok = false;
+                    break;
+                }
+                *s = i;
+            }
+            if ok || len == MAX_SLOTS {
+                self.slots = slots;
+                self.mask = mask;
+                return;
+            }
+            len *= 2;
+        }
     }
     /// Add an SRQ; returns its position for [`QpTable::srq_at`].
     pub fn insert_srq(&mut self, srq: Srq) -> usize {
@@ -113,11 +178,11 @@ impl QpTable {
 }
 
 impl Resolve for QpTable {
-    #[inline]
+    #[inline(always)]
     fn qp(&mut self, qpn: u32) -> Option<&mut Qp> {
-        let i = self.index.binary_search_by_key(&qpn, |e| e.0).ok()?;
-        let pos = self.index[i].1;
-        self.qps.get_mut(pos)
+        let i = *self.slots.get((qpn & self.mask) as usize)?;
+        let qp = self.qps.get_mut((i as usize).wrapping_sub(1))?;
+        (qp.qpn() == qpn).then_some(qp)
     }
     #[inline]
     fn srq(&mut self, srqn: u32) -> Option<&mut Srq> {
@@ -250,55 +315,141 @@ impl Cq {
     #[inline(always)]
     pub fn poll<R: Resolve + ?Sized>(&mut self, table: &mut R, wcs: &mut [Wc]) -> Result<usize> {
         let start = self.ci;
-        // The run of common CQEs, inline; the first other one (an error, a receive, inline
-        // scatter, a CQE the queue's fast check declines) hands the rest of the call to
-        // `poll_from`, out of line, so that this loop keeps its registers to itself.
+        // Runs of common CQEs, inline (`Cq::send_run`): the first CQE of a run names its QP,
+        // found once for the run; the first other CQE (an error, a receive, inline scatter,
+        // one the run declines) hands the rest of the call to `poll_from`, out of line, so
+        // that this loop keeps its registers to itself.
         let (cqe0, cqe_cnt, size_shift) = (self.cqe0, self.cqe_cnt, self.size_shift);
         let mut n = 0;
         while n < wcs.len() {
             let ci = self.ci;
-            let idx = (ci & (cqe_cnt - 1)) as usize;
+            let idx = ci & (cqe_cnt - 1);
             // SAFETY: idx < cqe_cnt, so the 64-byte CQE (at +0 or +64 of its slot) is inside
             // the buffer.
-            let cqe_ptr = unsafe { cqe0.add(idx << size_shift) };
+            let cqe_ptr = unsafe { cqe0.add((idx as usize) << size_shift) };
             // SAFETY: op_own is the last byte of the CQE; volatile, the device writes it.
             let op_own = unsafe { core::ptr::read_volatile(cqe_ptr.add(63)) };
-            let parity = ((ci & cqe_cnt) != 0) as u8;
-            if (op_own ^ parity) & 0xfd != 0 {
+            // A plain REQ CQE (opcode 0, format 0, SE clear) of this lap: `op_own` is the
+            // owner bit alone (rdma-core `get_sw_cqe`).
+            let own = ((ci & cqe_cnt) != 0) as u8;
+            if op_own != own {
                 if sw_owned(op_own, ci, cqe_cnt) {
                     return self.poll_from(table, wcs, n, start);
                 }
                 break;
             }
             mmio::from_device_barrier();
-            // SAFETY: as in `poll_from`.
-            let (tail, byte_cnt) = unsafe {
-                (
-                    core::ptr::read_volatile(cqe_ptr.add(56) as *const u64).to_ne_bytes(),
-                    core::ptr::read_volatile(cqe_ptr.add(44) as *const u32).to_ne_bytes(),
-                )
+            // SAFETY: the CQE is software-owned; bytes 56..64 read after the barrier.
+            let tail = unsafe { core::ptr::read_volatile(cqe_ptr.add(56) as *const u64) };
+            let qpn = u32::from_be(tail as u32) & 0x00ff_ffff;
+            let k = match table.qp(qpn) {
+                // Room for one: the CQE alone, without a run's setup.
+                Some(qp) if wcs.len() - n == 1 => {
+                    let wqe_counter = u16::from_be((tail >> 32) as u16);
+                    // SAFETY: bytes 44..48 (byte_cnt) of the software-owned CQE, read after
+                    // the barrier.
+                    let byte_cnt = unsafe {
+                        u32::from_be(core::ptr::read_volatile(cqe_ptr.add(44) as *const u32))
+                    };
+                    let done = qp.complete_send_success(wqe_counter, qpn, byte_cnt, &mut wcs[n]);
+                    self.ci = ci.wrapping_add(done as u32);
+                    done as usize
+                }
+                // SAFETY: `cqe_ptr` is the CQE of `idx`, `own` its lap's owner value.
+                Some(qp) => unsafe { self.send_run(qp, cqe_ptr, tail, own, idx, &mut wcs[n..]) },
+                None => 0,
             };
-            let qpn = u32::from_be_bytes([0, tail[1], tail[2], tail[3]]);
-            let wqe_counter = u16::from_be_bytes([tail[4], tail[5]]);
-            let done = match table.qp(qpn) {
-                Some(qp) => qp.complete_send_success(
-                    wqe_counter,
-                    qpn,
-                    u32::from_be_bytes(byte_cnt),
-                    &mut wcs[n],
-                ),
-                None => false,
-            };
-            if !done {
+            if k == 0 {
                 return self.poll_from(table, wcs, n, start);
             }
-            n += 1;
-            self.ci = ci.wrapping_add(1);
+            n += k;
         }
         if self.ci != start {
             self.update_ci();
         }
         Ok(n)
+    }
+
+    /// A run of common send completions of `qp` from the CQE at `cqe` (slot `idx`, which the
+    /// caller found software-owned with `op_own == own`): while each CQE is a plain REQ
+    /// CQE of this lap naming `qp`'s oldest outstanding WQE (QPN and `wqe_counter` in one
+    /// compare, [`LeanRun::expect`]), a one-block WQE that is not an atomic, write its
+    /// completion — the WR id, the opcode from the WQE's ctrl segment, the bytes of a READ —
+    /// and retire it. Everything the run needs of the QP is read once before it, into
+    /// locals: after the load barrier LLVM would otherwise reload every field per CQE. The
+    /// run stays inside the CQ's lap and the send ring's end and retires at most the
+    /// outstanding blocks (each CQE one), exactly as [`Cq::poll_send`]'s. Returns the CQEs
+    /// consumed (the consumer index and the QP's bookkeeping already moved).
+    ///
+    /// # Safety
+    /// `cqe` is the 64-byte CQE of slot `idx` of this CQ, `tail` its bytes 56..64 read after
+    /// the barrier.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    unsafe fn send_run(
+        &mut self,
+        qp: &mut Qp,
+        cqe: *mut u8,
+        tail: u64,
+        own: u8,
+        idx: u32,
+        out: &mut [Wc],
+    ) -> usize {
+        let v = qp.sq_lean_view();
+        let ring = qp.sq_ring_start();
+        let slot = (v.ci & v.mask) as usize;
+        let k = out
+            .len()
+            .min((self.cqe_cnt - idx) as usize)
+            .min(v.room as usize)
+            .min(v.mask as usize + 1 - slot);
+        let common = qp.sq_all_common();
+        let qpn = qp.qpn();
+        let mut expect = LeanRun::expect(qp.cqe_qpn_key(), v.ci);
+        let stride = 1usize << self.size_shift;
+        let out = out.as_mut_ptr();
+        let mut cqe = cqe as *const u8;
+        let mut tail = u64::from_le(tail);
+        let mut j = 0;
+        while j < k {
+            // SAFETY: fewer than k CQEs so far: inside this lap of the buffer; op_own volatile
+            // (the device writes it), the rest read after the ownership test and its barrier
+            // (rdma-core `get_sw_cqe`, then `udma_from_device_barrier`; the caller did both
+            // for the first); `slot + j` < wqe_cnt indexes the bookkeeping arrays and a block
+            // of the ring; `j` < out.len().
+            unsafe {
+                if j != 0 {
+                    if core::ptr::read_volatile(cqe.add(63)) != own {
+                        break;
+                    }
+                    mmio::from_device_barrier();
+                    tail = u64::from_le(core::ptr::read_volatile(cqe.add(56) as *const u64));
+                }
+                if tail & QPN_COUNTER != expect || (!common && *v.meta.add(slot + j) != 0) {
+                    break;
+                }
+                let opcode = WcOpcode::of_send_opcode(*ring.add((slot + j) * 64 + 3));
+                // A READ reports the bytes read; every other one-block WQE 0.
+                let byte_len = if opcode == WcOpcode::RdmaRead {
+                    u32::from_be(core::ptr::read_volatile(cqe.add(44) as *const u32))
+                } else {
+                    0
+                };
+                out.add(j).write(Wc {
+                    wr_id: *v.wr_ids.add(slot + j),
+                    opcode,
+                    byte_len,
+                    qp_num: qpn,
+                    ..Wc::default()
+                });
+                cqe = cqe.add(stride);
+            }
+            expect = expect.wrapping_add(COUNTER_ONE);
+            j += 1;
+        }
+        self.ci = self.ci.wrapping_add(j as u32);
+        qp.sq_lean_retired(j as u16);
+        j
     }
 
     /// The rest of a [`Cq::poll`] call from its first uncommon CQE: `n` completions are in
