@@ -84,6 +84,8 @@ pub struct QpTable {
     slots: Vec<u32>,
     /// `slots.len() - 1`.
     mask: u32,
+    /// Distinct QPNs in the table.
+    live: usize,
 }
 
 impl Default for QpTable {
@@ -93,6 +95,7 @@ impl Default for QpTable {
             srqs: Vec::new(),
             slots: vec![0],
             mask: 0,
+            live: 0,
         }
     }
 }
@@ -116,27 +119,28 @@ impl QpTable {
             0 => true,
             i => self.qps[i as usize - 1].qpn() == qpn,
         };
-        if free && self.slots.len() >= 2 * self.live() {
+        let new = self.slots[slot] == 0;
+        if free && (!new || self.slots.len() >= 2 * (self.live + 1)) {
             self.slots[slot] = pos as u32 + 1;
+            self.live += new as usize;
         } else {
             self.rebuild();
         }
         pos
     }
-    /// The QPs lookups by QPN find (the last inserted of each QPN), as (qpn, position).
-    fn live(&self) -> usize {
-        self.slots.iter().filter(|&&i| i != 0).count() + 1
-    }
     /// Size the table for the QPs it holds: the smallest power of two of at least twice their
     /// number in which their QPNs' low bits differ.
     fn rebuild(&mut self) {
-        let mut live: Vec<(u32, u32)> = Vec::with_capacity(self.qps.len());
-        for (pos, q) in self.qps.iter().enumerate() {
-            match live.iter_mut().find(|e| e.0 == q.qpn()) {
-                Some(e) => e.1 = pos as u32 + 1,
-                None => live.push((q.qpn(), pos as u32 + 1)),
-            }
-        }
+        // (qpn, 1 + position), the last inserted of each QPN.
+        let mut live: Vec<(u32, u32)> = self
+            .qps
+            .iter()
+            .enumerate()
+            .map(|(pos, q)| (q.qpn(), pos as u32 + 1))
+            .collect();
+        live.sort_unstable_by_key(|&(qpn, i)| (qpn, core::cmp::Reverse(i)));
+        live.dedup_by_key(|e| e.0);
+        self.live = live.len();
         let mut len = (2 * live.len()).next_power_of_two().min(MAX_SLOTS);
         loop {
             let mut slots = vec![0u32; len];
