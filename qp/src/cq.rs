@@ -207,6 +207,8 @@ enum Consumed {
 /// Owned by one thread (`Send`, not `Sync`). Poll it with [`Cq::poll`]; arm it with
 /// [`Cq::arm`] and call [`Cq::ack_event`] for every completion event consumed from the device.
 #[derive(Debug)]
+// The layout rule for threads (`lines` module): the object owns whole cache lines.
+#[repr(align(64))]
 pub struct Cq {
     dbrec: *mut u32,
     cqe_cnt: u32,

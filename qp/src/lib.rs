@@ -85,6 +85,7 @@
 
 mod cq;
 mod error;
+mod lines;
 mod qp;
 mod rq;
 mod scatter;

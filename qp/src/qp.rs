@@ -62,6 +62,8 @@ struct Plan<'a> {
 /// states) stays with the device; it tells the data path the state it reached with
 /// [`Qp::set_state`].
 #[derive(Debug)]
+// The layout rule for threads (`lines` module): the object owns whole cache lines.
+#[repr(align(64))]
 pub struct Qp {
     qpn: u32,
     qp_type: QpType,

@@ -8,6 +8,7 @@
 //! WQE frees every block before it too, so the unsignaled WQEs a signaled one follows give
 //! their blocks back without a CQE of their own (rdma-core `wqe_head`, UCX `hw_ci`).
 
+use crate::lines::LineArray;
 use crate::wc::{Wc, WcOpcode, WcStatus};
 use mlx5_cq::SYNDROME_WR_FLUSH_ERR;
 use mlx5_hw::mmio;
@@ -202,9 +203,9 @@ pub(crate) struct SendQueue {
     /// (x86 addressing scales by 8, not by 64).
     mask8: u64,
     /// The WR id of the WQE that starts at each block.
-    wr_ids: Box<[u64]>,
+    wr_ids: LineArray<u64>,
     /// The [`meta`] byte of the WQE that starts at each block (0 elsewhere).
-    meta: Box<[u8]>,
+    meta: LineArray<u8>,
     /// How many bytes of `meta` are not 0 (outstanding WQEs of an uncommon shape): while
     /// none is, the lean poll need not read them.
     uncommon: u32,
@@ -287,8 +288,8 @@ impl SendQueue {
             ci: 0,
             mask: (n - 1) as u64,
             mask8: ((n - 1) * 8) as u64,
-            wr_ids: vec![0; n].into_boxed_slice(),
-            meta: vec![0; n].into_boxed_slice(),
+            wr_ids: LineArray::zeroed(n),
+            meta: LineArray::zeroed(n),
             uncommon: 0,
             pending: 0,
             last_ctrl: ring.start(),
