@@ -339,6 +339,16 @@ impl Cq {
             // owner bit alone (rdma-core `get_sw_cqe`).
             let own = ((ci & cqe_cnt) != 0) as u8;
             if op_own != own {
+                // A plain RESP_SEND CQE (no immediate, no inline scatter, SE clear) of this
+                // lap: one receive, in order, on the QP's own receive queue.
+                if op_own == (CQE_RESP_SEND << 4 | own) {
+                    // SAFETY: `cqe_ptr` is this CQE, software-owned (its op_own just read).
+                    if unsafe { self.recv_one(table, cqe_ptr, &mut wcs[n]) } {
+                        n += 1;
+                        continue;
+                    }
+                    return self.poll_from(table, wcs, n, start);
+                }
                 if sw_owned(op_own, ci, cqe_cnt) {
                     return self.poll_from(table, wcs, n, start);
                 }
@@ -374,6 +384,44 @@ impl Cq {
             self.update_ci();
         }
         Ok(n)
+    }
+
+    /// The receive fast path of [`Cq::poll`]: the plain RESP_SEND CQE at `cqe` (opcode and
+    /// owner checked by the caller), read after the barrier — its tail and bytes 16..48, the
+    /// fields of a responder completion — completes the oldest receive of its QP's own
+    /// receive queue when it names it ([`crate::rq::RecvQueue::complete_in_order`]).
+    /// Returns false, having consumed nothing, for anything else (an SRQ, a QP not in
+    /// `table`, out of order): the full path handles it.
+    ///
+    /// # Safety
+    /// `cqe` is a software-owned 64-byte CQE of this CQ.
+    #[inline(always)]
+    unsafe fn recv_one<R: Resolve + ?Sized>(
+        &mut self,
+        table: &mut R,
+        cqe: *mut u8,
+        out: &mut Wc,
+    ) -> bool {
+        mmio::from_device_barrier();
+        let mut b = [0u8; 64];
+        // SAFETY: the caller's: words 2..6 and 7 of the CQE, read after the barrier.
+        unsafe {
+            for i in [2usize, 3, 4, 5, 7] {
+                let w = core::ptr::read_volatile((cqe as *const u64).add(i));
+                b[i * 8..i * 8 + 8].copy_from_slice(&w.to_ne_bytes());
+            }
+        }
+        let c = Cqe64::from_bytes(&b);
+        let qpn = c.qpn();
+        let Some(qp) = table.qp(qpn) else {
+            return false;
+        };
+        let wc = responder_wc(&c, qpn, CQE_RESP_SEND);
+        if !qp.complete_recv_in_order(c.wqe_counter(), wc, out) {
+            return false;
+        }
+        self.ci = self.ci.wrapping_add(1);
+        true
     }
 
     /// A run of common send completions of `qp` from the CQE at `cqe` (slot `idx`, which the
@@ -714,7 +762,8 @@ impl Cq {
         mmio::from_device_barrier();
         // SAFETY: the CQE is software-owned (checked by the caller); read all 64 bytes after
         // the barrier.
-        let cqe = unsafe { core::ptr::read_volatile(cqe_ptr as *const Cqe64) };
+        let cqe = unsafe { read_line(cqe_ptr) };
+        let cqe = Cqe64::from_bytes(&cqe);
         // SAFETY: the slot starts `cqe_off` bytes before its 64-byte CQE.
         let slot = unsafe { cqe_ptr.sub(self.cqe_off) };
         match self.handle(&cqe, slot, table, out, first)? {
@@ -770,7 +819,7 @@ impl Cq {
             CQE_FORMAT_INLINE64 if self.cqe_size == 128 => {
                 // SAFETY: the first half of a 128-byte slot, inside the buffer, read after the
                 // ownership check and its barrier.
-                front = unsafe { core::ptr::read_volatile(slot as *const [u8; 64]) };
+                front = unsafe { read_line(slot) };
                 Some(&front[..])
             }
             _ => None,
@@ -825,34 +874,7 @@ impl Cq {
                     wc.syndrome = e.syndrome;
                     wc.vendor_err = e.vendor_err_synd;
                 } else {
-                    // The fields rdma-core's `handle_responder` takes from a good responder
-                    // CQE, the same way.
-                    wc.byte_len = cqe.byte_cnt();
-                    wc.src_qp = cqe.src_qpn();
-                    wc.slid = cqe.slid();
-                    wc.sl = cqe.sl();
-                    wc.dlid_path_bits = cqe.dlid_path_bits();
-                    wc.pkey_index = cqe.pkey_index();
-                    if cqe.grh_flags() != 0 {
-                        wc.flags |= WcFlags::GRH;
-                    }
-                    let imm = cqe.imm_inval_pkey.get();
-                    match opcode {
-                        CQE_RESP_SEND_IMM => {
-                            wc.flags |= WcFlags::WITH_IMM;
-                            wc.imm_data = imm;
-                        }
-                        CQE_RESP_WR_IMM => {
-                            wc.opcode = WcOpcode::RecvRdmaWithImm;
-                            wc.flags |= WcFlags::WITH_IMM;
-                            wc.imm_data = imm;
-                        }
-                        CQE_RESP_SEND_INV => {
-                            wc.flags |= WcFlags::WITH_INV;
-                            wc.imm_data = imm;
-                        }
-                        _ => {}
-                    }
+                    wc = responder_wc(cqe, qpn, opcode);
                 }
                 let cqn = self.cqn;
                 let qp = table.qp(qpn).ok_or(Error::UnknownQpn { cqn, qpn })?;
@@ -915,6 +937,61 @@ impl Cq {
     pub fn ack_event(&mut self) {
         self.arm_sn = self.arm_sn.wrapping_add(1);
     }
+}
+
+/// The completion of a good responder CQE (RESP_SEND, RESP_SEND_IMM, RESP_SEND_INV,
+/// RESP_WR_IMM) of QP `qpn`, WR id not yet known: the fields rdma-core's `handle_responder`
+/// takes from it, the same way. Shared by [`Cq::poll`]'s receive fast path and the full one.
+#[inline(always)]
+fn responder_wc(cqe: &Cqe64, qpn: u32, opcode: u8) -> Wc {
+    let mut wc = Wc {
+        qp_num: qpn,
+        opcode: WcOpcode::Recv,
+        byte_len: cqe.byte_cnt(),
+        src_qp: cqe.src_qpn(),
+        slid: cqe.slid(),
+        sl: cqe.sl(),
+        dlid_path_bits: cqe.dlid_path_bits(),
+        pkey_index: cqe.pkey_index(),
+        ..Wc::default()
+    };
+    if cqe.grh_flags() != 0 {
+        wc.flags |= WcFlags::GRH;
+    }
+    let imm = cqe.imm_inval_pkey.get();
+    match opcode {
+        CQE_RESP_SEND_IMM => {
+            wc.flags |= WcFlags::WITH_IMM;
+            wc.imm_data = imm;
+        }
+        CQE_RESP_WR_IMM => {
+            wc.opcode = WcOpcode::RecvRdmaWithImm;
+            wc.flags |= WcFlags::WITH_IMM;
+            wc.imm_data = imm;
+        }
+        CQE_RESP_SEND_INV => {
+            wc.flags |= WcFlags::WITH_INV;
+            wc.imm_data = imm;
+        }
+        _ => {}
+    }
+    wc
+}
+
+/// The 64 bytes at `p` in eight 8-byte volatile loads (a volatile load of a byte array or of
+/// `Cqe64` is a load per field or byte).
+///
+/// # Safety
+/// `p` is 8-byte aligned and names 64 readable bytes.
+#[inline(always)]
+unsafe fn read_line(p: *const u8) -> [u8; 64] {
+    let mut b = [0u8; 64];
+    for (i, chunk) in b.chunks_exact_mut(8).enumerate() {
+        // SAFETY: the caller's: word i of the 64 bytes, 8-byte aligned.
+        let w = unsafe { core::ptr::read_volatile((p as *const u64).add(i)) };
+        chunk.copy_from_slice(&w.to_ne_bytes());
+    }
+    b
 }
 
 /// One run of the lean poll ([`Cq::poll_send`]): `k` CQEs at most from `cqe`, the WQEs' slots

@@ -1488,6 +1488,21 @@ impl Qp {
         }
     }
 
+    /// [`crate::rq::RecvQueue::complete_in_order`] on this QP's own receive queue; false when
+    /// it has none (an SRQ) or the CQE is not the common case.
+    #[inline(always)]
+    pub(crate) fn complete_recv_in_order(
+        &mut self,
+        wqe_counter: u16,
+        wc: Wc,
+        out: &mut Wc,
+    ) -> bool {
+        match self.rq.as_mut() {
+            Some(rq) => rq.complete_in_order(wqe_counter, wc, out),
+            None => false,
+        }
+    }
+
     pub(crate) fn reply_sges(&self, wqe_counter: u16, out: &mut [DataSeg; 16]) -> usize {
         self.sq.reply_sges(wqe_counter, out)
     }
