@@ -128,6 +128,7 @@ pub fn build_qp(cfg: &RigCfg, qpn: u32) -> (Qp, QpRings) {
             // SAFETY: BF_OFF plus two 256-byte halves fit in the 4 KiB page.
             reg: unsafe { uar.ptr().add(BF_OFF) },
             size: cfg.bf_size,
+            shared: false,
         },
         max_inline_data: 220,
         max_send_sge: 4,

@@ -392,7 +392,7 @@ impl Qp {
         let max_wqe_bytes = ring
             .max_wqe_bytes()
             .min(SEND_WQE_MAX_WQEBBS as usize * SEND_WQE_BB);
-        let db = Doorbell::new(layout.bf.reg, layout.bf.size);
+        let db = Doorbell::new(layout.bf.reg, layout.bf.size, layout.bf.shared);
         let max_post = crate::wr_limit::max_post(
             layout.qp_type,
             sq.wqe_cnt,
@@ -448,8 +448,9 @@ impl Qp {
             .set_open(postable, inline_ok, self.max_send_sge >= 1);
     }
 
-    /// How doorbells are rung ([`DoorbellMode::BfPost`] by default when the QP has
-    /// BlueFlame registers, else [`DoorbellMode::Db`]).
+    /// How doorbells are rung ([`DoorbellMode::BfPost`] by default when the QP has a
+    /// dedicated BlueFlame register, else [`DoorbellMode::Db`]: a register shared with other
+    /// QPs, `mlx5_hw::BfLayout::shared`, gets only the 8-byte doorbell).
     #[inline(always)]
     pub fn doorbell_mode(&self) -> DoorbellMode {
         self.sq.db.mode
@@ -464,6 +465,13 @@ impl Qp {
         if mode != DoorbellMode::Db && self.sq.db.size == 0 {
             return Err(Error::BadLayout(
                 "this QP has no BlueFlame registers (bf.size 0): only DoorbellMode::Db",
+            ));
+        }
+        if mode != DoorbellMode::Db && self.sq.db.shared {
+            // Two threads' BlueFlame copies into one register interleave (BfLayout::shared).
+            return Err(Error::BadLayout(
+                "this QP's BlueFlame register is shared with other QPs (bf.shared): only \
+                 DoorbellMode::Db, which needs no lock",
             ));
         }
         self.sq.ring_doorbell();

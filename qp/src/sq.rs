@@ -119,12 +119,16 @@ pub(crate) struct Doorbell {
     one_bb: bool,
     /// How doorbells are rung.
     pub mode: DoorbellMode,
+    /// Other QPs may ring this register too (`mlx5_hw::BfLayout::shared`): only
+    /// [`DoorbellMode::Db`].
+    pub shared: bool,
 }
 
 impl Doorbell {
     /// The register of `reg` with halves of `size` bytes, starting at the first half, in
-    /// [`DoorbellMode::BfPost`] when `size` is not 0, else [`DoorbellMode::Db`].
-    pub fn new(reg: *mut u8, size: u32) -> Doorbell {
+    /// [`DoorbellMode::BfPost`] when `size` is not 0 and the register is dedicated, else
+    /// [`DoorbellMode::Db`].
+    pub fn new(reg: *mut u8, size: u32, shared: bool) -> Doorbell {
         let other = reg.wrapping_add(size as usize);
         Doorbell {
             reg,
@@ -132,11 +136,12 @@ impl Doorbell {
             flip: reg as usize ^ other as usize,
             size,
             one_bb: size != 0 && (reg as usize).is_multiple_of(16),
-            mode: if size != 0 {
+            mode: if size != 0 && !shared {
                 DoorbellMode::BfPost
             } else {
                 DoorbellMode::Db
             },
+            shared,
         }
     }
 

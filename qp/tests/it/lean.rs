@@ -651,3 +651,39 @@ fn the_lean_gate_counts_blocks_and_leaves_the_rest_to_the_generic_path() {
     ));
     assert_eq!(qp.sq_free_wrs(), 0);
 }
+
+/// A BlueFlame register shared with other QPs (`BfLayout::shared`) is rung with the 8-byte
+/// doorbell only: two threads' unserialised BlueFlame copies into one register would
+/// interleave. The default mode is `Db`, the BlueFlame modes are refused, and an inline post
+/// that would take BlueFlame on a dedicated register writes only the first 8 bytes.
+#[test]
+fn a_shared_blueflame_register_gets_only_the_8_byte_doorbell() {
+    let fake = FakeQp::new(&QpCfg {
+        bf_shared: true,
+        ..QpCfg::default()
+    });
+    let mut qp = qp_in(&fake, QpState::Rts);
+    assert_eq!(qp.doorbell_mode(), DoorbellMode::Db);
+    for mode in [DoorbellMode::BfPost, DoorbellMode::Bf] {
+        assert!(matches!(
+            qp.set_doorbell_mode(mode),
+            Err(Error::BadLayout(_))
+        ));
+        assert_eq!(qp.doorbell_mode(), DoorbellMode::Db);
+    }
+    qp.post(
+        &SendWr::write(1, RemoteAddr::new(0x2000, 9))
+            .inline(b"8 bytes!")
+            .signaled(),
+    )
+    .unwrap();
+    assert_eq!(&fake.bf()[..8], &fake.bb(0)[..8], "the 8-byte doorbell");
+    assert!(fake.bf()[8..].iter().all(|&x| x == 0), "no BlueFlame copy");
+    let mut b = qp.batch();
+    b.post(&SendWr::send(2).inline(b"x")).unwrap();
+    drop(b);
+    assert!(
+        fake.bf()[256 + 8..512].iter().all(|&x| x == 0),
+        "a batch of one: no copy"
+    );
+}
