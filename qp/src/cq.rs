@@ -194,6 +194,30 @@ impl Resolve for QpTable {
     }
 }
 
+/// Which path of [`Cq::poll`] retired each completion, and a switch that turns the fast paths
+/// off: compiled into the crate's own unit tests only (`#[cfg(test)]`), nothing in a build
+/// that others use.
+#[cfg(test)]
+pub(crate) mod paths {
+    use std::cell::Cell;
+
+    thread_local! {
+        /// Completions written by: the send run, the receive fast path, the full path.
+        pub static SERVED: Cell<[u32; 3]> = const { Cell::new([0; 3]) };
+        /// When set, every CQE goes to the full path.
+        pub static FAST_OFF: Cell<bool> = const { Cell::new(false) };
+    }
+
+    /// Count `n` completions served by path `i`.
+    pub fn served(i: usize, n: usize) {
+        SERVED.with(|c| {
+            let mut v = c.get();
+            v[i] += n as u32;
+            c.set(v);
+        });
+    }
+}
+
 /// What handing one CQE to its queue did.
 enum Consumed {
     /// The CQE is accounted for; this many completions were written.
@@ -327,6 +351,10 @@ impl Cq {
         // that this loop keeps its registers to itself.
         let (cqe0, cqe_cnt, size_shift) = (self.cqe0, self.cqe_cnt, self.size_shift);
         let mut n = 0;
+        #[cfg(test)]
+        if paths::FAST_OFF.with(|f| f.get()) {
+            return self.poll_from(table, wcs, 0, start);
+        }
         while n < wcs.len() {
             let ci = self.ci;
             let idx = ci & (cqe_cnt - 1);
@@ -344,6 +372,8 @@ impl Cq {
                 if op_own == (CQE_RESP_SEND << 4 | own) {
                     // SAFETY: `cqe_ptr` is this CQE, software-owned (its op_own just read).
                     if unsafe { self.recv_one(table, cqe_ptr, &mut wcs[n]) } {
+                        #[cfg(test)]
+                        paths::served(1, 1);
                         n += 1;
                         continue;
                     }
@@ -378,6 +408,8 @@ impl Cq {
             if k == 0 {
                 return self.poll_from(table, wcs, n, start);
             }
+            #[cfg(test)]
+            paths::served(0, k);
             n += k;
         }
         if self.ci != start {
@@ -553,6 +585,8 @@ impl Cq {
                         u32::from_be_bytes(byte_cnt),
                         &mut wcs[n],
                     ) {
+                        #[cfg(test)]
+                        paths::served(2, 1);
                         n += 1;
                         self.ci = ci.wrapping_add(1);
                         continue;
@@ -563,10 +597,14 @@ impl Cq {
             }
             match self.poll_one_slow(cqe_ptr, table, &mut wcs[n..], n == 0) {
                 Ok(Consumed::Yes(k)) => {
+                    #[cfg(test)]
+                    paths::served(2, k);
                     n += k;
                     self.ci = self.ci.wrapping_add(1);
                 }
                 Ok(Consumed::NotYet(k)) => {
+                    #[cfg(test)]
+                    paths::served(2, k);
                     n += k;
                     break;
                 }
@@ -1074,5 +1112,185 @@ impl LeanRun {
             j += 1;
         }
         (k as isize + j) as usize
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::paths;
+    use crate::{Cq, Qp, RemoteAddr, SendWr, Sge, Wc, WcOpcode};
+    use mlx5_cq::{Cqe64, CQE_INITIAL_OP_OWN, CQE_REQ, CQE_RESP_SEND, U16, U32};
+    use mlx5_hw::{BfLayout, CqLayout, QpLayout, QpState, QpType, WqLayout};
+    use zerocopy::IntoBytes;
+
+    #[repr(C, align(4096))]
+    struct Page([u8; 4096]);
+
+    /// Memory for one QP (send ring, receive ring, doorbell record, UAR) and one CQ.
+    struct Mem {
+        sq: Box<Page>,
+        rq: Box<Page>,
+        dbrec: Box<Page>,
+        uar: Box<Page>,
+        cq: Box<Page>,
+        cq_dbrec: Box<Page>,
+        cq_uar: Box<Page>,
+    }
+
+    fn page() -> Box<Page> {
+        Box::new(Page([0; 4096]))
+    }
+
+    const QPN: u32 = 0x42;
+
+    fn build(m: &mut Mem) -> (Qp, Cq) {
+        for i in 0..64 {
+            m.cq.0[i * 64 + 63] = CQE_INITIAL_OP_OWN;
+        }
+        let layout = QpLayout {
+            qpn: QPN,
+            qp_type: QpType::Rc,
+            dbrec: m.dbrec.0.as_mut_ptr().cast(),
+            sq: WqLayout {
+                buf: m.sq.0.as_mut_ptr(),
+                wqe_cnt: 64,
+                stride: 64,
+            },
+            rq: WqLayout {
+                buf: m.rq.0.as_mut_ptr(),
+                wqe_cnt: 64,
+                stride: 64,
+            },
+            bf: BfLayout {
+                reg: m.uar.0.as_mut_ptr().wrapping_add(0x800),
+                size: 256,
+                shared: false,
+            },
+            max_inline_data: 32,
+            max_send_sge: 2,
+            max_recv_sge: 4,
+            sq_sig_all: false,
+            uses_srq: false,
+        };
+        let cq_layout = CqLayout {
+            buf: m.cq.0.as_mut_ptr(),
+            dbrec: m.cq_dbrec.0.as_mut_ptr().cast(),
+            cqe_cnt: 64,
+            cqe_size: 64,
+            cq_uar: m.cq_uar.0.as_mut_ptr(),
+            cqn: 7,
+            ignore_overrun: false,
+        };
+        // SAFETY: `m` owns every page the layouts name and outlives the QP and CQ (the test
+        // drops them first); nothing else uses the rings.
+        let mut qp = unsafe { Qp::from_layout(&layout, None) }.unwrap();
+        // SAFETY: as above.
+        let cq = unsafe { Cq::from_layout(&cq_layout) }.unwrap();
+        qp.set_state(QpState::Rts);
+        (qp, cq)
+    }
+
+    fn push(m: &mut Mem, slot: usize, cqe: Cqe64, opcode: u8, se: bool) {
+        let b = cqe.as_bytes();
+        m.cq.0[slot * 64..slot * 64 + 63].copy_from_slice(&b[..63]);
+        m.cq.0[slot * 64 + 63] = opcode << 4 | (se as u8) << 1;
+    }
+
+    /// Post two WRITEs, a READ and a SEND, post two receives; the device completes them with
+    /// plain REQ CQEs, one REQ CQE with SE set (the fast test declines it), and RESP_SEND CQEs.
+    /// Returns the completions and the path counts.
+    fn run(fast_off: bool, room: usize) -> (Vec<Wc>, [u32; 3]) {
+        let mut m = Mem {
+            sq: page(),
+            rq: page(),
+            dbrec: page(),
+            uar: page(),
+            cq: page(),
+            cq_dbrec: page(),
+            cq_uar: page(),
+        };
+        let (mut qp, mut cq) = build(&mut m);
+        let r = RemoteAddr::new(0x1000, 5);
+        let sge = [Sge {
+            addr: 0x9000,
+            length: 16,
+            lkey: 3,
+        }];
+        qp.post(&SendWr::write(10, r).inline(b"abc").signaled())
+            .unwrap();
+        qp.post(&SendWr::write(11, r).sges(&sge).signaled())
+            .unwrap();
+        qp.post(&SendWr::read(12, r).sges(&sge).signaled()).unwrap();
+        qp.post(&SendWr::send(13).sges(&sge).signaled()).unwrap();
+        qp.post_recv(20, &sge).unwrap();
+        qp.post_recv(21, &sge).unwrap();
+        let req = |pi: u16, byte_cnt: u32| Cqe64 {
+            sop_drop_qpn: U32::new(QPN),
+            wqe_counter: U16::new(pi),
+            byte_cnt: U32::new(byte_cnt),
+            ..Cqe64::default()
+        };
+        let resp = |wc: u16| Cqe64 {
+            sop_drop_qpn: U32::new(QPN),
+            wqe_counter: U16::new(wc),
+            byte_cnt: U32::new(7),
+            flags_rqpn: U32::new(0x99),
+            ..Cqe64::default()
+        };
+        push(&mut m, 0, req(0, 0), CQE_REQ, false);
+        push(&mut m, 1, req(1, 0), CQE_REQ, false);
+        push(&mut m, 2, req(2, 16), CQE_REQ, true);
+        push(&mut m, 3, req(3, 0), CQE_REQ, false);
+        push(&mut m, 4, resp(0), CQE_RESP_SEND, false);
+        push(&mut m, 5, resp(1), CQE_RESP_SEND, false);
+        paths::FAST_OFF.with(|f| f.set(fast_off));
+        paths::SERVED.with(|c| c.set([0; 3]));
+        let mut got = Vec::new();
+        let mut wcs = [Wc::default(); 16];
+        loop {
+            let n = cq.poll(&mut qp, &mut wcs[..room]).unwrap();
+            if n == 0 {
+                break;
+            }
+            got.extend_from_slice(&wcs[..n]);
+        }
+        paths::FAST_OFF.with(|f| f.set(false));
+        let served = paths::SERVED.with(|c| c.get());
+        drop((qp, cq));
+        drop(m);
+        (got, served)
+    }
+
+    /// With the fast paths switched off the full path gives the same completions; with them
+    /// on, the counters show which path served each. Room for 16: the send run takes the two
+    /// WRITEs, the CQE with SE set hands the rest of the call to the full path. Room for 2:
+    /// the run takes the WRITEs, the full path the READ (SE) and the SEND in that call, the
+    /// receive fast path both receives in the next.
+    #[test]
+    fn the_fast_paths_give_what_the_full_path_gives() {
+        for (room, want) in [(16, [2, 0, 4]), (2, [2, 2, 2])] {
+            let (slow, slow_paths) = run(true, room);
+            let (fast, fast_paths) = run(false, room);
+            assert_eq!(slow.len(), 6);
+            assert_eq!(fast, slow, "room {room}");
+            assert_eq!(
+                slow_paths,
+                [0, 0, 6],
+                "fast paths off: the full path served all"
+            );
+            assert_eq!(
+                fast_paths, want,
+                "room {room}: [send run, receive fast path, full path]"
+            );
+        }
+        let (fast, _) = run(false, 16);
+        let ids: Vec<u64> = fast.iter().map(|w| w.wr_id).collect();
+        assert_eq!(ids, [10, 11, 12, 13, 20, 21]);
+        assert_eq!(fast[2].opcode, WcOpcode::RdmaRead);
+        assert_eq!(fast[2].byte_len, 16);
+        assert_eq!(
+            (fast[4].opcode, fast[4].byte_len, fast[4].src_qp),
+            (WcOpcode::Recv, 7, 0x99)
+        );
     }
 }
