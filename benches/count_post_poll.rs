@@ -9,15 +9,19 @@
 //! `cargo build --release --bench count_post_poll`; `cargo bench` runs it once natively (it
 //! ignores the `--bench` flag cargo passes) as a smoke test of its own checks.
 //!
-//! Usage: `count_post_poll [N] [--sge-db | --bf-flush] [--poll-one | --poll-wcs]` (default
-//! 10000). With `--sge-db` the posts are 1-SGE RDMA WRITEs on a QP without BlueFlame (the
-//! 8-byte doorbell), through `measured_post_sge`; with `--bf-flush` the QP rings in
-//! `DoorbellMode::Bf` (rdma-core's exact sequence, a flush after every BlueFlame copy) instead
-//! of the default `BfPost`; with `--poll-one` the CQEs are polled one per call through
-//! `Cq::poll` (`measured_poll_one`), with `--poll-wcs` up to 16 per call through `Cq::poll`
-//! (`measured_poll_wcs`). It checks its own results — every post accepted, the polls return
-//! exactly the WR ids posted, in order — and exits non-zero otherwise, so a count is never
-//! taken of a run that went wrong.
+//! Usage: `count_post_poll [N] [--sge-db | --bf-flush] [--poll-one | --poll-wcs | --batch |
+//! --recv | --qps K]` (N defaults to 10000). With `--sge-db` the posts are 1-SGE RDMA WRITEs
+//! on a QP without BlueFlame (the 8-byte doorbell), through `measured_post_sge`; with
+//! `--bf-flush` the QP rings in `DoorbellMode::Bf` (rdma-core's exact sequence, a flush after
+//! every BlueFlame copy) instead of the default `BfPost`; with `--poll-one` the CQEs are
+//! polled one per call through `Cq::poll` (`measured_poll_one`), with `--poll-wcs` up to 16
+//! per call through `Cq::poll` (`measured_poll_wcs`). `--batch` posts 16 inline WRITEs per
+//! `Qp::batch`, the last signaled (`measured_batch`); `--recv` polls N receive completions
+//! 16 a call (`measured_poll_wcs`, the receives posted uncounted); `--qps K` posts one WRITE
+//! on each of K QPs in turn (`measured_post`) and polls their CQEs from one CQ through a
+//! `QpTable` (`measured_poll_table`). It checks its own results — every post accepted, the
+//! polls return exactly the WR ids posted, in order — and exits non-zero otherwise, so a
+//! count is never taken of a run that went wrong.
 
 #[path = "support/ram_rings.rs"]
 mod ram_rings;

@@ -1121,7 +1121,6 @@ mod tests {
     use crate::{Cq, Qp, RemoteAddr, SendWr, Sge, Wc, WcOpcode};
     use mlx5_cq::{Cqe64, CQE_INITIAL_OP_OWN, CQE_REQ, CQE_RESP_SEND, U16, U32};
     use mlx5_hw::{BfLayout, CqLayout, QpLayout, QpState, QpType, WqLayout};
-    use zerocopy::IntoBytes;
 
     #[repr(C, align(4096))]
     struct Page([u8; 4096]);
