@@ -80,11 +80,12 @@ pub fn measured_poll_one(
 /// The WR ids of `k` successful completions to `ids`; 0 if one failed.
 #[inline(always)]
 fn take_ids(wcs: &[Wc; 16], k: usize, ids: &mut [u64; 16]) -> usize {
-    for (id, w) in ids.iter_mut().zip(&wcs[..k.min(16)]) {
-        if !w.is_ok() {
+    let k = k.min(16);
+    for i in 0..k {
+        if !wcs[i].is_ok() {
             return 0;
         }
-        *id = w.wr_id;
+        ids[i] = wcs[i].wr_id;
     }
     k
 }
