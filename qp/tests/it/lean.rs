@@ -687,3 +687,38 @@ fn a_shared_blueflame_register_gets_only_the_8_byte_doorbell() {
         "a batch of one: no copy"
     );
 }
+
+/// A batch guard forgotten (`mem::forget`) after lean posts leaves them pending, never lost:
+/// the next post takes the generic path, which rings for them and itself (one doorbell record
+/// update to the newest producer index), and the lean path opens again after it.
+#[test]
+fn a_forgotten_batch_is_rung_by_the_next_post() {
+    let fake = FakeQp::new(&QpCfg::default());
+    let mut qp = qp_in(&fake, QpState::Rts);
+    qp.set_max_send_wr(16).unwrap();
+    let r = RemoteAddr::new(0x2000, 9);
+    let mut b = qp.batch();
+    b.post(&SendWr::write(1, r).inline(b"a")).unwrap();
+    b.post(&SendWr::write(2, r).inline(b"b")).unwrap();
+    std::mem::forget(b);
+    assert_eq!(qp.pending_doorbell(), 2);
+    assert_eq!(fake.sq_dbrec(), 0, "nothing announced yet");
+    qp.post(&SendWr::write(3, r).inline(b"c").signaled())
+        .unwrap();
+    assert_eq!(qp.pending_doorbell(), 0);
+    assert_eq!(fake.sq_dbrec(), 3, "all three announced");
+    assert_eq!(
+        &fake.bf()[..8],
+        &fake.bb(2)[..8],
+        "the 8-byte doorbell of the last WQE"
+    );
+    // The lean path is open again: a BlueFlame copy of the next one, in the other half.
+    qp.post(&SendWr::write(4, r).inline(b"d").signaled())
+        .unwrap();
+    assert_eq!(fake.sq_dbrec(), 4);
+    assert_eq!(
+        &fake.bf()[256..256 + 48],
+        &fake.bb(3)[..48],
+        "ctrl, raddr, inline: 3 DS"
+    );
+}
