@@ -2,8 +2,9 @@
 //!
 //! A CQ may serve many QPs and SRQs. [`Cq::poll`] reads CQEs in order and hands each to the QP
 //! (or SRQ) it names, found through a [`Resolve`] table the caller passes in: a single
-//! [`Qp`], a slice of them, a [`QpTable`] (sorted QPNs, binary search: no hash map and no
-//! allocation on the hot path), or anything implementing the trait.
+//! [`Qp`], a slice of them (a scan: for a few QPs), a [`QpTable`] (a table indexed by the
+//! QPN's low bits: constant time for any number of QPs, no hashing and no allocation on the
+//! hot path), or anything implementing the trait.
 
 use core::borrow::BorrowMut;
 
@@ -69,13 +70,14 @@ impl<A: Resolve + ?Sized, S: BorrowMut<Srq>> Resolve for (&mut A, &mut [S]) {
 ///
 /// Lookup by QPN takes constant time whatever the number of QPs: a direct-indexed table by
 /// the QPN's low bits (no scan, no hashing), the smallest power of two at least twice the QPs
-/// in which their QPNs' low bits all differ, rebuilt when a QP is added. A device hands out
-/// QPNs from a range (the software ConnectX counts up; a ConnectX allocates them from its
-/// QPC table, `docs/sources.md`), so the low bits of a CQ's QPs rarely collide and the table
-/// stays a few entries per QP; at worst it grows to 2^24 entries (4 bytes each), where no
-/// two 24-bit QPNs collide. The choice over the CQE's user index (`srqn_uidx`, which
-/// rdma-core's `mlx5_get_qp_from_rsn`… path fills only for QPs created with a uidx): it
-/// needs nothing from the control path and works on every device.
+/// in which their QPNs' low bits all differ, rebuilt when a QP is added; the entry's QP is
+/// checked against the CQE's QPN. libmlx5 does the same with a two-level table indexed by the
+/// QPN (rdma-core `providers/mlx5` `mlx5_find_qp`), or by the user index a CQE of version 1
+/// carries in `srqn_uidx` (`find_rsc`, `mlx5_find_uidx`), which needs the QP created with
+/// that index; the QPN needs nothing from the control path and works on every device. A
+/// device hands out QPNs from a range (the software ConnectX counts up), so the low bits of
+/// a CQ's QPs rarely collide and the table stays a few entries per QP; at worst it grows to
+/// 2^24 entries (4 bytes each), where no two 24-bit QPNs collide.
 #[derive(Debug)]
 pub struct QpTable {
     qps: Vec<Qp>,
