@@ -391,8 +391,9 @@ impl Cq {
             let tail = unsafe { core::ptr::read_volatile(cqe_ptr.add(56) as *const u64) };
             let qpn = u32::from_be(tail as u32) & 0x00ff_ffff;
             let k = match table.qp(qpn) {
-                // Room for one: the CQE alone, without a run's setup.
-                Some(qp) if wcs.len() - n == 1 => {
+                // Room for one, or one WQE outstanding (a CQ serving many QPs in turn): the
+                // CQE alone, without a run's setup.
+                Some(qp) if (wcs.len() - n == 1) | (qp.sq_outstanding_bbs() == 1) => {
                     let wqe_counter = u16::from_be((tail >> 32) as u16);
                     // SAFETY: bytes 44..48 (byte_cnt) of the software-owned CQE, read after
                     // the barrier.
