@@ -18,9 +18,9 @@ mod ram_rings;
 
 use criterion::{criterion_group, Criterion};
 use mlx5_hw::QpType;
-use mlx5_qp::{DoorbellMode, SendWr, Sge, UdDest, Wc};
+use mlx5_qp::{DoorbellMode, QpTable, SendWr, Sge, UdDest, Wc};
 use mlx5_wqe::opcode as op;
-use ram_rings::{Floor, Rig, RigCfg, PAYLOAD, REMOTE};
+use ram_rings::{build_cq, build_qp, Floor, Rig, RigCfg, PAYLOAD, REMOTE};
 use std::hint::black_box;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -236,6 +236,65 @@ fn posts(c: &mut Criterion) {
             took
         })
     });
+    posts_many_qps(c, 1000);
+}
+
+/// One inline WRITE on each of `qps` QPs in turn (their rings no longer all in cache), the
+/// CQEs played and polled through a `QpTable` outside the timed region; the summary gives its
+/// ratio to the same post on one QP.
+fn posts_many_qps(c: &mut Criterion, qps: u32) {
+    let name = "post/write_inline8_bf_1000qps";
+    let cfg = RigCfg {
+        sq_bbs: 64,
+        ..RigCfg::rc_bf()
+    };
+    // Declared before the table: dropped after the QPs built on them.
+    let mut rings = Vec::new();
+    let (mut cq, mut cqr) = build_cq(1024);
+    let mut table = QpTable::new();
+    for i in 0..qps {
+        let (qp, r) = build_qp(&cfg, 0x100 + i);
+        rings.push(r);
+        table.insert_qp(qp);
+    }
+    let mut wcs = [Wc::default(); 64];
+    c.bench_function(name, |b| {
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            let mut done = 0;
+            while done < iters {
+                let k = (qps as u64).min(iters - done);
+                let t = Instant::now();
+                for i in 0..k {
+                    let Some(qp) = table.qp_at(i as usize) else {
+                        panic!("QP {i} missing");
+                    };
+                    let wr = SendWr::write(done + i, REMOTE).inline(&PAYLOAD).signaled();
+                    if qp.post(black_box(&wr)).is_err() {
+                        panic!("post failed on a free ring");
+                    }
+                }
+                total += t.elapsed();
+                for i in 0..k {
+                    let Some(qp) = table.qp_at(i as usize) else {
+                        panic!("QP {i} missing");
+                    };
+                    let pi = qp.sq_pi().wrapping_sub(1);
+                    cqr.push_req(0x100 + i as u32, pi, op::OPCODE_RDMA_WRITE);
+                }
+                let mut polled = 0;
+                while polled < k {
+                    match cq.poll(&mut table, &mut wcs) {
+                        Ok(0) | Err(_) => panic!("the played CQEs did not poll"),
+                        Ok(n) => polled += n as u64,
+                    }
+                }
+                done += k;
+            }
+            record(name, 1.0, iters, total);
+            total
+        })
+    });
 }
 
 fn polls(c: &mut Criterion) {
@@ -333,6 +392,18 @@ fn summary() {
         .map(|(name, per, v)| (*name, *per, median(v)))
         .collect();
     let floor = rows.iter().find(|r| r.0.starts_with("floor/")).map(|r| r.2);
+    let one_qp = rows
+        .iter()
+        .find(|r| r.0 == "post/write_inline8_bf")
+        .map(|r| r.2);
+    let many = rows
+        .iter()
+        .find(|r| r.0 == "post/write_inline8_bf_1000qps")
+        .map(|r| r.2);
+    let batch = rows
+        .iter()
+        .find(|r| r.0 == "post/batch16_write_inline8_db")
+        .map(|r| r.2);
     rows.sort_by_key(|r| !r.0.starts_with("floor/"));
     println!();
     println!("summary: median time per operation (WR or CQE) and ratio to the floor");
@@ -345,6 +416,15 @@ fn summary() {
             name.to_string()
         };
         println!("{label:<40} {ns:>10.2} {ratio:>9}");
+    }
+    if let (Some(one), Some(many)) = (one_qp, many) {
+        println!("1000 QPs round-robin / one QP, per post: {:.2}", many / one);
+    }
+    if let (Some(one), Some(batch)) = (one_qp, batch) {
+        println!(
+            "batch of 16 per WR / one post per doorbell: {:.2}",
+            batch / one
+        );
     }
 }
 

@@ -9,7 +9,7 @@
 //! program (`benches/count_post_poll.rs`), which include it with `#[path]`.
 #![allow(dead_code)]
 
-use mlx5_cq::{Cqe64, CQE_INITIAL_OP_OWN, CQE_REQ, U16, U32};
+use mlx5_cq::{Cqe64, CQE_INITIAL_OP_OWN, CQE_REQ, CQE_RESP_SEND, U16, U32};
 use mlx5_hw::{mmio, BfLayout, CqLayout, QpLayout, QpState, QpType, WqLayout};
 use mlx5_qp::{Cq, DoorbellMode, Qp, RemoteAddr, Wc};
 use mlx5_wqe::opcode as op;
@@ -65,6 +65,8 @@ pub struct RigCfg {
     pub cqe_cnt: u32,
     /// The QP's doorbell mode, when not its default (`DoorbellMode::BfPost` with BlueFlame).
     pub doorbell: Option<DoorbellMode>,
+    /// Receive ring size in WQEs (64-byte stride, 4 SGEs); 0 for no receive queue.
+    pub rq_wqes: u32,
 }
 
 impl RigCfg {
@@ -76,6 +78,7 @@ impl RigCfg {
             bf_size: 256,
             cqe_cnt: 1024,
             doorbell: None,
+            rq_wqes: 0,
         }
     }
 }
@@ -88,6 +91,153 @@ pub const REMOTE: RemoteAddr = RemoteAddr::new(0x7f00_0000_1000, 0x0bad_cafe);
 /// QPN of the QP under test.
 pub const QPN: u32 = 0x1234;
 
+/// The memory of one QP on RAM rings: send ring, receive ring (when asked for), doorbell
+/// record and a UAR page. Drop it only after the `Qp` built on it.
+pub struct QpRings {
+    _sq: Mem,
+    _rq: Mem,
+    _dbrec: Mem,
+    _uar: Mem,
+}
+
+/// Build a QP of `cfg`'s shape with number `qpn` on rings of its own, in RTS.
+pub fn build_qp(cfg: &RigCfg, qpn: u32) -> (Qp, QpRings) {
+    let sq = Mem::new(cfg.sq_bbs as usize * 64, 4096);
+    let rq = Mem::new((cfg.rq_wqes as usize).max(1) * 64, 4096);
+    let dbrec = Mem::new(64, 64);
+    let uar = Mem::new(4096, 4096);
+    let layout = QpLayout {
+        qpn,
+        qp_type: cfg.qp_type,
+        dbrec: dbrec.ptr() as *mut u32,
+        sq: WqLayout {
+            buf: sq.ptr(),
+            wqe_cnt: cfg.sq_bbs,
+            stride: 64,
+        },
+        rq: WqLayout {
+            buf: if cfg.rq_wqes == 0 {
+                core::ptr::null_mut()
+            } else {
+                rq.ptr()
+            },
+            wqe_cnt: cfg.rq_wqes,
+            stride: 64,
+        },
+        bf: BfLayout {
+            // SAFETY: BF_OFF plus two 256-byte halves fit in the 4 KiB page.
+            reg: unsafe { uar.ptr().add(BF_OFF) },
+            size: cfg.bf_size,
+            shared: false,
+        },
+        max_inline_data: 220,
+        max_send_sge: 4,
+        max_recv_sge: 4,
+        sq_sig_all: false,
+        uses_srq: false,
+    };
+    // SAFETY: every pointer in the layout names memory owned by the returned QpRings, which
+    // the caller drops after the Qp; nothing else posts to these rings.
+    let mut qp = unsafe { Qp::from_layout(&layout, None) }.expect("valid QP layout");
+    qp.set_state(QpState::Rts);
+    if let Some(mode) = cfg.doorbell {
+        qp.set_doorbell_mode(mode)
+            .expect("a doorbell mode the rig's QP supports");
+    }
+    (
+        qp,
+        QpRings {
+            _sq: sq,
+            _rq: rq,
+            _dbrec: dbrec,
+            _uar: uar,
+        },
+    )
+}
+
+/// A CQ on RAM rings with the caller as the device. Drop it only after the `Cq` built on it.
+pub struct CqRings {
+    cq_pi: u32,
+    cqe_cnt: u32,
+    cq_buf: Mem,
+    _cq_dbrec: Mem,
+    _cq_uar: Mem,
+}
+
+/// Build a CQ of `cqe_cnt` 64-byte entries on rings of its own.
+pub fn build_cq(cqe_cnt: u32) -> (Cq, CqRings) {
+    let cq_buf = Mem::new(cqe_cnt as usize * 64, 4096);
+    for i in 0..cqe_cnt as usize {
+        // SAFETY: the last byte of slot i is inside the buffer.
+        unsafe { *cq_buf.ptr().add(i * 64 + 63) = CQE_INITIAL_OP_OWN };
+    }
+    let cq_dbrec = Mem::new(64, 64);
+    let cq_uar = Mem::new(4096, 4096);
+    let cq_layout = CqLayout {
+        buf: cq_buf.ptr(),
+        dbrec: cq_dbrec.ptr() as *mut u32,
+        cqe_cnt,
+        cqe_size: 64,
+        cq_uar: cq_uar.ptr(),
+        cqn: 0x77,
+        ignore_overrun: false,
+    };
+    // SAFETY: the layout names memory owned by the returned CqRings, dropped after the Cq;
+    // nothing else polls this CQ.
+    let cq = unsafe { Cq::from_layout(&cq_layout) }.expect("valid CQ layout");
+    (
+        cq,
+        CqRings {
+            cq_pi: 0,
+            cqe_cnt,
+            cq_buf,
+            _cq_dbrec: cq_dbrec,
+            _cq_uar: cq_uar,
+        },
+    )
+}
+
+impl CqRings {
+    /// Play the device: write `cqe` into the next CQ slot, every byte but `op_own` first,
+    /// then `op_own` = `opcode << 4` with the lap's owner bit (rdma-core `get_sw_cqe`: owner
+    /// = `!!(ci & cqe_cnt)`).
+    pub fn push(&mut self, cqe: &Cqe64, opcode: u8) {
+        let slot = (self.cq_pi & (self.cqe_cnt - 1)) as usize * 64;
+        let owner = ((self.cq_pi & self.cqe_cnt) != 0) as u8;
+        let bytes = cqe.as_bytes();
+        // SAFETY: the slot is inside the CQ buffer; the Cq reads it only after op_own is valid.
+        unsafe {
+            let dst = self.cq_buf.ptr().add(slot);
+            core::ptr::copy_nonoverlapping(bytes.as_ptr(), dst, 63);
+            core::ptr::write_volatile(dst.add(63), (opcode << 4) | owner);
+        }
+        self.cq_pi = self.cq_pi.wrapping_add(1);
+    }
+
+    /// A requester success CQE of QP `qpn` naming the WQE at `wqe_counter`.
+    pub fn push_req(&mut self, qpn: u32, wqe_counter: u16, send_opcode: u8) {
+        let cqe = Cqe64 {
+            sop_drop_qpn: U32::new((send_opcode as u32) << 24 | qpn),
+            wqe_counter: U16::new(wqe_counter),
+            ..Cqe64::default()
+        };
+        self.push(&cqe, CQE_REQ);
+    }
+
+    /// A responder success CQE (a SEND of `byte_cnt` bytes from QP `src_qpn` arrived) of QP
+    /// `qpn` naming receive WQE `wqe_counter`.
+    pub fn push_recv(&mut self, qpn: u32, wqe_counter: u16, byte_cnt: u32, src_qpn: u32) {
+        let cqe = Cqe64 {
+            sop_drop_qpn: U32::new(qpn),
+            wqe_counter: U16::new(wqe_counter),
+            byte_cnt: U32::new(byte_cnt),
+            flags_rqpn: U32::new(src_qpn & 0x00ff_ffff),
+            ..Cqe64::default()
+        };
+        self.push(&cqe, CQE_RESP_SEND);
+    }
+}
+
 /// A QP and a CQ on RAM rings, in RTS, with the caller as the device.
 pub struct Rig {
     // Field order matters: the data-path objects drop before the memory they point into.
@@ -97,109 +247,31 @@ pub struct Rig {
     pub cq: Cq,
     /// Producer index of the last WQE posted (what the next requester CQE names).
     pub last_pi: u16,
-    cq_pi: u32,
-    cqe_cnt: u32,
     wcs: Vec<Wc>,
-    _sq: Mem,
-    _qp_dbrec: Mem,
-    _uar: Mem,
-    cq_buf: Mem,
-    _cq_dbrec: Mem,
-    _cq_uar: Mem,
+    _qp_rings: QpRings,
+    /// The CQ's memory and producer side.
+    pub cqr: CqRings,
 }
 
 impl Rig {
     /// Allocate the rings and build the data-path objects.
     pub fn new(cfg: RigCfg) -> Rig {
-        let sq = Mem::new(cfg.sq_bbs as usize * 64, 4096);
-        let qp_dbrec = Mem::new(64, 64);
-        let uar = Mem::new(4096, 4096);
-        let layout = QpLayout {
-            qpn: QPN,
-            qp_type: cfg.qp_type,
-            dbrec: qp_dbrec.ptr() as *mut u32,
-            sq: WqLayout {
-                buf: sq.ptr(),
-                wqe_cnt: cfg.sq_bbs,
-                stride: 64,
-            },
-            rq: WqLayout {
-                buf: core::ptr::null_mut(),
-                wqe_cnt: 0,
-                stride: 64,
-            },
-            bf: BfLayout {
-                // SAFETY: BF_OFF plus two 256-byte halves fit in the 4 KiB page.
-                reg: unsafe { uar.ptr().add(BF_OFF) },
-                size: cfg.bf_size,
-            },
-            max_inline_data: 220,
-            max_send_sge: 4,
-            max_recv_sge: 4,
-            sq_sig_all: false,
-            uses_srq: false,
-        };
-        let cq_buf = Mem::new(cfg.cqe_cnt as usize * 64, 4096);
-        for i in 0..cfg.cqe_cnt as usize {
-            // SAFETY: the last byte of slot i is inside the buffer.
-            unsafe { *cq_buf.ptr().add(i * 64 + 63) = CQE_INITIAL_OP_OWN };
-        }
-        let cq_dbrec = Mem::new(64, 64);
-        let cq_uar = Mem::new(4096, 4096);
-        let cq_layout = CqLayout {
-            buf: cq_buf.ptr(),
-            dbrec: cq_dbrec.ptr() as *mut u32,
-            cqe_cnt: cfg.cqe_cnt,
-            cqe_size: 64,
-            cq_uar: cq_uar.ptr(),
-            cqn: 0x77,
-            ignore_overrun: false,
-        };
-        // SAFETY: every pointer in the layouts names memory owned by this Rig, which drops the
-        // Qp and Cq first; nothing else posts to or polls these rings.
-        let mut qp = unsafe { Qp::from_layout(&layout, None) }.expect("valid QP layout");
-        // SAFETY: as above.
-        let cq = unsafe { Cq::from_layout(&cq_layout) }.expect("valid CQ layout");
-        qp.set_state(QpState::Rts);
-        if let Some(mode) = cfg.doorbell {
-            qp.set_doorbell_mode(mode)
-                .expect("a doorbell mode the rig's QP supports");
-        }
+        let (qp, qp_rings) = build_qp(&cfg, QPN);
+        let (cq, cqr) = build_cq(cfg.cqe_cnt);
         Rig {
             qp,
             cq,
             last_pi: 0,
-            cq_pi: 0,
-            cqe_cnt: cfg.cqe_cnt,
             wcs: vec![Wc::default(); 64],
-            _sq: sq,
-            _qp_dbrec: qp_dbrec,
-            _uar: uar,
-            cq_buf,
-            _cq_dbrec: cq_dbrec,
-            _cq_uar: cq_uar,
+            _qp_rings: qp_rings,
+            cqr,
         }
     }
 
-    /// Play the device: write a requester success CQE naming the WQE at `wqe_counter` into the
-    /// next CQ slot, every byte but `op_own` first, then `op_own` with the lap's owner bit
-    /// (rdma-core `get_sw_cqe`: owner = `!!(ci & cqe_cnt)`).
+    /// Play the device: a requester success CQE of the rig's QP naming the WQE at
+    /// `wqe_counter` ([`CqRings::push_req`]).
     pub fn push_req_cqe(&mut self, wqe_counter: u16, send_opcode: u8) {
-        let cqe = Cqe64 {
-            sop_drop_qpn: U32::new((send_opcode as u32) << 24 | QPN),
-            wqe_counter: U16::new(wqe_counter),
-            ..Cqe64::default()
-        };
-        let slot = (self.cq_pi & (self.cqe_cnt - 1)) as usize * 64;
-        let owner = ((self.cq_pi & self.cqe_cnt) != 0) as u8;
-        let bytes = cqe.as_bytes();
-        // SAFETY: the slot is inside the CQ buffer; the Cq reads it only after op_own is valid.
-        unsafe {
-            let dst = self.cq_buf.ptr().add(slot);
-            core::ptr::copy_nonoverlapping(bytes.as_ptr(), dst, 63);
-            core::ptr::write_volatile(dst.add(63), (CQE_REQ << 4) | owner);
-        }
-        self.cq_pi = self.cq_pi.wrapping_add(1);
+        self.cqr.push_req(QPN, wqe_counter, send_opcode);
     }
 
     /// Retire everything outstanding on the send queue: one CQE naming the last WQE, polled.

@@ -27,6 +27,14 @@ pub struct BfLayout {
     /// Size of one half (256), or 0 when the register does not support BlueFlame
     /// (use the 8-byte doorbell only). rdma-core `mlx5dv_get_qp`.
     pub size: u32,
+    /// Whether other QPs may ring this register too. rdma-core gives a context a few
+    /// dedicated (low-latency) bfregs and shares the rest between QPs, copying into a shared
+    /// one under a per-register lock (`providers/mlx5` `struct mlx5_bf`, `need_lock`); two
+    /// unserialised BlueFlame copies into one register interleave their 64-byte lines and
+    /// the NIC executes a corrupt WQE (Mellanox/libxlio issue #123). The data path rings a
+    /// shared register with the 8-byte doorbell only (`mlx5_qp::DoorbellMode::Db`), which
+    /// needs no lock: an 8-byte store is one write.
+    pub shared: bool,
 }
 
 /// Everything the data path needs to post on a QP.

@@ -8,6 +8,7 @@
 //! WQE frees every block before it too, so the unsignaled WQEs a signaled one follows give
 //! their blocks back without a CQE of their own (rdma-core `wqe_head`, UCX `hw_ci`).
 
+use crate::lines::LineArray;
 use crate::wc::{Wc, WcOpcode, WcStatus};
 use mlx5_cq::SYNDROME_WR_FLUSH_ERR;
 use mlx5_hw::mmio;
@@ -118,12 +119,16 @@ pub(crate) struct Doorbell {
     one_bb: bool,
     /// How doorbells are rung.
     pub mode: DoorbellMode,
+    /// Other QPs may ring this register too (`mlx5_hw::BfLayout::shared`): only
+    /// [`DoorbellMode::Db`].
+    pub shared: bool,
 }
 
 impl Doorbell {
     /// The register of `reg` with halves of `size` bytes, starting at the first half, in
-    /// [`DoorbellMode::BfPost`] when `size` is not 0, else [`DoorbellMode::Db`].
-    pub fn new(reg: *mut u8, size: u32) -> Doorbell {
+    /// [`DoorbellMode::BfPost`] when `size` is not 0 and the register is dedicated, else
+    /// [`DoorbellMode::Db`].
+    pub fn new(reg: *mut u8, size: u32, shared: bool) -> Doorbell {
         let other = reg.wrapping_add(size as usize);
         Doorbell {
             reg,
@@ -131,11 +136,12 @@ impl Doorbell {
             flip: reg as usize ^ other as usize,
             size,
             one_bb: size != 0 && (reg as usize).is_multiple_of(16),
-            mode: if size != 0 {
+            mode: if size != 0 && !shared {
                 DoorbellMode::BfPost
             } else {
                 DoorbellMode::Db
             },
+            shared,
         }
     }
 
@@ -202,17 +208,17 @@ pub(crate) struct SendQueue {
     /// (x86 addressing scales by 8, not by 64).
     mask8: u64,
     /// The WR id of the WQE that starts at each block.
-    wr_ids: Box<[u64]>,
+    wr_ids: LineArray<u64>,
     /// The [`meta`] byte of the WQE that starts at each block (0 elsewhere).
-    meta: Box<[u8]>,
+    meta: LineArray<u8>,
     /// How many bytes of `meta` are not 0 (outstanding WQEs of an uncommon shape): while
     /// none is, the lean poll need not read them.
     uncommon: u32,
     /// WQEs written since the last doorbell.
     pending: u32,
-    /// The last written WQE's first block and size, for the doorbell.
+    /// The last written WQE's first block, for the doorbell (it ends at `pi`: its size is
+    /// `SendQueue::blocks_from`).
     last_ctrl: *mut u8,
-    last_bbs: u32,
     /// Set by the first error CQE: from then on every retired WQE is reported.
     pub error_mode: bool,
     /// WRs outstanding at most (rdma-core `sq.max_post`, [`crate::wr_limit`]).
@@ -236,6 +242,16 @@ pub(crate) struct SendQueue {
     pub fast: u64,
     /// The lean gate of any other doorbell sequence ([`SendQueue::ring_with`]).
     pub other: u64,
+    /// The lean gate of a post in a [`crate::Batch`] (no doorbell: any mode), open only while
+    /// `in_batch`; `fast` and `other` are closed then, so that a lean post outside the batch
+    /// (the batch guard forgotten) takes the generic path, which rings for the batch first.
+    /// Nothing retires while a batch holds the QP, so this gate does not follow `ci`.
+    pub batch: u64,
+    /// A [`crate::Batch`] is open ([`SendQueue::begin_batch`]).
+    in_batch: bool,
+    /// WQEs written by lean batch posts since the last doorbell (`pending` counts the generic
+    /// ones; `last_ctrl` names the last of either).
+    batch_n: u32,
     /// Whether the QP's inline limits allow [`LEAN_INLINE`] bytes ([`crate::Qp`] decides).
     inline_ok: bool,
     /// Whether the QP allows a gather entry ([`crate::Qp`] decides).
@@ -277,12 +293,11 @@ impl SendQueue {
             ci: 0,
             mask: (n - 1) as u64,
             mask8: ((n - 1) * 8) as u64,
-            wr_ids: vec![0; n].into_boxed_slice(),
-            meta: vec![0; n].into_boxed_slice(),
+            wr_ids: LineArray::zeroed(n),
+            meta: LineArray::zeroed(n),
             uncommon: 0,
             pending: 0,
             last_ctrl: ring.start(),
-            last_bbs: 0,
             error_mode: false,
             max_post,
             wr_bbs: 1,
@@ -290,6 +305,9 @@ impl SendQueue {
             lean_blocks: 1,
             fast: 0,
             other: 0,
+            batch: 0,
+            in_batch: false,
+            batch_n: 0,
             inline_ok: false,
             sge_ok: false,
             open: false,
@@ -402,19 +420,41 @@ impl SendQueue {
     /// `(fast, other)`. A QP that allows no gather entry, or fewer than [`LEAN_INLINE`] inline
     /// bytes, posts everything through the generic path (rare shapes; one gate per sequence
     /// keeps the lean poll's bookkeeping to two additions).
+    /// In a batch: `(shut, shut, batch)`, the batch gate open under the same conditions
+    /// whatever the doorbell mode.
     #[inline]
-    fn gates(&self) -> (u64, u64) {
+    fn gates(&self) -> (u64, u64, u64) {
         let lean = self.open && self.pending == 0 && self.sge_ok && self.inline_ok;
         let fast = self.db.mode == DoorbellMode::BfPost && self.db.one_bb;
         let (open, shut) = (self.ci + self.lean_blocks, self.ci);
         let gate = |on: bool| if on { open } else { shut };
-        (gate(lean && fast), gate(lean && !fast))
+        if self.in_batch {
+            (shut, shut, gate(lean))
+        } else {
+            (gate(lean && fast), gate(lean && !fast), shut)
+        }
     }
 
     /// Open or close the lean gates (after anything but a lean post or a lean retire).
     #[inline]
     pub fn refresh_gate(&mut self) {
-        (self.fast, self.other) = self.gates();
+        (self.fast, self.other, self.batch) = self.gates();
+    }
+
+    /// A [`crate::Batch`] begins: lean posts go through the gate `batch` and leave their
+    /// doorbell to [`SendQueue::ring_doorbell`].
+    #[inline]
+    pub fn begin_batch(&mut self) {
+        self.in_batch = true;
+        self.refresh_gate();
+    }
+
+    /// [`SendQueue::commit_lean`]'s bookkeeping for the doorbell of a lean batch post: the
+    /// WQE at `ctrl` of `bbs` blocks waits for [`SendQueue::ring_doorbell`].
+    #[inline(always)]
+    pub fn defer_lean(&mut self, ctrl: *mut u8) {
+        self.last_ctrl = ctrl;
+        self.batch_n += 1;
     }
 
     /// Open or close the lean entry points (the QP's state, type or limits changed):
@@ -440,7 +480,10 @@ impl SendQueue {
     fn debug_check(&self) {
         #[cfg(debug_assertions)]
         {
-            let (fast, other) = self.gates();
+            let (fast, other, batch) = self.gates();
+            // The batch gate does not follow retires (none happen while a batch holds the
+            // QP; after a forgotten guard it may lag, which only closes it earlier).
+            debug_assert!(self.batch <= batch.max(self.ci), "the batch gate");
             for (have, want) in [(self.fast, fast), (self.other, other)] {
                 if want > self.ci {
                     debug_assert_eq!(have, want, "an open gate");
@@ -519,9 +562,8 @@ impl SendQueue {
 
     /// Leave the WQE at `ctrl` for the next [`SendQueue::ring_doorbell`].
     #[inline(always)]
-    pub fn defer(&mut self, ctrl: *mut u8, bbs: u32) {
+    pub fn defer(&mut self, ctrl: *mut u8) {
         self.last_ctrl = ctrl;
-        self.last_bbs = bbs;
         self.pending += 1;
         self.refresh_gate();
     }
@@ -530,22 +572,32 @@ impl SendQueue {
     /// pending (the doorbell of [`SendQueue::ring_doorbell`] with one pending WQE).
     #[inline(always)]
     pub fn ring_one(&mut self, ctrl: *mut u8, bbs: u32) {
-        debug_assert_eq!(self.pending, 0);
+        debug_assert_eq!(self.pending + self.batch_n, 0);
         self.ring(ctrl, bbs);
+        if self.in_batch {
+            // A batch guard was forgotten (`mem::forget`) before it wrote anything.
+            self.in_batch = false;
+            self.refresh_gate();
+        }
     }
 
     /// Ring the doorbell for every WQE written since the last ring (`docs/sources.md` §5,
     /// rdma-core `post_send_db`): BlueFlame when exactly one WQE of at most `bf.size` bytes
     /// is pending, else the 8-byte doorbell of the last one.
+    /// Ends a batch ([`SendQueue::begin_batch`]) too, whether or not anything is pending.
     #[inline(always)]
     pub fn ring_doorbell(&mut self) {
-        match self.pending {
-            0 => return,
-            1 => self.ring(self.last_ctrl, self.last_bbs),
+        match self.pending + self.batch_n {
+            0 => {}
+            1 => self.ring(self.last_ctrl, self.blocks_from(self.last_ctrl)),
             _ => self.ring(self.last_ctrl, 0),
         }
-        self.pending = 0;
-        self.refresh_gate();
+        if self.pending + self.batch_n != 0 || self.in_batch {
+            self.pending = 0;
+            self.batch_n = 0;
+            self.in_batch = false;
+            self.refresh_gate();
+        }
     }
 
     /// The doorbell sequence in any [`DoorbellMode`]: store barrier → `dbrec[1] = BE32(pi)`
@@ -667,10 +719,18 @@ impl SendQueue {
         self.ring_end(dst);
     }
 
+    /// The blocks from the block at `ctrl` up to `pi`: the size of the last WQE written when
+    /// `ctrl` is its first block (1 ..= `wqe_cnt`: a WQE is never empty).
+    #[inline(always)]
+    fn blocks_from(&self, ctrl: *mut u8) -> u32 {
+        let block = (ctrl as usize - self.ring.start() as usize) / SEND_WQE_BB;
+        (self.pi.wrapping_sub(block as u64 + 1) & self.mask) as u32 + 1
+    }
+
     /// WQEs written but not yet announced by a doorbell.
     #[inline(always)]
     pub fn pending(&self) -> u32 {
-        self.pending
+        self.pending + self.batch_n
     }
 
     /// The meta byte of `slot`.
@@ -974,7 +1034,8 @@ impl SendQueue {
         self.pi = 0;
         self.ci = 0;
         self.pending = 0;
-        self.last_bbs = 0;
+        self.batch_n = 0;
+        self.in_batch = false;
         self.error_mode = false;
         self.meta.fill(0);
         self.uncommon = 0;

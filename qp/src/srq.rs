@@ -9,6 +9,7 @@
 //! WQEs ever posted, written after a store barrier; there is no MMIO doorbell.
 
 use crate::error::{Error, Result};
+use crate::lines::LineArray;
 use crate::rq::{check_sges, write_scatter};
 use crate::scatter::scatter;
 use crate::sq::Progress;
@@ -23,6 +24,8 @@ use mlx5_wqe::seg::{DataSeg, SrqNextSeg};
 /// Owned by one thread (`Send`, not `Sync`); poll its completions through a
 /// [`crate::Resolve`] table that contains it.
 #[derive(Debug)]
+// The layout rule for threads (`lines` module): the object owns whole cache lines.
+#[repr(align(64))]
 pub struct Srq {
     buf: *mut u8,
     stride: usize,
@@ -34,8 +37,8 @@ pub struct Srq {
     head: u32,
     tail: u32,
     counter: u16,
-    wr_id: Box<[u64]>,
-    posted: Box<[bool]>,
+    wr_id: LineArray<u64>,
+    posted: LineArray<bool>,
     outstanding: u32,
 }
 
@@ -81,8 +84,8 @@ impl Srq {
             head: layout.head,
             tail: layout.tail,
             counter: 0,
-            wr_id: vec![0; n].into_boxed_slice(),
-            posted: vec![false; n].into_boxed_slice(),
+            wr_id: LineArray::zeroed(n),
+            posted: LineArray::zeroed(n),
             outstanding: 0,
         })
     }

@@ -107,9 +107,17 @@ bitflags::bitflags! {
 /// Unsignaled send WRs that succeed produce none (verbs semantics); every other WR produces
 /// exactly one (see [`crate::Cq::poll`] for how errors and flushes are accounted).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+// `repr(C)` in this order: what a send completion sets (WR id, byte count, QPN, status,
+// opcode) comes first, the receive-only fields after it, so that the poll writes a send
+// completion in a few wide stores.
+#[repr(C)]
 pub struct Wc {
     /// The WR's identifier, recovered from the CQE's `wqe_counter`.
     pub wr_id: u64,
+    /// Bytes received (receives), read (READ), or the operand size (atomics); 0 otherwise.
+    pub byte_len: u32,
+    /// QPN of the local QP the WR was posted on.
+    pub qp_num: u32,
     /// Outcome.
     pub status: WcStatus,
     /// What completed. For errors this is the opcode that was posted (verbs leaves it
@@ -117,13 +125,12 @@ pub struct Wc {
     pub opcode: WcOpcode,
     /// Flags.
     pub flags: WcFlags,
-    /// Bytes received (receives), read (READ), or the operand size (atomics); 0 otherwise.
-    pub byte_len: u32,
+    /// Service level the packet arrived with (`wc.sl`, 4 bits; the CQE's `flags_rqpn` bits
+    /// 27:24, rdma-core `handle_responder`). Successful receives only; 0 otherwise.
+    pub sl: u8,
     /// Immediate data in host order (it travels big-endian: the sender's value), or the
     /// invalidated rkey; valid when [`WcFlags::WITH_IMM`] / [`WcFlags::WITH_INV`] is set.
     pub imm_data: u32,
-    /// QPN of the local QP the WR was posted on.
-    pub qp_num: u32,
     /// Source QPN (UD receives).
     pub src_qp: u32,
     /// Source LID (InfiniBand UD receives).
@@ -135,9 +142,6 @@ pub struct Wc {
     /// are clear (the P_Key index is meaningful for UD and GSI QPs). 0 on send and error
     /// completions.
     pub pkey_index: u16,
-    /// Service level the packet arrived with (`wc.sl`, 4 bits; the CQE's `flags_rqpn` bits
-    /// 27:24, rdma-core `handle_responder`). Successful receives only; 0 otherwise.
-    pub sl: u8,
     /// Destination LID path bits of a receive (`wc.dlid_path_bits`, the CQE's `ml_path` bits
     /// 6:0; InfiniBand with LMC > 0, 0 on RoCE). Successful receives only; 0 otherwise.
     pub dlid_path_bits: u8,

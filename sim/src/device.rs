@@ -573,6 +573,8 @@ impl Device for SimDevice {
                 bf: BfLayout {
                     reg: qp.bf_reg(),
                     size: qp.bf_size(),
+                    // Every QP of the software ConnectX has a UAR page of its own.
+                    shared: false,
                 },
                 max_inline_data: g.cap.max_inline_data,
                 max_send_sge: g.cap.max_send_sge,

@@ -226,6 +226,10 @@ pub(super) fn qp_layout(qp: *mut ibv::ibv_qp, attr: &QpInitAttr, cap: &QpCap) ->
         bf: BfLayout {
             reg: out.bf.reg.cast::<u8>(),
             size: out.bf.size,
+            // `mlx5dv_qp.bf` does not say whether libmlx5 shares the bfreg with other QPs
+            // (`struct mlx5_bf` `need_lock` stays inside the provider), so it is assumed
+            // shared: the 8-byte doorbell, safe whatever other QPs do.
+            shared: true,
         },
         max_inline_data: cap.max_inline_data,
         max_send_sge: cap.max_send_sge,

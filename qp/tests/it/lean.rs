@@ -316,6 +316,17 @@ enum Step {
     },
     /// A generic post left pending on both.
     Defer(usize),
+    /// `n` posts of one lean shape (kind 0..4, as in `Post`) in one `Qp::batch` on the lean
+    /// twin, through `post_deferred` and one `ring_doorbell` on the generic one; with `mixed`,
+    /// a generic-only shape (a SEND with immediate) in the middle.
+    Batch {
+        n: u8,
+        kind: u8,
+        len: usize,
+        sge_len: u32,
+        flags: u8,
+        mixed: bool,
+    },
     /// Ring both.
     Ring,
     /// The device completes the last posted WQE on both; both poll.
@@ -351,6 +362,8 @@ fn step() -> impl Strategy<Value = Step> {
         8 => (0u8..4, 0usize..300, sge_len, 0u8..8, any::<u64>())
             .prop_map(|(kind, len, sge_len, flags, remote)| Step::Post { kind, len, sge_len, flags, remote }),
         1 => (0usize..40).prop_map(Step::Defer),
+        2 => (0u8..6, 0u8..4, 0usize..40, 1u32..100, 0u8..8, any::<bool>())
+            .prop_map(|(n, kind, len, sge_len, flags, mixed)| Step::Batch { n, kind, len, sge_len, flags, mixed }),
         1 => Just(Step::Ring),
         3 => Just(Step::Retire),
         1 => state.prop_map(Step::State),
@@ -450,6 +463,34 @@ proptest! {
                     if rg.is_ok() {
                         last_pi = Some(pi);
                     }
+                }
+                Step::Batch { n, kind, len, sge_len, flags, mixed } => {
+                    let flags = SendFlags::from_bits_truncate(flags);
+                    let remote = RemoteAddr::new(0x1000 + id, 0x42);
+                    let sges = [Sge { addr: 0x3000, length: sge_len, lkey: 0x77 }];
+                    let mut bl = l.qp.batch();
+                    for i in 0..n as u64 {
+                        let wr = if mixed && i == n as u64 / 2 {
+                            SendWr::send_imm(id + i, 7).sges(&sges)
+                        } else {
+                            match kind {
+                                0 => SendWr::write(id + i, remote).inline(&payload[..len]),
+                                1 => SendWr::write(id + i, remote).sges(&sges),
+                                2 => SendWr::send(id + i).inline(&payload[..len]),
+                                _ => SendWr::send(id + i).sges(&sges),
+                            }
+                            .flags(flags)
+                        };
+                        let pi = g.qp.sq_pi();
+                        let rg = g.qp.post_deferred(&wr);
+                        prop_assert_eq!(rg, bl.post(&wr), "{:?}", wr);
+                        prop_assert_eq!(bl.qp().pending_doorbell(), g.qp.pending_doorbell());
+                        if rg.is_ok() {
+                            last_pi = Some(pi);
+                        }
+                    }
+                    drop(bl);
+                    g.qp.ring_doorbell();
                 }
                 Step::Defer(len) => {
                     let wr = SendWr::send(id).inline(&payload[..len]);
@@ -609,4 +650,75 @@ fn the_lean_gate_counts_blocks_and_leaves_the_rest_to_the_generic_path() {
         })
     ));
     assert_eq!(qp.sq_free_wrs(), 0);
+}
+
+/// A BlueFlame register shared with other QPs (`BfLayout::shared`) is rung with the 8-byte
+/// doorbell only: two threads' unserialised BlueFlame copies into one register would
+/// interleave. The default mode is `Db`, the BlueFlame modes are refused, and an inline post
+/// that would take BlueFlame on a dedicated register writes only the first 8 bytes.
+#[test]
+fn a_shared_blueflame_register_gets_only_the_8_byte_doorbell() {
+    let fake = FakeQp::new(&QpCfg {
+        bf_shared: true,
+        ..QpCfg::default()
+    });
+    let mut qp = qp_in(&fake, QpState::Rts);
+    assert_eq!(qp.doorbell_mode(), DoorbellMode::Db);
+    for mode in [DoorbellMode::BfPost, DoorbellMode::Bf] {
+        assert!(matches!(
+            qp.set_doorbell_mode(mode),
+            Err(Error::BadLayout(_))
+        ));
+        assert_eq!(qp.doorbell_mode(), DoorbellMode::Db);
+    }
+    qp.post(
+        &SendWr::write(1, RemoteAddr::new(0x2000, 9))
+            .inline(b"8 bytes!")
+            .signaled(),
+    )
+    .unwrap();
+    assert_eq!(&fake.bf()[..8], &fake.bb(0)[..8], "the 8-byte doorbell");
+    assert!(fake.bf()[8..].iter().all(|&x| x == 0), "no BlueFlame copy");
+    let mut b = qp.batch();
+    b.post(&SendWr::send(2).inline(b"x")).unwrap();
+    drop(b);
+    assert!(
+        fake.bf()[256 + 8..512].iter().all(|&x| x == 0),
+        "a batch of one: no copy"
+    );
+}
+
+/// A batch guard forgotten (`mem::forget`) after lean posts leaves them pending, never lost:
+/// the next post takes the generic path, which rings for them and itself (one doorbell record
+/// update to the newest producer index), and the lean path opens again after it.
+#[test]
+fn a_forgotten_batch_is_rung_by_the_next_post() {
+    let fake = FakeQp::new(&QpCfg::default());
+    let mut qp = qp_in(&fake, QpState::Rts);
+    qp.set_max_send_wr(16).unwrap();
+    let r = RemoteAddr::new(0x2000, 9);
+    let mut b = qp.batch();
+    b.post(&SendWr::write(1, r).inline(b"a")).unwrap();
+    b.post(&SendWr::write(2, r).inline(b"b")).unwrap();
+    std::mem::forget(b);
+    assert_eq!(qp.pending_doorbell(), 2);
+    assert_eq!(fake.sq_dbrec(), 0, "nothing announced yet");
+    qp.post(&SendWr::write(3, r).inline(b"c").signaled())
+        .unwrap();
+    assert_eq!(qp.pending_doorbell(), 0);
+    assert_eq!(fake.sq_dbrec(), 3, "all three announced");
+    assert_eq!(
+        &fake.bf()[..8],
+        &fake.bb(2)[..8],
+        "the 8-byte doorbell of the last WQE"
+    );
+    // The lean path is open again: a BlueFlame copy of the next one, in the other half.
+    qp.post(&SendWr::write(4, r).inline(b"d").signaled())
+        .unwrap();
+    assert_eq!(fake.sq_dbrec(), 4);
+    assert_eq!(
+        &fake.bf()[256..256 + 48],
+        &fake.bb(3)[..48],
+        "ctrl, raddr, inline: 3 DS"
+    );
 }

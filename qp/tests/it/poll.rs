@@ -684,3 +684,66 @@ fn receive_completions_carry_sl_path_bits_and_pkey_index() {
         );
     }
 }
+
+/// A `QpTable` finds every QP by its QPN in constant time however the QPNs fall: sequential
+/// ones, ones whose low bits collide (the table grows until they differ), and a QPN inserted
+/// twice (the later QP wins). Each CQE reaches its own QP's WR.
+#[test]
+fn qp_table_finds_each_qp_whatever_its_qpn() {
+    let qpns: Vec<u32> = (0..40u32)
+        .map(|i| 0x40 + i)
+        .chain((1..20u32).map(|i| i << 12 | 7))
+        .chain([0x00ff_ffff, 0x0000_0001])
+        .collect();
+    let fakes: Vec<FakeQp> = qpns
+        .iter()
+        .map(|&qpn| {
+            FakeQp::new(&QpCfg {
+                qpn,
+                ..QpCfg::default()
+            })
+        })
+        .collect();
+    let dup = FakeQp::new(&QpCfg {
+        qpn: qpns[3],
+        ..QpCfg::default()
+    });
+    let mut fcq = FakeCq::new(256, 64, false);
+    let mut cq = cq(&fcq);
+    let mut table = QpTable::new();
+    for f in &fakes {
+        table.insert_qp(rts(f));
+    }
+    let dup_pos = table.insert_qp(rts(&dup));
+    let sge = [Sge {
+        addr: 0x1000,
+        length: 8,
+        lkey: 1,
+    }];
+    for (pos, &qpn) in qpns.iter().enumerate() {
+        let pos = if pos == 3 { dup_pos } else { pos };
+        let qp = table.qp_at(pos).unwrap();
+        qp.post(&SendWr::send(qpn as u64 * 10).sges(&sge).signaled())
+            .unwrap();
+        fcq.push(req(qpn, 0, mlx5_wqe::opcode::OPCODE_SEND));
+    }
+    let mut wcs = [Wc::default(); 16];
+    let mut got = Vec::new();
+    loop {
+        let n = cq.poll(&mut table, &mut wcs).unwrap();
+        if n == 0 {
+            break;
+        }
+        got.extend(wcs[..n].iter().map(|w| (w.qp_num, w.wr_id, w.status)));
+    }
+    let want: Vec<_> = qpns
+        .iter()
+        .map(|&q| (q, q as u64 * 10, WcStatus::Success))
+        .collect();
+    assert_eq!(got, want);
+    assert_eq!(
+        table.qp_at(3).unwrap().sq_outstanding_wrs(),
+        0,
+        "nothing posted on the replaced QP"
+    );
+}

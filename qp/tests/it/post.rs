@@ -746,3 +746,19 @@ fn qp_is_send() {
     is_send::<mlx5_qp::Cq>();
     is_send::<mlx5_qp::Srq>();
 }
+
+/// The layout rule for one QP and CQ per thread (`mlx5_qp` `lines` module): a `Qp`, `Cq` and
+/// `Srq` each own whole cache lines, so two threads' objects side by side (in a `Vec`, in
+/// boxes) never share a written line.
+#[test]
+fn data_path_objects_own_whole_cache_lines() {
+    use mlx5_qp::{Cq, Qp, Srq};
+    for (align, size) in [
+        (core::mem::align_of::<Qp>(), core::mem::size_of::<Qp>()),
+        (core::mem::align_of::<Cq>(), core::mem::size_of::<Cq>()),
+        (core::mem::align_of::<Srq>(), core::mem::size_of::<Srq>()),
+    ] {
+        assert_eq!(align, 64);
+        assert_eq!(size % 64, 0);
+    }
+}

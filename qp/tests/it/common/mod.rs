@@ -69,6 +69,8 @@ pub struct QpCfg {
     pub max_recv_sge: u32,
     pub sig_all: bool,
     pub uses_srq: bool,
+    /// The layout's `bf.shared`.
+    pub bf_shared: bool,
 }
 
 impl Default for QpCfg {
@@ -85,6 +87,7 @@ impl Default for QpCfg {
             max_recv_sge: 4,
             sig_all: false,
             uses_srq: false,
+            bf_shared: false,
         }
     }
 }
@@ -113,6 +116,7 @@ impl FakeQp {
             bf: BfLayout {
                 reg: unsafe { uar.ptr().add(BF_OFF) },
                 size: c.bf_size,
+                shared: c.bf_shared,
             },
             max_inline_data: c.max_inline,
             max_send_sge: c.max_send_sge,

@@ -1,0 +1,37 @@
+//! Receives posted on the QP's own receive queue.
+
+use super::*;
+
+impl Qp {
+    /// Post one receive WR. Its buffers must stay valid and registered until its completion
+    /// is polled. Not available when the QP receives through an SRQ (post there).
+    #[inline]
+    pub fn post_recv(&mut self, wr_id: u64, sges: &[Sge]) -> Result<()> {
+        self.post_recv_list(&[RecvWr { wr_id, sges }])
+    }
+
+    /// Post several receive WRs with one doorbell-record update; all are checked before any is
+    /// written (all or nothing).
+    #[inline]
+    pub fn post_recv_list(&mut self, wrs: &[RecvWr<'_>]) -> Result<()> {
+        match self.state {
+            QpState::Reset | QpState::Error => {
+                return Err(Error::WrongState {
+                    op: "post a receive",
+                    state: self.state,
+                    hint: "receives may be posted from Init on, and not in Error",
+                })
+            }
+            _ => {}
+        }
+        match self.rq.as_mut() {
+            Some(rq) => rq.post(wrs),
+            None if self.srqn.is_some() => Err(Error::WrongState {
+                op: "post a receive on a QP that uses an SRQ",
+                state: self.state,
+                hint: "post to the Srq instead",
+            }),
+            None => Err(Error::RqFull { capacity: 0 }),
+        }
+    }
+}
