@@ -23,8 +23,7 @@
 //! polls return exactly the WR ids posted, in order — and exits non-zero otherwise, so a
 //! count is never taken of a run that went wrong.
 
-#[path = "support/ram_rings.rs"]
-mod ram_rings;
+use mlx5_ram_rings as ram_rings;
 
 use mlx5_qp::{Cq, DoorbellMode, Qp, QpTable, SendFlags, SendWr, Sge, Wc};
 use mlx5_wqe::opcode as op;

@@ -13,8 +13,7 @@
 //! queue gets its credits back. The poll benchmark posts and writes its CQEs outside the timed
 //! region and times only `Cq::poll`.
 
-#[path = "support/ram_rings.rs"]
-mod ram_rings;
+use mlx5_ram_rings as ram_rings;
 
 use criterion::{criterion_group, Criterion};
 use mlx5_hw::QpType;

@@ -16,8 +16,7 @@
 //! (`benches/support/ram_rings.rs`, shared with the criterion and callgrind benchmarks).
 //! Exit status 2 for bad arguments, 1 if a post or poll went wrong.
 
-#[path = "../benches/support/ram_rings.rs"]
-mod ram_rings;
+use mlx5_ram_rings as ram_rings;
 
 use clap::Parser;
 use mlx5_direct::qp::SendWr;

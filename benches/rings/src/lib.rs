@@ -5,9 +5,12 @@
 //! CQEs with the right owner bit so that [`Cq::poll`] sees valid completions and the send queue
 //! gets its credits back.
 //!
-//! Shared by the criterion benchmarks (`benches/post_poll.rs`) and the instruction-count
-//! program (`benches/count_post_poll.rs`), which include it with `#[path]`.
-#![allow(dead_code)]
+//! Shared by the criterion benchmarks (`benches/post_poll.rs`), the instruction-count program
+//! (`benches/count_post_poll.rs`) and `examples/thread_scaling.rs`. Not published: a test
+//! device, whose `unsafe` (building the data path over memory this crate owns) lives here so
+//! that the programs using it need none.
+// A test device's helpers: `len` without `is_empty`, constructors without `Default`.
+#![allow(clippy::len_without_is_empty, clippy::new_without_default)]
 
 use mlx5_cq::{Cqe64, CQE_INITIAL_OP_OWN, CQE_REQ, CQE_RESP_SEND, U16, U32};
 use mlx5_hw::{mmio, BfLayout, CqLayout, QpLayout, QpState, QpType, WqLayout};
