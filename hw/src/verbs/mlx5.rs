@@ -226,10 +226,12 @@ pub(super) fn qp_layout(qp: *mut ibv::ibv_qp, attr: &QpInitAttr, cap: &QpCap) ->
         bf: BfLayout {
             reg: out.bf.reg.cast::<u8>(),
             size: out.bf.size,
-            // `mlx5dv_qp.bf` does not say whether libmlx5 shares the bfreg with other QPs
-            // (`struct mlx5_bf` `need_lock` stays inside the provider), so it is assumed
-            // shared: the 8-byte doorbell, safe whatever other QPs do.
-            shared: true,
+            // Every QP of this backend is created on a thread domain of its own (`create_qp`
+            // above), and rdma-core gives a TD a dedicated bfreg (`mlx5_alloc_td` →
+            // `mlx5_attach_dedicated_uar`; the TD's allocation fails rather than falling back
+            // to a shared one when none is left, `docs/hardware.md`): no other QP copies into
+            // this register, so BlueFlame is safe without a lock.
+            shared: false,
         },
         max_inline_data: cap.max_inline_data,
         max_send_sge: cap.max_send_sge,
