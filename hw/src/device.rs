@@ -423,6 +423,24 @@ pub trait Device: Send + Sync {
         let _ = (cq, n);
         Err(no_channels(self.name()))
     }
+    /// Create a CQ whose CQEs carry the completion timestamp (`ibv_create_cq_ex` with
+    /// `IBV_WC_EX_WITH_COMPLETION_TIMESTAMP`: the raw device clock in CQE bytes 48–55,
+    /// [`crate::timestamp`]). Poll it with `mlx5_qp::Cq::poll_timestamped`.
+    fn create_cq_with_timestamps(&self, attr: &CqInitAttr) -> Result<CqInfo> {
+        let _ = attr;
+        Err(crate::Error::Unsupported(format!(
+            "{} has no completion timestamps",
+            self.name()
+        )))
+    }
+    /// The device clock that CQE timestamps count ([`crate::timestamp::ClockInfo`]:
+    /// `hca_core_clock` in kHz, the timestamp mask and format).
+    fn query_clock(&self) -> Result<crate::timestamp::ClockInfo> {
+        Err(crate::Error::Unsupported(format!(
+            "{} reports no device clock",
+            self.name()
+        )))
+    }
     /// Hardware counters of a port (mlx5 `hw_counters` names plus port counters).
     fn counters(&self, port: u8) -> Result<Vec<Counter>>;
     /// Give a software device the chance to process doorbells (the software ConnectX in

@@ -11,6 +11,7 @@
 //! - [`attr`]: verbs attribute types with verbs.h values;
 //! - [`qp_state`]: the QP state machine table (the Linux kernel's `qp_state_table`), used to
 //!   validate every modify before it reaches a device, and by the software ConnectX.
+//! - [`timestamp`]: CQE completion timestamps and the device clock;
 //! - `verbs` (feature `verbs`): libibverbs + mlx5dv backend.
 //!
 //! Each item is documented once, in its module; the crate root re-exports the attribute,
@@ -22,6 +23,7 @@ pub mod error;
 pub mod layout;
 pub mod mmio;
 pub mod qp_state;
+pub mod timestamp;
 pub mod transition;
 #[cfg(feature = "verbs")]
 pub mod verbs;
@@ -35,4 +37,5 @@ pub use device::{
     SrqInitAttr,
 };
 pub use error::{Errno, Error, ModifyError, Result};
+pub use timestamp::{ClockInfo, TimestampFormat};
 pub use layout::{BfLayout, CqLayout, QpLayout, SrqLayout, WqLayout};

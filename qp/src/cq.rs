@@ -7,6 +7,8 @@
 
 use core::borrow::BorrowMut;
 
+mod timestamp;
+
 use crate::error::{Error, Result};
 use crate::qp::Qp;
 use crate::sq::{CqeInfo, Progress};

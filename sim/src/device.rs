@@ -7,10 +7,10 @@ use std::os::fd::RawFd;
 use std::sync::Arc;
 
 use mlx5_hw::{
-    AccessFlags, AhAttr, AhId, AhInfo, AsyncEvent, AttrMask, BfLayout, ChannelId, Counter, CqId,
+    AccessFlags, AhAttr, AhId, AhInfo, AsyncEvent, AttrMask, BfLayout, ChannelId, ClockInfo, Counter, CqId,
     CqInfo, CqInitAttr, CqLayout, Device, DeviceAttr, Error, Gid, LinkLayer, MrId, MrInfo, Mtu,
     PdId, PortAttr, PortState, QpAttr, QpId, QpInfo, QpInitAttr, QpLayout, Result, SrqId, SrqInfo,
-    SrqInitAttr, SrqLayout, WqLayout,
+    SrqInitAttr, SrqLayout, TimestampFormat, WqLayout,
 };
 
 use crate::bugs::DriverBug;
@@ -234,6 +234,52 @@ impl SimDevice {
         }
     }
 
+    /// `create_cq`, with completion timestamps if `timestamps`.
+    fn create_cq_inner(&self, attr: &CqInitAttr, timestamps: bool) -> Result<CqInfo> {
+        if attr.cqe_size != 64 && attr.cqe_size != 128 {
+            return Err(Error::InvalidArgument(format!(
+                "cqe_size {} (must be 64 or 128)",
+                attr.cqe_size
+            )));
+        }
+        if attr.cqe == 0 || attr.cqe > (1 << 22) - 1 {
+            return Err(Error::InvalidArgument(format!(
+                "cqe {} (must be 1..=4194303)",
+                attr.cqe
+            )));
+        }
+        self.with(|d| {
+            let channel = match attr.channel {
+                Some(c) => Some((c.0, channel_of(d, c)?.clone())),
+                None => None,
+            };
+            let cqn = d.alloc_id();
+            let mut cq = Cq::new(
+                cqn,
+                cq_entries(attr.cqe),
+                attr.cqe_size,
+                attr.ignore_overrun,
+                channel,
+            )
+            .ok_or_else(|| no_mem("CQ"))?;
+            cq.timestamps = timestamps;
+            let layout = CqLayout {
+                buf: cq.buf.as_ptr(),
+                dbrec: cq.dbrec.as_ptr().cast(),
+                cqe_cnt: cq.cqe_cnt,
+                cqe_size: cq.cqe_size,
+                cq_uar: cq.uar.as_ptr(),
+                cqn,
+                ignore_overrun: attr.ignore_overrun,
+            };
+            d.cqs.insert(cqn, cq);
+            Ok(CqInfo {
+                id: CqId(cqn),
+                layout,
+            })
+        })
+    }
+
     fn link_layer(&self) -> LinkLayer {
         let ll = self
             .inner
@@ -394,46 +440,18 @@ impl Device for SimDevice {
     }
 
     fn create_cq(&self, attr: &CqInitAttr) -> Result<CqInfo> {
-        if attr.cqe_size != 64 && attr.cqe_size != 128 {
-            return Err(Error::InvalidArgument(format!(
-                "cqe_size {} (must be 64 or 128)",
-                attr.cqe_size
-            )));
-        }
-        if attr.cqe == 0 || attr.cqe > (1 << 22) - 1 {
-            return Err(Error::InvalidArgument(format!(
-                "cqe {} (must be 1..=4194303)",
-                attr.cqe
-            )));
-        }
-        self.with(|d| {
-            let channel = match attr.channel {
-                Some(c) => Some((c.0, channel_of(d, c)?.clone())),
-                None => None,
-            };
-            let cqn = d.alloc_id();
-            let cq = Cq::new(
-                cqn,
-                cq_entries(attr.cqe),
-                attr.cqe_size,
-                attr.ignore_overrun,
-                channel,
-            )
-            .ok_or_else(|| no_mem("CQ"))?;
-            let layout = CqLayout {
-                buf: cq.buf.as_ptr(),
-                dbrec: cq.dbrec.as_ptr().cast(),
-                cqe_cnt: cq.cqe_cnt,
-                cqe_size: cq.cqe_size,
-                cq_uar: cq.uar.as_ptr(),
-                cqn,
-                ignore_overrun: attr.ignore_overrun,
-            };
-            d.cqs.insert(cqn, cq);
-            Ok(CqInfo {
-                id: CqId(cqn),
-                layout,
-            })
+        self.create_cq_inner(attr, false)
+    }
+
+    fn create_cq_with_timestamps(&self, attr: &CqInitAttr) -> Result<CqInfo> {
+        self.create_cq_inner(attr, true)
+    }
+
+    fn query_clock(&self) -> Result<ClockInfo> {
+        Ok(ClockInfo {
+            hca_core_clock_khz: crate::cq::CORE_CLOCK_KHZ,
+            mask: u64::MAX,
+            format: TimestampFormat::FreeRunning,
         })
     }
 

@@ -15,4 +15,5 @@ mod poll;
 mod poll_send;
 mod post;
 mod prop;
+mod timestamps;
 mod wr_limit;

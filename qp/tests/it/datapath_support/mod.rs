@@ -36,6 +36,8 @@ pub struct Opts {
     pub buf_len: usize,
     pub sig_all: bool,
     pub channel: bool,
+    /// The CQ is created with completion timestamps.
+    pub timestamps: bool,
 }
 
 impl Default for Opts {
@@ -54,6 +56,7 @@ impl Default for Opts {
             buf_len: 1 << 16,
             sig_all: false,
             channel: false,
+            timestamps: false,
         }
     }
 }
@@ -82,14 +85,17 @@ pub fn make_cq(dev: &SimDevice, cqe: u32, cqe_size: u32) -> Cq {
 pub fn side(dev: &SimDevice, o: &Opts, srq: Option<(SrqId, u32)>) -> Side {
     let pd = dev.alloc_pd().unwrap();
     let channel = o.channel.then(|| dev.create_comp_channel().unwrap());
-    let cq_info = dev
-        .create_cq(&CqInitAttr {
-            cqe: o.cqe,
-            cqe_size: o.cqe_size,
-            ignore_overrun: false,
-            channel,
-        })
-        .unwrap();
+    let cq_attr = CqInitAttr {
+        cqe: o.cqe,
+        cqe_size: o.cqe_size,
+        ignore_overrun: false,
+        channel,
+    };
+    let cq_info = if o.timestamps {
+        dev.create_cq_with_timestamps(&cq_attr).unwrap()
+    } else {
+        dev.create_cq(&cq_attr).unwrap()
+    };
     // SAFETY: the CQ lives as long as the device (never destroyed in tests).
     let cq = unsafe { Cq::from_layout(&cq_info.layout) }.unwrap();
     let info = dev
