@@ -242,6 +242,23 @@ pub struct QpInitAttr {
     pub sq_sig_all: bool,
 }
 
+bitflags::bitflags! {
+    /// QP creation flags (`enum ibv_qp_create_flags`, verbs.h values).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+    pub struct QpCreateFlags: u32 {
+        /// `IBV_QP_CREATE_BLOCK_SELF_MCAST_LB`: a multicast datagram this QP sends is not
+        /// delivered back to this QP, even when it is attached to the group.
+        const BLOCK_SELF_MCAST_LB = 1 << 1;
+    }
+}
+
+/// The `ibv_qp_init_attr_ex` additions to [`QpInitAttr`] ([`Device::create_qp_ex`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QpInitEx {
+    /// `create_flags` (`IBV_QP_INIT_ATTR_CREATE_FLAGS`).
+    pub create_flags: QpCreateFlags,
+}
+
 /// A created QP.
 #[derive(Clone, Copy, Debug)]
 pub struct QpInfo {
@@ -441,11 +458,45 @@ pub trait Device: Send + Sync {
             self.name()
         )))
     }
+    /// Create a QP with the extended attributes of `ibv_create_qp_ex`. With every extension
+    /// at its default this is [`Device::create_qp`]; a device that knows none of them refuses
+    /// the others.
+    fn create_qp_ex(&self, pd: PdId, attr: &QpInitAttr, ex: &QpInitEx) -> Result<QpInfo> {
+        if *ex == QpInitEx::default() {
+            return self.create_qp(pd, attr);
+        }
+        Err(crate::Error::Unsupported(format!(
+            "{} does not support QP creation flags {:?}",
+            self.name(),
+            ex.create_flags
+        )))
+    }
+    /// Attach a UD QP to the multicast group `gid` (`ibv_attach_mcast`; `lid` is the
+    /// group's multicast LID on InfiniBand, ignored on RoCE: Linux `is_valid_mcast_lid`).
+    /// The GID must be a multicast address (ff00::/8, or IPv4-mapped 224.0.0.0/4 on RoCE;
+    /// Linux `rdma_is_multicast_addr`) and the QP of type UD, or the call fails with
+    /// `EINVAL` (`ib_attach_mcast`). Attaching a QP to a group it is in already succeeds and
+    /// changes nothing (uverbs `ib_uverbs_attach_mcast`).
+    fn attach_mcast(&self, qp: QpId, gid: &Gid, lid: u16) -> Result<()> {
+        let _ = (qp, gid, lid);
+        Err(no_mcast(self.name()))
+    }
+    /// Detach a UD QP from the multicast group `gid` (`ibv_detach_mcast`); a QP that is not
+    /// attached to it is refused (`EINVAL`). Destroying a QP detaches it from every group
+    /// (uverbs `ib_uverbs_detach_umcast`).
+    fn detach_mcast(&self, qp: QpId, gid: &Gid, lid: u16) -> Result<()> {
+        let _ = (qp, gid, lid);
+        Err(no_mcast(self.name()))
+    }
     /// Hardware counters of a port (mlx5 `hw_counters` names plus port counters).
     fn counters(&self, port: u8) -> Result<Vec<Counter>>;
     /// Give a software device the chance to process doorbells (the software ConnectX in
     /// deterministic mode runs until idle). Hardware: nothing to do.
     fn progress(&self) {}
+}
+
+fn no_mcast(device: &str) -> crate::Error {
+    crate::Error::Unsupported(format!("{device} has no multicast"))
 }
 
 fn no_channels(device: &str) -> crate::Error {

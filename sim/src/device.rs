@@ -9,7 +9,7 @@ use std::sync::Arc;
 use mlx5_hw::{
     AccessFlags, AhAttr, AhId, AhInfo, AsyncEvent, AttrMask, BfLayout, ChannelId, ClockInfo, Counter, CqId,
     CqInfo, CqInitAttr, CqLayout, Device, DeviceAttr, Error, Gid, LinkLayer, MrId, MrInfo, Mtu,
-    PdId, PortAttr, PortState, QpAttr, QpId, QpInfo, QpInitAttr, QpLayout, Result, SrqId, SrqInfo,
+    PdId, PortAttr, PortState, QpAttr, QpCreateFlags, QpId, QpInfo, QpInitAttr, QpInitEx, QpLayout, QpType, Result, SrqId, SrqInfo,
     SrqInitAttr, SrqLayout, TimestampFormat, WqLayout,
 };
 
@@ -280,6 +280,36 @@ impl SimDevice {
         })
     }
 
+    /// The checks of `ib_attach_mcast` / `ib_detach_mcast` (Linux `drivers/infiniband/core/
+    /// verbs.c`): a multicast GID and a UD QP, else EINVAL; and the software ConnectX's own
+    /// limit, IPv4-mapped groups only.
+    fn check_mcast(&self, qp: QpId, gid: &Gid, call: &str) -> Result<()> {
+        if !gid.is_multicast() {
+            return Err(Error::InvalidArgument(format!(
+                "{call}: {gid:?} is not a multicast GID (ff00::/8 or IPv4-mapped 224.0.0.0/4)"
+            )));
+        }
+        if gid.ipv4().is_none() {
+            return Err(Error::Unsupported(format!(
+                "{call}: the software ConnectX runs RoCE v2 over IPv4 only; use an IPv4-mapped \
+                 group (::ffff:224.0.0.0/100), not {gid:?}"
+            )));
+        }
+        self.with(|d| {
+            let q = d.qps.get(&qp.0).ok_or(Error::UnknownHandle {
+                kind: "QP",
+                id: qp.0,
+            })?;
+            if q.qp_type != QpType::Ud {
+                return Err(Error::InvalidArgument(format!(
+                    "{call}: QP {:#x} is {:?}; only UD QPs join multicast groups",
+                    qp.0, q.qp_type
+                )));
+            }
+            Ok(())
+        })
+    }
+
     fn link_layer(&self) -> LinkLayer {
         let ll = self
             .inner
@@ -445,6 +475,55 @@ impl Device for SimDevice {
 
     fn create_cq_with_timestamps(&self, attr: &CqInitAttr) -> Result<CqInfo> {
         self.create_cq_inner(attr, true)
+    }
+
+    fn create_qp_ex(&self, pd: PdId, attr: &QpInitAttr, ex: &QpInitEx) -> Result<QpInfo> {
+        let unknown = ex.create_flags - QpCreateFlags::BLOCK_SELF_MCAST_LB;
+        if !unknown.is_empty() {
+            // mlx5 refuses create flags it does not know (kernel mlx5 `create_qp`: EINVAL).
+            return Err(Error::InvalidArgument(format!(
+                "create_qp_ex: unsupported create flags {unknown:?}"
+            )));
+        }
+        if ex.create_flags.contains(QpCreateFlags::BLOCK_SELF_MCAST_LB) && attr.qp_type != QpType::Ud
+        {
+            return Err(Error::InvalidArgument(
+                "create_qp_ex: IBV_QP_CREATE_BLOCK_SELF_MCAST_LB is for UD QPs".into(),
+            ));
+        }
+        let info = self.create_qp(pd, attr)?;
+        if ex.create_flags.contains(QpCreateFlags::BLOCK_SELF_MCAST_LB) {
+            self.with(|d| {
+                d.mcast.block_self_loopback(info.qpn);
+                Ok(())
+            })?;
+        }
+        Ok(info)
+    }
+
+    fn attach_mcast(&self, qp: QpId, gid: &Gid, lid: u16) -> Result<()> {
+        let _ = lid; // RoCE ignores the multicast LID (Linux `is_valid_mcast_lid`).
+        self.check_mcast(qp, gid, "attach_mcast")?;
+        self.with(|d| {
+            d.mcast.attach(gid, qp.0);
+            Ok(())
+        })
+    }
+
+    fn detach_mcast(&self, qp: QpId, gid: &Gid, lid: u16) -> Result<()> {
+        let _ = lid;
+        self.check_mcast(qp, gid, "detach_mcast")?;
+        self.with(|d| {
+            if d.mcast.detach(gid, qp.0) {
+                Ok(())
+            } else {
+                // uverbs `ib_uverbs_detach_mcast`: not on the QP's list, EINVAL.
+                Err(Error::InvalidArgument(format!(
+                    "detach_mcast: QP {:#x} is not attached to {gid:?}",
+                    qp.0
+                )))
+            }
+        })
     }
 
     fn query_clock(&self) -> Result<ClockInfo> {
@@ -632,6 +711,7 @@ impl Device for SimDevice {
                 kind: "QP",
                 id: qp.0,
             })?;
+            d.mcast.forget_qp(qp.0);
             for cq in [q.send_cq, q.recv_cq] {
                 if let Some(c) = d.cqs.get_mut(&cq) {
                     c.users = c.users.saturating_sub(1);

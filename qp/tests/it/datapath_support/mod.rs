@@ -38,6 +38,8 @@ pub struct Opts {
     pub channel: bool,
     /// The CQ is created with completion timestamps.
     pub timestamps: bool,
+    /// QP creation flags (`create_qp_ex`).
+    pub create_flags: mlx5_hw::QpCreateFlags,
 }
 
 impl Default for Opts {
@@ -57,6 +59,7 @@ impl Default for Opts {
             sig_all: false,
             channel: false,
             timestamps: false,
+            create_flags: mlx5_hw::QpCreateFlags::empty(),
         }
     }
 }
@@ -99,7 +102,7 @@ pub fn side(dev: &SimDevice, o: &Opts, srq: Option<(SrqId, u32)>) -> Side {
     // SAFETY: the CQ lives as long as the device (never destroyed in tests).
     let cq = unsafe { Cq::from_layout(&cq_info.layout) }.unwrap();
     let info = dev
-        .create_qp(
+        .create_qp_ex(
             pd,
             &QpInitAttr {
                 qp_type: o.qp_type,
@@ -108,6 +111,9 @@ pub fn side(dev: &SimDevice, o: &Opts, srq: Option<(SrqId, u32)>) -> Side {
                 srq: srq.map(|s| s.0),
                 cap: o.cap,
                 sq_sig_all: o.sig_all,
+            },
+            &mlx5_hw::QpInitEx {
+                create_flags: o.create_flags,
             },
         )
         .unwrap();
