@@ -87,11 +87,13 @@ mod context;
 mod cq;
 mod datapath;
 mod error;
+mod mcast;
 mod mem;
 pub mod mr;
 mod pd;
 mod qp;
 mod srq;
+mod timestamp;
 
 pub use ah::Ah;
 pub use context::Context;

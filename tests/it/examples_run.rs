@@ -481,3 +481,15 @@ fn example_argument_mistakes_are_clear_errors() {
         );
     }
 }
+
+#[test]
+fn ud_multicast() {
+    let out = run_ok("ud_multicast", &[]);
+    assert!(out.contains("receiver 3 (device B) detached after 5 datagrams"), "{out}");
+    for (r, n) in [(1, 10), (2, 10), (3, 5)] {
+        let line = format!("datagrams, each once, checked");
+        assert!(out.contains(&format!("receiver {r} ")), "{out}");
+        assert!(out.contains(&format!(": {n} {line}")), "{out}");
+    }
+    assert!(out.contains("ud_multicast: OK"), "{out}");
+}
