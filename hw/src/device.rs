@@ -69,6 +69,10 @@ handle!(
     AhId
 );
 handle!(
+    /// An XRC domain (`struct ibv_xrcd`, [`Device::open_xrcd`]).
+    XrcdId
+);
+handle!(
     /// A completion channel (`struct ibv_comp_channel`): one file descriptor that many CQs
     /// report their completion events to.
     ChannelId
@@ -257,6 +261,23 @@ bitflags::bitflags! {
 pub struct QpInitEx {
     /// `create_flags` (`IBV_QP_INIT_ATTR_CREATE_FLAGS`).
     pub create_flags: QpCreateFlags,
+    /// The XRC domain of an [`crate::QpType::XrcRecv`] QP (`IBV_QP_INIT_ATTR_XRCD`); required
+    /// for that type, refused for the others. Such a QP has no send or receive queue and uses
+    /// neither the PD nor the CQs of [`QpInitAttr`] (uverbs `create_qp` ignores them for
+    /// `IB_QPT_XRC_TGT`).
+    pub xrcd: Option<XrcdId>,
+}
+
+/// Creation attributes of an XRC SRQ (`ibv_create_srq_ex` with `IBV_SRQT_XRC`).
+#[derive(Clone, Copy, Debug)]
+pub struct XrcSrqInitAttr {
+    /// The XRC domain whose target QPs may deliver into it.
+    pub xrcd: XrcdId,
+    /// The CQ its receive completions go to (an XRC SRQ has its own CQ: the target QP has
+    /// none).
+    pub cq: CqId,
+    /// Size, scatter entries, limit.
+    pub attr: SrqInitAttr,
 }
 
 /// A created QP.
@@ -466,9 +487,9 @@ pub trait Device: Send + Sync {
             return self.create_qp(pd, attr);
         }
         Err(crate::Error::Unsupported(format!(
-            "{} does not support QP creation flags {:?}",
+            "{} does not support {:?}",
             self.name(),
-            ex.create_flags
+            ex
         )))
     }
     /// Attach a UD QP to the multicast group `gid` (`ibv_attach_mcast`; `lid` is the
@@ -488,11 +509,38 @@ pub trait Device: Send + Sync {
         let _ = (qp, gid, lid);
         Err(no_mcast(self.name()))
     }
+    /// Open a new XRC domain (`ibv_open_xrcd` with no file: a domain of this process).
+    fn open_xrcd(&self) -> Result<XrcdId> {
+        Err(no_xrc(self.name()))
+    }
+    /// Close an XRC domain (`ibv_close_xrcd`); refused with [`crate::Error::Busy`] while an
+    /// XRC SRQ or target QP uses it.
+    fn close_xrcd(&self, xrcd: XrcdId) -> Result<()> {
+        let _ = xrcd;
+        Err(no_xrc(self.name()))
+    }
+    /// Create an XRC SRQ (`ibv_create_srq_ex`, `IBV_SRQT_XRC`). Its number, the one
+    /// initiators name in their XRC segments, is `layout.srqn` (`ibv_get_srq_num`).
+    fn create_srq_xrc(&self, pd: PdId, attr: &XrcSrqInitAttr) -> Result<SrqInfo> {
+        let _ = (pd, attr);
+        Err(no_xrc(self.name()))
+    }
+    /// Open an XRC target QP of `xrcd` by its QPN (`ibv_open_qp`): another handle to the same
+    /// QP, which stays until its creator and every opener destroyed their handles
+    /// ([`Device::destroy_qp`]).
+    fn open_qp(&self, xrcd: XrcdId, qpn: u32) -> Result<QpId> {
+        let _ = (xrcd, qpn);
+        Err(no_xrc(self.name()))
+    }
     /// Hardware counters of a port (mlx5 `hw_counters` names plus port counters).
     fn counters(&self, port: u8) -> Result<Vec<Counter>>;
     /// Give a software device the chance to process doorbells (the software ConnectX in
     /// deterministic mode runs until idle). Hardware: nothing to do.
     fn progress(&self) {}
+}
+
+fn no_xrc(device: &str) -> crate::Error {
+    crate::Error::Unsupported(format!("{device} has no XRC"))
 }
 
 fn no_mcast(device: &str) -> crate::Error {

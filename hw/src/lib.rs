@@ -35,7 +35,7 @@ pub use attr::{
 };
 pub use device::{
     AhId, AhInfo, AsyncEvent, ChannelId, Counter, CqId, CqInfo, CqInitAttr, Device, DeviceAttr,
-    LinkLayer, MrId, MrInfo, PdId, PortAttr, PortState, QpCreateFlags, QpId, QpInfo, QpInitAttr, QpInitEx, SrqId, SrqInfo,
+    LinkLayer, MrId, MrInfo, PdId, PortAttr, PortState, QpCreateFlags, QpId, QpInfo, QpInitAttr, QpInitEx, SrqId, SrqInfo, XrcSrqInitAttr, XrcdId,
     SrqInitAttr,
 };
 pub use error::{Errno, Error, ModifyError, Result};

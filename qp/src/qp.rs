@@ -578,7 +578,7 @@ impl Qp {
     /// compiler resolves this choice and only the lean path remains.
     #[inline(always)]
     pub fn post(&mut self, wr: &SendWr<'_>) -> Result<()> {
-        if wr.ud.is_none() {
+        if wr.ud.is_none() && wr.xrc.is_none() {
             match (wr.op, wr.data) {
                 (SendOp::Write { remote }, SendData::Inline(d)) => {
                     return self.post_write_inline(wr.wr_id, d, remote, wr.flags)
@@ -970,7 +970,8 @@ impl Qp {
         let op = &wr.op;
         let rc_only = !matches!(op, SendOp::Send | SendOp::SendImm { .. });
         match self.qp_type {
-            QpType::Rc => {}
+            QpType::Rc | QpType::XrcSend => {}
+            QpType::XrcRecv => return Err(crate::xrc::no_send_queue(op.name())),
             QpType::Uc => {
                 if !matches!(
                     op,
@@ -1003,7 +1004,7 @@ impl Qp {
                 })
             }
             (_, None) => 0,
-        };
+        } + crate::xrc::seg_bytes(self.qp_type, wr.xrc)?;
         let none = AtomicOperands::None;
         #[rustfmt::skip]
         let (opcode, opmod, imm, remote, atomic, local, atomic_size) = match *op {
@@ -1180,6 +1181,9 @@ impl Qp {
             bytes: plan.bytes,
             max: self.max_wqe_bytes,
         };
+        if let Some(n) = wr.xrc {
+            w.push(&mlx5_wqe::seg::XrcSeg::new(n)).map_err(too_large)?;
+        }
         if let Some(d) = wr.ud {
             if d.is_compact() {
                 w.push(&d.av().compact()).map_err(too_large)?;

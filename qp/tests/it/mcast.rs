@@ -182,6 +182,7 @@ fn attach_and_detach_refuse_what_the_kernel_refuses() {
             },
             &mlx5_hw::QpInitEx {
                 create_flags: QpCreateFlags::BLOCK_SELF_MCAST_LB,
+                ..Default::default()
             },
         ),
         Err(HwError::InvalidArgument(_))

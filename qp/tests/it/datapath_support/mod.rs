@@ -114,6 +114,7 @@ pub fn side(dev: &SimDevice, o: &Opts, srq: Option<(SrqId, u32)>) -> Side {
             },
             &mlx5_hw::QpInitEx {
                 create_flags: o.create_flags,
+                ..Default::default()
             },
         )
         .unwrap();
@@ -199,7 +200,7 @@ pub fn connect_with(
                 | AttrMask::DEST_QPN
                 | AttrMask::RQ_PSN
         }
-        QpType::Ud => AttrMask::STATE,
+        QpType::Ud | QpType::XrcSend | QpType::XrcRecv => AttrMask::STATE,
     };
     tweak(&mut a);
     me.dev.modify_qp(id, &a, rtr_mask).unwrap();
