@@ -10,7 +10,7 @@ use mlx5_hw::{
     AccessFlags, AhAttr, AhId, AhInfo, AsyncEvent, AttrMask, BfLayout, ChannelId, ClockInfo, Counter, CqId,
     CqInfo, CqInitAttr, CqLayout, Device, DeviceAttr, Error, Gid, LinkLayer, MrId, MrInfo, Mtu,
     PdId, PortAttr, PortState, QpAttr, QpCreateFlags, QpId, QpInfo, QpInitAttr, QpInitEx, QpLayout, QpType, Result, SrqId, SrqInfo,
-    SrqInitAttr, SrqLayout, TimestampFormat, WqLayout,
+    SrqInitAttr, SrqLayout, TimestampFormat, WqLayout, XrcSrqInitAttr, XrcdId,
 };
 
 use crate::bugs::DriverBug;
@@ -478,6 +478,16 @@ impl Device for SimDevice {
     }
 
     fn create_qp_ex(&self, pd: PdId, attr: &QpInitAttr, ex: &QpInitEx) -> Result<QpInfo> {
+        if let Some(x) = ex.xrcd {
+            if attr.qp_type != QpType::XrcRecv || !ex.create_flags.is_empty() {
+                return Err(Error::InvalidArgument(format!(
+                    "create_qp_ex: an XRC domain is for XRC_RECV QPs without create flags, not \
+                     {} with {:?}",
+                    attr.qp_type, ex.create_flags
+                )));
+            }
+            return self.with(|d| crate::transport::xrc::create_target(d, x.0));
+        }
         let unknown = ex.create_flags - QpCreateFlags::BLOCK_SELF_MCAST_LB;
         if !unknown.is_empty() {
             // mlx5 refuses create flags it does not know (kernel mlx5 `create_qp`: EINVAL).
@@ -524,6 +534,34 @@ impl Device for SimDevice {
                 )))
             }
         })
+    }
+
+    fn open_xrcd(&self) -> Result<XrcdId> {
+        self.with(|d| {
+            let id = d.alloc_id();
+            d.xrc.xrcds.insert(id, Default::default());
+            Ok(XrcdId(id))
+        })
+    }
+
+    fn close_xrcd(&self, xrcd: XrcdId) -> Result<()> {
+        self.with(|d| crate::transport::xrc::close_xrcd(d, xrcd.0))
+    }
+
+    fn create_srq_xrc(&self, pd: PdId, attr: &XrcSrqInitAttr) -> Result<SrqInfo> {
+        self.with(|d| {
+            crate::transport::xrc::check_srq(d, attr)?;
+            Ok(())
+        })?;
+        let info = self.create_srq(pd, &attr.attr)?;
+        self.with(|d| {
+            crate::transport::xrc::adopt_srq(d, info.id.0, attr);
+            Ok(info)
+        })
+    }
+
+    fn open_qp(&self, xrcd: XrcdId, qpn: u32) -> Result<QpId> {
+        self.with(|d| crate::transport::xrc::open_qp(d, xrcd.0, qpn))
     }
 
     fn query_clock(&self) -> Result<ClockInfo> {
@@ -616,13 +654,18 @@ impl Device for SimDevice {
                     srq.0, s.users
                 )));
             }
-            d.srqs.remove(&srq.0);
+            if let Some(s) = d.srqs.remove(&srq.0) {
+                crate::transport::xrc::release_srq(d, &s);
+            }
             Ok(())
         })
     }
 
     fn create_qp(&self, pd: PdId, attr: &QpInitAttr) -> Result<QpInfo> {
-        let g = qp_geometry(attr.qp_type, &attr.cap, attr.srq.is_some()).map_err(sizing_err)?;
+        crate::transport::xrc::check_plain_create(attr)?;
+        // An XRC initiator has no receive side (rdma-core creates no RQ for IBV_QPT_XRC_SEND).
+        let no_rq = attr.srq.is_some() || attr.qp_type == QpType::XrcSend;
+        let g = qp_geometry(attr.qp_type, &attr.cap, no_rq).map_err(sizing_err)?;
         self.with(|d| {
             Self::pd_exists(d, pd)?;
             for cq in [attr.send_cq, attr.recv_cq] {
@@ -707,6 +750,9 @@ impl Device for SimDevice {
 
     fn destroy_qp(&self, qp: QpId) -> Result<()> {
         self.with(|d| {
+            if crate::transport::xrc::drop_handle(d, qp.0) {
+                return Ok(());
+            }
             let q = d.qps.remove(&qp.0).ok_or(Error::UnknownHandle {
                 kind: "QP",
                 id: qp.0,

@@ -96,6 +96,8 @@ pub struct Dev {
     pub threaded: bool,
     /// Multicast groups its QPs joined ([`crate::mcast`]).
     pub mcast: crate::mcast::Groups,
+    /// XRC domains and shared target QPs ([`crate::transport::xrc`]).
+    pub xrc: crate::transport::xrc::XrcState,
 }
 
 impl Dev {
@@ -119,6 +121,7 @@ impl Dev {
             udp: None,
             threaded: false,
             mcast: crate::mcast::Groups::default(),
+            xrc: crate::transport::xrc::XrcState::default(),
         }
     }
 

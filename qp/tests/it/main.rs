@@ -18,3 +18,4 @@ mod post;
 mod prop;
 mod timestamps;
 mod wr_limit;
+mod xrc;
