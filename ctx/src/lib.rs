@@ -94,6 +94,7 @@ mod pd;
 mod qp;
 mod srq;
 mod timestamp;
+pub mod xrc;
 
 pub use ah::Ah;
 pub use context::Context;
@@ -105,3 +106,4 @@ pub use mr::Mr;
 pub use pd::Pd;
 pub use qp::{Qp, QpInit};
 pub use srq::Srq;
+pub use xrc::{connect_xrc, XrcSrq, XrcTarget, Xrcd};
