@@ -256,6 +256,14 @@ impl Device for VerbsDevice {
         Ok(qp_attr_from_ibv(&a))
     }
 
+    fn attach_mcast(&self, qp: QpId, gid: &Gid, lid: u16) -> Result<()> {
+        self.mcast(qp, gid, lid, true)
+    }
+
+    fn detach_mcast(&self, qp: QpId, gid: &Gid, lid: u16) -> Result<()> {
+        self.mcast(qp, gid, lid, false)
+    }
+
     fn destroy_qp(&self, qp: QpId) -> Result<()> {
         let mut objs = self.lock();
         let e = objs.qps.get(qp.0)?;

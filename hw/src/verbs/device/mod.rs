@@ -8,6 +8,7 @@
 
 mod contract;
 mod events;
+mod mcast;
 
 use std::ffi::{c_int, CStr};
 use std::os::fd::RawFd;
