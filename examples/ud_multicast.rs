@@ -116,7 +116,7 @@ fn main() -> Res<()> {
     })?;
     let dest = ah.dest(MULTICAST_QPN, QKEY);
 
-    let mut rs = vec![
+    let mut rs = [
         receiver(&a, "receiver 1 (device A)", &group)?,
         receiver(&b, "receiver 2 (device B)", &group)?,
         receiver(&b, "receiver 3 (device B)", &group)?,

@@ -140,7 +140,11 @@ fn collect(
         }
     }
     let missing: usize = eps.iter().map(|e| total - 1 - e.got.len()).sum();
-    Err(format!("{layout}: {missing} message(s) and {} send completion(s) missing", sends - sent).into())
+    Err(format!(
+        "{layout}: {missing} message(s) and {} send completion(s) missing",
+        sends - sent
+    )
+    .into())
 }
 
 /// RC: a QP on each side of every pair of endpoints.
@@ -182,9 +186,17 @@ fn rc_mesh(fabric: &SimFabric, nodes: &[Context], pds: &[Pd], procs: usize) -> R
 
 /// XRC: an SRQ per receiving endpoint, an initiator per sender and node, a target per
 /// initiator.
-fn xrc_mesh(fabric: &SimFabric, nodes: &[Context], pds: &[Pd], procs: usize) -> Result<(usize, usize)> {
+fn xrc_mesh(
+    fabric: &SimFabric,
+    nodes: &[Context],
+    pds: &[Pd],
+    procs: usize,
+) -> Result<(usize, usize)> {
     let (n, total) = (nodes.len(), nodes.len() * procs);
-    let xrcds = nodes.iter().map(Context::open_xrcd).collect::<std::result::Result<Vec<Xrcd>, _>>()?;
+    let xrcds = nodes
+        .iter()
+        .map(Context::open_xrcd)
+        .collect::<std::result::Result<Vec<Xrcd>, _>>()?;
     let mut eps = (0..total)
         .map(|e| endpoint(&nodes[e / procs], &pds[e / procs], e / procs, total))
         .collect::<Result<Vec<_>>>()?;
@@ -215,7 +227,10 @@ fn xrc_mesh(fabric: &SimFabric, nodes: &[Context], pds: &[Pd], procs: usize) -> 
     for (me, e) in eps.iter_mut().enumerate() {
         for to in (0..total).filter(|&t| t != me) {
             let msg = message("XRC", me, to);
-            let wr = SendWr::send(to as u64).inline(&msg).xrc(srq_nums[to]).signaled();
+            let wr = SendWr::send(to as u64)
+                .inline(&msg)
+                .xrc(srq_nums[to])
+                .signaled();
             e.qps[to / procs].post(&wr)?;
         }
     }
@@ -228,9 +243,16 @@ fn run(args: &Args) -> Result<()> {
     let (n, p) = (args.nodes as usize, args.procs as usize);
     let fabric = SimFabric::deterministic();
     let nodes: Vec<Context> = (0..n)
-        .map(|i| fabric.add_device_with(DeviceConfig::new([10, 0, 0, 1 + i as u8]).name(&format!("node{i}"))))
+        .map(|i| {
+            fabric.add_device_with(
+                DeviceConfig::new([10, 0, 0, 1 + i as u8]).name(&format!("node{i}")),
+            )
+        })
         .collect();
-    let pds = nodes.iter().map(Context::alloc_pd).collect::<std::result::Result<Vec<Pd>, _>>()?;
+    let pds = nodes
+        .iter()
+        .map(Context::alloc_pd)
+        .collect::<std::result::Result<Vec<Pd>, _>>()?;
     let total = n * p;
     println!("{n} nodes × {p} processes = {total} endpoints; every endpoint sends one {SLOT}-byte message to each of the other {}", total - 1);
 
@@ -239,7 +261,10 @@ fn run(args: &Args) -> Result<()> {
     if rc != want_rc {
         return Err(format!("RC mesh holds {rc} QPs, expected N·P·(N·P−1) = {want_rc}").into());
     }
-    println!("RC : {rc} QPs = N·P·(N·P−1); {} messages checked", total * (total - 1));
+    println!(
+        "RC : {rc} QPs = N·P·(N·P−1); {} messages checked",
+        total * (total - 1)
+    );
 
     let (xrc, srqs) = xrc_mesh(&fabric, &nodes, &pds, p)?;
     let want_xrc = 2 * n * p * n;

@@ -114,11 +114,13 @@ pub fn init_step(qp_type: QpType, params: &ConnectParams) -> Step {
             pkey_index: params.pkey_index,
             qkey: params.qkey,
         }),
-        QpType::Rc | QpType::Uc | QpType::XrcSend | QpType::XrcRecv => Step::Init(ToInit::Connected {
-            port: params.port,
-            pkey_index: params.pkey_index,
-            access: params.access_for(qp_type),
-        }),
+        QpType::Rc | QpType::Uc | QpType::XrcSend | QpType::XrcRecv => {
+            Step::Init(ToInit::Connected {
+                port: params.port,
+                pkey_index: params.pkey_index,
+                access: params.access_for(qp_type),
+            })
+        }
     }
 }
 

@@ -159,7 +159,13 @@ impl XrcTarget {
     }
     /// The state the device reports.
     pub fn state(&self) -> Result<QpState> {
-        Ok(self.obj.xrcd.context().device().query_qp(self.obj.id)?.qp_state)
+        Ok(self
+            .obj
+            .xrcd
+            .context()
+            .device()
+            .query_qp(self.obj.id)?
+            .qp_state)
     }
 }
 
@@ -233,7 +239,13 @@ impl XrcSrq {
 impl Pd {
     /// An XRC SRQ of `xrcd` whose receive completions go to `cq` (`ibv_create_srq_ex`,
     /// `IBV_SRQT_XRC`); `max_wr` receives of `max_sge` entries.
-    pub fn create_xrc_srq(&self, xrcd: &Xrcd, cq: &Cq, max_wr: u32, max_sge: u32) -> Result<XrcSrq> {
+    pub fn create_xrc_srq(
+        &self,
+        xrcd: &Xrcd,
+        cq: &Cq,
+        max_wr: u32,
+        max_sge: u32,
+    ) -> Result<XrcSrq> {
         let ctx = self.context();
         ctx.check_same(xrcd.context(), "the XRC domain")?;
         ctx.check_same(cq.context(), "the CQ")?;
@@ -263,7 +275,9 @@ impl Pd {
 impl<'a> QpInit<'a> {
     /// An XRC initiator on `cq`: a send queue only (`IBV_QPT_XRC_SEND`).
     pub fn xrc_send(cq: &'a Cq) -> QpInit<'a> {
-        Self::new(QpType::XrcSend, cq).max_recv_wr(0).max_recv_sge(0)
+        Self::new(QpType::XrcSend, cq)
+            .max_recv_wr(0)
+            .max_recv_sge(0)
     }
 }
 
@@ -338,7 +352,10 @@ pub fn connect_xrc(ini: &mut Qp, tgt: &XrcTarget) -> Result<()> {
             QpState::Rtr,
             AttrMask::STATE | path | AttrMask::MAX_DEST_RD_ATOMIC | AttrMask::MIN_RNR_TIMER,
         ),
-        (QpState::Rts, AttrMask::STATE | AttrMask::TIMEOUT | AttrMask::SQ_PSN),
+        (
+            QpState::Rts,
+            AttrMask::STATE | AttrMask::TIMEOUT | AttrMask::SQ_PSN,
+        ),
     ];
     for ((si, mi), (st, mt)) in ini_steps.into_iter().zip(tgt_steps) {
         a.qp_state = si;

@@ -35,10 +35,10 @@ pub use attr::{
 };
 pub use device::{
     AhId, AhInfo, AsyncEvent, ChannelId, Counter, CqId, CqInfo, CqInitAttr, Device, DeviceAttr,
-    LinkLayer, MrId, MrInfo, PdId, PortAttr, PortState, QpCreateFlags, QpId, QpInfo, QpInitAttr, QpInitEx, SrqId, SrqInfo, XrcSrqInitAttr, XrcdId,
-    SrqInitAttr,
+    LinkLayer, MrId, MrInfo, PdId, PortAttr, PortState, QpCreateFlags, QpId, QpInfo, QpInitAttr,
+    QpInitEx, SrqId, SrqInfo, SrqInitAttr, XrcSrqInitAttr, XrcdId,
 };
 pub use error::{Errno, Error, ModifyError, Result};
+pub use layout::{BfLayout, CqLayout, QpLayout, SrqLayout, WqLayout};
 pub use mcast::MULTICAST_QPN;
 pub use timestamp::{ClockInfo, TimestampFormat};
-pub use layout::{BfLayout, CqLayout, QpLayout, SrqLayout, WqLayout};

@@ -49,7 +49,10 @@ mod tests {
         assert_eq!(v4.multicast_mac(), Some([0x01, 0x00, 0x5e, 0x01, 2, 3]));
         assert!(Gid::from_ipv4([224, 0, 0, 1]).is_multicast());
         assert!(!Gid::from_ipv4([10, 0, 0, 1]).is_multicast());
-        assert!(!Gid::from_ipv4([240, 0, 0, 1]).is_multicast(), "240/4 is not 224/4");
+        assert!(
+            !Gid::from_ipv4([240, 0, 0, 1]).is_multicast(),
+            "240/4 is not 224/4"
+        );
         assert_eq!(Gid::from_ipv4([10, 0, 0, 1]).multicast_mac(), None);
         let mut v6 = [0u8; 16];
         v6[0] = 0xff;
@@ -57,6 +60,9 @@ mod tests {
         v6[12..].copy_from_slice(&[0xde, 0xad, 0xbe, 0xef]);
         let v6 = Gid(v6);
         assert!(v6.is_multicast());
-        assert_eq!(v6.multicast_mac(), Some([0x33, 0x33, 0xde, 0xad, 0xbe, 0xef]));
+        assert_eq!(
+            v6.multicast_mac(),
+            Some([0x33, 0x33, 0xde, 0xad, 0xbe, 0xef])
+        );
     }
 }

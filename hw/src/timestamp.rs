@@ -76,7 +76,11 @@ impl ClockInfo {
         match self.format {
             TimestampFormat::FreeRunning => {
                 let ticks = later.wrapping_sub(earlier) & self.mask;
-                ClockInfo { mask: u64::MAX, ..*self }.to_ns(ticks)
+                ClockInfo {
+                    mask: u64::MAX,
+                    ..*self
+                }
+                .to_ns(ticks)
             }
             TimestampFormat::RealTime => self.to_ns(later)?.checked_sub(self.to_ns(earlier)?),
         }
@@ -97,7 +101,11 @@ mod tests {
         };
         assert_eq!(c.to_ns(156_250_000), Some(1_000_000_000));
         assert_eq!(c.to_ns(5), Some(32));
-        assert_eq!(c.delta_ns((1 << 48) - 5, 5), Some(64), "one wrap of 48 bits");
+        assert_eq!(
+            c.delta_ns((1 << 48) - 5, 5),
+            Some(64),
+            "one wrap of 48 bits"
+        );
         let zero = ClockInfo {
             hca_core_clock_khz: 0,
             ..c

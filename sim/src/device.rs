@@ -7,10 +7,11 @@ use std::os::fd::RawFd;
 use std::sync::Arc;
 
 use mlx5_hw::{
-    AccessFlags, AhAttr, AhId, AhInfo, AsyncEvent, AttrMask, BfLayout, ChannelId, ClockInfo, Counter, CqId,
-    CqInfo, CqInitAttr, CqLayout, Device, DeviceAttr, Error, Gid, LinkLayer, MrId, MrInfo, Mtu,
-    PdId, PortAttr, PortState, QpAttr, QpCreateFlags, QpId, QpInfo, QpInitAttr, QpInitEx, QpLayout, QpType, Result, SrqId, SrqInfo,
-    SrqInitAttr, SrqLayout, TimestampFormat, WqLayout, XrcSrqInitAttr, XrcdId,
+    AccessFlags, AhAttr, AhId, AhInfo, AsyncEvent, AttrMask, BfLayout, ChannelId, ClockInfo,
+    Counter, CqId, CqInfo, CqInitAttr, CqLayout, Device, DeviceAttr, Error, Gid, LinkLayer, MrId,
+    MrInfo, Mtu, PdId, PortAttr, PortState, QpAttr, QpCreateFlags, QpId, QpInfo, QpInitAttr,
+    QpInitEx, QpLayout, QpType, Result, SrqId, SrqInfo, SrqInitAttr, SrqLayout, TimestampFormat,
+    WqLayout, XrcSrqInitAttr, XrcdId,
 };
 
 use crate::bugs::DriverBug;
@@ -495,7 +496,8 @@ impl Device for SimDevice {
                 "create_qp_ex: unsupported create flags {unknown:?}"
             )));
         }
-        if ex.create_flags.contains(QpCreateFlags::BLOCK_SELF_MCAST_LB) && attr.qp_type != QpType::Ud
+        if ex.create_flags.contains(QpCreateFlags::BLOCK_SELF_MCAST_LB)
+            && attr.qp_type != QpType::Ud
         {
             return Err(Error::InvalidArgument(
                 "create_qp_ex: IBV_QP_CREATE_BLOCK_SELF_MCAST_LB is for UD QPs".into(),

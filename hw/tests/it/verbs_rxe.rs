@@ -1216,7 +1216,10 @@ fn ud_multicast_attach_send_detach() {
     let b = Side::new("rxe1", QpType::Ud, false);
     let c = Side::new("rxe1", QpType::Ud, false);
     connect(&a, &b, 0x1, 0x2);
-    assert_eq!(c.apply(&connect_steps(&c, &a, 0x3, 0x4)).qp_state, QpState::Rts);
+    assert_eq!(
+        c.apply(&connect_steps(&c, &a, 0x3, 0x4)).qp_state,
+        QpState::Rts
+    );
     let group = Gid::from_ipv4([239, 1, 2, 3]);
     // The kernel refuses a unicast GID (EINVAL, ib_attach_mcast) and detaching a QP that is
     // not attached (uverbs ib_uverbs_detach_mcast).
@@ -1266,7 +1269,11 @@ fn ud_multicast_attach_send_detach() {
     ok(&mut ca, "multicast send");
     for (cq, side, who) in [(&mut cb, &b, "receiver b"), (&mut cc, &c, "receiver c")] {
         let r = ok(cq, who);
-        assert_eq!((r.wr_id, r.byte_len, r.src_qp), (1, 40 + 12, a.qp.qpn), "{who}");
+        assert_eq!(
+            (r.wr_id, r.byte_len, r.src_qp),
+            (1, 40 + 12, a.qp.qpn),
+            "{who}"
+        );
         assert_eq!(side.buf.read(40, 12), b"to the group", "{who}");
     }
     // After c detaches, only b gets the next datagram.

@@ -43,7 +43,8 @@ impl Cq {
             mlx5_hw::mmio::from_device_barrier();
             // SAFETY: the CQE is software-owned; bytes 48..56 read after the barrier (8-byte
             // aligned in a 64-byte aligned CQE).
-            let stamp = u64::from_be(unsafe { core::ptr::read_volatile(cqe_ptr.add(48) as *const u64) });
+            let stamp =
+                u64::from_be(unsafe { core::ptr::read_volatile(cqe_ptr.add(48) as *const u64) });
             let error = op_own >> 4 == mlx5_cq::CQE_REQ_ERR || op_own >> 4 == mlx5_cq::CQE_RESP_ERR;
             let stamp = if error { 0 } else { stamp };
             let got = self.poll_one_slow(cqe_ptr, table, &mut wcs[n..max], n == 0);

@@ -18,7 +18,11 @@ fn poll_ts(f: &mlx5_sim::Fabric, side: &mut Side) -> Vec<(Wc, u64)> {
         .cq
         .poll_timestamped(&mut side.qp, &mut wcs, &mut ts)
         .unwrap();
-    wcs[..n].iter().copied().zip(ts[..n].iter().copied()).collect()
+    wcs[..n]
+        .iter()
+        .copied()
+        .zip(ts[..n].iter().copied())
+        .collect()
 }
 
 #[test]
@@ -52,8 +56,12 @@ fn send_and_receive_completions_carry_the_device_clock() {
 
     // A millisecond later the clock has moved by a millisecond.
     f.advance(Duration::from_millis(1));
-    a.qp.post(&SendWr::write(2, b.buf.remote(128)).inline(b"later").signaled())
-        .unwrap();
+    a.qp.post(
+        &SendWr::write(2, b.buf.remote(128))
+            .inline(b"later")
+            .signaled(),
+    )
+    .unwrap();
     let later = poll_ts(&f, &mut a);
     assert_eq!(later.len(), 1);
     let d = clock.delta_ns(sent[0].1, later[0].1).unwrap();

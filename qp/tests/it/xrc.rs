@@ -115,7 +115,8 @@ fn bring_up(dev: &SimDevice, id: mlx5_hw::QpId, ty: QpType, peer: &SimDevice, pe
     a.ah_attr = ah_to(peer);
     a.max_dest_rd_atomic = 4;
     a.min_rnr_timer = 1;
-    let rtr = AttrMask::STATE | AttrMask::AV | AttrMask::PATH_MTU | AttrMask::DEST_QPN | AttrMask::RQ_PSN;
+    let rtr =
+        AttrMask::STATE | AttrMask::AV | AttrMask::PATH_MTU | AttrMask::DEST_QPN | AttrMask::RQ_PSN;
     let rtr = match ty {
         QpType::XrcRecv => rtr | AttrMask::MAX_DEST_RD_ATOMIC | AttrMask::MIN_RNR_TIMER,
         _ => rtr,
@@ -146,9 +147,7 @@ fn bring_up(dev: &SimDevice, id: mlx5_hw::QpId, ty: QpType, peer: &SimDevice, pe
     };
     if ty == QpType::XrcRecv {
         // The target's RTS cell refuses the requester's retry counts.
-        assert!(dev
-            .modify_qp(id, &a, rts | AttrMask::RETRY_CNT)
-            .is_err());
+        assert!(dev.modify_qp(id, &a, rts | AttrMask::RETRY_CNT).is_err());
     }
     dev.modify_qp(id, &a, rts).unwrap();
 }
@@ -178,27 +177,68 @@ fn every_rc_operation_through_one_target_into_the_named_srq() {
     for (k, s) in t.srqs.iter_mut().enumerate() {
         let off = 4096 * (k + 1);
         s.post_recv(10 + k as u64, &[t.buf.sge(off, 2048)]).unwrap();
-        s.post_recv(20 + k as u64, &[t.buf.sge(off + 2048, 2048)]).unwrap();
+        s.post_recv(20 + k as u64, &[t.buf.sge(off + 2048, 2048)])
+            .unwrap();
     }
     // A two-packet SEND into SRQ 1, a SEND with immediate into SRQ 0.
     let big: Vec<u8> = (0..1500u32).map(|i| (i * 7) as u8).collect();
     ini.buf.bytes_mut()[..1500].copy_from_slice(&big);
-    ini.qp.post(&SendWr::send(1).sges(&[ini.buf.sge(0, 1500)]).xrc(srqn[1]).signaled())
+    ini.qp
+        .post(
+            &SendWr::send(1)
+                .sges(&[ini.buf.sge(0, 1500)])
+                .xrc(srqn[1])
+                .signaled(),
+        )
         .unwrap();
-    ini.qp.post(&SendWr::send_imm(2, 0xfeed).inline(b"imm").xrc(srqn[0]).signaled())
+    ini.qp
+        .post(
+            &SendWr::send_imm(2, 0xfeed)
+                .inline(b"imm")
+                .xrc(srqn[0])
+                .signaled(),
+        )
         .unwrap();
     // WRITE, WRITE with immediate (consumes an SRQ WQE), READ, CAS, FAA.
-    ini.qp.post(&SendWr::write(3, t.buf.remote(100)).inline(b"written by XRC").xrc(srqn[0]).signaled())
+    ini.qp
+        .post(
+            &SendWr::write(3, t.buf.remote(100))
+                .inline(b"written by XRC")
+                .xrc(srqn[0])
+                .signaled(),
+        )
         .unwrap();
-    ini.qp.post(&SendWr::write_imm(4, t.buf.remote(200), 0x77).inline(b"wi").xrc(srqn[0]).signaled())
+    ini.qp
+        .post(
+            &SendWr::write_imm(4, t.buf.remote(200), 0x77)
+                .inline(b"wi")
+                .xrc(srqn[0])
+                .signaled(),
+        )
         .unwrap();
     t.buf.bytes_mut()[300..308].copy_from_slice(b"readme!!");
-    ini.qp.post(&SendWr::read(5, t.buf.remote(300)).sges(&[ini.buf.sge(2000, 8)]).xrc(srqn[1]).signaled())
+    ini.qp
+        .post(
+            &SendWr::read(5, t.buf.remote(300))
+                .sges(&[ini.buf.sge(2000, 8)])
+                .xrc(srqn[1])
+                .signaled(),
+        )
         .unwrap();
     t.buf.bytes_mut()[512..520].copy_from_slice(&5u64.to_be_bytes());
-    ini.qp.post(&SendWr::comp_swap(6, t.buf.remote(512), ini.buf.sge(3000, 8), 5, 9).xrc(srqn[0]).signaled())
+    ini.qp
+        .post(
+            &SendWr::comp_swap(6, t.buf.remote(512), ini.buf.sge(3000, 8), 5, 9)
+                .xrc(srqn[0])
+                .signaled(),
+        )
         .unwrap();
-    ini.qp.post(&SendWr::fetch_add(7, t.buf.remote(512), ini.buf.sge(3008, 8), 3).xrc(srqn[1]).signaled())
+    ini.qp
+        .post(
+            &SendWr::fetch_add(7, t.buf.remote(512), ini.buf.sge(3008, 8), 3)
+                .xrc(srqn[1])
+                .signaled(),
+        )
         .unwrap();
     let sent = drain(&f, &mut ini.cq, &mut ini.qp);
     assert_eq!(
@@ -209,7 +249,10 @@ fn every_rc_operation_through_one_target_into_the_named_srq() {
     let got = recvs(&f, &mut t);
     let by_id = |id: u64| got.iter().find(|w| w.wr_id == id).copied();
     let w = by_id(11).expect("the SEND in SRQ 1's first WQE");
-    assert_eq!((w.opcode, w.byte_len, w.qp_num), (WcOpcode::Recv, 1500, t.tgt.qpn));
+    assert_eq!(
+        (w.opcode, w.byte_len, w.qp_num),
+        (WcOpcode::Recv, 1500, t.tgt.qpn)
+    );
     assert_eq!(&t.buf.bytes()[8192..8192 + 1500], &big[..]);
     let w = by_id(10).expect("SEND_IMM in SRQ 0");
     assert!(w.flags.contains(WcFlags::WITH_IMM));
@@ -246,7 +289,13 @@ fn an_srq_of_another_domain_is_an_invalid_request() {
     // An XRC SRQ of a second domain on the same device.
     let other = target(&t.dev, 1);
     assert_ne!(other.xrcd, t.xrcd);
-    ini.qp.post(&SendWr::send(1).inline(b"x").xrc(other.srqs[0].srqn()).signaled())
+    ini.qp
+        .post(
+            &SendWr::send(1)
+                .inline(b"x")
+                .xrc(other.srqs[0].srqn())
+                .signaled(),
+        )
         .unwrap();
     let w = drain(&f, &mut ini.cq, &mut ini.qp);
     assert_eq!(w[0].status, WcStatus::RemInvReqErr, "{w:?}");
@@ -258,15 +307,26 @@ fn a_lost_request_is_retransmitted_and_rnr_waits_for_a_receive() {
     let (f, mut ini, mut t) = mesh(1);
     let srqn = t.srqs[0].srqn();
     let db = t.dev.clone();
-    f.faults()
-        .path(&ini.dev, &db)
-        .drop_psns(t.tgt.qpn, [0x301]);
-    ini.qp.post(&SendWr::write(1, t.buf.remote(0)).inline(b"first").xrc(srqn).signaled())
+    f.faults().path(&ini.dev, &db).drop_psns(t.tgt.qpn, [0x301]);
+    ini.qp
+        .post(
+            &SendWr::write(1, t.buf.remote(0))
+                .inline(b"first")
+                .xrc(srqn)
+                .signaled(),
+        )
         .unwrap();
-    ini.qp.post(&SendWr::write(2, t.buf.remote(8)).inline(b"second").xrc(srqn).signaled())
+    ini.qp
+        .post(
+            &SendWr::write(2, t.buf.remote(8))
+                .inline(b"second")
+                .xrc(srqn)
+                .signaled(),
+        )
         .unwrap();
     // No receive posted yet: the SEND is RNR-NAKed, then retried after the timer.
-    ini.qp.post(&SendWr::send(3).inline(b"late").xrc(srqn).signaled())
+    ini.qp
+        .post(&SendWr::send(3).inline(b"late").xrc(srqn).signaled())
         .unwrap();
     f.run_until_idle();
     t.srqs[0].post_recv(9, &[t.buf.sge(1024, 64)]).unwrap();
@@ -280,7 +340,11 @@ fn a_lost_request_is_retransmitted_and_rnr_waits_for_a_receive() {
     }
     assert_eq!(
         done.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
-        vec![(1, WcStatus::Success), (2, WcStatus::Success), (3, WcStatus::Success)]
+        vec![
+            (1, WcStatus::Success),
+            (2, WcStatus::Success),
+            (3, WcStatus::Success)
+        ]
     );
     assert_eq!(&t.buf.bytes()[..5], b"first");
     assert_eq!(&t.buf.bytes()[8..14], b"second");

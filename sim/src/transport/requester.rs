@@ -776,7 +776,8 @@ pub fn timers(qp: &mut Qp, ctx: &mut Ctx) -> bool {
 
 /// Handle a response packet (ACK, NAK, READ response, atomic ACK) for this requester.
 pub fn on_response(qp: &mut Qp, ctx: &mut Ctx, frame: &Frame) {
-    if !qp.qp_type.is_reliable() || !matches!(qp.state(), QpState::Rts | QpState::Sqd | QpState::Sqe)
+    if !qp.qp_type.is_reliable()
+        || !matches!(qp.state(), QpState::Rts | QpState::Sqd | QpState::Sqe)
     {
         ctx.counters.inc(CounterId::RxDropped);
         return;

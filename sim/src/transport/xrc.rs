@@ -32,9 +32,9 @@ use crate::engine::Ctx;
 use crate::qp::Qp;
 use crate::sizing::qp_geometry;
 use crate::srq::Srq;
-use crate::world::Dev;
 use crate::transport::Frame;
 use crate::wire::{Opcode, Packet, Transport, Xrceth};
+use crate::world::Dev;
 use crate::wqe::SendWqe;
 
 /// The response opcode a QP of `qp_type` sends: the XRC twin of the RC opcode on a target.
@@ -99,8 +99,7 @@ pub struct XrcState {
 pub fn check_plain_create(attr: &QpInitAttr) -> mlx5_hw::Result<()> {
     match attr.qp_type {
         QpType::XrcRecv => Err(Error::InvalidArgument(
-            "an XRC_RECV QP is created with create_qp_ex and an XRC domain (QpInitEx::xrcd)"
-                .into(),
+            "an XRC_RECV QP is created with create_qp_ex and an XRC domain (QpInitEx::xrcd)".into(),
         )),
         QpType::XrcSend if attr.srq.is_some() || attr.cap.max_recv_wr > 0 => {
             Err(Error::InvalidArgument(

@@ -10,7 +10,9 @@
 
 use super::error::{Layer, ParseError};
 use super::opcode::Opcode;
-use super::packet::{Aeth, AtomicAckEth, AtomicEth, Bth, Deth, Ieth, ImmDt, Reth, Syndrome, Xrceth};
+use super::packet::{
+    Aeth, AtomicAckEth, AtomicEth, Bth, Deth, Ieth, ImmDt, Reth, Syndrome, Xrceth,
+};
 use super::psn::Psn;
 
 /// Splits the first `N` bytes off `buf` as an array, or reports the truncation.

@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use mlx5_sim::pcap::{PcapWriter, Resolution};
 use mlx5_sim::wire::{
-    Addressing, Aeth, AtomicAckEth, AtomicEth, Bth, EmitError, ImmDt, MacAddr, Opcode,
-    Operation, Packet, Psn, Reth, Syndrome, Transport, Xrceth,
+    Addressing, Aeth, AtomicAckEth, AtomicEth, Bth, EmitError, ImmDt, MacAddr, Opcode, Operation,
+    Packet, Psn, Reth, Syndrome, Transport, Xrceth,
 };
 
 fn xrc(op: Operation) -> Opcode {
@@ -99,7 +99,12 @@ fn xrc_frames_round_trip_with_the_xrceth_after_the_bth() {
         let bytes = p.emit().unwrap();
         // Ethernet 14 + IPv4 20 + UDP 8, then the BTH (12): the XRCETH at offset 54.
         if p.bth.opcode.is_request() {
-            assert_eq!(&bytes[54..58], &[0x00, 0xab, 0xcd, 0xef], "{}", p.bth.opcode);
+            assert_eq!(
+                &bytes[54..58],
+                &[0x00, 0xab, 0xcd, 0xef],
+                "{}",
+                p.bth.opcode
+            );
         }
         assert_eq!(bytes[42] & 0xe0, 0xa0, "XRC transport bits");
         let mut want = p.clone();
@@ -116,7 +121,10 @@ fn xrc_frames_round_trip_with_the_xrceth_after_the_bth() {
         msn: 0,
     });
     bad.xrceth = Some(Xrceth { srqn: 1 });
-    assert!(matches!(bad.emit(), Err(EmitError::UnexpectedHeader { .. })));
+    assert!(matches!(
+        bad.emit(),
+        Err(EmitError::UnexpectedHeader { .. })
+    ));
 }
 
 #[test]
@@ -133,11 +141,22 @@ fn tshark_decodes_xrc_frames() {
         .env("LC_ALL", "C")
         .arg("-r")
         .arg(&path)
-        .args(["-T", "fields", "-e", "infiniband.bth.opcode", "-e", "infiniband.bth.destqp"])
+        .args([
+            "-T",
+            "fields",
+            "-e",
+            "infiniband.bth.opcode",
+            "-e",
+            "infiniband.bth.destqp",
+        ])
         .args(["-e", "infiniband.bth.psn"])
         .output()
         .expect("tshark is required (apt-get install -y tshark)");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let text = String::from_utf8(out.stdout).unwrap();
     let rows: Vec<Vec<&str>> = text.lines().map(|l| l.split('\t').collect()).collect();
     assert_eq!(rows.len(), packets.len(), "{text}");
@@ -153,5 +172,9 @@ fn tshark_decodes_xrc_frames() {
         .args(["-Y", "_ws.malformed || _ws.expert.severity >= warning"])
         .output()
         .unwrap();
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "", "frames tshark flags");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "",
+        "frames tshark flags"
+    );
 }

@@ -14,10 +14,14 @@ impl VerbsDevice {
         let (call, r) = if attach {
             // SAFETY: `e.qp` is a live QP of this context (the table holds it until destroy,
             // under the lock held here); `g` is valid for the call.
-            ("ibv_attach_mcast", unsafe { ibv::ibv_attach_mcast(e.qp, &g, lid) })
+            ("ibv_attach_mcast", unsafe {
+                ibv::ibv_attach_mcast(e.qp, &g, lid)
+            })
         } else {
             // SAFETY: as above.
-            ("ibv_detach_mcast", unsafe { ibv::ibv_detach_mcast(e.qp, &g, lid) })
+            ("ibv_detach_mcast", unsafe {
+                ibv::ibv_detach_mcast(e.qp, &g, lid)
+            })
         };
         check(call, r)
     }
