@@ -127,6 +127,17 @@ impl Device for VerbsDevice {
         }
     }
 
+    fn create_cq_with_timestamps(&self, attr: &CqInitAttr) -> Result<CqInfo> {
+        if !self.mlx5 {
+            return Err(self.direct_path_error("create_cq_with_timestamps"));
+        }
+        let c = self.create_cq_verbs_ts(attr, true)?;
+        match c.layout {
+            Some(layout) => Ok(CqInfo { id: c.id, layout }),
+            None => Err(self.direct_path_error("create_cq_with_timestamps")),
+        }
+    }
+
     fn destroy_cq(&self, cq: CqId) -> Result<()> {
         let mut objs = self.lock();
         let e = objs.cqs.get(cq.0)?;
