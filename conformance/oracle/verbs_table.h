@@ -6,6 +6,10 @@
     SZ(ibv_device), OFF(ibv_device, _ops), OFF(ibv_device, node_type),
     OFF(ibv_device, transport_type), OFF(ibv_device, name), OFF(ibv_device, dev_name),
     OFF(ibv_device, dev_path), OFF(ibv_device, ibdev_path),
+    /* struct ibv_device_attr_ex */
+    SZ(ibv_device_attr_ex), OFF(ibv_device_attr_ex, orig_attr), OFF(ibv_device_attr_ex, comp_mask),
+    OFF(ibv_device_attr_ex, odp_caps), OFF(ibv_device_attr_ex, completion_timestamp_mask),
+    OFF(ibv_device_attr_ex, hca_core_clock), OFF(ibv_device_attr_ex, device_cap_flags_ex),
     /* struct ibv_device_attr */
     SZ(ibv_device_attr), OFF(ibv_device_attr, fw_ver), OFF(ibv_device_attr, node_guid),
     OFF(ibv_device_attr, sys_image_guid), OFF(ibv_device_attr, max_mr_size),

@@ -103,7 +103,7 @@ impl ConnectParams {
     /// `IBV_ACCESS_REMOTE_WRITE` usefully for UC).
     pub fn access_for(&self, qp_type: QpType) -> AccessFlags {
         self.access.unwrap_or(match qp_type {
-            QpType::Rc => {
+            QpType::Rc | QpType::XrcSend | QpType::XrcRecv => {
                 AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC
             }
             QpType::Uc => AccessFlags::REMOTE_WRITE,

@@ -114,11 +114,13 @@ pub fn init_step(qp_type: QpType, params: &ConnectParams) -> Step {
             pkey_index: params.pkey_index,
             qkey: params.qkey,
         }),
-        QpType::Rc | QpType::Uc => Step::Init(ToInit::Connected {
-            port: params.port,
-            pkey_index: params.pkey_index,
-            access: params.access_for(qp_type),
-        }),
+        QpType::Rc | QpType::Uc | QpType::XrcSend | QpType::XrcRecv => {
+            Step::Init(ToInit::Connected {
+                port: params.port,
+                pkey_index: params.pkey_index,
+                access: params.access_for(qp_type),
+            })
+        }
     }
 }
 
@@ -148,6 +150,14 @@ pub struct Plan {
 ///   negotiation RDMA CM does with `initiator_depth`/`responder_resources`, so a READ never
 ///   waits on a peer that cannot hold it (`docs/sources.md` §16).
 pub fn plan(local: &Endpoint, peer: &Endpoint, params: &ConnectParams) -> Result<Plan> {
+    if local.qp_type.is_xrc() {
+        // An XRC initiator's peer is a target QP of the other type, with its own RTS mask
+        // (`mlx5_ctx::xrc` connects them).
+        return Err(ConnectError::Incompatible(format!(
+            "{} QPs are connected with mlx5_ctx::xrc (initiator to target), not by this plan",
+            local.qp_type
+        )));
+    }
     if local.qp_type != peer.qp_type {
         return Err(ConnectError::Incompatible(format!(
             "this side's QP is {} but the peer's is {}: both ends of a connection use the same \
@@ -231,7 +241,7 @@ pub fn plan(local: &Endpoint, peer: &Endpoint, params: &ConnectParams) -> Result
             Step::Rts(ToRts::Unreliable { sq_psn: local.psn }),
             0,
         ),
-        QpType::Ud => (
+        QpType::Ud | QpType::XrcSend | QpType::XrcRecv => (
             Step::Rtr(ToRtr::Ud),
             Step::Rts(ToRts::Unreliable { sq_psn: local.psn }),
             0,

@@ -65,7 +65,11 @@ impl DerefMut for Cq {
 
 impl Cq {
     pub(crate) fn new(ctx: &Context, init: &CqInit) -> Result<Cq> {
-        let info = ctx.device().create_cq(&init.attr)?;
+        Self::adopt(ctx, ctx.device().create_cq(&init.attr)?)
+    }
+
+    /// Own a CQ the device just created (also `Context::create_cq_with_timestamps`).
+    pub(crate) fn adopt(ctx: &Context, info: mlx5_hw::CqInfo) -> Result<Cq> {
         let obj = Arc::new(CqObj {
             ctx: ctx.clone(),
             id: info.id,

@@ -199,6 +199,11 @@ impl Resolve for Qp {
 
 impl Qp {
     pub(crate) fn new(pd: &Pd, init: &QpInit<'_>) -> Result<Qp> {
+        Self::new_ex(pd, init, &mlx5_hw::QpInitEx::default())
+    }
+
+    /// [`Qp::new`] with the `ibv_create_qp_ex` extensions (`Pd::create_qp_ex`).
+    pub(crate) fn new_ex(pd: &Pd, init: &QpInit<'_>, ex: &mlx5_hw::QpInitEx) -> Result<Qp> {
         let ctx = pd.context();
         ctx.check_same(init.send_cq.context(), "the send CQ")?;
         ctx.check_same(init.recv_cq.context(), "the receive CQ")?;
@@ -213,7 +218,7 @@ impl Qp {
             cap: init.cap,
             sq_sig_all: init.sq_sig_all,
         };
-        let info = ctx.device().create_qp(pd.id(), &attr)?;
+        let info = ctx.device().create_qp_ex(pd.id(), &attr, ex)?;
         let obj = Arc::new(QpObj {
             id: info.id,
             qp_type: init.qp_type,

@@ -75,19 +75,50 @@ pub enum QpType {
     Uc = 3,
     /// `IBV_QPT_UD`: unreliable datagram.
     Ud = 4,
+    /// `IBV_QPT_XRC_SEND` (kernel `IB_QPT_XRC_INI`): the send side of XRC, an initiator with
+    /// no receive queue; each WQE names the remote XRC SRQ (`docs/wqe-layout.md`, XRC
+    /// segment).
+    XrcSend = 9,
+    /// `IBV_QPT_XRC_RECV` (kernel `IB_QPT_XRC_TGT`): the receive side of XRC, a target with
+    /// no send or receive queue of its own, in an XRC domain; it delivers into the XRC SRQ each
+    /// request names.
+    XrcRecv = 10,
 }
 
 impl QpType {
-    /// All supported QP types.
+    /// The QP types with a send and a receive side (what the typed transition steps,
+    /// `mlx5_hw::transition`, and connection setup cover).
     pub const ALL: [QpType; 3] = [QpType::Rc, QpType::Uc, QpType::Ud];
 
-    /// The short name (`RC`, `UC`, `UD`).
+    /// Every QP type the state table covers: [`QpType::ALL`] and the two XRC types.
+    pub const WITH_XRC: [QpType; 5] = [
+        QpType::Rc,
+        QpType::Uc,
+        QpType::Ud,
+        QpType::XrcSend,
+        QpType::XrcRecv,
+    ];
+
+    /// The short name (`RC`, `UC`, `UD`, `XRC_SEND`, `XRC_RECV`).
     pub fn name(self) -> &'static str {
         match self {
             QpType::Rc => "RC",
             QpType::Uc => "UC",
             QpType::Ud => "UD",
+            QpType::XrcSend => "XRC_SEND",
+            QpType::XrcRecv => "XRC_RECV",
         }
+    }
+
+    /// Whether the transport is reliable (acknowledged, retried: RC and both XRC types; IBTA
+    /// Annex A14 gives XRC the reliability protocol of RC).
+    pub const fn is_reliable(self) -> bool {
+        matches!(self, QpType::Rc | QpType::XrcSend | QpType::XrcRecv)
+    }
+
+    /// Whether this is one of the two XRC types.
+    pub const fn is_xrc(self) -> bool {
+        matches!(self, QpType::XrcSend | QpType::XrcRecv)
     }
 }
 

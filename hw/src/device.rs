@@ -69,6 +69,10 @@ handle!(
     AhId
 );
 handle!(
+    /// An XRC domain (`struct ibv_xrcd`, [`Device::open_xrcd`]).
+    XrcdId
+);
+handle!(
     /// A completion channel (`struct ibv_comp_channel`): one file descriptor that many CQs
     /// report their completion events to.
     ChannelId
@@ -240,6 +244,40 @@ pub struct QpInitAttr {
     pub cap: QpCap,
     /// Every send WQE generates a completion.
     pub sq_sig_all: bool,
+}
+
+bitflags::bitflags! {
+    /// QP creation flags (`enum ibv_qp_create_flags`, verbs.h values).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+    pub struct QpCreateFlags: u32 {
+        /// `IBV_QP_CREATE_BLOCK_SELF_MCAST_LB`: a multicast datagram this QP sends is not
+        /// delivered back to this QP, even when it is attached to the group.
+        const BLOCK_SELF_MCAST_LB = 1 << 1;
+    }
+}
+
+/// The `ibv_qp_init_attr_ex` additions to [`QpInitAttr`] ([`Device::create_qp_ex`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QpInitEx {
+    /// `create_flags` (`IBV_QP_INIT_ATTR_CREATE_FLAGS`).
+    pub create_flags: QpCreateFlags,
+    /// The XRC domain of an [`crate::QpType::XrcRecv`] QP (`IBV_QP_INIT_ATTR_XRCD`); required
+    /// for that type, refused for the others. Such a QP has no send or receive queue and uses
+    /// neither the PD nor the CQs of [`QpInitAttr`] (uverbs `create_qp` ignores them for
+    /// `IB_QPT_XRC_TGT`).
+    pub xrcd: Option<XrcdId>,
+}
+
+/// Creation attributes of an XRC SRQ (`ibv_create_srq_ex` with `IBV_SRQT_XRC`).
+#[derive(Clone, Copy, Debug)]
+pub struct XrcSrqInitAttr {
+    /// The XRC domain whose target QPs may deliver into it.
+    pub xrcd: XrcdId,
+    /// The CQ its receive completions go to (an XRC SRQ has its own CQ: the target QP has
+    /// none).
+    pub cq: CqId,
+    /// Size, scatter entries, limit.
+    pub attr: SrqInitAttr,
 }
 
 /// A created QP.
@@ -423,11 +461,90 @@ pub trait Device: Send + Sync {
         let _ = (cq, n);
         Err(no_channels(self.name()))
     }
+    /// Create a CQ whose CQEs carry the completion timestamp (`ibv_create_cq_ex` with
+    /// `IBV_WC_EX_WITH_COMPLETION_TIMESTAMP`: the raw device clock in CQE bytes 48–55,
+    /// [`crate::timestamp`]). Poll it with `mlx5_qp::Cq::poll_timestamped`.
+    fn create_cq_with_timestamps(&self, attr: &CqInitAttr) -> Result<CqInfo> {
+        let _ = attr;
+        Err(crate::Error::Unsupported(format!(
+            "{} has no completion timestamps",
+            self.name()
+        )))
+    }
+    /// The device clock that CQE timestamps count ([`crate::timestamp::ClockInfo`]:
+    /// `hca_core_clock` in kHz, the timestamp mask and format).
+    fn query_clock(&self) -> Result<crate::timestamp::ClockInfo> {
+        Err(crate::Error::Unsupported(format!(
+            "{} reports no device clock",
+            self.name()
+        )))
+    }
+    /// Create a QP with the extended attributes of `ibv_create_qp_ex`. With every extension
+    /// at its default this is [`Device::create_qp`]; a device that knows none of them refuses
+    /// the others.
+    fn create_qp_ex(&self, pd: PdId, attr: &QpInitAttr, ex: &QpInitEx) -> Result<QpInfo> {
+        if *ex == QpInitEx::default() {
+            return self.create_qp(pd, attr);
+        }
+        Err(crate::Error::Unsupported(format!(
+            "{} does not support {:?}",
+            self.name(),
+            ex
+        )))
+    }
+    /// Attach a UD QP to the multicast group `gid` (`ibv_attach_mcast`; `lid` is the
+    /// group's multicast LID on InfiniBand, ignored on RoCE: Linux `is_valid_mcast_lid`).
+    /// The GID must be a multicast address (ff00::/8, or IPv4-mapped 224.0.0.0/4 on RoCE;
+    /// Linux `rdma_is_multicast_addr`) and the QP of type UD, or the call fails with
+    /// `EINVAL` (`ib_attach_mcast`). Attaching a QP to a group it is in already succeeds and
+    /// changes nothing (uverbs `ib_uverbs_attach_mcast`).
+    fn attach_mcast(&self, qp: QpId, gid: &Gid, lid: u16) -> Result<()> {
+        let _ = (qp, gid, lid);
+        Err(no_mcast(self.name()))
+    }
+    /// Detach a UD QP from the multicast group `gid` (`ibv_detach_mcast`); a QP that is not
+    /// attached to it is refused (`EINVAL`). Destroying a QP detaches it from every group
+    /// (uverbs `ib_uverbs_detach_umcast`).
+    fn detach_mcast(&self, qp: QpId, gid: &Gid, lid: u16) -> Result<()> {
+        let _ = (qp, gid, lid);
+        Err(no_mcast(self.name()))
+    }
+    /// Open a new XRC domain (`ibv_open_xrcd` with no file: a domain of this process).
+    fn open_xrcd(&self) -> Result<XrcdId> {
+        Err(no_xrc(self.name()))
+    }
+    /// Close an XRC domain (`ibv_close_xrcd`); refused with [`crate::Error::Busy`] while an
+    /// XRC SRQ or target QP uses it.
+    fn close_xrcd(&self, xrcd: XrcdId) -> Result<()> {
+        let _ = xrcd;
+        Err(no_xrc(self.name()))
+    }
+    /// Create an XRC SRQ (`ibv_create_srq_ex`, `IBV_SRQT_XRC`). Its number, the one
+    /// initiators name in their XRC segments, is `layout.srqn` (`ibv_get_srq_num`).
+    fn create_srq_xrc(&self, pd: PdId, attr: &XrcSrqInitAttr) -> Result<SrqInfo> {
+        let _ = (pd, attr);
+        Err(no_xrc(self.name()))
+    }
+    /// Open an XRC target QP of `xrcd` by its QPN (`ibv_open_qp`): another handle to the same
+    /// QP, which stays until its creator and every opener destroyed their handles
+    /// ([`Device::destroy_qp`]).
+    fn open_qp(&self, xrcd: XrcdId, qpn: u32) -> Result<QpId> {
+        let _ = (xrcd, qpn);
+        Err(no_xrc(self.name()))
+    }
     /// Hardware counters of a port (mlx5 `hw_counters` names plus port counters).
     fn counters(&self, port: u8) -> Result<Vec<Counter>>;
     /// Give a software device the chance to process doorbells (the software ConnectX in
     /// deterministic mode runs until idle). Hardware: nothing to do.
     fn progress(&self) {}
+}
+
+fn no_xrc(device: &str) -> crate::Error {
+    crate::Error::Unsupported(format!("{device} has no XRC"))
+}
+
+fn no_mcast(device: &str) -> crate::Error {
+    crate::Error::Unsupported(format!("{device} has no multicast"))
 }
 
 fn no_channels(device: &str) -> crate::Error {

@@ -11,6 +11,8 @@
 //! - [`attr`]: verbs attribute types with verbs.h values;
 //! - [`qp_state`]: the QP state machine table (the Linux kernel's `qp_state_table`), used to
 //!   validate every modify before it reaches a device, and by the software ConnectX.
+//! - [`mcast`]: UD multicast group addresses;
+//! - [`timestamp`]: CQE completion timestamps and the device clock;
 //! - `verbs` (feature `verbs`): libibverbs + mlx5dv backend.
 //!
 //! Each item is documented once, in its module; the crate root re-exports the attribute,
@@ -20,8 +22,10 @@ pub mod attr;
 pub mod device;
 pub mod error;
 pub mod layout;
+pub mod mcast;
 pub mod mmio;
 pub mod qp_state;
+pub mod timestamp;
 pub mod transition;
 #[cfg(feature = "verbs")]
 pub mod verbs;
@@ -31,8 +35,10 @@ pub use attr::{
 };
 pub use device::{
     AhId, AhInfo, AsyncEvent, ChannelId, Counter, CqId, CqInfo, CqInitAttr, Device, DeviceAttr,
-    LinkLayer, MrId, MrInfo, PdId, PortAttr, PortState, QpId, QpInfo, QpInitAttr, SrqId, SrqInfo,
-    SrqInitAttr,
+    LinkLayer, MrId, MrInfo, PdId, PortAttr, PortState, QpCreateFlags, QpId, QpInfo, QpInitAttr,
+    QpInitEx, SrqId, SrqInfo, SrqInitAttr, XrcSrqInitAttr, XrcdId,
 };
 pub use error::{Errno, Error, ModifyError, Result};
 pub use layout::{BfLayout, CqLayout, QpLayout, SrqLayout, WqLayout};
+pub use mcast::MULTICAST_QPN;
+pub use timestamp::{ClockInfo, TimestampFormat};

@@ -4,7 +4,8 @@
 //! before `ibv_modify_qp`, and the software ConnectX refuses exactly what the kernel refuses.
 //!
 //! The table reproduces, as data, the facts of the Linux kernel's `qp_state_table` and
-//! `ib_modify_qp_is_ok` (drivers/infiniband/core/verbs.c) for RC, UC and UD QPs: for each of the
+//! `ib_modify_qp_is_ok` (drivers/infiniband/core/verbs.c) for RC, UC, UD and the two XRC types
+//! (`IB_QPT_XRC_INI` = [`QpType::XrcSend`], `IB_QPT_XRC_TGT` = [`QpType::XrcRecv`]): for each of the
 //! 7×7 state pairs, whether the transition exists, and per QP type the attribute bits it
 //! requires and the ones it accepts. (The kernel is GPL; this is an independent encoding of the
 //! same facts, not a copy of its code.)
@@ -190,6 +191,10 @@ struct Cell {
     rc: Rule,
     uc: Rule,
     ud: Rule,
+    /// `IB_QPT_XRC_INI` (`IBV_QPT_XRC_SEND`).
+    xi: Rule,
+    /// `IB_QPT_XRC_TGT` (`IBV_QPT_XRC_RECV`).
+    xt: Rule,
 }
 
 impl Cell {
@@ -198,6 +203,8 @@ impl Cell {
             QpType::Rc => self.rc,
             QpType::Uc => self.uc,
             QpType::Ud => self.ud,
+            QpType::XrcSend => self.xi,
+            QpType::XrcRecv => self.xt,
         }
     }
 }
@@ -218,11 +225,14 @@ const STATE_ONLY: Option<Cell> = Some(Cell {
     rc: r(m!(), m!()),
     uc: r(m!(), m!()),
     ud: r(m!(), m!()),
+    xi: r(m!(), m!()),
+    xt: r(m!(), m!()),
 });
 /// Not a transition.
 const NO: Option<Cell> = None;
 
-// Row by row: the kernel's `qp_state_table[cur][next]` restricted to RC, UC and UD, as in
+// Row by row: the kernel's `qp_state_table[cur][next]` restricted to RC, UC, UD, XRC_INI and
+// XRC_TGT, as in
 // Linux 6.1 (the other versions differ by `KernelVersion::extra_optional` and
 // `KernelVersion::passes_through`).
 
@@ -230,12 +240,16 @@ const RST2INIT: Option<Cell> = Some(Cell {
     rc: r(m!(PKEY_INDEX | PORT | ACCESS_FLAGS), m!()),
     uc: r(m!(PKEY_INDEX | PORT | ACCESS_FLAGS), m!()),
     ud: r(m!(PKEY_INDEX | PORT | QKEY), m!()),
+    xi: r(m!(PKEY_INDEX | PORT | ACCESS_FLAGS), m!()),
+    xt: r(m!(PKEY_INDEX | PORT | ACCESS_FLAGS), m!()),
 });
 
 const INIT2INIT: Option<Cell> = Some(Cell {
     rc: r(m!(), m!(PKEY_INDEX | PORT | ACCESS_FLAGS)),
     uc: r(m!(), m!(PKEY_INDEX | PORT | ACCESS_FLAGS)),
     ud: r(m!(), m!(PKEY_INDEX | PORT | QKEY)),
+    xi: r(m!(), m!(PKEY_INDEX | PORT | ACCESS_FLAGS)),
+    xt: r(m!(), m!(PKEY_INDEX | PORT | ACCESS_FLAGS)),
 });
 
 const INIT2RTR: Option<Cell> = Some(Cell {
@@ -248,6 +262,14 @@ const INIT2RTR: Option<Cell> = Some(Cell {
         m!(ALT_PATH | ACCESS_FLAGS | PKEY_INDEX),
     ),
     ud: r(m!(), m!(PKEY_INDEX | QKEY)),
+    xi: r(
+        m!(AV | PATH_MTU | DEST_QPN | RQ_PSN),
+        m!(ALT_PATH | ACCESS_FLAGS | PKEY_INDEX),
+    ),
+    xt: r(
+        m!(AV | PATH_MTU | DEST_QPN | RQ_PSN | MAX_DEST_RD_ATOMIC | MIN_RNR_TIMER),
+        m!(ALT_PATH | ACCESS_FLAGS | PKEY_INDEX),
+    ),
 });
 
 const RTR2RTS: Option<Cell> = Some(Cell {
@@ -260,6 +282,14 @@ const RTR2RTS: Option<Cell> = Some(Cell {
         m!(CUR_STATE | ALT_PATH | ACCESS_FLAGS | PATH_MIG_STATE),
     ),
     ud: r(m!(SQ_PSN), m!(CUR_STATE | QKEY)),
+    xi: r(
+        m!(TIMEOUT | RETRY_CNT | RNR_RETRY | SQ_PSN | MAX_QP_RD_ATOMIC),
+        m!(CUR_STATE | ALT_PATH | ACCESS_FLAGS | PATH_MIG_STATE),
+    ),
+    xt: r(
+        m!(TIMEOUT | SQ_PSN),
+        m!(CUR_STATE | ALT_PATH | ACCESS_FLAGS | MIN_RNR_TIMER | PATH_MIG_STATE),
+    ),
 });
 
 const RTS2RTS: Option<Cell> = Some(Cell {
@@ -272,12 +302,22 @@ const RTS2RTS: Option<Cell> = Some(Cell {
         m!(CUR_STATE | ACCESS_FLAGS | ALT_PATH | PATH_MIG_STATE),
     ),
     ud: r(m!(), m!(CUR_STATE | QKEY)),
+    xi: r(
+        m!(),
+        m!(CUR_STATE | ACCESS_FLAGS | ALT_PATH | PATH_MIG_STATE),
+    ),
+    xt: r(
+        m!(),
+        m!(CUR_STATE | ACCESS_FLAGS | ALT_PATH | PATH_MIG_STATE | MIN_RNR_TIMER),
+    ),
 });
 
 const RTS2SQD: Option<Cell> = Some(Cell {
     rc: r(m!(), m!(EN_SQD_ASYNC_NOTIFY)),
     uc: r(m!(), m!(EN_SQD_ASYNC_NOTIFY)),
     ud: r(m!(), m!(EN_SQD_ASYNC_NOTIFY)),
+    xi: r(m!(), m!(EN_SQD_ASYNC_NOTIFY)),
+    xt: r(m!(), m!(EN_SQD_ASYNC_NOTIFY)),
 });
 
 const SQD2RTS: Option<Cell> = Some(Cell {
@@ -290,6 +330,14 @@ const SQD2RTS: Option<Cell> = Some(Cell {
         m!(CUR_STATE | ALT_PATH | ACCESS_FLAGS | PATH_MIG_STATE),
     ),
     ud: r(m!(), m!(CUR_STATE | QKEY)),
+    xi: r(
+        m!(),
+        m!(CUR_STATE | ALT_PATH | ACCESS_FLAGS | PATH_MIG_STATE),
+    ),
+    xt: r(
+        m!(),
+        m!(CUR_STATE | ALT_PATH | ACCESS_FLAGS | MIN_RNR_TIMER | PATH_MIG_STATE),
+    ),
 });
 
 const SQD2SQD: Option<Cell> = Some(Cell {
@@ -313,15 +361,42 @@ const SQD2SQD: Option<Cell> = Some(Cell {
         m!(AV | ALT_PATH | ACCESS_FLAGS | PKEY_INDEX | PATH_MIG_STATE),
     ),
     ud: r(m!(), m!(PKEY_INDEX | QKEY)),
+    xi: r(
+        m!(),
+        m!(PORT
+            | AV
+            | TIMEOUT
+            | RETRY_CNT
+            | RNR_RETRY
+            | MAX_QP_RD_ATOMIC
+            | ALT_PATH
+            | ACCESS_FLAGS
+            | PKEY_INDEX
+            | PATH_MIG_STATE),
+    ),
+    xt: r(
+        m!(),
+        m!(PORT
+            | AV
+            | TIMEOUT
+            | MAX_DEST_RD_ATOMIC
+            | ALT_PATH
+            | ACCESS_FLAGS
+            | PKEY_INDEX
+            | MIN_RNR_TIMER
+            | PATH_MIG_STATE),
+    ),
 });
 
 /// SQE→RTS. The kernel marks the cell valid for every type but lists parameters only for UC
-/// and UD; an RC QP never enters SQE (its send errors take it to Error), so the RC rule — state
+/// and UD (none for RC and the XRC types); an RC QP never enters SQE (its send errors take it to Error), so the RC rule — state
 /// only — is unreachable in practice but reproduced as the kernel answers it.
 const SQE2RTS: Option<Cell> = Some(Cell {
     rc: r(m!(), m!()),
     uc: r(m!(), m!(CUR_STATE | ACCESS_FLAGS)),
     ud: r(m!(), m!(CUR_STATE | QKEY)),
+    xi: r(m!(), m!()),
+    xt: r(m!(), m!()),
 });
 
 /// `TABLE[cur][next]`, states in `ibv_qp_state` order: RESET, INIT, RTR, RTS, SQD, SQE, ERR.

@@ -8,6 +8,8 @@
 
 use core::borrow::BorrowMut;
 
+mod timestamp;
+
 use crate::error::{Error, Result};
 use crate::qp::Qp;
 use crate::sq::{CqeInfo, Progress};
@@ -918,7 +920,10 @@ impl Cq {
                     wc = responder_wc(cqe, qpn, opcode);
                 }
                 let cqn = self.cqn;
-                let qp = table.qp(qpn).ok_or(Error::UnknownQpn { cqn, qpn })?;
+                let Some(qp) = table.qp(qpn) else {
+                    // An XRC target has no data path: its receives belong to the XRC SRQ.
+                    return crate::xrc::complete_on_srq(table, cqe, wc, inline, out, cqn);
+                };
                 if wc.status != WcStatus::Success {
                     qp.follow_error_completion(false);
                 }

@@ -123,6 +123,10 @@ pub enum Error {
     /// A UD send without an address handle.
     #[error("a UD send needs a destination: build the WR with `.ud(&UdDest)`")]
     MissingAddress,
+    /// An XRC send without the remote XRC SRQ (`SendWr::xrc`), or an XRC SRQ on a QP that is
+    /// not an XRC initiator.
+    #[error("{0}")]
+    XrcSrqn(&'static str),
     /// An address handle on a connected (RC/UC) QP.
     #[error("an address handle is only meaningful on a UD QP, this one is {qp_type}")]
     UnexpectedAddress {

@@ -95,6 +95,7 @@ mod srq;
 mod wc;
 mod wr;
 mod wr_limit;
+mod xrc;
 
 pub use cq::{Cq, QpTable, Resolve};
 pub use error::{Error, Result, SqLimit};

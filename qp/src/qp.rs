@@ -423,7 +423,7 @@ impl Qp {
     /// compiler resolves this choice and only the lean path remains.
     #[inline(always)]
     pub fn post(&mut self, wr: &SendWr<'_>) -> Result<()> {
-        if wr.ud.is_none() {
+        if wr.ud.is_none() && wr.xrc.is_none() {
             match (wr.op, wr.data) {
                 (SendOp::Write { remote }, SendData::Inline(d)) => {
                     return self.post_write_inline(wr.wr_id, d, remote, wr.flags)

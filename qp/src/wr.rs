@@ -253,6 +253,7 @@ pub struct SendWr<'a> {
     pub(crate) data: SendData<'a>,
     pub(crate) flags: SendFlags,
     pub(crate) ud: Option<&'a UdDest>,
+    pub(crate) xrc: Option<u32>,
 }
 
 impl<'a> SendWr<'a> {
@@ -265,6 +266,7 @@ impl<'a> SendWr<'a> {
             data: SendData::Sges(&[]),
             flags: SendFlags::empty(),
             ud: None,
+            xrc: None,
         }
     }
     /// SEND.

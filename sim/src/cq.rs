@@ -87,6 +87,9 @@ pub struct CqeSpec {
     pub syndrome: u8,
     /// Error CQE: vendor syndrome.
     pub vendor_syndrome: u8,
+    /// Completion timestamp (raw device clock, CQE bytes 48–55; set by [`Cq::push_at`] on a
+    /// CQ created with timestamps, 0 otherwise).
+    pub timestamp: u64,
 }
 
 impl CqeSpec {
@@ -108,6 +111,8 @@ impl CqeSpec {
             b[32..36].copy_from_slice(&(self.srqn & 0x00ff_ffff).to_be_bytes());
             b[36..40].copy_from_slice(&self.imm);
             b[44..48].copy_from_slice(&self.byte_cnt.to_be_bytes());
+            // struct mlx5_cqe64.timestamp (rdma-core `mlx5_cq_read_wc_completion_ts`).
+            b[48..56].copy_from_slice(&self.timestamp.to_be_bytes());
         }
         let sop = (self.send_opcode as u32) << 24 | (self.qpn & 0x00ff_ffff);
         b[56..60].copy_from_slice(&sop.to_be_bytes());
@@ -165,6 +170,20 @@ pub struct Cq {
     pub solicited_pi: Option<u32>,
     /// QPs using this CQ.
     pub users: u32,
+    /// Created with completion timestamps (`IBV_WC_EX_WITH_COMPLETION_TIMESTAMP`): good CQEs
+    /// carry the device clock ([`device_clock`]).
+    pub timestamps: bool,
+}
+
+/// Frequency of the software ConnectX's HCA core clock, in kHz as `hca_core_clock` reports it
+/// (156.25 MHz, 6.4 ns per tick: the software ConnectX's own choice, so that a driver that
+/// takes ticks for nanoseconds or the kHz for Hz fails a test).
+pub const CORE_CLOCK_KHZ: u64 = 156_250;
+
+/// The free-running device clock at virtual time `now_ns`, in ticks of [`CORE_CLOCK_KHZ`]
+/// (64 valid bits).
+pub fn device_clock(now_ns: u64) -> u64 {
+    (now_ns as u128 * CORE_CLOCK_KHZ as u128 / 1_000_000) as u64
 }
 
 /// Why a CQE was not written.
@@ -211,12 +230,26 @@ impl Cq {
             events_unacked: 0,
             solicited_pi: None,
             users: 0,
+            timestamps: false,
         })
     }
 
     /// The consumer index the driver last published (`dbrec[0]`, 24 bits).
     pub fn consumer_index(&self) -> u32 {
         self.dbrec.read_be32(0) & CQ_CI_MASK
+    }
+
+    /// Write one CQE at virtual time `now_ns`: stamped with [`device_clock`] when the CQ was
+    /// created with timestamps.
+    pub fn push_at(&mut self, spec: &CqeSpec, now_ns: u64) -> CqeOutcome {
+        if self.timestamps {
+            let stamped = CqeSpec {
+                timestamp: device_clock(now_ns),
+                ..*spec
+            };
+            return self.push(&stamped);
+        }
+        self.push(spec)
     }
 
     /// Write one CQE.

@@ -7,10 +7,11 @@ use std::os::fd::RawFd;
 use std::sync::Arc;
 
 use mlx5_hw::{
-    AccessFlags, AhAttr, AhId, AhInfo, AsyncEvent, AttrMask, BfLayout, ChannelId, Counter, CqId,
-    CqInfo, CqInitAttr, CqLayout, Device, DeviceAttr, Error, Gid, LinkLayer, MrId, MrInfo, Mtu,
-    PdId, PortAttr, PortState, QpAttr, QpId, QpInfo, QpInitAttr, QpLayout, Result, SrqId, SrqInfo,
-    SrqInitAttr, SrqLayout, WqLayout,
+    AccessFlags, AhAttr, AhId, AhInfo, AsyncEvent, AttrMask, BfLayout, ChannelId, ClockInfo,
+    Counter, CqId, CqInfo, CqInitAttr, CqLayout, Device, DeviceAttr, Error, Gid, LinkLayer, MrId,
+    MrInfo, Mtu, PdId, PortAttr, PortState, QpAttr, QpCreateFlags, QpId, QpInfo, QpInitAttr,
+    QpInitEx, QpLayout, QpType, Result, SrqId, SrqInfo, SrqInitAttr, SrqLayout, TimestampFormat,
+    WqLayout, XrcSrqInitAttr, XrcdId,
 };
 
 use crate::bugs::DriverBug;
@@ -234,6 +235,82 @@ impl SimDevice {
         }
     }
 
+    /// `create_cq`, with completion timestamps if `timestamps`.
+    fn create_cq_inner(&self, attr: &CqInitAttr, timestamps: bool) -> Result<CqInfo> {
+        if attr.cqe_size != 64 && attr.cqe_size != 128 {
+            return Err(Error::InvalidArgument(format!(
+                "cqe_size {} (must be 64 or 128)",
+                attr.cqe_size
+            )));
+        }
+        if attr.cqe == 0 || attr.cqe > (1 << 22) - 1 {
+            return Err(Error::InvalidArgument(format!(
+                "cqe {} (must be 1..=4194303)",
+                attr.cqe
+            )));
+        }
+        self.with(|d| {
+            let channel = match attr.channel {
+                Some(c) => Some((c.0, channel_of(d, c)?.clone())),
+                None => None,
+            };
+            let cqn = d.alloc_id();
+            let mut cq = Cq::new(
+                cqn,
+                cq_entries(attr.cqe),
+                attr.cqe_size,
+                attr.ignore_overrun,
+                channel,
+            )
+            .ok_or_else(|| no_mem("CQ"))?;
+            cq.timestamps = timestamps;
+            let layout = CqLayout {
+                buf: cq.buf.as_ptr(),
+                dbrec: cq.dbrec.as_ptr().cast(),
+                cqe_cnt: cq.cqe_cnt,
+                cqe_size: cq.cqe_size,
+                cq_uar: cq.uar.as_ptr(),
+                cqn,
+                ignore_overrun: attr.ignore_overrun,
+            };
+            d.cqs.insert(cqn, cq);
+            Ok(CqInfo {
+                id: CqId(cqn),
+                layout,
+            })
+        })
+    }
+
+    /// The checks of `ib_attach_mcast` / `ib_detach_mcast` (Linux `drivers/infiniband/core/
+    /// verbs.c`): a multicast GID and a UD QP, else EINVAL; and the software ConnectX's own
+    /// limit, IPv4-mapped groups only.
+    fn check_mcast(&self, qp: QpId, gid: &Gid, call: &str) -> Result<()> {
+        if !gid.is_multicast() {
+            return Err(Error::InvalidArgument(format!(
+                "{call}: {gid:?} is not a multicast GID (ff00::/8 or IPv4-mapped 224.0.0.0/4)"
+            )));
+        }
+        if gid.ipv4().is_none() {
+            return Err(Error::Unsupported(format!(
+                "{call}: the software ConnectX runs RoCE v2 over IPv4 only; use an IPv4-mapped \
+                 group (::ffff:224.0.0.0/100), not {gid:?}"
+            )));
+        }
+        self.with(|d| {
+            let q = d.qps.get(&qp.0).ok_or(Error::UnknownHandle {
+                kind: "QP",
+                id: qp.0,
+            })?;
+            if q.qp_type != QpType::Ud {
+                return Err(Error::InvalidArgument(format!(
+                    "{call}: QP {:#x} is {:?}; only UD QPs join multicast groups",
+                    qp.0, q.qp_type
+                )));
+            }
+            Ok(())
+        })
+    }
+
     fn link_layer(&self) -> LinkLayer {
         let ll = self
             .inner
@@ -394,46 +471,106 @@ impl Device for SimDevice {
     }
 
     fn create_cq(&self, attr: &CqInitAttr) -> Result<CqInfo> {
-        if attr.cqe_size != 64 && attr.cqe_size != 128 {
+        self.create_cq_inner(attr, false)
+    }
+
+    fn create_cq_with_timestamps(&self, attr: &CqInitAttr) -> Result<CqInfo> {
+        self.create_cq_inner(attr, true)
+    }
+
+    fn create_qp_ex(&self, pd: PdId, attr: &QpInitAttr, ex: &QpInitEx) -> Result<QpInfo> {
+        if let Some(x) = ex.xrcd {
+            if attr.qp_type != QpType::XrcRecv || !ex.create_flags.is_empty() {
+                return Err(Error::InvalidArgument(format!(
+                    "create_qp_ex: an XRC domain is for XRC_RECV QPs without create flags, not \
+                     {} with {:?}",
+                    attr.qp_type, ex.create_flags
+                )));
+            }
+            return self.with(|d| crate::transport::xrc::create_target(d, x.0));
+        }
+        let unknown = ex.create_flags - QpCreateFlags::BLOCK_SELF_MCAST_LB;
+        if !unknown.is_empty() {
+            // mlx5 refuses create flags it does not know (kernel mlx5 `create_qp`: EINVAL).
             return Err(Error::InvalidArgument(format!(
-                "cqe_size {} (must be 64 or 128)",
-                attr.cqe_size
+                "create_qp_ex: unsupported create flags {unknown:?}"
             )));
         }
-        if attr.cqe == 0 || attr.cqe > (1 << 22) - 1 {
-            return Err(Error::InvalidArgument(format!(
-                "cqe {} (must be 1..=4194303)",
-                attr.cqe
-            )));
+        if ex.create_flags.contains(QpCreateFlags::BLOCK_SELF_MCAST_LB)
+            && attr.qp_type != QpType::Ud
+        {
+            return Err(Error::InvalidArgument(
+                "create_qp_ex: IBV_QP_CREATE_BLOCK_SELF_MCAST_LB is for UD QPs".into(),
+            ));
         }
+        let info = self.create_qp(pd, attr)?;
+        if ex.create_flags.contains(QpCreateFlags::BLOCK_SELF_MCAST_LB) {
+            self.with(|d| {
+                d.mcast.block_self_loopback(info.qpn);
+                Ok(())
+            })?;
+        }
+        Ok(info)
+    }
+
+    fn attach_mcast(&self, qp: QpId, gid: &Gid, lid: u16) -> Result<()> {
+        let _ = lid; // RoCE ignores the multicast LID (Linux `is_valid_mcast_lid`).
+        self.check_mcast(qp, gid, "attach_mcast")?;
         self.with(|d| {
-            let channel = match attr.channel {
-                Some(c) => Some((c.0, channel_of(d, c)?.clone())),
-                None => None,
-            };
-            let cqn = d.alloc_id();
-            let cq = Cq::new(
-                cqn,
-                cq_entries(attr.cqe),
-                attr.cqe_size,
-                attr.ignore_overrun,
-                channel,
-            )
-            .ok_or_else(|| no_mem("CQ"))?;
-            let layout = CqLayout {
-                buf: cq.buf.as_ptr(),
-                dbrec: cq.dbrec.as_ptr().cast(),
-                cqe_cnt: cq.cqe_cnt,
-                cqe_size: cq.cqe_size,
-                cq_uar: cq.uar.as_ptr(),
-                cqn,
-                ignore_overrun: attr.ignore_overrun,
-            };
-            d.cqs.insert(cqn, cq);
-            Ok(CqInfo {
-                id: CqId(cqn),
-                layout,
-            })
+            d.mcast.attach(gid, qp.0);
+            Ok(())
+        })
+    }
+
+    fn detach_mcast(&self, qp: QpId, gid: &Gid, lid: u16) -> Result<()> {
+        let _ = lid;
+        self.check_mcast(qp, gid, "detach_mcast")?;
+        self.with(|d| {
+            if d.mcast.detach(gid, qp.0) {
+                Ok(())
+            } else {
+                // uverbs `ib_uverbs_detach_mcast`: not on the QP's list, EINVAL.
+                Err(Error::InvalidArgument(format!(
+                    "detach_mcast: QP {:#x} is not attached to {gid:?}",
+                    qp.0
+                )))
+            }
+        })
+    }
+
+    fn open_xrcd(&self) -> Result<XrcdId> {
+        self.with(|d| {
+            let id = d.alloc_id();
+            d.xrc.xrcds.insert(id, Default::default());
+            Ok(XrcdId(id))
+        })
+    }
+
+    fn close_xrcd(&self, xrcd: XrcdId) -> Result<()> {
+        self.with(|d| crate::transport::xrc::close_xrcd(d, xrcd.0))
+    }
+
+    fn create_srq_xrc(&self, pd: PdId, attr: &XrcSrqInitAttr) -> Result<SrqInfo> {
+        self.with(|d| {
+            crate::transport::xrc::check_srq(d, attr)?;
+            Ok(())
+        })?;
+        let info = self.create_srq(pd, &attr.attr)?;
+        self.with(|d| {
+            crate::transport::xrc::adopt_srq(d, info.id.0, attr);
+            Ok(info)
+        })
+    }
+
+    fn open_qp(&self, xrcd: XrcdId, qpn: u32) -> Result<QpId> {
+        self.with(|d| crate::transport::xrc::open_qp(d, xrcd.0, qpn))
+    }
+
+    fn query_clock(&self) -> Result<ClockInfo> {
+        Ok(ClockInfo {
+            hca_core_clock_khz: crate::cq::CORE_CLOCK_KHZ,
+            mask: u64::MAX,
+            format: TimestampFormat::FreeRunning,
         })
     }
 
@@ -519,13 +656,18 @@ impl Device for SimDevice {
                     srq.0, s.users
                 )));
             }
-            d.srqs.remove(&srq.0);
+            if let Some(s) = d.srqs.remove(&srq.0) {
+                crate::transport::xrc::release_srq(d, &s);
+            }
             Ok(())
         })
     }
 
     fn create_qp(&self, pd: PdId, attr: &QpInitAttr) -> Result<QpInfo> {
-        let g = qp_geometry(attr.qp_type, &attr.cap, attr.srq.is_some()).map_err(sizing_err)?;
+        crate::transport::xrc::check_plain_create(attr)?;
+        // An XRC initiator has no receive side (rdma-core creates no RQ for IBV_QPT_XRC_SEND).
+        let no_rq = attr.srq.is_some() || attr.qp_type == QpType::XrcSend;
+        let g = qp_geometry(attr.qp_type, &attr.cap, no_rq).map_err(sizing_err)?;
         self.with(|d| {
             Self::pd_exists(d, pd)?;
             for cq in [attr.send_cq, attr.recv_cq] {
@@ -612,10 +754,14 @@ impl Device for SimDevice {
 
     fn destroy_qp(&self, qp: QpId) -> Result<()> {
         self.with(|d| {
+            if crate::transport::xrc::drop_handle(d, qp.0) {
+                return Ok(());
+            }
             let q = d.qps.remove(&qp.0).ok_or(Error::UnknownHandle {
                 kind: "QP",
                 id: qp.0,
             })?;
+            d.mcast.forget_qp(qp.0);
             for cq in [q.send_cq, q.recv_cq] {
                 if let Some(c) = d.cqs.get_mut(&cq) {
                     c.users = c.users.saturating_sub(1);

@@ -100,7 +100,7 @@ impl Ctx<'_> {
         let Some(cq) = self.cqs.get_mut(&cqn) else {
             return;
         };
-        if cq.push(spec) == CqeOutcome::Overrun {
+        if cq.push_at(spec, self.now) == CqeOutcome::Overrun {
             let ci = cq.consumer_index();
             self.bugs.report(
                 self.dev,

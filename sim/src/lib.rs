@@ -35,6 +35,7 @@ pub mod doorbell;
 pub mod engine;
 pub mod fabric;
 pub mod faults;
+pub mod mcast;
 pub mod mem;
 pub mod modify;
 pub mod mr;

@@ -73,6 +73,8 @@ pub struct Qp {
     pub sqd_notify: bool,
     /// The last-WQE-reached event was raised (QP on an SRQ in Error).
     pub last_wqe_sent: bool,
+    /// XRC target: its XRC domain ([`crate::transport::xrc`]).
+    pub xrcd: Option<u32>,
 }
 
 impl Qp {
@@ -116,6 +118,7 @@ impl Qp {
             resp: Responder::default(),
             sqd_notify: false,
             last_wqe_sent: false,
+            xrcd: None,
         };
         qp.db.poison(&qp.uar);
         Some(qp)

@@ -82,6 +82,8 @@ pub fn sq_overhead(qp_type: QpType) -> u32 {
         QpType::Rc => 16 + (16 + 16u32).max(mw_bind),
         QpType::Uc => 16 + 16u32.max(mw_bind),
         QpType::Ud => 16 + 48,
+        // RC's operations plus the XRC segment (rdma-core `_sq_overhead`, IBV_QPT_XRC_SEND).
+        QpType::XrcSend | QpType::XrcRecv => 16 + (16 + 16u32).max(mw_bind) + 16,
     }
 }
 

@@ -66,6 +66,8 @@ pub struct Srq {
     pub limit: u32,
     /// QPs attached.
     pub users: u32,
+    /// XRC SRQ: its XRC domain and the CQ its receive completions go to.
+    pub xrc: Option<(u32, u32)>,
 }
 
 impl Srq {
@@ -87,6 +89,7 @@ impl Srq {
             consumed: 0,
             limit,
             users: 0,
+            xrc: None,
         })
     }
 

@@ -154,6 +154,26 @@ impl UdpPort {
         }
     }
 
+    /// Send a frame to every peer (a multicast frame, [`crate::mcast`]); returns how many
+    /// sends succeeded. A peer socket named by several addresses gets one copy.
+    pub fn send_all(&self, frame: &[u8]) -> usize {
+        let mut sent = std::collections::BTreeSet::new();
+        for p in self.peers.values() {
+            if sent.contains(&p.addr) {
+                continue;
+            }
+            match self.socket.send_to(frame, p.addr) {
+                Ok(_) => {
+                    sent.insert(p.addr);
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, peer = %p.addr, "UDP send failed; frame lost")
+                }
+            }
+        }
+        sent.len()
+    }
+
     /// Read the datagrams waiting on the socket (at most a bounded number).
     pub fn poll(&self, out: &mut Vec<Vec<u8>>) {
         let mut buf = vec![0u8; MAX_DATAGRAM];

@@ -94,6 +94,10 @@ pub struct Dev {
     pub udp: Option<UdpPort>,
     /// Scan doorbells in threaded mode ([`World::enter_threaded`]).
     pub threaded: bool,
+    /// Multicast groups its QPs joined ([`crate::mcast`]).
+    pub mcast: crate::mcast::Groups,
+    /// XRC domains and shared target QPs ([`crate::transport::xrc`]).
+    pub xrc: crate::transport::xrc::XrcState,
 }
 
 impl Dev {
@@ -116,6 +120,8 @@ impl Dev {
             next_id: 0x100,
             udp: None,
             threaded: false,
+            mcast: crate::mcast::Groups::default(),
+            xrc: crate::transport::xrc::XrcState::default(),
         }
     }
 
@@ -350,6 +356,10 @@ impl World {
         mac.copy_from_slice(&b[..6]);
         let mac = MacAddr(mac);
         let ip = Ipv4Addr::new(b[30], b[31], b[32], b[33]);
+        if ip.is_multicast() {
+            self.route_mcast(f, ip, mac);
+            return;
+        }
         if let Some(i) = self
             .devs
             .iter()
@@ -359,7 +369,7 @@ impl World {
                 tracing::debug!(dst = %ip, "destination port down; frame lost");
                 return;
             }
-            self.deliver_bytes(i, f.bytes);
+            self.deliver_bytes_from(i, f.bytes, f.from);
             return;
         }
         let sent = f
@@ -373,14 +383,14 @@ impl World {
     }
 
     /// Receive a frame on device `i`: count it, check it, hand it to its QP.
-    fn deliver_bytes(&mut self, i: usize, bytes: Vec<u8>) {
+    pub(crate) fn deliver_bytes_from(&mut self, i: usize, bytes: Vec<u8>, from: Option<usize>) {
         let d = &mut self.devs[i];
         d.counters.inc(CounterId::PortRcvPackets);
         d.counters.add(CounterId::PortRcvData, words(bytes.len()));
         match Packet::parse(&bytes) {
             Ok(pkt) => {
                 let ext = ext_atomic::decode(ext_atomic::after_datagram(&bytes));
-                self.deliver(i, Frame { pkt, ext });
+                self.deliver(i, Frame { pkt, ext }, from);
             }
             Err(ParseError::IcrcMismatch { found, expected }) => {
                 d.counters.inc(CounterId::PortRcvErrors);
@@ -401,7 +411,11 @@ impl World {
     }
 
     /// Deliver one packet to a QP of device `i`.
-    fn deliver(&mut self, i: usize, f: Frame) {
+    fn deliver(&mut self, i: usize, f: Frame, from: Option<usize>) {
+        if f.pkt.bth.dest_qp == mlx5_hw::MULTICAST_QPN {
+            self.deliver_mcast(i, f, from);
+            return;
+        }
         let d = &mut self.devs[i];
         let qpn = f.pkt.bth.dest_qp;
         let mut out = Vec::new();
@@ -466,6 +480,9 @@ impl World {
     /// The IPv4 and MAC address of the device with GID `gid`: on this fabric, or a UDP peer of
     /// device `via`.
     pub fn resolve_gid(&self, via: usize, gid: &mlx5_hw::Gid) -> Option<(Ipv4Addr, MacAddr)> {
+        if let (Some(mac), Some(ip)) = (gid.multicast_mac(), gid.ipv4()) {
+            return Some((Ipv4Addr::from(ip), MacAddr(mac)));
+        }
         if let Some(d) = self.devs.iter().find(|d| d.port.gid == *gid) {
             return Some((d.port.ip, d.port.mac));
         }

@@ -308,6 +308,8 @@ pub struct SendWqe {
     pub ctrl: Ctrl,
     /// What to do.
     pub kind: WqeKind,
+    /// XRC initiator: the remote XRC SRQ of the XRC segment after ctrl.
+    pub xrc_srqn: Option<u32>,
 }
 
 impl SendWqe {
@@ -362,12 +364,13 @@ fn be64(b: &[u8], o: usize) -> u64 {
 pub fn opcode_allowed(qp_type: QpType, opcode: u8) -> bool {
     match opcode {
         OPCODE_NOP | OPCODE_SEND | OPCODE_SEND_IMM => true,
+        _ if qp_type == QpType::XrcRecv => false,
         OPCODE_RDMA_WRITE | OPCODE_RDMA_WRITE_IMM => qp_type != QpType::Ud,
         OPCODE_RDMA_READ
         | OPCODE_ATOMIC_CS
         | OPCODE_ATOMIC_FA
         | OPCODE_ATOMIC_MASKED_CS
-        | OPCODE_ATOMIC_MASKED_FA => qp_type == QpType::Rc,
+        | OPCODE_ATOMIC_MASKED_FA => matches!(qp_type, QpType::Rc | QpType::XrcSend),
         _ => false,
     }
 }
@@ -423,8 +426,18 @@ pub fn parse(b: &[u8], lim: &ParseLimits) -> Result<SendWqe, WqeFault> {
         return Ok(SendWqe {
             ctrl,
             kind: WqeKind::Nop,
+            xrc_srqn: None,
         });
     }
+    // XRC segment (rdma-core `_mlx5_post_send`, IBV_QPT_XRC_SEND: right after ctrl).
+    let xrc_srqn = if lim.qp_type == QpType::XrcSend {
+        need(off, 16, "XRC")?;
+        let n = be32(b, off) & 0x00ff_ffff;
+        off += 16;
+        Some(n)
+    } else {
+        None
+    };
     // Datagram segment.
     let ud = if lim.qp_type == QpType::Ud {
         need(off, 16, "datagram")?;
@@ -637,7 +650,11 @@ pub fn parse(b: &[u8], lim: &ParseLimits) -> Result<SendWqe, WqeFault> {
             }
         }
     };
-    Ok(SendWqe { ctrl, kind })
+    Ok(SendWqe {
+        ctrl,
+        kind,
+        xrc_srqn,
+    })
 }
 
 #[cfg(test)]

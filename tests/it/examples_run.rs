@@ -354,3 +354,28 @@ fn example_argument_mistakes_are_clear_errors() {
         );
     }
 }
+
+#[test]
+fn ud_multicast() {
+    let out = run_ok("ud_multicast", &[]);
+    assert!(
+        out.contains("receiver 3 (device B) detached after 5 datagrams"),
+        "{out}"
+    );
+    for (r, dev, n) in [(1, 'A', 10), (2, 'B', 10), (3, 'B', 5)] {
+        let line = format!("receiver {r} (device {dev}): {n} datagrams, each once, checked");
+        assert!(out.contains(&line), "{line:?} missing:\n{out}");
+    }
+    assert!(out.contains("ud_multicast: OK"), "{out}");
+}
+
+#[test]
+fn xrc_mesh() {
+    let out = run_ok("xrc_mesh", &[]);
+    assert!(
+        out.contains("RC : 240 QPs = N·P·(N·P−1); 240 messages checked"),
+        "{out}"
+    );
+    assert!(out.contains("XRC: 128 QPs = 64 initiators (N·P·N) + 64 targets, and 16 XRC SRQs; 240 messages checked"), "{out}");
+    assert!(out.contains("xrc_mesh: OK"), "{out}");
+}

@@ -304,6 +304,9 @@ impl Hello {
                 mlx5_hw::QpType::Rc => 1,
                 mlx5_hw::QpType::Uc => 2,
                 mlx5_hw::QpType::Ud => 3,
+                // Never a perftest connection type (`-c` takes RC, UC, UD).
+                mlx5_hw::QpType::XrcSend => 4,
+                mlx5_hw::QpType::XrcRecv => 5,
             };
             if s.bidirectional {
                 flags |= FLAG_BIDIR;

@@ -70,6 +70,22 @@ fn struct_layouts() {
             off!("ibv_device", ibv_device, dev_name),
             off!("ibv_device", ibv_device, dev_path),
             off!("ibv_device", ibv_device, ibdev_path),
+            // struct ibv_device_attr_ex
+            size!("ibv_device_attr_ex", ibv_device_attr_ex),
+            off!("ibv_device_attr_ex", ibv_device_attr_ex, orig_attr),
+            off!("ibv_device_attr_ex", ibv_device_attr_ex, comp_mask),
+            off!("ibv_device_attr_ex", ibv_device_attr_ex, odp_caps),
+            off!(
+                "ibv_device_attr_ex",
+                ibv_device_attr_ex,
+                completion_timestamp_mask
+            ),
+            off!("ibv_device_attr_ex", ibv_device_attr_ex, hca_core_clock),
+            off!(
+                "ibv_device_attr_ex",
+                ibv_device_attr_ex,
+                device_cap_flags_ex
+            ),
             // struct ibv_device_attr
             size!("ibv_device_attr", ibv_device_attr),
             off!("ibv_device_attr", ibv_device_attr, fw_ver),

@@ -5,7 +5,7 @@
 // `tests/sim_transition_table.rs` (which checks the software ConnectX); neither derives it from
 // the library it tests. The includer brings `QpState`, `QpType` and `HashMap` into scope.
 
-/// The kernels whose tables are transcribed here (the RC/UC/UD cells).
+/// The kernels whose tables are transcribed here (the RC/UC/UD and XRC cells).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 enum Kernel {
     /// Linux 6.1 (read in 6.1's verbs.c; the same up to 6.19): `IB_QP_RATE_LIMIT` appears only
@@ -97,6 +97,57 @@ ERR ERR UC | - | -
 ERR ERR UD | - | -
 ";
 
+/// The XRC columns (`IB_QPT_XRC_INI`, `IB_QPT_XRC_TGT`) of the same table, read in 6.1's
+/// verbs.c; no version changes them (7.0's rate-limit rows are RC only). Valid cells without
+/// XRC parameters are listed with `-`, as above; SQE->RTS is valid for every type and lists
+/// none for XRC.
+const KERNEL_TABLE_XRC: &str = "
+RESET RESET XRC_INI | - | -
+RESET RESET XRC_TGT | - | -
+RESET INIT XRC_INI | IB_QP_PKEY_INDEX IB_QP_PORT IB_QP_ACCESS_FLAGS | -
+RESET INIT XRC_TGT | IB_QP_PKEY_INDEX IB_QP_PORT IB_QP_ACCESS_FLAGS | -
+INIT RESET XRC_INI | - | -
+INIT RESET XRC_TGT | - | -
+INIT ERR XRC_INI | - | -
+INIT ERR XRC_TGT | - | -
+INIT INIT XRC_INI | - | IB_QP_PKEY_INDEX IB_QP_PORT IB_QP_ACCESS_FLAGS
+INIT INIT XRC_TGT | - | IB_QP_PKEY_INDEX IB_QP_PORT IB_QP_ACCESS_FLAGS
+INIT RTR XRC_INI | IB_QP_AV IB_QP_PATH_MTU IB_QP_DEST_QPN IB_QP_RQ_PSN | IB_QP_ALT_PATH IB_QP_ACCESS_FLAGS IB_QP_PKEY_INDEX
+INIT RTR XRC_TGT | IB_QP_AV IB_QP_PATH_MTU IB_QP_DEST_QPN IB_QP_RQ_PSN IB_QP_MAX_DEST_RD_ATOMIC IB_QP_MIN_RNR_TIMER | IB_QP_ALT_PATH IB_QP_ACCESS_FLAGS IB_QP_PKEY_INDEX
+RTR RESET XRC_INI | - | -
+RTR RESET XRC_TGT | - | -
+RTR ERR XRC_INI | - | -
+RTR ERR XRC_TGT | - | -
+RTR RTS XRC_INI | IB_QP_TIMEOUT IB_QP_RETRY_CNT IB_QP_RNR_RETRY IB_QP_SQ_PSN IB_QP_MAX_QP_RD_ATOMIC | IB_QP_CUR_STATE IB_QP_ALT_PATH IB_QP_ACCESS_FLAGS IB_QP_PATH_MIG_STATE
+RTR RTS XRC_TGT | IB_QP_TIMEOUT IB_QP_SQ_PSN | IB_QP_CUR_STATE IB_QP_ALT_PATH IB_QP_ACCESS_FLAGS IB_QP_MIN_RNR_TIMER IB_QP_PATH_MIG_STATE
+RTS RESET XRC_INI | - | -
+RTS RESET XRC_TGT | - | -
+RTS ERR XRC_INI | - | -
+RTS ERR XRC_TGT | - | -
+RTS RTS XRC_INI | - | IB_QP_CUR_STATE IB_QP_ACCESS_FLAGS IB_QP_ALT_PATH IB_QP_PATH_MIG_STATE
+RTS RTS XRC_TGT | - | IB_QP_CUR_STATE IB_QP_ACCESS_FLAGS IB_QP_ALT_PATH IB_QP_PATH_MIG_STATE IB_QP_MIN_RNR_TIMER
+RTS SQD XRC_INI | - | IB_QP_EN_SQD_ASYNC_NOTIFY
+RTS SQD XRC_TGT | - | IB_QP_EN_SQD_ASYNC_NOTIFY
+SQD RESET XRC_INI | - | -
+SQD RESET XRC_TGT | - | -
+SQD ERR XRC_INI | - | -
+SQD ERR XRC_TGT | - | -
+SQD RTS XRC_INI | - | IB_QP_CUR_STATE IB_QP_ALT_PATH IB_QP_ACCESS_FLAGS IB_QP_PATH_MIG_STATE
+SQD RTS XRC_TGT | - | IB_QP_CUR_STATE IB_QP_ALT_PATH IB_QP_ACCESS_FLAGS IB_QP_MIN_RNR_TIMER IB_QP_PATH_MIG_STATE
+SQD SQD XRC_INI | - | IB_QP_PORT IB_QP_AV IB_QP_TIMEOUT IB_QP_RETRY_CNT IB_QP_RNR_RETRY IB_QP_MAX_QP_RD_ATOMIC IB_QP_ALT_PATH IB_QP_ACCESS_FLAGS IB_QP_PKEY_INDEX IB_QP_PATH_MIG_STATE
+SQD SQD XRC_TGT | - | IB_QP_PORT IB_QP_AV IB_QP_TIMEOUT IB_QP_MAX_DEST_RD_ATOMIC IB_QP_ALT_PATH IB_QP_ACCESS_FLAGS IB_QP_PKEY_INDEX IB_QP_MIN_RNR_TIMER IB_QP_PATH_MIG_STATE
+SQE RESET XRC_INI | - | -
+SQE RESET XRC_TGT | - | -
+SQE ERR XRC_INI | - | -
+SQE ERR XRC_TGT | - | -
+SQE RTS XRC_INI | - | -
+SQE RTS XRC_TGT | - | -
+ERR RESET XRC_INI | - | -
+ERR RESET XRC_TGT | - | -
+ERR ERR XRC_INI | - | -
+ERR ERR XRC_TGT | - | -
+";
+
 /// Linux 7.0: the rows of [`KERNEL_TABLE`] that changed, as they read in 7.0 (the rest is
 /// 6.1's).
 const KERNEL_TABLE_7_0_ROWS: &str = "
@@ -156,6 +207,8 @@ fn qp_type(s: &str) -> QpType {
         "RC" => QpType::Rc,
         "UC" => QpType::Uc,
         "UD" => QpType::Ud,
+        "XRC_INI" => QpType::XrcSend,
+        "XRC_TGT" => QpType::XrcRecv,
         _ => panic!("bad type {s}"),
     }
 }
@@ -196,7 +249,7 @@ fn rows(text: &str) -> Vec<(Key, (u32, u32))> {
 /// The table of `k`, parsed: the required and the optional mask of every valid cell.
 fn expected_table(k: Kernel) -> HashMap<Key, (u32, u32)> {
     let mut t = HashMap::new();
-    for (key, cell) in rows(KERNEL_TABLE) {
+    for (key, cell) in rows(KERNEL_TABLE).into_iter().chain(rows(KERNEL_TABLE_XRC)) {
         assert!(t.insert(key, cell).is_none(), "duplicate {key:?}");
     }
     if k == Kernel::V7_0 {

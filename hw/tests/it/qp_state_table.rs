@@ -104,7 +104,7 @@ fn rule_matches_kernel_table_for_every_pair_type_and_version() {
         let mut valid = 0;
         for cur in QpState::ALL {
             for next in QpState::ALL {
-                for ty in QpType::ALL {
+                for ty in QpType::WITH_XRC {
                     let ours = rule_for(version(k), cur, next, ty);
                     match t.get(&(cur, next, ty)) {
                         None => assert_eq!(ours, None, "{k:?} {cur}->{next} {ty} must be illegal"),
@@ -129,8 +129,9 @@ fn rule_matches_kernel_table_for_every_pair_type_and_version() {
                 }
             }
         }
-        // 22 valid cells (2 + 4 + 3 + 4 + 4 + 3 + 2) for each of 3 types.
-        assert_eq!(valid, 22 * 3, "{k:?}");
+        // 22 valid cells (2 + 4 + 3 + 4 + 4 + 3 + 2) for each of 5 types (RC, UC, UD,
+        // XRC_INI, XRC_TGT).
+        assert_eq!(valid, 22 * 5, "{k:?}");
         assert_eq!(
             version(k).passes_through().bits(),
             pass_through(k),
@@ -140,7 +141,7 @@ fn rule_matches_kernel_table_for_every_pair_type_and_version() {
 }
 
 /// Every state pair × every single attribute bit (alone, added to the required set, and removed
-/// from it) × RC/UC/UD × kernel version, with and without IB_QP_STATE.
+/// from it) × RC/UC/UD/XRC_INI/XRC_TGT × kernel version, with and without IB_QP_STATE.
 #[test]
 fn check_modify_matches_kernel_for_every_pair_bit_type_and_version() {
     let mut cases = 0u32;
@@ -149,7 +150,7 @@ fn check_modify_matches_kernel_for_every_pair_bit_type_and_version() {
         let pass = pass_through(k);
         for cur in QpState::ALL {
             for next in QpState::ALL {
-                for ty in QpType::ALL {
+                for ty in QpType::WITH_XRC {
                     let req = t.get(&(cur, next, ty)).map_or(0, |e| e.0);
                     let mut masks = vec![0u32, 1, req, req | 1];
                     for b in all_single_bits() {
@@ -359,7 +360,7 @@ fn connection_moves_and_illegal_ones() {
         (Rtr, Init),
         (Rts, Rtr),
     ] {
-        for ty in QpType::ALL {
+        for ty in QpType::WITH_XRC {
             assert!(
                 matches!(
                     check_modify(from, to, ty, AttrMask::all()),
@@ -371,7 +372,7 @@ fn connection_moves_and_illegal_ones() {
     }
     // Every state but Reset may go to Error; every state may go to Reset; both with STATE only.
     for from in QpState::ALL {
-        for ty in QpType::ALL {
+        for ty in QpType::WITH_XRC {
             assert!(
                 check_modify(from, Reset, ty, s).is_ok(),
                 "{from}->RESET {ty}"
@@ -402,7 +403,7 @@ proptest::proptest! {
             let pass = pass_through(k);
             for cur in QpState::ALL {
                 for next in QpState::ALL {
-                    for ty in QpType::ALL {
+                    for ty in QpType::WITH_XRC {
                         let want = kernel_is_ok(&t, pass, cur, next, ty, mask);
                         let got = check_modify_for(
                             version(k), cur, next, ty, AttrMask::from_bits_retain(mask),

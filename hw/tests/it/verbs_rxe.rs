@@ -12,8 +12,10 @@
 //! included, equals [`mlx5_hw::qp_state::validate_with_limits`] under the running kernel's
 //! table (uverbs' added `IBV_QP_PORT` and the RoCE refusal of `IBV_QP_ALT_PATH` included), and
 //! that rxe refuses `IBV_QP_RATE_LIMIT` with EOPNOTSUPP; SEND/WRITE/READ/atomics over RC, UC and UD through the
-//! baseline data path between rxe0 and rxe1 (GID index 1, IPv4-mapped); and the Error → Reset →
-//! Init → RTR → RTS recovery with traffic afterwards.
+//! baseline data path between rxe0 and rxe1 (GID index 1, IPv4-mapped); UD multicast
+//! (`ibv_attach_mcast`, a datagram to QPN 0xFFFFFF reaching the attached QPs, none after
+//! `ibv_detach_mcast`); and the Error → Reset → Init → RTR → RTS recovery with traffic
+//! afterwards.
 #![cfg(feature = "verbs")]
 
 use std::time::Duration;
@@ -245,6 +247,7 @@ fn connect_steps(a: &Side, b: &Side, psn_a: u32, psn_b: u32) -> Vec<Step> {
             path: path_to(b, psn_b),
         },
         QpType::Ud => ToRtr::Ud,
+        QpType::XrcSend | QpType::XrcRecv => unreachable!("these tests use RC, UC and UD"),
     };
     let rts = match a.qp_type {
         QpType::Rc => ToRts::Rc {
@@ -1208,4 +1211,89 @@ fn completion_channel_shared_by_two_cqs() {
         0
     );
     assert_eq!(b.dev.poll_async_event(), None);
+}
+
+#[test]
+#[ignore = "needs Soft-RoCE: run tools/rxe-vm/run-verbs-tests.sh"]
+fn ud_multicast_attach_send_detach() {
+    require_vm();
+    let a = Side::new("rxe0", QpType::Ud, false);
+    let b = Side::new("rxe1", QpType::Ud, false);
+    let c = Side::new("rxe1", QpType::Ud, false);
+    connect(&a, &b, 0x1, 0x2);
+    assert_eq!(
+        c.apply(&connect_steps(&c, &a, 0x3, 0x4)).qp_state,
+        QpState::Rts
+    );
+    let group = Gid::from_ipv4([239, 1, 2, 3]);
+    // The kernel refuses a unicast GID (EINVAL, ib_attach_mcast) and detaching a QP that is
+    // not attached (uverbs ib_uverbs_detach_mcast).
+    assert!(matches!(
+        b.dev.attach_mcast(b.qp.id, &b.gid, 0),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(b.dev.detach_mcast(b.qp.id, &group, 0).is_err());
+    b.dev.attach_mcast(b.qp.id, &group, 0).unwrap();
+    c.dev.attach_mcast(c.qp.id, &group, 0).unwrap();
+    let ah = a
+        .dev
+        .create_ah_verbs(
+            a.pd,
+            &AhAttr {
+                grh: Some(GlobalRoute {
+                    dgid: group,
+                    sgid_index: GID_IPV4,
+                    hop_limit: 1,
+                    ..Default::default()
+                }),
+                ..ah_to(group)
+            },
+        )
+        .unwrap();
+    let mut qa = BaselineQp::new(&a.dev, a.qp.id).unwrap();
+    let mut qb = BaselineQp::new(&b.dev, b.qp.id).unwrap();
+    let mut qc = BaselineQp::new(&c.dev, c.qp.id).unwrap();
+    let mut ca = BaselineCq::new(&a.dev, a.cq).unwrap();
+    let mut cb = BaselineCq::new(&b.dev, b.cq).unwrap();
+    let mut cc = BaselineCq::new(&c.dev, c.cq).unwrap();
+    let dest = UdDest {
+        ah: ah.id,
+        remote_qpn: mlx5_hw::MULTICAST_QPN,
+        remote_qkey: QKEY,
+    };
+    qb.post_recv(1, &[b.sge(0, 40 + 64)]).unwrap();
+    qb.post_recv(2, &[b.sge(128, 40 + 64)]).unwrap();
+    qc.post_recv(1, &[c.sge(0, 40 + 64)]).unwrap();
+    qc.post_recv(2, &[c.sge(128, 40 + 64)]).unwrap();
+    a.buf.write(0, b"to the group");
+    qa.post_send(&SendWr {
+        ud: Some(dest),
+        ..SendWr::new(10, SendOp::Send, &[a.sge(0, 12)])
+    })
+    .unwrap();
+    ok(&mut ca, "multicast send");
+    for (cq, side, who) in [(&mut cb, &b, "receiver b"), (&mut cc, &c, "receiver c")] {
+        let r = ok(cq, who);
+        assert_eq!(
+            (r.wr_id, r.byte_len, r.src_qp),
+            (1, 40 + 12, a.qp.qpn),
+            "{who}"
+        );
+        assert_eq!(side.buf.read(40, 12), b"to the group", "{who}");
+    }
+    // After c detaches, only b gets the next datagram.
+    c.dev.detach_mcast(c.qp.id, &group, 0).unwrap();
+    qa.post_send(&SendWr {
+        ud: Some(dest),
+        ..SendWr::new(11, SendOp::Send, &[a.sge(0, 12)])
+    })
+    .unwrap();
+    ok(&mut ca, "second multicast send");
+    let r = ok(&mut cb, "receiver b, second datagram");
+    assert_eq!(r.wr_id, 2);
+    assert!(
+        cc.wait(1, Duration::from_millis(300)).unwrap().is_empty(),
+        "a detached QP received a multicast datagram"
+    );
+    b.dev.detach_mcast(b.qp.id, &group, 0).unwrap();
 }

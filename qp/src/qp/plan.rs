@@ -82,7 +82,8 @@ impl Qp {
         let op = &wr.op;
         let rc_only = !matches!(op, SendOp::Send | SendOp::SendImm { .. });
         match self.qp_type {
-            QpType::Rc => {}
+            QpType::Rc | QpType::XrcSend => {}
+            QpType::XrcRecv => return Err(crate::xrc::no_send_queue(op.name())),
             QpType::Uc => {
                 if !matches!(
                     op,
@@ -115,7 +116,7 @@ impl Qp {
                 })
             }
             (_, None) => 0,
-        };
+        } + crate::xrc::seg_bytes(self.qp_type, wr.xrc)?;
         let none = AtomicOperands::None;
         #[rustfmt::skip]
         let (opcode, opmod, imm, remote, atomic, local, atomic_size) = match *op {
@@ -292,6 +293,9 @@ impl Qp {
             bytes: plan.bytes,
             max: self.max_wqe_bytes,
         };
+        if let Some(n) = wr.xrc {
+            w.push(&mlx5_wqe::seg::XrcSeg::new(n)).map_err(too_large)?;
+        }
         if let Some(d) = wr.ud {
             if d.is_compact() {
                 w.push(&d.av().compact()).map_err(too_large)?;

@@ -15,6 +15,7 @@
 pub mod ext_atomic;
 pub mod requester;
 pub mod responder;
+pub mod xrc;
 
 use crate::wire::{Addressing, Packet};
 use crate::wqe::AtomicOp;

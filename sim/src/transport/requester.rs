@@ -210,7 +210,7 @@ pub fn progress(qp: &mut Qp, ctx: &mut Ctx) -> bool {
             .filter(|p| p.is_rd_atomic() && !p.done)
             .count();
         let is_rd = matches!(wqe.kind, WqeKind::Read { .. } | WqeKind::Atomic { .. });
-        if qp.qp_type == QpType::Rc
+        if qp.qp_type.is_reliable()
             && ((is_rd && rd >= (qp.attr.max_rd_atomic.max(1)) as usize)
                 || (wqe.fenced() && rd > 0))
         {
@@ -251,7 +251,7 @@ fn report_local(qp: &mut Qp, ctx: &mut Ctx, index: u16, opcode: u8, f: &WqeFault
         );
     }
     send_cqe(qp, ctx, index, opcode, 0, Some(f.syndrome));
-    if qp.qp_type == QpType::Rc {
+    if qp.qp_type.is_reliable() {
         fail_qp(qp, ctx, Some(AsyncEvent::QpFatal(QpId(qp.qpn))));
     } else {
         enter_sqe(qp, ctx);
@@ -352,6 +352,7 @@ fn transport_of(t: QpType) -> Transport {
         QpType::Rc => Transport::Rc,
         QpType::Uc => Transport::Uc,
         QpType::Ud => Transport::Ud,
+        QpType::XrcSend | QpType::XrcRecv => Transport::Xrc,
     }
 }
 
@@ -540,8 +541,9 @@ fn execute(qp: &mut Qp, ctx: &mut Ctx, wqe: &SendWqe, index: u16) -> Result<(), 
             });
         }
     }
+    crate::transport::xrc::stamp_requests(wqe, &mut pending.frames);
     qp.req.psn = qp.req.psn.add(pending.npsn);
-    if qp.qp_type == QpType::Rc {
+    if qp.qp_type.is_reliable() {
         for f in &pending.frames {
             ctx.out.push(f.clone());
         }
@@ -608,7 +610,7 @@ fn segment(
             path.dest_qpn,
             p.first_psn.add(i as u32),
         );
-        bth.ack_req = last && t == Transport::Rc;
+        bth.ack_req = last && matches!(t, Transport::Rc | Transport::Xrc);
         bth.solicited = last && solicited && (!write || imm.is_some());
         let mut pkt = Packet::new(path.addr, bth);
         if i == 0 {
@@ -774,7 +776,8 @@ pub fn timers(qp: &mut Qp, ctx: &mut Ctx) -> bool {
 
 /// Handle a response packet (ACK, NAK, READ response, atomic ACK) for this requester.
 pub fn on_response(qp: &mut Qp, ctx: &mut Ctx, frame: &Frame) {
-    if qp.qp_type != QpType::Rc || !matches!(qp.state(), QpState::Rts | QpState::Sqd | QpState::Sqe)
+    if !qp.qp_type.is_reliable()
+        || !matches!(qp.state(), QpState::Rts | QpState::Sqd | QpState::Sqe)
     {
         ctx.counters.inc(CounterId::RxDropped);
         return;

@@ -125,6 +125,7 @@ pub struct Responder {
 
 fn send_back(qp: &Qp, ctx: &mut Ctx, req: &Packet, op: Opcode, psn: Psn) -> Packet {
     let _ = ctx;
+    let op = crate::transport::xrc::response_opcode(qp.qp_type, op);
     Packet::new(req.addr.reversed(), Bth::new(op, qp.attr.dest_qp_num, psn))
 }
 
@@ -177,7 +178,7 @@ fn class_c(qp: &mut Qp, ctx: &mut Ctx, req: &Packet, code: NakCode, why: &str) {
         why,
         "responder error"
     );
-    if qp.qp_type == QpType::Rc {
+    if qp.qp_type.is_reliable() {
         nak(qp, ctx, req, req.bth.psn, Syndrome::Nak(code));
     }
     if code == NakCode::RemoteAccessError {
@@ -188,7 +189,7 @@ fn class_c(qp: &mut Qp, ctx: &mut Ctx, req: &Packet, code: NakCode, why: &str) {
         _ => AsyncEvent::QpRequestError(QpId(qp.qpn)),
     };
     qp.resp.cur = None;
-    if qp.qp_type == QpType::Rc {
+    if qp.qp_type.is_reliable() {
         fail_qp(qp, ctx, Some(ev));
     }
 }
@@ -260,7 +261,10 @@ pub fn on_request(qp: &mut Qp, ctx: &mut Ctx, frame: &Frame) {
     let t = frame.pkt.bth.opcode.transport();
     let ok = matches!(
         (qp.qp_type, t),
-        (QpType::Rc, Transport::Rc) | (QpType::Uc, Transport::Uc) | (QpType::Ud, Transport::Ud)
+        (QpType::Rc, Transport::Rc)
+            | (QpType::Uc, Transport::Uc)
+            | (QpType::Ud, Transport::Ud)
+            | (QpType::XrcRecv, Transport::Xrc)
     );
     if !ok {
         ctx.counters.inc(CounterId::RxDropped);
@@ -270,6 +274,11 @@ pub fn on_request(qp: &mut Qp, ctx: &mut Ctx, frame: &Frame) {
         QpType::Ud => ud(qp, ctx, frame),
         QpType::Uc => uc(qp, ctx, frame),
         QpType::Rc => rc(qp, ctx, frame),
+        QpType::XrcRecv => match crate::transport::xrc::bind_target(qp, ctx, &frame.pkt) {
+            Ok(()) => rc(qp, ctx, frame),
+            Err(why) => class_c(qp, ctx, &frame.pkt, NakCode::InvalidRequest, why),
+        },
+        QpType::XrcSend => ctx.counters.inc(CounterId::RxDropped),
     }
 }
 
@@ -428,7 +437,7 @@ fn data_packet(qp: &mut Qp, ctx: &mut Ctx, frame: &Frame) {
     let pkt = &frame.pkt;
     let op = pkt.bth.opcode;
     let pos = op.position();
-    let rc = qp.qp_type == QpType::Rc;
+    let rc = qp.qp_type.is_reliable();
     if op.is_send() {
         if pos.starts_message() {
             if qp.resp.cur.is_some() {

@@ -102,6 +102,7 @@ impl Packet {
             ..self.bth
         }
         .emit(out);
+        emit_opt(&self.xrceth, out);
         emit_opt(&self.deth, out);
         emit_opt(&self.reth, out);
         emit_opt(&self.atomic_eth, out);
@@ -164,6 +165,7 @@ impl Packet {
 
         let (bth, mut rest) = Bth::parse(body)?;
         let op = bth.opcode;
+        let xrceth = parse_opt(op.has_xrceth(), &mut rest)?;
         let deth = parse_opt(op.has_deth(), &mut rest)?;
         let reth = parse_opt(op.has_reth(), &mut rest)?;
         let atomic_eth = parse_opt(op.has_atomic_eth(), &mut rest)?;
@@ -197,6 +199,7 @@ impl Packet {
                 ip_id: ip.id,
             },
             bth,
+            xrceth,
             deth,
             reth,
             atomic_eth,

@@ -34,7 +34,7 @@ pub use icrc::{icrc, ICRC_LEN};
 pub use opcode::{Opcode, Operation, Position, Transport};
 pub use packet::{
     gid_to_ipv4, ipv4_to_gid, Addressing, Aeth, AtomicAckEth, AtomicEth, Bth, Deth, Ecn, Ieth,
-    ImmDt, MacAddr, NakCode, Packet, Reth, Syndrome, ACK_CREDITS, DEFAULT_PKEY,
+    ImmDt, MacAddr, NakCode, Packet, Reth, Syndrome, Xrceth, ACK_CREDITS, DEFAULT_PKEY,
 };
 pub use psn::{Psn, PsnWindow};
 pub use segment::{packet_count, segment, MessageKind, Segment, SegmentError, Segments};

@@ -7,9 +7,10 @@ use core::fmt;
 
 /// The transport service: the top 3 bits of the BTH opcode (IBTA Vol 1 Table 38).
 ///
-/// Reliable Datagram (0x40) and XRC (0xA0) are not modelled: ConnectX does not implement RD, and
-/// the software ConnectX does not implement XRC, so their opcodes are rejected by
-/// [`Opcode::from_u8`].
+/// Reliable Datagram (0x40) is not modelled (ConnectX does not implement RD), so its opcodes are
+/// rejected by [`Opcode::from_u8`]. XRC (0xA0) has every operation of RC (IBTA Vol 1 Annex A14
+/// "Extended Reliable Connected Transport Service", its opcode table; Wireshark
+/// `packet-infiniband.c` `XRC_*`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[repr(u8)]
 pub enum Transport {
@@ -19,6 +20,8 @@ pub enum Transport {
     Uc = 0x20,
     /// Unreliable Datagram, opcode bits `011` (0x60).
     Ud = 0x60,
+    /// Extended Reliable Connection, opcode bits `101` (0xA0; IBTA Annex A14).
+    Xrc = 0xa0,
 }
 
 /// The operation: the low 5 bits of the BTH opcode (IBTA Vol 1 Table 38).
@@ -325,7 +328,7 @@ impl Opcode {
     /// (IBTA Vol 1 Table 38; `include/rdma/ib_pack.h`).
     pub const fn new(transport: Transport, operation: Operation) -> Option<Self> {
         let valid = match transport {
-            Transport::Rc => true,
+            Transport::Rc | Transport::Xrc => true,
             Transport::Uc => (operation as u8) <= 0x0b,
             Transport::Ud => {
                 matches!(
@@ -350,6 +353,7 @@ impl Opcode {
             0x00 => Transport::Rc,
             0x20 => Transport::Uc,
             0x60 => Transport::Ud,
+            0xa0 => Transport::Xrc,
             _ => return None,
         };
         match Operation::from_bits(byte) {
@@ -441,6 +445,12 @@ impl Opcode {
     /// Carries a Datagram Extended Transport Header: every UD packet (IBTA Vol 1 §9.3.2).
     pub const fn has_deth(self) -> bool {
         matches!(self.transport, Transport::Ud)
+    }
+
+    /// Carries an XRC Extended Transport Header (the target XRC SRQ): every XRC request
+    /// packet, none of the responses (IBTA Annex A14, XRCETH).
+    pub const fn has_xrceth(self) -> bool {
+        matches!(self.transport, Transport::Xrc) && self.operation.is_request()
     }
 
     /// See [`Operation::has_payload`].

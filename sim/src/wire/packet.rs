@@ -273,6 +273,19 @@ impl Deth {
     pub const LEN: usize = 8;
 }
 
+/// XRC Extended Transport Header (4 bytes, IBTA Annex A14): 8 reserved bits and the 24-bit
+/// number of the XRC SRQ the request is for; right after the BTH of every XRC request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub struct Xrceth {
+    /// XRC SRQ number (24 bits).
+    pub srqn: u32,
+}
+
+impl Xrceth {
+    /// Encoded length.
+    pub const LEN: usize = 4;
+}
+
 /// A 48-bit Ethernet MAC address.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Default, PartialOrd, Ord)]
 pub struct MacAddr(pub [u8; 6]);
@@ -404,13 +417,15 @@ impl Addressing {
 ///
 /// The extension headers are `Option`s; [`Packet::validate`] (called by emit) checks that exactly
 /// those the opcode carries are present (IBTA Vol 1 Table 38), in wire order
-/// BTH, DETH, RETH, AtomicETH, AETH, AtomicAckETH, ImmDt, IETH.
+/// BTH, XRCETH, DETH, RETH, AtomicETH, AETH, AtomicAckETH, ImmDt, IETH.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Packet {
     /// Ethernet/IPv4/UDP fields.
     pub addr: Addressing,
     /// Base Transport Header.
     pub bth: Bth,
+    /// XRCETH (XRC requests).
+    pub xrceth: Option<Xrceth>,
     /// DETH (UD).
     pub deth: Option<Deth>,
     /// RETH (WRITE first/only, READ request).
@@ -456,6 +471,7 @@ impl Packet {
         Self {
             addr,
             bth,
+            xrceth: None,
             deth: None,
             reth: None,
             atomic_eth: None,
@@ -477,6 +493,7 @@ impl Packet {
     pub const fn transport_header_len(&self) -> usize {
         let op = self.bth.opcode;
         Bth::LEN
+            + if op.has_xrceth() { Xrceth::LEN } else { 0 }
             + if op.has_deth() { Deth::LEN } else { 0 }
             + if op.has_reth() { Reth::LEN } else { 0 }
             + if op.has_atomic_eth() {
@@ -501,6 +518,7 @@ impl Packet {
         check_bits("BTH DestQP", self.bth.dest_qp.into(), 24)?;
         check_bits("BTH TVer", self.bth.tver.into(), 4)?;
         check_bits("IPv4 DSCP", self.addr.dscp.into(), 6)?;
+        check_header(op, "XRCETH", op.has_xrceth(), &self.xrceth)?;
         check_header(op, "DETH", op.has_deth(), &self.deth)?;
         check_header(op, "RETH", op.has_reth(), &self.reth)?;
         check_header(op, "AtomicETH", op.has_atomic_eth(), &self.atomic_eth)?;
@@ -515,6 +533,9 @@ impl Packet {
         check_header(op, "IETH", op.has_ieth(), &self.ieth)?;
         if let Some(deth) = &self.deth {
             check_bits("DETH SrcQP", deth.src_qp.into(), 24)?;
+        }
+        if let Some(x) = &self.xrceth {
+            check_bits("XRCETH XRCSRQ", x.srqn.into(), 24)?;
         }
         if let Some(aeth) = &self.aeth {
             check_bits("AETH MSN", aeth.msn.into(), 24)?;

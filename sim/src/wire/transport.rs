@@ -10,7 +10,9 @@
 
 use super::error::{Layer, ParseError};
 use super::opcode::Opcode;
-use super::packet::{Aeth, AtomicAckEth, AtomicEth, Bth, Deth, Ieth, ImmDt, Reth, Syndrome};
+use super::packet::{
+    Aeth, AtomicAckEth, AtomicEth, Bth, Deth, Ieth, ImmDt, Reth, Syndrome, Xrceth,
+};
 use super::psn::Psn;
 
 /// Splits the first `N` bytes off `buf` as an array, or reports the truncation.
@@ -209,6 +211,20 @@ impl WireHeader for Ieth {
     fn parse(buf: &[u8]) -> Result<(Self, &[u8]), ParseError> {
         let (b, rest) = take::<4>(buf, Layer::Transport)?;
         Ok((Ieth { rkey: be32(*b) }, rest))
+    }
+}
+
+// XRCETH (Annex A14): reserved(0) XRCSRQ(1-3).
+impl WireHeader for Xrceth {
+    const WIRE_LEN: usize = Xrceth::LEN;
+
+    fn emit(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&(self.srqn & 0xff_ffff).to_be_bytes());
+    }
+
+    fn parse(buf: &[u8]) -> Result<(Self, &[u8]), ParseError> {
+        let (b, rest) = take::<4>(buf, Layer::Transport)?;
+        Ok((Xrceth { srqn: be24(*b) }, rest))
     }
 }
 

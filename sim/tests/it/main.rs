@@ -23,3 +23,4 @@ mod wire_golden_rxe;
 mod wire_proptest;
 mod wire_segment;
 mod wrap;
+mod xrc_wire;

@@ -22,8 +22,10 @@ fn bytes<H: WireHeader>(h: &H) -> Vec<u8> {
     out
 }
 
-/// (opcode, BTH + extension header length) for every RC/UC/UD opcode of IBTA Vol 1 Table 38.
-const HEADER_LEN: [(u8, usize); 37] = [
+/// (opcode, BTH + extension header length) for every RC/UC/UD opcode of IBTA Vol 1 Table 38
+/// and every XRC opcode of Annex A14 (RC's operations at 0xA0, the requests with the 4-byte
+/// XRCETH after the BTH).
+const HEADER_LEN: [(u8, usize); 60] = [
     (0x00, 12),
     (0x01, 12),
     (0x02, 12),
@@ -61,12 +63,37 @@ const HEADER_LEN: [(u8, usize); 37] = [
     (0x2b, 32),
     (0x64, 20),
     (0x65, 24),
+    (0xa0, 16),
+    (0xa1, 16),
+    (0xa2, 16),
+    (0xa3, 20),
+    (0xa4, 16),
+    (0xa5, 20),
+    (0xa6, 32),
+    (0xa7, 16),
+    (0xa8, 16),
+    (0xa9, 20),
+    (0xaa, 32),
+    (0xab, 36),
+    (0xac, 32),
+    (0xad, 16),
+    (0xae, 12),
+    (0xaf, 16),
+    (0xb0, 16),
+    (0xb1, 16),
+    (0xb2, 24),
+    (0xb3, 44),
+    (0xb4, 44),
+    (0xb6, 20),
+    (0xb7, 20),
 ];
 
 /// Opcodes that carry a payload (SEND, WRITE, READ response).
-const WITH_PAYLOAD: [u8; 32] = [
+const WITH_PAYLOAD: [u8; 50] = [
     0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, 0x09, 0x0a, 0x0b, 0x0d, 0x0e, 0x0f, 0x10,
     0x16, 0x17, 0x20, 0x21, 0x22, 0x23, 0x24, 0x25, 0x26, 0x27, 0x28, 0x29, 0x2a, 0x2b, 0x64, 0x65,
+    0xa0, 0xa1, 0xa2, 0xa3, 0xa4, 0xa5, 0xa6, 0xa7, 0xa8, 0xa9, 0xaa, 0xab, 0xad, 0xae, 0xaf, 0xb0,
+    0xb6, 0xb7,
 ];
 
 #[test]
@@ -82,7 +109,11 @@ fn opcode_table() {
         let p = Packet::new(addressing(), Bth::new(op, 1, Psn::new(0)));
         assert_eq!(p.transport_header_len(), len, "{op}");
         assert_eq!(op.has_payload(), WITH_PAYLOAD.contains(&byte), "{op}");
-        assert_eq!(op.is_response(), matches!(byte, 0x0d..=0x12), "{op}");
+        assert_eq!(
+            op.is_response(),
+            matches!(byte, 0x0d..=0x12 | 0xad..=0xb2),
+            "{op}"
+        );
     }
     assert_eq!(Opcode::RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE.as_u8(), 0x0b);
     assert_eq!(Opcode::UC_SEND_LAST.as_u8(), 0x22);

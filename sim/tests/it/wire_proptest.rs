@@ -5,8 +5,8 @@ use std::net::Ipv4Addr;
 
 use mlx5_sim::wire::{
     icrc, Addressing, Aeth, AtomicAckEth, AtomicEth, Bth, Deth, Ecn, Ieth, ImmDt, MacAddr, NakCode,
-    Opcode, Packet, ParseError, Psn, Reth, RnrTimer, Syndrome, BTH_OFFSET, ICRC_LEN, IPV4_OFFSET,
-    UDP_OFFSET,
+    Opcode, Packet, ParseError, Psn, Reth, RnrTimer, Syndrome, Xrceth, BTH_OFFSET, ICRC_LEN,
+    IPV4_OFFSET, UDP_OFFSET,
 };
 use proptest::prelude::*;
 use proptest::test_runner::RngSeed;
@@ -65,6 +65,7 @@ prop_compose! {
         bth.ack_req = flags & 16 != 0;
         bth.pkey = pkey;
         let mut p = Packet::new(addr, bth);
+        p.xrceth = op.has_xrceth().then_some(Xrceth { srqn: src_qp });
         p.deth = op.has_deth().then_some(Deth { qkey, src_qp });
         p.reth = op.has_reth().then_some(Reth { va, rkey, dma_len: len });
         p.atomic_eth = op.has_atomic_eth().then_some(AtomicEth { va, rkey, swap_add: swap, compare: cmp });

@@ -8,6 +8,7 @@
 
 mod contract;
 mod events;
+mod mcast;
 
 use std::ffi::{c_int, CStr};
 use std::os::fd::RawFd;
@@ -299,6 +300,17 @@ impl VerbsDevice {
     /// mlx5, with `ibv_create_cq` (or `ibv_create_cq_ex` for ignore-overrun) elsewhere.
     /// `cqe_size` other than 64 is refused off mlx5, where it means nothing.
     pub fn create_cq_verbs(&self, attr: &CqInitAttr) -> Result<VerbsCq> {
+        self.create_cq_verbs_ts(attr, false)
+    }
+
+    /// [`VerbsDevice::create_cq_verbs`], with `IBV_WC_EX_WITH_COMPLETION_TIMESTAMP` in the
+    /// CQ's `wc_flags` when `timestamps` (mlx5 only: the CQE then carries the device clock,
+    /// `mlx5_hw::timestamp`).
+    pub(super) fn create_cq_verbs_ts(
+        &self,
+        attr: &CqInitAttr,
+        timestamps: bool,
+    ) -> Result<VerbsCq> {
         if attr.cqe == 0 || attr.cqe > i32::MAX as u32 {
             return Err(Error::InvalidArgument(format!(
                 "CQ size {} must be between 1 and {}",
@@ -320,7 +332,9 @@ impl VerbsDevice {
             None => std::ptr::null_mut(),
         };
         let created = if self.mlx5 {
-            mlx5::create_cq(self.ctx, attr, channel)
+            mlx5::create_cq(self.ctx, attr, channel, timestamps)
+        } else if timestamps {
+            Err(self.direct_path_error("completion timestamps"))
         } else {
             self.create_cq_plain(attr, channel)
         };

@@ -518,6 +518,46 @@ pub unsafe fn ibv_alloc_parent_domain(
 /// `ibv_query_rt_values_ex` through `verbs_get_ctx_op(context, query_rt_values)`
 /// (`EOPNOTSUPP` without it).
 ///
+/// `ibv_query_device_ex` (verbs.h `static inline`): the provider's `query_device_ex` when it has
+/// one and supports it, else the legacy `ibv_query_device` into `orig_attr` with the rest zeroed
+/// (the header's fallback on `EOPNOTSUPP` / `ENOSYS`); `EINVAL` for an input with a comp_mask.
+///
+/// # Safety
+///
+/// `context` is a live context; `input` is NULL or valid; `attr` is valid for writes.
+#[inline]
+pub unsafe fn ibv_query_device_ex(
+    context: *mut ibv_context,
+    input: *const ibv_query_device_ex_input,
+    attr: *mut ibv_device_attr_ex,
+) -> c_int {
+    // `struct ibv_query_device_ex_input` is one u32 comp_mask.
+    // SAFETY: a non-NULL `input` is valid (caller).
+    if !input.is_null() && unsafe { *(input as *const u32) } != 0 {
+        return libc::EINVAL;
+    }
+    // SAFETY: live context (caller).
+    if let Some(f) = unsafe { crate::verbs_get_ctx_op!(context, query_device_ex) } {
+        // SAFETY: the provider's op with the size of the struct it may fill.
+        let r = unsafe {
+            f(
+                context,
+                input,
+                attr,
+                core::mem::size_of::<ibv_device_attr_ex>(),
+            )
+        };
+        if r != libc::EOPNOTSUPP && r != libc::ENOSYS {
+            return r;
+        }
+    }
+    // SAFETY: `attr` is valid for writes (caller); all-zero is a valid value of every field.
+    unsafe {
+        core::ptr::write_bytes(attr, 0, 1);
+        ibv_query_device(context, core::ptr::addr_of_mut!((*attr).orig_attr))
+    }
+}
+
 /// # Safety
 ///
 /// `context` is a live context; `values` valid.

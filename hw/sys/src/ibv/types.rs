@@ -68,8 +68,6 @@ opaque! {
     ibv_wq_attr;
     /// `struct ibv_query_device_ex_input`.
     ibv_query_device_ex_input;
-    /// `struct ibv_device_attr_ex`.
-    ibv_device_attr_ex;
     /// `struct verbs_ex_private` (libibverbs-internal).
     verbs_ex_private;
     /// `struct ibv_poll_cq_attr`.
@@ -130,6 +128,28 @@ pub struct ibv_gid_global_t {
     pub subnet_prefix: u64,
     /// Big-endian interface id.
     pub interface_id: u64,
+}
+
+/// `struct ibv_device_attr_ex` (`ibv_query_device_ex`): the fields this crate reads, the rest
+/// kept as bytes so the struct has the header's size (400 bytes on 64-bit Linux, rdma-core 44;
+/// checked by the conformance oracle).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_device_attr_ex {
+    /// The legacy attributes.
+    pub orig_attr: ibv_device_attr,
+    /// Which extended fields are valid.
+    pub comp_mask: u32,
+    _pad0: u32,
+    /// `struct ibv_odp_caps` (not read here).
+    pub odp_caps: [u64; 3],
+    /// Bits of a CQE timestamp the device fills.
+    pub completion_timestamp_mask: u64,
+    /// The free-running clock's frequency in kHz.
+    pub hca_core_clock: u64,
+    /// `IBV_DEVICE_*` extended capability flags.
+    pub device_cap_flags_ex: u64,
+    _rest: [u64; 14],
 }
 
 /// `struct ibv_device_attr` (`ibv_query_device`).

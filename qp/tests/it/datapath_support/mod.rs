@@ -36,6 +36,10 @@ pub struct Opts {
     pub buf_len: usize,
     pub sig_all: bool,
     pub channel: bool,
+    /// The CQ is created with completion timestamps.
+    pub timestamps: bool,
+    /// QP creation flags (`create_qp_ex`).
+    pub create_flags: mlx5_hw::QpCreateFlags,
 }
 
 impl Default for Opts {
@@ -54,6 +58,8 @@ impl Default for Opts {
             buf_len: 1 << 16,
             sig_all: false,
             channel: false,
+            timestamps: false,
+            create_flags: mlx5_hw::QpCreateFlags::empty(),
         }
     }
 }
@@ -82,18 +88,21 @@ pub fn make_cq(dev: &SimDevice, cqe: u32, cqe_size: u32) -> Cq {
 pub fn side(dev: &SimDevice, o: &Opts, srq: Option<(SrqId, u32)>) -> Side {
     let pd = dev.alloc_pd().unwrap();
     let channel = o.channel.then(|| dev.create_comp_channel().unwrap());
-    let cq_info = dev
-        .create_cq(&CqInitAttr {
-            cqe: o.cqe,
-            cqe_size: o.cqe_size,
-            ignore_overrun: false,
-            channel,
-        })
-        .unwrap();
+    let cq_attr = CqInitAttr {
+        cqe: o.cqe,
+        cqe_size: o.cqe_size,
+        ignore_overrun: false,
+        channel,
+    };
+    let cq_info = if o.timestamps {
+        dev.create_cq_with_timestamps(&cq_attr).unwrap()
+    } else {
+        dev.create_cq(&cq_attr).unwrap()
+    };
     // SAFETY: the CQ lives as long as the device (never destroyed in tests).
     let cq = unsafe { Cq::from_layout(&cq_info.layout) }.unwrap();
     let info = dev
-        .create_qp(
+        .create_qp_ex(
             pd,
             &QpInitAttr {
                 qp_type: o.qp_type,
@@ -102,6 +111,10 @@ pub fn side(dev: &SimDevice, o: &Opts, srq: Option<(SrqId, u32)>) -> Side {
                 srq: srq.map(|s| s.0),
                 cap: o.cap,
                 sq_sig_all: o.sig_all,
+            },
+            &mlx5_hw::QpInitEx {
+                create_flags: o.create_flags,
+                ..Default::default()
             },
         )
         .unwrap();
@@ -187,7 +200,7 @@ pub fn connect_with(
                 | AttrMask::DEST_QPN
                 | AttrMask::RQ_PSN
         }
-        QpType::Ud => AttrMask::STATE,
+        QpType::Ud | QpType::XrcSend | QpType::XrcRecv => AttrMask::STATE,
     };
     tweak(&mut a);
     me.dev.modify_qp(id, &a, rtr_mask).unwrap();

@@ -1,0 +1,175 @@
+//! UD multicast on the software ConnectX: each device's group table and the fan-out of a
+//! multicast datagram to every attached QP on every device of the fabric (and, through the
+//! UDP ports, of the other processes).
+//!
+//! What the device does, and the sources:
+//! - A group is named by its GID; on RoCE v2 over IPv4 that is the IPv4-mapped group address
+//!   (224.0.0.0/4) and the frame goes to the group MAC `01:00:5e` + low 23 bits
+//!   (`mlx5_hw::Gid::multicast_mac`). A port accepts a multicast frame only when it has a QP
+//!   attached to the group and the destination MAC is the group's (a NIC filters multicast
+//!   by MAC, and the group is its steering rule); anything else is not received.
+//! - The BTH names QPN 0xFFFFFF ([`mlx5_hw::MULTICAST_QPN`]); the receiving port hands one
+//!   copy to every QP attached to the group that can receive, each checked against its own
+//!   Q_Key and receive queue like any UD datagram (Soft-RoCE `rxe_recv.c`
+//!   `rxe_rcv_mcast_pkt`: per-QP type/state and key checks, one clone per QP, a failure of
+//!   one QP not affecting the others). A datagram to QPN 0xFFFFFF that is not for a group
+//!   the port joined is dropped.
+//! - The sending QP gets its own datagram back when it is attached to the group, unless it
+//!   was created with `IBV_QP_CREATE_BLOCK_SELF_MCAST_LB` (verbs.h; mlx5 implements it in
+//!   the kernel's `create_qp` as a block of multicast loopback to the QP itself). Other QPs
+//!   of the sending device do receive it (multicast loopback is on for them).
+//! - Frames to other processes: a multicast frame a device sends goes to every UDP peer of
+//!   that device as well; a frame that arrived from a peer is delivered locally only, so
+//!   nothing circulates.
+//! - The software ConnectX models RoCE v2 over IPv4 only: IPv6 groups (ff00::/8) are
+//!   refused at attach with a clear error.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use mlx5_hw::{Gid, PortState, MULTICAST_QPN};
+
+use crate::counters::CounterId;
+use crate::transport::{responder, Frame};
+use crate::wire::{ipv4_to_gid, MacAddr};
+use crate::world::{WireFrame, World};
+
+/// One device's multicast state: the groups its QPs joined, and which QPs block the
+/// loopback of their own datagrams.
+#[derive(Debug, Default)]
+pub struct Groups {
+    groups: BTreeMap<[u8; 16], BTreeSet<u32>>,
+    block_self_lb: BTreeSet<u32>,
+}
+
+impl Groups {
+    /// Attach `qpn` to `gid`; false if it was attached already (nothing changes).
+    pub fn attach(&mut self, gid: &Gid, qpn: u32) -> bool {
+        self.groups.entry(gid.0).or_default().insert(qpn)
+    }
+
+    /// Detach `qpn` from `gid`; false if it was not attached.
+    pub fn detach(&mut self, gid: &Gid, qpn: u32) -> bool {
+        let Some(m) = self.groups.get_mut(&gid.0) else {
+            return false;
+        };
+        let was = m.remove(&qpn);
+        if m.is_empty() {
+            self.groups.remove(&gid.0);
+        }
+        was
+    }
+
+    /// Forget a destroyed QP: detach it from every group (uverbs detaches a QP's groups when
+    /// it is destroyed, `ib_uverbs_detach_umcast`).
+    pub fn forget_qp(&mut self, qpn: u32) {
+        self.groups.retain(|_, m| {
+            m.remove(&qpn);
+            !m.is_empty()
+        });
+        self.block_self_lb.remove(&qpn);
+    }
+
+    /// Mark `qpn` as created with `IBV_QP_CREATE_BLOCK_SELF_MCAST_LB`.
+    pub fn block_self_loopback(&mut self, qpn: u32) {
+        self.block_self_lb.insert(qpn);
+    }
+
+    /// The QPs attached to `gid`, in QPN order.
+    pub fn members(&self, gid: &Gid) -> Vec<u32> {
+        self.groups
+            .get(&gid.0)
+            .map(|m| m.iter().copied().collect())
+            .unwrap_or_default()
+    }
+
+    /// Whether any QP of the device is attached to `gid`.
+    pub fn joined(&self, gid: &Gid) -> bool {
+        self.groups.contains_key(&gid.0)
+    }
+
+    /// The groups `qpn` is attached to.
+    pub fn groups_of(&self, qpn: u32) -> Vec<Gid> {
+        self.groups
+            .iter()
+            .filter(|(_, m)| m.contains(&qpn))
+            .map(|(g, _)| Gid(*g))
+            .collect()
+    }
+}
+
+impl World {
+    /// Route a frame whose destination IPv4 address is a multicast group: to every UDP peer of
+    /// the device that sent it, and to every local device with an active port that joined the
+    /// group.
+    pub(crate) fn route_mcast(&mut self, f: WireFrame, ip: std::net::Ipv4Addr, mac: MacAddr) {
+        let gid = Gid(ipv4_to_gid(ip));
+        if gid.multicast_mac() != Some(mac.0) {
+            tracing::debug!(dst = %ip, %mac, "multicast frame to a MAC that is not its group's; no port accepts it");
+            return;
+        }
+        if let Some(u) = f
+            .from
+            .and_then(|s| self.devs.get(s))
+            .and_then(|d| d.udp.as_ref())
+        {
+            u.send_all(&f.bytes);
+        }
+        for i in 0..self.devs.len() {
+            let d = &self.devs[i];
+            if d.port.state != PortState::Active || !d.mcast.joined(&gid) {
+                continue;
+            }
+            self.deliver_bytes_from(i, f.bytes.clone(), f.from);
+        }
+    }
+
+    /// Hand a parsed datagram to QPN 0xFFFFFF on device `i` to every QP attached to its
+    /// group. `from` is the device that sent it (for the self-loopback block).
+    pub(crate) fn deliver_mcast(&mut self, i: usize, f: Frame, from: Option<usize>) {
+        let now = self.now;
+        let gid = Gid(ipv4_to_gid(f.pkt.addr.dst_ip));
+        let d = &mut self.devs[i];
+        let members = d.mcast.members(&gid);
+        if members.is_empty() || f.pkt.bth.dest_qp != MULTICAST_QPN {
+            d.counters.inc(CounterId::RxDropped);
+            return;
+        }
+        let src = f.pkt.deth.map(|x| x.src_qp);
+        let mut out = Vec::new();
+        for qpn in members {
+            if from == Some(i) && src == Some(qpn) && d.mcast.block_self_lb.contains(&qpn) {
+                continue;
+            }
+            d.with_qp(qpn, now, &mut out, |qp, ctx| {
+                if !qp.can_receive() {
+                    ctx.counters.inc(CounterId::RxDropped);
+                    return;
+                }
+                responder::on_request(qp, ctx, &f);
+            });
+        }
+        self.transmit(i, out);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn attach_detach_and_forget() {
+        let g = Gid::from_ipv4([239, 0, 0, 1]);
+        let h = Gid::from_ipv4([239, 0, 0, 2]);
+        let mut t = Groups::default();
+        assert!(t.attach(&g, 5));
+        assert!(!t.attach(&g, 5), "twice: no change");
+        assert!(t.attach(&g, 3));
+        assert!(t.attach(&h, 5));
+        assert_eq!(t.members(&g), vec![3, 5]);
+        assert!(t.detach(&g, 3));
+        assert!(!t.detach(&g, 3));
+        assert_eq!(t.groups_of(5), vec![g, h]);
+        t.forget_qp(5);
+        assert!(!t.joined(&g) && !t.joined(&h));
+    }
+}
