@@ -43,6 +43,7 @@ pub mod pcap;
 pub mod qp;
 pub mod sizing;
 pub mod srq;
+pub mod tap_port;
 pub mod transport;
 pub mod udp_port;
 pub mod wire;

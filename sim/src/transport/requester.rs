@@ -614,6 +614,15 @@ fn execute(qp: &mut Qp, ctx: &mut Ctx, wqe: &SendWqe, index: u16) -> Result<(), 
                     why: "no path".into(),
                 });
             };
+            if aop.is_masked() && path.foreign {
+                // The masked operands travel in the software ConnectX's own trailer; another
+                // RoCE implementation (rxe) would run a plain CmpSwap / FetchAdd and ignore the
+                // masks: silently wrong, so refuse.
+                return Err(WqeFault {
+                    syndrome: SYNDROME_LOCAL_QP_OP_ERR,
+                    why: "masked atomics need a software ConnectX peer; this QP's peer is reached through a TAP interface (another RoCE implementation would ignore the masks)".into(),
+                });
+            }
             let operation = match aop {
                 AtomicOp::Cas { .. } | AtomicOp::MaskedCs { .. } => Operation::CompareSwap,
                 _ => Operation::FetchAdd,

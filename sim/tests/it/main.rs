@@ -15,6 +15,7 @@ mod pcap_roundtrip;
 mod pcap_tshark;
 mod rc_ops;
 mod state;
+mod tap;
 mod threaded;
 mod threaded_doorbells;
 mod uc_ud;
