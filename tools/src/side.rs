@@ -507,6 +507,43 @@ impl Devices {
         }
     }
 
+    /// One software ConnectX with address `ip` bound to the Linux TAP interface `tap`, threaded:
+    /// it speaks native RoCEv2 on that link, so its peer is another RoCE implementation (e.g.
+    /// Soft-RoCE bound to the TAP netdev), not a software ConnectX in another process
+    /// ([`mlx5_sim::tap_port`]). Selected with `MLX5_SIM_TAP=NAME[,IPV4]` in the environment
+    /// of `lat` / `bw` ([`TAP_ENV`]).
+    pub fn sim_tap(tap: &str, ip: [u8; 4]) -> Result<Devices> {
+        let fabric = Fabric::new();
+        let name = format!("sim-{tap}");
+        let d: SimDevice = fabric.add_device(DeviceConfig::new(ip).name(&name));
+        d.bind_tap(tap).map_err(|e| Error::Net {
+            during: format!("bind the software ConnectX to TAP {tap}"),
+            source: e,
+        })?;
+        let thread = Some(fabric.start_thread());
+        Ok(Devices {
+            local: Arc::new(d.clone()),
+            peer: None,
+            sims: vec![d],
+            udp: OnceLock::new(),
+            software: true,
+            #[cfg(feature = "verbs")]
+            verbs: None,
+            name: format!(
+                "{name} (software ConnectX {}, native RoCEv2 on TAP {tap})",
+                std::net::Ipv4Addr::from(ip)
+            ),
+            fabric: Some(fabric),
+            thread,
+        })
+    }
+
+    /// Whether the software ConnectX is bound to a TAP interface (its peer is not a software
+    /// ConnectX: no UDP link to swap).
+    pub fn on_tap(&self) -> bool {
+        self.sims.first().is_some_and(|s| s.tap_stats().is_some())
+    }
+
     /// What the software ConnectX reported as driver bugs, one per line (empty when none or
     /// on a verbs device): printed when a run fails, since it says which side was wrong.
     pub fn driver_bugs(&self) -> Vec<String> {
@@ -635,6 +672,11 @@ pub fn on_devices<T>(tool: &str, c: &Common, f: impl FnOnce(&Devices) -> Result<
 /// two devices in this process, else one that reaches the peer process over UDP; `client`
 /// says which end this is); anything else is a verbs device, which needs the `verbs` feature.
 pub fn open_devices(name: &str, loopback: bool, client: bool) -> Result<Devices> {
+    if let (Some(tap), false) = (tap_from_env()?, loopback) {
+        if name == "sim" || name.starts_with("sim") {
+            return Devices::sim_tap(&tap.0, tap.1);
+        }
+    }
     if name == "sim" || name.starts_with("sim") && name[3..].chars().all(|c| c.is_ascii_digit()) {
         let d = if loopback {
             Devices::sim_pair(true)
@@ -649,6 +691,29 @@ pub fn open_devices(name: &str, loopback: bool, client: bool) -> Result<Devices>
         return Ok(d);
     }
     open_verbs(name, loopback)
+}
+
+/// The environment variable that binds `-d sim` to a TAP interface: `NAME[,IPV4]` (the
+/// address defaults to [`TAP_SIM_IP`]).
+pub const TAP_ENV: &str = "MLX5_SIM_TAP";
+
+/// The software ConnectX's address on a TAP link when [`TAP_ENV`] names none.
+pub const TAP_SIM_IP: [u8; 4] = [192, 168, 77, 2];
+
+fn tap_from_env() -> Result<Option<(String, [u8; 4])>> {
+    let Ok(v) = std::env::var(TAP_ENV) else {
+        return Ok(None);
+    };
+    let (name, ip) = match v.split_once(',') {
+        Some((n, ip)) => {
+            let ip: std::net::Ipv4Addr = ip.parse().map_err(|_| {
+                Error::Usage(format!("{TAP_ENV}={v}: {ip:?} is not an IPv4 address"))
+            })?;
+            (n.to_string(), ip.octets())
+        }
+        None => (v.clone(), TAP_SIM_IP),
+    };
+    Ok(Some((name, ip)))
 }
 
 #[cfg(feature = "verbs")]
@@ -883,7 +948,7 @@ impl Rendezvous {
             Rendezvous::Server(l) => rendezvous::accept(l)?,
             Rendezvous::Client { host, port } => rendezvous::connect(host, *port, timeout)?,
         };
-        let sim = match (devs.sims.first(), devs.peer.is_none()) {
+        let sim = match (devs.sims.first(), devs.peer.is_none() && !devs.on_tap()) {
             (Some(sim), true) => Some((sim, bind_udp(devs, sim, &stream)?)),
             _ => None,
         };
