@@ -183,13 +183,18 @@ mod interop {
         fn sim_ok(&mut self, what: &str) -> R<Wc> {
             let w = self.sim_wc()?;
             if !w.is_ok() {
-                return Err(format!("{what}: sim completion {:?} {:?}", w.opcode, w.status));
+                return Err(format!(
+                    "{what}: sim completion {:?} {:?}",
+                    w.opcode, w.status
+                ));
             }
             Ok(w)
         }
         fn rxe_wc(&mut self) -> R<Completion> {
             let v = self.vcq.wait(1, WAIT).map_err(e("rxe poll"))?;
-            v.first().copied().ok_or_else(|| "no completion on the rxe side".to_string())
+            v.first()
+                .copied()
+                .ok_or_else(|| "no completion on the rxe side".to_string())
         }
         fn rxe_ok(&mut self, what: &str) -> R<Completion> {
             let c = self.rxe_wc()?;
@@ -235,7 +240,13 @@ mod interop {
     // ---- the cases --------------------------------------------------------------------------
 
     fn send(env: &Env, size: usize, imm: Option<u32>, to_rxe: bool, t: QpType) -> R<()> {
-        let mut p = connect(env, Opts { qp_type: t, ..Opts::default() })?;
+        let mut p = connect(
+            env,
+            Opts {
+                qp_type: t,
+                ..Opts::default()
+            },
+        )?;
         let data = pattern(size, 3);
         if to_rxe {
             let r = p.rxe_sge(0, BUF as u32 / 2);
@@ -246,7 +257,9 @@ mod interop {
                 Some(i) => SendWr::send_imm(1, i),
                 None => SendWr::send(1),
             };
-            p.s.qps[0].post(&wr.sges(&sge).signaled()).map_err(e("sim post"))?;
+            p.s.qps[0]
+                .post(&wr.sges(&sge).signaled())
+                .map_err(e("sim post"))?;
             p.sim_ok("send")?;
             let c = p.rxe_ok("recv")?;
             if c.byte_len as usize != size || c.wr_id != 7 || c.imm != imm {
@@ -263,7 +276,9 @@ mod interop {
             p.rxe_ok("send")?;
             let w = p.sim_ok("recv")?;
             let want_imm = imm.unwrap_or(0);
-            if w.byte_len as usize != size || w.wr_id != 7 || (imm.is_some() && w.imm_data != want_imm)
+            if w.byte_len as usize != size
+                || w.wr_id != 7
+                || (imm.is_some() && w.imm_data != want_imm)
             {
                 return Err(format!("sim recv {w:?}"));
             }
@@ -272,7 +287,13 @@ mod interop {
     }
 
     fn write(env: &Env, size: usize, imm: Option<u32>, to_rxe: bool, t: QpType) -> R<()> {
-        let mut p = connect(env, Opts { qp_type: t, ..Opts::default() })?;
+        let mut p = connect(
+            env,
+            Opts {
+                qp_type: t,
+                ..Opts::default()
+            },
+        )?;
         let data = pattern(size, 9);
         if to_rxe {
             if imm.is_some() {
@@ -285,7 +306,9 @@ mod interop {
                 Some(i) => SendWr::write_imm(1, ra, i),
                 None => SendWr::write(1, ra),
             };
-            p.s.qps[0].post(&wr.sges(&sge).signaled()).map_err(e("sim post"))?;
+            p.s.qps[0]
+                .post(&wr.sges(&sge).signaled())
+                .map_err(e("sim post"))?;
             p.sim_ok("write")?;
             if imm.is_some() {
                 let c = p.rxe_ok("write-imm recv")?;
@@ -390,7 +413,9 @@ mod interop {
             let got = u64::from_be_bytes(p.s.buf.read(512, 8).try_into().map_err(|_| "len")?);
             let now = u64::from_ne_bytes(p.v.buf.read(256, 8).try_into().map_err(|_| "len")?);
             if got != orig || now != want {
-                return Err(format!("returned {got:#x} (want {orig:#x}), target now {now:#x} (want {want:#x})"));
+                return Err(format!(
+                    "returned {got:#x} (want {orig:#x}), target now {now:#x} (want {want:#x})"
+                ));
             }
         } else {
             p.s.buf.write(256, &orig.to_be_bytes());
@@ -415,7 +440,9 @@ mod interop {
             let got = u64::from_ne_bytes(p.v.buf.read(512, 8).try_into().map_err(|_| "len")?);
             let now = u64::from_be_bytes(p.s.buf.read(256, 8).try_into().map_err(|_| "len")?);
             if got != orig || now != want {
-                return Err(format!("returned {got:#x} (want {orig:#x}), target now {now:#x} (want {want:#x})"));
+                return Err(format!(
+                    "returned {got:#x} (want {orig:#x}), target now {now:#x} (want {want:#x})"
+                ));
             }
         }
         Ok(())
@@ -445,7 +472,8 @@ mod interop {
     fn ud(env: &Env, to_rxe: bool) -> R<()> {
         use mlx5_hw::{AhAttr, AttrMask, Device, Gid, GlobalRoute, QpAttr, QpState};
         const QKEY: u32 = 0x1111_2222;
-        let mut s = Side::new(Arc::new(env.sim.clone()), &cfg(QpType::Ud)).map_err(e("sim side"))?;
+        let mut s =
+            Side::new(Arc::new(env.sim.clone()), &cfg(QpType::Ud)).map_err(e("sim side"))?;
         let v = VerbsSide::new(env.verbs.clone(), &cfg(QpType::Ud)).map_err(e("rxe side"))?;
         let up = |dev: &dyn Device, qp: mlx5_hw::QpId| -> R<()> {
             let init = QpAttr {
@@ -461,7 +489,8 @@ mod interop {
                 qp_state: QpState::Rtr,
                 ..Default::default()
             };
-            dev.modify_qp(qp, &rtr, AttrMask::STATE).map_err(e("modify RTR"))?;
+            dev.modify_qp(qp, &rtr, AttrMask::STATE)
+                .map_err(e("modify RTR"))?;
             let rts = QpAttr {
                 qp_state: QpState::Rts,
                 sq_psn: 0x42,
@@ -520,9 +549,13 @@ mod interop {
             Ok(c)
         };
         if to_rxe {
-            vqp.post_recv(3, &[vsge(0, 2048)]).map_err(e("rxe post_recv"))?;
+            vqp.post_recv(3, &[vsge(0, 2048)])
+                .map_err(e("rxe post_recv"))?;
             s.buf.write(4096, &data);
-            let a = s.dev.create_ah(s.pd, &ah(rxe_gid, 0)).map_err(e("sim create_ah"))?;
+            let a = s
+                .dev
+                .create_ah(s.pd, &ah(rxe_gid, 0))
+                .map_err(e("sim create_ah"))?;
             let dest = mlx5_qp::UdDest::new(&a.av, vqpn, QKEY);
             let sge = [s.buf.sge(4096, 700)];
             s.qps[0]
@@ -579,7 +612,9 @@ mod interop {
         if to_rxe {
             p.s.buf.write(0, &data);
             let sge = [p.sim_sge(0, 200)];
-            p.s.qps[0].post(&SendWr::send(1).sges(&sge).signaled()).map_err(e("sim post"))?;
+            p.s.qps[0]
+                .post(&SendWr::send(1).sges(&sge).signaled())
+                .map_err(e("sim post"))?;
             if exhaust {
                 let w = p.sim_wc()?;
                 return match w.status {
@@ -602,7 +637,10 @@ mod interop {
                 return if c.status == IBV_WC_RNR_RETRY_EXC_ERR {
                     Ok(())
                 } else {
-                    Err(format!("rxe completion {}, want RNR retry exceeded", c.status_str()))
+                    Err(format!(
+                        "rxe completion {}, want RNR retry exceeded",
+                        c.status_str()
+                    ))
                 };
             }
             std::thread::sleep(Duration::from_millis(300));
@@ -622,11 +660,17 @@ mod interop {
         let data = pattern(size, 77);
         let netem = |on: bool| {
             let args: &[&str] = if on {
-                &["qdisc", "add", "dev", &env.tap, "root", "netem", "loss", "15%"]
+                &[
+                    "qdisc", "add", "dev", &env.tap, "root", "netem", "loss", "15%",
+                ]
             } else {
                 &["qdisc", "del", "dev", &env.tap, "root"]
             };
-            Command::new("tc").args(args).status().map(|s| s.success()).unwrap_or(false)
+            Command::new("tc")
+                .args(args)
+                .status()
+                .map(|s| s.success())
+                .unwrap_or(false)
         };
         if to_rxe {
             env.fabric.faults().all().drop_every(7);
@@ -684,7 +728,9 @@ mod interop {
         p.s.buf.write(0, &data);
         let sge = [p.sim_sge(0, size as u32)];
         let ra = p.rxe_remote(0)?;
-        p.s.qps[0].post(&SendWr::write(1, ra).sges(&sge).signaled()).map_err(e("sim post"))?;
+        p.s.qps[0]
+            .post(&SendWr::write(1, ra).sges(&sge).signaled())
+            .map_err(e("sim post"))?;
         p.sim_ok("write across the wrap")?;
         check("sim -> rxe", &p.v.buf.read(0, size), &data)?;
         let data2 = pattern(size, 44);
@@ -703,21 +749,30 @@ mod interop {
         check("rxe -> sim", &p.s.buf.read(size, size), &data2)?;
         // And a READ back across the wrap.
         let rsge = [p.sim_sge(2 * size, size as u32)];
-        p.s.qps[0].post(&SendWr::read(3, ra).sges(&rsge).signaled()).map_err(e("sim post"))?;
+        p.s.qps[0]
+            .post(&SendWr::read(3, ra).sges(&rsge).signaled())
+            .map_err(e("sim post"))?;
         p.sim_ok("read across the wrap")?;
         check("read", &p.s.buf.read(2 * size, size), &data)
     }
 
     fn parse() -> R<(String, [u8; 4], String, Option<String>, u64)> {
         let a: Vec<String> = std::env::args().skip(1).collect();
-        let get = |k: &str| a.iter().position(|x| x == k).and_then(|i| a.get(i + 1)).cloned();
+        let get = |k: &str| {
+            a.iter()
+                .position(|x| x == k)
+                .and_then(|i| a.get(i + 1))
+                .cloned()
+        };
         let tap = get("--tap").ok_or("--tap NAME needed")?;
         let ip: std::net::Ipv4Addr = get("--ip")
             .ok_or("--ip ADDR needed")?
             .parse()
             .map_err(e("--ip"))?;
         let rxe = get("--rxe").ok_or("--rxe DEVICE needed")?;
-        let delay = get("--delay-ms").map_or(Ok(0), |d| d.parse::<u64>()).map_err(e("--delay-ms"))?;
+        let delay = get("--delay-ms")
+            .map_or(Ok(0), |d| d.parse::<u64>())
+            .map_err(e("--delay-ms"))?;
         Ok((tap, ip.octets(), rxe, get("--only"), delay))
     }
 
@@ -755,14 +810,30 @@ mod interop {
         };
         type Case = (&'static str, fn(&Env) -> R<()>);
         let cases: &[Case] = &[
-            ("rc-send-3000-sim-to-rxe", |e| send(e, 3000, None, true, QpType::Rc)),
-            ("rc-send-3000-rxe-to-sim", |e| send(e, 3000, None, false, QpType::Rc)),
-            ("rc-send-imm-sim-to-rxe", |e| send(e, 100, Some(0xdead_beef), true, QpType::Rc)),
-            ("rc-send-imm-rxe-to-sim", |e| send(e, 100, Some(0xfeed_f00d), false, QpType::Rc)),
-            ("rc-write-5000-sim-to-rxe", |e| write(e, 5000, None, true, QpType::Rc)),
-            ("rc-write-5000-rxe-to-sim", |e| write(e, 5000, None, false, QpType::Rc)),
-            ("rc-write-imm-sim-to-rxe", |e| write(e, 2100, Some(0x1234_5678), true, QpType::Rc)),
-            ("rc-write-imm-rxe-to-sim", |e| write(e, 2100, Some(0x8765_4321), false, QpType::Rc)),
+            ("rc-send-3000-sim-to-rxe", |e| {
+                send(e, 3000, None, true, QpType::Rc)
+            }),
+            ("rc-send-3000-rxe-to-sim", |e| {
+                send(e, 3000, None, false, QpType::Rc)
+            }),
+            ("rc-send-imm-sim-to-rxe", |e| {
+                send(e, 100, Some(0xdead_beef), true, QpType::Rc)
+            }),
+            ("rc-send-imm-rxe-to-sim", |e| {
+                send(e, 100, Some(0xfeed_f00d), false, QpType::Rc)
+            }),
+            ("rc-write-5000-sim-to-rxe", |e| {
+                write(e, 5000, None, true, QpType::Rc)
+            }),
+            ("rc-write-5000-rxe-to-sim", |e| {
+                write(e, 5000, None, false, QpType::Rc)
+            }),
+            ("rc-write-imm-sim-to-rxe", |e| {
+                write(e, 2100, Some(0x1234_5678), true, QpType::Rc)
+            }),
+            ("rc-write-imm-rxe-to-sim", |e| {
+                write(e, 2100, Some(0x8765_4321), false, QpType::Rc)
+            }),
             ("rc-read-64-sim-from-rxe", |e| read(e, 64, true)),
             ("rc-read-64-rxe-from-sim", |e| read(e, 64, false)),
             ("rc-read-10000-sim-from-rxe", |e| read(e, 10000, true)),
@@ -774,10 +845,18 @@ mod interop {
             ("rc-masked-atomic-refused-toward-rxe", masked_refused),
             ("ud-send-sim-to-rxe", |e| ud(e, true)),
             ("ud-send-rxe-to-sim", |e| ud(e, false)),
-            ("uc-send-sim-to-rxe", |e| send(e, 3000, None, true, QpType::Uc)),
-            ("uc-send-rxe-to-sim", |e| send(e, 3000, None, false, QpType::Uc)),
-            ("uc-write-sim-to-rxe", |e| write(e, 3000, None, true, QpType::Uc)),
-            ("uc-write-rxe-to-sim", |e| write(e, 3000, None, false, QpType::Uc)),
+            ("uc-send-sim-to-rxe", |e| {
+                send(e, 3000, None, true, QpType::Uc)
+            }),
+            ("uc-send-rxe-to-sim", |e| {
+                send(e, 3000, None, false, QpType::Uc)
+            }),
+            ("uc-write-sim-to-rxe", |e| {
+                write(e, 3000, None, true, QpType::Uc)
+            }),
+            ("uc-write-rxe-to-sim", |e| {
+                write(e, 3000, None, false, QpType::Uc)
+            }),
             ("rc-rnr-late-recv-on-rxe", |e| rnr(e, true, false)),
             ("rc-rnr-late-recv-on-sim", |e| rnr(e, false, false)),
             ("rc-rnr-exhausted-sim-to-rxe", |e| rnr(e, true, true)),
