@@ -738,7 +738,7 @@ fn build_packet(qp: &Qp, ctx: &Ctx, p: &Pending, m: &Msg, k: u32) -> Result<Fram
         (true, false, _, true, true) => Operation::RdmaWriteLastWithImmediate,
     };
     let mut bth = Bth::new(opcode(t, operation), path.dest_qpn, p.first_psn.add(k));
-    bth.ack_req = t == Transport::Rc && (last || (k + 1) % ACK_EVERY == 0);
+    bth.ack_req = t == Transport::Rc && (last || (k + 1).is_multiple_of(ACK_EVERY));
     bth.solicited = last && m.solicited && (!m.write || m.imm.is_some());
     let mut pkt = Packet::new(path.addr, bth);
     if k == 0 {

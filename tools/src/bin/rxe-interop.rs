@@ -756,7 +756,10 @@ mod interop {
         check("read", &p.s.buf.read(2 * size, size), &data)
     }
 
-    fn parse() -> R<(String, [u8; 4], String, Option<String>, u64)> {
+    /// The command line: TAP name, sim address, rxe device, case filter, start delay (ms).
+    type Args = (String, [u8; 4], String, Option<String>, u64);
+
+    fn parse() -> R<Args> {
         let a: Vec<String> = std::env::args().skip(1).collect();
         let get = |k: &str| {
             a.iter()
