@@ -833,6 +833,20 @@ fn read(qp: &mut Qp, ctx: &mut Ctx, frame: &Frame, fresh: bool) {
         next: 0,
         msn: qp.resp.msn,
     };
+    if !fresh {
+        // A repeated READ supersedes what is still queued of an earlier response to the same
+        // PSNs: the requester lost it and asks again (IBTA Vol 1 §9.7.5.1.2 lets the responder
+        // stop a response and start the new one), so a requester that repeats itself while
+        // responses are queued cannot grow the queue with copies it will discard.
+        let (lo, hi) = (pkt.bth.psn, pkt.bth.psn.add(n));
+        qp.resp.tx.retain(|t| match t {
+            Tx::Read(o) => {
+                let next = o.req.bth.psn.add(o.next);
+                !(next.in_range(lo, hi) || lo.in_range(next, o.req.bth.psn.add(o.n)))
+            }
+            Tx::Frame(_) => true,
+        });
+    }
     if !qp.resp.tx.is_empty() {
         if qp.resp.tx.len() < TX_CAP {
             qp.resp.tx.push_back(Tx::Read(r));

@@ -110,3 +110,30 @@ fn an_mr_deregistered_during_a_write_fails_it_with_local_prot() {
     assert_eq!(c.opcode(), CQE_REQ_ERR);
     assert_eq!(c.as_err().syndrome, SYNDROME_LOCAL_PROT_ERR);
 }
+
+#[test]
+fn a_repeated_read_supersedes_the_response_still_queued() {
+    let mut p = Pair::new(Opts::new(QpType::Rc));
+    let len = 8 << 20; // 8192 response packets at MTU 1024.
+    let remote = p.mem(true, len);
+    let back = p.mem(false, len);
+    let data = pattern(len);
+    remote.write(0, &data);
+    // The READ request (PSN 200, A's first) arrives twice.
+    p.fabric.faults().all().duplicate_psns(p.b.qp.qpn(), [200]);
+    let before = p.b.dev.counter("port_xmit_packets");
+    let (ra, rkey, bl, ba) = (remote.addr(), remote.rkey(), back.lkey(), back.addr());
+    p.a.qp.post(OPCODE_RDMA_READ, 0, CTRL_CQ_UPDATE, 0, |w| {
+        w.push(&RaddrSeg::new(ra, rkey)).unwrap();
+        w.push(&DataSeg::new(len as u32, bl, ba)).unwrap();
+    });
+    p.run();
+    let c = p.a.scq.poll().expect("READ CQE");
+    assert_eq!(c.opcode(), CQE_REQ, "syndrome {:#x}", c.as_err().syndrome);
+    assert!(back.read(0, len) == data, "READ data");
+    let sent = p.b.dev.counter("port_xmit_packets") - before;
+    assert!(
+        sent < 8192 + 1024,
+        "{sent} response packets: the first response was not cut short by the repeat"
+    );
+}
