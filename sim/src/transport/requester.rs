@@ -752,7 +752,7 @@ fn build_packet(qp: &Qp, ctx: &Ctx, p: &Pending, m: &Msg, k: u32) -> Result<Fram
 }
 
 /// Send the next packets of the outstanding requests, in order, while the RC window
-/// ([`WINDOW`]) has room, at most [`BURST`] per call; a UC message completes when its last
+/// ([`WINDOW`]) has room, at most 64 packets per call; a UC message completes when its last
 /// packet is sent. A packet whose memory fails its check at send time fails its message with
 /// LOCAL_PROT. Returns whether anything was sent.
 pub fn pump(qp: &mut Qp, ctx: &mut Ctx) -> bool {
