@@ -77,6 +77,24 @@ if [ -x tools/rxe-vm/run-verbs-tests.sh ]; then
   tools/rxe-vm/run-verbs-tests.sh 2>&1 | tee -a target/test-output.txt
 fi
 
+if [ -x tools/rxe-vm/run-interop-tests.sh ]; then
+  echo "== interop: the software ConnectX on a TAP link against Soft-RoCE (VM)"
+  tools/rxe-vm/run-interop-tests.sh 2>&1 | tee -a target/test-output.txt
+fi
+
+# Memory bounded by the wire, not the message (per-packet gather/scatter): 50 WRITEs of 8 MiB
+# stay under 512 MB of peak RSS (the message was once gathered whole: 2.7 GB).
+echo "== bw write --loopback -s 8388608 -n 50: peak RSS"
+cargo build --release -p mlx5-tools --bin bw
+python3 - <<'PY'
+import resource, subprocess, sys
+subprocess.run(["target/release/bw", "write", "--loopback", "-s", "8388608", "-n", "50"],
+               check=True, stdout=subprocess.DEVNULL)
+kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+print(f"peak RSS {kb // 1024} MB")
+sys.exit(0 if kb < 512 * 1024 else 1)
+PY
+
 passed=$(grep -Eo '^test result: [a-zA-Z]+\. [0-9]+ passed' target/test-output.txt | awk '{s+=$4} END {print s+0}')
 failed=$(grep -Eo '[0-9]+ failed' target/test-output.txt | awk '{s+=$1} END {print s+0}')
 echo "summary: ${passed} passed, ${failed} failed"

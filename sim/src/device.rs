@@ -24,6 +24,7 @@ use crate::notify::CompChannel;
 use crate::qp::Qp;
 use crate::sizing::{self, cq_entries, qp_geometry, srq_geometry};
 use crate::srq::Srq;
+use crate::tap_port::{TapPort, TapStats};
 use crate::transport::flow_label_to_udp_sport;
 use crate::udp_port::{UdpPeer, UdpPort};
 use crate::world::{Dev, World};
@@ -128,6 +129,35 @@ impl SimDevice {
         }
         d.udp = Some(port);
         Ok(local)
+    }
+
+    /// Bind the device to the Linux TAP interface `name` (created beforehand with
+    /// `ip tuntap add NAME mode tap`, or created now with CAP_NET_ADMIN): the device then sends
+    /// and receives native RoCEv2 frames on that link, answers ARP for its IPv4 address, and
+    /// reaches every address that is not a device of this fabric (or a UDP peer) through it
+    /// ([`crate::tap_port`]). The port's active MTU follows the netdev's as on rxe (1500 gives
+    /// 1024). Binding again replaces the interface.
+    pub fn bind_tap(&self, name: &str) -> std::io::Result<()> {
+        let port = TapPort::open(name)?;
+        let mtu = crate::tap_port::roce_mtu(port.mtu());
+        let mut w = self.inner.lock();
+        let d = w.devs.get_mut(self.idx).ok_or_else(|| {
+            std::io::Error::new(std::io::ErrorKind::NotFound, "device left the fabric")
+        })?;
+        if mtu.bytes() < d.port.mtu.bytes() {
+            d.port.mtu = mtu;
+        }
+        d.tap = Some(port);
+        drop(w);
+        self.inner.waker.kick();
+        Ok(())
+    }
+
+    /// What the device's TAP interface received, answered and dropped; `None` before
+    /// [`bind_tap`](Self::bind_tap).
+    pub fn tap_stats(&self) -> Option<TapStats> {
+        let w = self.inner.lock();
+        Some(w.devs.get(self.idx)?.tap.as_ref()?.stats())
     }
 
     /// The receive buffer of the device's UDP socket as the kernel granted it

@@ -274,11 +274,16 @@ pub fn process_qp(qp: &mut Qp, ctx: &mut Ctx) -> bool {
         crate::doorbell::scan(qp, ctx.dev, ctx.bugs)
     };
     if qp.can_receive() {
+        work |= responder::pump(qp, ctx);
         work |= responder::flush_ack(qp, ctx);
     } else {
         qp.resp.ack_due = None;
+        qp.resp.tx.clear();
     }
     work |= requester::timers(qp, ctx);
+    if matches!(qp.state(), QpState::Rts | QpState::Sqd) {
+        work |= requester::pump(qp, ctx);
+    }
     match qp.state() {
         QpState::Error => work |= flush(qp, ctx),
         QpState::Sqe => work |= flush_sq(qp, ctx),

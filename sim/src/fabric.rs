@@ -378,6 +378,11 @@ fn thread_loop(inner: &Inner, stop: &AtomicBool) {
                         .iter()
                         .filter_map(|d| d.udp.as_ref().map(|u| u.as_raw_fd())),
                 )
+                .chain(
+                    w.devs
+                        .iter()
+                        .filter_map(|d| d.tap.as_ref().map(|t| t.as_raw_fd())),
+                )
                 .map(|fd| libc::pollfd {
                     fd,
                     events: libc::POLLIN,

@@ -21,6 +21,8 @@
 //!   without an answer is counted.
 //! - Devices in different processes talk over UDP on the loopback ([`udp_port`]), the frame
 //!   bytes as the datagram, so a client and a server can run as two programs.
+//! - A device bound to a Linux TAP interface speaks native RoCEv2 on that link, answering ARP
+//!   ([`tap_port`]), so another RoCE implementation (the kernel's Soft-RoCE) can be its peer.
 //! - Completions, arming and events follow the CQ contract ([`cq`]); completion channels and
 //!   asynchronous events are eventfds ([`notify`]); flushing follows IB verbs ([`engine`]).
 //! - Everything the driver can get wrong without hardware noticing is reported as a
@@ -44,6 +46,7 @@ pub mod pcap;
 pub mod qp;
 pub mod sizing;
 pub mod srq;
+pub mod tap_port;
 pub mod transport;
 pub mod udp_port;
 pub mod wire;

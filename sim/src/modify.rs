@@ -140,6 +140,7 @@ fn resolve_path(w: &World, idx: usize, attr: &QpAttr, qpn: u32) -> Result<Path> 
         addr,
         dest_qpn: attr.dest_qp_num,
         mtu: attr.path_mtu.bytes(),
+        foreign: ah.grh.as_ref().is_some_and(|g| w.through_tap(idx, &g.dgid)),
     })
 }
 

@@ -44,6 +44,7 @@ use crate::notify::{AsyncEvents, CompChannel};
 use crate::pcap::PcapWriter;
 use crate::qp::Qp;
 use crate::srq::Srq;
+use crate::tap_port::TapPort;
 use crate::transport::{ext_atomic, requester, responder, Frame};
 use crate::udp_port::UdpPort;
 use crate::wire::{MacAddr, Packet, ParseError, BTH_OFFSET, IPV4_OFFSET};
@@ -92,6 +93,8 @@ pub struct Dev {
     pub next_id: u32,
     /// The UDP socket to devices in other processes, when bound.
     pub udp: Option<UdpPort>,
+    /// The TAP interface carrying native RoCEv2 frames, when bound ([`crate::tap_port`]).
+    pub tap: Option<TapPort>,
     /// Scan doorbells in threaded mode ([`World::enter_threaded`]).
     pub threaded: bool,
     /// Multicast groups its QPs joined ([`crate::mcast`]).
@@ -119,6 +122,7 @@ impl Dev {
             counters: Counters::default(),
             next_id: 0x100,
             udp: None,
+            tap: None,
             threaded: false,
             mcast: crate::mcast::Groups::default(),
             xrc: crate::transport::xrc::XrcState::default(),
@@ -245,6 +249,9 @@ impl World {
             }
             if let Some(u) = &d.udp {
                 u.poll(&mut inbound);
+            }
+            if let Some(t) = &mut d.tap {
+                t.poll(d.port.ip, d.port.mac, &mut inbound);
             }
             outs.push(out);
         }
@@ -377,6 +384,12 @@ impl World {
             .and_then(|s| self.devs.get(s))
             .and_then(|d| d.udp.as_ref())
             .is_some_and(|u| u.send(ip, &f.bytes));
+        // Anything else a device sends leaves through its TAP interface, when it has one.
+        let sent = sent
+            || f.from
+                .and_then(|s| self.devs.get_mut(s))
+                .and_then(|d| d.tap.as_mut())
+                .is_some_and(|t| t.send(&f.bytes));
         if !sent {
             tracing::debug!(dst = %ip, %mac, "no device for frame; dropped");
         }
@@ -487,7 +500,25 @@ impl World {
             return Some((d.port.ip, d.port.mac));
         }
         let ip = crate::wire::gid_to_ipv4(&gid.0)?;
-        let p = self.devs.get(via)?.udp.as_ref()?.peer(ip)?;
-        Some((ip, p.mac))
+        let d = self.devs.get(via)?;
+        if let Some(p) = d.udp.as_ref().and_then(|u| u.peer(ip)) {
+            return Some((ip, p.mac));
+        }
+        // Through the TAP link every address is behind the kernel's netdev.
+        d.tap.as_ref().map(|t| (ip, t.peer_mac()))
+    }
+
+    /// Whether device `via` reaches GID `gid` through its TAP interface, i.e. the peer is some
+    /// other RoCEv2 implementation, not a software ConnectX.
+    pub fn through_tap(&self, via: usize, gid: &mlx5_hw::Gid) -> bool {
+        if self.devs.iter().any(|d| d.port.gid == *gid) {
+            return false;
+        }
+        let Some(d) = self.devs.get(via) else {
+            return false;
+        };
+        let udp_peer = crate::wire::gid_to_ipv4(&gid.0)
+            .is_some_and(|ip| d.udp.as_ref().is_some_and(|u| u.peer(ip).is_some()));
+        !udp_peer && d.tap.is_some()
     }
 }

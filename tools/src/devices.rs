@@ -86,6 +86,42 @@ impl Devices {
         })
     }
 
+    /// One software ConnectX with address `ip` bound to the Linux TAP interface `tap`, threaded:
+    /// it speaks native RoCEv2 on that link, so its peer is another RoCE implementation (e.g.
+    /// Soft-RoCE bound to the TAP netdev), not a software ConnectX in another process
+    /// (`mlx5_sim::tap_port`). Selected with `MLX5_SIM_TAP=NAME[,IPV4]` in the environment of
+    /// `lat` / `bw` ([`TAP_ENV`]).
+    pub fn sim_tap(tap: &str, ip: [u8; 4]) -> Result<Devices> {
+        let name = format!("sim-{tap}");
+        let fabric = SimFabric::threaded()?;
+        let d = fabric.add_device_with(DeviceConfig::new(ip).name(&name));
+        let sim = d
+            .sim_device()
+            .ok_or_else(|| Error::Usage("not a software ConnectX".into()))?;
+        sim.bind_tap(tap).map_err(|e| Error::Net {
+            during: format!("bind the software ConnectX to TAP {tap}"),
+            source: e,
+        })?;
+        Ok(Devices {
+            local: d,
+            peer: None,
+            udp: OnceLock::new(),
+            software: true,
+            #[cfg(feature = "verbs")]
+            verbs: None,
+            name: format!(
+                "{name} (software ConnectX {}, native RoCEv2 on TAP {tap})",
+                std::net::Ipv4Addr::from(ip)
+            ),
+        })
+    }
+
+    /// Whether the software ConnectX is bound to a TAP interface (its peer is not a software
+    /// ConnectX: no UDP link to swap).
+    pub fn on_tap(&self) -> bool {
+        self.sim().is_some_and(|s| s.tap_stats().is_some())
+    }
+
     /// The device the other end of a loopback run uses (this one when there is no other).
     pub fn peer_or_local(&self) -> &Context {
         self.peer.as_ref().unwrap_or(&self.local)
@@ -258,6 +294,9 @@ pub fn on_devices<T>(
 pub fn open_devices(name: &str, loopback: bool, client: bool) -> Result<Devices> {
     let sim = name.strip_prefix("sim");
     if sim.is_some_and(|n| n.chars().all(|c| c.is_ascii_digit())) {
+        if let (Some((tap, ip)), false) = (tap_from_env()?, loopback) {
+            return Devices::sim_tap(&tap, ip);
+        }
         return if loopback {
             Devices::sim_pair(true)
         } else {
@@ -265,6 +304,34 @@ pub fn open_devices(name: &str, loopback: bool, client: bool) -> Result<Devices>
         };
     }
     open_verbs(name, loopback)
+}
+
+/// The environment variable that binds `-d sim` to a TAP interface: `NAME[,IPV4]` (the
+/// address defaults to [`TAP_SIM_IP`]).
+pub const TAP_ENV: &str = "MLX5_SIM_TAP";
+
+/// The software ConnectX's address on a TAP link when [`TAP_ENV`] names none.
+pub const TAP_SIM_IP: [u8; 4] = [192, 168, 77, 2];
+
+fn tap_from_env() -> Result<Option<(String, [u8; 4])>> {
+    let Ok(v) = std::env::var(TAP_ENV) else {
+        return Ok(None);
+    };
+    let (name, ip) = match v.split_once(',') {
+        Some((n, ip)) => {
+            let ip: std::net::Ipv4Addr = ip.parse().map_err(|_| {
+                Error::Usage(format!("{TAP_ENV}={v}: {ip:?} is not an IPv4 address"))
+            })?;
+            (n.to_string(), ip.octets())
+        }
+        None => (v.clone(), TAP_SIM_IP),
+    };
+    if name.is_empty() {
+        return Err(Error::Usage(format!(
+            "{TAP_ENV}={v}: no TAP interface named"
+        )));
+    }
+    Ok(Some((name, ip)))
 }
 
 #[cfg(feature = "verbs")]

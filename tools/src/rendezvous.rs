@@ -284,7 +284,7 @@ impl Rendezvous {
             Rendezvous::Server(l) => accept(l)?,
             Rendezvous::Client { host, port } => connect(host, *port, timeout)?,
         };
-        let sim = match (devs.sim(), devs.peer.is_none()) {
+        let sim = match (devs.sim(), devs.peer.is_none() && !devs.on_tap()) {
             (Some(sim), true) => Some((sim, bind_udp(devs, sim, &stream)?)),
             _ => None,
         };

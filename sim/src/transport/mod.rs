@@ -38,6 +38,9 @@ pub struct Path {
     pub dest_qpn: u32,
     /// Path MTU in bytes.
     pub mtu: u32,
+    /// The peer is reached through a TAP interface: it is not a software ConnectX and knows
+    /// nothing of the masked-atomic trailer.
+    pub foreign: bool,
 }
 
 /// The RoCEv2 UDP source port of a flow label (the kernel's `rdma_flow_label_to_udp_sport`:

@@ -70,8 +70,15 @@ pub struct Pending {
     pub first_psn: Psn,
     /// PSNs consumed (0 for a NOP).
     pub npsn: u32,
-    /// The packets, for retransmission.
+    /// READ / atomic: the request packet, for retransmission. SEND and WRITE keep no packets:
+    /// they are gathered from the registered memory each time one is sent ([`Msg`]).
     pub frames: Vec<Frame>,
+    /// SEND / WRITE (RC, UC): what to gather and how to build its packets.
+    pub msg: Option<Msg>,
+    /// Request packets sent so far (rewound by a retransmission).
+    pub sent: u32,
+    /// RC SEND / WRITE: packets acknowledged so far (an ACK of a PSN inside the message).
+    pub acked: u32,
     /// Bytes of the message (CQE byte count).
     pub byte_len: u32,
     /// What completes it.
@@ -86,7 +93,51 @@ pub struct Pending {
     pub gap_resent: bool,
 }
 
+/// A SEND or WRITE message whose packets are gathered one by one as they are sent, as a NIC
+/// DMAs each packet's payload from the registered memory at send time (so memory is bounded
+/// by the path MTU times the send window, whatever the message size, and an MR deregistered
+/// in the middle of a message fails it).
+#[derive(Clone, Debug)]
+pub struct Msg {
+    /// Local data.
+    pub data: Gather,
+    /// Message length.
+    pub len: u32,
+    /// RDMA WRITE (else SEND).
+    pub write: bool,
+    /// RETH of the first packet (WRITE).
+    pub reth: Option<Reth>,
+    /// Immediate data of the last packet.
+    pub imm: Option<[u8; 4]>,
+    /// Solicited event requested.
+    pub solicited: bool,
+    /// XRC: the remote XRC SRQ every packet's XRCETH names (IBTA Annex A14).
+    pub xrc_srqn: Option<u32>,
+}
+
+/// Request packets an RC requester keeps sent and unacknowledged (READ and atomic requests
+/// count one each): the send window that bounds the device's memory. A multiple of
+/// [`ACK_EVERY`], so the last packet of a full window requests an ACK.
+pub const WINDOW: u32 = 128;
+
+/// AckReq is set on every `ACK_EVERY`-th packet of a long RC message besides its last (as
+/// rxe's requester does every `RXE_MAX_PKT_PER_ACK` packets, `rxe_req.c`; IBTA Vol 1 §9.7.2
+/// leaves when to request an ACK to the requester), so the window moves before the message
+/// ends.
+pub const ACK_EVERY: u32 = 64;
+
+/// Packets one pump sends at most (UC has no ACKs: this bounds what one step puts on the wire).
+const BURST: u32 = 64;
+
 impl Pending {
+    /// Request packets this request sends.
+    fn packets(&self) -> u32 {
+        if self.msg.is_some() {
+            self.npsn
+        } else {
+            self.frames.len() as u32
+        }
+    }
     fn last_psn(&self) -> Psn {
         self.first_psn.add(self.npsn.saturating_sub(1))
     }
@@ -133,7 +184,7 @@ fn ack_timeout(qp: &Qp) -> Option<u64> {
 }
 
 fn restart_timer(qp: &mut Qp, now: u64) {
-    qp.req.timer = if qp.req.outstanding.is_empty() {
+    qp.req.timer = if qp.req.outstanding.is_empty() || !qp.qp_type.is_reliable() {
         None
     } else {
         ack_timeout(qp).map(|t| now + t)
@@ -301,6 +352,73 @@ fn gather(qp: &Qp, ctx: &Ctx, data: &Gather) -> Result<Vec<u8>, WqeFault> {
     }
 }
 
+/// Check a gather list's keys, PD and bounds (LOCAL_PROT) without reading it.
+fn check_gather(qp: &Qp, ctx: &Ctx, data: &Gather) -> Result<(), WqeFault> {
+    let Gather::Sges(sges) = data else {
+        return Ok(());
+    };
+    for (i, s) in sges.iter().enumerate() {
+        if s.len == 0 {
+            continue;
+        }
+        ctx.mrs
+            .local(s.lkey, qp.pd, s.addr, s.len as u64, false)
+            .map_err(|e| {
+                prot(format!(
+                    "gather entry {i}: lkey {:#x} addr {:#x} len {}: {e:?}",
+                    s.lkey, s.addr, s.len
+                ))
+            })?;
+    }
+    Ok(())
+}
+
+/// Read `n` bytes at byte `offset` of a gather list (one packet's payload), checking each
+/// piece against its MR at this moment (LOCAL_PROT if it is gone).
+fn gather_range(
+    qp: &Qp,
+    ctx: &Ctx,
+    data: &Gather,
+    mut offset: u64,
+    n: usize,
+) -> Result<Vec<u8>, WqeFault> {
+    let sges = match data {
+        Gather::Inline(v) => {
+            let start = (offset as usize).min(v.len());
+            let end = start.saturating_add(n).min(v.len());
+            return Ok(v[start..end].to_vec());
+        }
+        Gather::Sges(s) => s,
+    };
+    let mut out = Vec::with_capacity(n);
+    for (i, s) in sges.iter().enumerate() {
+        if out.len() == n {
+            break;
+        }
+        let len = s.len as u64;
+        if offset >= len {
+            offset -= len;
+            continue;
+        }
+        let take = ((len - offset) as usize).min(n - out.len());
+        let addr = s.addr + offset;
+        let mr = ctx
+            .mrs
+            .local(s.lkey, qp.pd, addr, take as u64, false)
+            .map_err(|e| {
+                prot(format!(
+                    "gather entry {i}: lkey {:#x} addr {addr:#x} len {take} at send time: {e:?}",
+                    s.lkey
+                ))
+            })?;
+        let start = out.len();
+        out.resize(start + take, 0);
+        mr.region.read(addr, &mut out[start..]);
+        offset = 0;
+    }
+    Ok(out)
+}
+
 /// Check a local scatter list for LOCAL_WRITE.
 fn check_scatter(qp: &Qp, ctx: &Ctx, sges: &[Sge]) -> Result<(), WqeFault> {
     for (i, s) in sges.iter().enumerate() {
@@ -373,6 +491,9 @@ fn execute(qp: &mut Qp, ctx: &mut Ctx, wqe: &SendWqe, index: u16) -> Result<(), 
         first_psn: qp.req.psn,
         npsn: 0,
         frames: Vec::new(),
+        msg: None,
+        sent: 0,
+        acked: 0,
         byte_len: 0,
         expect: Expect::Ack,
         done: false,
@@ -435,39 +556,25 @@ fn execute(qp: &mut Qp, ctx: &mut Ctx, wqe: &SendWqe, index: u16) -> Result<(), 
             imm,
             ud: None,
         } => {
-            let payload = gather(qp, ctx, data)?;
-            pending.byte_len = payload.len() as u32;
-            segment(
-                qp,
-                ctx,
-                &mut pending,
-                t,
-                false,
-                None,
-                *imm,
-                wqe.solicited(),
-                &payload,
-            );
+            check_gather(qp, ctx, data)?;
+            message(qp, &mut pending, data, false, None, *imm, wqe.solicited())?;
         }
         WqeKind::Write { remote, data, imm } => {
-            let payload = gather(qp, ctx, data)?;
-            pending.byte_len = payload.len() as u32;
+            check_gather(qp, ctx, data)?;
             let reth = Reth {
                 va: remote.va,
                 rkey: remote.rkey,
-                dma_len: payload.len() as u32,
+                dma_len: data.len() as u32,
             };
-            segment(
+            message(
                 qp,
-                ctx,
                 &mut pending,
-                t,
+                data,
                 true,
                 Some(reth),
                 *imm,
                 wqe.solicited(),
-                &payload,
-            );
+            )?;
         }
         WqeKind::Read { remote, local } => {
             check_scatter(qp, ctx, local)?;
@@ -510,6 +617,15 @@ fn execute(qp: &mut Qp, ctx: &mut Ctx, wqe: &SendWqe, index: u16) -> Result<(), 
                     why: "no path".into(),
                 });
             };
+            if aop.is_masked() && path.foreign {
+                // The masked operands travel in the software ConnectX's own trailer; another
+                // RoCE implementation (rxe) would run a plain CmpSwap / FetchAdd and ignore the
+                // masks: silently wrong, so refuse.
+                return Err(WqeFault {
+                    syndrome: SYNDROME_LOCAL_QP_OP_ERR,
+                    why: "masked atomics need a software ConnectX peer; this QP's peer is reached through a TAP interface (another RoCE implementation would ignore the masks)".into(),
+                });
+            }
             let operation = match aop {
                 AtomicOp::Cas { .. } | AtomicOp::MaskedCs { .. } => Operation::CompareSwap,
                 _ => Operation::FetchAdd,
@@ -542,16 +658,18 @@ fn execute(qp: &mut Qp, ctx: &mut Ctx, wqe: &SendWqe, index: u16) -> Result<(), 
         }
     }
     crate::transport::xrc::stamp_requests(wqe, &mut pending.frames);
+    if let Some(m) = pending.msg.as_mut() {
+        m.xrc_srqn = wqe.xrc_srqn;
+    }
     qp.req.psn = qp.req.psn.add(pending.npsn);
-    if qp.qp_type.is_reliable() {
-        for f in &pending.frames {
-            ctx.out.push(f.clone());
-        }
+    if qp.qp_type != QpType::Ud {
+        // RC and UC: the packets go out from the send queue's order by [`pump`].
         let idle = qp.req.outstanding.is_empty();
         qp.req.outstanding.push_back(pending);
         if idle {
             restart_timer(qp, ctx.now);
         }
+        pump(qp, ctx);
         retire(qp, ctx);
     } else {
         for f in pending.frames.drain(..) {
@@ -564,65 +682,180 @@ fn execute(qp: &mut Qp, ctx: &mut Ctx, wqe: &SendWqe, index: u16) -> Result<(), 
     Ok(())
 }
 
-/// Build the packets of a SEND or WRITE message (IBTA §9.4: first/middle/last/only by path
-/// MTU; RETH on the first WRITE packet, ImmDt on the last, AckReq on the last RC packet).
+/// Describe a SEND or WRITE message (IBTA §9.4: first/middle/last/only by path MTU); its
+/// packets are built when sent ([`pump`]).
 #[allow(clippy::too_many_arguments)]
-fn segment(
+fn message(
     qp: &Qp,
-    ctx: &Ctx,
     p: &mut Pending,
-    t: Transport,
+    data: &Gather,
     write: bool,
     reth: Option<Reth>,
     imm: Option<[u8; 4]>,
     solicited: bool,
-    payload: &[u8],
-) {
+) -> Result<(), WqeFault> {
     let Some(path) = qp.path else {
-        tracing::error!(
-            device = ctx.dev,
-            qpn = qp.qpn,
-            "connected QP in RTS without a path"
-        );
+        return Err(WqeFault {
+            syndrome: SYNDROME_LOCAL_QP_OP_ERR,
+            why: "connected QP in RTS without a path".into(),
+        });
+    };
+    let len = data.len();
+    p.byte_len = len as u32;
+    p.npsn = len.div_ceil(path.mtu as u64).max(1) as u32;
+    p.msg = Some(Msg {
+        data: data.clone(),
+        len: len as u32,
+        write,
+        reth,
+        imm,
+        solicited,
+        xrc_srqn: None,
+    });
+    Ok(())
+}
+
+/// Build packet `k` of a SEND or WRITE message, gathering its payload now (RETH on the first
+/// WRITE packet, ImmDt on the last, AckReq on the last RC packet and every [`ACK_EVERY`]-th).
+fn build_packet(qp: &Qp, ctx: &Ctx, p: &Pending, m: &Msg, k: u32) -> Result<Frame, WqeFault> {
+    let Some(path) = qp.path else {
+        return Err(WqeFault {
+            syndrome: SYNDROME_LOCAL_QP_OP_ERR,
+            why: "connected QP in RTS without a path".into(),
+        });
+    };
+    let t = transport_of(qp.qp_type);
+    let mtu = path.mtu as u64;
+    let n = p.npsn;
+    let offset = k as u64 * mtu;
+    let size = (m.len as u64).saturating_sub(offset).min(mtu) as usize;
+    let payload = gather_range(qp, ctx, &m.data, offset, size)?;
+    let last = k + 1 == n;
+    let operation = match (m.write, n == 1, k == 0, last, m.imm.is_some()) {
+        (false, true, _, _, false) => Operation::SendOnly,
+        (false, true, _, _, true) => Operation::SendOnlyWithImmediate,
+        (false, false, true, _, _) => Operation::SendFirst,
+        (false, false, _, false, _) => Operation::SendMiddle,
+        (false, false, _, true, false) => Operation::SendLast,
+        (false, false, _, true, true) => Operation::SendLastWithImmediate,
+        (true, true, _, _, false) => Operation::RdmaWriteOnly,
+        (true, true, _, _, true) => Operation::RdmaWriteOnlyWithImmediate,
+        (true, false, true, _, _) => Operation::RdmaWriteFirst,
+        (true, false, _, false, _) => Operation::RdmaWriteMiddle,
+        (true, false, _, true, false) => Operation::RdmaWriteLast,
+        (true, false, _, true, true) => Operation::RdmaWriteLastWithImmediate,
+    };
+    let mut bth = Bth::new(opcode(t, operation), path.dest_qpn, p.first_psn.add(k));
+    bth.ack_req =
+        matches!(t, Transport::Rc | Transport::Xrc) && (last || (k + 1).is_multiple_of(ACK_EVERY));
+    bth.solicited = last && m.solicited && (!m.write || m.imm.is_some());
+    let mut pkt = Packet::new(path.addr, bth);
+    if k == 0 {
+        pkt.reth = m.reth;
+    }
+    if last {
+        pkt.imm = m.imm.map(|b| ImmDt(u32::from_be_bytes(b)));
+    }
+    pkt.payload = payload;
+    if let Some(srqn) = m.xrc_srqn {
+        pkt.xrceth = Some(crate::wire::packet::Xrceth { srqn });
+    }
+    Ok(Frame { pkt, ext: None })
+}
+
+/// Send the next packets of the outstanding requests, in order, while the RC window
+/// ([`WINDOW`]) has room, at most 64 packets per call; a UC message completes when its last
+/// packet is sent. A packet whose memory fails its check at send time fails its message with
+/// LOCAL_PROT. Returns whether anything was sent.
+pub fn pump(qp: &mut Qp, ctx: &mut Ctx) -> bool {
+    let rc = qp.qp_type.is_reliable();
+    let mut in_flight: u32 = if rc {
+        qp.req
+            .outstanding
+            .iter()
+            .filter(|p| !p.done)
+            .map(|p| p.sent.saturating_sub(p.acked))
+            .sum()
+    } else {
+        0
+    };
+    let mut budget = BURST;
+    let mut work = false;
+    let mut uc_done = false;
+    for i in 0..qp.req.outstanding.len() {
+        let p = &qp.req.outstanding[i];
+        if p.done || p.sent >= p.packets() {
+            continue;
+        }
+        while qp.req.outstanding[i].sent < qp.req.outstanding[i].packets() {
+            if budget == 0 || (rc && in_flight >= WINDOW) {
+                return finish_pump(qp, ctx, work, uc_done);
+            }
+            let p = &qp.req.outstanding[i];
+            let k = p.sent;
+            let frame = match &p.msg {
+                Some(m) => match build_packet(qp, ctx, p, m, k) {
+                    Ok(f) => f,
+                    Err(f) => {
+                        let index = p.index;
+                        fail_message(qp, ctx, index, &f);
+                        return true;
+                    }
+                },
+                None => match p.frames.get(k as usize) {
+                    Some(f) => f.clone(),
+                    None => break,
+                },
+            };
+            ctx.out.push(frame);
+            qp.req.outstanding[i].sent += 1;
+            in_flight += 1;
+            budget -= 1;
+            work = true;
+        }
+        if !rc {
+            // UC (IBTA §9.8): complete when the last packet is on the wire.
+            qp.req.outstanding[i].done = true;
+            uc_done = true;
+        }
+    }
+    finish_pump(qp, ctx, work, uc_done)
+}
+
+fn finish_pump(qp: &mut Qp, ctx: &mut Ctx, work: bool, uc_done: bool) -> bool {
+    if uc_done {
+        retire(qp, ctx);
+    }
+    work
+}
+
+/// A packet of the outstanding request with WQE `index` could not be gathered: earlier
+/// requests are flushed, it completes with the error, and the QP fails (RC) or enters SQE (UC).
+fn fail_message(qp: &mut Qp, ctx: &mut Ctx, index: u16, f: &WqeFault) {
+    tracing::warn!(device = ctx.dev, qpn = qp.qpn, index, syndrome = f.syndrome, why = %f.why, "send WQE failed while sending");
+    retire(qp, ctx);
+    let Some(pos) = qp.req.outstanding.iter().position(|p| p.index == index) else {
         return;
     };
-    let mtu = path.mtu as usize;
-    let n = payload.len().div_ceil(mtu).max(1);
-    for i in 0..n {
-        let chunk = &payload[(i * mtu).min(payload.len())..((i + 1) * mtu).min(payload.len())];
-        let last = i + 1 == n;
-        let operation = match (write, n == 1, i == 0, last, imm.is_some()) {
-            (false, true, _, _, false) => Operation::SendOnly,
-            (false, true, _, _, true) => Operation::SendOnlyWithImmediate,
-            (false, false, true, _, _) => Operation::SendFirst,
-            (false, false, _, false, _) => Operation::SendMiddle,
-            (false, false, _, true, false) => Operation::SendLast,
-            (false, false, _, true, true) => Operation::SendLastWithImmediate,
-            (true, true, _, _, false) => Operation::RdmaWriteOnly,
-            (true, true, _, _, true) => Operation::RdmaWriteOnlyWithImmediate,
-            (true, false, true, _, _) => Operation::RdmaWriteFirst,
-            (true, false, _, false, _) => Operation::RdmaWriteMiddle,
-            (true, false, _, true, false) => Operation::RdmaWriteLast,
-            (true, false, _, true, true) => Operation::RdmaWriteLastWithImmediate,
-        };
-        let mut bth = Bth::new(
-            opcode(t, operation),
-            path.dest_qpn,
-            p.first_psn.add(i as u32),
+    let earlier: Vec<Pending> = qp.req.outstanding.drain(..pos).collect();
+    for p in &earlier {
+        send_cqe(
+            qp,
+            ctx,
+            p.index,
+            p.opcode,
+            0,
+            Some(mlx5_cq::SYNDROME_WR_FLUSH_ERR),
         );
-        bth.ack_req = last && matches!(t, Transport::Rc | Transport::Xrc);
-        bth.solicited = last && solicited && (!write || imm.is_some());
-        let mut pkt = Packet::new(path.addr, bth);
-        if i == 0 {
-            pkt.reth = reth;
-        }
-        if last {
-            pkt.imm = imm.map(|b| ImmDt(u32::from_be_bytes(b)));
-        }
-        pkt.payload = chunk.to_vec();
-        p.frames.push(Frame { pkt, ext: None });
     }
-    p.npsn = n as u32;
+    if let Some(p) = qp.req.outstanding.pop_front() {
+        send_cqe(qp, ctx, p.index, p.opcode, 0, Some(f.syndrome));
+    }
+    if qp.qp_type.is_reliable() {
+        fail_qp(qp, ctx, Some(AsyncEvent::QpFatal(QpId(qp.qpn))));
+    } else {
+        enter_sqe(qp, ctx);
+    }
 }
 
 /// Retire completed requests from the front, writing CQEs for the signaled ones.
@@ -645,12 +878,22 @@ pub fn retire(qp: &mut Qp, ctx: &mut Ctx) {
 /// Returns whether an implied NAK resent requests.
 fn ack_upto(qp: &mut Qp, ctx: &mut Ctx, upto: Psn) -> bool {
     let mut progressed = false;
+    let mut partial = false;
     let mut implied = None;
     for p in qp.req.outstanding.iter_mut() {
         if p.done {
             continue;
         }
         if p.npsn > 0 && p.last_psn().is_after(upto) {
+            // An ACK inside a SEND/WRITE message (AckReq every ACK_EVERY packets) moves the
+            // window; the message completes with the ACK of its last packet.
+            if p.msg.is_some() && p.contains(upto) {
+                let a = p.first_psn.distance_to(upto) as u32 + 1;
+                if a > p.acked {
+                    p.acked = a;
+                    partial = true;
+                }
+            }
             break;
         }
         if p.expect != Expect::Ack {
@@ -666,6 +909,14 @@ fn ack_upto(qp: &mut Qp, ctx: &mut Ctx, upto: Psn) -> bool {
         qp.req.rnr_left = qp.attr.rnr_retry;
         retire(qp, ctx);
         restart_timer(qp, ctx.now);
+    } else if partial {
+        qp.req.retrying_from = None;
+        qp.req.retries_left = qp.attr.retry_cnt;
+        qp.req.rnr_left = qp.attr.rnr_retry;
+        restart_timer(qp, ctx.now);
+    }
+    if (progressed || partial) && implied.is_none() {
+        pump(qp, ctx);
     }
     if let Some(first) = implied {
         ctx.counters.inc(CounterId::ImpliedNakSeqErr);
@@ -696,18 +947,22 @@ fn resend_from(qp: &mut Qp, ctx: &mut Ctx, from: Psn) {
         if p.done {
             continue;
         }
-        if p.is_rd_atomic() && (p.contains(from) || p.first_psn.is_after(from)) {
-            // The whole READ is requested again: its responses restart at its first PSN.
-            p.next_resp = p.first_psn;
-        }
-        for (k, f) in p.frames.iter().enumerate() {
-            let psn = p.first_psn.add(k as u32);
-            if !psn.is_before(from) || p.contains(from) && k == 0 && p.is_rd_atomic() {
-                ctx.out.push(f.clone());
+        if p.is_rd_atomic() {
+            if p.contains(from) || p.first_psn.is_after(from) {
+                // The whole READ is requested again: its responses restart at its first PSN.
+                p.next_resp = p.first_psn;
+                p.sent = 0;
             }
+        } else if p.contains(from) {
+            p.sent = p.sent.min(p.first_psn.distance_to(from) as u32);
+            p.acked = p.acked.min(p.sent);
+        } else if p.first_psn.is_after(from) {
+            p.sent = 0;
+            p.acked = 0;
         }
     }
     restart_timer(qp, ctx.now);
+    pump(qp, ctx);
 }
 
 /// Fail the oldest request that is not complete with `syndrome` and move the QP to Error

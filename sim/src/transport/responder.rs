@@ -121,6 +121,130 @@ pub struct Responder {
     /// UC: the receive WQE of a message that was dropped, reused by the next message that
     /// consumes one (a UC message with a missing packet completes nothing, IBTA Vol 1 §9.8.3).
     pub held: Option<RecvWqe>,
+    /// Responses waiting behind a READ response still being streamed, in order.
+    pub tx: VecDeque<Tx>,
+}
+
+/// A response waiting to go out behind a READ response still being streamed.
+#[derive(Clone, Debug)]
+pub enum Tx {
+    /// An ACK, NAK or atomic ACK.
+    Frame(Frame),
+    /// A READ response not completely sent.
+    Read(ReadOut),
+}
+
+/// A READ response being sent: each packet's payload is read from the registered memory when
+/// it is sent (a NIC DMAs READ response data packet by packet), so memory is bounded by the
+/// MTU, not by the READ's length.
+#[derive(Clone, Debug)]
+pub struct ReadOut {
+    /// The request (addressing; no payload).
+    pub req: Packet,
+    /// Remote key.
+    pub rkey: u32,
+    /// Start address.
+    pub va: u64,
+    /// Length.
+    pub len: u64,
+    /// Packets in all.
+    pub n: u32,
+    /// Next packet to send.
+    pub next: u32,
+    /// MSN carried by the AETH of the first and last packet.
+    pub msn: u32,
+}
+
+/// READ response packets sent per step at most (the rest follows at later steps).
+const READ_BURST: u32 = 64;
+
+/// Most responses that may wait behind a streamed READ (a broken requester repeating READs
+/// cannot grow it without bound; beyond it responses are dropped and counted).
+const TX_CAP: usize = 1024;
+
+/// Put a response on the wire, or behind a READ response still being streamed.
+fn emit(qp: &mut Qp, ctx: &mut Ctx, f: Frame) {
+    if qp.resp.tx.is_empty() {
+        ctx.out.push(f);
+    } else if qp.resp.tx.len() < TX_CAP {
+        qp.resp.tx.push_back(Tx::Frame(f));
+    } else {
+        ctx.counters.inc(CounterId::RxDropped);
+    }
+}
+
+/// Send up to [`READ_BURST`] packets of a READ response; true when it is complete.
+fn stream_read(qp: &mut Qp, ctx: &mut Ctx, r: &mut ReadOut) -> bool {
+    let mtu = qp.path.map(|p| p.mtu).unwrap_or(1024) as u64;
+    let mut budget = READ_BURST;
+    while r.next < r.n {
+        if budget == 0 {
+            return false;
+        }
+        budget -= 1;
+        let i = r.next;
+        let op = match (r.n, i) {
+            (1, _) => Opcode::RC_RDMA_READ_RESPONSE_ONLY,
+            (_, 0) => Opcode::RC_RDMA_READ_RESPONSE_FIRST,
+            (_, k) if k + 1 == r.n => Opcode::RC_RDMA_READ_RESPONSE_LAST,
+            _ => Opcode::RC_RDMA_READ_RESPONSE_MIDDLE,
+        };
+        let off = i as u64 * mtu;
+        let size = r.len.saturating_sub(off).min(mtu);
+        let mut data = vec![0u8; size as usize];
+        if size > 0 {
+            match ctx
+                .mrs
+                .remote(r.rkey, qp.pd, r.va + off, size, AccessFlags::REMOTE_READ)
+            {
+                Ok(mr) => {
+                    mr.region.read(r.va + off, &mut data);
+                }
+                Err(e) => {
+                    // The MR went away while the response was being sent.
+                    qp.resp.tx.clear();
+                    let why = format!(
+                        "READ rkey {:#x} va {:#x} at offset {off}: {e:?}",
+                        r.rkey, r.va
+                    );
+                    let req = r.req.clone();
+                    class_c(qp, ctx, &req, NakCode::RemoteAccessError, &why);
+                    return true;
+                }
+            }
+        }
+        let mut p = send_back(qp, ctx, &r.req, op, r.req.bth.psn.add(i));
+        if op.has_aeth() {
+            p.aeth = Some(Aeth {
+                syndrome: Syndrome::Ack {
+                    credits: Syndrome::CREDITS_INVALID,
+                },
+                msn: r.msn,
+            });
+        }
+        p.payload = data;
+        ctx.out.push(Frame { pkt: p, ext: None });
+        r.next += 1;
+    }
+    true
+}
+
+/// Send what waits behind a streamed READ response; returns whether anything was sent.
+pub fn pump(qp: &mut Qp, ctx: &mut Ctx) -> bool {
+    let mut work = false;
+    while let Some(t) = qp.resp.tx.pop_front() {
+        work = true;
+        match t {
+            Tx::Frame(f) => ctx.out.push(f),
+            Tx::Read(mut r) => {
+                if !stream_read(qp, ctx, &mut r) {
+                    qp.resp.tx.push_front(Tx::Read(r));
+                    break;
+                }
+            }
+        }
+    }
+    work
 }
 
 fn send_back(qp: &Qp, ctx: &mut Ctx, req: &Packet, op: Opcode, psn: Psn) -> Packet {
@@ -133,7 +257,7 @@ fn send_back(qp: &Qp, ctx: &mut Ctx, req: &Packet, op: Opcode, psn: Psn) -> Pack
 pub fn flush_ack(qp: &mut Qp, ctx: &mut Ctx) -> bool {
     match qp.resp.ack_due.take() {
         Some(p) => {
-            ctx.out.push(Frame { pkt: p, ext: None });
+            emit(qp, ctx, Frame { pkt: p, ext: None });
             true
         }
         None => false,
@@ -158,7 +282,7 @@ fn nak(qp: &mut Qp, ctx: &mut Ctx, req: &Packet, psn: Psn, syndrome: Syndrome) {
         syndrome,
         msn: qp.resp.msn,
     });
-    ctx.out.push(Frame { pkt: p, ext: None });
+    emit(qp, ctx, Frame { pkt: p, ext: None });
 }
 
 fn remember(qp: &mut Qp, r: RdAtomic) {
@@ -680,58 +804,66 @@ fn read(qp: &mut Qp, ctx: &mut Ctx, frame: &Frame, fresh: bool) {
             "READ longer than 2^31 bytes",
         );
     }
-    let mut data = Vec::new();
     if len > 0 {
-        // Check before allocating: the length comes from the wire.
-        match ctx
+        // The whole range is checked when the request arrives; each packet is read when sent.
+        if let Err(e) = ctx
             .mrs
             .remote(reth.rkey, qp.pd, reth.va, len, AccessFlags::REMOTE_READ)
         {
-            Ok(mr) => {
-                data = vec![0u8; len as usize];
-                mr.region.read(reth.va, &mut data);
-            }
-            Err(e) => {
-                let why = format!(
-                    "READ rkey {:#x} va {:#x} len {len}: {e:?}",
-                    reth.rkey, reth.va
-                );
-                return class_c(qp, ctx, pkt, NakCode::RemoteAccessError, &why);
-            }
+            let why = format!(
+                "READ rkey {:#x} va {:#x} len {len}: {e:?}",
+                reth.rkey, reth.va
+            );
+            return class_c(qp, ctx, pkt, NakCode::RemoteAccessError, &why);
         }
     }
-    let mtu = qp.path.map(|p| p.mtu).unwrap_or(1024) as usize;
-    let n = data.len().div_ceil(mtu).max(1);
+    let mtu = qp.path.map(|p| p.mtu).unwrap_or(1024) as u64;
+    let n = len.div_ceil(mtu).max(1) as u32;
     if fresh {
         qp.resp.msn = (qp.resp.msn + 1) & 0x00ff_ffff;
-        qp.resp.epsn = pkt.bth.psn.add(n as u32);
+        qp.resp.epsn = pkt.bth.psn.add(n);
         remember(
             qp,
             RdAtomic::Read {
                 psn: pkt.bth.psn,
-                npsn: n as u32,
+                npsn: n,
             },
         );
     }
     flush_ack(qp, ctx);
-    for i in 0..n {
-        let op = match (n, i) {
-            (1, _) => Opcode::RC_RDMA_READ_RESPONSE_ONLY,
-            (_, 0) => Opcode::RC_RDMA_READ_RESPONSE_FIRST,
-            (_, k) if k + 1 == n => Opcode::RC_RDMA_READ_RESPONSE_LAST,
-            _ => Opcode::RC_RDMA_READ_RESPONSE_MIDDLE,
-        };
-        let mut p = send_back(qp, ctx, pkt, op, pkt.bth.psn.add(i as u32));
-        if op.has_aeth() {
-            p.aeth = Some(Aeth {
-                syndrome: Syndrome::Ack {
-                    credits: Syndrome::CREDITS_INVALID,
-                },
-                msn: qp.resp.msn,
-            });
+    let mut req = pkt.clone();
+    req.payload = Vec::new();
+    let mut r = ReadOut {
+        req,
+        rkey: reth.rkey,
+        va: reth.va,
+        len,
+        n,
+        next: 0,
+        msn: qp.resp.msn,
+    };
+    if !fresh {
+        // A repeated READ supersedes what is still queued of an earlier response to the same
+        // PSNs: the requester lost it and asks again (IBTA Vol 1 §9.7.5.1.2 lets the responder
+        // stop a response and start the new one), so a requester that repeats itself while
+        // responses are queued cannot grow the queue with copies it will discard.
+        let (lo, hi) = (pkt.bth.psn, pkt.bth.psn.add(n));
+        qp.resp.tx.retain(|t| match t {
+            Tx::Read(o) => {
+                let next = o.req.bth.psn.add(o.next);
+                !(next.in_range(lo, hi) || lo.in_range(next, o.req.bth.psn.add(o.n)))
+            }
+            Tx::Frame(_) => true,
+        });
+    }
+    if !qp.resp.tx.is_empty() {
+        if qp.resp.tx.len() < TX_CAP {
+            qp.resp.tx.push_back(Tx::Read(r));
+        } else {
+            ctx.counters.inc(CounterId::RxDropped);
         }
-        p.payload = data[(i * mtu).min(data.len())..((i + 1) * mtu).min(data.len())].to_vec();
-        ctx.out.push(Frame { pkt: p, ext: None });
+    } else if !stream_read(qp, ctx, &mut r) {
+        qp.resp.tx.push_back(Tx::Read(r));
     }
 }
 
@@ -808,7 +940,7 @@ fn atomic_ack(qp: &mut Qp, ctx: &mut Ctx, req: &Packet, orig: u64) {
         msn: qp.resp.msn,
     });
     p.atomic_ack_eth = Some(AtomicAckEth { orig });
-    ctx.out.push(Frame { pkt: p, ext: None });
+    emit(qp, ctx, Frame { pkt: p, ext: None });
 }
 
 /// A duplicate request (IBTA §9.7.5.1.2): never executed twice. A READ or atomic is answered

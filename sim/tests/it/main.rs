@@ -1,6 +1,7 @@
 //! The integration tests of this crate, one test binary (link time dominates on small
 //! machines): one module per area.
 
+mod bounded;
 mod common;
 mod doorbell;
 mod errors;
@@ -14,6 +15,7 @@ mod pcap_roundtrip;
 mod pcap_tshark;
 mod rc_ops;
 mod state;
+mod tap;
 mod threaded;
 mod threaded_doorbells;
 mod uc_ud;

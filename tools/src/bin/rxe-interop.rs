@@ -1,0 +1,972 @@
+//! Interop cases between the software ConnectX on a TAP link and the kernel's Soft-RoCE.
+//!
+//! ```text
+//! rxe-interop --tap tap0 --ip 192.168.77.2 --rxe rxe_tap [--only NAME] [--delay-ms N]
+//! ```
+//!
+//! One process holds both ends: a software ConnectX bound to the TAP interface (`--tap`, its
+//! address `--ip`), driven through this project's direct data path, and the Soft-RoCE device
+//! bound to the TAP netdev (`--rxe`), driven through libibverbs. For every case the two QPs
+//! are connected over a TCP control connection on 127.0.0.1 with this project's handshake
+//! (`mlx5_connect::Connection` on both ends), then the case posts on both sides and checks the
+//! data and the completions on both. Each case prints `ok NAME` or `FAIL NAME: why`; `done` ends
+//! the run. `--delay-ms` waits that long after opening the TAP interface (which gives the link
+//! carrier) before the first case, for a capture to start on it. Runs inside the rxe-vm guest (`tools/rxe-vm/run-interop-tests.sh`).
+
+#[cfg(feature = "verbs")]
+mod interop {
+    use std::net::TcpListener;
+    use std::process::{Command, ExitCode};
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use mlx5_connect::{ConnectParams, Connection, ControlOnly, QpLink};
+    use mlx5_ctx::{Context, SimFabric};
+    use mlx5_hw::verbs::baseline::{
+        BaselineCq, BaselineQp, Completion, SendOp as VOp, SendWr as VWr, Sge as VSge,
+        UdDest as VUd,
+    };
+    use mlx5_hw::verbs::VerbsDevice;
+    use mlx5_hw::QpType;
+    use mlx5_qp::{Qp, RemoteAddr, SendWr, Sge, Wc, WcOpcode};
+    use mlx5_sim::{DeviceConfig, Fabric, SimDevice};
+    use mlx5_tools::resources::{
+        Resources as Side, ResourcesCfg as SideCfg, VerbsResources as VerbsSide,
+    };
+
+    type R<T> = std::result::Result<T, String>;
+
+    fn e<E: std::fmt::Display>(what: &'static str) -> impl Fn(E) -> String {
+        move |x| format!("{what}: {x}")
+    }
+
+    /// How long a case waits for a completion (TCG is slow; nothing is timed).
+    const WAIT: Duration = Duration::from_secs(30);
+    /// The buffer of each end.
+    const BUF: usize = 1 << 17;
+    /// `IBV_WC_RNR_RETRY_EXC_ERR` (verbs.h).
+    const IBV_WC_RNR_RETRY_EXC_ERR: u32 = 13;
+
+    struct Env {
+        sim: SimDevice,
+        fabric: Fabric,
+        sim_ctx: Context,
+        verbs_ctx: Context,
+        verbs: Arc<VerbsDevice>,
+        tap: String,
+    }
+
+    /// One connected pair.
+    struct Pair<'v> {
+        s: Side,
+        sc: Connection,
+        v: VerbsSide,
+        vqp: BaselineQp<'v>,
+        vcq: BaselineCq<'v>,
+        vc: Connection,
+    }
+
+    #[derive(Clone, Copy)]
+    struct Opts {
+        qp_type: QpType,
+        psn: Option<u32>,
+        sim_rnr_retry: u8,
+        rxe_rnr_retry: u8,
+    }
+
+    impl Default for Opts {
+        fn default() -> Self {
+            Opts {
+                qp_type: QpType::Rc,
+                psn: None,
+                sim_rnr_retry: 7,
+                rxe_rnr_retry: 7,
+            }
+        }
+    }
+
+    fn cfg(t: QpType) -> SideCfg {
+        SideCfg {
+            qp_type: t,
+            qps: 1,
+            sq_depth: 64,
+            rq_depth: 64,
+            inline: 0,
+            buf_len: BUF,
+            srq: None,
+        }
+    }
+
+    fn connect(env: &Env, o: Opts) -> R<Pair<'_>> {
+        let mut s = Side::new(&env.sim_ctx, &cfg(o.qp_type)).map_err(e("sim side"))?;
+        let v = VerbsSide::new(&env.verbs_ctx, env.verbs.clone(), &cfg(o.qp_type))
+            .map_err(e("rxe side"))?;
+        let mut sp = ConnectParams::default().with_buffer(s.remote_buffer());
+        let mut vp = ConnectParams::default().with_buffer(v.remote_buffer());
+        sp.rnr_retry = o.sim_rnr_retry;
+        vp.rnr_retry = o.rxe_rnr_retry;
+        sp.min_rnr_timer = 1;
+        vp.min_rnr_timer = 1;
+        sp.timeout = 14;
+        vp.timeout = 14;
+        sp.gid_index = 0;
+        vp.gid_index = 1; // The RoCE v2 IPv4 GID of the TAP netdev.
+        if let Some(p) = o.psn {
+            sp = sp.with_psn(p);
+            vp = vp.with_psn(p);
+        }
+        let listener = TcpListener::bind("127.0.0.1:0").map_err(e("listen"))?;
+        let addr = listener.local_addr().map_err(e("listen"))?;
+        let vdev = v.context().device_arc();
+        let vref = v.qp_ref(0);
+        let (sc, vc) = std::thread::scope(|scope| {
+            let h = scope.spawn(move || {
+                Connection::connect(addr, &*vdev, vref, &mut ControlOnly, &vp)
+                    .map_err(|x| format!("rxe connect: {x}"))
+            });
+            let sref = s.qp_ref(0);
+            let dev = s.context().device_arc();
+            let sc = {
+                let mut link = QpLink::new(&mut s.qps[0], &mut s.cq, |_: &mut Qp| Ok(()));
+                Connection::accept(&listener, &*dev, sref, &mut link, &sp)
+                    .map_err(|x| format!("sim connect: {x}"))
+            };
+            let vc = h.join().map_err(|_| "rxe connect panicked".to_string())?;
+            match (sc, vc) {
+                (Ok(a), Ok(b)) => Ok((a, b)),
+                (a, b) => Err(format!(
+                    "{}; {}",
+                    a.err().unwrap_or_default(),
+                    b.err().unwrap_or_default()
+                )),
+            }
+        })?;
+        let vqp = BaselineQp::new(&env.verbs, v.qps[0].id).map_err(e("rxe qp"))?;
+        let vcq = BaselineCq::new(&env.verbs, v.cq.id).map_err(e("rxe cq"))?;
+        println!(
+            "qpn sim {:#x} rxe {:#x} psn sim {:#x} rxe {:#x}",
+            sc.local().qpn,
+            vc.local().qpn,
+            sc.local().psn,
+            vc.local().psn
+        );
+        Ok(Pair {
+            s,
+            sc,
+            v,
+            vqp,
+            vcq,
+            vc,
+        })
+    }
+
+    fn pattern(n: usize, seed: u8) -> Vec<u8> {
+        (0..n)
+            .map(|i| (i as u8).wrapping_mul(13).wrapping_add(seed) ^ (i >> 8) as u8)
+            .collect()
+    }
+
+    impl Pair<'_> {
+        fn sim_wc(&mut self) -> R<Wc> {
+            let mut wcs = [Wc::default(); 1];
+            let end = Instant::now() + WAIT;
+            loop {
+                let n = self
+                    .s
+                    .cq
+                    .poll(&mut self.s.qps[..], &mut wcs)
+                    .map_err(e("sim poll"))?;
+                if n == 1 {
+                    return Ok(wcs[0]);
+                }
+                if Instant::now() > end {
+                    return Err("no completion on the sim side".into());
+                }
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        }
+        fn sim_ok(&mut self, what: &str) -> R<Wc> {
+            let w = self.sim_wc()?;
+            if !w.is_ok() {
+                return Err(format!(
+                    "{what}: sim completion {:?} {:?}",
+                    w.opcode, w.status
+                ));
+            }
+            Ok(w)
+        }
+        fn rxe_wc(&mut self) -> R<Completion> {
+            let v = self.vcq.wait(1, WAIT).map_err(e("rxe poll"))?;
+            v.first()
+                .copied()
+                .ok_or_else(|| "no completion on the rxe side".to_string())
+        }
+        fn rxe_ok(&mut self, what: &str) -> R<Completion> {
+            let c = self.rxe_wc()?;
+            if !c.is_success() {
+                return Err(format!("{what}: rxe completion {}", c.status_str()));
+            }
+            Ok(c)
+        }
+        /// Offsets here are the cases' own constants inside `BUF`; the device checks the
+        /// bounds of every access anyway.
+        fn sim_sge(&self, off: usize, len: u32) -> Sge {
+            Sge {
+                addr: self.s.mr.addr() + off as u64,
+                length: len,
+                lkey: self.s.mr.lkey(),
+            }
+        }
+        fn rxe_sge(&self, off: usize, len: u32) -> VSge {
+            VSge {
+                addr: self.v.mr.addr() + off as u64,
+                length: len,
+                lkey: self.v.mr.lkey(),
+            }
+        }
+        /// Where the sim writes into the rxe buffer.
+        fn rxe_remote(&self, off: u64) -> R<RemoteAddr> {
+            let b = self.sc.remote_buffer().ok_or("no remote buffer")?;
+            Ok(RemoteAddr::new(b.addr + off, b.rkey))
+        }
+        /// Where rxe writes into the sim buffer: (addr, rkey).
+        fn sim_remote(&self, off: u64) -> R<(u64, u32)> {
+            let b = self.vc.remote_buffer().ok_or("no remote buffer")?;
+            Ok((b.addr + off, b.rkey))
+        }
+        fn vpost(&mut self, wr: &VWr) -> R<()> {
+            self.vqp.post_send(wr).map_err(e("rxe post"))
+        }
+    }
+
+    fn check(what: &str, got: &[u8], want: &[u8]) -> R<()> {
+        if got != want {
+            let at = got.iter().zip(want).position(|(a, b)| a != b).unwrap_or(0);
+            return Err(format!("{what}: data differs at byte {at}"));
+        }
+        Ok(())
+    }
+
+    // ---- the cases --------------------------------------------------------------------------
+
+    fn send(env: &Env, size: usize, imm: Option<u32>, to_rxe: bool, t: QpType) -> R<()> {
+        let mut p = connect(
+            env,
+            Opts {
+                qp_type: t,
+                ..Opts::default()
+            },
+        )?;
+        let data = pattern(size, 3);
+        if to_rxe {
+            let r = p.rxe_sge(0, BUF as u32 / 2);
+            p.vqp.post_recv(7, &[r]).map_err(e("rxe post_recv"))?;
+            p.s.mr.write(BUF / 2, &data).map_err(e("write"))?;
+            let sge = [p.sim_sge(BUF / 2, size as u32)];
+            let wr = match imm {
+                Some(i) => SendWr::send_imm(1, i),
+                None => SendWr::send(1),
+            };
+            p.s.qps[0]
+                .post(&wr.sges(&sge).signaled())
+                .map_err(e("sim post"))?;
+            p.sim_ok("send")?;
+            let c = p.rxe_ok("recv")?;
+            if c.byte_len as usize != size || c.wr_id != 7 || c.imm != imm {
+                return Err(format!("rxe recv {c:?}"));
+            }
+            check("received", &p.v.mr.read(0, size).unwrap_or_default(), &data)
+        } else {
+            let r = p.sim_sge(0, BUF as u32 / 2);
+            p.s.qps[0].post_recv(7, &[r]).map_err(e("sim post_recv"))?;
+            p.v.mr.write(BUF / 2, &data).map_err(e("write"))?;
+            let sge = [p.rxe_sge(BUF / 2, size as u32)];
+            let op = imm.map_or(VOp::Send, VOp::SendImm);
+            p.vpost(&VWr::new(1, op, &sge))?;
+            p.rxe_ok("send")?;
+            let w = p.sim_ok("recv")?;
+            let want_imm = imm.unwrap_or(0);
+            if w.byte_len as usize != size
+                || w.wr_id != 7
+                || (imm.is_some() && w.imm_data != want_imm)
+            {
+                return Err(format!("sim recv {w:?}"));
+            }
+            check("received", &p.s.mr.read(0, size).unwrap_or_default(), &data)
+        }
+    }
+
+    fn write(env: &Env, size: usize, imm: Option<u32>, to_rxe: bool, t: QpType) -> R<()> {
+        let mut p = connect(
+            env,
+            Opts {
+                qp_type: t,
+                ..Opts::default()
+            },
+        )?;
+        let data = pattern(size, 9);
+        if to_rxe {
+            if imm.is_some() {
+                p.vqp.post_recv(5, &[]).map_err(e("rxe post_recv"))?;
+            }
+            p.s.mr.write(0, &data).map_err(e("write"))?;
+            let sge = [p.sim_sge(0, size as u32)];
+            let ra = p.rxe_remote(100)?;
+            let wr = match imm {
+                Some(i) => SendWr::write_imm(1, ra, i),
+                None => SendWr::write(1, ra),
+            };
+            p.s.qps[0]
+                .post(&wr.sges(&sge).signaled())
+                .map_err(e("sim post"))?;
+            p.sim_ok("write")?;
+            if imm.is_some() {
+                let c = p.rxe_ok("write-imm recv")?;
+                if c.imm != imm || c.wr_id != 5 {
+                    return Err(format!("rxe recv {c:?}"));
+                }
+            } else if t == QpType::Uc {
+                // No completion at the target: wait until the data is there.
+                let end = Instant::now() + WAIT;
+                while p.v.mr.read(100, size).unwrap_or_default() != data && Instant::now() < end {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            }
+            check(
+                "written",
+                &p.v.mr.read(100, size).unwrap_or_default(),
+                &data,
+            )
+        } else {
+            if imm.is_some() {
+                p.s.qps[0].post_recv(5, &[]).map_err(e("sim post_recv"))?;
+            }
+            p.v.mr.write(0, &data).map_err(e("write"))?;
+            let sge = [p.rxe_sge(0, size as u32)];
+            let (addr, rkey) = p.sim_remote(100)?;
+            let op = match imm {
+                Some(i) => VOp::WriteImm {
+                    remote_addr: addr,
+                    rkey,
+                    imm: i,
+                },
+                None => VOp::Write {
+                    remote_addr: addr,
+                    rkey,
+                },
+            };
+            p.vpost(&VWr::new(1, op, &sge))?;
+            p.rxe_ok("write")?;
+            if imm.is_some() {
+                let w = p.sim_ok("write-imm recv")?;
+                if w.imm_data != imm.unwrap_or(0) || w.opcode != WcOpcode::RecvRdmaWithImm {
+                    return Err(format!("sim recv {w:?}"));
+                }
+            } else if t == QpType::Uc {
+                let end = Instant::now() + WAIT;
+                while p.s.mr.read(100, size).unwrap_or_default() != data && Instant::now() < end {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            }
+            check(
+                "written",
+                &p.s.mr.read(100, size).unwrap_or_default(),
+                &data,
+            )
+        }
+    }
+
+    fn read(env: &Env, size: usize, from_rxe: bool) -> R<()> {
+        let mut p = connect(env, Opts::default())?;
+        let data = pattern(size, 21);
+        if from_rxe {
+            p.v.mr.write(64, &data).map_err(e("write"))?;
+            let sge = [p.sim_sge(0, size as u32)];
+            let ra = p.rxe_remote(64)?;
+            p.s.qps[0]
+                .post(&SendWr::read(1, ra).sges(&sge).signaled())
+                .map_err(e("sim post"))?;
+            let w = p.sim_ok("read")?;
+            if w.byte_len as usize != size {
+                return Err(format!("sim read completion {w:?}"));
+            }
+            check("read", &p.s.mr.read(0, size).unwrap_or_default(), &data)
+        } else {
+            p.s.mr.write(64, &data).map_err(e("write"))?;
+            let sge = [p.rxe_sge(0, size as u32)];
+            let (addr, rkey) = p.sim_remote(64)?;
+            p.vpost(&VWr::new(
+                1,
+                VOp::Read {
+                    remote_addr: addr,
+                    rkey,
+                },
+                &sge,
+            ))?;
+            p.rxe_ok("read")?;
+            check("read", &p.v.mr.read(0, size).unwrap_or_default(), &data)
+        }
+    }
+
+    /// CAS (`cas`) or FAA on the peer's memory. rxe keeps atomic targets in host byte order
+    /// (`rxe_resp.c` reads a `u64`); the software ConnectX in big-endian (mlx5
+    /// `atomic_req_8B_endianness_mode` 0, `docs/software-connectx.md`): each side's memory is
+    /// read in its own order, the value returned is the same number.
+    fn atomic(env: &Env, cas: bool, on_rxe: bool) -> R<()> {
+        let mut p = connect(env, Opts::default())?;
+        let orig: u64 = 0x0102_0304_0506_0708;
+        let (arg, cmp) = (0x1111_0000_2222_0000u64, orig);
+        let want = if cas { arg } else { orig.wrapping_add(arg) };
+        if on_rxe {
+            p.v.mr.write(256, &orig.to_ne_bytes()).map_err(e("write"))?;
+            let ra = p.rxe_remote(256)?;
+            let local = p.sim_sge(512, 8);
+            let wr = if cas {
+                SendWr::comp_swap(1, ra, local, cmp, arg)
+            } else {
+                SendWr::fetch_add(1, ra, local, arg)
+            };
+            p.s.qps[0].post(&wr.signaled()).map_err(e("sim post"))?;
+            p.sim_ok("atomic")?;
+            let got = u64::from_be_bytes(
+                p.s.mr
+                    .read(512, 8)
+                    .unwrap_or_default()
+                    .try_into()
+                    .map_err(|_| "len")?,
+            );
+            let now = u64::from_ne_bytes(
+                p.v.mr
+                    .read(256, 8)
+                    .unwrap_or_default()
+                    .try_into()
+                    .map_err(|_| "len")?,
+            );
+            if got != orig || now != want {
+                return Err(format!(
+                    "returned {got:#x} (want {orig:#x}), target now {now:#x} (want {want:#x})"
+                ));
+            }
+        } else {
+            p.s.mr.write(256, &orig.to_be_bytes()).map_err(e("write"))?;
+            let (addr, rkey) = p.sim_remote(256)?;
+            let sge = [p.rxe_sge(512, 8)];
+            let op = if cas {
+                VOp::CompareSwap {
+                    remote_addr: addr,
+                    rkey,
+                    compare: cmp,
+                    swap: arg,
+                }
+            } else {
+                VOp::FetchAdd {
+                    remote_addr: addr,
+                    rkey,
+                    add: arg,
+                }
+            };
+            p.vpost(&VWr::new(1, op, &sge))?;
+            p.rxe_ok("atomic")?;
+            let got = u64::from_ne_bytes(
+                p.v.mr
+                    .read(512, 8)
+                    .unwrap_or_default()
+                    .try_into()
+                    .map_err(|_| "len")?,
+            );
+            let now = u64::from_be_bytes(
+                p.s.mr
+                    .read(256, 8)
+                    .unwrap_or_default()
+                    .try_into()
+                    .map_err(|_| "len")?,
+            );
+            if got != orig || now != want {
+                return Err(format!(
+                    "returned {got:#x} (want {orig:#x}), target now {now:#x} (want {want:#x})"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn masked_refused(env: &Env) -> R<()> {
+        let mut p = connect(env, Opts::default())?;
+        let ra = p.rxe_remote(256)?;
+        let local = p.sim_sge(512, 8);
+        let before = p.v.mr.read(256, 8).unwrap_or_default();
+        p.s.qps[0]
+            .post(&SendWr::masked_comp_swap64(1, ra, local, 1, 1, 2, 2).signaled())
+            .map_err(e("sim post"))?;
+        let w = p.sim_wc()?;
+        if w.is_ok() {
+            return Err("a masked atomic toward rxe completed".into());
+        }
+        if p.v.mr.read(256, 8).unwrap_or_default() != before {
+            return Err("the rxe memory changed".into());
+        }
+        Ok(())
+    }
+
+    /// UD QPs have no connection: both are brought to RTS directly (the handshake's UD step
+    /// creates the peer's address handle through `Device::create_ah`, which a verbs device
+    /// without mlx5 refuses), and each end gets an address handle for the other.
+    fn ud(env: &Env, to_rxe: bool) -> R<()> {
+        use mlx5_hw::{AhAttr, AttrMask, Device, Gid, GlobalRoute, QpAttr, QpState};
+        const QKEY: u32 = 0x1111_2222;
+        let mut s = Side::new(&env.sim_ctx, &cfg(QpType::Ud)).map_err(e("sim side"))?;
+        let v = VerbsSide::new(&env.verbs_ctx, env.verbs.clone(), &cfg(QpType::Ud))
+            .map_err(e("rxe side"))?;
+        let up = |dev: &dyn Device, qp: mlx5_hw::QpId| -> R<()> {
+            let init = QpAttr {
+                qp_state: QpState::Init,
+                port_num: 1,
+                pkey_index: 0,
+                qkey: QKEY,
+                ..Default::default()
+            };
+            let m = AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::QKEY;
+            dev.modify_qp(qp, &init, m).map_err(e("modify INIT"))?;
+            let rtr = QpAttr {
+                qp_state: QpState::Rtr,
+                ..Default::default()
+            };
+            dev.modify_qp(qp, &rtr, AttrMask::STATE)
+                .map_err(e("modify RTR"))?;
+            let rts = QpAttr {
+                qp_state: QpState::Rts,
+                sq_psn: 0x42,
+                ..Default::default()
+            };
+            dev.modify_qp(qp, &rts, AttrMask::STATE | AttrMask::SQ_PSN)
+                .map_err(e("modify RTS"))
+        };
+        up(s.context().device(), s.qps[0].id())?;
+        s.qps[0].set_state(QpState::Rts);
+        up(v.context().device(), v.qps[0].id)?;
+        let ah = |dgid: Gid, sgid_index: u8| AhAttr {
+            port_num: 1,
+            grh: Some(GlobalRoute {
+                dgid,
+                sgid_index,
+                hop_limit: 64,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let sim_ip = env.sim.ipv4().octets();
+        let rxe_gid = env.verbs.query_gid(1, 1).map_err(e("rxe GID 1"))?;
+        let (sqpn, vqpn) = (s.qps[0].qpn(), v.qps[0].qpn);
+        println!("qpn sim {sqpn:#x} rxe {vqpn:#x} (UD)");
+        let mut vqp = BaselineQp::new(&env.verbs, v.qps[0].id).map_err(e("rxe qp"))?;
+        let mut vcq = BaselineCq::new(&env.verbs, v.cq.id).map_err(e("rxe cq"))?;
+        let data = pattern(700, 5);
+        let vsge = |off: usize, len: u32| VSge {
+            addr: v.mr.addr() + off as u64,
+            length: len,
+            lkey: v.mr.lkey(),
+        };
+        let mut wcs = [Wc::default(); 1];
+        let mut sim_wc = |s: &mut Side| -> R<Wc> {
+            let end = Instant::now() + WAIT;
+            loop {
+                if s.cq.poll(&mut s.qps[..], &mut wcs).map_err(e("sim poll"))? == 1 {
+                    return Ok(wcs[0]);
+                }
+                if Instant::now() > end {
+                    return Err("no completion on the sim side".into());
+                }
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        };
+        let rxe_wc = |cq: &mut BaselineCq| -> R<Completion> {
+            let c = cq.wait(1, WAIT).map_err(e("rxe poll"))?;
+            let c = *c.first().ok_or("no completion on the rxe side")?;
+            if !c.is_success() {
+                return Err(format!("rxe completion {}", c.status_str()));
+            }
+            Ok(c)
+        };
+        if to_rxe {
+            vqp.post_recv(3, &[vsge(0, 2048)])
+                .map_err(e("rxe post_recv"))?;
+            s.mr.write(4096, &data).map_err(e("write"))?;
+            let a =
+                s.pd.create_ah(&ah(rxe_gid, 0))
+                    .map_err(e("sim create_ah"))?;
+            let dest = a.dest(vqpn, QKEY);
+            let sge = [s.mr.sge(4096, 700).map_err(e("sge"))?];
+            s.qps[0]
+                .post(&SendWr::send(1).sges(&sge).ud(&dest).signaled())
+                .map_err(e("sim post"))?;
+            let w = sim_wc(&mut s)?;
+            if !w.is_ok() {
+                return Err(format!("sim send {w:?}"));
+            }
+            let c = rxe_wc(&mut vcq)?;
+            // A UD receive starts with the 40-byte GRH (IBTA Vol 1 §11.4.1.1).
+            if c.byte_len != 740 || c.src_qp != sqpn {
+                return Err(format!("rxe recv {c:?}"));
+            }
+            check("datagram", &v.mr.read(40, 700).unwrap_or_default(), &data)
+        } else {
+            let r = s.mr.sge(0, 2048).map_err(e("sge"))?;
+            s.qps[0].post_recv(3, &[r]).map_err(e("sim post_recv"))?;
+            v.mr.write(4096, &data).map_err(e("write"))?;
+            let a = env
+                .verbs
+                .create_ah_verbs(v.pd.id(), &ah(Gid::from_ipv4(sim_ip), 1))
+                .map_err(e("rxe create_ah"))?;
+            let sge = [vsge(4096, 700)];
+            let mut wr = VWr::new(1, VOp::Send, &sge);
+            wr.ud = Some(VUd {
+                ah: a.id,
+                remote_qpn: sqpn,
+                remote_qkey: QKEY,
+            });
+            vqp.post_send(&wr).map_err(e("rxe post"))?;
+            rxe_wc(&mut vcq)?;
+            let w = sim_wc(&mut s)?;
+            if !w.is_ok() || w.byte_len != 740 || w.src_qp != vqpn {
+                return Err(format!("sim recv {w:?}"));
+            }
+            check("datagram", &s.mr.read(40, 700).unwrap_or_default(), &data)
+        }
+    }
+
+    /// The receiver posts its receive late: RNR NAK, RNR wait, retry; or never, with a finite
+    /// `rnr_retry`: RNR_RETRY_EXC_ERR.
+    fn rnr(env: &Env, to_rxe: bool, exhaust: bool) -> R<()> {
+        let retry = if exhaust { 1 } else { 7 };
+        let mut p = connect(
+            env,
+            Opts {
+                sim_rnr_retry: retry,
+                rxe_rnr_retry: retry,
+                ..Opts::default()
+            },
+        )?;
+        let data = pattern(200, 1);
+        if to_rxe {
+            p.s.mr.write(0, &data).map_err(e("write"))?;
+            let sge = [p.sim_sge(0, 200)];
+            p.s.qps[0]
+                .post(&SendWr::send(1).sges(&sge).signaled())
+                .map_err(e("sim post"))?;
+            if exhaust {
+                let w = p.sim_wc()?;
+                return match w.status {
+                    mlx5_qp::WcStatus::RnrRetryExcErr => Ok(()),
+                    s => Err(format!("sim completion {s:?}, want RNR_RETRY_EXC_ERR")),
+                };
+            }
+            std::thread::sleep(Duration::from_millis(300));
+            let r = p.rxe_sge(0, 4096);
+            p.vqp.post_recv(2, &[r]).map_err(e("rxe post_recv"))?;
+            p.sim_ok("send after RNR")?;
+            p.rxe_ok("late recv")?;
+            check("received", &p.v.mr.read(0, 200).unwrap_or_default(), &data)
+        } else {
+            p.v.mr.write(0, &data).map_err(e("write"))?;
+            let sge = [p.rxe_sge(0, 200)];
+            p.vpost(&VWr::new(1, VOp::Send, &sge))?;
+            if exhaust {
+                let c = p.rxe_wc()?;
+                return if c.status == IBV_WC_RNR_RETRY_EXC_ERR {
+                    Ok(())
+                } else {
+                    Err(format!(
+                        "rxe completion {}, want RNR retry exceeded",
+                        c.status_str()
+                    ))
+                };
+            }
+            std::thread::sleep(Duration::from_millis(300));
+            let r = p.sim_sge(0, 4096);
+            p.s.qps[0].post_recv(2, &[r]).map_err(e("sim post_recv"))?;
+            p.rxe_ok("send after RNR")?;
+            p.sim_ok("late recv")?;
+            check("received", &p.s.mr.read(0, 200).unwrap_or_default(), &data)
+        }
+    }
+
+    /// WRITEs over a lossy link, recovered by retransmission: frames from the sim are dropped
+    /// by its own fault injection; frames toward it by `tc netem` on the tap.
+    fn lossy(env: &Env, to_rxe: bool) -> R<()> {
+        let mut p = connect(env, Opts::default())?;
+        let size = 32 * 1024;
+        let data = pattern(size, 77);
+        let netem = |on: bool| {
+            let args: &[&str] = if on {
+                &[
+                    "qdisc", "add", "dev", &env.tap, "root", "netem", "loss", "15%",
+                ]
+            } else {
+                &["qdisc", "del", "dev", &env.tap, "root"]
+            };
+            Command::new("tc")
+                .args(args)
+                .status()
+                .map(|s| s.success())
+                .unwrap_or(false)
+        };
+        if to_rxe {
+            env.fabric.faults().all().drop_every(7);
+            p.s.mr.write(0, &data).map_err(e("write"))?;
+            let sge = [p.sim_sge(0, size as u32)];
+            let ra = p.rxe_remote(0)?;
+            for i in 0..3 {
+                p.s.qps[0]
+                    .post(&SendWr::write(i, ra).sges(&sge).signaled())
+                    .map_err(e("sim post"))?;
+            }
+            let r = (0..3).try_for_each(|_| p.sim_ok("lossy write").map(|_| ()));
+            let dropped = env.fabric.faults().stats();
+            env.fabric.faults().clear();
+            r?;
+            let _ = dropped;
+            check("written", &p.v.mr.read(0, size).unwrap_or_default(), &data)
+        } else {
+            if !netem(true) {
+                return Err("tc qdisc add ... netem failed (sch_netem?)".into());
+            }
+            p.v.mr.write(0, &data).map_err(e("write"))?;
+            let sge = [p.rxe_sge(0, size as u32)];
+            let (addr, rkey) = p.sim_remote(0)?;
+            let op = VOp::Write {
+                remote_addr: addr,
+                rkey,
+            };
+            let r = (|| {
+                for i in 0..3 {
+                    p.vpost(&VWr::new(i, op, &sge))?;
+                }
+                for _ in 0..3 {
+                    p.rxe_ok("lossy write")?;
+                }
+                Ok::<_, String>(())
+            })();
+            netem(false);
+            r?;
+            check("written", &p.s.mr.read(0, size).unwrap_or_default(), &data)
+        }
+    }
+
+    /// PSNs that wrap from 0xffffff to 0 inside a message, both directions.
+    fn psn_wrap(env: &Env) -> R<()> {
+        let mut p = connect(
+            env,
+            Opts {
+                psn: Some(0xff_fff0),
+                ..Opts::default()
+            },
+        )?;
+        let size = 40 * 1024; // 40 packets at MTU 1024
+        let data = pattern(size, 33);
+        p.s.mr.write(0, &data).map_err(e("write"))?;
+        let sge = [p.sim_sge(0, size as u32)];
+        let ra = p.rxe_remote(0)?;
+        p.s.qps[0]
+            .post(&SendWr::write(1, ra).sges(&sge).signaled())
+            .map_err(e("sim post"))?;
+        p.sim_ok("write across the wrap")?;
+        check(
+            "sim -> rxe",
+            &p.v.mr.read(0, size).unwrap_or_default(),
+            &data,
+        )?;
+        let data2 = pattern(size, 44);
+        p.v.mr.write(size, &data2).map_err(e("write"))?;
+        let vsge = [p.rxe_sge(size, size as u32)];
+        let (addr, rkey) = p.sim_remote(size as u64)?;
+        p.vpost(&VWr::new(
+            2,
+            VOp::Write {
+                remote_addr: addr,
+                rkey,
+            },
+            &vsge,
+        ))?;
+        p.rxe_ok("write across the wrap")?;
+        check(
+            "rxe -> sim",
+            &p.s.mr.read(size, size).unwrap_or_default(),
+            &data2,
+        )?;
+        // And a READ back across the wrap.
+        let rsge = [p.sim_sge(2 * size, size as u32)];
+        p.s.qps[0]
+            .post(&SendWr::read(3, ra).sges(&rsge).signaled())
+            .map_err(e("sim post"))?;
+        p.sim_ok("read across the wrap")?;
+        check(
+            "read",
+            &p.s.mr.read(2 * size, size).unwrap_or_default(),
+            &data,
+        )
+    }
+
+    /// The command line: TAP name, sim address, rxe device, case filter, start delay (ms).
+    type Args = (String, [u8; 4], String, Option<String>, u64);
+
+    fn parse() -> R<Args> {
+        let a: Vec<String> = std::env::args().skip(1).collect();
+        let get = |k: &str| {
+            a.iter()
+                .position(|x| x == k)
+                .and_then(|i| a.get(i + 1))
+                .cloned()
+        };
+        let tap = get("--tap").ok_or("--tap NAME needed")?;
+        let ip: std::net::Ipv4Addr = get("--ip")
+            .ok_or("--ip ADDR needed")?
+            .parse()
+            .map_err(e("--ip"))?;
+        let rxe = get("--rxe").ok_or("--rxe DEVICE needed")?;
+        let delay = get("--delay-ms")
+            .map_or(Ok(0), |d| d.parse::<u64>())
+            .map_err(e("--delay-ms"))?;
+        Ok((tap, ip.octets(), rxe, get("--only"), delay))
+    }
+
+    pub fn main() -> ExitCode {
+        let (tap, ip, rxe, only, delay) = match parse() {
+            Ok(v) => v,
+            Err(x) => {
+                eprintln!("rxe-interop: {x}");
+                return ExitCode::from(2);
+            }
+        };
+        let sim_fabric = match SimFabric::threaded() {
+            Ok(f) => f,
+            Err(x) => {
+                eprintln!("rxe-interop: {x}");
+                return ExitCode::from(2);
+            }
+        };
+        let sim_ctx = sim_fabric.add_device_with(DeviceConfig::new(ip).name("sim-tap"));
+        let Some(sim) = sim_ctx.sim_device().cloned() else {
+            return ExitCode::from(2);
+        };
+        let fabric = sim_fabric.fabric().clone();
+        if let Err(x) = sim.bind_tap(&tap) {
+            eprintln!("rxe-interop: {x}");
+            return ExitCode::from(2);
+        }
+        let verbs = match VerbsDevice::open(&rxe) {
+            Ok(v) => Arc::new(v),
+            Err(x) => {
+                eprintln!("rxe-interop: open {rxe}: {x}");
+                return ExitCode::from(2);
+            }
+        };
+        // The link has carrier from now on: a capture on it may start.
+        println!("tap open");
+        std::thread::sleep(Duration::from_millis(delay));
+        let env = Env {
+            sim,
+            fabric,
+            sim_ctx,
+            verbs_ctx: Context::from_device(verbs.clone()),
+            verbs,
+            tap,
+        };
+        type Case = (&'static str, fn(&Env) -> R<()>);
+        let cases: &[Case] = &[
+            ("rc-send-3000-sim-to-rxe", |e| {
+                send(e, 3000, None, true, QpType::Rc)
+            }),
+            ("rc-send-3000-rxe-to-sim", |e| {
+                send(e, 3000, None, false, QpType::Rc)
+            }),
+            ("rc-send-imm-sim-to-rxe", |e| {
+                send(e, 100, Some(0xdead_beef), true, QpType::Rc)
+            }),
+            ("rc-send-imm-rxe-to-sim", |e| {
+                send(e, 100, Some(0xfeed_f00d), false, QpType::Rc)
+            }),
+            ("rc-write-5000-sim-to-rxe", |e| {
+                write(e, 5000, None, true, QpType::Rc)
+            }),
+            ("rc-write-5000-rxe-to-sim", |e| {
+                write(e, 5000, None, false, QpType::Rc)
+            }),
+            ("rc-write-imm-sim-to-rxe", |e| {
+                write(e, 2100, Some(0x1234_5678), true, QpType::Rc)
+            }),
+            ("rc-write-imm-rxe-to-sim", |e| {
+                write(e, 2100, Some(0x8765_4321), false, QpType::Rc)
+            }),
+            ("rc-read-64-sim-from-rxe", |e| read(e, 64, true)),
+            ("rc-read-64-rxe-from-sim", |e| read(e, 64, false)),
+            ("rc-read-10000-sim-from-rxe", |e| read(e, 10000, true)),
+            ("rc-read-10000-rxe-from-sim", |e| read(e, 10000, false)),
+            ("rc-cas-sim-on-rxe", |e| atomic(e, true, true)),
+            ("rc-cas-rxe-on-sim", |e| atomic(e, true, false)),
+            ("rc-faa-sim-on-rxe", |e| atomic(e, false, true)),
+            ("rc-faa-rxe-on-sim", |e| atomic(e, false, false)),
+            ("rc-masked-atomic-refused-toward-rxe", masked_refused),
+            ("ud-send-sim-to-rxe", |e| ud(e, true)),
+            ("ud-send-rxe-to-sim", |e| ud(e, false)),
+            ("uc-send-sim-to-rxe", |e| {
+                send(e, 3000, None, true, QpType::Uc)
+            }),
+            ("uc-send-rxe-to-sim", |e| {
+                send(e, 3000, None, false, QpType::Uc)
+            }),
+            ("uc-write-sim-to-rxe", |e| {
+                write(e, 3000, None, true, QpType::Uc)
+            }),
+            ("uc-write-rxe-to-sim", |e| {
+                write(e, 3000, None, false, QpType::Uc)
+            }),
+            ("rc-rnr-late-recv-on-rxe", |e| rnr(e, true, false)),
+            ("rc-rnr-late-recv-on-sim", |e| rnr(e, false, false)),
+            ("rc-rnr-exhausted-sim-to-rxe", |e| rnr(e, true, true)),
+            ("rc-rnr-exhausted-rxe-to-sim", |e| rnr(e, false, true)),
+            ("rc-loss-sim-to-rxe-retransmitted", |e| lossy(e, true)),
+            ("rc-loss-rxe-to-sim-retransmitted", |e| lossy(e, false)),
+            ("rc-psn-wrap-both-ways", psn_wrap),
+        ];
+        let mut failed = 0;
+        for (name, f) in cases {
+            if only.as_deref().is_some_and(|o| !name.contains(o)) {
+                continue;
+            }
+            let t = Instant::now();
+            match f(&env) {
+                Ok(()) => println!("ok {name} ({} ms)", t.elapsed().as_millis()),
+                Err(x) => {
+                    failed += 1;
+                    println!("FAIL {name}: {x}");
+                }
+            }
+        }
+        let st = env.sim.tap_stats().unwrap_or_default();
+        println!(
+            "tap: {} RoCE frames received, {} sent, {} ARP replies, {} dropped",
+            st.roce_rx, st.tx, st.arp_replies, st.dropped
+        );
+        let bugs = env.fabric.driver_bugs();
+        for b in &bugs {
+            println!("driver bug: {b}");
+        }
+        println!("done");
+        if failed == 0 && bugs.is_empty() {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(feature = "verbs")]
+fn main() -> std::process::ExitCode {
+    interop::main()
+}
+
+#[cfg(not(feature = "verbs"))]
+fn main() -> std::process::ExitCode {
+    eprintln!("rxe-interop needs the verbs backend: build with --features verbs");
+    std::process::ExitCode::from(2)
+}
