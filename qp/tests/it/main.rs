@@ -11,6 +11,7 @@ mod datapath_stress;
 mod datapath_support;
 mod datapath_uc_ud;
 mod lean;
+mod mmio_trace;
 mod poll;
 mod poll_send;
 mod post;
