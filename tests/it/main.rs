@@ -3,5 +3,6 @@
 
 mod examples_run;
 mod examples_support;
+mod mmio_fences;
 mod sim_transition_table;
 mod tools_count_instructions;
