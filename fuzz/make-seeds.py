@@ -107,7 +107,7 @@ def rec(sel, body):
 
 put("roce_frames", "rc-send-to-b", rec(3, bth(0x04, 0, 1) + b"hello!!!"))
 put("roce_frames", "uc-send-to-b", rec(4, bth(0x24, 0) + b"hi uc..."))
-put("roce_frames", "ud-send-to-b", rec(5, bth(0x64, 0) + struct.pack(">II", 0x11111111, 1) + b"ud"))
+put("roce_frames", "ud-send-to-b", rec(5, bth(0x64, 0) + struct.pack(">II", 0x11111111, 1) + b"ud!!"))
 put("roce_frames", "ack-to-a", rec(0, bth(0x11, 0) + struct.pack(">I", 0x1f000000)))
 put("roce_frames", "nak-to-a", rec(0, bth(0x11, 0) + struct.pack(">I", 0x60000000)))
 put("roce_frames", "read-resp-to-a", rec(0, bth(0x10, 1) + struct.pack(">I", 0x1f000000) + bytes(64)))

@@ -40,6 +40,11 @@ fn headers(src: ([u8; 6], [u8; 4]), dst: ([u8; 6], [u8; 4]), len: usize) -> Vec<
 
 /// Run one input.
 pub fn run(data: &[u8]) {
+    run_world(data);
+}
+
+/// [`run`], returning the world afterwards (its counters).
+pub fn run_world(data: &[u8]) -> World {
     let mut w = World::new();
     w.traffic(1);
     w.settle();
@@ -81,4 +86,5 @@ pub fn run(data: &[u8]) {
     w.settle();
     w.traffic(200);
     w.settle();
+    w
 }

@@ -5,6 +5,7 @@ mod buf_support;
 mod connect_doc;
 mod connect_sim;
 mod connect_support;
+mod fuzz_replay;
 mod connect_two_process;
 mod owned;
 mod recovery_destroyed_peer;

@@ -2,4 +2,5 @@
 //! machines): one module per area.
 
 mod examples_support;
+mod fuzz_replay;
 mod tools_lat_bw;
