@@ -156,7 +156,10 @@ pub fn run(data: &[u8]) {
             }
         };
         for id in got {
-            assert!(posted.contains(&id), "a completion for WR {id}, never posted");
+            assert!(
+                posted.contains(&id),
+                "a completion for WR {id}, never posted"
+            );
             assert!(done.insert(id), "WR {id} completed twice");
         }
     }

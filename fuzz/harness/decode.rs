@@ -17,7 +17,11 @@ pub fn run(data: &[u8]) {
         qp_type,
         cqe_size: if sel & 0x20 != 0 { 128 } else { 64 },
         sges: (sel & 0x40 != 0).then_some((sel as usize >> 1) % 5),
-        zip: if sel & 0x80 != 0 { Zip::Enhanced } else { Zip::Basic },
+        zip: if sel & 0x80 != 0 {
+            Zip::Enhanced
+        } else {
+            Zip::Basic
+        },
     };
     if let Ok(report) = decode(kind, bytes, &opts) {
         let text = report.to_string();

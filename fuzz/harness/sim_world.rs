@@ -83,7 +83,8 @@ impl World {
             for (k, qp) in s.qps.iter_mut().enumerate() {
                 for r in 0..RECVS {
                     let sge = s.mr.sge((r as usize % 16) * 256, 256).expect("sge");
-                    qp.post_recv(1000 * (k as u64 + 1) + r, &[sge]).expect("recv");
+                    qp.post_recv(1000 * (k as u64 + 1) + r, &[sge])
+                        .expect("recv");
                 }
             }
         }

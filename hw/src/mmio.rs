@@ -415,3 +415,133 @@ pub mod trace {
         });
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::trace::{self, Event};
+    use super::*;
+
+    /// The instruction of each primitive on this architecture (`docs/sources.md` §12).
+    fn insn(p: Prim) -> Insn {
+        #[cfg(target_arch = "x86_64")]
+        return match p {
+            Prim::ToDevice | Prim::WcLineDone => Insn::Compiler,
+            Prim::FromDevice => Insn::Lfence,
+            Prim::Flush | Prim::WcStart => Insn::Sfence,
+        };
+        #[cfg(target_arch = "aarch64")]
+        return match p {
+            Prim::ToDevice => Insn::DmbOshst,
+            Prim::FromDevice => Insn::DmbOshld,
+            Prim::Flush | Prim::WcStart => Insn::DsbSt,
+            Prim::WcLineDone => Insn::Dgh,
+        };
+        #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+        return match p {
+            Prim::ToDevice | Prim::WcLineDone => Insn::Compiler,
+            _ => Insn::Fence,
+        };
+    }
+
+    #[test]
+    fn every_barrier_records_its_instruction() {
+        trace::start();
+        to_device_barrier();
+        from_device_barrier();
+        flush_writes();
+        wc_start();
+        wc_line_done();
+        let want: Vec<Event> = [
+            Prim::ToDevice,
+            Prim::FromDevice,
+            Prim::Flush,
+            Prim::WcStart,
+            Prim::WcLineDone,
+        ]
+        .into_iter()
+        .map(|p| Event::Barrier(p, insn(p)))
+        .collect();
+        assert_eq!(trace::take(), want);
+    }
+
+    #[repr(C, align(64))]
+    struct Lines([u8; 256]);
+
+    #[test]
+    fn stores_record_their_place_and_bytes_land_in_order() {
+        let mut rec = 0u32;
+        let src = Lines(core::array::from_fn(|i| i as u8));
+        let mut reg = Lines([0; 256]);
+        let r = reg.0.as_mut_ptr();
+        let s = src.0.as_ptr();
+        trace::start();
+        // SAFETY: all pointers are into the locals above, aligned and large enough.
+        unsafe {
+            write_dbrec(&mut rec, 0x0102_0304);
+            ring_db64(r, s);
+            write_db64(r.add(8), 0x1122);
+            bf_copy_bb(r.add(64), s);
+            bf_copy_bb_48(r.add(128), s);
+            // Two blocks from the ring's last one: the source wraps to its start.
+            bf_copy(r, s.add(192), 2, s, s.add(256));
+        }
+        let at = |off: usize| r as usize + off;
+        assert_eq!(
+            trace::take(),
+            vec![
+                Event::DbRec {
+                    addr: &rec as *const u32 as usize,
+                    value: 0x0102_0304
+                },
+                Event::Store {
+                    addr: at(0),
+                    len: 8
+                },
+                Event::Store {
+                    addr: at(8),
+                    len: 8
+                },
+                Event::Store {
+                    addr: at(64),
+                    len: 64
+                },
+                Event::Store {
+                    addr: at(128),
+                    len: 64
+                },
+                Event::Store {
+                    addr: at(0),
+                    len: 64
+                },
+                Event::Store {
+                    addr: at(64),
+                    len: 64
+                },
+            ]
+        );
+        assert_eq!(rec, 0x0102_0304u32.to_be());
+        // SAFETY: `rec` is a live aligned record.
+        assert_eq!(unsafe { read_dbrec(&rec) }, 0x0102_0304);
+        assert_eq!(
+            &reg.0[..64],
+            &src.0[192..256],
+            "the wrapped copy: block 3 first"
+        );
+        assert_eq!(&reg.0[64..128], &src.0[..64], "then block 0");
+        assert_eq!(&reg.0[128..176], &src.0[..48]);
+        assert_eq!(
+            &reg.0[176..192],
+            &src.0[32..48],
+            "the 48-byte copy pads with 32..48"
+        );
+    }
+
+    #[test]
+    fn the_trace_is_per_thread_and_off_until_started() {
+        flush_writes();
+        assert!(trace::take().is_empty());
+        trace::start();
+        std::thread::spawn(flush_writes).join().unwrap();
+        assert!(trace::take().is_empty(), "another thread's barrier");
+    }
+}

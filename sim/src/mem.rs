@@ -306,7 +306,11 @@ mod tests {
         assert_eq!(b.read_be32(8), 0x1234_5678);
         assert!(!b.write(126, &[1, 2, 3]));
         let p = DmaBuf::new(2 * PAGE_SIZE).unwrap();
-        assert_eq!(p.as_ptr() as usize % PAGE_SIZE, 0, "whole pages stay page-aligned");
+        assert_eq!(
+            p.as_ptr() as usize % PAGE_SIZE,
+            0,
+            "whole pages stay page-aligned"
+        );
         assert!(!b.read(usize::MAX, &mut [0u8; 2]));
         assert!(DmaBuf::new(0).is_none());
     }
@@ -345,7 +349,10 @@ mod tests {
         let mut status = 0;
         // SAFETY: waiting for the child made above.
         assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
-        assert!(libc::WIFSIGNALED(status), "the read past the end did not fault");
+        assert!(
+            libc::WIFSIGNALED(status),
+            "the read past the end did not fault"
+        );
         assert_eq!(libc::WTERMSIG(status), libc::SIGSEGV);
     }
 

@@ -7,10 +7,10 @@
 #[path = "../../fuzz/harness/sim_world.rs"]
 mod sim_world;
 
-#[path = "../../fuzz/harness/sim_wqe.rs"]
-mod sim_wqe;
 #[path = "../../fuzz/harness/roce_frames.rs"]
 mod roce_frames;
+#[path = "../../fuzz/harness/sim_wqe.rs"]
+mod sim_wqe;
 
 const REPO_ROOT: &str = ".";
 
@@ -67,7 +67,11 @@ fn roce_frames_seeds_reach_the_transport() {
         let w = roce_frames::run_world(&bytes);
         for s in &w.sides {
             let d = s.ctx.sim_device().expect("sim");
-            assert_eq!(d.counter("port_rcv_errors"), 0, "{name}: a frame failed the checks");
+            assert_eq!(
+                d.counter("port_rcv_errors"),
+                0,
+                "{name}: a frame failed the checks"
+            );
         }
         assert_eq!(w.fabric.fabric().malformed_frames(), 0, "{name}");
     }

@@ -15,7 +15,14 @@ use std::process::Command;
 /// The release `count_post_poll`, built by cargo (a no-op when fresh).
 fn release_bench() -> PathBuf {
     let out = Command::new(env!("CARGO"))
-        .args(["build", "--release", "-p", "mlx5-direct", "--bench", "count_post_poll"])
+        .args([
+            "build",
+            "--release",
+            "-p",
+            "mlx5-direct",
+            "--bench",
+            "count_post_poll",
+        ])
         .args(["--message-format", "json-render-diagnostics"])
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
@@ -119,7 +126,11 @@ fn release_post_and_poll_contain_their_fences() {
         "the 8-byte doorbell path lacks its WC start or flush"
     );
     // Every poll orders the CQE after its owner byte.
-    for f in ["::measured_poll", "::measured_poll_one", "::measured_poll_wcs"] {
+    for f in [
+        "::measured_poll",
+        "::measured_poll_one",
+        "::measured_poll_wcs",
+    ] {
         assert!(
             function(&disasm, f).iter().any(|i| i == "lfence"),
             "{f} has no lfence (udma_from_device_barrier)"

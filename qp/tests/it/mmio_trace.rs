@@ -145,9 +145,7 @@ fn one_block_posts(qp: &mut Qp, i: u64) {
             .post_write_inline(i, b"8 bytes!", REMOTE, SendFlags::SIGNALED)
             .unwrap(),
         2 => qp.post_write(i, SGE, REMOTE, SendFlags::SIGNALED).unwrap(),
-        3 => qp
-            .post_send_inline(i, b"hi", SendFlags::SIGNALED)
-            .unwrap(),
+        3 => qp.post_send_inline(i, b"hi", SendFlags::SIGNALED).unwrap(),
         _ => qp.post_send(i, SGE, SendFlags::SIGNALED).unwrap(),
     }
 }
@@ -263,7 +261,10 @@ fn a_batch_rings_once_with_the_8_byte_doorbell_in_every_mode() {
             qp.post_deferred(&SendWr::write(i, REMOTE).inline(b"abc"))
                 .unwrap();
         }
-        assert!(trace::take().is_empty(), "{mode:?}: nothing before the doorbell");
+        assert!(
+            trace::take().is_empty(),
+            "{mode:?}: nothing before the doorbell"
+        );
         trace::start();
         qp.ring_doorbell();
         // BlueFlame only for a single WQE (rdma-core `post_send_db`: `nreq == 1`).
@@ -301,7 +302,11 @@ fn poll_orders_the_cqe_after_its_owner_then_writes_the_consumer_index() {
     assert_eq!(got, want);
     trace::start();
     assert_eq!(cq.poll(&mut qp, &mut wcs).unwrap(), 0);
-    assert_eq!(trace::take(), vec![], "an empty CQ: nothing ordered, nothing written");
+    assert_eq!(
+        trace::take(),
+        vec![],
+        "an empty CQ: nothing ordered, nothing written"
+    );
 
     // The lean send poll: the same barrier per CQE.
     for i in 3..5u64 {
