@@ -4,7 +4,8 @@
 The seeds come from the repository's own test vectors (docs/samples/*.hex) and from the
 layouts the harnesses document (fuzz/harness/*.rs); libFuzzer grows the corpus from them.
 Inputs worth keeping after a run (a crash turned regression, a new path) are copied in as
-seed-* files by hand. Usage: fuzz/make-seeds.py (from anywhere)."""
+seed-* files by hand; the seed-cov-* files are a sample of a libFuzzer-minimised corpus
+(`-merge=1`) from the first runs, kept as they are. Usage: fuzz/make-seeds.py (from anywhere)."""
 import os, struct, glob
 
 here = os.path.dirname(os.path.abspath(__file__))
