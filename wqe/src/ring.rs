@@ -363,6 +363,40 @@ mod tests {
         assert_eq!(u64::from_be_bytes(r.0[0..8].try_into().unwrap()), 4);
     }
 
+    /// The ring's accessors, a WQE of exactly the limit (accepted: the limit is inclusive,
+    /// rdma-core `mlx5_calc_send_wqe` refuses only what exceeds it) and the error's message.
+    #[test]
+    fn the_limit_is_inclusive_and_accessors_say_the_ring() {
+        let mut r = Ring([0; 256]);
+        let base = r.0.as_mut_ptr();
+        let ring = unsafe { SqRing::new(base, 4) };
+        assert_eq!(ring.wqe_cnt(), 4);
+        assert_eq!(ring.start(), base);
+        assert_eq!(ring.end(), base.wrapping_add(256));
+        assert_eq!(ring.bytes(), 256);
+        assert_eq!(ring.max_wqe_bytes(), 256);
+        let mut w = WqeWriter::new(&ring, 1, 64);
+        assert_eq!(w.ctrl_ptr(), base.wrapping_add(64));
+        w.push(&RaddrSeg::new(0, 0)).unwrap();
+        // ctrl 16 + raddr 16 + inline align16(4 + 28) = 64: exactly the limit.
+        assert_eq!(w.push_inline(&[&[7u8; 28]]).unwrap(), 28);
+        assert_eq!(w.size(), 64);
+        assert!(
+            w.push(&DataSeg::new(1, 2, 3)).is_err(),
+            "one unit past the limit"
+        );
+        extern crate std;
+        use std::string::ToString;
+        assert_eq!(
+            WqeError::TooLarge {
+                needed: 80,
+                max: 64
+            }
+            .to_string(),
+            "WQE of 80 bytes exceeds the 64-byte limit of this queue"
+        );
+    }
+
     #[test]
     fn too_large_is_an_error() {
         let mut r = Ring([0; 256]);
