@@ -148,7 +148,7 @@ impl DmaBuf {
     /// that were never posted.
     pub fn read_be32(&self, off: usize) -> u32 {
         if off.is_multiple_of(4) && self.in_bounds(off, 4) {
-            // SAFETY: in bounds and 4-byte aligned (the buffer is page-aligned).
+            // SAFETY: in bounds and 4-byte aligned (the buffer is 64-byte aligned).
             let v = unsafe { std::ptr::read_volatile(self.ptr.as_ptr().add(off) as *const u32) };
             return u32::from_be(v);
         }
@@ -175,7 +175,7 @@ impl DmaBuf {
         if !off.is_multiple_of(8) || !self.in_bounds(off, 8) {
             return 0;
         }
-        // SAFETY: in bounds and 8-byte aligned (the buffer is page-aligned).
+        // SAFETY: in bounds and 8-byte aligned (the buffer is 64-byte aligned).
         unsafe { std::ptr::read_volatile(self.ptr.as_ptr().add(off) as *const u64) }
     }
 
