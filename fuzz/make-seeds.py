@@ -106,10 +106,14 @@ def bth(opcode, psn, ackreq=0):
 def rec(sel, body):
     return bytes([sel, len(body)]) + body
 
-put("roce_frames", "rc-send-to-b", rec(3, bth(0x04, 0, 1) + b"hello!!!"))
-put("roce_frames", "uc-send-to-b", rec(4, bth(0x24, 0) + b"hi uc..."))
+# A sends from PSN 0 (fuzz/harness/sim_world.rs): after the first traffic (WRITE, READ, SEND
+# on RC; one SEND on UC) B expects PSN 3 on RC and 1 on UC; B sends from 0x100.
+put("roce_frames", "rc-send-to-b", rec(3, bth(0x04, 3, 1) + b"hello!!!"))
+put("roce_frames", "rc-dup-send-to-b", rec(3, bth(0x04, 0, 1) + b"hello!!!"))
+put("roce_frames", "uc-send-to-b", rec(4, bth(0x24, 1) + b"hi uc..."))
 put("roce_frames", "ud-send-to-b", rec(5, bth(0x64, 0) + struct.pack(">II", 0x11111111, 1) + b"ud!!"))
-put("roce_frames", "ack-to-a", rec(0, bth(0x11, 0) + struct.pack(">I", 0x1f000000)))
+put("roce_frames", "ack-to-a", rec(0, bth(0x11, 3) + struct.pack(">I", 0x1f000000)))
+put("roce_frames", "old-ack-to-a", rec(0, bth(0x11, 0) + struct.pack(">I", 0x1f000000)))
 put("roce_frames", "nak-to-a", rec(0, bth(0x11, 0) + struct.pack(">I", 0x60000000)))
 put("roce_frames", "read-resp-to-a", rec(0, bth(0x10, 1) + struct.pack(">I", 0x1f000000) + bytes(64)))
 put("roce_frames", "write-to-b", rec(3, bth(0x0a, 0, 1) + struct.pack(">QII", 0, 0, 8) + bytes(8)))

@@ -1,10 +1,10 @@
 //! The world the software-ConnectX fuzz harnesses (`sim_wqe`, `roce_frames`) run in: two
 //! software ConnectX devices on a deterministic fabric (no thread: every run is the same),
-//! with a connected RC pair, a connected UC pair and a UD pair, registered memory on both
-//! sides and receives posted. [`World::settle`] lets the fabric run (retransmit timers
+//! with a connected RC pair, a connected UC pair and a UD pair (fixed PSNs: A sends from 0,
+//! B from 0x100), registered memory on both sides and receives posted. [`World::settle`] lets the fabric run (retransmit timers
 //! included) and drains every CQ, checking that no work request completes twice.
 
-use mlx5_direct::connect::{connect_qps, ConnectParams, Connection};
+use mlx5_direct::connect::{connect_qps_with, ConnectParams, Connection};
 use mlx5_direct::qp::{SendWr, UdDest, Wc};
 use mlx5_direct::{Context, Cq, Mr, Pd, Qp, QpInit, SimFabric};
 use std::collections::HashSet;
@@ -40,8 +40,8 @@ pub struct World {
     pub sides: [Side; 2],
     /// The fabric.
     pub fabric: SimFabric,
-    /// WR ids completed so far, per side and QP.
-    done: HashSet<(usize, u32, u64)>,
+    /// WR ids completed so far: (side, QPN, WR id).
+    pub done: HashSet<(usize, u32, u64)>,
 }
 
 fn side(f: &SimFabric) -> Side {
@@ -69,11 +69,16 @@ impl World {
         let fabric = SimFabric::deterministic();
         let mut a = side(&fabric);
         let mut b = side(&fabric);
-        let p = ConnectParams::default();
+        // Fixed PSNs (the default is random): every run is the same, and an input can name
+        // the PSN the responder expects (A sends from 0, B from 0x100).
+        let (pa, pb) = (
+            ConnectParams::default().with_psn(0),
+            ConnectParams::default().with_psn(0x100),
+        );
         let mut conns = Vec::new();
         for i in 0..3 {
             let (qa, qb) = (&mut a.qps[i], &mut b.qps[i]);
-            conns.push(connect_qps(qa, qb, &p).expect("connect"));
+            conns.push(connect_qps_with((qa, &pa), (qb, &pb)).expect("connect"));
         }
         let ud_dest = [
             conns[2].0.ud_peer().expect("UD peer").dest(),

@@ -77,3 +77,27 @@ fn roce_frames_seeds_reach_the_transport() {
         assert_eq!(w.fabric.fabric().malformed_frames(), 0, "{name}");
     }
 }
+
+/// The responder takes a well-formed frame of the fuzzer: the seed SEND with the PSN B's RC QP
+/// expects consumes one more of its receives than the same run without it.
+#[test]
+fn an_in_order_send_of_the_harness_reaches_the_responder() {
+    let recvs = |w: &sim_world::World| {
+        let qpn = w.sides[1].qps[0].qpn();
+        w.done
+            .iter()
+            .filter(|(side, q, id)| *side == 1 && *q == qpn && (1000..2000).contains(id))
+            .count()
+    };
+    let (_, seed) = corpus("roce_frames")
+        .into_iter()
+        .find(|(n, _)| n == "seed-rc-send-to-b")
+        .expect("the seed");
+    let with = recvs(&roce_frames::run_world(&seed));
+    let without = recvs(&roce_frames::run_world(&[]));
+    assert_eq!(
+        with,
+        without + 1,
+        "receives completed: {with} with the frame, {without} without"
+    );
+}
