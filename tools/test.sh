@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The whole test suite of mlx5-direct, on a fresh Debian machine with a Rust toolchain.
 # Installs the Debian packages it needs when they are missing, then builds and tests every crate
-# with all features, then runs the verbs suite against the real kernel (Soft-RoCE in a VM).
+# with all features, fuzzes each cargo-fuzz target for a bounded time (nightly; skipped, and
+# said so, where nightly or cargo-fuzz cannot be installed), then runs the verbs suite against
+# the real kernel (Soft-RoCE in a VM).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -68,8 +70,43 @@ if command -v rustup >/dev/null 2>&1 &&
     timeout 300 rustup target add aarch64-unknown-linux-gnu; }; then
   cargo check --target aarch64-unknown-linux-gnu -p mlx5-wqe -p mlx5-cq -p mlx5-hw -p mlx5-qp \
     -p mlx5-sim -p mlx5-ctx -p mlx5-connect -p mlx5-direct --lib
+  # The arm64 arms of the MMIO trace and the per-architecture sequences its tests expect
+  # (docs/testing.md) compile too.
+  cargo check --target aarch64-unknown-linux-gnu -p mlx5-hw -p mlx5-qp --tests
 else
   echo "aarch64 check skipped: the aarch64-unknown-linux-gnu target could not be added (rustup)"
+fi
+
+# Bounded fuzzing (docs/testing.md): each cargo-fuzz target of fuzz/ runs for FUZZ_SECONDS
+# (default 30) from its checked-in corpus; a crash fails the suite (the input is in
+# fuzz/artifacts/TARGET/, to be added to the corpus as a regression test). libFuzzer needs the
+# nightly toolchain and cargo-fuzz: a machine that cannot install them skips and says so.
+echo "== fuzzing: each fuzz/ target for ${FUZZ_SECONDS:-30} s (cargo +nightly fuzz)"
+fuzz_ok=1
+if ! command -v rustup >/dev/null 2>&1; then
+  echo "fuzzing skipped: no rustup to install the nightly toolchain"; fuzz_ok=0
+elif ! { rustup toolchain list | grep -q '^nightly' ||
+  timeout 600 rustup toolchain install nightly --profile minimal >/dev/null 2>&1; }; then
+  echo "fuzzing skipped: the nightly toolchain could not be installed (rustup)"; fuzz_ok=0
+elif ! { cargo fuzz --version >/dev/null 2>&1 ||
+  timeout 900 cargo install cargo-fuzz --locked >/dev/null 2>&1; }; then
+  echo "fuzzing skipped: cargo-fuzz could not be installed (cargo install cargo-fuzz)"; fuzz_ok=0
+fi
+if [ "$fuzz_ok" -eq 1 ]; then
+  (cd fuzz && cargo +nightly fuzz build -O 2>&1 | tail -n 3)
+  for t in $(cd fuzz && cargo +nightly fuzz list); do
+    # The checked-in seeds are the corpus; what libFuzzer adds goes to a scratch directory.
+    work="target/fuzz-corpus/$t"
+    mkdir -p "$work"
+    if (cd fuzz && cargo +nightly fuzz run -O "$t" "../$work" "corpus/$t" -- \
+      -max_total_time="${FUZZ_SECONDS:-30}" -rss_limit_mb=2048 >"../target/fuzz-$t.log" 2>&1); then
+      echo "fuzz $t: $(grep -Eo 'Done [0-9]+ runs in [0-9]+ second' "target/fuzz-$t.log" | tail -n 1), no crash"
+    else
+      echo "fuzz $t: CRASH (target/fuzz-$t.log; the input is in fuzz/artifacts/$t/)"
+      tail -n 30 "target/fuzz-$t.log"
+      echo "test result: FAILED. 0 passed; 1 failed (fuzz $t)" >>target/test-output.txt
+    fi
+  done
 fi
 
 if [ -x tools/rxe-vm/run-verbs-tests.sh ]; then

@@ -224,6 +224,13 @@ impl Fabric {
         self.inner.lock().step()
     }
 
+    /// Put arbitrary Ethernet frame bytes on the wire, arriving now (a foreign sender, a
+    /// fuzzer): the device whose MAC and IPv4 they name receives them on its next step and
+    /// checks them like any frame (malformed ones are counted and dropped).
+    pub fn inject_frame(&self, frame: Vec<u8>) {
+        self.inner.lock().inject(frame);
+    }
+
     /// Step until nothing more happens; returns the number of busy steps.
     pub fn run_until_idle(&self) -> usize {
         self.inner.lock().run_until_idle()

@@ -3,9 +3,14 @@
 //! Two kinds of memory are shared with the driver, as on a real NIC:
 //!
 //! - [`DmaBuf`]: memory the *device* owns and hands out (QP/CQ/SRQ buffers, doorbell records,
-//!   UAR pages): page-aligned, zeroed, freed when the object is destroyed. rdma-core allocates
-//!   these in `mlx5_alloc_qp_buf` / `mlx5_alloc_cq_buf` / `mlx5_alloc_dbrec` and zeroes the QP
-//!   buffer (`memset` in `mlx5_alloc_qp_buf`, rdma-core `providers/mlx5/verbs.c`).
+//!   UAR pages): zeroed, freed when the object is destroyed. rdma-core allocates these in
+//!   `mlx5_alloc_qp_buf` / `mlx5_alloc_cq_buf` / `mlx5_alloc_dbrec` and zeroes the QP buffer
+//!   (`memset` in `mlx5_alloc_qp_buf`, rdma-core `providers/mlx5/verbs.c`). Unlike rdma-core's
+//!   buffers, every one ends exactly at an inaccessible guard page (`mprotect(PROT_NONE)`): a
+//!   driver that reads or writes one byte past a ring or CQ buffer (a wrong wrap) faults at
+//!   once instead of reading bytes that merely never look like a CQE. The start is therefore
+//!   page-aligned only when the length is a whole number of pages; it is always 64-byte
+//!   aligned (a basic block, a CQE).
 //! - [`Region`]: memory the *application* registered with `reg_mr`; the device touches it only
 //!   through a bounds-checked window, so no byte outside a registered region is ever accessed.
 //!
@@ -14,18 +19,23 @@
 //! shared memory. This is the only module with `unsafe` in the crate, apart from the
 //! registration entry point that creates a [`Region`] from the caller's `reg_mr` promise.
 
-use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::ptr::NonNull;
 
-/// Size of a page, the alignment of every device allocation.
+/// Size of a page: device allocations are made of whole pages.
 pub const PAGE_SIZE: usize = 4096;
 
-/// A zeroed, page-aligned allocation owned by the device and shared with the driver.
+/// The alignment of every device allocation's start: a send basic block, a CQE.
+pub const DMA_ALIGN: usize = 64;
+
+/// A zeroed allocation owned by the device and shared with the driver, followed at once by a
+/// guard page that faults on any access.
 #[derive(Debug)]
 pub struct DmaBuf {
     ptr: NonNull<u8>,
     len: usize,
-    layout: Layout,
+    /// The mapping: `map_len` bytes from `map`, the last page the guard.
+    map: NonNull<u8>,
+    map_len: usize,
 }
 
 // SAFETY: the buffer is plain memory; every access goes through volatile reads/writes below,
@@ -35,17 +45,48 @@ unsafe impl Send for DmaBuf {}
 unsafe impl Sync for DmaBuf {}
 
 impl DmaBuf {
-    /// Allocate `len` bytes (rounded up to whole pages), zeroed. `None` if `len` is 0 or the
-    /// allocation fails.
+    /// Allocate `len` bytes (rounded up to [`DMA_ALIGN`]), zeroed, ending at a guard page:
+    /// the pages it needs plus one, the buffer placed at the end of its pages and the last
+    /// page made inaccessible. `None` if `len` is 0 or the mapping fails.
     pub fn new(len: usize) -> Option<DmaBuf> {
-        let len = len.checked_add(PAGE_SIZE - 1)? & !(PAGE_SIZE - 1);
+        let len = len.checked_add(DMA_ALIGN - 1)? & !(DMA_ALIGN - 1);
         if len == 0 {
             return None;
         }
-        let layout = Layout::from_size_align(len, PAGE_SIZE).ok()?;
-        // SAFETY: the layout has a non-zero size.
-        let ptr = NonNull::new(unsafe { alloc_zeroed(layout) })?;
-        Some(DmaBuf { ptr, len, layout })
+        let pages = len.checked_add(PAGE_SIZE - 1)? & !(PAGE_SIZE - 1);
+        let map_len = pages.checked_add(PAGE_SIZE)?;
+        // SAFETY: a fresh private anonymous mapping (zeroed by the kernel); no existing memory
+        // is touched.
+        let map = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                map_len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if map == libc::MAP_FAILED {
+            return None;
+        }
+        let map = NonNull::new(map as *mut u8)?;
+        // SAFETY: `pages` < `map_len`: the guard is the mapping's last page.
+        let guard = unsafe { map.as_ptr().add(pages) };
+        // SAFETY: the guard page is part of the mapping made above.
+        if unsafe { libc::mprotect(guard as *mut libc::c_void, PAGE_SIZE, libc::PROT_NONE) } != 0 {
+            // SAFETY: the mapping made above, unmapped once.
+            unsafe { libc::munmap(map.as_ptr() as *mut libc::c_void, map_len) };
+            return None;
+        }
+        // SAFETY: `pages - len` < `pages`: inside the accessible part.
+        let ptr = NonNull::new(unsafe { map.as_ptr().add(pages - len) })?;
+        Some(DmaBuf {
+            ptr,
+            len,
+            map,
+            map_len,
+        })
     }
 
     /// Base address handed to the driver.
@@ -53,7 +94,7 @@ impl DmaBuf {
         self.ptr.as_ptr()
     }
 
-    /// Length in bytes (whole pages).
+    /// Length in bytes (the requested length rounded up to [`DMA_ALIGN`]).
     pub fn len(&self) -> usize {
         self.len
     }
@@ -107,7 +148,7 @@ impl DmaBuf {
     /// that were never posted.
     pub fn read_be32(&self, off: usize) -> u32 {
         if off.is_multiple_of(4) && self.in_bounds(off, 4) {
-            // SAFETY: in bounds and 4-byte aligned (the buffer is page-aligned).
+            // SAFETY: in bounds and 4-byte aligned (the buffer is 64-byte aligned).
             let v = unsafe { std::ptr::read_volatile(self.ptr.as_ptr().add(off) as *const u32) };
             return u32::from_be(v);
         }
@@ -134,7 +175,7 @@ impl DmaBuf {
         if !off.is_multiple_of(8) || !self.in_bounds(off, 8) {
             return 0;
         }
-        // SAFETY: in bounds and 8-byte aligned (the buffer is page-aligned).
+        // SAFETY: in bounds and 8-byte aligned (the buffer is 64-byte aligned).
         unsafe { std::ptr::read_volatile(self.ptr.as_ptr().add(off) as *const u64) }
     }
 
@@ -159,8 +200,8 @@ impl DmaBuf {
 
 impl Drop for DmaBuf {
     fn drop(&mut self) {
-        // SAFETY: allocated in `new` with exactly this layout.
-        unsafe { dealloc(self.ptr.as_ptr(), self.layout) };
+        // SAFETY: mapped in `new` with exactly this length; unmapped once.
+        unsafe { libc::munmap(self.map.as_ptr() as *mut libc::c_void, self.map_len) };
     }
 }
 
@@ -253,12 +294,23 @@ mod tests {
     #[test]
     fn dma_buf_is_zeroed_aligned_and_checked() {
         let b = DmaBuf::new(100).unwrap();
-        assert_eq!(b.len(), PAGE_SIZE);
-        assert_eq!(b.as_ptr() as usize % PAGE_SIZE, 0);
+        assert_eq!(b.len(), 128);
+        assert_eq!(b.as_ptr() as usize % DMA_ALIGN, 0);
+        assert_eq!(
+            (b.as_ptr() as usize + b.len()) % PAGE_SIZE,
+            0,
+            "the buffer ends where the guard page begins"
+        );
         assert_eq!(b.read_be32(0), 0);
         assert!(b.write_be32(8, 0x1234_5678));
         assert_eq!(b.read_be32(8), 0x1234_5678);
-        assert!(!b.write(PAGE_SIZE - 2, &[1, 2, 3]));
+        assert!(!b.write(126, &[1, 2, 3]));
+        let p = DmaBuf::new(2 * PAGE_SIZE).unwrap();
+        assert_eq!(
+            p.as_ptr() as usize % PAGE_SIZE,
+            0,
+            "whole pages stay page-aligned"
+        );
         assert!(!b.read(usize::MAX, &mut [0u8; 2]));
         assert!(DmaBuf::new(0).is_none());
     }
@@ -270,7 +322,7 @@ mod tests {
         assert_eq!(b.read8(8), [1, 2, 3, 4, 5, 6, 7, 8]);
         assert_eq!(b.load_word(8).to_ne_bytes(), [1, 2, 3, 4, 5, 6, 7, 8]);
         assert!(!b.store_word(4, 1), "misaligned");
-        assert!(!b.store_word(PAGE_SIZE, 1), "out of bounds");
+        assert!(!b.store_word(64, 1), "out of bounds");
         assert_eq!(b.load_word(12), 0);
         b.write(16, &[0, 0, 0x01, 0xff]);
         assert_eq!(b.read_be32(16), 0x1ff);
@@ -279,6 +331,29 @@ mod tests {
             "unaligned records still work"
         );
         assert_eq!(b.read_be32(18), 0x0102_0304);
+    }
+
+    /// The guard page faults: checked in a child process (the fault would end this one).
+    #[test]
+    fn a_read_past_the_end_faults_at_once() {
+        let b = DmaBuf::new(512).unwrap();
+        // SAFETY: fork in a test; the child only reads memory and exits.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork");
+        if pid == 0 {
+            // SAFETY: deliberately one byte past the buffer: the guard page, which faults.
+            let v = unsafe { std::ptr::read_volatile(b.as_ptr().add(b.len())) };
+            // SAFETY: never reached when the guard works; `_exit` is async-signal-safe.
+            unsafe { libc::_exit(v as i32 + 100) };
+        }
+        let mut status = 0;
+        // SAFETY: waiting for the child made above.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        assert!(
+            libc::WIFSIGNALED(status),
+            "the read past the end did not fault"
+        );
+        assert_eq!(libc::WTERMSIG(status), libc::SIGSEGV);
     }
 
     #[test]

@@ -285,6 +285,17 @@ impl World {
         work
     }
 
+    /// A frame from outside the fabric (`from: None`, like one received from another
+    /// process) arrives now: routed by its destination MAC and IPv4 like any other.
+    pub fn inject(&mut self, bytes: Vec<u8>) {
+        let at = self.now;
+        self.enqueue(WireFrame {
+            bytes,
+            at,
+            from: None,
+        });
+    }
+
     /// Put a frame in flight, keeping arrival order (stable for equal times).
     fn enqueue(&mut self, f: WireFrame) {
         let pos = self

@@ -3,6 +3,8 @@
 
 mod examples_run;
 mod examples_support;
+mod fuzz_replay;
+mod mmio_fences;
 mod pingpong;
 mod sim_transition_table;
 mod tools_count_instructions;

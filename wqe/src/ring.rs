@@ -300,6 +300,57 @@ mod tests {
         assert_eq!(r.0[192 + 7], 5);
     }
 
+    /// The segment after an inline one starts right after the inline segment's last 16-byte
+    /// unit (`align16(4 + len)` bytes after its start), wherever that is: inside a block,
+    /// exactly at the ring end (the cursor wraps to the start, never stays at the end), past
+    /// the end (the payload wrapped); and the size counts the padded segment.
+    #[test]
+    fn the_segment_after_an_inline_one_starts_where_it_ends() {
+        // (first block, payload length, offset where the next segment must land, DS after it)
+        let cases: [(u16, usize, usize, u32); 7] = [
+            (0, 1, 48, 4),   // ctrl 0, raddr 16, inline 32..48 (4 + 1 → 16), data at 48
+            (0, 12, 48, 4),  // 4 + 12 = 16 exactly: one unit
+            (0, 13, 64, 5),  // 4 + 13 → 32: the next block
+            (3, 12, 240, 4), // ctrl 192, raddr 208, inline 224..240
+            (3, 28, 0, 5),   // inline 224..256 ends at the ring end: the cursor wraps
+            (3, 29, 16, 6),  // 4 + 29 → 48: 224..256 and 0..16, the next at 16
+            (2, 60, 224, 7), // ctrl 128, raddr 144, inline 160..224 (4 + 60 = 64)
+        ];
+        let all: [u8; 64] = core::array::from_fn(|i| i as u8);
+        for (pi, len, next_at, ds) in cases {
+            let mut r = Ring([0xee; 256]);
+            let ring = unsafe { SqRing::new(r.0.as_mut_ptr(), 4) };
+            let mut w = WqeWriter::new(&ring, pi, 1008);
+            w.push(&RaddrSeg::new(0x1122, 7)).unwrap();
+            let payload = &all[..len];
+            // Two parts: the cursor must not depend on how the payload is split.
+            let parts: [&[u8]; 2] = [&payload[..1], &payload[1..]];
+            assert_eq!(w.push_inline(&parts).unwrap(), len as u32);
+            let inline_at = (pi as usize * 64 + 32) % 256;
+            let seg = (4 + len).div_ceil(16) * 16;
+            assert_eq!(w.size(), 32 + seg, "pi {pi} len {len}: size");
+            assert_eq!(next_at, (inline_at + seg) % 256, "the table itself");
+            let want_next = next_at;
+            w.push(&DataSeg::new(0xabcd, 0x55, 0x1_0000_2000)).unwrap();
+            let (got_ds, _) = w.finish(crate::CtrlSeg::builder().opcode(8).qpn(1));
+            assert_eq!(got_ds, ds, "pi {pi} len {len}: DS");
+            // The data segment (byte count 0xabcd first) is exactly at the expected place.
+            assert_eq!(
+                &r.0[want_next..want_next + 8],
+                &[0, 0, 0xab, 0xcd, 0, 0, 0, 0x55],
+                "pi {pi} len {len}: the next segment is not where the inline one ends"
+            );
+            // The payload, wrapping at the ring end, and the inline header.
+            assert_eq!(
+                &r.0[inline_at..inline_at + 4],
+                &(0x8000_0000u32 | len as u32).to_be_bytes()
+            );
+            for (i, b) in payload.iter().enumerate() {
+                assert_eq!(r.0[(inline_at + 4 + i) % 256], *b, "payload byte {i}");
+            }
+        }
+    }
+
     #[test]
     fn masked_atomic_second_half_wraps() {
         let mut r = Ring([0; 256]);
@@ -310,6 +361,40 @@ mod tests {
         w.push(&MaskedCs64Seg::new(1, 2, 3, 4)).unwrap();
         assert_eq!(u64::from_be_bytes(r.0[240..248].try_into().unwrap()), 3);
         assert_eq!(u64::from_be_bytes(r.0[0..8].try_into().unwrap()), 4);
+    }
+
+    /// The ring's accessors, a WQE of exactly the limit (accepted: the limit is inclusive,
+    /// rdma-core `mlx5_calc_send_wqe` refuses only what exceeds it) and the error's message.
+    #[test]
+    fn the_limit_is_inclusive_and_accessors_say_the_ring() {
+        let mut r = Ring([0; 256]);
+        let base = r.0.as_mut_ptr();
+        let ring = unsafe { SqRing::new(base, 4) };
+        assert_eq!(ring.wqe_cnt(), 4);
+        assert_eq!(ring.start(), base);
+        assert_eq!(ring.end(), base.wrapping_add(256));
+        assert_eq!(ring.bytes(), 256);
+        assert_eq!(ring.max_wqe_bytes(), 256);
+        let mut w = WqeWriter::new(&ring, 1, 64);
+        assert_eq!(w.ctrl_ptr(), base.wrapping_add(64));
+        w.push(&RaddrSeg::new(0, 0)).unwrap();
+        // ctrl 16 + raddr 16 + inline align16(4 + 28) = 64: exactly the limit.
+        assert_eq!(w.push_inline(&[&[7u8; 28]]).unwrap(), 28);
+        assert_eq!(w.size(), 64);
+        assert!(
+            w.push(&DataSeg::new(1, 2, 3)).is_err(),
+            "one unit past the limit"
+        );
+        extern crate std;
+        use std::string::ToString;
+        assert_eq!(
+            WqeError::TooLarge {
+                needed: 80,
+                max: 64
+            }
+            .to_string(),
+            "WQE of 80 bytes exceeds the 64-byte limit of this queue"
+        );
     }
 
     #[test]

@@ -6,6 +6,7 @@ mod connect_doc;
 mod connect_sim;
 mod connect_support;
 mod connect_two_process;
+mod fuzz_replay;
 mod owned;
 mod recovery_destroyed_peer;
 mod recovery_sim;

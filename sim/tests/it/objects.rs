@@ -21,10 +21,12 @@ fn qp_cq_srq_memory_layout() {
     o.cqe_size = 128;
     let s = side(&d, &o, None);
     let l = s.qp.info.layout;
+    // One buffer, RQ first, ending at the guard page (`mem::DmaBuf`): SQ 64 × 64 bytes.
+    assert_eq!(l.rq.buf as usize % 64, 0, "64-byte aligned");
     assert_eq!(
-        l.rq.buf as usize % 4096,
+        (l.sq.buf as usize + l.sq.wqe_cnt as usize * 64) % 4096,
         0,
-        "one page-aligned buffer, RQ first"
+        "the SQ ends at a page boundary, where the guard page starts"
     );
     assert_eq!(l.rq.stride, 64, "roundup_pow2(3 × 16)");
     assert_eq!(l.rq.wqe_cnt, 8);

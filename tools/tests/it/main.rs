@@ -3,6 +3,7 @@
 
 mod bad_input;
 mod examples_support;
+mod fuzz_replay;
 mod perftest_tests;
 mod tools_lat_bw;
 

@@ -6,42 +6,38 @@
 use mlx5_cq::{Cqe64, CQE_INITIAL_OP_OWN, U16, U32};
 use mlx5_hw::{BfLayout, CqLayout, QpLayout, QpType, SrqLayout, WqLayout};
 use mlx5_wqe::seg::SrqNextSeg;
-use std::alloc::{alloc_zeroed, dealloc, Layout};
 
-/// A zeroed, aligned heap buffer.
+/// A zeroed buffer of the software ConnectX's device memory (`mlx5_sim::mem::DmaBuf`): it
+/// ends exactly at an inaccessible guard page, so a data path that reads or writes past a
+/// ring or CQ buffer faults the test at once. 64-byte aligned, page-aligned when `len` is
+/// whole pages (`align` above 64 asks for that; checked).
 pub struct Mem {
-    ptr: *mut u8,
-    layout: Layout,
+    buf: mlx5_sim::mem::DmaBuf,
 }
 
 impl Mem {
     pub fn new(len: usize, align: usize) -> Mem {
-        let layout = Layout::from_size_align(len.max(1), align).unwrap();
-        // SAFETY: non-zero size.
-        let ptr = unsafe { alloc_zeroed(layout) };
-        assert!(!ptr.is_null());
-        Mem { ptr, layout }
+        let buf = mlx5_sim::mem::DmaBuf::new(len.max(1)).unwrap();
+        assert_eq!(
+            buf.as_ptr() as usize % align.min(4096),
+            0,
+            "a {len}-byte buffer cannot be {align}-aligned and end at its guard page"
+        );
+        Mem { buf }
     }
     pub fn ptr(&self) -> *mut u8 {
-        self.ptr
+        self.buf.as_ptr()
     }
     pub fn bytes(&self) -> &[u8] {
-        // SAFETY: allocated with this length.
-        unsafe { std::slice::from_raw_parts(self.ptr, self.layout.size()) }
+        // SAFETY: `len` bytes of live device memory.
+        unsafe { std::slice::from_raw_parts(self.buf.as_ptr(), self.buf.len()) }
     }
     pub fn bytes_mut(&mut self) -> &mut [u8] {
-        // SAFETY: allocated with this length.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.layout.size()) }
+        // SAFETY: as above; `&mut self` makes the slice unique on the test's side.
+        unsafe { std::slice::from_raw_parts_mut(self.buf.as_ptr(), self.buf.len()) }
     }
     pub fn be32(&self, off: usize) -> u32 {
         u32::from_be_bytes(self.bytes()[off..off + 4].try_into().unwrap())
-    }
-}
-
-impl Drop for Mem {
-    fn drop(&mut self) {
-        // SAFETY: allocated with this layout.
-        unsafe { dealloc(self.ptr, self.layout) }
     }
 }
 
@@ -182,7 +178,7 @@ pub struct FakeCq {
 
 impl FakeCq {
     pub fn new(cqe_cnt: u32, cqe_size: u32, ignore_overrun: bool) -> FakeCq {
-        let mut buf = Mem::new((cqe_cnt * cqe_size) as usize, 4096);
+        let mut buf = Mem::new((cqe_cnt * cqe_size) as usize, 64);
         for i in 0..cqe_cnt as usize {
             // rdma-core `mlx5_alloc_cq_buf`: every op_own = 0xF0.
             buf.bytes_mut()[i * cqe_size as usize + cqe_size as usize - 1] = CQE_INITIAL_OP_OWN;
