@@ -83,10 +83,14 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod ah;
+#[cfg(feature = "tokio")]
+pub mod async_cq;
+pub mod channel;
 mod context;
 mod cq;
 mod datapath;
 mod error;
+pub mod events;
 mod mem;
 pub mod mr;
 mod pd;
@@ -94,11 +98,16 @@ mod qp;
 mod srq;
 
 pub use ah::Ah;
+#[cfg(feature = "tokio")]
+pub use async_cq::{AsyncChannel, AsyncCq, AsyncEventStream};
+pub use channel::CompChannel;
 pub use context::Context;
 #[cfg(feature = "sim")]
 pub use context::SimFabric;
 pub use cq::{Cq, CqInit};
 pub use error::{Error, Result};
+pub use events::AsyncEvents;
+pub use mlx5_hw::AsyncEvent;
 pub use mr::Mr;
 pub use pd::Pd;
 pub use qp::{Qp, QpInit};
