@@ -248,6 +248,16 @@ impl AsyncChannel {
         self.ready.len()
     }
 
+    /// Arm every CQ again before the next sleep, even those armed and not fired yet (normally
+    /// each CQ is armed once per event: repeated arms merge on the device, so this only costs
+    /// a doorbell per CQ). For a program that bounds its waits and suspects a wake-up the
+    /// device never sent.
+    pub fn rearm(&mut self) {
+        for slot in self.cqs.iter_mut().flatten() {
+            slot.armed = false;
+        }
+    }
+
     /// Poll every CQ once (round robin) into the queue; how many completions were added. Of
     /// completions and errors, nothing is lost: what earlier CQs gave stays queued when a
     /// later one fails.
@@ -413,6 +423,11 @@ impl AsyncCq {
     /// Completions taken from the CQ and not yet handed out.
     pub fn pending(&self) -> usize {
         self.ch.pending()
+    }
+
+    /// Arm the CQ again before the next sleep ([`AsyncChannel::rearm`]).
+    pub fn rearm(&mut self) {
+        self.ch.rearm();
     }
 
     /// The oldest completion taken, else one poll; never waits.
