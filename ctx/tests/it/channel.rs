@@ -2,7 +2,8 @@
 //! and the CQ that fired, solicited-only arming, acknowledgements in batches and before a CQ is
 //! destroyed (a raw destroy with events unacknowledged is refused with a clear error; the
 //! owning drop acknowledges first and leaves nothing), the channel outliving its CQs, the
-//! blocking single-CQ wait, and the asynchronous event queue (QP fatal, access error, port).
+//! blocking single-CQ wait, and the asynchronous event queue (QP fatal, access error, port, SRQ
+//! limit, last WQE reached).
 //! Deterministic fabric: every step is the test's (the software ConnectX checks the arm
 //! sequence numbers and reports a wrong one as a driver bug).
 
@@ -404,5 +405,43 @@ fn async_events_qp_fatal_access_error_and_port() {
     drop(ev_a);
     let again = r.a.async_events().unwrap();
     assert_eq!(again.next_event(), None);
+    let _ = f.fabric().take_driver_bugs();
+}
+
+#[test]
+fn async_events_srq_limit_and_last_wqe_reached() {
+    let f = SimFabric::deterministic();
+    let (a, b) = (f.add_device(), f.add_device());
+    let (pd_a, pd_b) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
+    let (cq_a, cq_b) = (a.create_cq(64).unwrap(), b.create_cq(64).unwrap());
+    let mut srq = pd_b.create_srq(7, 1).unwrap();
+    let mut qa = pd_a.create_qp(&QpInit::rc(&cq_a)).unwrap();
+    let mut qb = pd_b.create_qp(&QpInit::rc(&cq_b).srq(&srq)).unwrap();
+    connect_qps(&mut qa, &mut qb, &ConnectParams::default()).unwrap();
+    let ev = b.async_events().unwrap();
+    let (src, dst) = (pd_a.alloc_mr(64).unwrap(), pd_b.alloc_mr(64).unwrap());
+    for k in 0..3 {
+        srq.post_recv(k, &[dst.sge(0, 64).unwrap()]).unwrap();
+    }
+    srq.arm_limit(2).unwrap();
+    let sge = [src.sge(0, 8).unwrap()];
+    qa.post(&SendWr::send(1).sges(&sge)).unwrap();
+    assert_eq!(
+        ev.wait_event(Duration::ZERO).unwrap(),
+        None,
+        "2 left: not below 2"
+    );
+    qa.post(&SendWr::send(2).sges(&sge)).unwrap();
+    assert_eq!(
+        ev.wait_event(Duration::from_secs(5)).unwrap(),
+        Some(AsyncEvent::SrqLimitReached(srq.id()))
+    );
+    // The QP on the SRQ goes to Error: last WQE reached (IBV_EVENT_QP_LAST_WQE_REACHED, man
+    // ibv_get_async_event), named by the owning QP's id.
+    qb.modify(&mlx5_hw::transition::Step::Error).unwrap();
+    assert_eq!(
+        ev.wait_event(Duration::from_secs(5)).unwrap(),
+        Some(AsyncEvent::QpLastWqeReached(qb.id()))
+    );
     let _ = f.fabric().take_driver_bugs();
 }
