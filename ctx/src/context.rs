@@ -2,12 +2,15 @@
 //! needs, kept alive by every object made from it.
 
 use std::fmt;
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use mlx5_hw::{CqInitAttr, Device, DeviceAttr, PortAttr};
 
+use crate::channel::CompChannel;
 use crate::cq::{Cq, CqInit};
 use crate::error::{Error, Result};
+use crate::events::AsyncEvents;
 use crate::pd::Pd;
 
 /// An open device: the software ConnectX ([`Context::sim`], [`SimFabric`]), a ConnectX
@@ -25,6 +28,8 @@ pub(crate) struct ContextInner {
     /// The fabric a software ConnectX lives on (kept alive, with its thread, by the context).
     #[cfg(feature = "sim")]
     sim: Option<(mlx5_sim::SimDevice, SimFabric)>,
+    /// An [`AsyncEvents`] is taking the device's asynchronous events (one consumer).
+    pub(crate) async_events_taken: AtomicBool,
 }
 
 impl fmt::Debug for Context {
@@ -68,6 +73,7 @@ impl Context {
                 dev,
                 #[cfg(feature = "sim")]
                 sim: None,
+                async_events_taken: AtomicBool::new(false),
             }),
         }
     }
@@ -137,6 +143,16 @@ impl Context {
         self.inner.dev.progress();
     }
 
+    /// Whether the device moves only when stepped ([`Context::progress`]): a software ConnectX
+    /// on a deterministic fabric. Nothing wakes a sleeper on such a device.
+    pub fn is_stepped(&self) -> bool {
+        #[cfg(feature = "sim")]
+        if let Some((_, f)) = &self.inner.sim {
+            return !f.is_threaded();
+        }
+        false
+    }
+
     /// Why a wait on this device may not end, for timeout messages: a deterministic software
     /// ConnectX that nobody steps, or nothing.
     pub(crate) fn stall_hint(&self) -> &'static str {
@@ -160,20 +176,46 @@ impl Context {
 
     /// A CQ of at least `cqe` entries (64-byte CQEs, no completion channel).
     pub fn create_cq(&self, cqe: u32) -> Result<Cq> {
-        Cq::new(
-            self,
-            &CqInit {
-                attr: CqInitAttr {
-                    cqe,
-                    ..CqInitAttr::default()
-                },
-            },
-        )
+        Cq::new(self, &Self::cq_init(cqe), None)
     }
 
-    /// A CQ with every creation attribute.
+    fn cq_init(cqe: u32) -> CqInit {
+        CqInit {
+            attr: CqInitAttr {
+                cqe,
+                ..CqInitAttr::default()
+            },
+        }
+    }
+
+    /// A CQ with every creation attribute (`init.attr.channel` must be `None`: attach a CQ to
+    /// a channel with [`Context::create_cq_on_with`]).
     pub fn create_cq_with(&self, init: &CqInit) -> Result<Cq> {
-        Cq::new(self, init)
+        Cq::new(self, init, None)
+    }
+
+    /// A completion channel (`ibv_create_comp_channel`): one fd for the completion events of
+    /// every CQ created on it ([`crate::channel`]).
+    pub fn create_comp_channel(&self) -> Result<CompChannel> {
+        CompChannel::new(self)
+    }
+
+    /// A CQ of at least `cqe` entries that reports its completion events to `channel` (which
+    /// it keeps alive). Arm it with [`Cq::arm`].
+    pub fn create_cq_on(&self, cqe: u32, channel: &CompChannel) -> Result<Cq> {
+        Cq::new(self, &Self::cq_init(cqe), Some(channel))
+    }
+
+    /// [`Context::create_cq_on`] with every creation attribute.
+    pub fn create_cq_on_with(&self, init: &CqInit, channel: &CompChannel) -> Result<Cq> {
+        Cq::new(self, init, Some(channel))
+    }
+
+    /// The device's asynchronous events (QP fatal, last WQE reached, SRQ limit, port up and
+    /// down, CQ error) with their own fd ([`crate::events`]). One consumer at a time: a second
+    /// call while the first is alive is refused.
+    pub fn async_events(&self) -> Result<AsyncEvents> {
+        AsyncEvents::new(self)
     }
 
     /// Whether `other` is a handle to the same device.
@@ -278,6 +320,7 @@ mod sim {
                 inner: Arc::new(ContextInner {
                     dev: Arc::new(dev.clone()),
                     sim: Some((dev, self.clone())),
+                    async_events_taken: AtomicBool::new(false),
                 }),
             }
         }

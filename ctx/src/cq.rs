@@ -1,13 +1,16 @@
-//! Completion queues, and waiting for completions with a deadline.
+//! Completion queues, and waiting for completions with a deadline: by polling, or asleep on
+//! a completion channel ([`crate::channel`]).
 
 use std::fmt;
 use std::ops::{Deref, DerefMut};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mlx5_hw::{CqId, CqInitAttr};
 use mlx5_qp::{Resolve, Wc};
 
+use crate::channel::CompChannel;
 use crate::context::Context;
 use crate::datapath;
 use crate::error::{Error, Result};
@@ -23,11 +26,21 @@ pub struct CqInit {
 pub(crate) struct CqObj {
     pub(crate) ctx: Context,
     pub(crate) id: CqId,
+    /// The channel the CQ reports to and its count of events taken from it. Released after
+    /// the device CQ is destroyed (fields drop after `Drop::drop`), so the channel outlives it.
+    chan: Option<(CompChannel, Arc<AtomicU32>)>,
 }
 
 impl Drop for CqObj {
     fn drop(&mut self) {
-        if let Err(e) = self.ctx.device().destroy_cq(self.id) {
+        let dev = self.ctx.device();
+        // On a channel: the events taken are acknowledged first (verbs refuses to destroy a CQ
+        // with unacknowledged events), under the lock that taking an event holds.
+        let r = match &self.chan {
+            Some((ch, _)) => ch.detach_and_destroy(self.id, || dev.destroy_cq(self.id)),
+            None => dev.destroy_cq(self.id).map_err(Into::into),
+        };
+        if let Err(e) = r {
             tracing::warn!(target: "mlx5_ctx", cq = self.id.0, error = %e, "destroy_cq failed");
         }
     }
@@ -39,6 +52,8 @@ pub struct Cq {
     // Declared first: the consumer is dropped before the device object (see `datapath`).
     dp: mlx5_qp::Cq,
     obj: Arc<CqObj>,
+    /// Events taken from the channel that the data path's arm sequence number accounts for.
+    sn_applied: u32,
 }
 
 impl fmt::Debug for Cq {
@@ -64,19 +79,45 @@ impl DerefMut for Cq {
 }
 
 impl Cq {
-    pub(crate) fn new(ctx: &Context, init: &CqInit) -> Result<Cq> {
-        Self::adopt(ctx, ctx.device().create_cq(&init.attr)?)
+    pub(crate) fn new(ctx: &Context, init: &CqInit, channel: Option<&CompChannel>) -> Result<Cq> {
+        if init.attr.channel.is_some() {
+            return Err(Error::Events(
+                "CqInit::attr.channel names a device channel directly: create the CQ on a \
+                 CompChannel with Context::create_cq_on, which keeps the channel alive and \
+                 accounts for its events"
+                    .into(),
+            ));
+        }
+        if let Some(ch) = channel {
+            ctx.check_same(ch.context(), "the completion channel")?;
+        }
+        let attr = CqInitAttr {
+            channel: channel.map(CompChannel::id),
+            ..init.attr
+        };
+        let info = ctx.device().create_cq(&attr)?;
+        Self::adopt(ctx, info, channel)
     }
 
-    /// Own a CQ the device just created (also `Context::create_cq_with_timestamps`).
-    pub(crate) fn adopt(ctx: &Context, info: mlx5_hw::CqInfo) -> Result<Cq> {
+    /// Own a CQ the device just created on `channel` (also
+    /// `Context::create_cq_with_timestamps`).
+    pub(crate) fn adopt(
+        ctx: &Context,
+        info: mlx5_hw::CqInfo,
+        channel: Option<&CompChannel>,
+    ) -> Result<Cq> {
         let obj = Arc::new(CqObj {
             ctx: ctx.clone(),
             id: info.id,
+            chan: channel.map(|ch| (ch.clone(), ch.attach(info.id))),
         });
         // On failure `obj` is dropped here and destroys the CQ.
         let dp = datapath::cq(&info.layout)?;
-        Ok(Cq { dp, obj })
+        Ok(Cq {
+            dp,
+            obj,
+            sn_applied: 0,
+        })
     }
 
     pub(crate) fn obj(&self) -> &Arc<CqObj> {
@@ -91,6 +132,97 @@ impl Cq {
     /// The context this CQ belongs to.
     pub fn context(&self) -> &Context {
         &self.obj.ctx
+    }
+
+    /// The completion channel the CQ reports its events to, if any.
+    pub fn channel(&self) -> Option<&CompChannel> {
+        self.obj.chan.as_ref().map(|(c, _)| c)
+    }
+
+    /// Request a completion event on the CQ's channel for the next completion
+    /// (`solicited_only = false`) or the next solicited or error completion
+    /// (`ibv_req_notify_cq`). First brings the data path's arm sequence number up to the
+    /// events taken from the channel for this CQ ([`crate::channel`]: one advance per event,
+    /// rdma-core `mlx5_cq_event`), then writes the arm doorbell
+    /// ([`mlx5_qp::Cq::arm`]). An arm with completions already past the consumer index fires
+    /// at once. Without a channel the event reaches nobody (as the kernel drops it).
+    pub fn arm(&mut self, solicited_only: bool) {
+        if let Some((_, taken)) = &self.obj.chan {
+            let t = taken.load(Ordering::Acquire);
+            // The sequence number is 2 bits: only the count modulo 4 matters.
+            for _ in 0..(t.wrapping_sub(self.sn_applied) & 3) {
+                self.dp.ack_event();
+            }
+            self.sn_applied = t;
+        }
+        self.dp.arm(solicited_only);
+    }
+
+    /// Poll up to `wcs.len()` completions, sleeping on the CQ's completion channel while there
+    /// are none, until `timeout`; returns how many were written (0 when `timeout` passed with
+    /// none). First polls `busy_polls` more times before sleeping (latency: a completion
+    /// that comes within those polls costs no arm, no event and no system call), then the
+    /// race-free wait: arm, poll again, sleep on the fd, take the event, poll.
+    ///
+    /// The CQ must be alone on its channel: taking the channel's events here would swallow
+    /// those another CQ's consumer waits for ([`crate::channel`], one consumer per channel);
+    /// serve a shared channel from one place with [`CompChannel::get_event`] (or the
+    /// `tokio` feature's `AsyncChannel`). Steps a deterministic software ConnectX while
+    /// waiting.
+    pub fn poll_blocking<R: Resolve + ?Sized>(
+        &mut self,
+        table: &mut R,
+        wcs: &mut [Wc],
+        busy_polls: u32,
+        timeout: Duration,
+    ) -> Result<usize> {
+        let ch = match &self.obj.chan {
+            Some((ch, _)) => ch.clone(),
+            None => {
+                return Err(Error::Events(format!(
+                    "CQ {:#x} has no completion channel to sleep on: create it with \
+                     Context::create_cq_on, or poll it (Cq::poll_until)",
+                    self.dp.cqn()
+                )))
+            }
+        };
+        if ch.cq_count() > 1 {
+            return Err(Error::Events(format!(
+                "CQ {:#x} shares its completion channel with {} other CQ(s): a blocking wait \
+                 for one of them would take the events the others wait for; take the \
+                 channel's events in one place (CompChannel::get_event, or AsyncChannel)",
+                self.dp.cqn(),
+                ch.cq_count() - 1
+            )));
+        }
+        let deadline = Instant::now() + timeout;
+        let mut spins = 0u32;
+        loop {
+            self.obj.ctx.progress();
+            let n = self.dp.poll(table, wcs)?;
+            if n > 0 || wcs.is_empty() {
+                return Ok(n);
+            }
+            if spins < busy_polls {
+                spins += 1;
+                std::hint::spin_loop();
+                continue;
+            }
+            // Poll (above), arm, poll again: a CQE that landed in between is found here, and
+            // the arm fires at once for it anyway (ConnectX PRM "CQ arming").
+            self.arm(false);
+            let n = self.dp.poll(table, wcs)?;
+            if n > 0 {
+                return Ok(n);
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            // Any event ends the sleep; a stale one (from an arm whose completion was polled
+            // before its event was taken) only costs another round.
+            if ch.wait_event(left)?.is_none() && left.is_zero() {
+                self.obj.ctx.progress();
+                return self.dp.poll(table, wcs).map_err(Into::into);
+            }
+        }
     }
 
     /// Poll completions of the QPs (and SRQs) in `table` until `done` accepts one, or until

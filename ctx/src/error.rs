@@ -62,6 +62,19 @@ pub enum Error {
         /// Every completion polled, in order.
         completions: Vec<mlx5_qp::Wc>,
     },
+    /// A completion channel or an event queue asked to do something that would lose events
+    /// or cannot work here (a second consumer of one channel, a CQ of another channel, no
+    /// async runtime, a device that moves only when stepped).
+    #[error("{0}")]
+    Events(String),
+    /// A system call on an event file descriptor failed.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: &'static str,
+        /// The error the system returned.
+        source: std::io::Error,
+    },
     /// A wait reached its deadline.
     #[error("gave up after {waited:?} waiting for {what}: {detail}")]
     Timeout {

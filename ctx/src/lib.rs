@@ -24,6 +24,14 @@
 //!   the 40-instruction post (`benches/count-instructions.sh`). The one `unsafe` step from
 //!   device layouts to the data path is in one audited module (`datapath.rs`), with its
 //!   soundness argument.
+//! - **Waiting without spinning.** A [`CompChannel`] is one fd that many CQs report their
+//!   completion events to ([`Context::create_cq_on`]); the owning [`Cq::arm`] keeps the arm
+//!   sequence number right and the channel acknowledges events in batches and before a CQ is
+//!   destroyed, so the verbs bookkeeping cannot be got wrong ([`channel`]). With the `tokio`
+//!   feature, `AsyncChannel` serves every CQ of a channel from one task with the race-free
+//!   poll/arm/poll wait, a busy-poll budget and cancellation-safe `next().await`
+//!   (`async_cq`). Asynchronous events (QP fatal, SRQ limit, port, ...) have their own fd
+//!   ([`Context::async_events`], [`events`]).
 //! - **No silent hangs.** [`Context::sim`] runs the software ConnectX on its own thread (the
 //!   default for this API); a deterministic fabric ([`SimFabric::deterministic`]) is stepped by
 //!   [`Context::progress`], which the waiting helpers ([`Cq::wait_for`], [`Cq::poll_until`])
@@ -83,10 +91,14 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod ah;
+#[cfg(feature = "tokio")]
+pub mod async_cq;
+pub mod channel;
 mod context;
 mod cq;
 mod datapath;
 mod error;
+pub mod events;
 mod mcast;
 mod mem;
 pub mod mr;
@@ -97,11 +109,16 @@ mod timestamp;
 pub mod xrc;
 
 pub use ah::Ah;
+#[cfg(feature = "tokio")]
+pub use async_cq::{AsyncChannel, AsyncCq, AsyncEventStream};
+pub use channel::CompChannel;
 pub use context::Context;
 #[cfg(feature = "sim")]
 pub use context::SimFabric;
 pub use cq::{Cq, CqInit};
 pub use error::{Error, Result};
+pub use events::AsyncEvents;
+pub use mlx5_hw::AsyncEvent;
 pub use mr::Mr;
 pub use pd::Pd;
 pub use qp::{Qp, QpInit};

@@ -12,7 +12,11 @@ impl Context {
     /// A CQ created with completion timestamps (`IBV_WC_EX_WITH_COMPLETION_TIMESTAMP`: the
     /// raw device clock in every good CQE).
     pub fn create_cq_with_timestamps(&self, init: &CqInit) -> Result<Cq> {
-        Cq::adopt(self, self.device().create_cq_with_timestamps(&init.attr)?)
+        Cq::adopt(
+            self,
+            self.device().create_cq_with_timestamps(&init.attr)?,
+            None,
+        )
     }
 
     /// The device clock CQE timestamps count (`hca_core_clock` in kHz, mask, format):

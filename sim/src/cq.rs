@@ -315,11 +315,14 @@ impl Cq {
 
     /// Look at the arm doorbell in the UAR page; returns whether anything happened.
     pub fn scan_arm(&mut self, dev: &str, bugs: &mut BugLog) -> bool {
-        let v = self.uar.read8(CQ_DOORBELL);
+        // One atomic read-and-poison: a byte-wise read racing the driver's 64-bit store could see
+        // half an arm (threaded mode) and leave the CQ armed for the wrong kind of completion.
+        let Some(v) = self.uar.swap8(CQ_DOORBELL, ARM_POISON) else {
+            return false;
+        };
         if v == ARM_POISON {
             return false;
         }
-        self.uar.write(CQ_DOORBELL, &ARM_POISON);
         let word = u32::from_be_bytes([v[0], v[1], v[2], v[3]]);
         let cqn = u32::from_be_bytes([v[4], v[5], v[6], v[7]]);
         if cqn != self.cqn {

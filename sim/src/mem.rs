@@ -196,6 +196,27 @@ impl DmaBuf {
         self.read(off, &mut b);
         b
     }
+
+    /// Read the 8 bytes at `off` (8-byte aligned) and put `new` there in one atomic exchange, as
+    /// a device register takes a 64-bit doorbell whole: a driver's 64-bit store is seen entirely
+    /// or not at all. `None` (nothing read or written) if out of bounds or unaligned.
+    pub fn swap8(&self, off: usize, new: [u8; 8]) -> Option<[u8; 8]> {
+        if !self.in_bounds(off, 8) {
+            return None;
+        }
+        // SAFETY: in bounds (checked); the pointer is valid while `self` lives.
+        let p = unsafe { self.ptr.as_ptr().add(off) };
+        if !(p as usize).is_multiple_of(8) {
+            return None;
+        }
+        // SAFETY: 8 bytes in bounds and 8-byte aligned; the driver writes this word with one
+        // 64-bit store (never a Rust reference), so an atomic view of it is sound.
+        let a = unsafe { std::sync::atomic::AtomicU64::from_ptr(p as *mut u64) };
+        Some(
+            a.swap(u64::from_ne_bytes(new), std::sync::atomic::Ordering::SeqCst)
+                .to_ne_bytes(),
+        )
+    }
 }
 
 impl Drop for DmaBuf {

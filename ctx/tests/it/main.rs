@@ -2,6 +2,9 @@
 //! memory regions dropped while WRs name them, and random sequences of create/post/drop.
 //! Freed buffers are quarantined (feature `quarantine`): an access after free faults at once.
 
+#[cfg(feature = "tokio")]
+mod async_cq;
+mod channel;
 mod drop_order;
 mod mr_midstream;
 mod optional_attrs;

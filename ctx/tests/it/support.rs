@@ -122,3 +122,9 @@ pub fn drain(e: &mut End) -> Vec<Wc> {
         }
     }
 }
+
+/// Connect two RC QPs to each other (PSNs 0x10 and 0x20).
+pub fn connect_pair_rc(a: &mut Qp, b: &mut Qp) {
+    connect_rc(a, b, &Params::default(), 0x10, 0x20);
+    connect_rc(b, a, &Params::default(), 0x20, 0x10);
+}
