@@ -196,12 +196,6 @@ fn pingpong_mistakes_are_clear_errors() {
         2,
         "at most one MTU",
     );
-    err(
-        "rc_pingpong",
-        &["--loopback", "-e"],
-        2,
-        "completion channels",
-    );
     #[cfg(not(feature = "verbs"))]
     err(
         "rc_pingpong",

@@ -298,7 +298,7 @@ pub struct Common {
     /// QP less [default: write 220, send 236, UD send 188, or what the QP grants if less].
     #[arg(short = 'I', long = "inline_size")]
     pub inline: Option<u32>,
-    /// Sleep on completion events instead of polling (refused for now: see the message).
+    /// Sleep on completion events (the CQ's completion channel) instead of busy-polling.
     #[arg(short = 'e', long = "events")]
     pub events: bool,
     /// perftest: do not warn about CPU frequency scaling. These tools read the monotonic
@@ -443,10 +443,10 @@ impl Common {
                 "-f: the margin is for runs of a duration (-D)".into(),
             ));
         }
-        if self.events {
+        if self.events && self.path == PathKind::Verbs {
             return Err(Error::Usage(
-                "-e: completion events need completion channels, which this library's owning \
-                 API (mlx5-ctx) does not offer yet; poll instead (leave -e out)"
+                "-e: completion events are wired for --path direct (the CQ sleeps on its \
+                 completion channel); --path verbs polls only: leave -e out there"
                     .into(),
             ));
         }
@@ -737,7 +737,7 @@ mod tests {
             "leave out -n and -a",
         );
         refused(&["lat", "write", "-f", "1"], "for runs of a duration");
-        refused(&["lat", "send", "-e"], "completion channels");
+        refused(&["lat", "send", "-e", "--path", "verbs"], "--path direct");
         refused(
             &["lat", "write", "--output", "bandwidth"],
             "lat reports latency",

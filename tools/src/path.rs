@@ -141,7 +141,18 @@ impl DataPath for Direct<'_> {
     #[inline]
     fn poll(&mut self, out: &mut [Done]) -> Result<usize> {
         let max = out.len().min(self.wcs.len());
-        let n = self.cq.poll(&mut *self.qps, &mut self.wcs[..max])?;
+        let n = if self.cq.channel().is_some() {
+            // `-e`: poll, arm, poll again, sleep on the channel's fd (a bounded sleep, so the
+            // caller's deadlines still run).
+            self.cq.poll_blocking(
+                &mut *self.qps,
+                &mut self.wcs[..max],
+                0,
+                std::time::Duration::from_millis(20),
+            )?
+        } else {
+            self.cq.poll(&mut *self.qps, &mut self.wcs[..max])?
+        };
         for (o, wc) in out.iter_mut().zip(&self.wcs[..n]) {
             if !wc.is_ok() {
                 return Err(Error::completion(wc));

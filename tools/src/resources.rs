@@ -32,6 +32,9 @@ pub struct ResourcesCfg {
     pub buf_len: usize,
     /// Receive through a shared receive queue of this many WRs.
     pub srq: Option<u32>,
+    /// Complete on a CQ of its own completion channel, so that waits sleep on the channel's
+    /// fd (`-e`, perftest's `--events`) instead of polling.
+    pub events: bool,
 }
 
 impl ResourcesCfg {
@@ -45,6 +48,7 @@ impl ResourcesCfg {
             inline: 220,
             buf_len: 1 << 16,
             srq: None,
+            events: false,
         }
     }
 
@@ -88,7 +92,12 @@ impl Resources {
     /// Create everything on `ctx`.
     pub fn new(ctx: &Context, cfg: &ResourcesCfg) -> Result<Resources> {
         let pd = ctx.alloc_pd()?;
-        let cq = ctx.create_cq(cfg.cqe())?;
+        let cq = if cfg.events {
+            // One channel per CQ: the wait in `path::Direct::poll` consumes its events.
+            ctx.create_cq_on(cfg.cqe(), &ctx.create_comp_channel()?)?
+        } else {
+            ctx.create_cq(cfg.cqe())?
+        };
         let srq = match cfg.srq {
             Some(n) => Some(pd.create_srq(n, 1)?),
             None => None,

@@ -75,6 +75,8 @@ fn main() -> ExitCode {
 
 /// The run's plan, from the arguments, checked before any device is opened.
 struct Plan {
+    /// `-e`: wait on a completion channel.
+    events: bool,
     test: Test,
     conn: QpType,
     atomic: AtomicArg,
@@ -160,6 +162,7 @@ fn plan(a: &BwArgs) -> Result<Plan> {
         }
     }
     Ok(Plan {
+        events: a.common.events,
         test: a.test,
         conn,
         atomic: c.atomic_type,
@@ -200,6 +203,7 @@ impl Plan {
             inline: self.inline.bytes,
             buf_len: 2 * self.half,
             srq: None,
+            events: self.events,
         }
     }
 
@@ -682,6 +686,12 @@ fn banner(
     udp: Option<&UdpLink>,
 ) -> String {
     let mut extra = vec![("Doorbell".into(), doorbell.to_string())];
+    if p.events {
+        extra.push((
+            "Completions".into(),
+            "events (-e): sleeps on the CQ's completion channel".into(),
+        ));
+    }
     if p.test == Test::Send {
         extra.push(("RX depth".into(), p.rx_depth.to_string()));
     }

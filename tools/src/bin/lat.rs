@@ -72,6 +72,8 @@ const MAX_OUTSTANDING_SENDS: u64 = 64;
 
 /// The run's plan, from the arguments, checked before any device is opened.
 struct Plan {
+    /// `-e`: wait on a completion channel.
+    events: bool,
     test: Test,
     conn: QpType,
     atomic: AtomicArg,
@@ -151,6 +153,7 @@ fn plan(args: &LatArgs) -> Result<Plan> {
     let svg = open("--histogram", &args.histogram)?;
     let hlog = open("--hlog", &args.hlog)?;
     Ok(Plan {
+        events: args.common.events,
         test: args.test,
         conn,
         atomic: c.atomic_type,
@@ -194,6 +197,7 @@ impl Plan {
             inline: self.inline.bytes,
             buf_len: 2 * self.half,
             srq: None,
+            events: self.events,
         }
     }
 
@@ -1097,6 +1101,12 @@ fn banner(
         ("local address".into(), describe_endpoint(conn.local())),
         ("remote address".into(), describe_endpoint(conn.peer())),
     ];
+    if p.events {
+        extra.push((
+            "Completions".into(),
+            "events (-e): sleeps on the CQ's completion channel".into(),
+        ));
+    }
     if let Length::Duration { secs, margin } = p.length {
         extra.push((
             "Duration".into(),

@@ -94,6 +94,7 @@ mod interop {
             inline: 0,
             buf_len: BUF,
             srq: None,
+            events: false,
         }
     }
 

@@ -119,7 +119,7 @@ fn bad_arguments_never_crash_lat_or_bw() {
             &["read", "--loopback", "-c", "UD"],
             &["atomic", "--loopback", "-s", "64"],
             &["send", "--loopback", "-r", "0"],
-            &["send", "--loopback", "-e"],
+            &["send", "--loopback", "-e", "--path", "verbs"],
             &["write", "--loopback", "--output", "nothing"],
             &["write", "--loopback", "--bogus"],
             &["fly", "--loopback"],

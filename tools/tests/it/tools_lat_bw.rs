@@ -637,3 +637,24 @@ fn server_and_client_of_different_runs_name_every_difference() {
         );
     }
 }
+
+/// `-e` (perftest's `--events`): the CQ sleeps on its completion channel; the banner says so and
+/// the result has perftest's columns, for lat and bw.
+#[test]
+fn events_mode_waits_on_the_completion_channel() {
+    let out = stdout_of(
+        env!("CARGO_BIN_EXE_lat"),
+        &["write", "--loopback", "-e", "-n", "200", "-s", "8"],
+    );
+    assert!(out.contains("events (-e)"), "{out}");
+    for c in LAT_COLUMNS {
+        assert!(out.contains(c), "column {c:?} missing:\n{out}");
+    }
+    assert_eq!(rows_after(&out, "t_typical[usec]").len(), 1, "{out}");
+    let out = stdout_of(
+        env!("CARGO_BIN_EXE_bw"),
+        &["write", "--loopback", "-e", "-n", "200", "-s", "4096"],
+    );
+    assert!(out.contains("events (-e)"), "{out}");
+    assert!(out.contains("BW average"), "{out}");
+}
