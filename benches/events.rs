@@ -104,7 +104,7 @@ impl End {
     /// SEND 8 bytes inline with immediate `imm`.
     fn send(&mut self, imm: u32) {
         let wr = SendWr::send_imm(self.sent, imm).inline(&[0x5a; 8]);
-        let wr = if self.sent % SIGNAL_EVERY == 0 {
+        let wr = if self.sent.is_multiple_of(SIGNAL_EVERY) {
             wr.signaled()
         } else {
             wr
