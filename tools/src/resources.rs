@@ -215,7 +215,7 @@ fn refuse_inline(cause: Error, ctx: &Context, cfg: &ResourcesCfg, asked: u32) ->
 /// or more RC/UC/UD QPs (Reset) created with `create_*_verbs`, which work on any provider
 /// (Soft-RoCE included), and a registered buffer (an owning [`Mr`] of a context over the same
 /// device). Posting and polling go through `mlx5_hw::verbs::baseline` handles claimed from it
-/// ([`VerbsResources::claim`]). The QPs and the CQ are destroyed when this is dropped, before
+/// ([`crate::path::Verbs::claim`]). The QPs and the CQ are destroyed when this is dropped, before
 /// the PD goes.
 #[cfg(feature = "verbs")]
 pub struct VerbsResources {
