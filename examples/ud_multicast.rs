@@ -98,6 +98,10 @@ fn main() -> Res<()> {
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .with_writer(std::io::stderr)
         .init();
+    if let Some(extra) = std::env::args().nth(1) {
+        eprintln!("ud_multicast: unexpected argument {extra:?}: it takes none");
+        std::process::exit(2);
+    }
     let (a, b) = Context::sim_pair()?;
     let group = Gid::from_ipv4([239, 1, 2, 3]);
 

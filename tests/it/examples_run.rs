@@ -328,6 +328,17 @@ fn example_argument_mistakes_are_clear_errors() {
         ("sim_speed", &["1e6"], 2, "invalid value '1e6' for '[N]'"),
         ("sim_speed", &["99999999999999999999"], 2, "invalid value"),
         ("sim_speed", &["--n", "5"], 2, "unexpected argument '--n'"),
+        ("xrc_mesh", &["1"], 2, "1 is not in 2..=16"),
+        ("xrc_mesh", &["4", "-7"], 2, "unexpected argument '-7'"),
+        ("thread_scaling", &["0"], 2, "0 is not in 1..=64"),
+        ("thread_scaling", &["two"], 2, "invalid value 'two'"),
+        ("ud_multicast", &["extra"], 2, "extra"),
+        #[cfg(feature = "tokio")]
+        ("async_server", &["-c", "0"], 2, "not a number in range"),
+        #[cfg(feature = "tokio")]
+        ("async_server", &["-n"], 2, "-n needs a count"),
+        #[cfg(feature = "tokio")]
+        ("async_server", &["--loopback", "host"], 2, "no HOST"),
     ];
     for &(name, args, code, needle) in cases {
         let out = run(name, args, &[]);
