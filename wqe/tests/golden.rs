@@ -73,8 +73,8 @@ fn ctrl_segment_of_the_facts_sheet() {
         ),
         (0x5a, 0x1234, 0x08, 0xabcdef, 3)
     );
-    // The immediate travels big-endian (mlx5-facts §6.4 passed it to the helper already in
-    // network order, as `wr->imm_data` is).
+    // The immediate travels big-endian (`docs/sources.md` §13: the golden vector passed it to
+    // the helper already in network order, as `wr->imm_data` is).
     assert_eq!(seg.imm_bytes(), [0x44, 0x33, 0x22, 0x11]);
     assert_eq!(seg.imm(), 0x44332211);
 }
