@@ -455,9 +455,14 @@ impl<'a, P: DataPath> Pinger<'a, P> {
         let want = self.sends_posted;
         self.wait("the operation's completion", 1, |p| p.sends_done >= want)?;
         if test == Test::Atomic {
-            // The original value, big-endian as the responder stores it (IBTA Vol. 1
-            // §9.4.5; `docs/wqe-layout.md`).
-            let got = self.mr.read_u64_be(0)?;
+            // The original value, in the byte order the device keeps atomic targets
+            // ([`DataPath::atomics_big_endian`]).
+            let b: [u8; 8] = self.mr.read(0, 8)?.try_into().unwrap_or_default();
+            let got = if self.path.atomics_big_endian() {
+                u64::from_be_bytes(b)
+            } else {
+                u64::from_ne_bytes(b)
+            };
             if got != k {
                 return Err(Error::Check(format!(
                     "atomic {} #{k} returned {got}, the target should have held {k}",
