@@ -439,10 +439,13 @@ fn object_lifecycle_and_direct_path_refusal() {
         .create_ah_verbs(pd, &ah_to(Gid::from_ipv4([192, 0, 2, 2])))
         .unwrap();
     assert!(ah.av.is_none());
-    assert!(matches!(
-        dev.create_ah(pd, &ah_to(Gid::from_ipv4([192, 0, 2, 2]))),
-        Err(Error::Unsupported(_))
-    ));
+    // The contract's AH works on every provider (connection setup makes one for a UD peer);
+    // without mlx5 it has no address vector to give.
+    let info = dev
+        .create_ah(pd, &ah_to(Gid::from_ipv4([192, 0, 2, 2])))
+        .unwrap();
+    assert_eq!(info.av, [0; 48]);
+    dev.destroy_ah(info.id).unwrap();
 
     // objects in use cannot be destroyed out of order
     assert!(matches!(dev.dealloc_pd(pd), Err(Error::Busy(_))));
