@@ -257,7 +257,8 @@ pub fn modify_qp(
         }
         qp.attr.qp_state = next;
         qp.attr.cur_qp_state = next;
-        tracing::info!(
+        // DEBUG: the one INFO line per modify is the control path's (`mlx5_hw::transition`).
+        tracing::debug!(
             device = ctx.dev,
             qpn = qp.qpn,
             old = %cur,
