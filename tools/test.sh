@@ -132,6 +132,22 @@ print(f"peak RSS {kb // 1024} MB")
 sys.exit(0 if kb < 512 * 1024 else 1)
 PY
 
+# A 1 GiB WRITE and a 1 GiB READ: the memory is the registered buffers the run touches (the
+# source filled, the target written: 2 GiB) and a window of packets, not another copy of the
+# message (which the whole-message gather added, with all its frames in flight).
+echo "== bw write / read --loopback -s 1073741824 -n 1: peak RSS within the buffers + 256 MB"
+python3 - <<'PY'
+import resource, subprocess, sys
+for test in ("write", "read"):
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    subprocess.run(["target/release/bw", test, "--loopback", "-s", "1073741824", "-n", "1"],
+                   check=True, stdout=subprocess.DEVNULL)
+    kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    print(f"bw {test} 1 GiB: peak RSS {max(kb, before) // 1024} MB (buffers touched: 2048 MB)")
+    if kb > (2048 + 256) * 1024:
+        sys.exit(1)
+PY
+
 passed=$(grep -Eo '^test result: [a-zA-Z]+\. [0-9]+ passed' target/test-output.txt | awk '{s+=$4} END {print s+0}')
 failed=$(grep -Eo '[0-9]+ failed' target/test-output.txt | awk '{s+=$1} END {print s+0}')
 echo "summary: ${passed} passed, ${failed} failed"
