@@ -164,6 +164,10 @@ one lat-send "$lat" send "${v[@]}" -d rxe0 --loopback -n 50 -s 300
 expect "$work/lat-send.out" lat 300 50
 one lat-read "$lat" read "${v[@]}" -d rxe0 --loopback -n 20 -s 2048
 expect "$work/lat-read.out" lat 2048 20
+# -e: the verbs CQ on a completion channel (ibv_req_notify_cq, ibv_get_cq_event, ack).
+one lat-events "$lat" write -e "${v[@]}" -d rxe0 --loopback -n 50 -s 8
+expect "$work/lat-events.out" lat 8 50
+grep -q 'events (-e)' "$work/lat-events.out" || { echo "perf-tools: FAILED: lat -e banner"; exit 1; }
 one bw-write "$bw" write "${v[@]}" -d rxe0 --loopback -n 200 -s 4096 -q 2
 expect "$work/bw-write.out" bw 4096 400
 one lat-atomic "$lat" atomic -A CMP_AND_SWAP "${v[@]}" -d rxe0 --loopback -n 20

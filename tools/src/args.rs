@@ -443,13 +443,6 @@ impl Common {
                 "-f: the margin is for runs of a duration (-D)".into(),
             ));
         }
-        if self.events && self.path == PathKind::Verbs {
-            return Err(Error::Usage(
-                "-e: completion events are wired for --path direct (the CQ sleeps on its \
-                 completion channel); --path verbs polls only: leave -e out there"
-                    .into(),
-            ));
-        }
         if let Some(o) = self.output {
             if !outputs.contains(&o) {
                 let names: Vec<&str> = outputs.iter().map(|o| o.name()).collect();
@@ -737,7 +730,6 @@ mod tests {
             "leave out -n and -a",
         );
         refused(&["lat", "write", "-f", "1"], "for runs of a duration");
-        refused(&["lat", "send", "-e", "--path", "verbs"], "--path direct");
         refused(
             &["lat", "write", "--output", "bandwidth"],
             "lat reports latency",

@@ -228,6 +228,12 @@ mod verbs {
         /// UD receives start with a GRH on RoCE (the CQE's flag is not reported here).
         ud_grh: bool,
         done: Vec<Completion>,
+        /// `-e`: the device, the CQ's completion channel and the CQ (to wait and acknowledge).
+        events: Option<(
+            &'d mlx5_hw::verbs::VerbsDevice,
+            mlx5_hw::ChannelId,
+            mlx5_hw::CqId,
+        )>,
     }
 
     impl<'d> Verbs<'d> {
@@ -245,6 +251,7 @@ mod verbs {
                 ud: vec![None; r.qps.len()],
                 ud_grh: r.qp_type == mlx5_hw::QpType::Ud,
                 done: vec![Completion::default(); 32],
+                events: r.channel.map(|ch| (&*r.verbs, ch, r.cq.id)),
             })
         }
 
@@ -318,7 +325,24 @@ mod verbs {
 
         fn poll(&mut self, out: &mut [Done]) -> Result<usize> {
             let max = out.len().min(self.done.len());
-            let n = self.cq.poll(&mut self.done[..max])?;
+            let mut n = self.cq.poll(&mut self.done[..max])?;
+            if let (0, Some((dev, ch, cq))) = (n, self.events) {
+                // `-e`, as perftest's event loop: arm (`ibv_req_notify_cq`), poll again (a
+                // completion that came before the arm raises no event), then sleep on the
+                // channel's fd (bounded, so the caller's deadlines still run) and acknowledge.
+                use mlx5_hw::Device;
+                self.cq.req_notify(false)?;
+                n = self.cq.poll(&mut self.done[..max])?;
+                if n == 0 {
+                    if let Some(fired) =
+                        dev.wait_cq_event(ch, std::time::Duration::from_millis(20))?
+                    {
+                        dev.ack_cq_events(fired, 1)?;
+                        debug_assert_eq!(fired, cq);
+                    }
+                    n = self.cq.poll(&mut self.done[..max])?;
+                }
+            }
             for (o, c) in out.iter_mut().zip(&self.done[..n]) {
                 if !c.is_success() {
                     return Err(Error::Completion {

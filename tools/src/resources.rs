@@ -231,6 +231,8 @@ pub struct VerbsResources {
     pub pd: Pd,
     /// The device, as the verbs backend.
     pub verbs: std::sync::Arc<mlx5_hw::verbs::VerbsDevice>,
+    /// `-e`: the completion channel the CQ reports to (`ibv_comp_channel`).
+    pub channel: Option<mlx5_hw::ChannelId>,
 }
 
 #[cfg(feature = "verbs")]
@@ -244,6 +246,12 @@ impl Drop for VerbsResources {
         }
         if let Err(e) = self.verbs.destroy_cq(self.cq.id) {
             tracing::warn!(error = %e, "destroy_cq failed");
+        }
+        // Every event was acknowledged as it was taken (`path::Verbs::poll`).
+        if let Some(ch) = self.channel {
+            if let Err(e) = self.verbs.destroy_comp_channel(ch) {
+                tracing::warn!(error = %e, "destroy_comp_channel failed");
+            }
         }
     }
 }
@@ -262,11 +270,26 @@ impl VerbsResources {
                 "a shared receive queue is not supported on --path verbs".into(),
             ));
         }
+        use mlx5_hw::Device;
         let pd = ctx.alloc_pd()?;
-        let cq = verbs.create_cq_verbs(&CqInitAttr {
+        let channel = if cfg.events {
+            Some(verbs.create_comp_channel()?)
+        } else {
+            None
+        };
+        let cq = match verbs.create_cq_verbs(&CqInitAttr {
             cqe: cfg.cqe(),
+            channel,
             ..CqInitAttr::default()
-        })?;
+        }) {
+            Ok(cq) => cq,
+            Err(e) => {
+                if let Some(ch) = channel {
+                    let _ = verbs.destroy_comp_channel(ch);
+                }
+                return Err(e.into());
+            }
+        };
         let mut r = VerbsResources {
             qps: Vec::new(),
             qp_type: cfg.qp_type,
@@ -274,6 +297,7 @@ impl VerbsResources {
             mr: pd.alloc_mr(cfg.buf_len)?,
             pd,
             verbs,
+            channel,
         };
         for _ in 0..cfg.qps.max(1) {
             let attr = QpInitAttr {
