@@ -132,6 +132,25 @@ print(f"peak RSS {kb // 1024} MB")
 sys.exit(0 if kb < 512 * 1024 else 1)
 PY
 
+# An idle server costs almost nothing: the software ConnectX's thread sleeps when it has no
+# work (docs/software-connectx.md). A `lat write` server waiting 5 s for its client must use
+# under 0.25 s of CPU.
+echo "== an idle lat write server for 5 s: CPU time"
+cargo build --release -p mlx5-tools --bin lat
+python3 - <<'PY'
+import os, signal, subprocess, sys, time
+p = subprocess.Popen(["target/release/lat", "write", "-p", "18599"],
+                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+time.sleep(5)
+with open(f"/proc/{p.pid}/stat") as f:
+    fields = f.read().rsplit(")", 1)[1].split()
+cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+p.send_signal(signal.SIGKILL)
+p.wait()
+print(f"idle lat write server: {cpu:.3f} s of CPU in 5 s")
+sys.exit(0 if cpu < 0.25 else 1)
+PY
+
 # A 1 GiB WRITE and a 1 GiB READ: the memory is the registered buffers the run touches (the
 # source filled, the target written: 2 GiB) and a window of packets, not another copy of the
 # message (which the whole-message gather added, with all its frames in flight).
