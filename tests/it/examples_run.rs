@@ -390,3 +390,15 @@ fn xrc_mesh() {
     assert!(out.contains("XRC: 128 QPs = 64 initiators (N·P·N) + 64 targets, and 16 XRC SRQs; 240 messages checked"), "{out}");
     assert!(out.contains("xrc_mesh: OK"), "{out}");
 }
+
+/// The tokio server serves several clients event-driven, every CQ on one completion channel,
+/// and checks every reply (issue: completion channels and tokio).
+#[cfg(feature = "tokio")]
+#[test]
+fn async_server_loopback_checks_every_reply() {
+    let out = run_ok("async_server", &["--loopback", "-c", "3", "-n", "50"]);
+    assert!(
+        out.contains("150 replies checked (3 clients × 50 requests)"),
+        "{out}"
+    );
+}
