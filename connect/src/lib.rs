@@ -50,7 +50,9 @@ pub use params::{
     ConnectParams, DEFAULT_HOP_LIMIT, DEFAULT_MIN_RNR_TIMER, DEFAULT_QKEY, DEFAULT_RD_ATOMIC,
     DEFAULT_RETRY_CNT, DEFAULT_RNR_RETRY, DEFAULT_TIMEOUT,
 };
-pub use plan::{init_step, local_endpoint, plan, random_psn, uses_grh, LocalPort, Plan};
+pub use plan::{
+    init_step, local_endpoint, plan, random_psn, uses_grh, LocalPort, Plan, PORT_UP_WAIT,
+};
 pub use session::{
     connect_pair, rebuild_pair, Connection, ControlEvent, PairSide, QpRef, RebuildReport, UdPeer,
 };

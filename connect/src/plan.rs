@@ -21,16 +21,27 @@ pub struct LocalPort {
     pub limits: DeviceLimits,
 }
 
+/// How long connecting waits for a port that is not yet Active.
+pub const PORT_UP_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
 impl LocalPort {
     /// Queries the device for the port and GID `params` name. Fails if the port is not
     /// active (a modify to RTR would succeed, then every packet would be lost).
     pub fn query(dev: &dyn Device, params: &ConnectParams) -> Result<LocalPort> {
         let attr = dev.query_device()?;
-        let port = dev.query_port(params.port)?;
+        let mut port = dev.query_port(params.port)?;
+        // A link that is coming up (a carrier just raised: a cable plugged in, a TAP interface
+        // opened a moment ago) reaches Active within moments: wait for it a little, at most
+        // PORT_UP_WAIT, before refusing.
+        let until = std::time::Instant::now() + PORT_UP_WAIT;
+        while port.state != PortState::Active && std::time::Instant::now() < until {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            port = dev.query_port(params.port)?;
+        }
         if port.state != PortState::Active {
             return Err(ConnectError::Incompatible(format!(
-                "port {} of {} is {:?}, not Active: check the link (ibv_devinfo, `ip link`) and, \
-                 on InfiniBand, the subnet manager",
+                "port {} of {} is {:?}, not Active (waited {PORT_UP_WAIT:?}): check the link \
+                 (ibv_devinfo, `ip link`) and, on InfiniBand, the subnet manager",
                 params.port,
                 dev.name(),
                 port.state
