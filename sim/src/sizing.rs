@@ -127,7 +127,12 @@ pub fn qp_geometry(qp_type: QpType, cap: &QpCap, srq: bool) -> Result<QpGeometry
             });
         }
         let inl = if cap.max_inline_data > 0 {
-            overhead + (INL_HDR + cap.max_inline_data).div_ceil(16) * 16
+            // Saturating: a huge request must end in `SendWqeTooLarge` below, not overflow.
+            INL_HDR
+                .saturating_add(cap.max_inline_data)
+                .div_ceil(16)
+                .saturating_mul(16)
+                .saturating_add(overhead)
         } else {
             0
         };
@@ -173,7 +178,7 @@ pub fn qp_geometry(qp_type: QpType, cap: &QpCap, srq: bool) -> Result<QpGeometry
                 max: MAX_QP_WR,
             });
         }
-        let need = cap.max_recv_sge.max(1) * DATA_SEG;
+        let need = cap.max_recv_sge.max(1).saturating_mul(DATA_SEG);
         if need > MAX_RQ_DESC_SZ {
             return Err(SizingError::RecvWqeTooLarge {
                 sge: cap.max_recv_sge,
@@ -282,6 +287,15 @@ mod tests {
         let g = qp_geometry(QpType::Ud, &cap(1, 1, 1, 1, 0), true).unwrap();
         assert_eq!(g.rq_wqe_cnt, 0);
         assert!(qp_geometry(QpType::Rc, &cap(1, 1, 100, 1, 0), false).is_err());
+    }
+
+    #[test]
+    fn absurd_caps_are_errors_not_overflows() {
+        assert!(matches!(
+            qp_geometry(QpType::Rc, &cap(1, 1, 1, 1, u32::MAX), false),
+            Err(SizingError::SendWqeTooLarge { .. })
+        ));
+        assert!(qp_geometry(QpType::Rc, &cap(1, 1, 1, u32::MAX, 0), false).is_err());
     }
 
     #[test]
