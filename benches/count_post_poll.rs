@@ -334,6 +334,20 @@ fn run_qps(n: u64, qps: u32) -> bool {
     table.qps_mut().iter().all(|q| q.sq_outstanding_bbs() == 0)
 }
 
+/// Two stores to one word with the x86 compiler barriers of the doorbell sequence between
+/// them (`mmio::to_device_barrier`, `mmio::wc_line_done`): a compiler barrier must keep the
+/// first store, which stands for a ring store before the doorbell record; without one LLVM
+/// deletes it as dead. `tests/it/mmio_fences.rs` finds both stores in the release code, so an
+/// emptied compiler barrier fails a test although it emits no instruction.
+#[inline(never)]
+pub fn measured_compiler_barriers(word: &mut u32) {
+    *word = 1;
+    mlx5_hw::mmio::to_device_barrier();
+    *word = 2;
+    mlx5_hw::mmio::wc_line_done();
+    *word = 3;
+}
+
 fn main() -> ExitCode {
     let Some(a) = parse() else {
         eprintln!("{USAGE}");
@@ -350,6 +364,11 @@ fn main() -> ExitCode {
         run_single(&a)
     };
     if !ok {
+        return ExitCode::FAILURE;
+    }
+    let mut word = 0;
+    measured_compiler_barriers(&mut word);
+    if word != 3 {
         return ExitCode::FAILURE;
     }
     let mut floor = Floor::new();

@@ -136,6 +136,20 @@ fn release_post_and_poll_contain_their_fences() {
             "{f} has no lfence (udma_from_device_barrier)"
         );
     }
+    // The compiler barriers (x86 `to_device_barrier`, `wc_line_done`) emit no instruction;
+    // what shows them is a store they keep: two stores to one word around each barrier all
+    // stay, where without a barrier only the last would (a dead store).
+    let barriers = function(&disasm, "::measured_compiler_barriers");
+    let stores = barriers
+        .iter()
+        .filter(|i| i.starts_with("movl") && i.ends_with("(%rdi)"))
+        .count();
+    assert_eq!(
+        stores,
+        3,
+        "a compiler barrier lets the compiler drop a store before it:\n{}",
+        barriers.join("\n")
+    );
     // The trace is test-only: nothing of it in a normal build.
     assert!(
         !disasm.contains("mmio::trace"),
