@@ -4,7 +4,8 @@
 //! Each takes the QP in Reset (or Init) and returns it in RTS with the data path told, through
 //! the same prepare/plan/finish code as [`Connection`]. The PSNs, path and retry parameters
 //! come from [`ConnectParams`] (`psn`, `max_mtu`, `timeout`, `retry_cnt`, `rnr_retry`, ...). A
-//! failed TCP connect leaves the QP in Reset, ready for the next attempt.
+//! failed TCP connect leaves the QP in Reset, ready for the next attempt. For a UD QP the
+//! returned [`Connection`] owns the peer's address handle and destroys it when it drops.
 
 use std::net::{TcpListener, ToSocketAddrs};
 
@@ -81,7 +82,7 @@ pub fn connect_qps_with(
         qp: b.0.data_path(),
         recv: |_: &mut mlx5_qp::Qp| Ok(()),
     };
-    connect_pair(
+    let (mut x, mut y) = connect_pair(
         PairSide {
             dev: ca.device(),
             qp: ra,
@@ -94,7 +95,10 @@ pub fn connect_qps_with(
             link: &mut lb,
             params: b.1,
         },
-    )
+    )?;
+    x.own_ah(ca);
+    y.own_ah(cb);
+    Ok((x, y))
 }
 
 /// The server side over TCP: accept the peer's control connection on `listener` and connect
@@ -113,7 +117,10 @@ pub fn accept_qp(
             qp: qp.data_path(),
             recv,
         };
-        Connection::accept(listener, ctx.device(), qref, &mut link, params)
+        Connection::accept(listener, ctx.device(), qref, &mut link, params).map(|mut c| {
+            c.own_ah(ctx.clone());
+            c
+        })
     };
     back_to_reset_on_error(qp, r)
 }
@@ -133,7 +140,10 @@ pub fn connect_qp<A: ToSocketAddrs>(
             qp: qp.data_path(),
             recv,
         };
-        Connection::connect(addr, ctx.device(), qref, &mut link, params)
+        Connection::connect(addr, ctx.device(), qref, &mut link, params).map(|mut c| {
+            c.own_ah(ctx.clone());
+            c
+        })
     };
     back_to_reset_on_error(qp, r)
 }

@@ -151,6 +151,28 @@ pub struct Connection {
     /// Set by [`Connection::replace_qp`] until the next rebuild succeeds: the QPN the last
     /// generation ran on and the completions retired from the replaced QPs' data paths.
     replaced: Option<Replaced>,
+    /// The context whose device made the UD peer's address handle, when this connection
+    /// owns it (the owning-QP functions of [`crate::owned`]): destroyed on drop.
+    ah_owner: Option<mlx5_ctx::Context>,
+}
+
+impl Connection {
+    /// Make the UD peer's address handle (this one and those later rebuilds make) the
+    /// connection's, destroyed through `ctx` when it drops.
+    pub(crate) fn own_ah(&mut self, ctx: mlx5_ctx::Context) {
+        self.ah_owner = Some(ctx);
+    }
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        if let (Some(ctx), Some(peer)) = (self.ah_owner.take(), self.ud_peer.take()) {
+            if let Err(e) = ctx.device().destroy_ah(peer.ah.id) {
+                tracing::warn!(target: "mlx5_connect", qpn = self.qp.qpn, error = %e,
+                    "destroying the UD peer's address handle failed");
+            }
+        }
+    }
 }
 
 /// What [`Connection::replace_qp`] leaves for the next rebuild's report.
@@ -232,6 +254,7 @@ impl Connection {
                     control: Some(control),
                     pending_rebuild: None,
                     replaced: None,
+                    ah_owner: None,
                 })
             }
             Err(e) => {
@@ -274,6 +297,13 @@ impl Connection {
         self.state
     }
     /// UD: how to address the peer.
+    ///
+    /// The address handle belongs to the connection when it was made by the owning-QP
+    /// functions ([`crate::connect_qps`], [`crate::accept_qp`], [`crate::connect_qp`]): it is
+    /// destroyed when the connection drops. A connection made on a bare [`Device`]
+    /// ([`Connection::accept`], [`Connection::connect`], [`Connection::over`],
+    /// [`connect_pair`]) leaves it to the caller: `dev.destroy_ah(peer.ah.id)` once no send
+    /// uses it. A rebuild replaces it either way (destroying the old one).
     pub fn ud_peer(&self) -> Option<&UdPeer> {
         self.ud_peer.as_ref()
     }
@@ -312,7 +342,11 @@ impl Connection {
                 Ok(Some(ControlEvent::RebuildRequested { reason, generation }))
             }
             Some(Message::Abort { code, .. }) => {
-                tracing::warn!(target: "mlx5_connect", qpn = self.qp.qpn, reason = code.describe(), "the peer aborted");
+                if code == AbortCode::Shutdown {
+                    tracing::info!(target: "mlx5_connect", qpn = self.qp.qpn, "the peer shut down");
+                } else {
+                    tracing::warn!(target: "mlx5_connect", qpn = self.qp.qpn, reason = code.describe(), "the peer aborted");
+                }
                 Ok(Some(ControlEvent::PeerAborted(code)))
             }
             Some(other) => Err(unexpected("REBUILD or ABORT", self.generation, &other)),

@@ -63,6 +63,7 @@ pub fn connect_pair(a: PairSide<'_>, b: PairSide<'_>) -> Result<(Connection, Con
         generation: 0,
         state: QpState::Rts,
         ud_peer,
+        ah_owner: None,
         control: None,
         pending_rebuild: None,
         replaced: None,

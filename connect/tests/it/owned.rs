@@ -148,3 +148,38 @@ fn waits_step_a_deterministic_fabric_and_time_out_clearly() {
         "{msg}"
     );
 }
+
+/// The owning-QP functions give a UD connection the peer's address handle: it is destroyed
+/// when the connection drops (no handle is left on either device), and a datagram sent
+/// through it arrives before that.
+#[test]
+fn a_ud_connection_destroys_its_address_handle_when_dropped() {
+    let (a, b) = Context::sim_pair().unwrap();
+    let (pa, pb) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
+    let (mut ca, mut cb) = (a.create_cq(16).unwrap(), b.create_cq(16).unwrap());
+    let mut qa = pa.create_qp(&QpInit::ud(&ca)).unwrap();
+    let mut qb = pb.create_qp(&QpInit::ud(&cb)).unwrap();
+    let ahs = |c: &Context| c.sim_device().unwrap().live_objects().ahs;
+    {
+        let (conn_a, _conn_b) = connect_qps(&mut qa, &mut qb, &ConnectParams::default()).unwrap();
+        assert_eq!(
+            (ahs(&a), ahs(&b)),
+            (1, 1),
+            "one handle per side for its peer"
+        );
+        let dst = pb.alloc_mr(64 + 40).unwrap();
+        qb.post_recv(7, &[dst.sge(0, 64 + 40).unwrap()]).unwrap();
+        let dest = conn_a.ud_peer().unwrap().dest();
+        qa.post(&SendWr::send(1).inline(b"datagram").ud(&dest).signaled())
+            .unwrap();
+        ca.wait_for(&mut qa, 1, Duration::from_secs(5)).unwrap();
+        let wc = cb.wait_for(&mut qb, 7, Duration::from_secs(5)).unwrap();
+        assert_eq!(wc.opcode, WcOpcode::Recv);
+        assert_eq!(&dst.read(40, 8).unwrap()[..], b"datagram");
+    }
+    assert_eq!(
+        (ahs(&a), ahs(&b)),
+        (0, 0),
+        "the connections destroyed their handles"
+    );
+}
