@@ -11,7 +11,15 @@ use mlx5_direct::qp::SendWr;
 use mlx5_direct::{Context, QpInit};
 use std::time::Duration;
 
+use clap::Parser;
+
+/// WRITE "hello" from one software ConnectX QP into another's memory and check the bytes.
+#[derive(Parser)]
+struct Args {}
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
+    // No options: an argument is a usage error, not something silently ignored.
+    Args::parse();
     // Two software ConnectX devices on one fabric, run by its own thread.
     let (a, b) = Context::sim_pair()?;
     let (pd_a, pd_b) = (a.alloc_pd()?, b.alloc_pd()?);

@@ -288,6 +288,12 @@ fn srq_server_single_client() {
 }
 
 #[test]
+fn hello_write() {
+    let out = run_ok("hello_write", &[]);
+    assert!(out.contains("B's memory reads \"hello\""), "{out}");
+}
+
+#[test]
 fn sim_speed() {
     let out = run_ok("sim_speed", &["3000"]);
     assert!(out.contains("3000 RC 8-byte RDMA WRITEs"), "{out}");
@@ -324,6 +330,7 @@ fn example_argument_mistakes_are_clear_errors() {
         ),
         ("srq_server", &["-3"], 2, "unexpected argument '-3'"),
         ("srq_server", &["1", "2", "3"], 2, "unexpected argument '3'"),
+        ("hello_write", &["5"], 2, "unexpected argument '5'"),
         ("sim_speed", &["0"], 2, "0 is not in 1..=1000000000"),
         ("sim_speed", &["1e6"], 2, "invalid value '1e6' for '[N]'"),
         ("sim_speed", &["99999999999999999999"], 2, "invalid value"),
@@ -356,7 +363,13 @@ fn example_argument_mistakes_are_clear_errors() {
         assert!(!e.contains("panicked"), "{name} {args:?}: {e}");
     }
     // `--help` says what each one does and succeeds.
-    for name in ["quickstart", "error_recovery", "srq_server", "sim_speed"] {
+    for name in [
+        "hello_write",
+        "quickstart",
+        "error_recovery",
+        "srq_server",
+        "sim_speed",
+    ] {
         let out = run(name, &["--help"], &[]);
         let help = String::from_utf8_lossy(&out.stdout);
         assert!(
