@@ -9,6 +9,8 @@ use super::wire::Endpoint;
 use mlx5_hw::qp_state::{DeviceLimits, MAX_24BIT};
 use mlx5_hw::transition::{PeerPath, Step, ToInit, ToRtr, ToRts};
 use mlx5_hw::{AhAttr, Device, Gid, GlobalRoute, LinkLayer, Mtu, PortAttr, PortState, QpType};
+use std::hash::{BuildHasher, RandomState};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// What this side's device and port say, gathered once per connect or rebuild.
 #[derive(Clone, Debug)]
@@ -66,8 +68,16 @@ pub fn uses_grh(link_layer: LinkLayer, params: &ConnectParams) -> bool {
 
 /// A fresh random 24-bit PSN: a new connection (or a rebuilt one) then does not accept stale
 /// packets of an old one (perftest draws `lrand48() & 0xffffff`, `src/perftest_communication.c`).
+///
+/// The PSN only has to differ from an old connection's, unpredictably enough that two processes
+/// do not pick the same one; it is no secret. So it comes from the standard library rather than
+/// a `rand` dependency: a fresh [`RandomState`] holds SipHash keys the standard library draws from
+/// the operating system's random source (once per thread, then stepped for every new state), and
+/// hashing a per-process counter with them gives a new, unpredictable value on every call.
 pub fn random_psn() -> u32 {
-    rand::random::<u32>() & MAX_24BIT
+    static CALLS: AtomicU64 = AtomicU64::new(0);
+    let n = CALLS.fetch_add(1, Ordering::Relaxed);
+    (RandomState::new().hash_one(n) as u32) & MAX_24BIT
 }
 
 fn clamp_rd(v: Option<u8>, device_max: u32) -> u8 {

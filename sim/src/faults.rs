@@ -21,8 +21,8 @@
 //! [`crate::Fabric::capture_to`], time, addresses, QPN, PSN, opcode), and
 //! [`Faults::capture_to`] writes a second capture of the frames as they arrive, after faults.
 //!
-//! Every random choice comes from one ChaCha8 generator seeded by [`crate::Fabric::set_seed`]
-//! and drawn in a fixed order (frames in transmit order, rules in the order they were added,
+//! Every random choice comes from one xoshiro256** generator seeded by
+//! [`crate::Fabric::set_seed`] and drawn in a fixed order (frames in transmit order, rules in the order they were added,
 //! drawn whether or not another rule already decided the frame's fate), so a run is
 //! reproducible for a given seed.
 //!
@@ -48,9 +48,6 @@ use std::net::Ipv4Addr;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
-
-use rand::{Rng, SeedableRng};
-use rand_chacha::ChaCha8Rng;
 
 use crate::device::SimDevice;
 use crate::fabric::Inner;
@@ -168,11 +165,11 @@ impl Pattern {
     /// Whether the pattern selects this frame. Random patterns draw here, for every frame their
     /// rule's scope selects, so the draws do not depend on what other rules decide; nothing is
     /// used up ([`Pattern::consume`] does that once the rule has acted).
-    fn selects(&mut self, m: &Meta, rng: &mut ChaCha8Rng) -> bool {
+    fn selects(&mut self, m: &Meta, rng: &mut FaultRng) -> bool {
         match self {
             Pattern::Always => true,
             Pattern::Rate(p) => {
-                let x = rng.gen::<f64>();
+                let x = rng.unit_f64();
                 *p > 0.0 && x < *p
             }
             Pattern::Every { n, seen } => {
@@ -307,6 +304,75 @@ impl Meta {
     }
 }
 
+/// The seeded generator behind every random fault: xoshiro256** (Blackman and Vigna,
+/// "Scrambled linear pseudorandom number generators", ACM TOMS 47(4), 2021; reference code at
+/// prng.di.unimi.it), its 256-bit state filled from the 64-bit seed by SplitMix64 as the authors
+/// recommend. Fault schedules need a fast generator that is the same on every platform and
+/// release for a given seed, not a cryptographic one, so the simulator carries these few lines
+/// instead of making its users compile `rand`.
+#[derive(Clone, Debug)]
+pub(crate) struct FaultRng {
+    s: [u64; 4],
+}
+
+impl FaultRng {
+    /// The generator for `seed`: four SplitMix64 outputs from it (never all zero, so the
+    /// xoshiro state is valid for every seed).
+    pub(crate) fn new(seed: u64) -> Self {
+        let mut x = seed;
+        let mut splitmix = || {
+            x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut z = x;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            z ^ (z >> 31)
+        };
+        FaultRng {
+            s: [splitmix(), splitmix(), splitmix(), splitmix()],
+        }
+    }
+
+    /// The next 64 random bits.
+    pub(crate) fn next_u64(&mut self) -> u64 {
+        let s = &mut self.s;
+        let out = s[1].wrapping_mul(5).rotate_left(7).wrapping_mul(9);
+        let t = s[1] << 17;
+        s[2] ^= s[0];
+        s[3] ^= s[1];
+        s[1] ^= s[2];
+        s[0] ^= s[3];
+        s[2] ^= t;
+        s[3] = s[3].rotate_left(45);
+        out
+    }
+
+    /// A uniform value in `0.0..1.0`: the top 53 bits as the fraction of a double.
+    pub(crate) fn unit_f64(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
+    }
+
+    /// A uniform value in `0..n`, or 0 when `n` is 0 (Lemire's multiply-and-reject, "Fast Random
+    /// Integer Generation in an Interval", ACM TOMACS 29(1), 2019: no modulo bias).
+    pub(crate) fn below(&mut self, n: u64) -> u64 {
+        if n == 0 {
+            return 0;
+        }
+        let threshold = n.wrapping_neg() % n;
+        loop {
+            let m = u128::from(self.next_u64()) * u128::from(n);
+            if (m as u64) >= threshold {
+                return (m >> 64) as u64;
+            }
+        }
+    }
+
+    /// A uniform value in `range`, or `range.start` when the range is empty.
+    pub(crate) fn in_range(&mut self, range: std::ops::Range<usize>) -> usize {
+        let span = range.end.saturating_sub(range.start) as u64;
+        range.start + self.below(span) as usize
+    }
+}
+
 /// One copy of a frame to put on the wire.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Delivery {
@@ -321,7 +387,7 @@ pub(crate) struct Delivery {
 #[derive(Debug)]
 pub struct FaultState {
     rules: Vec<Rule>,
-    pub(crate) rng: ChaCha8Rng,
+    pub(crate) rng: FaultRng,
     stats: FaultStats,
     /// Frames judged so far (every frame transmitted on the fabric).
     frames: u64,
@@ -333,7 +399,7 @@ impl Default for FaultState {
     fn default() -> Self {
         FaultState {
             rules: Vec::new(),
-            rng: ChaCha8Rng::seed_from_u64(0),
+            rng: FaultRng::new(0),
             stats: FaultStats::default(),
             frames: 0,
             record: Vec::new(),
@@ -345,7 +411,7 @@ impl Default for FaultState {
 impl FaultState {
     /// Reseed the generator.
     pub fn set_seed(&mut self, seed: u64) {
-        self.rng = ChaCha8Rng::seed_from_u64(seed);
+        self.rng = FaultRng::new(seed);
     }
 
     /// Whether any rule is installed.
@@ -399,7 +465,7 @@ impl FaultState {
             }
             let selected = r.pattern.selects(m, &mut self.rng);
             r.jitter = match r.kind {
-                Kind::Reorder(w) if w > 0 => self.rng.gen_range(0..w),
+                Kind::Reorder(w) if w > 0 => self.rng.below(w),
                 _ => 0,
             };
             r.hit = selected && r.left != Some(0);
@@ -955,5 +1021,54 @@ mod tests {
         assert_eq!(f.judge(&back, 0).len(), 1, "QP 0x101 of a");
         back.qpn = 0x102;
         assert!(f.judge(&back, 0).is_empty(), "QP 0x102 of a");
+    }
+
+    #[test]
+    fn fault_rng_matches_the_reference_vectors() {
+        // xoshiro256** from the state 1, 2, 3, 4 (the reference xoshiro256starstar.c).
+        let mut r = FaultRng { s: [1, 2, 3, 4] };
+        let got: Vec<u64> = (0..6).map(|_| r.next_u64()).collect();
+        assert_eq!(
+            got,
+            [
+                11520,
+                0,
+                1_509_978_240,
+                1_215_971_899_390_074_240,
+                1_216_172_134_540_287_360,
+                607_988_272_756_665_600
+            ]
+        );
+        // SplitMix64 from 0 (the reference splitmix64.c) fills the state of seed 0.
+        assert_eq!(
+            FaultRng::new(0).s[..3],
+            [
+                0xe220_a839_7b1d_cdaf,
+                0x6e78_9e6a_a1b9_65f4,
+                0x06c4_5d18_8009_454f
+            ]
+        );
+    }
+
+    #[test]
+    fn fault_rng_draws_stay_in_their_ranges_and_cover_them() {
+        let mut r = FaultRng::new(7);
+        let mut seen = [0u32; 5];
+        for _ in 0..1000 {
+            let x = r.unit_f64();
+            assert!((0.0..1.0).contains(&x));
+            let k = r.below(5);
+            seen[k as usize] += 1;
+            let i = r.in_range(12..17);
+            assert!((12..17).contains(&i));
+        }
+        assert!(seen.iter().all(|&n| n > 150), "{seen:?}");
+        assert_eq!(r.below(0), 0);
+        assert_eq!(r.in_range(9..9), 9);
+        let (start, end) = (9, 3);
+        assert_eq!(r.in_range(start..end), 9);
+        // The same seed gives the same draws.
+        let (mut a, mut b) = (FaultRng::new(42), FaultRng::new(42));
+        assert!((0..64).all(|_| a.next_u64() == b.next_u64()));
     }
 }

@@ -32,7 +32,6 @@ use std::net::Ipv4Addr;
 use std::sync::Arc;
 
 use mlx5_hw::PortState;
-use rand::Rng;
 
 use crate::bugs::BugLog;
 use crate::counters::CounterId;
@@ -350,9 +349,11 @@ impl World {
                     // One bit between the BTH and the end of the ICRC: the ICRC (a CRC-32)
                     // detects every single-bit error.
                     let end = IPV4_OFFSET + u16::from_be_bytes([b[16], b[17]]) as usize;
-                    let off = self.faults.rng.gen_range(BTH_OFFSET..end.min(b.len()));
-                    let bit = self.faults.rng.gen_range(0..8);
-                    b[off] ^= 1 << bit;
+                    let off = self.faults.rng.in_range(BTH_OFFSET..end.min(b.len()));
+                    let bit = self.faults.rng.below(8);
+                    if let Some(byte) = b.get_mut(off) {
+                        *byte ^= 1 << bit;
+                    }
                 }
                 self.enqueue(WireFrame {
                     bytes: b,

@@ -2,7 +2,6 @@
 //! machines): one module per area.
 
 mod examples_run;
-mod examples_support;
 mod fuzz_replay;
 mod mmio_fences;
 mod pingpong;

@@ -8,7 +8,7 @@
 //! `cargo test` builds the examples next to the tests (`target/<profile>/examples/`); when a
 //! test is run alone and the example is not there yet, it is built with cargo first.
 
-use crate::examples_support;
+use mlx5_testkit::process;
 
 use std::io::Read;
 use std::net::TcpListener;
@@ -103,9 +103,9 @@ fn ud_pingpong_loopback_defaults_to_the_path_mtu() {
 }
 
 /// The server and the client of a ping-pong example as two processes, each with its own
-/// software ConnectX (see [`examples_support::two_processes`]).
+/// software ConnectX (see [`process::two_processes`]).
 fn two_processes(name: &str, args: &[&str]) -> (String, String) {
-    examples_support::two_processes(
+    process::two_processes(
         &example(name),
         args,
         "server waiting for a client on TCP port ",

@@ -1,7 +1,6 @@
 //! The integration tests of this crate, one test binary (link time dominates on small
 //! machines): one module per area.
 
-mod buf_support;
 mod connect_doc;
 mod connect_sim;
 mod connect_support;

@@ -1,7 +1,6 @@
 //! The integration tests of this crate, one test binary (link time dominates on small
 //! machines): one module per area.
 
-mod buf_support;
 mod common;
 mod datapath_errors;
 mod datapath_prop;

@@ -2,7 +2,6 @@
 //! machines): one module per area.
 
 mod bad_input;
-mod examples_support;
 mod fuzz_replay;
 mod perftest_tests;
 mod tools_lat_bw;

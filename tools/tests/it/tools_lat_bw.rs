@@ -6,7 +6,7 @@
 //! a server and a client started for different runs. Their `--path verbs` runs on Soft-RoCE are checked by
 //! `tools/rxe-vm/perf-tools.sh`, inside the rxe VM.
 
-use crate::examples_support;
+use mlx5_testkit::process;
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
@@ -236,7 +236,7 @@ fn bad_requests_are_clear_errors() {
 
 /// `tool` as a server and a client process; returns (server, client) stdout.
 fn two_processes(tool: &str, args: &[&str]) -> (String, String) {
-    examples_support::two_processes(
+    process::two_processes(
         Path::new(tool),
         args,
         "Waiting for client to connect on TCP port ",

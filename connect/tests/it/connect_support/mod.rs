@@ -14,8 +14,23 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::buf_support;
-pub use buf_support::{all_access, Buf};
+pub use mlx5_testkit::buf::{all_access, Buf};
+
+/// A test buffer as the connect exchange announces it.
+pub trait Announced {
+    /// Address, rkey and length for `ConnectParams::with_buffer`.
+    fn remote_buffer(&self) -> RemoteBuffer;
+}
+
+impl Announced for Buf {
+    fn remote_buffer(&self) -> RemoteBuffer {
+        RemoteBuffer {
+            addr: self.addr(),
+            rkey: self.mr.rkey,
+            len: self.mr.length,
+        }
+    }
+}
 
 /// The default params with a 10 s I/O timeout, so a stuck handshake fails the test.
 pub fn params() -> ConnectParams {

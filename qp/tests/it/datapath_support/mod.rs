@@ -10,8 +10,7 @@ use mlx5_hw::{
 use mlx5_qp::{Cq, Qp, Resolve, Wc};
 use mlx5_sim::{DeviceConfig, Fabric, SimDevice};
 
-use crate::buf_support;
-pub use buf_support::{all_access, Buf};
+pub use mlx5_testkit::buf::{all_access, Buf};
 
 /// One side of a connection.
 pub struct Side {

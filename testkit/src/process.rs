@@ -1,7 +1,6 @@
 //! Running an example or tool as a process and watching its output: what the tests that start
-//! a server process and then its client need (`tests/examples_run.rs`,
-//! `tests/tools_lat_bw.rs`).
-#![allow(dead_code)]
+//! a server process and then its client need (the facade's `tests/it/pingpong.rs`, the tools'
+//! `tools/tests/it/tools_lat_bw.rs`).
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
