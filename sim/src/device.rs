@@ -736,10 +736,7 @@ impl Device for SimDevice {
             .ok_or_else(|| no_mem("QP"))?;
             // A dedicated register while the context has one free, else a shared one
             // (kernel `alloc_bfreg`, `crate::doorbell::shared`).
-            let reg = d
-                .bfregs
-                .assign(qpn)
-                .ok_or_else(|| no_mem("UAR page"))?;
+            let reg = d.bfregs.assign(qpn).ok_or_else(|| no_mem("UAR page"))?;
             match reg.page {
                 Some((page, off, size)) => qp.use_register(reg.class, page, off, size),
                 None => qp.bf_class = reg.class,

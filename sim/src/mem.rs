@@ -178,7 +178,8 @@ impl DmaBuf {
         // SAFETY: in bounds and 8-byte aligned (the buffer is 64-byte aligned); the driver
         // writes this word with whole 64-bit stores or bytes, never through a Rust reference,
         // so an atomic view of it is sound: a concurrent store is no data race.
-        let a = unsafe { std::sync::atomic::AtomicU64::from_ptr(self.ptr.as_ptr().add(off).cast()) };
+        let a =
+            unsafe { std::sync::atomic::AtomicU64::from_ptr(self.ptr.as_ptr().add(off).cast()) };
         a.load(std::sync::atomic::Ordering::Relaxed)
     }
 
@@ -189,7 +190,8 @@ impl DmaBuf {
             return false;
         }
         // SAFETY: in bounds and 8-byte aligned; an atomic view as in `load_word`.
-        let a = unsafe { std::sync::atomic::AtomicU64::from_ptr(self.ptr.as_ptr().add(off).cast()) };
+        let a =
+            unsafe { std::sync::atomic::AtomicU64::from_ptr(self.ptr.as_ptr().add(off).cast()) };
         a.store(v, std::sync::atomic::Ordering::Relaxed);
         true
     }

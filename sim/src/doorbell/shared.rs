@@ -513,9 +513,10 @@ fn look_threaded(
         if own {
             continue;
         }
-        let Some(c) = wqes.iter().find(|c| {
-            !(c.qpn == ctrl.qpn && c.index == ctrl.index) && word(c, i) == Some(snap[i])
-        }) else {
+        let Some(c) = wqes
+            .iter()
+            .find(|c| !(c.qpn == ctrl.qpn && c.index == ctrl.index) && word(c, i) == Some(snap[i]))
+        else {
             continue;
         };
         r.halves[h].reported = true;
