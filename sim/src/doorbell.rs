@@ -10,7 +10,9 @@
 //! `ff ff ff ff ff ff ff 00` name QPN 0xffffff with DS 0, and bytes 8..15 carry `fm_ce_se`
 //! 0xff whose reserved bits rdma-core never sets.
 //!
-//! Two scanners, one per way of running the fabric ([`crate::fabric`]):
+//! A QP on a register shared with other QPs is scanned per register instead ([`shared`]),
+//! where interleaved BlueFlame copies are caught. For the others, two scanners, one per way of
+//! running the fabric ([`crate::fabric`]):
 //!
 //! - **Deterministic** ([`scan`]): the driver never runs during a scan. A half whose first 8
 //!   bytes changed received a write: if bytes 8..15 are still poison it was an 8-byte
