@@ -223,11 +223,19 @@ impl Bfregs {
             .collect()
     }
 
-    /// The last background thread stopped: poison every shared half, as deterministic mode
-    /// expects it, and forget what threaded mode saw.
+    /// The last background thread stopped: a half whose first word is the last write threaded
+    /// mode saw is poisoned whole, as deterministic mode expects it; a write not yet seen is
+    /// left for deterministic mode to see.
     pub fn leave_threaded(&mut self) {
         for r in &mut self.regs {
-            poison(&r.page, r.off);
+            for (h, half) in r.halves.iter().enumerate() {
+                let base = r.off + h * BF_HALF;
+                if half.last.is_some_and(|s| r.page.load_word(base) == s[0]) {
+                    for i in 0..WORDS {
+                        r.page.store_word(base + i * 8, POISON_WORD);
+                    }
+                }
+            }
             r.halves = Default::default();
         }
     }
@@ -659,6 +667,25 @@ mod tests {
         }
         t.scan();
         assert!(t.kinds().is_empty(), "reported once");
+    }
+
+    #[test]
+    fn leaving_threaded_mode_poisons_what_was_seen_and_keeps_what_was_not() {
+        let mut t = T::new();
+        t.scan();
+        let (wx, wy) = (wqe(&t.qps[&0x10], 0), wqe(&t.qps[&0x20], 0));
+        store(&t.qps[&0x10], 0, &wx, 0..1);
+        t.scan();
+        store(&t.qps[&0x20], 1, &wy, 0..1);
+        t.regs.leave_threaded();
+        let x = &t.qps[&0x10];
+        assert_eq!(x.uar.load_word(x.bf_off), POISON_WORD, "seen: poisoned");
+        assert_eq!(x.uar.load_word(x.bf_off + BF_HALF), wy[0], "not seen: kept");
+        // Deterministic mode sees it and Y follows its record.
+        scan(&mut t.regs, &mut t.qps, false, "t", &mut t.bugs);
+        let y = t.qps.get_mut(&0x20).unwrap();
+        assert!(follow(y, false, "t", &mut t.bugs));
+        assert!(t.kinds().is_empty());
     }
 
     #[test]
