@@ -177,7 +177,7 @@ impl Bfregs {
             Some((i, _)) if self.regs.len() >= cap => i,
             _ => {
                 let n = self.regs.len();
-                let page = if n % BFREGS_PER_PAGE == 0 || self.shared == 0 {
+                let page = if n.is_multiple_of(BFREGS_PER_PAGE) || self.shared == 0 {
                     Arc::new(DmaBuf::new(4096)?)
                 } else {
                     self.regs[n - 1].page.clone()
