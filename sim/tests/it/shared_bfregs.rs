@@ -230,3 +230,63 @@ fn a_foreign_qpn_on_a_shared_register_is_reported() {
         "{bugs:#?}"
     );
 }
+
+/// Wait (at most 10 s, a hang guard) for the next completion on `s`'s send CQ.
+fn next_cqe(s: &mut Side, fabric: &Fabric) -> mlx5_cq::Cqe64 {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        if let Some(c) = s.scq.poll() {
+            return c;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "stalled; driver bugs {:#?}",
+            fabric.driver_bugs()
+        );
+        std::thread::yield_now();
+    }
+}
+
+#[test]
+fn threads_writing_one_shared_register_under_its_lock_are_no_bug() {
+    const N: usize = 1500;
+    let m = many(0, 1, 2);
+    let r = Mem::new(&m.b[0].dev, m.b[0].pd, 2 * N * 8, m.opts.access);
+    let thread = m.fabric.start_thread();
+    // rdma-core's per-register lock (`need_lock`): copies and doorbells never overlap.
+    let lock = std::sync::Mutex::new(());
+    let Many { fabric, a, b, .. } = m;
+    std::thread::scope(|s| {
+        for (t, mut side) in a.into_iter().enumerate() {
+            let (lock, r, fabric) = (&lock, &r, &fabric);
+            s.spawn(move || {
+                for k in 0..N {
+                    let slot = t * N + k;
+                    let data = (slot as u64 * 0x9e37_79b9 + 1).to_le_bytes();
+                    let qp = &mut side.qp;
+                    let pi = stage(qp, r.addr() + slot as u64 * 8, r.rkey(), &data);
+                    {
+                        let _held = lock.lock().unwrap();
+                        if t == 0 {
+                            qp.bf_copy(pi, 1);
+                        } else {
+                            store(qp, pi, 0..1);
+                            mmio::flush_writes();
+                            toggle(qp);
+                        }
+                    }
+                    let c = next_cqe(&mut side, fabric);
+                    assert_eq!((c.opcode(), c.wqe_counter()), (CQE_REQ, pi));
+                    assert_eq!(r.read(slot * 8, 8), data, "thread {t} WQE {k}");
+                }
+            });
+        }
+    });
+    drop(thread);
+    assert!(
+        fabric.driver_bugs().is_empty(),
+        "{:#?}",
+        fabric.driver_bugs()
+    );
+    drop(b);
+}
