@@ -208,8 +208,25 @@ impl Bfregs {
             BfClass::Own => {}
             BfClass::Dedicated => self.dedicated_used = self.dedicated_used.saturating_sub(1),
             BfClass::Shared(n) => {
-                if let Some(r) = self.regs.get_mut(n) {
-                    r.users.remove(&qpn);
+                let Some(r) = self.regs.get_mut(n) else {
+                    return;
+                };
+                r.users.remove(&qpn);
+                // A doorbell of the destroyed QP not yet looked at would name a QP the
+                // register no longer has, which is no mistake of the driver (destroying a QP
+                // with work posted is allowed): it goes with the QP. An unused register is
+                // left clean for its next QP.
+                for h in 0..2 {
+                    let base = r.off + h * BF_HALF;
+                    let w0 = r.page.load_word(base);
+                    if r.users.is_empty()
+                        || (w0 != POISON_WORD && Ctrl::parse(&w0.to_ne_bytes()).qpn == qpn)
+                    {
+                        for i in (0..WORDS).rev() {
+                            r.page.store_word(base + i * 8, POISON_WORD);
+                        }
+                        r.halves[h] = HalfView::default();
+                    }
                 }
             }
         }

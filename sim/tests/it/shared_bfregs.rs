@@ -213,6 +213,39 @@ fn a_record_without_any_write_on_the_shared_register_does_nothing() {
 }
 
 #[test]
+fn a_doorbell_of_a_qp_destroyed_before_the_device_looked_is_no_bug() {
+    let mut m = many(0, 1, 3);
+    let r = remote(&m);
+    let x = stage(&mut m.a[0].qp, r.addr(), r.rkey(), b"12345678");
+    store(&m.a[0].qp, x, 0..1);
+    let y = stage(&mut m.a[1].qp, r.addr() + 64, r.rkey(), b"abcdefgh");
+    toggle(&mut m.a[1].qp);
+    store(&m.a[1].qp, y, 0..1);
+    let dev = m.a[0].dev.clone();
+    dev.destroy_qp(m.a[0].qp.info.id).unwrap();
+    m.fabric.run_until_idle();
+    let c = m.a[1].scq.poll().expect("Y's doorbell still counts");
+    assert_eq!(c.wqe_counter(), y);
+    assert!(
+        m.fabric.driver_bugs().is_empty(),
+        "{:#?}",
+        m.fabric.driver_bugs()
+    );
+    // The last QP leaves the register clean for the next one.
+    dev.destroy_qp(m.a[1].qp.info.id).unwrap();
+    dev.destroy_qp(m.a[2].qp.info.id).unwrap();
+    let o = Opts::new(QpType::Rc);
+    let z = side_in(&dev, m.a[0].pd, &o, None);
+    assert_eq!(z.qp.info.layout.bf.reg, m.a[1].qp.info.layout.bf.reg);
+    m.fabric.run_until_idle();
+    assert!(
+        m.fabric.driver_bugs().is_empty(),
+        "{:#?}",
+        m.fabric.driver_bugs()
+    );
+}
+
+#[test]
 fn a_foreign_qpn_on_a_shared_register_is_reported() {
     let mut m = many(0, 1, 2);
     let r = remote(&m);
