@@ -38,6 +38,9 @@
 //!    driver toggles halves), so a quiet other half proves the device missed no earlier write
 //!    here whose leftovers would look like a bad copy under an 8-byte doorbell.
 //!
+//! All of this is about QPs on registers of their own. A register shared between QPs is
+//! scanned per register by [`super::shared`], which also catches two copies into it at once.
+//!
 //! # The interleavings
 //!
 //! The argument assumes a driver whose stores become visible in program order (x86 TSO; the
