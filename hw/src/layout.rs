@@ -28,12 +28,18 @@ pub struct BfLayout {
     /// (use the 8-byte doorbell only). rdma-core `mlx5dv_get_qp`.
     pub size: u32,
     /// Whether other QPs may ring this register too. rdma-core gives a context a few
-    /// dedicated (low-latency) bfregs and shares the rest between QPs, copying into a shared
-    /// one under a per-register lock (`providers/mlx5` `struct mlx5_bf`, `need_lock`); two
-    /// unserialised BlueFlame copies into one register interleave their 64-byte lines and
-    /// the NIC executes a corrupt WQE (Mellanox/libxlio issue #123). The data path rings a
-    /// shared register with the 8-byte doorbell only (`mlx5_qp::DoorbellMode::Db`), which
-    /// needs no lock: an 8-byte store is one write.
+    /// dedicated (low-latency) bfregs, `MLX5_NUM_LOW_LAT_UUARS` (default 4) of
+    /// `MLX5_TOTAL_UUARS` (default 16), and the kernel (`alloc_bfreg`,
+    /// `drivers/infiniband/hw/mlx5/qp.c`) then puts further QPs on the shared medium-class
+    /// register with the fewest QPs, which rdma-core copies into under a per-register lock
+    /// (`providers/mlx5` `struct mlx5_bf`, `need_lock`); two unserialised BlueFlame copies into
+    /// one register interleave their 64-byte lines and the NIC executes a corrupt WQE
+    /// (Mellanox/libxlio issue #123). The data path rings a shared register with the 8-byte
+    /// doorbell only (`mlx5_qp::DoorbellMode::Db`), which needs no lock: an 8-byte store is
+    /// one write (cost and reasoning: `docs/software-connectx.md`, "BlueFlame registers").
+    /// The software ConnectX sets it for the QPs past its `dedicated_bfregs` and reports
+    /// interleaved copies as a driver bug; the verbs backend creates every QP on a thread
+    /// domain, whose register is dedicated (`docs/hardware.md`), and leaves it `false`.
     pub shared: bool,
 }
 

@@ -30,6 +30,12 @@ pub enum DriverBugKind {
     BlueFlameHalfNotToggled,
     /// A BlueFlame copy longer than the half it was written to, or shorter than its DS count.
     BlueFlameSize,
+    /// Two BlueFlame copies into one shared register at once: the half holds lines of two
+    /// WQEs, or a store of one copy landed after the next write into the half had begun
+    /// ([`crate::doorbell::shared`]). rdma-core copies into a shared register under its lock
+    /// (`struct mlx5_bf` `need_lock`); without it the NIC executes a WQE made of both
+    /// (Mellanox libxlio issue #123).
+    BlueFlameInterleaved,
     /// A doorbell record claims more WQEs outstanding than the queue holds.
     DbrOverflow,
     /// A CQ arm doorbell that does not match the arm doorbell record, names another CQ, or

@@ -203,6 +203,12 @@ impl SimDevice {
         self.with(|d| Ok(d.bugs.take())).unwrap_or_default()
     }
 
+    /// The QPs ringing each shared BlueFlame register of the device, one list per register
+    /// made so far ([`crate::doorbell::shared`]); QPs on dedicated registers are in none.
+    pub fn shared_bfregs(&self) -> Vec<Vec<u32>> {
+        self.with(|d| Ok(d.bfregs.sharing())).unwrap_or_default()
+    }
+
     /// What the doorbell scanners saw on this device's QPs: doorbells, and in threaded mode how
     /// many BlueFlame copies were verified against the ring ([`crate::doorbell::threaded`]).
     pub fn doorbell_stats(&self) -> DoorbellStats {
@@ -717,7 +723,7 @@ impl Device for SimDevice {
                 }
             }
             let qpn = d.alloc_id();
-            let qp = Qp::new(
+            let mut qp = Qp::new(
                 qpn,
                 attr.qp_type,
                 pd.0,
@@ -728,6 +734,13 @@ impl Device for SimDevice {
                 g,
             )
             .ok_or_else(|| no_mem("QP"))?;
+            // A dedicated register while the context has one free, else a shared one
+            // (kernel `alloc_bfreg`, `crate::doorbell::shared`).
+            let reg = d.bfregs.assign(qpn).ok_or_else(|| no_mem("UAR page"))?;
+            match reg.page {
+                Some((page, off, size)) => qp.use_register(reg.class, page, off, size),
+                None => qp.bf_class = reg.class,
+            }
             let layout = QpLayout {
                 qpn,
                 qp_type: attr.qp_type,
@@ -744,9 +757,8 @@ impl Device for SimDevice {
                 },
                 bf: BfLayout {
                     reg: qp.bf_reg(),
-                    size: qp.bf_size(),
-                    // Every QP of the software ConnectX has a UAR page of its own.
-                    shared: false,
+                    size: qp.bf_size,
+                    shared: qp.bf_shared(),
                 },
                 max_inline_data: g.cap.max_inline_data,
                 max_send_sge: g.cap.max_send_sge,
@@ -792,6 +804,7 @@ impl Device for SimDevice {
                 id: qp.0,
             })?;
             d.mcast.forget_qp(qp.0);
+            d.bfregs.release(q.bf_class, q.qpn);
             for cq in [q.send_cq, q.recv_cq] {
                 if let Some(c) = d.cqs.get_mut(&cq) {
                     c.users = c.users.saturating_sub(1);

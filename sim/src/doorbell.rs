@@ -10,7 +10,9 @@
 //! `ff ff ff ff ff ff ff 00` name QPN 0xffffff with DS 0, and bytes 8..15 carry `fm_ce_se`
 //! 0xff whose reserved bits rdma-core never sets.
 //!
-//! Two scanners, one per way of running the fabric ([`crate::fabric`]):
+//! A QP on a register shared with other QPs is scanned per register instead ([`shared`]),
+//! where interleaved BlueFlame copies are caught. For the others, two scanners, one per way of
+//! running the fabric ([`crate::fabric`]):
 //!
 //! - **Deterministic** ([`scan`]): the driver never runs during a scan. A half whose first 8
 //!   bytes changed received a write: if bytes 8..15 are still poison it was an 8-byte
@@ -35,6 +37,7 @@ use crate::mem::DmaBuf;
 use crate::qp::Qp;
 use crate::wqe::{ring_bytes, Ctrl};
 
+pub mod shared;
 pub mod threaded;
 
 /// Offset of the QP's bfreg in its UAR page (`MLX5_BF_OFFSET`, bfreg 0).
@@ -77,6 +80,11 @@ pub struct DoorbellState {
     pub unjudged: u64,
     /// Threaded mode: what is known of each half (`None` in deterministic mode).
     pub threaded: Option<threaded::Watcher>,
+    /// A QP on a shared register: a write was seen on the register since the QP last
+    /// followed its doorbell record ([`shared`]).
+    pub rung: bool,
+    /// A QP on a shared register: the last record value reported as garbage (reported once).
+    pub bad_dbr: Option<u16>,
 }
 
 /// What the doorbell scanners saw on a device, summed over its QPs (since each QP was created
@@ -110,7 +118,7 @@ impl DoorbellState {
     /// Fill both BlueFlame halves with poison.
     pub fn poison(&self, uar: &DmaBuf) {
         for i in 0..(2 * BF_HALF / 8) {
-            uar.write(BF_OFFSET + i * 8, &POISON);
+            uar.store_word(BF_OFFSET + i * 8, u64::from_ne_bytes(POISON));
         }
     }
 }
@@ -119,19 +127,25 @@ fn is_poison(b: &[u8]) -> bool {
     b.chunks(8).all(|c| c == POISON)
 }
 
+/// A half as whole 8-byte words (one 64-bit load each, [`DmaBuf::load_word`]: a driver's
+/// 8-byte store is seen whole or not at all), as bytes in memory order.
+fn read_words(uar: &DmaBuf, off: usize) -> Vec<u8> {
+    (0..BF_HALF / 8)
+        .flat_map(|i| uar.load_word(off + i * 8).to_ne_bytes())
+        .collect()
+}
+
 /// Read a half until two reads agree (a BlueFlame copy in progress on another thread settles
 /// within a few stores).
 fn stable_read(uar: &DmaBuf, off: usize) -> Vec<u8> {
-    let mut a = vec![0u8; BF_HALF];
-    let mut b = vec![0u8; BF_HALF];
-    uar.read(off, &mut a);
+    let mut a = read_words(uar, off);
     for _ in 0..16 {
         std::hint::spin_loop();
-        uar.read(off, &mut b);
+        let b = read_words(uar, off);
         if a == b {
             break;
         }
-        std::mem::swap(&mut a, &mut b);
+        a = b;
     }
     a
 }
@@ -141,12 +155,12 @@ pub fn scan(qp: &mut Qp, dev: &str, bugs: &mut BugLog) -> bool {
     let mut seen = Vec::new();
     for half in 0..2 {
         let off = BF_OFFSET + half * BF_HALF;
-        if qp.uar.read8(off) == POISON {
+        if qp.uar.load_word(off) == u64::from_ne_bytes(POISON) {
             continue;
         }
         let bytes = stable_read(&qp.uar, off);
         for i in 0..BF_HALF / 8 {
-            qp.uar.write(off + i * 8, &POISON);
+            qp.uar.store_word(off + i * 8, u64::from_ne_bytes(POISON));
         }
         let blocks = if is_poison(&bytes[8..16]) {
             0

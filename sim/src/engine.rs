@@ -268,7 +268,9 @@ pub fn enter_sqe(qp: &mut Qp, ctx: &mut Ctx) {
 /// One step of a QP: doorbells, timers, then send work or flushing. Returns whether anything
 /// happened.
 pub fn process_qp(qp: &mut Qp, ctx: &mut Ctx) -> bool {
-    let mut work = if ctx.threaded {
+    let mut work = if qp.bf_shared() {
+        crate::doorbell::shared::follow(qp, ctx.threaded, ctx.dev, ctx.bugs)
+    } else if ctx.threaded {
         crate::doorbell::threaded::scan(qp, ctx.dev, ctx.bugs)
     } else {
         crate::doorbell::scan(qp, ctx.dev, ctx.bugs)

@@ -58,6 +58,13 @@ pub struct DeviceConfig {
     pub mtu: Mtu,
     /// Link layer reported by `query_port`.
     pub link_layer: LinkLayer,
+    /// BlueFlame registers the device gives one QP each before it shares registers
+    /// ([`crate::doorbell::shared`]; rdma-core's default 4 low-latency registers).
+    pub dedicated_bfregs: u32,
+    /// Registers the further QPs share, each new QP taking the one with the fewest QPs (the
+    /// kernel's medium class; default 11). 0: they all share bfreg 0, which has no BlueFlame
+    /// (`bf.size` 0).
+    pub shared_bfregs: u32,
 }
 
 impl DeviceConfig {
@@ -71,7 +78,17 @@ impl DeviceConfig {
             lid: 0,
             mtu: Mtu::Mtu1024,
             link_layer: LinkLayer::Ethernet,
+            dedicated_bfregs: crate::doorbell::shared::DEFAULT_DEDICATED_BFREGS,
+            shared_bfregs: crate::doorbell::shared::DEFAULT_SHARED_BFREGS,
         }
+    }
+
+    /// Set how many BlueFlame registers are dedicated to one QP each and how many are shared
+    /// by the QPs after those ([`crate::doorbell::shared`]).
+    pub fn bfregs(mut self, dedicated: u32, shared: u32) -> DeviceConfig {
+        self.dedicated_bfregs = dedicated;
+        self.shared_bfregs = shared;
+        self
     }
 
     /// Set the active MTU.
@@ -202,6 +219,7 @@ impl Fabric {
         };
         let guid = 0x0002_c903_0000_0000 | (idx as u64 + 1);
         let mut dev = Dev::new(name.clone(), port, guid);
+        dev.bfregs = crate::doorbell::shared::Bfregs::new(cfg.dedicated_bfregs, cfg.shared_bfregs);
         dev.threaded = w.threads > 0;
         w.devs.push(dev);
         drop(w);

@@ -167,7 +167,7 @@ impl DmaBuf {
         self.write(off, &v.to_be_bytes())
     }
 
-    /// Load the 8 bytes at an 8-byte aligned offset with one 64-bit load, as they sit in memory
+    /// Load the 8 bytes at an 8-byte aligned offset with one 64-bit atomic load, as they sit in memory
     /// (native byte order, so `to_ne_bytes` gives the bytes back); 0 if out of bounds or
     /// misaligned. A 64-bit store of the driver (an 8-byte doorbell, one word of a BlueFlame
     /// copy) is seen whole or not at all.
@@ -175,8 +175,12 @@ impl DmaBuf {
         if !off.is_multiple_of(8) || !self.in_bounds(off, 8) {
             return 0;
         }
-        // SAFETY: in bounds and 8-byte aligned (the buffer is 64-byte aligned).
-        unsafe { std::ptr::read_volatile(self.ptr.as_ptr().add(off) as *const u64) }
+        // SAFETY: in bounds and 8-byte aligned (the buffer is 64-byte aligned); the driver
+        // writes this word with whole 64-bit stores or bytes, never through a Rust reference,
+        // so an atomic view of it is sound: a concurrent store is no data race.
+        let a =
+            unsafe { std::sync::atomic::AtomicU64::from_ptr(self.ptr.as_ptr().add(off).cast()) };
+        a.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Store 8 bytes at an 8-byte aligned offset with one 64-bit store; `false` (nothing
@@ -185,8 +189,10 @@ impl DmaBuf {
         if !off.is_multiple_of(8) || !self.in_bounds(off, 8) {
             return false;
         }
-        // SAFETY: in bounds and 8-byte aligned.
-        unsafe { std::ptr::write_volatile(self.ptr.as_ptr().add(off) as *mut u64, v) };
+        // SAFETY: in bounds and 8-byte aligned; an atomic view as in `load_word`.
+        let a =
+            unsafe { std::sync::atomic::AtomicU64::from_ptr(self.ptr.as_ptr().add(off).cast()) };
+        a.store(v, std::sync::atomic::Ordering::Relaxed);
         true
     }
 

@@ -1,7 +1,8 @@
 //! A queue pair's device-side state: the memory handed to the driver (one buffer with the RQ
-//! first and the SQ after it, the 8-byte doorbell record, a dedicated UAR page with the
-//! BlueFlame halves at 0x800/0x900), its attributes and state, and the transport state
-//! machines (requester and responder).
+//! first and the SQ after it, the 8-byte doorbell record, a BlueFlame register: a dedicated
+//! UAR page with the halves at 0x800/0x900, or a register shared with other QPs of the device,
+//! [`crate::doorbell::shared`]), its attributes and state, and the transport state machines
+//! (requester and responder).
 //!
 //! Layout sources: rdma-core `providers/mlx5/verbs.c` `mlx5_calc_wq_size` (RQ at offset 0, SQ
 //! at the RQ size), `mlx5.c` `mlx5dv_get_qp` (`dbrec`, `bf.reg`, `bf.size`), `docs/sources.md` §5
@@ -11,6 +12,9 @@
 use mlx5_hw::{QpAttr, QpState, QpType};
 
 use crate::bugs::{BugLog, DriverBugKind};
+use std::sync::Arc;
+
+use crate::doorbell::shared::BfClass;
 use crate::doorbell::{DoorbellState, BF_HALF, BF_OFFSET};
 use crate::mem::DmaBuf;
 use crate::sizing::QpGeometry;
@@ -51,8 +55,14 @@ pub struct Qp {
     pub buf: DmaBuf,
     /// Doorbell record: `dbrec[0]` RQ, `dbrec[1]` SQ.
     pub dbrec: DmaBuf,
-    /// Dedicated UAR page.
-    pub uar: DmaBuf,
+    /// The UAR page of its BlueFlame register: its own, or one shared with other QPs.
+    pub uar: Arc<DmaBuf>,
+    /// Offset of its BlueFlame register in `uar` (0x800 on a page of its own).
+    pub bf_off: usize,
+    /// `bf.size`: 256, or 0 for a register without BlueFlame.
+    pub bf_size: u32,
+    /// Which register it is ([`crate::doorbell::shared`]).
+    pub bf_class: BfClass,
     /// Geometry.
     pub geom: QpGeometry,
     /// Attributes as set by modify (and the current state).
@@ -92,7 +102,7 @@ impl Qp {
     ) -> Option<Qp> {
         let buf = DmaBuf::new(geom.buf_size.max(64) as usize)?;
         let dbrec = DmaBuf::new(8)?;
-        let uar = DmaBuf::new(4096)?;
+        let uar = Arc::new(DmaBuf::new(4096)?);
         let attr = QpAttr {
             cap: geom.cap,
             ..Default::default()
@@ -108,6 +118,9 @@ impl Qp {
             buf,
             dbrec,
             uar,
+            bf_off: BF_OFFSET,
+            bf_size: BF_HALF as u32,
+            bf_class: BfClass::Own,
             geom,
             attr,
             path: None,
@@ -129,15 +142,24 @@ impl Qp {
         self.attr.qp_state
     }
 
-    /// Address of the BlueFlame register (bfreg 0 of the UAR).
+    /// Address of the BlueFlame register.
     pub fn bf_reg(&self) -> *mut u8 {
-        // The UAR page is 4096 bytes; BF_OFFSET + 2 halves fit inside it.
-        self.uar.as_ptr().wrapping_add(BF_OFFSET)
+        // The UAR page is 4096 bytes; every register's two halves fit inside it.
+        self.uar.as_ptr().wrapping_add(self.bf_off)
     }
 
-    /// `bf.size`.
-    pub fn bf_size(&self) -> u32 {
-        BF_HALF as u32
+    /// Ring register `off` of the shared page `page` (`bf.size` `size`) instead of a page of
+    /// its own.
+    pub fn use_register(&mut self, class: BfClass, page: Arc<DmaBuf>, off: usize, size: u32) {
+        self.uar = page;
+        self.bf_off = off;
+        self.bf_size = size;
+        self.bf_class = class;
+    }
+
+    /// Whether other QPs ring its register too.
+    pub fn bf_shared(&self) -> bool {
+        matches!(self.bf_class, BfClass::Shared(_))
     }
 
     /// SQ doorbell record value (16 bits).
@@ -172,7 +194,11 @@ impl Qp {
         self.sq_ci = 0;
         self.rq_ci = 0;
         self.db = DoorbellState::default();
-        self.db.poison(&self.uar);
+        if !self.bf_shared() {
+            // A shared register's halves belong to every QP on it; the device poisons them
+            // as it reads them ([`crate::doorbell::shared`]).
+            self.db.poison(&self.uar);
+        }
         self.req = Requester::default();
         self.resp = Responder::default();
         self.path = None;

@@ -100,6 +100,8 @@ pub struct Dev {
     pub mcast: crate::mcast::Groups,
     /// XRC domains and shared target QPs ([`crate::transport::xrc`]).
     pub xrc: crate::transport::xrc::XrcState,
+    /// BlueFlame registers: dedicated ones in use, shared ones ([`crate::doorbell::shared`]).
+    pub bfregs: crate::doorbell::shared::Bfregs,
 }
 
 impl Dev {
@@ -125,6 +127,7 @@ impl Dev {
             threaded: false,
             mcast: crate::mcast::Groups::default(),
             xrc: crate::transport::xrc::XrcState::default(),
+            bfregs: crate::doorbell::shared::Bfregs::default(),
         }
     }
 
@@ -228,6 +231,7 @@ impl World {
         }
         for d in &mut self.devs {
             d.threaded = false;
+            d.bfregs.leave_threaded();
             for qp in d.qps.values_mut() {
                 crate::doorbell::threaded::leave(qp);
             }
@@ -242,6 +246,13 @@ impl World {
         let mut inbound = Vec::new();
         for d in &mut self.devs {
             let mut out = Vec::new();
+            work |= crate::doorbell::shared::scan(
+                &mut d.bfregs,
+                &mut d.qps,
+                d.threaded,
+                &d.name,
+                &mut d.bugs,
+            );
             let qpns: Vec<u32> = d.qps.keys().copied().collect();
             for qpn in qpns {
                 work |= d.with_qp(qpn, now, &mut out, process_qp).unwrap_or(false);

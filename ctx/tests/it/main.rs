@@ -9,4 +9,5 @@ mod drop_order;
 mod mr_midstream;
 mod optional_attrs;
 mod prop;
+mod shared_bfregs;
 mod support;

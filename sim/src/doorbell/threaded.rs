@@ -38,6 +38,9 @@
 //!    driver toggles halves), so a quiet other half proves the device missed no earlier write
 //!    here whose leftovers would look like a bad copy under an 8-byte doorbell.
 //!
+//! All of this is about QPs on registers of their own. A register shared between QPs is
+//! scanned per register by [`super::shared`], which also catches two copies into it at once.
+//!
 //! # The interleavings
 //!
 //! The argument assumes a driver whose stores become visible in program order (x86 TSO; the
@@ -169,7 +172,7 @@ fn bytes_of(words: &[u64]) -> Vec<u8> {
 }
 
 /// The first WQE the driver may not reuse yet: the oldest one not completed.
-fn oldest(qp: &Qp) -> u16 {
+pub(super) fn oldest(qp: &Qp) -> u16 {
     qp.req
         .outstanding
         .front()
@@ -179,7 +182,7 @@ fn oldest(qp: &Qp) -> u16 {
 
 /// Whether WQE `index` is posted (before the record) and not completed, so its ring slot
 /// holds it until the device says otherwise.
-fn in_flight(qp: &Qp, index: u16, dbr: u16) -> bool {
+pub(super) fn in_flight(qp: &Qp, index: u16, dbr: u16) -> bool {
     let o = oldest(qp);
     index.wrapping_sub(o) < dbr.wrapping_sub(o)
 }
@@ -382,7 +385,7 @@ fn repoison(uar: &DmaBuf, h: usize, snap: &Snapshot, w0: u64) -> bool {
 
 /// What a single 8-byte store proves: the QPN, and that the WQE it names is the one in the
 /// ring (or, past the record, that the record was not advanced).
-fn check_first_word(qp: &Qp, w0: u64, dbr: u16, dev: &str, bugs: &mut BugLog) {
+pub(super) fn check_first_word(qp: &Qp, w0: u64, dbr: u16, dev: &str, bugs: &mut BugLog) {
     let bytes = w0.to_ne_bytes();
     let ctrl = Ctrl::parse(&bytes);
     if ctrl.qpn != qp.qpn {
