@@ -35,8 +35,8 @@
 //! (`docs/sources.md` §3, UNCONFIRMED on hardware).
 //!
 //! Here: PSN checking (RC, UC), duplicates, the responses (ACK coalescing, NAKs, class C
-//! errors) and the receive WQEs; by packet kind in [`send`], [`write`], [`read`], [`atomic`]
-//! and [`ud`].
+//! errors) and the receive WQEs; by packet kind in `send.rs`, `write.rs`, `read.rs`, `atomic.rs`
+//! and `ud.rs`.
 
 mod atomic;
 mod read;
