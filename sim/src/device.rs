@@ -517,7 +517,7 @@ impl Device for SimDevice {
                     attr.qp_type, ex.create_flags
                 )));
             }
-            return self.with(|d| crate::transport::xrc::create_target(d, x.0));
+            return self.with(|d| crate::xrc::create_target(d, x.0));
         }
         let unknown = ex.create_flags - QpCreateFlags::BLOCK_SELF_MCAST_LB;
         if !unknown.is_empty() {
@@ -577,23 +577,23 @@ impl Device for SimDevice {
     }
 
     fn close_xrcd(&self, xrcd: XrcdId) -> Result<()> {
-        self.with(|d| crate::transport::xrc::close_xrcd(d, xrcd.0))
+        self.with(|d| crate::xrc::close_xrcd(d, xrcd.0))
     }
 
     fn create_srq_xrc(&self, pd: PdId, attr: &XrcSrqInitAttr) -> Result<SrqInfo> {
         self.with(|d| {
-            crate::transport::xrc::check_srq(d, attr)?;
+            crate::xrc::check_srq(d, attr)?;
             Ok(())
         })?;
         let info = self.create_srq(pd, &attr.attr)?;
         self.with(|d| {
-            crate::transport::xrc::adopt_srq(d, info.id.0, attr);
+            crate::xrc::adopt_srq(d, info.id.0, attr);
             Ok(info)
         })
     }
 
     fn open_qp(&self, xrcd: XrcdId, qpn: u32) -> Result<QpId> {
-        self.with(|d| crate::transport::xrc::open_qp(d, xrcd.0, qpn))
+        self.with(|d| crate::xrc::open_qp(d, xrcd.0, qpn))
     }
 
     fn query_clock(&self) -> Result<ClockInfo> {
@@ -687,7 +687,7 @@ impl Device for SimDevice {
                 )));
             }
             if let Some(s) = d.srqs.remove(&srq.0) {
-                crate::transport::xrc::release_srq(d, &s);
+                crate::xrc::release_srq(d, &s);
             }
             Ok(())
         })
@@ -784,7 +784,7 @@ impl Device for SimDevice {
 
     fn destroy_qp(&self, qp: QpId) -> Result<()> {
         self.with(|d| {
-            if crate::transport::xrc::drop_handle(d, qp.0) {
+            if crate::xrc::drop_handle(d, qp.0) {
                 return Ok(());
             }
             let q = d.qps.remove(&qp.0).ok_or(Error::UnknownHandle {

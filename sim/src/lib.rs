@@ -32,6 +32,7 @@
 pub mod bugs;
 pub mod counters;
 pub mod cq;
+pub mod ctx;
 pub mod device;
 pub mod doorbell;
 pub mod engine;
@@ -52,6 +53,7 @@ pub mod udp_port;
 pub mod wire;
 pub mod world;
 pub mod wqe;
+pub mod xrc;
 
 pub use bugs::{DriverBug, DriverBugKind};
 pub use counters::CounterId;

@@ -12,7 +12,7 @@ use super::retry::{fail_pending, retry};
 use super::segment::pump;
 use super::{restart_timer, retire, Expect};
 use crate::counters::CounterId;
-use crate::engine::Ctx;
+use crate::ctx::Ctx;
 use crate::qp::Qp;
 use crate::transport::Frame;
 use crate::wire::{NakCode, Operation, Psn, RnrTimer, Syndrome};

@@ -3,7 +3,7 @@
 
 use mlx5_cq::SYNDROME_LOCAL_PROT_ERR;
 
-use crate::engine::Ctx;
+use crate::ctx::Ctx;
 use crate::qp::Qp;
 use crate::srq::Sge;
 use crate::wqe::{Gather, WqeFault};

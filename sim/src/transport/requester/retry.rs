@@ -8,7 +8,7 @@ use mlx5_hw::{AsyncEvent, QpId, QpState};
 use super::segment::pump;
 use super::{restart_timer, retire};
 use crate::counters::CounterId;
-use crate::engine::{fail_qp, send_cqe, Ctx};
+use crate::ctx::{fail_qp, send_cqe, Ctx};
 use crate::qp::Qp;
 use crate::wire::Psn;
 

@@ -6,7 +6,7 @@ use mlx5_hw::{AsyncEvent, QpId, QpType};
 
 use super::memory::{check_gather, check_scatter, gather, gather_range};
 use super::{restart_timer, retire, Expect, Msg, Pending, ACK_EVERY, WINDOW};
-use crate::engine::{enter_sqe, fail_qp, send_cqe, Ctx};
+use crate::ctx::{enter_sqe, fail_qp, send_cqe, Ctx};
 use crate::qp::Qp;
 use crate::srq::Sge;
 use crate::transport::{Frame, Path};

@@ -4,7 +4,7 @@
 use mlx5_hw::AccessFlags;
 
 use super::{class_c, emit, flush_ack, rd_atomic_allowed, remember, send_back, RdAtomic};
-use crate::engine::Ctx;
+use crate::ctx::Ctx;
 use crate::qp::Qp;
 use crate::transport::Frame;
 use crate::wire::{Aeth, AtomicAckEth, NakCode, Opcode, Operation, Packet, Syndrome};

@@ -8,7 +8,7 @@ use super::{
     class_c, flush_ack, rd_atomic_allowed, remember, send_back, RdAtomic, ReadOut, Tx, TX_CAP,
 };
 use crate::counters::CounterId;
-use crate::engine::Ctx;
+use crate::ctx::Ctx;
 use crate::qp::Qp;
 use crate::transport::Frame;
 use crate::wire::{Aeth, NakCode, Opcode, Psn, Syndrome};

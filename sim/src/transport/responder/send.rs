@@ -7,7 +7,7 @@ use mlx5_cq::{
 };
 
 use super::{capacity, class_c, nak, recv_cqe, take_recv, InMsg};
-use crate::engine::{recv_err_cqe, Ctx};
+use crate::ctx::{recv_err_cqe, Ctx};
 use crate::qp::{Qp, RecvWqe};
 use crate::transport::requester::scatter;
 use crate::wire::{NakCode, Packet, RnrTimer, Syndrome};

@@ -7,7 +7,7 @@ use mlx5_cq::{
 
 use super::{capacity, recv_cqe, take_recv};
 use crate::counters::CounterId;
-use crate::engine::{recv_err_cqe, Ctx};
+use crate::ctx::{recv_err_cqe, Ctx};
 use crate::qp::Qp;
 use crate::transport::requester::scatter;
 use crate::transport::Frame;

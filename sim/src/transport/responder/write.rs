@@ -7,7 +7,7 @@ use mlx5_hw::AccessFlags;
 
 use super::{class_c, nak, recv_cqe, recv_ready, take_recv, InMsg};
 use crate::counters::CounterId;
-use crate::engine::Ctx;
+use crate::ctx::Ctx;
 use crate::qp::Qp;
 use crate::wire::{NakCode, Packet, Position, RnrTimer, Syndrome};
 
