@@ -27,6 +27,27 @@
 //!   asynchronous events are eventfds ([`notify`]); flushing follows IB verbs ([`engine`]).
 //! - Everything the driver can get wrong without hardware noticing is reported as a
 //!   [`DriverBug`] ([`bugs`]).
+//!
+//! ## Layers
+//!
+//! Each module imports only modules below it (checked on the sources by a unit test,
+//! `layers.rs`), bottom to top:
+//!
+//! 1. **wire and leaves**: [`wire`] (frames, headers, PSNs, timers), [`bugs`], [`counters`],
+//!    [`mem`], [`notify`], [`pcap`], [`sizing`], the ports [`tap_port`] and [`udp_port`];
+//! 2. **device memory objects**: [`mr`], [`srq`], [`cq`], and [`wqe`] (decoding send WQEs);
+//! 3. **the QP**: [`qp`] with its transport state ([`qp::path`], [`qp::requester`],
+//!    [`qp::responder`]: data only) and its doorbell detection ([`doorbell`], which scans a
+//!    `Qp` whose `DoorbellState` it defines: the two still import each other);
+//! 4. **the processing context** [`ctx`]: what a QP's processing may touch, CQE writers, the
+//!    move to Error and flushing;
+//! 5. **the transport** [`transport`]: requester, responder, XRC and masked-atomic packets;
+//! 6. **the engine** [`engine`]: one step of one QP;
+//! 7. **the fabric**: [`world`] (all devices, frame delivery through [`faults`] and
+//!    [`mcast`]), [`modify`], [`xrc`] (XRC objects), [`device`] and [`fabric`]. These still
+//!    form one group: the fault rules live in the world while the `Faults` handle holds the
+//!    fabric and takes devices, `mcast` adds delivery methods to `World`, and a device holds
+//!    the fabric it belongs to.
 #![deny(missing_docs)]
 
 pub mod bugs;
@@ -54,6 +75,9 @@ pub mod wire;
 pub mod world;
 pub mod wqe;
 pub mod xrc;
+
+#[cfg(test)]
+mod layers;
 
 pub use bugs::{DriverBug, DriverBugKind};
 pub use counters::CounterId;
