@@ -30,7 +30,7 @@ use crate::qp::responder::InMsg;
 use crate::qp::Qp;
 use crate::srq::Srq;
 use crate::wire::MacAddr;
-use crate::wqe::{ring_bytes, Ctrl};
+use crate::wqe::{ring_bytes, AtomicEndianness, Ctrl};
 
 /// A device port.
 #[derive(Clone, Copy, Debug)]
@@ -47,6 +47,9 @@ pub struct Port {
     pub mtu: Mtu,
     /// Port state.
     pub state: PortState,
+    /// The device's atomic byte order (an HCA capability, [`AtomicEndianness`]; kept with the
+    /// port, which every processing context carries).
+    pub atomic_endianness: AtomicEndianness,
 }
 
 /// The vendor syndrome the device puts next to a syndrome. The values for retry exhaustion

@@ -42,6 +42,7 @@ use crate::engine::Port;
 use crate::notify::EventFd;
 use crate::wire::MacAddr;
 use crate::world::{Dev, World};
+use crate::wqe::AtomicEndianness;
 
 /// How to build a device.
 #[derive(Clone, Debug)]
@@ -58,6 +59,9 @@ pub struct DeviceConfig {
     pub mtu: Mtu,
     /// Link layer reported by `query_port`.
     pub link_layer: LinkLayer,
+    /// Byte order of atomic targets and replies: host order (what `mlx5_core` selects when the
+    /// device supports it, [`AtomicEndianness`]) unless set to big-endian.
+    pub atomic_endianness: AtomicEndianness,
 }
 
 impl DeviceConfig {
@@ -71,7 +75,15 @@ impl DeviceConfig {
             lid: 0,
             mtu: Mtu::Mtu1024,
             link_layer: LinkLayer::Ethernet,
+            atomic_endianness: AtomicEndianness::Host,
         }
+    }
+
+    /// Set the atomic byte order (big-endian models a device without the host-endianness
+    /// capability, `atomic_req_8B_endianness_mode` 0).
+    pub fn atomic_endianness(mut self, order: AtomicEndianness) -> DeviceConfig {
+        self.atomic_endianness = order;
+        self
     }
 
     /// Set the active MTU.
@@ -199,6 +211,7 @@ impl Fabric {
             mac: MacAddr(mac),
             mtu: cfg.mtu,
             state: PortState::Active,
+            atomic_endianness: cfg.atomic_endianness,
         };
         let guid = 0x0002_c903_0000_0000 | (idx as u64 + 1);
         let mut dev = Dev::new(name.clone(), port, guid);

@@ -85,3 +85,4 @@ pub use device::{LiveObjects, SimDevice};
 pub use doorbell::DoorbellStats;
 pub use fabric::{DeviceConfig, Fabric, FabricThread};
 pub use faults::{Class, FaultStats, Faults, Rate};
+pub use wqe::AtomicEndianness;

@@ -101,6 +101,73 @@ impl AtomicOp {
     }
 }
 
+/// The byte order a device's atomics use for the operand in the target's memory and for the
+/// original value written into the requester's buffer (the wire fields, AtomicETH and
+/// AtomicAckETH, are big-endian whatever the mode, IBTA Vol 1 §9.3.4, §9.3.6).
+///
+/// An mlx5 device offers the 8-byte requester modes big-endian (0) and host endianness (1) in
+/// `atomic_caps.supported_atomic_req_8B_endianness_mode_1`, and `mlx5_core` sets
+/// `atomic_req_8B_endianness_mode` to host endianness whenever it is offered (kernel
+/// `drivers/net/ethernet/mellanox/mlx5/core/main.c` `handle_hca_cap_atomic`); `mlx5_ib` reports
+/// `IB_ATOMIC_HCA` only then (`IB_ATOMIC_NONE` otherwise). Linux rxe runs atomics on a native
+/// `u64` as well (`drivers/infiniband/sw/rxe/rxe_resp.c`). The mode covers 8-byte plain and
+/// 64-bit masked atomics; 32-bit masked atomics always reply big-endian (UCX
+/// `src/uct/ib/mlx5/dv/ib_mlx5dv_md.c`: `atomic_arg_sizes_be` holds 8 only in mode 0,
+/// `ext_atomic_arg_sizes_be` loses 8 but keeps 4 in mode 1). A 32-bit masked atomic operates on
+/// a host-order word in host mode (UCX posts its 32-bit ADD/AND/OR/XOR as masked atomics on
+/// host integers, `uct_rc_mlx5_ep_atomic_op_post`), which is this model's reading.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum AtomicEndianness {
+    /// `MLX5_ATOMIC_REQ_MODE_HOST_ENDIANNESS`: targets and 8-byte replies in host order (little
+    /// endian on x86 and arm64 Linux); what Linux sets when the device supports it.
+    #[default]
+    Host,
+    /// `atomic_req_8B_endianness_mode` 0 (a device without the host-endianness capability):
+    /// targets and replies big-endian.
+    Big,
+}
+
+impl AtomicEndianness {
+    /// The value of a 4- or 8-byte atomic target (`b`) as the device reads it.
+    pub fn load(self, b: &[u8]) -> u64 {
+        let n = b.len().min(8);
+        let mut w = [0u8; 8];
+        if self.target_big() {
+            w[8 - n..].copy_from_slice(&b[..n]);
+            u64::from_be_bytes(w)
+        } else {
+            w[..n].copy_from_slice(&b[..n]);
+            u64::from_le_bytes(w)
+        }
+    }
+
+    /// The `size` bytes (4 or 8) of `v` as the device stores them in the target.
+    pub fn store(self, v: u64, size: u8) -> Vec<u8> {
+        bytes(v, size, self.target_big())
+    }
+
+    /// The `size` bytes (4 or 8) of the original value as the requester writes them into its
+    /// buffer: 8-byte replies per the mode, 4-byte (masked) replies always big-endian.
+    pub fn reply(self, orig: u64, size: u8) -> Vec<u8> {
+        bytes(orig, size, size == 4 || self.target_big())
+    }
+
+    /// Whether targets are big-endian in memory (host order on a big-endian host, too).
+    fn target_big(self) -> bool {
+        self == AtomicEndianness::Big || cfg!(target_endian = "big")
+    }
+}
+
+/// The low `size` bytes of `v`, big-endian or little-endian.
+fn bytes(v: u64, size: u8, big: bool) -> Vec<u8> {
+    let n = (size as usize).min(8);
+    if big {
+        v.to_be_bytes()[8 - n..].to_vec()
+    } else {
+        v.to_le_bytes()[..n].to_vec()
+    }
+}
+
 /// Add `a + b` bit by bit, dropping the carry out of every bit set in `boundary` (each set bit
 /// ends a field; UCX `uct_ib_mlx5_atomic_masked_fadd*`, mlx5 extended atomics).
 fn field_add(a: u64, b: u64, boundary: u64, size: u8) -> u64 {
@@ -225,5 +292,23 @@ mod tests {
         };
         assert_eq!(cs.apply(0xab34), 0xab12);
         assert_eq!(cs.apply(0xac34), 0xac34);
+    }
+
+    #[test]
+    fn atomic_byte_orders() {
+        let (h, b) = (AtomicEndianness::Host, AtomicEndianness::Big);
+        let v = 0x0102_0304_0506_0708u64;
+        assert_eq!(h.store(v, 8), v.to_ne_bytes());
+        assert_eq!(b.store(v, 8), v.to_be_bytes());
+        assert_eq!(h.load(&v.to_ne_bytes()), v);
+        assert_eq!(b.load(&v.to_be_bytes()), v);
+        assert_eq!(h.store(0x0a0b_0c0d, 4), 0x0a0b_0c0du32.to_ne_bytes());
+        assert_eq!(h.load(&0x0a0b_0c0du32.to_ne_bytes()), 0x0a0b_0c0d);
+        assert_eq!(b.load(&0x0a0b_0c0du32.to_be_bytes()), 0x0a0b_0c0d);
+        // 8-byte replies follow the mode; 4-byte (masked) replies are always big-endian.
+        assert_eq!(h.reply(v, 8), v.to_ne_bytes());
+        assert_eq!(b.reply(v, 8), v.to_be_bytes());
+        assert_eq!(h.reply(0x0a0b_0c0d, 4), 0x0a0b_0c0du32.to_be_bytes());
+        assert_eq!(b.reply(0x0a0b_0c0d, 4), 0x0a0b_0c0du32.to_be_bytes());
     }
 }

@@ -27,7 +27,7 @@ mod atomic;
 mod ctrl;
 mod segments;
 
-pub use atomic::AtomicOp;
+pub use atomic::{AtomicEndianness, AtomicOp};
 pub use ctrl::Ctrl;
 pub use segments::{Gather, Raddr, UdDest};
 

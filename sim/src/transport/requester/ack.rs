@@ -135,10 +135,10 @@ pub(super) fn atomic_ack(qp: &mut Qp, ctx: &mut Ctx, frame: &Frame) {
         }
     };
     let orig = pkt.atomic_ack_eth.map(|a| a.orig).unwrap_or(0);
-    // Replies are written big-endian (atomic_req_8B_endianness_mode 0, `docs/sources.md` §3).
-    let bytes = orig.to_be_bytes();
-    let data = if size == 4 { &bytes[4..] } else { &bytes[..] };
-    if !scatter(qp, ctx, &[local], 0, data) {
+    // The reply in the device's atomic byte order: 8-byte per the mode, 4-byte (masked)
+    // big-endian ([`crate::wqe::AtomicEndianness::reply`], `docs/sources.md` §3).
+    let data = ctx.port.atomic_endianness.reply(orig, size);
+    if !scatter(qp, ctx, &[local], 0, &data) {
         let p = &qp.req.outstanding[pos];
         let at = p.first_psn;
         fail_pending(qp, ctx, at, SYNDROME_LOCAL_PROT_ERR);

@@ -55,12 +55,14 @@ pub(super) fn atomic(qp: &mut Qp, ctx: &mut Ctx, frame: &Frame) {
             return class_c(qp, ctx, pkt, NakCode::RemoteAccessError, &why);
         }
     };
+    // The target in the device's atomic byte order (host order unless configured
+    // big-endian, [`crate::wqe::AtomicEndianness`]); the AtomicETH operands are numbers.
+    let order = ctx.port.atomic_endianness;
     let mut b = vec![0u8; size as usize];
     mr.region.read(a.va, &mut b);
-    let old = b.iter().fold(0u64, |acc, &x| acc << 8 | x as u64);
+    let old = order.load(&b);
     let new = op.apply(old);
-    let nb = new.to_be_bytes();
-    mr.region.write(a.va, &nb[8 - size as usize..]);
+    mr.region.write(a.va, &order.store(new, op.size()));
     remember(
         qp,
         RdAtomic::Atomic {

@@ -29,10 +29,11 @@
 //! receive buffer gets the 40-byte GRH first (IBTA §11.4.1.2; on RoCEv2 with IPv4 the IPv4
 //! header sits in its last 20 bytes, `ibv_poll_cq(3)` "IBV_WC_GRH").
 //!
-//! Atomics operate on the responder's memory as big-endian words and return the original
-//! bytes unchanged, which the requester writes to its buffer: 8-byte replies are big-endian as
-//! with `atomic_req_8B_endianness_mode` 0, and so are the masked (extended) ones
-//! (`docs/sources.md` §3, UNCONFIRMED on hardware).
+//! Atomics operate on the responder's memory in the device's atomic byte order, host order
+//! unless the device is configured big-endian (`atomic_req_8B_endianness_mode`,
+//! [`crate::wqe::AtomicEndianness`], `docs/sources.md` §3), and carry the original value as a
+//! number in the AtomicAckETH (big-endian on the wire, IBTA Vol 1 §9.3.6), which the
+//! requester writes to its buffer in its own device's reply order.
 //!
 //! Here: PSN checking (RC, UC), duplicates, the responses (ACK coalescing, NAKs, class C
 //! errors) and the receive WQEs; by packet kind in `send.rs`, `write.rs`, `read.rs`, `atomic.rs`
