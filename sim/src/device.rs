@@ -17,11 +17,11 @@ use mlx5_hw::{
 use crate::bugs::DriverBug;
 use crate::cq::Cq;
 use crate::doorbell::DoorbellStats;
-use crate::fabric::Inner;
 use crate::mem::Region;
 use crate::modify::{modify_qp, query_qp, MAX_RD_ATOMIC};
 use crate::notify::CompChannel;
 use crate::qp::Qp;
+use crate::shared::Inner;
 use crate::sizing::{self, cq_entries, qp_geometry, srq_geometry};
 use crate::srq::Srq;
 use crate::tap_port::{TapPort, TapStats};

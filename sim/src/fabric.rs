@@ -27,10 +27,10 @@
 //! the backoff starts again from `MIN_IDLE_SLEEP`, so a doorbell that soon follows one is seen
 //! within a few times that.
 
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::AsRawFd;
 use std::os::unix::thread::JoinHandleExt;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -39,7 +39,9 @@ use mlx5_hw::{Gid, LinkLayer, Mtu, PortState};
 use crate::bugs::DriverBug;
 use crate::device::SimDevice;
 use crate::engine::Port;
+use crate::faults::{FaultTarget, Faults, Scope};
 use crate::notify::EventFd;
+use crate::shared::{Inner, Waker};
 use crate::wire::MacAddr;
 use crate::world::{Dev, World};
 use crate::wqe::AtomicEndianness;
@@ -107,49 +109,6 @@ pub const MIN_IDLE_SLEEP: Duration = Duration::from_micros(50);
 /// The longest idle sleep of the fabric thread: the bound on how late a doorbell rung after a
 /// long idle period is seen.
 pub const MAX_IDLE_SLEEP: Duration = Duration::from_millis(5);
-
-/// Wakes fabric threads sleeping in `ppoll` (device calls and [`FabricThread`]'s drop).
-pub(crate) struct Waker {
-    /// `None` if no eventfd could be created: the threads then only sleep with a timeout.
-    fd: Option<EventFd>,
-    /// Threads sleeping (or about to): set under the world lock before it is released, so a
-    /// device call, which takes the lock, always sees it.
-    parked: AtomicU32,
-}
-
-impl Waker {
-    /// Wake every sleeping fabric thread (nothing to do, and no system call, when none
-    /// sleeps).
-    pub(crate) fn kick(&self) {
-        if self.parked.load(Ordering::SeqCst) > 0 {
-            self.force();
-        }
-    }
-
-    fn force(&self) {
-        if let Some(fd) = &self.fd {
-            fd.signal();
-        }
-    }
-
-    fn raw_fd(&self) -> Option<RawFd> {
-        self.fd.as_ref().map(|f| f.as_raw_fd())
-    }
-}
-
-pub(crate) struct Inner {
-    pub(crate) world: Mutex<World>,
-    pub(crate) link_layer: Mutex<Vec<LinkLayer>>,
-    pub(crate) waker: Waker,
-}
-
-impl Inner {
-    /// Lock the world (a poisoned lock is recovered: the state is still consistent enough to
-    /// inspect, and the sim never panics on bad input).
-    pub(crate) fn lock(&self) -> MutexGuard<'_, World> {
-        self.world.lock().unwrap_or_else(|e| e.into_inner())
-    }
-}
 
 /// A shared fabric of software ConnectX devices. Cloning gives another handle to the same
 /// fabric.
@@ -500,5 +459,37 @@ impl Drop for FabricThread {
         if let Some(h) = self.handle.take() {
             let _ = h.join();
         }
+    }
+}
+
+/// The fault controls that name devices (here, above [`SimDevice`], so the fault rules below
+/// the devices need not know them).
+impl Faults {
+    /// The link between two devices, both directions (`link(a, b)` and `link(b, a)` are the
+    /// same link).
+    pub fn link(&self, a: &SimDevice, b: &SimDevice) -> FaultTarget {
+        self.link_ipv4(a.ipv4().octets(), b.ipv4().octets())
+    }
+
+    /// One direction: frames from `from` to `to`.
+    pub fn path(&self, from: &SimDevice, to: &SimDevice) -> FaultTarget {
+        self.target(Scope::Path(from.ipv4(), to.ipv4()))
+    }
+
+    /// Frames addressed to QP `qpn` of device `dev` (requests to its responder and responses
+    /// to its requester). The same as `to_device(dev).qpn(qpn)`.
+    pub fn qp(&self, dev: &SimDevice, qpn: u32) -> FaultTarget {
+        self.target(Scope::Qp(dev.ipv4(), qpn))
+    }
+
+    /// Frames addressed to device `dev`, from any sender; narrow to one of its QPs with
+    /// [`FaultTarget::qpn`].
+    pub fn to_device(&self, dev: &SimDevice) -> FaultTarget {
+        self.target(Scope::ToDevice(dev.ipv4()))
+    }
+
+    /// Frames device `dev` transmits, to any receiver.
+    pub fn from_device(&self, dev: &SimDevice) -> FaultTarget {
+        self.target(Scope::FromDevice(dev.ipv4()))
     }
 }

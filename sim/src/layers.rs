@@ -25,11 +25,14 @@ const LAYERS: &[&[&str]] = &[
     &["ctx"],
     &["transport"],
     &["engine"],
-    // The fabric: still one group (`Faults` holds the fabric, the world holds the fault
-    // rules; `mcast` adds delivery methods to `World`; devices hold the fabric).
-    &[
-        "world", "mcast", "faults", "modify", "xrc", "device", "fabric",
-    ],
+    // The fabric's shared state, still one group: the world holds the fault rules and the
+    // multicast groups, `mcast` adds delivery methods to `World`, and the fault controls hold
+    // the world (through `shared`).
+    &["world", "mcast", "faults", "shared"],
+    &["modify"],
+    &["xrc"],
+    &["device"],
+    &["fabric"],
 ];
 
 fn layer_of(m: &str) -> Option<usize> {

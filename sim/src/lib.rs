@@ -43,11 +43,14 @@
 //!    move to Error and flushing;
 //! 5. **the transport** [`transport`]: requester, responder, XRC and masked-atomic packets;
 //! 6. **the engine** [`engine`]: one step of one QP;
-//! 7. **the fabric**: [`world`] (all devices, frame delivery through [`faults`] and
-//!    [`mcast`]), [`modify`], [`xrc`] (XRC objects), [`device`] and [`fabric`]. These still
-//!    form one group: the fault rules live in the world while the `Faults` handle holds the
-//!    fabric and takes devices, `mcast` adds delivery methods to `World`, and a device holds
-//!    the fabric it belongs to.
+//! 7. **the fabric's state**: [`world`] (all devices, frame delivery through the fault rules of
+//!    [`faults`] and the groups of [`mcast`]) and the lock every handle shares (`shared`).
+//!    These still import each other: the world holds the fault rules and the multicast
+//!    groups, `mcast` adds delivery methods to `World`, and the [`Faults`] controls hold the
+//!    world;
+//! 8. **the control path**: [`modify`] (the QP state machine), [`xrc`] (XRC objects), then
+//!    [`device`] ([`SimDevice`], the `mlx5_hw::Device` implementation) and, on top, [`fabric`]
+//!    ([`Fabric`], [`DeviceConfig`], the threads, and the fault controls that name devices).
 #![deny(missing_docs)]
 
 pub mod bugs;
@@ -66,6 +69,7 @@ pub mod mr;
 pub mod notify;
 pub mod pcap;
 pub mod qp;
+mod shared;
 pub mod sizing;
 pub mod srq;
 pub mod tap_port;
