@@ -33,7 +33,7 @@ type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 const MSG: usize = 0; // outgoing bytes
 const LANDING: usize = 4096; // what the peer WRITEs, and what READ brings back
 const RECV: usize = 8192; // the posted receive
-const COUNTER: usize = 12288; // the 8-byte atomic target (big-endian, as the NIC sees it)
+const COUNTER: usize = 12288; // the 8-byte atomic target (host order, as Linux runs mlx5 atomics)
 const RESULT: usize = 12296; // where an atomic's original value lands
 /// How long a completion may take before the run fails (it takes microseconds).
 const TIMEOUT: Duration = Duration::from_secs(5);
@@ -180,7 +180,7 @@ fn run() -> Result<()> {
     let (target, result) = (b.mr.remote(COUNTER)?, a.mr.sge(RESULT, 8)?);
     a.qp.post(&SendWr::comp_swap(4, target, result, 0, 42).signaled())?;
     let wc = a.done(4, "CAS")?;
-    let (old, now) = (a.mr.read_u64_be(RESULT)?, b.mr.read_u64_be(COUNTER)?);
+    let (old, now) = (a.mr.read_u64(RESULT)?, b.mr.read_u64(COUNTER)?);
     check(old == 0 && now == 42, "CAS: wrong values")?;
     ok(
         &wc,
@@ -191,7 +191,7 @@ fn run() -> Result<()> {
     println!("  FAA    A → B  fetch-and-add 8 to B's counter");
     a.qp.post(&SendWr::fetch_add(5, target, result, 8).signaled())?;
     let wc = a.done(5, "FAA")?;
-    let (old, now) = (a.mr.read_u64_be(RESULT)?, b.mr.read_u64_be(COUNTER)?);
+    let (old, now) = (a.mr.read_u64(RESULT)?, b.mr.read_u64(COUNTER)?);
     check(old == 42 && now == 50, "FAA: wrong values")?;
     ok(
         &wc,

@@ -227,15 +227,30 @@ impl Mr {
         self.write(offset, &[v])
     }
 
-    /// An 8-byte big-endian value: how atomic targets and results sit in memory
-    /// (`docs/wqe-layout.md`, the atomic segment and the device's atomic endianness).
+    /// An 8-byte value in host order: how atomic targets and 8-byte atomic results sit in
+    /// memory on a device in host-endianness mode, which `mlx5_core` selects whenever the
+    /// device offers it (and Soft-RoCE and the software ConnectX by default;
+    /// `docs/wqe-layout.md`, "Reply byte order").
+    pub fn read_u64(&self, offset: usize) -> Result<u64> {
+        let mut b = [0u8; 8];
+        self.read_into(offset, &mut b)?;
+        Ok(u64::from_ne_bytes(b))
+    }
+
+    /// Store an 8-byte value in host order (an atomic target, [`Mr::read_u64`]).
+    pub fn write_u64(&self, offset: usize, v: u64) -> Result<()> {
+        self.write(offset, &v.to_ne_bytes())
+    }
+
+    /// An 8-byte big-endian value: a device in big-endian atomic mode
+    /// (`atomic_req_8B_endianness_mode` 0; `docs/wqe-layout.md`), or data sent big-endian.
     pub fn read_u64_be(&self, offset: usize) -> Result<u64> {
         let mut b = [0u8; 8];
         self.read_into(offset, &mut b)?;
         Ok(u64::from_be_bytes(b))
     }
 
-    /// Store an 8-byte big-endian value (an atomic target as the responder sees it).
+    /// Store an 8-byte big-endian value ([`Mr::read_u64_be`]).
     pub fn write_u64_be(&self, offset: usize, v: u64) -> Result<()> {
         self.write(offset, &v.to_be_bytes())
     }

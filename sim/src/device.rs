@@ -17,11 +17,11 @@ use mlx5_hw::{
 use crate::bugs::DriverBug;
 use crate::cq::Cq;
 use crate::doorbell::DoorbellStats;
-use crate::fabric::Inner;
 use crate::mem::Region;
 use crate::modify::{modify_qp, query_qp, MAX_RD_ATOMIC};
 use crate::notify::CompChannel;
 use crate::qp::Qp;
+use crate::shared::Inner;
 use crate::sizing::{self, cq_entries, qp_geometry, srq_geometry};
 use crate::srq::Srq;
 use crate::tap_port::{TapPort, TapStats};
@@ -523,7 +523,7 @@ impl Device for SimDevice {
                     attr.qp_type, ex.create_flags
                 )));
             }
-            return self.with(|d| crate::transport::xrc::create_target(d, x.0));
+            return self.with(|d| crate::xrc::create_target(d, x.0));
         }
         let unknown = ex.create_flags - QpCreateFlags::BLOCK_SELF_MCAST_LB;
         if !unknown.is_empty() {
@@ -583,23 +583,23 @@ impl Device for SimDevice {
     }
 
     fn close_xrcd(&self, xrcd: XrcdId) -> Result<()> {
-        self.with(|d| crate::transport::xrc::close_xrcd(d, xrcd.0))
+        self.with(|d| crate::xrc::close_xrcd(d, xrcd.0))
     }
 
     fn create_srq_xrc(&self, pd: PdId, attr: &XrcSrqInitAttr) -> Result<SrqInfo> {
         self.with(|d| {
-            crate::transport::xrc::check_srq(d, attr)?;
+            crate::xrc::check_srq(d, attr)?;
             Ok(())
         })?;
         let info = self.create_srq(pd, &attr.attr)?;
         self.with(|d| {
-            crate::transport::xrc::adopt_srq(d, info.id.0, attr);
+            crate::xrc::adopt_srq(d, info.id.0, attr);
             Ok(info)
         })
     }
 
     fn open_qp(&self, xrcd: XrcdId, qpn: u32) -> Result<QpId> {
-        self.with(|d| crate::transport::xrc::open_qp(d, xrcd.0, qpn))
+        self.with(|d| crate::xrc::open_qp(d, xrcd.0, qpn))
     }
 
     fn query_clock(&self) -> Result<ClockInfo> {
@@ -693,7 +693,7 @@ impl Device for SimDevice {
                 )));
             }
             if let Some(s) = d.srqs.remove(&srq.0) {
-                crate::transport::xrc::release_srq(d, &s);
+                crate::xrc::release_srq(d, &s);
             }
             Ok(())
         })
@@ -796,7 +796,7 @@ impl Device for SimDevice {
 
     fn destroy_qp(&self, qp: QpId) -> Result<()> {
         self.with(|d| {
-            if crate::transport::xrc::drop_handle(d, qp.0) {
+            if crate::xrc::drop_handle(d, qp.0) {
                 return Ok(());
             }
             let q = d.qps.remove(&qp.0).ok_or(Error::UnknownHandle {

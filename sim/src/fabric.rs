@@ -27,10 +27,10 @@
 //! the backoff starts again from `MIN_IDLE_SLEEP`, so a doorbell that soon follows one is seen
 //! within a few times that.
 
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::AsRawFd;
 use std::os::unix::thread::JoinHandleExt;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -39,9 +39,12 @@ use mlx5_hw::{Gid, LinkLayer, Mtu, PortState};
 use crate::bugs::DriverBug;
 use crate::device::SimDevice;
 use crate::engine::Port;
+use crate::faults::{FaultTarget, Faults, Scope};
 use crate::notify::EventFd;
+use crate::shared::{Inner, Waker};
 use crate::wire::MacAddr;
 use crate::world::{Dev, World};
+use crate::wqe::AtomicEndianness;
 
 /// How to build a device.
 #[derive(Clone, Debug)]
@@ -65,6 +68,9 @@ pub struct DeviceConfig {
     /// kernel's medium class; default 11). 0: they all share bfreg 0, which has no BlueFlame
     /// (`bf.size` 0).
     pub shared_bfregs: u32,
+    /// Byte order of atomic targets and replies: host order (what `mlx5_core` selects when the
+    /// device supports it, [`AtomicEndianness`]) unless set to big-endian.
+    pub atomic_endianness: AtomicEndianness,
 }
 
 impl DeviceConfig {
@@ -80,6 +86,7 @@ impl DeviceConfig {
             link_layer: LinkLayer::Ethernet,
             dedicated_bfregs: crate::doorbell::shared::DEFAULT_DEDICATED_BFREGS,
             shared_bfregs: crate::doorbell::shared::DEFAULT_SHARED_BFREGS,
+            atomic_endianness: AtomicEndianness::Host,
         }
     }
 
@@ -88,6 +95,13 @@ impl DeviceConfig {
     pub fn bfregs(mut self, dedicated: u32, shared: u32) -> DeviceConfig {
         self.dedicated_bfregs = dedicated;
         self.shared_bfregs = shared;
+        self
+    }
+
+    /// Set the atomic byte order (big-endian models a device without the host-endianness
+    /// capability, `atomic_req_8B_endianness_mode` 0).
+    pub fn atomic_endianness(mut self, order: AtomicEndianness) -> DeviceConfig {
+        self.atomic_endianness = order;
         self
     }
 
@@ -112,49 +126,6 @@ pub const MIN_IDLE_SLEEP: Duration = Duration::from_micros(50);
 /// The longest idle sleep of the fabric thread: the bound on how late a doorbell rung after a
 /// long idle period is seen.
 pub const MAX_IDLE_SLEEP: Duration = Duration::from_millis(5);
-
-/// Wakes fabric threads sleeping in `ppoll` (device calls and [`FabricThread`]'s drop).
-pub(crate) struct Waker {
-    /// `None` if no eventfd could be created: the threads then only sleep with a timeout.
-    fd: Option<EventFd>,
-    /// Threads sleeping (or about to): set under the world lock before it is released, so a
-    /// device call, which takes the lock, always sees it.
-    parked: AtomicU32,
-}
-
-impl Waker {
-    /// Wake every sleeping fabric thread (nothing to do, and no system call, when none
-    /// sleeps).
-    pub(crate) fn kick(&self) {
-        if self.parked.load(Ordering::SeqCst) > 0 {
-            self.force();
-        }
-    }
-
-    fn force(&self) {
-        if let Some(fd) = &self.fd {
-            fd.signal();
-        }
-    }
-
-    fn raw_fd(&self) -> Option<RawFd> {
-        self.fd.as_ref().map(|f| f.as_raw_fd())
-    }
-}
-
-pub(crate) struct Inner {
-    pub(crate) world: Mutex<World>,
-    pub(crate) link_layer: Mutex<Vec<LinkLayer>>,
-    pub(crate) waker: Waker,
-}
-
-impl Inner {
-    /// Lock the world (a poisoned lock is recovered: the state is still consistent enough to
-    /// inspect, and the sim never panics on bad input).
-    pub(crate) fn lock(&self) -> MutexGuard<'_, World> {
-        self.world.lock().unwrap_or_else(|e| e.into_inner())
-    }
-}
 
 /// A shared fabric of software ConnectX devices. Cloning gives another handle to the same
 /// fabric.
@@ -216,6 +187,7 @@ impl Fabric {
             mac: MacAddr(mac),
             mtu: cfg.mtu,
             state: PortState::Active,
+            atomic_endianness: cfg.atomic_endianness,
         };
         let guid = 0x0002_c903_0000_0000 | (idx as u64 + 1);
         let mut dev = Dev::new(name.clone(), port, guid);
@@ -505,5 +477,37 @@ impl Drop for FabricThread {
         if let Some(h) = self.handle.take() {
             let _ = h.join();
         }
+    }
+}
+
+/// The fault controls that name devices (here, above [`SimDevice`], so the fault rules below
+/// the devices need not know them).
+impl Faults {
+    /// The link between two devices, both directions (`link(a, b)` and `link(b, a)` are the
+    /// same link).
+    pub fn link(&self, a: &SimDevice, b: &SimDevice) -> FaultTarget {
+        self.link_ipv4(a.ipv4().octets(), b.ipv4().octets())
+    }
+
+    /// One direction: frames from `from` to `to`.
+    pub fn path(&self, from: &SimDevice, to: &SimDevice) -> FaultTarget {
+        self.target(Scope::Path(from.ipv4(), to.ipv4()))
+    }
+
+    /// Frames addressed to QP `qpn` of device `dev` (requests to its responder and responses
+    /// to its requester). The same as `to_device(dev).qpn(qpn)`.
+    pub fn qp(&self, dev: &SimDevice, qpn: u32) -> FaultTarget {
+        self.target(Scope::Qp(dev.ipv4(), qpn))
+    }
+
+    /// Frames addressed to device `dev`, from any sender; narrow to one of its QPs with
+    /// [`FaultTarget::qpn`].
+    pub fn to_device(&self, dev: &SimDevice) -> FaultTarget {
+        self.target(Scope::ToDevice(dev.ipv4()))
+    }
+
+    /// Frames device `dev` transmits, to any receiver.
+    pub fn from_device(&self, dev: &SimDevice) -> FaultTarget {
+        self.target(Scope::FromDevice(dev.ipv4()))
     }
 }

@@ -49,9 +49,8 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::device::SimDevice;
-use crate::fabric::Inner;
 use crate::pcap::{PcapWriter, Resolution};
+use crate::shared::Inner;
 use crate::wire::{Opcode, Operation, Packet};
 
 /// A probability in `0.0..=1.0` (values outside are clamped).
@@ -123,8 +122,9 @@ pub struct FaultStats {
     pub unrecorded: u64,
 }
 
+/// Where a rule acts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Scope {
+pub(crate) enum Scope {
     Link(Ipv4Addr, Ipv4Addr),
     Path(Ipv4Addr, Ipv4Addr),
     Qp(Ipv4Addr, u32),
@@ -571,7 +571,8 @@ impl std::fmt::Debug for Faults {
 }
 
 impl Faults {
-    fn target(&self, scope: Scope) -> FaultTarget {
+    /// A target for rules of `scope` (the device-taking constructors are in [`crate::fabric`]).
+    pub(crate) fn target(&self, scope: Scope) -> FaultTarget {
         FaultTarget {
             inner: self.inner.clone(),
             scope,
@@ -582,38 +583,10 @@ impl Faults {
         }
     }
 
-    /// The link between two devices, both directions (`link(a, b)` and `link(b, a)` are the
-    /// same link).
-    pub fn link(&self, a: &SimDevice, b: &SimDevice) -> FaultTarget {
-        self.link_ipv4(a.ipv4().octets(), b.ipv4().octets())
-    }
-
     /// The link between two IPv4 addresses, both directions (for a peer in another process).
     pub fn link_ipv4(&self, a: [u8; 4], b: [u8; 4]) -> FaultTarget {
         let (a, b) = (Ipv4Addr::from(a), Ipv4Addr::from(b));
         self.target(Scope::Link(a.min(b), a.max(b)))
-    }
-
-    /// One direction: frames from `from` to `to`.
-    pub fn path(&self, from: &SimDevice, to: &SimDevice) -> FaultTarget {
-        self.target(Scope::Path(from.ipv4(), to.ipv4()))
-    }
-
-    /// Frames addressed to QP `qpn` of device `dev` (requests to its responder and responses
-    /// to its requester). The same as `to_device(dev).qpn(qpn)`.
-    pub fn qp(&self, dev: &SimDevice, qpn: u32) -> FaultTarget {
-        self.target(Scope::Qp(dev.ipv4(), qpn))
-    }
-
-    /// Frames addressed to device `dev`, from any sender; narrow to one of its QPs with
-    /// [`FaultTarget::qpn`].
-    pub fn to_device(&self, dev: &SimDevice) -> FaultTarget {
-        self.target(Scope::ToDevice(dev.ipv4()))
-    }
-
-    /// Frames device `dev` transmits, to any receiver.
-    pub fn from_device(&self, dev: &SimDevice) -> FaultTarget {
-        self.target(Scope::FromDevice(dev.ipv4()))
     }
 
     /// Every frame on the fabric.

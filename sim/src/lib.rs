@@ -27,11 +27,36 @@
 //!   asynchronous events are eventfds ([`notify`]); flushing follows IB verbs ([`engine`]).
 //! - Everything the driver can get wrong without hardware noticing is reported as a
 //!   [`DriverBug`] ([`bugs`]).
+//!
+//! ## Layers
+//!
+//! Each module imports only modules below it (checked on the sources by a unit test,
+//! `layers.rs`), bottom to top:
+//!
+//! 1. **wire and leaves**: [`wire`] (frames, headers, PSNs, timers), [`bugs`], [`counters`],
+//!    [`mem`], [`notify`], [`pcap`], [`sizing`], the ports [`tap_port`] and [`udp_port`];
+//! 2. **device memory objects**: [`mr`], [`srq`], [`cq`], and [`wqe`] (decoding send WQEs);
+//! 3. **the QP**: [`qp`] with its transport state ([`qp::path`], [`qp::requester`],
+//!    [`qp::responder`]: data only) and its doorbell detection ([`doorbell`], which scans a
+//!    `Qp` whose `DoorbellState` it defines: the two still import each other);
+//! 4. **the processing context** [`ctx`]: what a QP's processing may touch, CQE writers, the
+//!    move to Error and flushing;
+//! 5. **the transport** [`transport`]: requester, responder, XRC and masked-atomic packets;
+//! 6. **the engine** [`engine`]: one step of one QP;
+//! 7. **the fabric's state**: [`world`] (all devices, frame delivery through the fault rules of
+//!    [`faults`] and the groups of [`mcast`]) and the lock every handle shares (`shared`).
+//!    These still import each other: the world holds the fault rules and the multicast
+//!    groups, `mcast` adds delivery methods to `World`, and the [`Faults`] controls hold the
+//!    world;
+//! 8. **the control path**: [`modify`] (the QP state machine), [`xrc`] (XRC objects), then
+//!    [`device`] ([`SimDevice`], the `mlx5_hw::Device` implementation) and, on top, [`fabric`]
+//!    ([`Fabric`], [`DeviceConfig`], the threads, and the fault controls that name devices).
 #![deny(missing_docs)]
 
 pub mod bugs;
 pub mod counters;
 pub mod cq;
+pub mod ctx;
 pub mod device;
 pub mod doorbell;
 pub mod engine;
@@ -44,6 +69,7 @@ pub mod mr;
 pub mod notify;
 pub mod pcap;
 pub mod qp;
+mod shared;
 pub mod sizing;
 pub mod srq;
 pub mod tap_port;
@@ -52,6 +78,10 @@ pub mod udp_port;
 pub mod wire;
 pub mod world;
 pub mod wqe;
+pub mod xrc;
+
+#[cfg(test)]
+mod layers;
 
 pub use bugs::{DriverBug, DriverBugKind};
 pub use counters::CounterId;
@@ -59,3 +89,4 @@ pub use device::{LiveObjects, SimDevice};
 pub use doorbell::DoorbellStats;
 pub use fabric::{DeviceConfig, Fabric, FabricThread};
 pub use faults::{Class, FaultStats, Faults, Rate};
+pub use wqe::AtomicEndianness;

@@ -19,9 +19,13 @@ use crate::doorbell::{DoorbellState, BF_HALF, BF_OFFSET};
 use crate::mem::DmaBuf;
 use crate::sizing::QpGeometry;
 use crate::srq::{read_scatter, Sge, Srq};
-use crate::transport::requester::Requester;
-use crate::transport::responder::Responder;
-use crate::transport::Path;
+pub mod path;
+pub mod requester;
+pub mod responder;
+
+use path::Path;
+use requester::Requester;
+use responder::Responder;
 
 /// A receive WQE taken from an RQ or SRQ.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -70,6 +70,10 @@ pair lat-write-64-sim-serves sim lat write -s 64 -n $n
 pair lat-write-5000-rxe-serves rxe lat write -s 5000 -n $n
 pair lat-read-64-sim-serves sim lat read -s 64 -n $n
 pair lat-read-8192-rxe-serves rxe lat read -s 8192 -n $n
+# Atomics: the client checks each returned value in host order, the byte order of both ends
+# (rxe's native u64, the software ConnectX's default host-endianness mode).
+pair lat-atomic-faa-sim-serves sim lat atomic -n $n
+pair lat-atomic-cas-rxe-serves rxe lat atomic -A CMP_AND_SWAP -n $n
 pair bw-write-65536-sim-client rxe bw write -s 65536 -n $n
 pair bw-write-65536-rxe-client sim bw write -s 65536 -n $n
 pair bw-read-16384-sim-client rxe bw read -s 16384 -n $n

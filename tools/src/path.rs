@@ -74,12 +74,6 @@ pub trait DataPath {
     fn poll(&mut self, out: &mut [Done]) -> Result<usize>;
     /// UD: where QP `q`'s SENDs go.
     fn set_ud_peer(&mut self, q: usize, peer: &UdPeer);
-    /// Whether the device stores 8-byte atomic targets and results big-endian (else in host
-    /// order). The software ConnectX models `atomic_req_8B_endianness_mode` 0, big-endian
-    /// (`docs/wqe-layout.md`); Soft-RoCE operates on host-order memory (`rxe_resp.c`), as a
-    /// ConnectX does when Linux selects host endianness (`docs/software-connectx.md`, the
-    /// interop findings).
-    fn atomics_big_endian(&self) -> bool;
 }
 
 /// This library's data path over owning QPs and their CQ.
@@ -137,12 +131,6 @@ impl DataPath for Direct<'_> {
         let wr = send_wr(p, &sges, ud);
         self.qps[q].post(&wr)?;
         Ok(())
-    }
-
-    fn atomics_big_endian(&self) -> bool {
-        // The direct path runs on the software ConnectX here; on a ConnectX the mode the
-        // kernel chose is not visible through mlx5dv (UNCONFIRMED on hardware).
-        true
     }
 
     fn post_recv(&mut self, q: usize, wr_id: u64, sge: Sge) -> Result<()> {
@@ -312,10 +300,6 @@ mod verbs {
             wr.ud = self.ud.get(q).copied().flatten();
             self.qps[q].post_send(&wr)?;
             Ok(())
-        }
-
-        fn atomics_big_endian(&self) -> bool {
-            false
         }
 
         fn post_recv(&mut self, q: usize, wr_id: u64, sge: Sge) -> Result<()> {

@@ -165,4 +165,12 @@ fn region_accessors_check_bounds() {
     assert!(mr.read_u64_be(93).is_err());
     mr.write_u64_be(92, 0x0102_0304_0506_0708).unwrap();
     assert_eq!(mr.read_u64_be(92).unwrap(), 0x0102_0304_0506_0708);
+    assert_eq!(mr.read(92, 1).unwrap(), [0x01]);
+    assert!(mr.read_u64(93).is_err());
+    mr.write_u64(88, 0x0102_0304_0506_0708).unwrap();
+    assert_eq!(mr.read_u64(88).unwrap(), 0x0102_0304_0506_0708);
+    assert_eq!(
+        mr.read(88, 8).unwrap(),
+        0x0102_0304_0506_0708u64.to_ne_bytes()
+    );
 }

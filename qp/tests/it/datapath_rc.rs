@@ -113,8 +113,11 @@ fn rc_read_scatters_into_the_local_buffer() {
     no_driver_bugs(&f);
 }
 
-fn be64(b: &[u8], off: usize) -> u64 {
-    u64::from_be_bytes(b[off..off + 8].try_into().unwrap())
+fn ne64(b: &[u8], off: usize) -> u64 {
+    u64::from_ne_bytes(b[off..off + 8].try_into().unwrap())
+}
+fn ne32(b: &[u8], off: usize) -> u32 {
+    u32::from_ne_bytes(b[off..off + 4].try_into().unwrap())
 }
 fn be32(b: &[u8], off: usize) -> u32 {
     u32::from_be_bytes(b[off..off + 4].try_into().unwrap())
@@ -123,17 +126,18 @@ fn be32(b: &[u8], off: usize) -> u32 {
 #[test]
 fn rc_atomics_plain_and_masked() {
     let (f, mut a, mut b) = pair(&Opts::default());
-    // Remote words are big-endian, and so are replies: the software ConnectX's
-    // atomic_req_8B_endianness_mode is 0 (`docs/sources.md` §3, `docs/software-connectx.md`).
-    b.buf.bytes_mut()[0..8].copy_from_slice(&100u64.to_be_bytes());
+    // Remote words are in host order, and so are 8-byte replies: the software ConnectX runs
+    // atomics in the host-endianness mode `mlx5_core` selects; 32-bit masked replies are
+    // big-endian (`docs/sources.md` §3, `docs/software-connectx.md`).
+    b.buf.bytes_mut()[0..8].copy_from_slice(&100u64.to_ne_bytes());
     let r = b.buf.remote(0);
     let l = a.buf.sge(0, 8);
     a.qp.post(&SendWr::fetch_add(1, r, l, 5).signaled())
         .unwrap();
     let w = pump(&f, &mut a.cq, &mut a.qp, 2);
     assert_eq!((w[0].opcode, w[0].byte_len), (WcOpcode::FetchAdd, 8));
-    assert_eq!(be64(a.buf.bytes(), 0), 100);
-    assert_eq!(be64(b.buf.bytes(), 0), 105);
+    assert_eq!(ne64(a.buf.bytes(), 0), 100);
+    assert_eq!(ne64(b.buf.bytes(), 0), 105);
 
     a.qp.post(&SendWr::comp_swap(2, r, a.buf.sge(8, 8), 105, 7).signaled())
         .unwrap();
@@ -144,16 +148,16 @@ fn rc_atomics_plain_and_masked() {
         w.iter().map(|w| w.opcode).collect::<Vec<_>>(),
         vec![WcOpcode::CompSwap; 2]
     );
-    assert_eq!(be64(a.buf.bytes(), 8), 105, "first CAS matched");
+    assert_eq!(ne64(a.buf.bytes(), 8), 105, "first CAS matched");
     assert_eq!(
-        be64(a.buf.bytes(), 16),
+        ne64(a.buf.bytes(), 16),
         7,
         "second CAS saw the swapped value"
     );
-    assert_eq!(be64(b.buf.bytes(), 0), 7);
+    assert_eq!(ne64(b.buf.bytes(), 0), 7);
 
     // Masked 64-bit CAS: compare only the low byte, swap only the high byte.
-    b.buf.bytes_mut()[64..72].copy_from_slice(&0x1100_0000_0000_0022u64.to_be_bytes());
+    b.buf.bytes_mut()[64..72].copy_from_slice(&0x1100_0000_0000_0022u64.to_ne_bytes());
     a.qp.post(
         &SendWr::masked_comp_swap64(
             4,
@@ -168,13 +172,13 @@ fn rc_atomics_plain_and_masked() {
     )
     .unwrap();
     // Masked 64-bit FA with a field boundary at bit 7: the low byte wraps without carry.
-    b.buf.bytes_mut()[72..80].copy_from_slice(&0x0000_0000_0000_01ffu64.to_be_bytes());
+    b.buf.bytes_mut()[72..80].copy_from_slice(&0x0000_0000_0000_01ffu64.to_ne_bytes());
     a.qp.post(
         &SendWr::masked_fetch_add64(5, b.buf.remote(72), a.buf.sge(32, 8), 1, 0x80).signaled(),
     )
     .unwrap();
     // 32-bit variants at 4-byte aligned addresses.
-    b.buf.bytes_mut()[84..88].copy_from_slice(&0x0000_1234u32.to_be_bytes());
+    b.buf.bytes_mut()[84..88].copy_from_slice(&0x0000_1234u32.to_ne_bytes());
     a.qp.post(
         &SendWr::masked_comp_swap32(
             6,
@@ -188,7 +192,7 @@ fn rc_atomics_plain_and_masked() {
         .signaled(),
     )
     .unwrap();
-    b.buf.bytes_mut()[88..92].copy_from_slice(&0x0001_ffffu32.to_be_bytes());
+    b.buf.bytes_mut()[88..92].copy_from_slice(&0x0001_ffffu32.to_ne_bytes());
     a.qp.post(
         &SendWr::masked_fetch_add32(7, b.buf.remote(88), a.buf.sge(44, 4), 1, 0x8000).signaled(),
     )
@@ -205,17 +209,17 @@ fn rc_atomics_plain_and_masked() {
             (WcOpcode::MaskedFetchAdd, 4)
         ]
     );
-    assert_eq!(be64(b.buf.bytes(), 64), 0xaa00_0000_0000_0022);
-    assert_eq!(be64(a.buf.bytes(), 24), 0x1100_0000_0000_0022);
+    assert_eq!(ne64(b.buf.bytes(), 64), 0xaa00_0000_0000_0022);
+    assert_eq!(ne64(a.buf.bytes(), 24), 0x1100_0000_0000_0022);
     assert_eq!(
-        be64(b.buf.bytes(), 72),
+        ne64(b.buf.bytes(), 72),
         0x0000_0000_0000_0100,
         "carry stops at the boundary"
     );
-    assert_eq!(be64(a.buf.bytes(), 32), 0x1ff);
-    assert_eq!(be32(b.buf.bytes(), 84), 0xab00_1234);
+    assert_eq!(ne64(a.buf.bytes(), 32), 0x1ff);
+    assert_eq!(ne32(b.buf.bytes(), 84), 0xab00_1234);
     assert_eq!(be32(a.buf.bytes(), 40), 0x1234);
-    assert_eq!(be32(b.buf.bytes(), 88), 0x0001_0000);
+    assert_eq!(ne32(b.buf.bytes(), 88), 0x0001_0000);
     assert_eq!(be32(a.buf.bytes(), 44), 0x0001_ffff);
     no_driver_bugs(&f);
 }

@@ -129,7 +129,7 @@ fn thousands_of_posts_over_many_laps() {
     let laps = total_bbs / u64::from(wqe_cnt);
     assert!(laps >= 50, "only {laps} laps of a {wqe_cnt}-block ring");
     assert_eq!(&b.buf.bytes()[..32 * 1024 - 256], &model[..32 * 1024 - 256]);
-    let fa = u64::from_be_bytes(b.buf.bytes()[32 * 1024..32 * 1024 + 8].try_into().unwrap());
+    let fa = u64::from_ne_bytes(b.buf.bytes()[32 * 1024..32 * 1024 + 8].try_into().unwrap());
     assert_eq!(fa, fa_count);
     no_driver_bugs(&f);
 }

@@ -225,7 +225,7 @@ fn every_rc_operation_through_one_target_into_the_named_srq() {
                 .signaled(),
         )
         .unwrap();
-    t.buf.bytes_mut()[512..520].copy_from_slice(&5u64.to_be_bytes());
+    t.buf.bytes_mut()[512..520].copy_from_slice(&5u64.to_ne_bytes());
     ini.qp
         .post(
             &SendWr::comp_swap(6, t.buf.remote(512), ini.buf.sge(3000, 8), 5, 9)
@@ -263,9 +263,9 @@ fn every_rc_operation_through_one_target_into_the_named_srq() {
     assert_eq!(&t.buf.bytes()[100..114], b"written by XRC");
     assert_eq!(&t.buf.bytes()[200..202], b"wi");
     assert_eq!(&ini.buf.bytes()[2000..2008], b"readme!!");
-    assert_eq!(&ini.buf.bytes()[3000..3008], &5u64.to_be_bytes());
-    assert_eq!(&ini.buf.bytes()[3008..3016], &9u64.to_be_bytes());
-    assert_eq!(&t.buf.bytes()[512..520], &12u64.to_be_bytes());
+    assert_eq!(&ini.buf.bytes()[3000..3008], &5u64.to_ne_bytes());
+    assert_eq!(&ini.buf.bytes()[3008..3016], &9u64.to_ne_bytes());
+    assert_eq!(&t.buf.bytes()[512..520], &12u64.to_ne_bytes());
     // On the wire: XRC opcodes both ways, the XRCETH on every request naming its SRQ.
     f.stop_capture().unwrap();
     let mut requests = 0;

@@ -10,38 +10,14 @@
 //! Masked (extended) atomics: the ConnectX wire encoding of extended atomics is not public, so
 //! the software ConnectX sends them as CmpSwap / FetchAdd packets and carries the masked
 //! operands in a trailer after the IPv4 datagram ([`ext_atomic`]); inside the device they ride
-//! beside the packet ([`Frame::ext`]).
+//! beside the packet ([`Frame::ext`], defined with the QP state in [`crate::qp::path`]).
 
 pub mod ext_atomic;
 pub mod requester;
 pub mod responder;
 pub mod xrc;
 
-use crate::wire::{Addressing, Packet};
-use crate::wqe::AtomicOp;
-
-/// A packet in flight on the fabric.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Frame {
-    /// The RoCEv2 packet.
-    pub pkt: Packet,
-    /// The masked-atomic operands, when the packet is an extended atomic request.
-    pub ext: Option<AtomicOp>,
-}
-
-/// The resolved primary path of a connected QP (set at RTR).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Path {
-    /// Ethernet / IPv4 / UDP addressing of the requests.
-    pub addr: Addressing,
-    /// Destination QPN.
-    pub dest_qpn: u32,
-    /// Path MTU in bytes.
-    pub mtu: u32,
-    /// The peer is reached through a TAP interface: it is not a software ConnectX and knows
-    /// nothing of the masked-atomic trailer.
-    pub foreign: bool,
-}
+pub use crate::qp::path::{Frame, Path};
 
 /// The RoCEv2 UDP source port of a flow label (the kernel's `rdma_flow_label_to_udp_sport`:
 /// fold the high 6 bits of the 20-bit label into the low 14 and set the top two bits, so the

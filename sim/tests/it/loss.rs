@@ -158,7 +158,7 @@ fn lost_read_response_is_noticed_by_the_gap_and_replayed() {
 fn lost_atomic_ack_returns_the_saved_result_and_applies_once() {
     let mut p = rc();
     let (result, remote) = (p.mem(false, 64), p.mem(true, 64));
-    remote.write(0, &100u64.to_be_bytes());
+    remote.write(0, &100u64.to_ne_bytes());
     p.fabric
         .faults()
         .path(&p.b.dev, &p.a.dev)
@@ -169,10 +169,10 @@ fn lost_atomic_ack_returns_the_saved_result_and_applies_once() {
     assert!(p.a.scq.poll().is_none());
     p.fabric.advance(TIMEOUT);
     ok(p.a.scq.poll(), idx);
-    assert_eq!(remote.read(0, 8), 105u64.to_be_bytes(), "added once");
+    assert_eq!(remote.read(0, 8), 105u64.to_ne_bytes(), "added once");
     assert_eq!(
         result.read(0, 8),
-        100u64.to_be_bytes(),
+        100u64.to_ne_bytes(),
         "the original value"
     );
     assert_eq!(p.b.dev.counter("rx_atomic_requests"), 1);
@@ -537,7 +537,7 @@ fn an_atomic_is_never_applied_twice_even_when_its_result_was_evicted() {
     let f1 = fetch_add(&mut p.a.qp, &result, 0, &remote, 0, 1);
     let f2 = fetch_add(&mut p.a.qp, &result, 8, &remote, 0, 10);
     p.fabric.advance(TIMEOUT * 4);
-    assert_eq!(remote.read(0, 8), 11u64.to_be_bytes(), "each applied once");
+    assert_eq!(remote.read(0, 8), 11u64.to_ne_bytes(), "each applied once");
     assert_eq!(p.b.dev.counter("rx_atomic_requests"), 2);
     assert!(p.b.dev.counter("duplicate_request") >= 2);
     let c: Vec<_> = p.a.scq.drain().iter().map(outcome).collect();
@@ -640,7 +640,7 @@ mod rd_atomic_credits {
         let (local, remote) = (p.mem(false, 8192), p.mem(true, 8192));
         let data = pattern(3000, 9);
         remote.write(0, &data);
-        remote.write(4096, &1000u64.to_be_bytes());
+        remote.write(4096, &1000u64.to_ne_bytes());
         // The READ takes PSNs 200..=202: its three responses are lost once, and its next
         // three retransmissions too, so the responder hears of it again only after whatever
         // the requester sends once the atomics' ACKs are in.
@@ -669,12 +669,12 @@ mod rd_atomic_credits {
         for k in 0..8 {
             assert_eq!(
                 local.read(4096 + k * 8, 8),
-                sum.to_be_bytes(),
+                sum.to_ne_bytes(),
                 "FETCH_ADD {k} saw the sum of the earlier ones"
             );
             sum += 1 << k;
         }
-        assert_eq!(remote.read(4096, 8), sum.to_be_bytes(), "each applied once");
+        assert_eq!(remote.read(4096, 8), sum.to_ne_bytes(), "each applied once");
         assert_eq!(p.b.dev.counter("rx_atomic_requests"), 8);
         assert_eq!(p.b.dev.counter("rx_read_requests"), 1);
         assert!(p.a.dev.counter("implied_nak_seq_err") >= 1);

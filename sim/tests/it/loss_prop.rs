@@ -209,7 +209,7 @@ fn run_case(c: &Case) -> Result<Run, TestCaseError> {
                     .filter(|(_, o)| matches!(o, Op::FetchAdd))
                     .map(|(j, _)| 1u64 << j)
                     .sum();
-                prop_assert_eq!(a_mem.read(slot(k), 8), before.to_be_bytes().to_vec());
+                prop_assert_eq!(a_mem.read(slot(k), 8), before.to_ne_bytes().to_vec());
                 faa_done += 1;
             }
         }
@@ -243,7 +243,7 @@ fn run_case(c: &Case) -> Result<Run, TestCaseError> {
         .collect();
     let mut v = [0u8; 8];
     v.copy_from_slice(&b_mem.read(counter_off, 8));
-    let value = u64::from_be_bytes(v);
+    let value = u64::from_ne_bytes(v);
     let applied = (0..=faas.len()).find(|&m| faas[..m].iter().sum::<u64>() == value);
     prop_assert!(
         applied.is_some_and(|m| m >= faa_done),
@@ -474,12 +474,12 @@ mod rd_atomic_mix {
                     k
                 ),
                 None => {
-                    prop_assert_eq!(a_mem.read(slot(k), 8), sum.to_be_bytes().to_vec());
+                    prop_assert_eq!(a_mem.read(slot(k), 8), sum.to_ne_bytes().to_vec());
                     sum += 1 << k;
                 }
             }
         }
-        prop_assert_eq!(b_mem.read(counter_off, 8), sum.to_be_bytes().to_vec());
+        prop_assert_eq!(b_mem.read(counter_off, 8), sum.to_ne_bytes().to_vec());
         // (`duplicate_request_no_replay` may count: a late copy of a READ the requester has
         // long completed finds its entry gone, and dropping it is right.)
         let bugs = p.fabric.driver_bugs();

@@ -5,6 +5,7 @@ use crate::common;
 use common::*;
 use mlx5_cq::*;
 use mlx5_hw::QpType;
+use mlx5_sim::AtomicEndianness;
 use mlx5_wqe::*;
 
 fn pattern(n: usize, seed: u8) -> Vec<u8> {
@@ -146,13 +147,35 @@ fn atomic(
     p.a.scq.poll().expect("atomic CQE")
 }
 
-#[test]
-fn atomics_are_big_endian_on_the_wire_and_in_replies() {
-    let mut p = Pair::new(Opts::new(QpType::Rc));
+/// Atomics on target memory and replies in the devices' atomic byte order: host order by
+/// default (`mlx5_core` `handle_hca_cap_atomic` selects host endianness when offered), big-endian
+/// for a device in `atomic_req_8B_endianness_mode` 0; 32-bit masked replies are big-endian in
+/// both (UCX `ib_mlx5dv_md.c`, `ext_atomic_arg_sizes_be`). The AtomicETH operands are numbers.
+fn atomics_in(order: AtomicEndianness) {
+    let mut o = Opts::new(QpType::Rc);
+    o.atomic_endianness = order;
+    let mut p = Pair::new(o);
+    let big = order == AtomicEndianness::Big;
+    // An 8-byte target or reply, a 4-byte target, a 4-byte reply.
+    let t8 = |v: u64| {
+        if big {
+            v.to_be_bytes()
+        } else {
+            v.to_ne_bytes()
+        }
+    };
+    let t4 = |v: u32| {
+        if big {
+            v.to_be_bytes()
+        } else {
+            v.to_ne_bytes()
+        }
+    };
+    let r4 = |v: u32| v.to_be_bytes();
     let remote = p.mem(true, 64);
     let result = p.mem(false, 64);
-    remote.write(0, &100u64.to_be_bytes());
-    // FAA 5: remote 100 -> 105, reply 100 (big-endian, atomic_req_8B_endianness_mode 0).
+    remote.write(0, &t8(100));
+    // FAA 5: remote 100 -> 105, reply 100.
     let c = atomic(
         &mut p,
         OPCODE_ATOMIC_FA,
@@ -165,8 +188,8 @@ fn atomics_are_big_endian_on_the_wire_and_in_replies() {
     );
     assert_eq!(c.send_opcode(), OPCODE_ATOMIC_FA);
     assert_eq!(c.byte_cnt(), 8);
-    assert_eq!(remote.read(0, 8), 105u64.to_be_bytes());
-    assert_eq!(result.read(0, 8), 100u64.to_be_bytes());
+    assert_eq!(remote.read(0, 8), t8(105));
+    assert_eq!(result.read(0, 8), t8(100));
     // CAS that fails, then one that succeeds.
     atomic(
         &mut p,
@@ -178,8 +201,8 @@ fn atomics_are_big_endian_on_the_wire_and_in_replies() {
         8,
         &remote,
     );
-    assert_eq!(remote.read(0, 8), 105u64.to_be_bytes());
-    assert_eq!(result.read(0, 8), 105u64.to_be_bytes());
+    assert_eq!(remote.read(0, 8), t8(105));
+    assert_eq!(result.read(0, 8), t8(105));
     atomic(
         &mut p,
         OPCODE_ATOMIC_CS,
@@ -190,9 +213,9 @@ fn atomics_are_big_endian_on_the_wire_and_in_replies() {
         8,
         &remote,
     );
-    assert_eq!(remote.read(0, 8), 0xabcdu64.to_be_bytes());
+    assert_eq!(remote.read(0, 8), t8(0xabcd));
     // Masked 64-bit CS: compare the high byte only, swap the low byte.
-    remote.write(8, &0x1100_0000_0000_0022u64.to_be_bytes());
+    remote.write(8, &t8(0x1100_0000_0000_0022));
     atomic(
         &mut p,
         OPCODE_ATOMIC_MASKED_CS,
@@ -211,10 +234,10 @@ fn atomics_are_big_endian_on_the_wire_and_in_replies() {
         8,
         &remote,
     );
-    assert_eq!(remote.read(8, 8), 0x1100_0000_0000_0099u64.to_be_bytes());
-    assert_eq!(result.read(0, 8), 0x1100_0000_0000_0022u64.to_be_bytes());
+    assert_eq!(remote.read(8, 8), t8(0x1100_0000_0000_0099));
+    assert_eq!(result.read(0, 8), t8(0x1100_0000_0000_0022));
     // Masked 64-bit FA with a field boundary at bit 31: the low field's carry is dropped.
-    remote.write(16, &0x0000_0001_ffff_ffffu64.to_be_bytes());
+    remote.write(16, &t8(0x0000_0001_ffff_ffff));
     atomic(
         &mut p,
         OPCODE_ATOMIC_MASKED_FA,
@@ -225,9 +248,9 @@ fn atomics_are_big_endian_on_the_wire_and_in_replies() {
         8,
         &remote,
     );
-    assert_eq!(remote.read(16, 8), 0x0000_0001_0000_0000u64.to_be_bytes());
+    assert_eq!(remote.read(16, 8), t8(0x0000_0001_0000_0000));
     // Masked 32-bit CS and FA on a 4-byte aligned word.
-    remote.write(28, &0x0000_00aau32.to_be_bytes());
+    remote.write(28, &t4(0x0000_00aa));
     atomic(
         &mut p,
         OPCODE_ATOMIC_MASKED_CS,
@@ -241,8 +264,8 @@ fn atomics_are_big_endian_on_the_wire_and_in_replies() {
         4,
         &remote,
     );
-    assert_eq!(remote.read(28, 4), 0x0000_55aau32.to_be_bytes());
-    assert_eq!(result.read(0, 4), 0xaau32.to_be_bytes());
+    assert_eq!(remote.read(28, 4), t4(0x0000_55aa));
+    assert_eq!(result.read(0, 4), r4(0xaa));
     atomic(
         &mut p,
         OPCODE_ATOMIC_MASKED_FA,
@@ -253,9 +276,75 @@ fn atomics_are_big_endian_on_the_wire_and_in_replies() {
         4,
         &remote,
     );
-    assert_eq!(remote.read(28, 4), 0x0000_55bau32.to_be_bytes());
-    assert_eq!(result.read(0, 4), 0x55aau32.to_be_bytes());
+    assert_eq!(remote.read(28, 4), t4(0x0000_55ba));
+    assert_eq!(result.read(0, 4), r4(0x55aa));
     p.assert_no_bugs();
+}
+
+#[test]
+fn atomics_run_in_host_order_by_default() {
+    atomics_in(AtomicEndianness::Host);
+}
+
+#[test]
+fn atomics_run_big_endian_on_a_device_in_mode_0() {
+    atomics_in(AtomicEndianness::Big);
+}
+
+#[test]
+fn atomic_operands_are_big_endian_on_the_wire_whatever_the_mode() {
+    // The FAA of `atomics_in` captured: the AtomicETH add and the AtomicAckETH original value
+    // are big-endian numbers (IBTA Vol 1 §9.3.4, §9.3.6), the same bytes in both modes.
+    for order in [AtomicEndianness::Host, AtomicEndianness::Big] {
+        let mut o = Opts::new(QpType::Rc);
+        o.atomic_endianness = order;
+        let mut p = Pair::new(o);
+        let remote = p.mem(true, 64);
+        let result = p.mem(false, 64);
+        let v = 0x0102_0304_0506_0708u64;
+        remote.write(
+            0,
+            &if order == AtomicEndianness::Big {
+                v.to_be_bytes()
+            } else {
+                v.to_ne_bytes()
+            },
+        );
+        let dir = std::env::temp_dir().join(format!(
+            "mlx5-sim-atomic-wire-{}-{order:?}.pcap",
+            std::process::id()
+        ));
+        p.fabric.capture_to(&dir).unwrap();
+        atomic(
+            &mut p,
+            OPCODE_ATOMIC_FA,
+            0,
+            0,
+            |w| w.push(&AtomicSeg::faa(0x10)).unwrap(),
+            &result,
+            8,
+            &remote,
+        );
+        p.fabric.stop_capture().unwrap();
+        let frames: Vec<Vec<u8>> = mlx5_sim::pcap::PcapReader::open(&dir)
+            .unwrap()
+            .map(|r| r.unwrap().data)
+            .collect();
+        let _ = std::fs::remove_file(&dir);
+        let req = frames
+            .iter()
+            .filter_map(|f| mlx5_sim::wire::Packet::parse(f).ok())
+            .find(|k| k.atomic_eth.is_some())
+            .expect("the FetchAdd request");
+        assert_eq!(req.atomic_eth.unwrap().swap_add, 0x10);
+        let ack = frames
+            .iter()
+            .filter_map(|f| mlx5_sim::wire::Packet::parse(f).ok())
+            .find(|k| k.atomic_ack_eth.is_some())
+            .expect("the atomic ACK");
+        assert_eq!(ack.atomic_ack_eth.unwrap().orig, v, "{order:?}");
+        p.assert_no_bugs();
+    }
 }
 
 #[test]

@@ -156,7 +156,7 @@ fn server(tell: impl FnOnce(Info), hear: impl FnOnce() -> Info, bye: impl FnOnce
     bye();
     // The client's WRITE and masked fetch-and-add landed.
     assert_eq!(s.mem.read(8192, 12), b"written over");
-    assert_eq!(s.mem.read(16384, 8), 0x0000_0001_0000_00ffu64.to_be_bytes());
+    assert_eq!(s.mem.read(16384, 8), 0x0000_0001_0000_00ffu64.to_ne_bytes());
 }
 
 /// The client: pings, then WRITE, READ back, masked fetch-and-add; deterministic mode.
@@ -218,7 +218,7 @@ fn client(tell: impl FnOnce(Info), hear: impl FnOnce() -> Info, bye: impl FnOnce
     }
     assert_eq!(
         c.mem.read(40000, 8),
-        0x0000_0001_0000_0100u64.to_be_bytes(),
+        0x0000_0001_0000_0100u64.to_ne_bytes(),
         "the second fetch-add saw the first"
     );
     bye();

@@ -72,8 +72,8 @@ fn many_laps_of_mixed_wqes_and_cq_owner_flips() {
                 );
                 p.run();
                 words[wi] = new;
-                assert_eq!(remote.read(wi * 8, 8), new.to_be_bytes(), "WQE {k}");
-                assert_eq!(local.read(0, 8), old.to_be_bytes());
+                assert_eq!(remote.read(wi * 8, 8), new.to_ne_bytes(), "WQE {k}");
+                assert_eq!(local.read(0, 8), old.to_ne_bytes());
             }
             2 => {
                 let data = [seed; 24];

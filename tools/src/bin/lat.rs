@@ -455,14 +455,12 @@ impl<'a, P: DataPath> Pinger<'a, P> {
         let want = self.sends_posted;
         self.wait("the operation's completion", 1, |p| p.sends_done >= want)?;
         if test == Test::Atomic {
-            // The original value, in the byte order the device keeps atomic targets
-            // ([`DataPath::atomics_big_endian`]).
+            // The original value in host order: Soft-RoCE runs atomics on host-order memory
+            // (`rxe_resp.c`), as a ConnectX does in the host-endianness mode `mlx5_core` selects
+            // whenever the device offers it (`handle_hca_cap_atomic`), and as the software
+            // ConnectX does by default (`docs/software-connectx.md`).
             let b: [u8; 8] = self.mr.read(0, 8)?.try_into().unwrap_or_default();
-            let got = if self.path.atomics_big_endian() {
-                u64::from_be_bytes(b)
-            } else {
-                u64::from_ne_bytes(b)
-            };
+            let got = u64::from_ne_bytes(b);
             if got != k {
                 return Err(Error::Check(format!(
                     "atomic {} #{k} returned {got}, the target should have held {k}",

@@ -409,10 +409,11 @@ mod interop {
         }
     }
 
-    /// CAS (`cas`) or FAA on the peer's memory. rxe keeps atomic targets in host byte order
-    /// (`rxe_resp.c` reads a `u64`); the software ConnectX in big-endian (mlx5
-    /// `atomic_req_8B_endianness_mode` 0, `docs/software-connectx.md`): each side's memory is
-    /// read in its own order, the value returned is the same number.
+    /// CAS (`cas`) or FAA on the peer's memory. Both sides keep atomic targets and write the
+    /// returned value in host byte order: rxe operates on a native `u64` (`rxe_resp.c`), the
+    /// software ConnectX in its default host-endianness mode (the mode `mlx5_core` selects,
+    /// `docs/software-connectx.md`), so the target and the returned value are checked in host
+    /// order on both sides.
     fn atomic(env: &Env, cas: bool, on_rxe: bool) -> R<()> {
         let mut p = connect(env, Opts::default())?;
         let orig: u64 = 0x0102_0304_0506_0708;
@@ -429,7 +430,7 @@ mod interop {
             };
             p.s.qps[0].post(&wr.signaled()).map_err(e("sim post"))?;
             p.sim_ok("atomic")?;
-            let got = u64::from_be_bytes(
+            let got = u64::from_ne_bytes(
                 p.s.mr
                     .read(512, 8)
                     .unwrap_or_default()
@@ -449,7 +450,7 @@ mod interop {
                 ));
             }
         } else {
-            p.s.mr.write(256, &orig.to_be_bytes()).map_err(e("write"))?;
+            p.s.mr.write(256, &orig.to_ne_bytes()).map_err(e("write"))?;
             let (addr, rkey) = p.sim_remote(256)?;
             let sge = [p.rxe_sge(512, 8)];
             let op = if cas {
@@ -475,7 +476,7 @@ mod interop {
                     .try_into()
                     .map_err(|_| "len")?,
             );
-            let now = u64::from_be_bytes(
+            let now = u64::from_ne_bytes(
                 p.s.mr
                     .read(256, 8)
                     .unwrap_or_default()

@@ -9,7 +9,7 @@ use mlx5_hw::{
     AccessFlags, AhAttr, AttrMask, ChannelId, CqInfo, CqInitAttr, Device, GlobalRoute, MrInfo, Mtu,
     PdId, QpAttr, QpCap, QpInfo, QpInitAttr, QpState, QpType, SrqInfo, SrqInitAttr,
 };
-use mlx5_sim::{DeviceConfig, Fabric, SimDevice};
+use mlx5_sim::{AtomicEndianness, DeviceConfig, Fabric, SimDevice};
 use mlx5_wqe::recv::{write_scatter, Sge};
 use mlx5_wqe::{CtrlSeg, CtrlSegBuilder, DataSeg, SqRing, WqeWriter};
 
@@ -412,6 +412,8 @@ pub struct Opts {
     pub rnr_retry: u8,
     pub retry_cnt: u8,
     pub timeout: u8,
+    /// Both devices' atomic byte order.
+    pub atomic_endianness: AtomicEndianness,
 }
 
 impl Opts {
@@ -437,6 +439,7 @@ impl Opts {
             rnr_retry: 7,
             retry_cnt: 7,
             timeout: 14,
+            atomic_endianness: AtomicEndianness::Host,
         }
     }
 }
@@ -572,8 +575,13 @@ pub struct Pair {
 impl Pair {
     pub fn new(o: Opts) -> Pair {
         let fabric = Fabric::new();
-        let da = fabric.add_device(DeviceConfig::new([10, 0, 0, 1]).mtu(Mtu::Mtu4096));
-        let db = fabric.add_device(DeviceConfig::new([10, 0, 0, 2]).mtu(Mtu::Mtu4096));
+        let cfg = |ip| {
+            DeviceConfig::new(ip)
+                .mtu(Mtu::Mtu4096)
+                .atomic_endianness(o.atomic_endianness)
+        };
+        let da = fabric.add_device(cfg([10, 0, 0, 1]));
+        let db = fabric.add_device(cfg([10, 0, 0, 2]));
         let a = side(&da, &o, None);
         let b = side(&db, &o, None);
         let p = Pair {
@@ -611,8 +619,13 @@ impl Pair {
     /// Two devices with QPs created but not connected.
     pub fn unconnected(o: Opts) -> Pair {
         let fabric = Fabric::new();
-        let da = fabric.add_device(DeviceConfig::new([10, 0, 0, 1]).mtu(Mtu::Mtu4096));
-        let db = fabric.add_device(DeviceConfig::new([10, 0, 0, 2]).mtu(Mtu::Mtu4096));
+        let cfg = |ip| {
+            DeviceConfig::new(ip)
+                .mtu(Mtu::Mtu4096)
+                .atomic_endianness(o.atomic_endianness)
+        };
+        let da = fabric.add_device(cfg([10, 0, 0, 1]));
+        let db = fabric.add_device(cfg([10, 0, 0, 2]));
         let a = side(&da, &o, None);
         let b = side(&db, &o, None);
         Pair {

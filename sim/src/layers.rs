@@ -1,0 +1,134 @@
+//! The module layering stated in the crate doc, checked on the sources: every `crate::x` path a
+//! module uses outside its tests names a module of a lower layer, or of its own layer when that
+//! layer is a group whose members still import each other.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// Bottom to top; each entry is one layer.
+const LAYERS: &[&[&str]] = &[
+    &["bugs"],
+    &["counters"],
+    &["mem"],
+    &["notify"],
+    &["pcap"],
+    &["sizing"],
+    &["wire"],
+    &["tap_port"],
+    &["udp_port"],
+    &["mr"],
+    &["srq"],
+    &["cq"],
+    &["wqe"],
+    // The QP and its doorbell detection: `Qp` holds the `DoorbellState` that `doorbell` scans.
+    &["qp", "doorbell"],
+    &["ctx"],
+    &["transport"],
+    &["engine"],
+    // The fabric's shared state, still one group: the world holds the fault rules and the
+    // multicast groups, `mcast` adds delivery methods to `World`, and the fault controls hold
+    // the world (through `shared`).
+    &["world", "mcast", "faults", "shared"],
+    &["modify"],
+    &["xrc"],
+    &["device"],
+    &["fabric"],
+];
+
+fn layer_of(m: &str) -> Option<usize> {
+    LAYERS.iter().position(|l| l.contains(&m))
+}
+
+/// The code of a source file without its `#[cfg(test)]` module and comment lines.
+fn code(src: &str) -> String {
+    let src = match src.find("#[cfg(test)]") {
+        Some(i) => &src[..i],
+        None => src,
+    };
+    src.lines()
+        .filter(|l| !l.trim_start().starts_with("//"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The top-level modules named by `crate::x` paths in `code`.
+fn uses(code: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = code;
+    while let Some(i) = rest.find("crate::") {
+        rest = &rest[i + "crate::".len()..];
+        let name: String = rest
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect();
+        out.push(name);
+    }
+    out
+}
+
+fn walk(dir: &Path, files: &mut Vec<std::path::PathBuf>) {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            walk(&p, files);
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            files.push(p);
+        }
+    }
+}
+
+#[test]
+fn modules_import_only_downward() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    walk(&src, &mut files);
+    assert!(files.len() > 20, "found only {} sources", files.len());
+    let mut bad = BTreeMap::new();
+    for f in &files {
+        let rel = f.strip_prefix(&src).expect("under src");
+        let top = rel
+            .components()
+            .next()
+            .and_then(|c| c.as_os_str().to_str())
+            .map(|s| s.trim_end_matches(".rs").to_string())
+            .expect("a file name");
+        if top == "lib" || top == "layers" {
+            continue;
+        }
+        let Some(mine) = layer_of(&top) else {
+            panic!(
+                "module {top} ({}) is in no layer: add it to LAYERS",
+                rel.display()
+            );
+        };
+        let text = std::fs::read_to_string(f).expect("readable source");
+        for used in uses(&code(&text)) {
+            if used == top {
+                continue;
+            }
+            // Items of the crate root (re-exports in lib.rs) are not modules.
+            let Some(theirs) = layer_of(&used) else {
+                continue;
+            };
+            if theirs > mine {
+                bad.insert(format!("{} -> {used}", rel.display()), ());
+            }
+        }
+    }
+    assert!(bad.is_empty(), "upward imports: {:?}", bad.keys());
+}
+
+#[test]
+fn every_module_is_layered() {
+    let src = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("src/lib.rs"))
+        .expect("lib.rs");
+    for line in src.lines() {
+        if let Some(m) = line.strip_prefix("pub mod ") {
+            let m = m.trim_end_matches(';');
+            assert!(layer_of(m).is_some(), "module {m} is in no layer");
+        }
+    }
+}
