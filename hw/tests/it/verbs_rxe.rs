@@ -14,8 +14,9 @@
 //! that rxe refuses `IBV_QP_RATE_LIMIT` with EOPNOTSUPP; SEND/WRITE/READ/atomics over RC, UC and UD through the
 //! baseline data path between rxe0 and rxe1 (GID index 1, IPv4-mapped); UD multicast
 //! (`ibv_attach_mcast`, a datagram to QPN 0xFFFFFF reaching the attached QPs, none after
-//! `ibv_detach_mcast`); and the Error → Reset → Init → RTR → RTS recovery with traffic
-//! afterwards.
+//! `ibv_detach_mcast`); the Error → Reset → Init → RTR → RTS recovery with traffic
+//! afterwards; and that every XRC call is refused with an error naming the verb (rxe has no
+//! XRC: `ibv_open_xrcd` answers EOPNOTSUPP).
 #![cfg(feature = "verbs")]
 
 use std::time::Duration;
@@ -1304,4 +1305,95 @@ fn ud_multicast_attach_send_detach() {
         "a detached QP received a multicast datagram"
     );
     b.dev.detach_mcast(b.qp.id, &group, 0).unwrap();
+}
+
+/// XRC on Soft-RoCE: rxe has no XRC (its kernel driver no `alloc_xrcd`, its capability flags
+/// no `IB_DEVICE_XRC`, its provider no `open_xrcd`, so libibverbs' dummy op answers
+/// EOPNOTSUPP). Every XRC call of the backend must say which verb the device refuses, as an
+/// `Unsupported` error, without creating anything: the PD and CQ it was given are free to go
+/// afterwards (the kernel would refuse them with EBUSY if an XRC object had been left on them).
+#[test]
+#[ignore = "needs Soft-RoCE: run tools/rxe-vm/run-verbs-tests.sh"]
+fn xrc_is_refused_clearly_on_soft_roce() {
+    require_vm();
+    use mlx5_hw::{QpInitEx, SrqInitAttr, XrcSrqInitAttr, XrcdId};
+    let dev = VerbsDevice::open("rxe0").unwrap();
+    assert!(!dev.has_xrc(), "rxe0 reports IBV_DEVICE_XRC");
+    let pd = dev.alloc_pd().unwrap();
+    let cq = dev.create_cq_verbs(&CqInitAttr::default()).unwrap().id;
+    let refused = |what: &str, r: mlx5_hw::Result<()>, call: &str| {
+        let e = r.expect_err(what);
+        let msg = e.to_string();
+        assert!(
+            matches!(e, Error::Unsupported(_)) && msg.contains(call) && msg.contains("rxe0"),
+            "{what}: expected Unsupported naming {call} on rxe0, got {e:?}"
+        );
+        assert_eq!(e.errno(), libc::EOPNOTSUPP, "{what}");
+        msg
+    };
+    // The provider's own answer, not a check of ours: EOPNOTSUPP from ibv_open_xrcd.
+    let msg = refused("open_xrcd", dev.open_xrcd().map(drop), "ibv_open_xrcd");
+    assert!(msg.contains("os error 95"), "not the provider's EOPNOTSUPP: {msg}");
+    // The rest need a domain that cannot exist here; each names its verb.
+    let x = XrcdId(1);
+    refused(
+        "create_srq_xrc",
+        dev.create_srq_xrc(
+            pd,
+            &XrcSrqInitAttr {
+                xrcd: x,
+                cq,
+                attr: SrqInitAttr {
+                    max_wr: 16,
+                    max_sge: 1,
+                    srq_limit: 0,
+                },
+            },
+        )
+        .map(drop),
+        "ibv_create_srq_ex(IBV_SRQT_XRC)",
+    );
+    let base = QpInitAttr {
+        qp_type: QpType::XrcRecv,
+        send_cq: cq,
+        recv_cq: cq,
+        srq: None,
+        cap: QpCap::default(),
+        sq_sig_all: false,
+    };
+    refused(
+        "create_qp_ex(XRC_RECV)",
+        dev.create_qp_ex(
+            pd,
+            &base,
+            &QpInitEx {
+                xrcd: Some(x),
+                ..QpInitEx::default()
+            },
+        )
+        .map(drop),
+        "ibv_create_qp_ex(IBV_QPT_XRC_RECV)",
+    );
+    refused("open_qp", dev.open_qp(x, 0x42).map(drop), "ibv_open_qp");
+    refused("close_xrcd", dev.close_xrcd(x), "ibv_close_xrcd");
+    let ini = QpInitAttr {
+        qp_type: QpType::XrcSend,
+        cap: QpCap {
+            max_send_wr: 16,
+            max_send_sge: 1,
+            ..QpCap::default()
+        },
+        ..base
+    };
+    refused(
+        "create_qp_verbs(XRC_SEND)",
+        dev.create_qp_verbs(pd, &ini).map(drop),
+        "ibv_create_qp(IBV_QPT_XRC_SEND)",
+    );
+    // A target is created with create_qp_ex and a domain, never with plain create_qp.
+    let e = dev.create_qp_verbs(pd, &base).unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument(_)), "{e:?}");
+    // Nothing was left behind on the PD or the CQ.
+    dev.destroy_cq(cq).unwrap();
+    dev.dealloc_pd(pd).unwrap();
 }

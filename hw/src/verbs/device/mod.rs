@@ -9,6 +9,7 @@
 mod contract;
 mod events;
 mod mcast;
+mod xrc;
 
 use std::ffi::{c_int, CStr};
 use std::os::fd::RawFd;
@@ -27,6 +28,7 @@ use crate::attr::{AccessFlags, AhAttr, AttrMask, Gid, QpAttr, QpCap, QpState, Qp
 use crate::device::{
     AhId, AhInfo, AsyncEvent, ChannelId, Counter, CqId, CqInfo, CqInitAttr, Device, DeviceAttr,
     MrId, MrInfo, PdId, PortAttr, QpId, QpInfo, QpInitAttr, SrqId, SrqInfo, SrqInitAttr,
+    XrcdId,
 };
 use crate::error::{Error, Result};
 use crate::layout::{CqLayout, QpLayout, SrqLayout};
@@ -105,10 +107,16 @@ struct QpEntry {
     /// Thread domain of the parent domain (mlx5), deallocated last.
     td: *mut ibv::ibv_td,
     qp_type: QpType,
-    pd: PdId,
-    send_cq: CqId,
-    recv_cq: CqId,
+    /// `None` for an XRC target QP (uverbs creates `IB_QPT_XRC_TGT` without a PD).
+    pd: Option<PdId>,
+    /// `None` for an XRC target QP (no queues, no CQs).
+    send_cq: Option<CqId>,
+    /// `None` for an XRC target (no CQs) and initiator (no receive side: libibverbs
+    /// `ibv_cmd_create_qp_ex` sends no receive CQ for `IBV_QPT_XRC_SEND`).
+    recv_cq: Option<CqId>,
     srq: Option<SrqId>,
+    /// The XRC domain of an XRC target QP (created or opened with `ibv_open_qp`).
+    xrcd: Option<XrcdId>,
     /// A [`super::baseline::BaselineQp`] posts on it.
     claimed: bool,
 }
@@ -116,6 +124,12 @@ struct QpEntry {
 struct SrqEntry {
     srq: *mut ibv::ibv_srq,
     pd: PdId,
+    /// An XRC SRQ's domain and the CQ its receive completions go to.
+    xrc: Option<(XrcdId, CqId)>,
+}
+
+struct XrcdEntry {
+    xrcd: *mut ibv::ibv_xrcd,
 }
 
 struct AhEntry {
@@ -132,17 +146,21 @@ struct Objects {
     qps: Table<QpEntry>,
     srqs: Table<SrqEntry>,
     ahs: Table<AhEntry>,
+    xrcds: Table<XrcdEntry>,
 }
 
 /// An opened RDMA device (libibverbs context) and the objects created on it.
 ///
 /// Dropping it destroys every object still alive in dependency order (AHs, QPs with their
-/// parent and thread domains, SRQs, CQs after acknowledging their events, completion
-/// channels, MRs, PDs) and closes the context.
+/// parent and thread domains, SRQs, XRC domains, CQs after acknowledging their events,
+/// completion channels, MRs, PDs) and closes the context.
 pub struct VerbsDevice {
     name: String,
     ctx: *mut ibv::ibv_context,
     mlx5: bool,
+    /// `IBV_DEVICE_XRC` in the device's `device_cap_flags` (mlx5 with the `xrc` capability;
+    /// never Soft-RoCE, whose `rxe_param.h` capability flags leave it out).
+    xrc: bool,
     attr: DeviceAttr,
     objs: Mutex<Objects>,
 }
@@ -214,6 +232,7 @@ impl VerbsDevice {
             name: name.to_string(),
             ctx,
             mlx5: info.mlx5,
+            xrc: false,
             attr: DeviceAttr::default(),
             objs: Mutex::new(Objects {
                 pds: Table::new("PD"),
@@ -223,12 +242,14 @@ impl VerbsDevice {
                 qps: Table::new("QP"),
                 srqs: Table::new("SRQ"),
                 ahs: Table::new("AH"),
+                xrcds: Table::new("XRC domain"),
             }),
         };
         // SAFETY: `ctx` is an open context; `async_fd` is its event file descriptor.
         let async_fd = unsafe { (*ctx).async_fd };
         set_nonblocking(async_fd)?;
         dev.attr = dev.query_device_uncached()?;
+        dev.xrc = dev.xrc_capable()?;
         tracing::debug!(device = name, mlx5 = dev.mlx5, "opened RDMA device");
         Ok(dev)
     }
@@ -433,7 +454,11 @@ impl VerbsDevice {
                 return Err(e);
             }
         }
-        let id = objs.srqs.insert(SrqEntry { srq, pd })?;
+        let id = objs.srqs.insert(SrqEntry {
+            srq,
+            pd,
+            xrc: None,
+        })?;
         Ok(VerbsSrq {
             id: SrqId(id),
             layout,
@@ -447,6 +472,7 @@ impl VerbsDevice {
     /// so that the QP has a dedicated BlueFlame register (`docs/sources.md` §6); the layout
     /// comes from `mlx5dv_init_obj`. Elsewhere: `ibv_create_qp`.
     pub fn create_qp_verbs(&self, pd: PdId, attr: &QpInitAttr) -> Result<VerbsQp> {
+        self.check_xrc_create(attr)?;
         let mut objs = self.lock();
         let pd_ptr = Self::pd_ptr(&objs, pd)?;
         let send_cq = Self::cq_ptr(&objs, attr.send_cq)?;
@@ -499,10 +525,11 @@ impl VerbsDevice {
             parent,
             td,
             qp_type: attr.qp_type,
-            pd,
-            send_cq: attr.send_cq,
-            recv_cq: attr.recv_cq,
+            pd: Some(pd),
+            send_cq: Some(attr.send_cq),
+            recv_cq: (attr.qp_type != QpType::XrcSend).then_some(attr.recv_cq),
             srq: attr.srq,
+            xrcd: None,
             claimed: false,
         })?;
         tracing::debug!(device = %self.name, qpn, qp_type = %attr.qp_type, "created QP");
@@ -620,6 +647,14 @@ impl VerbsDevice {
             return Err(Error::Busy(format!(
                 "QP {} already has a baseline handle",
                 qp.0
+            )));
+        }
+        if e.qp_type.is_xrc() {
+            // The baseline's work requests carry no remote SRQ number (`ibv_send_wr.qp_type.xrc`)
+            // and a target QP has no queue to post on.
+            return Err(Error::Unsupported(format!(
+                "QP {} is {}: the baseline data path has no XRC",
+                qp.0, e.qp_type
             )));
         }
         e.claimed = true;
@@ -744,6 +779,13 @@ impl Drop for VerbsDevice {
         for (_, e) in objs.srqs.drain_newest_first() {
             // SAFETY: no QP is left to use it.
             unsafe { ibv::ibv_destroy_srq(e.srq) };
+        }
+        for (id, e) in objs.xrcds.drain_newest_first() {
+            // SAFETY: every XRC SRQ and target QP of the domain is gone.
+            let r = unsafe { ibv::ibv_close_xrcd(e.xrcd) };
+            if r != 0 {
+                tracing::warn!(xrcd = id, err = %status_io_error(r), "ibv_close_xrcd failed on drop");
+            }
         }
         for (_, e) in objs.cqs.drain_newest_first() {
             if e.unacked > 0 {
