@@ -42,7 +42,7 @@ pub(super) fn create_cq(
     if timestamps {
         // verbs.h `IBV_WC_EX_WITH_COMPLETION_TIMESTAMP`: the raw device clock in every CQE
         // (rdma-core cq.c `mlx5_cq_read_wc_completion_ts` reads `cqe64->timestamp`).
-        a.wc_flags |= u64::from(ibv::ibv_create_cq_wc_flags::IBV_WC_EX_WITH_COMPLETION_TIMESTAMP.0);
+        a.wc_flags = timestamp_wc_flags();
     }
     if attr.ignore_overrun {
         a.comp_mask |= ibv::ibv_cq_init_attr_mask::IBV_CQ_INIT_ATTR_MASK_FLAGS.0;
@@ -69,6 +69,27 @@ pub(super) fn create_cq(
     // `ibv_cq_ex_to_cq` is a plain cast: `struct ibv_cq_ex` begins with the fields of
     // `struct ibv_cq` (verbs.h).
     Ok(cq.cast::<ibv::ibv_cq>())
+}
+
+/// The `wc_flags` of a CQ created with completion timestamps: `IBV_WC_STANDARD_FLAGS` (verbs.h:
+/// byte count, immediate, QP number, source QP, SLID, SL, DLID path bits), so that the
+/// extended poll's readers of those fields exist (a provider installs a reader only for the
+/// fields asked for: rdma-core cq.c `mlx5_cq_fill_pfns`), and
+/// `IBV_WC_EX_WITH_COMPLETION_TIMESTAMP`. The ring the direct path reads is the same either
+/// way.
+pub(super) fn timestamp_wc_flags() -> u64 {
+    use ibv::ibv_create_cq_wc_flags as f;
+    u64::from(
+        (f::IBV_WC_EX_WITH_BYTE_LEN
+            | f::IBV_WC_EX_WITH_IMM
+            | f::IBV_WC_EX_WITH_QP_NUM
+            | f::IBV_WC_EX_WITH_SRC_QP
+            | f::IBV_WC_EX_WITH_SLID
+            | f::IBV_WC_EX_WITH_SL
+            | f::IBV_WC_EX_WITH_DLID_PATH_BITS
+            | f::IBV_WC_EX_WITH_COMPLETION_TIMESTAMP)
+            .0,
+    )
 }
 
 /// The CQ's ring, doorbell record and UAR from `mlx5dv_init_obj(MLX5DV_OBJ_CQ)`.

@@ -27,8 +27,7 @@ use super::table::Table;
 use crate::attr::{AccessFlags, AhAttr, AttrMask, Gid, QpAttr, QpCap, QpState, QpType};
 use crate::device::{
     AhId, AhInfo, AsyncEvent, ChannelId, Counter, CqId, CqInfo, CqInitAttr, Device, DeviceAttr,
-    MrId, MrInfo, PdId, PortAttr, QpId, QpInfo, QpInitAttr, SrqId, SrqInfo, SrqInitAttr,
-    XrcdId,
+    MrId, MrInfo, PdId, PortAttr, QpId, QpInfo, QpInitAttr, SrqId, SrqInfo, SrqInitAttr, XrcdId,
 };
 use crate::error::{Error, Result};
 use crate::layout::{CqLayout, QpLayout, SrqLayout};
@@ -43,6 +42,10 @@ pub struct VerbsCq {
     pub cqe: u32,
     /// The mlx5 ring layout; `None` on a device without the direct data path.
     pub layout: Option<CqLayout>,
+    /// Created with completion timestamps
+    /// ([`VerbsDevice::create_cq_verbs_with_timestamps`]): an `ibv_cq_ex` whose completions
+    /// [`super::baseline::BaselineCq::poll_timestamped`] reads with their timestamps.
+    pub timestamps: bool,
 }
 
 /// A QP created through [`VerbsDevice::create_qp_verbs`].
@@ -94,6 +97,8 @@ struct CqEntry {
     unacked: u32,
     /// A [`super::baseline::BaselineCq`] polls it.
     claimed: bool,
+    /// An `ibv_cq_ex` with `IBV_WC_STANDARD_FLAGS | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP`.
+    timestamps: bool,
 }
 
 struct ChannelEntry {
@@ -324,8 +329,19 @@ impl VerbsDevice {
         self.create_cq_verbs_ts(attr, false)
     }
 
+    /// [`VerbsDevice::create_cq_verbs`] with completion timestamps: `ibv_create_cq_ex` (on
+    /// mlx5 `mlx5dv_create_cq`) with `IBV_WC_STANDARD_FLAGS |
+    /// IBV_WC_EX_WITH_COMPLETION_TIMESTAMP` in `wc_flags`, so that
+    /// [`super::baseline::BaselineCq::poll_timestamped`] reads each completion's raw device
+    /// clock (`ibv_wc_read_completion_ts`; convert with [`Device::query_clock`]). On any
+    /// provider: one that has no completion timestamps refuses the flag (Soft-RoCE answers
+    /// `EOPNOTSUPP`), reported as [`Error::Unsupported`] naming the call and the device.
+    pub fn create_cq_verbs_with_timestamps(&self, attr: &CqInitAttr) -> Result<VerbsCq> {
+        self.create_cq_verbs_ts(attr, true)
+    }
+
     /// [`VerbsDevice::create_cq_verbs`], with `IBV_WC_EX_WITH_COMPLETION_TIMESTAMP` in the
-    /// CQ's `wc_flags` when `timestamps` (mlx5 only: the CQE then carries the device clock,
+    /// CQ's `wc_flags` when `timestamps` (the CQE then carries the device clock,
     /// `mlx5_hw::timestamp`).
     pub(super) fn create_cq_verbs_ts(
         &self,
@@ -354,10 +370,8 @@ impl VerbsDevice {
         };
         let created = if self.mlx5 {
             mlx5::create_cq(self.ctx, attr, channel, timestamps)
-        } else if timestamps {
-            Err(self.direct_path_error("completion timestamps"))
         } else {
-            self.create_cq_plain(attr, channel)
+            self.create_cq_plain(attr, channel, timestamps)
         };
         let cq = created?;
         let layout = if self.mlx5 {
@@ -380,11 +394,13 @@ impl VerbsDevice {
             channel: attr.channel,
             unacked: 0,
             claimed: false,
+            timestamps,
         })?;
         Ok(VerbsCq {
             id: CqId(id),
             cqe,
             layout,
+            timestamps,
         })
     }
 
@@ -392,9 +408,10 @@ impl VerbsDevice {
         &self,
         attr: &CqInitAttr,
         channel: *mut ibv::ibv_comp_channel,
+        timestamps: bool,
     ) -> Result<*mut ibv::ibv_cq> {
         let cqe = attr.cqe as c_int;
-        if !attr.ignore_overrun {
+        if !attr.ignore_overrun && !timestamps {
             // SAFETY: `ctx` is open; `channel` is NULL or a live channel of this context.
             let cq = unsafe { ibv::ibv_create_cq(self.ctx, cqe, std::ptr::null_mut(), channel, 0) };
             return if cq.is_null() {
@@ -407,11 +424,33 @@ impl VerbsDevice {
         let mut a: ibv::ibv_cq_init_attr_ex = unsafe { std::mem::zeroed() };
         a.cqe = attr.cqe;
         a.channel = channel;
-        a.comp_mask = ibv::ibv_cq_init_attr_mask::IBV_CQ_INIT_ATTR_MASK_FLAGS.0;
-        a.flags = ibv::ibv_create_cq_attr_flags::IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN.0;
+        if attr.ignore_overrun {
+            a.comp_mask = ibv::ibv_cq_init_attr_mask::IBV_CQ_INIT_ATTR_MASK_FLAGS.0;
+            a.flags = ibv::ibv_create_cq_attr_flags::IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN.0;
+        }
+        if timestamps {
+            a.wc_flags = mlx5::timestamp_wc_flags();
+        }
         // SAFETY: `ctx` is open; `a` is a valid attribute struct for the call's duration.
         match unsafe { ibv::ibv_create_cq_ex(self.ctx, &mut a) } {
             Some(cq) if !cq.is_null() => Ok(cq.cast::<ibv::ibv_cq>()),
+            _ if timestamps => {
+                let e = errno();
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS)
+                ) {
+                    return Err(Error::Unsupported(format!(
+                        "ibv_create_cq_ex(IBV_WC_EX_WITH_COMPLETION_TIMESTAMP) on {}: {e}: \
+                         completion timestamps are not supported by this device",
+                        self.name
+                    )));
+                }
+                Err(classify(
+                    "ibv_create_cq_ex (IBV_WC_EX_WITH_COMPLETION_TIMESTAMP)",
+                    e,
+                ))
+            }
             _ => Err(null_error(
                 "ibv_create_cq_ex (IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN)",
             )),
@@ -454,11 +493,7 @@ impl VerbsDevice {
                 return Err(e);
             }
         }
-        let id = objs.srqs.insert(SrqEntry {
-            srq,
-            pd,
-            xrc: None,
-        })?;
+        let id = objs.srqs.insert(SrqEntry { srq, pd, xrc: None })?;
         Ok(VerbsSrq {
             id: SrqId(id),
             layout,
@@ -668,8 +703,9 @@ impl VerbsDevice {
         }
     }
 
-    /// Marks a CQ as polled by a baseline handle; returns its pointer.
-    pub(super) fn claim_cq(&self, cq: CqId) -> Result<*mut ibv::ibv_cq> {
+    /// Marks a CQ as polled by a baseline handle; returns its pointer and whether it was
+    /// created with completion timestamps (an `ibv_cq_ex` with them).
+    pub(super) fn claim_cq(&self, cq: CqId) -> Result<(*mut ibv::ibv_cq, bool)> {
         let mut objs = self.lock();
         let e = objs.cqs.get_mut(cq.0)?;
         if e.claimed {
@@ -679,7 +715,7 @@ impl VerbsDevice {
             )));
         }
         e.claimed = true;
-        Ok(e.cq)
+        Ok((e.cq, e.timestamps))
     }
 
     /// Releases [`Self::claim_cq`].

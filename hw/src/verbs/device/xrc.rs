@@ -95,7 +95,10 @@ impl VerbsDevice {
             Some(p) if !p.is_null() => p,
             _ => {
                 let e = errno();
-                if matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS)) {
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS)
+                ) {
                     return Err(Error::Unsupported(format!(
                         "ibv_open_xrcd on {}: {e}: the device has no XRC (its provider or \
                          kernel driver offers no XRC domains; Soft-RoCE has none)",
