@@ -4,6 +4,7 @@
 mod bad_input;
 mod examples_support;
 mod fuzz_replay;
+mod lat_timestamps;
 mod perftest_tests;
 mod tools_lat_bw;
 
