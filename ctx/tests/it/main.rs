@@ -10,3 +10,4 @@ mod mr_midstream;
 mod optional_attrs;
 mod prop;
 mod support;
+mod verbs_xrc;

@@ -159,7 +159,10 @@ fn extended_poll_goes_through_the_cq_and_missing_readers_read_zero() {
     assert_eq!(unsafe { ibv_start_poll(&mut *cq, a) }, 0);
     assert_eq!(cq.wr_id, 7);
     // SAFETY: as above.
-    assert_eq!(unsafe { ibv_wc_read_completion_ts(&mut *cq) }, 0x1234_5678_9abc);
+    assert_eq!(
+        unsafe { ibv_wc_read_completion_ts(&mut *cq) },
+        0x1234_5678_9abc
+    );
     // SAFETY: a reader the "provider" did not install (not asked for in wc_flags).
     assert_eq!(unsafe { ibv_wc_read_byte_len(&mut *cq) }, 0);
 }
