@@ -409,14 +409,7 @@ impl Device for VerbsDevice {
 
     fn create_srq_xrc(&self, pd: PdId, attr: &crate::device::XrcSrqInitAttr) -> Result<SrqInfo> {
         let (id, layout) = self.create_xrc_srq_verbs(pd, attr)?;
-        match layout {
-            Some(layout) => Ok(SrqInfo { id, layout }),
-            None => {
-                // Not reached: `create_xrc_srq_verbs` refuses XRC on a device without mlx5.
-                let _ = self.destroy_srq(id);
-                Err(self.direct_path_error("create_srq_xrc"))
-            }
-        }
+        Ok(SrqInfo { id, layout })
     }
 
     fn open_qp(&self, xrcd: XrcdId, qpn: u32) -> Result<QpId> {

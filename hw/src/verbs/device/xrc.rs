@@ -143,12 +143,12 @@ impl VerbsDevice {
     /// `ibv_create_srq_ex` with `IBV_SRQT_XRC` (comp_mask `TYPE | PD | XRCD | CQ`, verbs.h
     /// `enum ibv_srq_init_attr_mask`); the number initiators name comes from
     /// `ibv_get_srq_num`, and on mlx5 the ring from `mlx5dv_init_obj(MLX5DV_OBJ_SRQ)`, whose
-    /// `srqn` must be the same.
+    /// `srqn` must be the same. mlx5 only: the contract returns the ring (elsewhere refused).
     pub(super) fn create_xrc_srq_verbs(
         &self,
         pd: PdId,
         attr: &XrcSrqInitAttr,
-    ) -> Result<(SrqId, Option<SrqLayout>)> {
+    ) -> Result<(SrqId, SrqLayout)> {
         self.require_xrc("ibv_create_srq_ex(IBV_SRQT_XRC)")?;
         if !self.mlx5 {
             return Err(self.direct_path_error("create_srq_xrc"));
@@ -207,7 +207,7 @@ impl VerbsDevice {
             pd,
             xrc: Some((attr.xrcd, attr.cq)),
         })?;
-        Ok((SrqId(id), Some(layout)))
+        Ok((SrqId(id), layout))
     }
 
     /// An XRC target QP of `xrcd`: `ibv_create_qp_ex` with `IBV_QPT_XRC_RECV` and
