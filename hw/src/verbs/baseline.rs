@@ -402,8 +402,8 @@ pub struct BaselineCq<'d> {
     id: CqId,
     cq: *mut ibv::ibv_cq,
     wc: Box<[ibv::ibv_wc; POLL_BATCH]>,
-    /// Created with completion timestamps: an `ibv_cq_ex` with the extended poll's readers.
-    timestamps: bool,
+    /// An `ibv_cq_ex` with the extended poll's readers (`IBV_WC_STANDARD_FLAGS`).
+    extended: bool,
 }
 
 // SAFETY: the CQ may be polled from any thread, one at a time (`&mut self`); the device keeps
@@ -413,7 +413,7 @@ unsafe impl Send for BaselineCq<'_> {}
 impl<'d> BaselineCq<'d> {
     /// Claims `cq` for the baseline data path.
     pub fn new(dev: &'d VerbsDevice, cq: CqId) -> Result<BaselineCq<'d>> {
-        let (ptr, timestamps) = dev.claim_cq(cq)?;
+        let (ptr, extended) = dev.claim_cq(cq)?;
         // SAFETY: all-zero is a valid `ibv_wc` (integers and a union of integers).
         let wc = Box::new(unsafe { std::mem::zeroed::<[ibv::ibv_wc; POLL_BATCH]>() });
         Ok(BaselineCq {
@@ -421,20 +421,21 @@ impl<'d> BaselineCq<'d> {
             id: cq,
             cq: ptr,
             wc,
-            timestamps,
+            extended,
         })
     }
 
     /// Polls up to `min(out.len(), ts.len())` completions through the extended polling
     /// interface (`ibv_start_poll` / `ibv_next_poll` / `ibv_end_poll`), writing each one's raw
     /// device clock (`ibv_wc_read_completion_ts`) to `ts` at the same index; error completions
-    /// carry no timestamp and report 0. Only for a CQ created with
-    /// `VerbsDevice::create_cq_verbs_with_timestamps`; any other is refused.
+    /// carry no timestamp and report 0, and so does every completion of a CQ without
+    /// timestamps. For a CQ created with `VerbsDevice::create_cq_verbs_with_timestamps` or
+    /// `create_cq_verbs_extended`; a plain one (no extended poll) is refused.
     pub fn poll_timestamped(&mut self, out: &mut [Completion], ts: &mut [u64]) -> Result<usize> {
-        if !self.timestamps {
+        if !self.extended {
             return Err(Error::Unsupported(format!(
-                "CQ {} was created without completion timestamps \
-                 (VerbsDevice::create_cq_verbs_with_timestamps)",
+                "CQ {} was not created for the extended poll \
+                 (VerbsDevice::create_cq_verbs_with_timestamps or create_cq_verbs_extended)",
                 self.id.0
             )));
         }
@@ -443,48 +444,45 @@ impl<'d> BaselineCq<'d> {
             return Ok(0);
         }
         let cq = self.cq.cast::<ibv::ibv_cq_ex>();
-        // `struct ibv_poll_cq_attr` is one u32 comp_mask, 0 (verbs.h).
-        let mut attr = 0u32;
-        // SAFETY: the CQ is claimed (alive) and was created with `ibv_create_cq_ex` (so it is
-        // an `ibv_cq_ex`, `ibv_cq_ex_to_cq` being a cast); `attr` is a valid attribute.
-        let r = unsafe { ibv::ibv_start_poll(cq, (&mut attr as *mut u32).cast()) };
-        if r == libc::ENOENT {
-            return Ok(0);
-        }
-        if r != 0 {
-            return Err(Error::Verbs {
-                call: "ibv_start_poll",
-                source: status_io_error(r),
-            });
-        }
+        // One completion per batch: `ibv_start_poll`, read, `ibv_end_poll`, never
+        // `ibv_next_poll`. The man page has `ibv_end_poll` follow an `ibv_next_poll` that found
+        // nothing (man ibv_create_cq_ex: "end_poll should still be called"), but Soft-RoCE's
+        // `cq_next_poll` already ends the batch when the queue is empty (it stores the consumer
+        // index and unlocks), so its `cq_end_poll` then steps past an entry not yet written:
+        // the next completion reads all zero (seen in the VM). A batch of one is what the man
+        // page allows on every provider.
         let mut n = 0;
-        let result = loop {
-            // SAFETY: inside the batch with a current completion (start or next returned 0).
+        while n < max {
+            // `struct ibv_poll_cq_attr` is one u32 comp_mask, 0 (verbs.h).
+            let mut attr = 0u32;
+            // SAFETY: the CQ is claimed (alive) and was created with `ibv_create_cq_ex` (so it
+            // is an `ibv_cq_ex`, `ibv_cq_ex_to_cq` being a cast); `attr` is a valid attribute.
+            let r = unsafe { ibv::ibv_start_poll(cq, (&mut attr as *mut u32).cast()) };
+            if r == libc::ENOENT {
+                break;
+            }
+            if r != 0 {
+                if n > 0 {
+                    break;
+                }
+                return Err(Error::Verbs {
+                    call: "ibv_start_poll",
+                    source: status_io_error(r),
+                });
+            }
+            // SAFETY: inside the batch with a current completion (start_poll returned 0).
             let (c, stamp) = unsafe { current_completion(cq) };
+            // SAFETY: the batch began with a successful `ibv_start_poll`.
+            unsafe { ibv::ibv_end_poll(cq) };
             out[n] = c;
             ts[n] = stamp;
             n += 1;
-            if n == max {
-                break Ok(n);
-            }
-            // SAFETY: inside the batch.
-            match unsafe { ibv::ibv_next_poll(cq) } {
-                0 => {}
-                libc::ENOENT => break Ok(n),
-                e => {
-                    break Err(Error::Verbs {
-                        call: "ibv_next_poll",
-                        source: status_io_error(e),
-                    })
-                }
-            }
-        };
-        // SAFETY: the batch began with a successful `ibv_start_poll`.
-        unsafe { ibv::ibv_end_poll(cq) };
-        result
+        }
+        Ok(n)
     }
 
-    /// Polls up to `out.len()` completions (`ibv_poll_cq`); returns how many were written.
+    /// Polls up to `out.len()` completions (`ibv_poll_cq`); returns how many were written
+    /// (also on a CQ created for the extended poll: libibverbs providers answer both).
     pub fn poll(&mut self, out: &mut [Completion]) -> Result<usize> {
         let mut done = 0;
         while done < out.len() {

@@ -4,6 +4,7 @@
 
 use std::ffi::c_int;
 
+use super::device::CqPoll;
 use super::ffi::{check, dv, ibv, null_error};
 use crate::attr::QpCap;
 use crate::device::{CqInitAttr, QpInitAttr};
@@ -33,17 +34,15 @@ pub(super) fn create_cq(
     ctx: *mut ibv::ibv_context,
     attr: &CqInitAttr,
     channel: *mut ibv::ibv_comp_channel,
-    timestamps: bool,
+    wc_flags: u64,
 ) -> Result<*mut ibv::ibv_cq> {
     // SAFETY: all-zero is a valid `ibv_cq_init_attr_ex` (integers and NULL pointers).
     let mut a: ibv::ibv_cq_init_attr_ex = unsafe { std::mem::zeroed() };
     a.cqe = attr.cqe;
     a.channel = channel;
-    if timestamps {
-        // verbs.h `IBV_WC_EX_WITH_COMPLETION_TIMESTAMP`: the raw device clock in every CQE
-        // (rdma-core cq.c `mlx5_cq_read_wc_completion_ts` reads `cqe64->timestamp`).
-        a.wc_flags = timestamp_wc_flags();
-    }
+    // With `IBV_WC_EX_WITH_COMPLETION_TIMESTAMP` the raw device clock is in every CQE
+    // (rdma-core cq.c `mlx5_cq_read_wc_completion_ts` reads `cqe64->timestamp`).
+    a.wc_flags = wc_flags;
     if attr.ignore_overrun {
         a.comp_mask |= ibv::ibv_cq_init_attr_mask::IBV_CQ_INIT_ATTR_MASK_FLAGS.0;
         a.flags |= ibv::ibv_create_cq_attr_flags::IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN.0;
@@ -71,25 +70,27 @@ pub(super) fn create_cq(
     Ok(cq.cast::<ibv::ibv_cq>())
 }
 
-/// The `wc_flags` of a CQ created with completion timestamps: `IBV_WC_STANDARD_FLAGS` (verbs.h:
-/// byte count, immediate, QP number, source QP, SLID, SL, DLID path bits), so that the
-/// extended poll's readers of those fields exist (a provider installs a reader only for the
-/// fields asked for: rdma-core cq.c `mlx5_cq_fill_pfns`), and
-/// `IBV_WC_EX_WITH_COMPLETION_TIMESTAMP`. The ring the direct path reads is the same either
-/// way.
-pub(super) fn timestamp_wc_flags() -> u64 {
+/// The `wc_flags` of a CQ created for `poll`: none for [`CqPoll::Plain`]; else
+/// `IBV_WC_STANDARD_FLAGS` (verbs.h: byte count, immediate, QP number, source QP, SLID, SL,
+/// DLID path bits), so that the extended poll's readers of those fields exist (a provider
+/// installs a reader only for the fields asked for: rdma-core cq.c `mlx5_cq_fill_pfns`), and
+/// with [`CqPoll::Timestamps`] `IBV_WC_EX_WITH_COMPLETION_TIMESTAMP`. The ring the direct
+/// path reads is the same either way.
+pub(super) fn wc_flags(poll: CqPoll) -> u64 {
     use ibv::ibv_create_cq_wc_flags as f;
-    u64::from(
-        (f::IBV_WC_EX_WITH_BYTE_LEN
-            | f::IBV_WC_EX_WITH_IMM
-            | f::IBV_WC_EX_WITH_QP_NUM
-            | f::IBV_WC_EX_WITH_SRC_QP
-            | f::IBV_WC_EX_WITH_SLID
-            | f::IBV_WC_EX_WITH_SL
-            | f::IBV_WC_EX_WITH_DLID_PATH_BITS
-            | f::IBV_WC_EX_WITH_COMPLETION_TIMESTAMP)
-            .0,
-    )
+    let standard = f::IBV_WC_EX_WITH_BYTE_LEN
+        | f::IBV_WC_EX_WITH_IMM
+        | f::IBV_WC_EX_WITH_QP_NUM
+        | f::IBV_WC_EX_WITH_SRC_QP
+        | f::IBV_WC_EX_WITH_SLID
+        | f::IBV_WC_EX_WITH_SL
+        | f::IBV_WC_EX_WITH_DLID_PATH_BITS;
+    let flags = match poll {
+        CqPoll::Plain => f(0),
+        CqPoll::Extended => standard,
+        CqPoll::Timestamps => standard | f::IBV_WC_EX_WITH_COMPLETION_TIMESTAMP,
+    };
+    u64::from(flags.0)
 }
 
 /// The CQ's ring, doorbell record and UAR from `mlx5dv_init_obj(MLX5DV_OBJ_CQ)`.

@@ -158,7 +158,7 @@ impl Device for VerbsDevice {
         if !self.mlx5 {
             return Err(self.direct_path_error("create_cq_with_timestamps"));
         }
-        let c = self.create_cq_verbs_ts(attr, true)?;
+        let c = self.create_cq_verbs_with_timestamps(attr)?;
         match c.layout {
             Some(layout) => Ok(CqInfo { id: c.id, layout }),
             None => Err(self.direct_path_error("create_cq_with_timestamps")),

@@ -46,6 +46,21 @@ pub struct VerbsCq {
     /// ([`VerbsDevice::create_cq_verbs_with_timestamps`]): an `ibv_cq_ex` whose completions
     /// [`super::baseline::BaselineCq::poll_timestamped`] reads with their timestamps.
     pub timestamps: bool,
+    /// Created through `ibv_create_cq_ex` with `IBV_WC_STANDARD_FLAGS`
+    /// ([`VerbsDevice::create_cq_verbs_extended`], or with timestamps): it can be polled
+    /// through the extended interface ([`super::baseline::BaselineCq::poll_timestamped`]).
+    pub extended: bool,
+}
+
+/// How a CQ is created for polling through libibverbs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum CqPoll {
+    /// `ibv_poll_cq` only.
+    Plain,
+    /// An `ibv_cq_ex` with `IBV_WC_STANDARD_FLAGS`: the extended poll too.
+    Extended,
+    /// [`CqPoll::Extended`] with `IBV_WC_EX_WITH_COMPLETION_TIMESTAMP`.
+    Timestamps,
 }
 
 /// A QP created through [`VerbsDevice::create_qp_verbs`].
@@ -97,8 +112,8 @@ struct CqEntry {
     unacked: u32,
     /// A [`super::baseline::BaselineCq`] polls it.
     claimed: bool,
-    /// An `ibv_cq_ex` with `IBV_WC_STANDARD_FLAGS | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP`.
-    timestamps: bool,
+    /// An `ibv_cq_ex` with `IBV_WC_STANDARD_FLAGS` (the extended poll's readers exist).
+    extended: bool,
 }
 
 struct ChannelEntry {
@@ -326,7 +341,15 @@ impl VerbsDevice {
     /// mlx5, with `ibv_create_cq` (or `ibv_create_cq_ex` for ignore-overrun) elsewhere.
     /// `cqe_size` other than 64 is refused off mlx5, where it means nothing.
     pub fn create_cq_verbs(&self, attr: &CqInitAttr) -> Result<VerbsCq> {
-        self.create_cq_verbs_ts(attr, false)
+        self.create_cq_verbs_as(attr, CqPoll::Plain)
+    }
+
+    /// [`VerbsDevice::create_cq_verbs`] through `ibv_create_cq_ex` with `IBV_WC_STANDARD_FLAGS`
+    /// in `wc_flags` (byte count, immediate, QP number, source QP, SLID, SL, DLID path bits:
+    /// verbs.h), so that [`super::baseline::BaselineCq::poll_timestamped`] can read it through
+    /// the extended poll (timestamps 0: the CQ has none).
+    pub fn create_cq_verbs_extended(&self, attr: &CqInitAttr) -> Result<VerbsCq> {
+        self.create_cq_verbs_as(attr, CqPoll::Extended)
     }
 
     /// [`VerbsDevice::create_cq_verbs`] with completion timestamps: `ibv_create_cq_ex` (on
@@ -337,17 +360,12 @@ impl VerbsDevice {
     /// provider: one that has no completion timestamps refuses the flag (Soft-RoCE answers
     /// `EOPNOTSUPP`), reported as [`Error::Unsupported`] naming the call and the device.
     pub fn create_cq_verbs_with_timestamps(&self, attr: &CqInitAttr) -> Result<VerbsCq> {
-        self.create_cq_verbs_ts(attr, true)
+        self.create_cq_verbs_as(attr, CqPoll::Timestamps)
     }
 
-    /// [`VerbsDevice::create_cq_verbs`], with `IBV_WC_EX_WITH_COMPLETION_TIMESTAMP` in the
-    /// CQ's `wc_flags` when `timestamps` (the CQE then carries the device clock,
-    /// `mlx5_hw::timestamp`).
-    pub(super) fn create_cq_verbs_ts(
-        &self,
-        attr: &CqInitAttr,
-        timestamps: bool,
-    ) -> Result<VerbsCq> {
+    /// [`VerbsDevice::create_cq_verbs`] for polling as `poll` says; with
+    /// [`CqPoll::Timestamps`] the CQE carries the device clock (`mlx5_hw::timestamp`).
+    pub(super) fn create_cq_verbs_as(&self, attr: &CqInitAttr, poll: CqPoll) -> Result<VerbsCq> {
         if attr.cqe == 0 || attr.cqe > i32::MAX as u32 {
             return Err(Error::InvalidArgument(format!(
                 "CQ size {} must be between 1 and {}",
@@ -369,9 +387,9 @@ impl VerbsDevice {
             None => std::ptr::null_mut(),
         };
         let created = if self.mlx5 {
-            mlx5::create_cq(self.ctx, attr, channel, timestamps)
+            mlx5::create_cq(self.ctx, attr, channel, mlx5::wc_flags(poll))
         } else {
-            self.create_cq_plain(attr, channel, timestamps)
+            self.create_cq_plain(attr, channel, poll)
         };
         let cq = created?;
         let layout = if self.mlx5 {
@@ -394,13 +412,14 @@ impl VerbsDevice {
             channel: attr.channel,
             unacked: 0,
             claimed: false,
-            timestamps,
+            extended: poll != CqPoll::Plain,
         })?;
         Ok(VerbsCq {
             id: CqId(id),
             cqe,
             layout,
-            timestamps,
+            timestamps: poll == CqPoll::Timestamps,
+            extended: poll != CqPoll::Plain,
         })
     }
 
@@ -408,10 +427,11 @@ impl VerbsDevice {
         &self,
         attr: &CqInitAttr,
         channel: *mut ibv::ibv_comp_channel,
-        timestamps: bool,
+        poll: CqPoll,
     ) -> Result<*mut ibv::ibv_cq> {
         let cqe = attr.cqe as c_int;
-        if !attr.ignore_overrun && !timestamps {
+        let timestamps = poll == CqPoll::Timestamps;
+        if !attr.ignore_overrun && poll == CqPoll::Plain {
             // SAFETY: `ctx` is open; `channel` is NULL or a live channel of this context.
             let cq = unsafe { ibv::ibv_create_cq(self.ctx, cqe, std::ptr::null_mut(), channel, 0) };
             return if cq.is_null() {
@@ -428,9 +448,7 @@ impl VerbsDevice {
             a.comp_mask = ibv::ibv_cq_init_attr_mask::IBV_CQ_INIT_ATTR_MASK_FLAGS.0;
             a.flags = ibv::ibv_create_cq_attr_flags::IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN.0;
         }
-        if timestamps {
-            a.wc_flags = mlx5::timestamp_wc_flags();
-        }
+        a.wc_flags = mlx5::wc_flags(poll);
         // SAFETY: `ctx` is open; `a` is a valid attribute struct for the call's duration.
         match unsafe { ibv::ibv_create_cq_ex(self.ctx, &mut a) } {
             Some(cq) if !cq.is_null() => Ok(cq.cast::<ibv::ibv_cq>()),
@@ -451,9 +469,7 @@ impl VerbsDevice {
                     e,
                 ))
             }
-            _ => Err(null_error(
-                "ibv_create_cq_ex (IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN)",
-            )),
+            _ => Err(null_error("ibv_create_cq_ex")),
         }
     }
 
@@ -703,8 +719,8 @@ impl VerbsDevice {
         }
     }
 
-    /// Marks a CQ as polled by a baseline handle; returns its pointer and whether it was
-    /// created with completion timestamps (an `ibv_cq_ex` with them).
+    /// Marks a CQ as polled by a baseline handle; returns its pointer and whether it can be
+    /// polled through the extended interface (an `ibv_cq_ex` with `IBV_WC_STANDARD_FLAGS`).
     pub(super) fn claim_cq(&self, cq: CqId) -> Result<(*mut ibv::ibv_cq, bool)> {
         let mut objs = self.lock();
         let e = objs.cqs.get_mut(cq.0)?;
@@ -715,7 +731,7 @@ impl VerbsDevice {
             )));
         }
         e.claimed = true;
-        Ok((e.cq, e.timestamps))
+        Ok((e.cq, e.extended))
     }
 
     /// Releases [`Self::claim_cq`].
