@@ -4,7 +4,6 @@
 
 use std::ffi::c_int;
 
-use super::device::CqPoll;
 use super::ffi::{check, dv, ibv, null_error};
 use crate::attr::QpCap;
 use crate::device::{CqInitAttr, QpInitAttr};
@@ -68,29 +67,6 @@ pub(super) fn create_cq(
     // `ibv_cq_ex_to_cq` is a plain cast: `struct ibv_cq_ex` begins with the fields of
     // `struct ibv_cq` (verbs.h).
     Ok(cq.cast::<ibv::ibv_cq>())
-}
-
-/// The `wc_flags` of a CQ created for `poll`: none for [`CqPoll::Plain`]; else
-/// `IBV_WC_STANDARD_FLAGS` (verbs.h: byte count, immediate, QP number, source QP, SLID, SL,
-/// DLID path bits), so that the extended poll's readers of those fields exist (a provider
-/// installs a reader only for the fields asked for: rdma-core cq.c `mlx5_cq_fill_pfns`), and
-/// with [`CqPoll::Timestamps`] `IBV_WC_EX_WITH_COMPLETION_TIMESTAMP`. The ring the direct
-/// path reads is the same either way.
-pub(super) fn wc_flags(poll: CqPoll) -> u64 {
-    use ibv::ibv_create_cq_wc_flags as f;
-    let standard = f::IBV_WC_EX_WITH_BYTE_LEN
-        | f::IBV_WC_EX_WITH_IMM
-        | f::IBV_WC_EX_WITH_QP_NUM
-        | f::IBV_WC_EX_WITH_SRC_QP
-        | f::IBV_WC_EX_WITH_SLID
-        | f::IBV_WC_EX_WITH_SL
-        | f::IBV_WC_EX_WITH_DLID_PATH_BITS;
-    let flags = match poll {
-        CqPoll::Plain => f(0),
-        CqPoll::Extended => standard,
-        CqPoll::Timestamps => standard | f::IBV_WC_EX_WITH_COMPLETION_TIMESTAMP,
-    };
-    u64::from(flags.0)
 }
 
 /// The CQ's ring, doorbell record and UAR from `mlx5dv_init_obj(MLX5DV_OBJ_CQ)`.

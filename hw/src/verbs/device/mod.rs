@@ -63,6 +63,31 @@ pub(super) enum CqPoll {
     Timestamps,
 }
 
+impl CqPoll {
+    /// The `wc_flags` of a CQ created for `poll`: none for [`CqPoll::Plain`]; else
+    /// `IBV_WC_STANDARD_FLAGS` (verbs.h: byte count, immediate, QP number, source QP, SLID, SL,
+    /// DLID path bits), so that the extended poll's readers of those fields exist (a provider
+    /// installs a reader only for the fields asked for: rdma-core cq.c `mlx5_cq_fill_pfns`), and
+    /// with [`CqPoll::Timestamps`] `IBV_WC_EX_WITH_COMPLETION_TIMESTAMP`. The ring the direct
+    /// path reads is the same either way.
+    pub(super) fn wc_flags(self) -> u64 {
+        use ibv::ibv_create_cq_wc_flags as f;
+        let standard = f::IBV_WC_EX_WITH_BYTE_LEN
+            | f::IBV_WC_EX_WITH_IMM
+            | f::IBV_WC_EX_WITH_QP_NUM
+            | f::IBV_WC_EX_WITH_SRC_QP
+            | f::IBV_WC_EX_WITH_SLID
+            | f::IBV_WC_EX_WITH_SL
+            | f::IBV_WC_EX_WITH_DLID_PATH_BITS;
+        let flags = match self {
+            CqPoll::Plain => f(0),
+            CqPoll::Extended => standard,
+            CqPoll::Timestamps => standard | f::IBV_WC_EX_WITH_COMPLETION_TIMESTAMP,
+        };
+        u64::from(flags.0)
+    }
+}
+
 /// A QP created through [`VerbsDevice::create_qp_verbs`].
 #[derive(Clone, Copy, Debug)]
 pub struct VerbsQp {
@@ -387,7 +412,7 @@ impl VerbsDevice {
             None => std::ptr::null_mut(),
         };
         let created = if self.mlx5 {
-            mlx5::create_cq(self.ctx, attr, channel, mlx5::wc_flags(poll))
+            mlx5::create_cq(self.ctx, attr, channel, poll.wc_flags())
         } else {
             self.create_cq_plain(attr, channel, poll)
         };
@@ -448,7 +473,7 @@ impl VerbsDevice {
             a.comp_mask = ibv::ibv_cq_init_attr_mask::IBV_CQ_INIT_ATTR_MASK_FLAGS.0;
             a.flags = ibv::ibv_create_cq_attr_flags::IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN.0;
         }
-        a.wc_flags = mlx5::wc_flags(poll);
+        a.wc_flags = poll.wc_flags();
         // SAFETY: `ctx` is open; `a` is a valid attribute struct for the call's duration.
         match unsafe { ibv::ibv_create_cq_ex(self.ctx, &mut a) } {
             Some(cq) if !cq.is_null() => Ok(cq.cast::<ibv::ibv_cq>()),
