@@ -5,6 +5,11 @@
 //! an ordinary [`Qp`] of type [`QpType::XrcSend`] ([`QpInit::xrc_send`]) whose WRs name the
 //! remote XRC SRQ (`SendWr::xrc`).
 //!
+//! On a verbs context the calls go to `ibv_open_xrcd`, `ibv_create_srq_ex`, `ibv_create_qp_ex`
+//! and `ibv_open_qp` (`mlx5_hw::verbs`); a device without XRC (Soft-RoCE has none) refuses
+//! each with [`mlx5_hw::Error::Unsupported`] naming the refused verb, which
+//! [`Context::open_xrcd`] returns as it is, before any other object is made.
+//!
 //! [`connect_xrc`] takes an initiator and a target through Reset → Init → RTR → RTS with the
 //! masks of the kernel table's XRC_INI and XRC_TGT columns (`mlx5_hw::qp_state`), which differ
 //! from RC: the initiator takes no responder attributes at RTR, the target no retry counts at

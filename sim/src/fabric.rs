@@ -342,6 +342,13 @@ fn thread_loop(inner: &Inner, stop: &AtomicBool) {
     while !stop.load(Ordering::SeqCst) {
         let mut w = inner.lock();
         let t = base + start.elapsed().as_nanos() as u64;
+        // Work that arrived since the last pass (a doorbell, a frame) is seen now: when no
+        // timer or delayed frame falls in between, it runs at `t`, so that what it stamps (CQE
+        // timestamps, pcap times) is when the device did it, not the last pass before an idle
+        // sleep.
+        if t > w.now && w.next_deadline().is_none_or(|d| d > t) {
+            w.now = t;
+        }
         // Moving the clock runs the fabric until idle (timers included) and counts the work.
         let busy = if t > w.now {
             w.advance_to(t) > 0

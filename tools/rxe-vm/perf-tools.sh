@@ -11,6 +11,9 @@
 #     over TCP 127.0.0.1, RoCE v2 frames across the veth pair: lat write, lat send, bw write;
 #   --path direct on rxe0 (not mlx5): lat and bw exit 2 (a usage error) saying the direct path
 #     needs an mlx5 device, without a panic; so does --doorbell with --path verbs;
+#   lat --timestamps: rxe has no completion timestamps (its provider refuses
+#     IBV_WC_EX_WITH_COMPLETION_TIMESTAMP with EOPNOTSUPP, its kernel reports no core clock):
+#     exit 2 saying they are not supported by this device, without a panic;
 #   -I above what rxe grants: refused naming the largest size ibv_create_qp grants, and a run
 #     with -I (and -s) of exactly that size works;
 #   a bw server with -q 2 and a client with -q 1 (rxe0, rxe1): both exit 1 at connect naming
@@ -193,6 +196,10 @@ refused lat-direct "needs an mlx5 device" "$lat" write --path direct -d rxe0 --l
 refused bw-direct "needs an mlx5 device" "$bw" write --path direct -d rxe0 --loopback -n 1
 refused lat-doorbell "--doorbell bf: --path verbs rings the doorbell libibverbs chooses" \
   "$lat" write "${v[@]}" --doorbell bf -d rxe0 --loopback -n 1
+
+# CQE timestamps: refused on rxe before anything is created.
+refused lat-timestamps "completion timestamps are not supported by this device (rxe0)" \
+  "$lat" send "${v[@]}" --timestamps -d rxe0 --loopback -n 5
 
 # The largest inline size rxe grants, as the refusal names it; then a run at exactly that size.
 refused lat-inline "grants a QP of this run at most" \

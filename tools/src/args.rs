@@ -540,6 +540,12 @@ pub struct LatArgs {
     /// HdrHistogram's HistogramLogAnalyzer and plotter.
     #[arg(long, value_name = "FILE")]
     pub hlog: Option<PathBuf>,
+    /// Also report the latency measured with the NIC's clock: the CQ is created with
+    /// completion timestamps and a second line gives the device-clock intervals between
+    /// consecutive iterations' completions, in microseconds (converted with the device's
+    /// clock info). Needs -n; not with -D, -e or --output.
+    #[arg(long)]
+    pub timestamps: bool,
 }
 
 /// `bw`: message rate and bandwidth like perftest's `ib_write_bw`, `ib_send_bw`,

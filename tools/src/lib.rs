@@ -8,8 +8,9 @@
 //! they connect ([`hello`]) and after a bidirectional run ([`results`]), the control connection
 //! and the UDP link between two processes ([`rendezvous`]), which source GID a RoCE port uses
 //! by default ([`gid`]), what `-I` asks of the device ([`inline`]), the edges of a run
-//! ([`serve`]), the log every program installs ([`log`]) and what the `rc_pingpong` and
-//! `ud_pingpong` examples share ([`pingpong`]).
+//! ([`serve`]), the log every program installs ([`log`]), what the `rc_pingpong` and
+//! `ud_pingpong` examples share ([`pingpong`]) and the NIC's figures of `lat --timestamps`
+//! ([`timestamps`]).
 //!
 //! The tools print the same columns as perftest's `ib_write_lat` / `ib_write_bw`
 //! (perftest `src/perftest_parameters.c`, `print_report_lat` / `print_report_bw`) so that their
@@ -38,5 +39,6 @@ pub mod results;
 pub mod serve;
 pub mod stats;
 pub mod svg;
+pub mod timestamps;
 
 pub use error::{Error, Result};

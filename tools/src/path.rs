@@ -62,6 +62,9 @@ pub struct Done {
     pub recv: bool,
     /// Bytes received (receives).
     pub byte_len: u32,
+    /// The completion's raw device timestamp (CQE bytes 48–55; convert with
+    /// `mlx5_hw::ClockInfo`), on a CQ created with completion timestamps; else 0.
+    pub ts: u64,
 }
 
 /// The post/poll path under measurement.
@@ -82,6 +85,9 @@ pub struct Direct<'a> {
     cq: &'a mut mlx5_ctx::Cq,
     ud: Vec<Option<UdDest>>,
     wcs: [Wc; 32],
+    /// Poll with `poll_timestamped` into `ts` ([`Direct::timestamped`]).
+    stamped: bool,
+    ts: [u64; 32],
 }
 
 impl<'a> Direct<'a> {
@@ -93,7 +99,16 @@ impl<'a> Direct<'a> {
             cq,
             ud: vec![None; n],
             wcs: [Wc::default(); 32],
+            stamped: false,
+            ts: [0; 32],
         }
+    }
+
+    /// Read each completion's CQE timestamp into [`Done::ts`] (the CQ must have been
+    /// created with completion timestamps: `Context::create_cq_with_timestamps`).
+    pub fn timestamped(mut self) -> Self {
+        self.stamped = true;
+        self
     }
 }
 
@@ -150,10 +165,13 @@ impl DataPath for Direct<'_> {
                 0,
                 std::time::Duration::from_millis(20),
             )?
+        } else if self.stamped {
+            self.cq
+                .poll_timestamped(&mut *self.qps, &mut self.wcs[..max], &mut self.ts[..max])?
         } else {
             self.cq.poll(&mut *self.qps, &mut self.wcs[..max])?
         };
-        for (o, wc) in out.iter_mut().zip(&self.wcs[..n]) {
+        for (i, (o, wc)) in out.iter_mut().zip(&self.wcs[..n]).enumerate() {
             if !wc.is_ok() {
                 return Err(Error::completion(wc));
             }
@@ -175,6 +193,7 @@ impl DataPath for Direct<'_> {
                 } else {
                     wc.byte_len
                 },
+                ts: if self.stamped { self.ts[i] } else { 0 },
             };
         }
         Ok(n)
@@ -216,6 +235,9 @@ mod verbs {
         /// UD receives start with a GRH on RoCE (the CQE's flag is not reported here).
         ud_grh: bool,
         done: Vec<Completion>,
+        /// The CQ has completion timestamps: poll with `poll_timestamped` into `ts`.
+        stamped: bool,
+        ts: Vec<u64>,
         /// `-e`: the device, the CQ's completion channel and the CQ (to wait and acknowledge).
         events: Option<(
             &'d mlx5_hw::verbs::VerbsDevice,
@@ -239,6 +261,8 @@ mod verbs {
                 ud: vec![None; r.qps.len()],
                 ud_grh: r.qp_type == mlx5_hw::QpType::Ud,
                 done: vec![Completion::default(); 32],
+                stamped: r.cq.timestamps,
+                ts: vec![0; 32],
                 events: r.channel.map(|ch| (&*r.verbs, ch, r.cq.id)),
             })
         }
@@ -309,7 +333,12 @@ mod verbs {
 
         fn poll(&mut self, out: &mut [Done]) -> Result<usize> {
             let max = out.len().min(self.done.len());
-            let mut n = self.cq.poll(&mut self.done[..max])?;
+            let mut n = if self.stamped {
+                self.cq
+                    .poll_timestamped(&mut self.done[..max], &mut self.ts[..max])?
+            } else {
+                self.cq.poll(&mut self.done[..max])?
+            };
             if let (0, Some((dev, ch, cq))) = (n, self.events) {
                 // `-e`, as perftest's event loop: arm (`ibv_req_notify_cq`), poll again (a
                 // completion that came before the arm raises no event), then sleep on the
@@ -327,7 +356,7 @@ mod verbs {
                     n = self.cq.poll(&mut self.done[..max])?;
                 }
             }
-            for (o, c) in out.iter_mut().zip(&self.done[..n]) {
+            for (i, (o, c)) in out.iter_mut().zip(&self.done[..n]).enumerate() {
                 if !c.is_success() {
                     return Err(Error::Completion {
                         wr_id: c.wr_id,
@@ -346,6 +375,7 @@ mod verbs {
                     } else {
                         c.byte_len
                     },
+                    ts: if self.stamped { self.ts[i] } else { 0 },
                 };
             }
             Ok(n)

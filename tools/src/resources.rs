@@ -91,8 +91,27 @@ pub struct Resources {
 impl Resources {
     /// Create everything on `ctx`.
     pub fn new(ctx: &Context, cfg: &ResourcesCfg) -> Result<Resources> {
+        Self::build(ctx, cfg, false)
+    }
+
+    /// [`Resources::new`], or with `timestamps` on a CQ created with completion timestamps
+    /// (`Context::create_cq_with_timestamps`; poll it with `poll_timestamped`). Timestamps
+    /// and `cfg.events` are not offered together (the blocking poll reads no timestamps).
+    fn build(ctx: &Context, cfg: &ResourcesCfg, timestamps: bool) -> Result<Resources> {
         let pd = ctx.alloc_pd()?;
-        let cq = if cfg.events {
+        let cq = if timestamps {
+            if cfg.events {
+                return Err(Error::Usage(
+                    "completion timestamps and -e (events) are not offered together".into(),
+                ));
+            }
+            ctx.create_cq_with_timestamps(&mlx5_ctx::CqInit {
+                attr: mlx5_hw::CqInitAttr {
+                    cqe: cfg.cqe(),
+                    ..mlx5_hw::CqInitAttr::default()
+                },
+            })?
+        } else if cfg.events {
             // One channel per CQ: the wait in `path::Direct::poll` consumes its events.
             ctx.create_cq_on(cfg.cqe(), &ctx.create_comp_channel()?)?
         } else {
@@ -124,11 +143,29 @@ impl Resources {
         cfg: &ResourcesCfg,
         req: InlineRequest,
     ) -> Result<(Resources, u32)> {
+        Self::with_inline_on(ctx, cfg, req, false)
+    }
+
+    /// [`Resources::with_inline`] on a CQ with completion timestamps (`lat --timestamps`).
+    pub fn with_inline_timestamped(
+        ctx: &Context,
+        cfg: &ResourcesCfg,
+        req: InlineRequest,
+    ) -> Result<(Resources, u32)> {
+        Self::with_inline_on(ctx, cfg, req, true)
+    }
+
+    fn with_inline_on(
+        ctx: &Context,
+        cfg: &ResourcesCfg,
+        req: InlineRequest,
+        timestamps: bool,
+    ) -> Result<(Resources, u32)> {
         let cfg = ResourcesCfg {
             inline: req.bytes,
             ..*cfg
         };
-        match Resources::new(ctx, &cfg) {
+        match Resources::build(ctx, &cfg, timestamps) {
             Ok(r) => {
                 let granted = r.qps.iter().map(|q| q.max_inline_data()).min().unwrap_or(0);
                 let inline = req.settle(granted, ctx.name())?;
@@ -264,6 +301,17 @@ impl VerbsResources {
         verbs: std::sync::Arc<mlx5_hw::verbs::VerbsDevice>,
         cfg: &ResourcesCfg,
     ) -> Result<Self> {
+        Self::build(ctx, verbs, cfg, false)
+    }
+
+    /// [`VerbsResources::new`], or with `timestamps` on a CQ created with completion
+    /// timestamps (`VerbsDevice::create_cq_verbs_with_timestamps`; not with `cfg.events`).
+    fn build(
+        ctx: &Context,
+        verbs: std::sync::Arc<mlx5_hw::verbs::VerbsDevice>,
+        cfg: &ResourcesCfg,
+        timestamps: bool,
+    ) -> Result<Self> {
         use mlx5_hw::{CqInitAttr, QpCap, QpInitAttr};
         if cfg.srq.is_some() {
             return Err(Error::Usage(
@@ -271,17 +319,28 @@ impl VerbsResources {
             ));
         }
         use mlx5_hw::Device;
+        if timestamps && cfg.events {
+            return Err(Error::Usage(
+                "completion timestamps and -e (events) are not offered together".into(),
+            ));
+        }
         let pd = ctx.alloc_pd()?;
         let channel = if cfg.events {
             Some(verbs.create_comp_channel()?)
         } else {
             None
         };
-        let cq = match verbs.create_cq_verbs(&CqInitAttr {
+        let attr = CqInitAttr {
             cqe: cfg.cqe(),
             channel,
             ..CqInitAttr::default()
-        }) {
+        };
+        let created = if timestamps {
+            verbs.create_cq_verbs_with_timestamps(&attr)
+        } else {
+            verbs.create_cq_verbs(&attr)
+        };
+        let cq = match created {
             Ok(cq) => cq,
             Err(e) => {
                 if let Some(ch) = channel {
@@ -330,11 +389,32 @@ impl VerbsResources {
         cfg: &ResourcesCfg,
         req: InlineRequest,
     ) -> Result<(Self, u32)> {
+        Self::with_inline_on(ctx, verbs, cfg, req, false)
+    }
+
+    /// [`VerbsResources::with_inline`] on a CQ with completion timestamps
+    /// (`lat --timestamps --path verbs`).
+    pub fn with_inline_timestamped(
+        ctx: &Context,
+        verbs: std::sync::Arc<mlx5_hw::verbs::VerbsDevice>,
+        cfg: &ResourcesCfg,
+        req: InlineRequest,
+    ) -> Result<(Self, u32)> {
+        Self::with_inline_on(ctx, verbs, cfg, req, true)
+    }
+
+    fn with_inline_on(
+        ctx: &Context,
+        verbs: std::sync::Arc<mlx5_hw::verbs::VerbsDevice>,
+        cfg: &ResourcesCfg,
+        req: InlineRequest,
+        timestamps: bool,
+    ) -> Result<(Self, u32)> {
         let cfg = ResourcesCfg {
             inline: req.bytes,
             ..*cfg
         };
-        match VerbsResources::new(ctx, verbs.clone(), &cfg) {
+        match VerbsResources::build(ctx, verbs.clone(), &cfg, timestamps) {
             Ok(r) => {
                 let inline = req.settle(r.max_inline(), ctx.name())?;
                 Ok((r, inline))

@@ -711,6 +711,10 @@ fn enum_values_and_constants() {
                 ibv::ibv_node_type::IBV_NODE_UNSPECIFIED
             ),
             c!(
+                "IBV_DEVICE_XRC",
+                ibv::ibv_device_cap_flags::IBV_DEVICE_XRC.0
+            ),
+            c!(
                 "IBV_TRANSPORT_UNKNOWN",
                 ibv::ibv_transport_type::IBV_TRANSPORT_UNKNOWN
             ),

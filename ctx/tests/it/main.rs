@@ -11,3 +11,4 @@ mod optional_attrs;
 mod prop;
 mod shared_bfregs;
 mod support;
+mod verbs_xrc;

@@ -33,17 +33,15 @@ pub(super) fn create_cq(
     ctx: *mut ibv::ibv_context,
     attr: &CqInitAttr,
     channel: *mut ibv::ibv_comp_channel,
-    timestamps: bool,
+    wc_flags: u64,
 ) -> Result<*mut ibv::ibv_cq> {
     // SAFETY: all-zero is a valid `ibv_cq_init_attr_ex` (integers and NULL pointers).
     let mut a: ibv::ibv_cq_init_attr_ex = unsafe { std::mem::zeroed() };
     a.cqe = attr.cqe;
     a.channel = channel;
-    if timestamps {
-        // verbs.h `IBV_WC_EX_WITH_COMPLETION_TIMESTAMP`: the raw device clock in every CQE
-        // (rdma-core cq.c `mlx5_cq_read_wc_completion_ts` reads `cqe64->timestamp`).
-        a.wc_flags |= u64::from(ibv::ibv_create_cq_wc_flags::IBV_WC_EX_WITH_COMPLETION_TIMESTAMP.0);
-    }
+    // With `IBV_WC_EX_WITH_COMPLETION_TIMESTAMP` the raw device clock is in every CQE
+    // (rdma-core cq.c `mlx5_cq_read_wc_completion_ts` reads `cqe64->timestamp`).
+    a.wc_flags = wc_flags;
     if attr.ignore_overrun {
         a.comp_mask |= ibv::ibv_cq_init_attr_mask::IBV_CQ_INIT_ATTR_MASK_FLAGS.0;
         a.flags |= ibv::ibv_create_cq_attr_flags::IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN.0;

@@ -8,6 +8,10 @@
 //!   [`crate::layout`] records. On any other device (Soft-RoCE) the `*_verbs` methods still
 //!   create, modify and destroy objects; the layout-returning trait methods answer
 //!   [`crate::Error::Unsupported`] and [`crate::DeviceAttr::direct_path`] is `false`.
+//! - XRC (`device/xrc.rs`): XRC domains, XRC SRQs (`ibv_create_srq_ex`, `ibv_get_srq_num`),
+//!   initiator and target QPs (`ibv_create_qp_ex`, `ibv_open_qp`) behind the [`crate::Device`]
+//!   XRC methods, on a device with `IBV_DEVICE_XRC`; elsewhere (Soft-RoCE) each refuses with
+//!   [`crate::Error::Unsupported`] naming the verb.
 //! - [`baseline`]: the plain `ibv_post_send` / `ibv_post_recv` / `ibv_poll_cq` data path that
 //!   benchmarks compare against, and the data path used on Soft-RoCE.
 //! - [`read_counters`]: `hw_counters` and port counters from sysfs.

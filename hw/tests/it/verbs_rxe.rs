@@ -14,8 +14,9 @@
 //! that rxe refuses `IBV_QP_RATE_LIMIT` with EOPNOTSUPP; SEND/WRITE/READ/atomics over RC, UC and UD through the
 //! baseline data path between rxe0 and rxe1 (GID index 1, IPv4-mapped); UD multicast
 //! (`ibv_attach_mcast`, a datagram to QPN 0xFFFFFF reaching the attached QPs, none after
-//! `ibv_detach_mcast`); and the Error → Reset → Init → RTR → RTS recovery with traffic
-//! afterwards.
+//! `ibv_detach_mcast`); the Error → Reset → Init → RTR → RTS recovery with traffic
+//! afterwards; and that every XRC call is refused with an error naming the verb (rxe has no
+//! XRC: `ibv_open_xrcd` answers EOPNOTSUPP).
 #![cfg(feature = "verbs")]
 
 use std::time::Duration;
@@ -122,6 +123,15 @@ struct Side {
 
 impl Side {
     fn new(name: &str, qp_type: QpType, with_channel: bool) -> Side {
+        Self::build(name, qp_type, with_channel, false)
+    }
+
+    /// A side whose CQ is an `ibv_cq_ex` with `IBV_WC_STANDARD_FLAGS` (the extended poll).
+    fn extended(name: &str, qp_type: QpType) -> Side {
+        Self::build(name, qp_type, false, true)
+    }
+
+    fn build(name: &str, qp_type: QpType, with_channel: bool, extended: bool) -> Side {
         let dev = VerbsDevice::open(name).unwrap();
         let pd = dev.alloc_pd().unwrap();
         let buf = Buf::new(1 << 16);
@@ -129,14 +139,19 @@ impl Side {
         // device (and with it the MR) is dropped first.
         let mr = unsafe { dev.reg_mr(pd, buf.ptr, buf.len, ALL_ACCESS) }.unwrap();
         let ch = with_channel.then(|| dev.create_comp_channel().unwrap());
-        let cq = dev
-            .create_cq_verbs(&CqInitAttr {
-                cqe: 128,
-                channel: ch,
-                ..CqInitAttr::default()
-            })
-            .unwrap()
-            .id;
+        let attr = CqInitAttr {
+            cqe: 128,
+            channel: ch,
+            ..CqInitAttr::default()
+        };
+        let cq = if extended {
+            let c = dev.create_cq_verbs_extended(&attr).unwrap();
+            assert!(c.extended && !c.timestamps, "{c:?}");
+            c
+        } else {
+            dev.create_cq_verbs(&attr).unwrap()
+        }
+        .id;
         let qp = dev
             .create_qp_verbs(
                 pd,
@@ -1304,4 +1319,232 @@ fn ud_multicast_attach_send_detach() {
         "a detached QP received a multicast datagram"
     );
     b.dev.detach_mcast(b.qp.id, &group, 0).unwrap();
+}
+
+/// XRC on Soft-RoCE: rxe has no XRC (its kernel driver no `alloc_xrcd`, its capability flags
+/// no `IB_DEVICE_XRC`, its provider no `open_xrcd`, so libibverbs' dummy op answers
+/// EOPNOTSUPP). Every XRC call of the backend must say which verb the device refuses, as an
+/// `Unsupported` error, without creating anything: the PD and CQ it was given are free to go
+/// afterwards (the kernel would refuse them with EBUSY if an XRC object had been left on them).
+#[test]
+#[ignore = "needs Soft-RoCE: run tools/rxe-vm/run-verbs-tests.sh"]
+fn xrc_is_refused_clearly_on_soft_roce() {
+    require_vm();
+    use mlx5_hw::{QpInitEx, SrqInitAttr, XrcSrqInitAttr, XrcdId};
+    let dev = VerbsDevice::open("rxe0").unwrap();
+    assert!(!dev.has_xrc(), "rxe0 reports IBV_DEVICE_XRC");
+    let pd = dev.alloc_pd().unwrap();
+    let cq = dev.create_cq_verbs(&CqInitAttr::default()).unwrap().id;
+    let refused = |what: &str, r: mlx5_hw::Result<()>, call: &str| {
+        let e = r.expect_err(what);
+        let msg = e.to_string();
+        assert!(
+            matches!(e, Error::Unsupported(_)) && msg.contains(call) && msg.contains("rxe0"),
+            "{what}: expected Unsupported naming {call} on rxe0, got {e:?}"
+        );
+        assert_eq!(e.errno(), libc::EOPNOTSUPP, "{what}");
+        msg
+    };
+    // The provider's own answer, not a check of ours: EOPNOTSUPP from ibv_open_xrcd.
+    let msg = refused("open_xrcd", dev.open_xrcd().map(drop), "ibv_open_xrcd");
+    assert!(
+        msg.contains("os error 95"),
+        "not the provider's EOPNOTSUPP: {msg}"
+    );
+    // The rest need a domain that cannot exist here; each names its verb.
+    let x = XrcdId(1);
+    refused(
+        "create_srq_xrc",
+        dev.create_srq_xrc(
+            pd,
+            &XrcSrqInitAttr {
+                xrcd: x,
+                cq,
+                attr: SrqInitAttr {
+                    max_wr: 16,
+                    max_sge: 1,
+                    srq_limit: 0,
+                },
+            },
+        )
+        .map(drop),
+        "ibv_create_srq_ex(IBV_SRQT_XRC)",
+    );
+    let base = QpInitAttr {
+        qp_type: QpType::XrcRecv,
+        send_cq: cq,
+        recv_cq: cq,
+        srq: None,
+        cap: QpCap::default(),
+        sq_sig_all: false,
+    };
+    refused(
+        "create_qp_ex(XRC_RECV)",
+        dev.create_qp_ex(
+            pd,
+            &base,
+            &QpInitEx {
+                xrcd: Some(x),
+                ..QpInitEx::default()
+            },
+        )
+        .map(drop),
+        "ibv_create_qp_ex(IBV_QPT_XRC_RECV)",
+    );
+    refused("open_qp", dev.open_qp(x, 0x42).map(drop), "ibv_open_qp");
+    refused("close_xrcd", dev.close_xrcd(x), "ibv_close_xrcd");
+    let ini = QpInitAttr {
+        qp_type: QpType::XrcSend,
+        cap: QpCap {
+            max_send_wr: 16,
+            max_send_sge: 1,
+            ..QpCap::default()
+        },
+        ..base
+    };
+    refused(
+        "create_qp_verbs(XRC_SEND)",
+        dev.create_qp_verbs(pd, &ini).map(drop),
+        "ibv_create_qp(IBV_QPT_XRC_SEND)",
+    );
+    // A target is created with create_qp_ex and a domain, never with plain create_qp.
+    let e = dev.create_qp_verbs(pd, &base).unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument(_)), "{e:?}");
+    // Nothing was left behind on the PD or the CQ.
+    dev.destroy_cq(cq).unwrap();
+    dev.dealloc_pd(pd).unwrap();
+}
+
+/// Completion timestamps on Soft-RoCE: what `ibv_create_cq_ex` with
+/// `IBV_WC_EX_WITH_COMPLETION_TIMESTAMP` and the device clock (`hca_core_clock` of
+/// `ibv_query_device_ex`) give. rxe offers neither (its provider's `rxe_create_cq_ex` refuses
+/// wc_flags outside the standard ones with EOPNOTSUPP, and the kernel reports no core clock):
+/// each is refused with an `Unsupported` error naming the call and the device, and nothing is
+/// left behind.
+#[test]
+#[ignore = "needs Soft-RoCE: run tools/rxe-vm/run-verbs-tests.sh"]
+fn completion_timestamps_are_refused_clearly_on_soft_roce() {
+    require_vm();
+    let dev = VerbsDevice::open("rxe0").unwrap();
+    let e = dev
+        .create_cq_verbs_with_timestamps(&CqInitAttr::default())
+        .expect_err("rxe0 created a CQ with completion timestamps");
+    let msg = e.to_string();
+    assert!(
+        matches!(e, Error::Unsupported(_))
+            && msg.contains("IBV_WC_EX_WITH_COMPLETION_TIMESTAMP")
+            && msg.contains("rxe0")
+            && msg.contains("not supported by this device"),
+        "{e:?}"
+    );
+    let e = dev.query_clock().expect_err("rxe0 reported a core clock");
+    assert!(
+        matches!(e, Error::Unsupported(_)) && e.to_string().contains("rxe0"),
+        "{e:?}"
+    );
+    // The Device method, too (it needs the mlx5 ring on top).
+    let e = dev
+        .create_cq_with_timestamps(&CqInitAttr::default())
+        .unwrap_err();
+    assert!(matches!(e, Error::Unsupported(_)), "{e:?}");
+    // A plain CQ still works, and polling it for timestamps is refused, not misread.
+    let cq = dev.create_cq_verbs(&CqInitAttr::default()).unwrap();
+    assert!(!cq.timestamps);
+    let mut bc = BaselineCq::new(&dev, cq.id).unwrap();
+    let mut out = [Completion::default(); 4];
+    let mut ts = [0u64; 4];
+    let e = bc.poll_timestamped(&mut out, &mut ts).unwrap_err();
+    assert!(matches!(e, Error::Unsupported(_)), "{e:?}");
+    drop(bc);
+    dev.destroy_cq(cq.id).unwrap();
+}
+
+/// The extended polling interface (`ibv_start_poll` / `ibv_next_poll` / `ibv_end_poll` and the
+/// `ibv_wc_read_*` readers, what `lat --timestamps --path verbs` polls with) on real
+/// completions: rxe's `ibv_create_cq_ex` with `IBV_WC_STANDARD_FLAGS` (no timestamps, which it
+/// refuses). Receive with immediate, send and an error completion read as they should, the
+/// timestamps of a CQ without them are 0, and nothing is skipped between the two interfaces.
+#[test]
+#[ignore = "needs Soft-RoCE: run tools/rxe-vm/run-verbs-tests.sh"]
+fn extended_poll_reads_real_completions_on_soft_roce() {
+    require_vm();
+    const IBV_WC_SEND: u32 = 0;
+    const IBV_WC_RDMA_WRITE: u32 = 1;
+    const IBV_WC_RECV: u32 = 1 << 7;
+    const IBV_WC_REM_ACCESS_ERR: u32 = 10;
+    let a = Side::extended("rxe0", QpType::Rc);
+    let b = Side::extended("rxe1", QpType::Rc);
+    connect(&a, &b, 0x77, 0x99);
+    let mut qa = BaselineQp::new(&a.dev, a.qp.id).unwrap();
+    let mut qb = BaselineQp::new(&b.dev, b.qp.id).unwrap();
+    let mut ca = BaselineCq::new(&a.dev, a.cq).unwrap();
+    let mut cb = BaselineCq::new(&b.dev, b.cq).unwrap();
+    let ex_one = |cq: &mut BaselineCq<'_>, what: &str| -> (Completion, u64) {
+        let deadline = std::time::Instant::now() + WAIT;
+        let mut out = [Completion::default(); 2];
+        let mut ts = [u64::MAX; 2];
+        loop {
+            let n = cq.poll_timestamped(&mut out, &mut ts).unwrap();
+            assert!(n <= 1, "{what}: {n} completions, want 1: {out:?}");
+            if n == 1 {
+                return (out[0], ts[0]);
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{what}: no completion"
+            );
+            std::thread::yield_now();
+        }
+    };
+    a.buf.write(0, b"extended poll!!");
+    qb.post_recv(7, &[b.sge(0, 256)]).unwrap();
+    qa.post_send(&SendWr::new(
+        1,
+        SendOp::SendImm(0xfeed_beef),
+        &[a.sge(0, 15)],
+    ))
+    .unwrap();
+    let (r, ts) = ex_one(&mut cb, "receive");
+    assert!(r.is_success(), "{r:?}");
+    assert_eq!(
+        (r.wr_id, r.opcode, r.byte_len, r.imm, r.qp_num),
+        (7, IBV_WC_RECV, 15, Some(0xfeed_beef), b.qp.qpn),
+        "{r:?}"
+    );
+    assert_eq!(ts, 0, "a CQ without timestamps");
+    assert_eq!(b.buf.read(0, 15), b"extended poll!!");
+    let (s, _) = ex_one(&mut ca, "send");
+    assert_eq!(
+        (s.wr_id, s.opcode, s.qp_num),
+        (1, IBV_WC_SEND, a.qp.qpn),
+        "{s:?}"
+    );
+    let w = SendOp::Write {
+        remote_addr: b.buf.addr(4096),
+        rkey: b.mr.rkey,
+    };
+    qa.post_send(&SendWr::new(2, w, &[a.sge(0, 15)])).unwrap();
+    // The same CQ answers `ibv_poll_cq` too, after extended batches: rxe's `cq_next_poll`
+    // ends a batch itself when the queue is empty, and an `ibv_end_poll` after it would step
+    // past the entry of this WRITE, which then reads all zero (seen here before
+    // `poll_timestamped` kept to batches of one).
+    let c = ok(&mut ca, "write, ibv_poll_cq");
+    assert_eq!(
+        (c.wr_id, c.opcode, c.qp_num),
+        (2, IBV_WC_RDMA_WRITE, a.qp.qpn),
+        "{c:?}"
+    );
+    // An error completion: status and vendor syndrome, no timestamp.
+    let bad = SendOp::Write {
+        remote_addr: b.buf.addr(4096),
+        rkey: b.mr.rkey ^ 0x5a5a_0000,
+    };
+    qa.post_send(&SendWr::new(3, bad, &[a.sge(0, 15)])).unwrap();
+    let (e, ts) = ex_one(&mut ca, "write with a bad rkey");
+    assert_eq!(
+        (e.wr_id, e.status, ts),
+        (3, IBV_WC_REM_ACCESS_ERR, 0),
+        "{e:?}"
+    );
+    assert_eq!(e.qp_num, a.qp.qpn);
 }

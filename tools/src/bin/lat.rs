@@ -19,6 +19,9 @@
 //! (the run's `-n` is capped by memory: `mlx5_tools::limits`); with `-D` a bounded histogram
 //! is kept instead and the report has perftest's duration columns (`t_avg`, `tps average`).
 //!
+//! `--timestamps` creates the measuring end's CQ with completion timestamps and prints, under
+//! each row, the same latency measured with the NIC's clock (`mlx5_tools::timestamps`).
+//!
 //! A server and a client started with different flags (test, `-c`, `-s`/`-a`, `-n`/`-D`) both
 //! stop when they connect, naming both values (`mlx5_tools::hello`). Across processes each has
 //! its own software ConnectX; they swap UDP addresses on the control connection, and RoCEv2
@@ -45,6 +48,7 @@ use mlx5_tools::report::{self, Banner};
 use mlx5_tools::resources::{Resources, ResourcesCfg};
 use mlx5_tools::serve::{exit_on_failure, say, serve_until_closed};
 use mlx5_tools::stats::{self, DurationStats, LatencyStats};
+use mlx5_tools::timestamps::{self, Marker, NicRecorder};
 use mlx5_tools::{svg, Error, Result};
 use std::fs::File;
 use std::io::Write;
@@ -98,6 +102,8 @@ struct Plan {
     /// `--histogram`, `--hlog`, opened before the run.
     svg: Option<(File, String)>,
     hlog: Option<(File, String)>,
+    /// `--timestamps`: the measuring end's CQ has completion timestamps.
+    timestamps: bool,
 }
 
 /// What `-H` / `-U` print.
@@ -150,6 +156,24 @@ fn plan(args: &LatArgs) -> Result<Plan> {
             .map(|p| Ok((limits::create_output(flag, p)?, p.display().to_string())))
             .transpose()
     };
+    if args.timestamps {
+        // The NIC's samples are kept like the CPU's, one per iteration of -n; -e polls with
+        // the blocking call, which reads no timestamps; --output prints one figure only.
+        let clash = if matches!(length, Length::Duration { .. }) {
+            Some("-D (it needs -n: every timestamp is kept)")
+        } else if c.events {
+            Some("-e (the blocking poll reads no timestamps)")
+        } else if c.output.is_some() {
+            Some("--output (it prints one figure only)")
+        } else {
+            None
+        };
+        if let Some(what) = clash {
+            return Err(Error::Usage(format!(
+                "--timestamps cannot be used with {what}"
+            )));
+        }
+    }
     let svg = open("--histogram", &args.histogram)?;
     let hlog = open("--hlog", &args.hlog)?;
     Ok(Plan {
@@ -180,6 +204,7 @@ fn plan(args: &LatArgs) -> Result<Plan> {
         },
         svg,
         hlog,
+        timestamps: args.timestamps,
     })
 }
 
@@ -221,11 +246,45 @@ impl Plan {
         }
     }
 
+    /// Which completion ends an iteration on the measuring end (`--timestamps`).
+    fn marker(&self) -> Marker {
+        match self.test {
+            Test::Send => Marker::Receive,
+            Test::Write | Test::Read | Test::Atomic => Marker::Send,
+        }
+    }
+
+    /// The NIC's clock and recorder of the measuring end (`--timestamps`), `None` without it.
+    fn nic(&self, clock: Option<mlx5_hw::ClockInfo>) -> Result<Option<Nic>> {
+        match clock {
+            Some(clock) if self.timestamps => Ok(Some(Nic {
+                clock,
+                rec: NicRecorder::new(self.marker(), self.length.iters().unwrap_or(0))?,
+            })),
+            _ => Ok(None),
+        }
+    }
+
     /// Say a line of the report, unless `--output` asks for the number only.
     fn say(&self, line: &str) {
         if !self.quiet {
             say(line);
         }
+    }
+}
+
+/// `--timestamps` on the measuring end: the device clock and the markers' stamps.
+struct Nic {
+    clock: mlx5_hw::ClockInfo,
+    rec: NicRecorder,
+}
+
+impl Nic {
+    /// The NIC's line for the size just measured (its stamps are taken).
+    fn line(&mut self, size: u64, halves: u32) -> Result<String> {
+        let stamps = self.rec.take();
+        let ns = timestamps::samples(&self.clock, &stamps, halves)?;
+        Ok(timestamps::nic_line(&self.clock, size, ns))
     }
 }
 
@@ -252,6 +311,8 @@ struct Pinger<'a, P> {
     /// A server watches the control connection while it answers: the client's goodbye ends
     /// a `-D` run.
     watch: Option<Connection>,
+    /// `--timestamps` on the measuring end: every completion drained is noted.
+    nic: Option<Nic>,
 }
 
 /// What a wait ended with.
@@ -281,6 +342,7 @@ impl<'a, P: DataPath> Pinger<'a, P> {
             done: [Done::default(); 16],
             yield_idle: false,
             watch: None,
+            nic: None,
         }
     }
 
@@ -341,6 +403,9 @@ impl<'a, P: DataPath> Pinger<'a, P> {
         let n = self.path.poll(&mut self.done)?;
         for i in 0..n {
             let d = self.done[i];
+            if let Some(nic) = self.nic.as_mut() {
+                nic.rec.note(&d);
+            }
             if d.recv {
                 self.recvs += 1;
                 self.last_recv_len = d.byte_len;
@@ -786,13 +851,45 @@ fn run_on(args: &LatArgs, p: &Plan, devs: &Devices) -> Result<()> {
     }
 }
 
-/// One end of this library's data path, with the doorbell mode `--doorbell` asks for.
-fn direct_end(ctx: &mlx5_ctx::Context, p: &Plan) -> Result<(Resources, u32)> {
-    let (mut r, inline) = Resources::with_inline(ctx, &p.cfg(), p.inline)?;
+/// One end of this library's data path, with the doorbell mode `--doorbell` asks for; the
+/// measuring end of a `--timestamps` run (`stamped`) on a CQ with completion timestamps.
+fn direct_end(ctx: &mlx5_ctx::Context, p: &Plan, stamped: bool) -> Result<(Resources, u32)> {
+    let (mut r, inline) = if stamped {
+        Resources::with_inline_timestamped(ctx, &p.cfg(), p.inline)
+            .map_err(|e| timestamps_refused(ctx.name(), e))?
+    } else {
+        Resources::with_inline(ctx, &p.cfg(), p.inline)?
+    };
     if let Some(mode) = p.doorbell {
         r.set_doorbell_mode(mode)?;
     }
     Ok((r, inline))
+}
+
+/// The device clock of the measuring end of a `--timestamps` run (`measuring`), checked before
+/// anything is created; `None` otherwise.
+fn nic_clock(
+    p: &Plan,
+    ctx: &mlx5_ctx::Context,
+    measuring: bool,
+) -> Result<Option<mlx5_hw::ClockInfo>> {
+    if p.timestamps && measuring {
+        Ok(Some(timestamps::clock_of(ctx)?))
+    } else {
+        Ok(None)
+    }
+}
+
+/// A device's refusal to create a CQ with completion timestamps, as the clear usage error of
+/// `--timestamps`; any other error as it is.
+fn timestamps_refused(device: &str, e: Error) -> Error {
+    match e {
+        Error::Device(mlx5_hw::Error::Unsupported(why))
+        | Error::Ctx(mlx5_ctx::Error::Device(mlx5_hw::Error::Unsupported(why))) => {
+            timestamps::unsupported(device, why)
+        }
+        e => e,
+    }
 }
 
 /// The banner's doorbell line: the direct path's mode (as `--doorbell` chose it, or the QP's
@@ -812,7 +909,9 @@ fn run_direct(
     params: &ConnectParams,
     rv: Option<&Rendezvous>,
 ) -> Result<()> {
-    let (mut a, inline_a) = direct_end(&devs.local, p)?;
+    let measuring = rv.is_none_or(|r| r.is_client());
+    let clock = nic_clock(p, &devs.local, measuring)?;
+    let (mut a, inline_a) = direct_end(&devs.local, p, clock.is_some())?;
     let doorbell = doorbell_line(p, a.doorbell_mode());
     let recv_a = p.receives(&a.mr)?;
     let ctx_a = a.context().clone();
@@ -829,7 +928,7 @@ fn run_direct(
     };
     match rv {
         None => {
-            let (mut b, inline_b) = direct_end(devs.peer_or_local(), p)?;
+            let (mut b, inline_b) = direct_end(devs.peer_or_local(), p, false)?;
             let recv_b = p.receives(&b.mr)?;
             let ctx_b = b.context().clone();
             let end_b = End {
@@ -857,13 +956,19 @@ fn run_direct(
                 None,
             )?;
             let inline = inline_a.min(inline_b);
-            let pa = Pinger::new(
-                Direct::new(links_a.qps, links_a.cq),
+            let path_a = Direct::new(links_a.qps, links_a.cq);
+            let mut pa = Pinger::new(
+                if clock.is_some() {
+                    path_a.timestamped()
+                } else {
+                    path_a
+                },
                 mr,
                 buffer_of(&conn.conns[0])?,
                 inline,
                 p,
             );
+            pa.nic = p.nic(clock)?;
             let pb = Pinger::new(
                 Direct::new(links_b.qps, links_b.cq),
                 mr_b,
@@ -879,13 +984,19 @@ fn run_direct(
         }
         Some(rv) => {
             let conn = connect_all(devs, &end_a, &mut links_a, None, Some(rv), Some(&p.shape))?;
-            let me = Pinger::new(
-                Direct::new(links_a.qps, links_a.cq),
+            let path_a = Direct::new(links_a.qps, links_a.cq);
+            let mut me = Pinger::new(
+                if clock.is_some() {
+                    path_a.timestamped()
+                } else {
+                    path_a
+                },
                 mr,
                 buffer_of(&conn.conns[0])?,
                 inline_a,
                 p,
             );
+            me.nic = p.nic(clock)?;
             exit_on_failure(
                 "lat",
                 devs,
@@ -985,6 +1096,9 @@ fn measure_loopback<P: DataPath, Q: DataPath>(
         pa.settle()?;
         pb.settle()?;
         rep.row(size as u64, rec.finish(), from, took)?;
+        if let Some(nic) = pa.nic.as_mut() {
+            say(&nic.line(size as u64, p.halves())?);
+        }
     }
     rep.finish()
 }
@@ -1083,6 +1197,9 @@ fn measure_end<P: DataPath>(
         let took = from.elapsed();
         me.settle()?;
         rep.row(size as u64, rec.finish(), from, took)?;
+        if let Some(nic) = me.nic.as_mut() {
+            say(&nic.line(size as u64, p.halves())?);
+        }
     }
     conn.close()?;
     rep.finish()
@@ -1108,6 +1225,12 @@ fn banner(
         extra.push((
             "Completions".into(),
             "events (-e): sleeps on the CQ's completion channel".into(),
+        ));
+    }
+    if p.timestamps {
+        extra.push((
+            "Timestamps".into(),
+            "CQE completion timestamps on the measuring end: a NIC line under each row".into(),
         ));
     }
     if let Length::Duration { secs, margin } = p.length {
@@ -1168,7 +1291,14 @@ fn run_verbs(
         .clone()
         .ok_or_else(|| Error::Usage("--path verbs needs a verbs device".into()))?;
     let doorbell = doorbell_line(p, None);
-    let (a, inline_a) = VerbsResources::with_inline(&devs.local, dev.clone(), &p.cfg(), p.inline)?;
+    let measuring = rv.is_none_or(|r| r.is_client());
+    let clock = nic_clock(p, &devs.local, measuring)?;
+    let (a, inline_a) = if clock.is_some() {
+        VerbsResources::with_inline_timestamped(&devs.local, dev.clone(), &p.cfg(), p.inline)
+            .map_err(|e| timestamps_refused(&devs.name, e))?
+    } else {
+        VerbsResources::with_inline(&devs.local, dev.clone(), &p.cfg(), p.inline)?
+    };
     let end_a = End {
         ctx: a.context(),
         qps: vec![a.qp_ref(0)],
@@ -1209,7 +1339,8 @@ fn run_verbs(
                 )?
             };
             let inline = inline_a.min(inline_b);
-            let pa = Pinger::new(va, &a.mr, buffer_of(&conn.conns[0])?, inline, p);
+            let mut pa = Pinger::new(va, &a.mr, buffer_of(&conn.conns[0])?, inline, p);
+            pa.nic = p.nic(clock)?;
             let pb = Pinger::new(vb, &b.mr, buffer_of(&conn.peer[0])?, inline, p);
             exit_on_failure(
                 "lat",
@@ -1226,7 +1357,8 @@ fn run_verbs(
                 };
                 connect_all(devs, &end_a, &mut la, None, Some(rv), Some(&p.shape))?
             };
-            let me = Pinger::new(va, &a.mr, buffer_of(&conn.conns[0])?, inline_a, p);
+            let mut me = Pinger::new(va, &a.mr, buffer_of(&conn.conns[0])?, inline_a, p);
+            me.nic = p.nic(clock)?;
             exit_on_failure(
                 "lat",
                 devs,

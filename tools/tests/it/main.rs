@@ -3,6 +3,7 @@
 
 mod bad_input;
 mod fuzz_replay;
+mod lat_timestamps;
 mod perftest_tests;
 mod tools_lat_bw;
 

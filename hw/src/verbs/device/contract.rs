@@ -64,7 +64,7 @@ impl Device for VerbsDevice {
         let mut objs = self.lock();
         let p = objs.pds.get(pd.0)?.pd;
         let users = objs.mrs.iter().filter(|(_, e)| e.pd == pd).count()
-            + objs.qps.iter().filter(|(_, e)| e.pd == pd).count()
+            + objs.qps.iter().filter(|(_, e)| e.pd == Some(pd)).count()
             + objs.srqs.iter().filter(|(_, e)| e.pd == pd).count()
             + objs.ahs.iter().filter(|(_, e)| e.pd == pd).count();
         if users > 0 {
@@ -158,7 +158,7 @@ impl Device for VerbsDevice {
         if !self.mlx5 {
             return Err(self.direct_path_error("create_cq_with_timestamps"));
         }
-        let c = self.create_cq_verbs_ts(attr, true)?;
+        let c = self.create_cq_verbs_with_timestamps(attr)?;
         match c.layout {
             Some(layout) => Ok(CqInfo { id: c.id, layout }),
             None => Err(self.direct_path_error("create_cq_with_timestamps")),
@@ -171,10 +171,20 @@ impl Device for VerbsDevice {
         if objs
             .qps
             .iter()
-            .any(|(_, q)| q.send_cq == cq || q.recv_cq == cq)
+            .any(|(_, q)| q.send_cq == Some(cq) || q.recv_cq == Some(cq))
         {
             return Err(Error::Busy(format!(
                 "CQ {} is used by a QP; destroy the QP first",
+                cq.0
+            )));
+        }
+        if objs
+            .srqs
+            .iter()
+            .any(|(_, s)| s.xrc.is_some_and(|(_, c)| c == cq))
+        {
+            return Err(Error::Busy(format!(
+                "CQ {} takes the completions of an XRC SRQ; destroy the SRQ first",
                 cq.0
             )));
         }
@@ -364,6 +374,46 @@ impl Device for VerbsDevice {
 
     fn ack_cq_events(&self, cq: CqId, n: u32) -> Result<()> {
         self.ack_events(cq, n)
+    }
+
+    fn create_qp_ex(
+        &self,
+        pd: PdId,
+        attr: &QpInitAttr,
+        ex: &crate::device::QpInitEx,
+    ) -> Result<QpInfo> {
+        match ex.xrcd {
+            Some(x) if attr.qp_type == QpType::XrcRecv && ex.create_flags.is_empty() => {
+                self.create_xrc_target(x)
+            }
+            Some(_) => Err(Error::InvalidArgument(format!(
+                "create_qp_ex: an XRC domain is for XRC_RECV QPs without create flags, not {} \
+                 with {:?}",
+                attr.qp_type, ex.create_flags
+            ))),
+            None if *ex == crate::device::QpInitEx::default() => self.create_qp(pd, attr),
+            None => Err(Error::Unsupported(format!(
+                "{} (verbs backend) does not support {:?}",
+                self.name, ex
+            ))),
+        }
+    }
+
+    fn open_xrcd(&self) -> Result<XrcdId> {
+        self.open_xrcd_verbs()
+    }
+
+    fn close_xrcd(&self, xrcd: XrcdId) -> Result<()> {
+        self.close_xrcd_verbs(xrcd)
+    }
+
+    fn create_srq_xrc(&self, pd: PdId, attr: &crate::device::XrcSrqInitAttr) -> Result<SrqInfo> {
+        let (id, layout) = self.create_xrc_srq_verbs(pd, attr)?;
+        Ok(SrqInfo { id, layout })
+    }
+
+    fn open_qp(&self, xrcd: XrcdId, qpn: u32) -> Result<QpId> {
+        self.open_xrc_target(xrcd, qpn)
     }
 
     fn counters(&self, port: u8) -> Result<Vec<Counter>> {

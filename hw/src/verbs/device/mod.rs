@@ -9,6 +9,7 @@
 mod contract;
 mod events;
 mod mcast;
+mod xrc;
 
 use std::ffi::{c_int, CStr};
 use std::os::fd::RawFd;
@@ -26,7 +27,7 @@ use super::table::Table;
 use crate::attr::{AccessFlags, AhAttr, AttrMask, Gid, QpAttr, QpCap, QpState, QpType};
 use crate::device::{
     AhId, AhInfo, AsyncEvent, ChannelId, Counter, CqId, CqInfo, CqInitAttr, Device, DeviceAttr,
-    MrId, MrInfo, PdId, PortAttr, QpId, QpInfo, QpInitAttr, SrqId, SrqInfo, SrqInitAttr,
+    MrId, MrInfo, PdId, PortAttr, QpId, QpInfo, QpInitAttr, SrqId, SrqInfo, SrqInitAttr, XrcdId,
 };
 use crate::error::{Error, Result};
 use crate::layout::{CqLayout, QpLayout, SrqLayout};
@@ -41,6 +42,50 @@ pub struct VerbsCq {
     pub cqe: u32,
     /// The mlx5 ring layout; `None` on a device without the direct data path.
     pub layout: Option<CqLayout>,
+    /// Created with completion timestamps
+    /// ([`VerbsDevice::create_cq_verbs_with_timestamps`]): an `ibv_cq_ex` whose completions
+    /// [`super::baseline::BaselineCq::poll_timestamped`] reads with their timestamps.
+    pub timestamps: bool,
+    /// Created through `ibv_create_cq_ex` with `IBV_WC_STANDARD_FLAGS`
+    /// ([`VerbsDevice::create_cq_verbs_extended`], or with timestamps): it can be polled
+    /// through the extended interface ([`super::baseline::BaselineCq::poll_timestamped`]).
+    pub extended: bool,
+}
+
+/// How a CQ is created for polling through libibverbs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum CqPoll {
+    /// `ibv_poll_cq` only.
+    Plain,
+    /// An `ibv_cq_ex` with `IBV_WC_STANDARD_FLAGS`: the extended poll too.
+    Extended,
+    /// [`CqPoll::Extended`] with `IBV_WC_EX_WITH_COMPLETION_TIMESTAMP`.
+    Timestamps,
+}
+
+impl CqPoll {
+    /// The `wc_flags` of a CQ created for `poll`: none for [`CqPoll::Plain`]; else
+    /// `IBV_WC_STANDARD_FLAGS` (verbs.h: byte count, immediate, QP number, source QP, SLID, SL,
+    /// DLID path bits), so that the extended poll's readers of those fields exist (a provider
+    /// installs a reader only for the fields asked for: rdma-core cq.c `mlx5_cq_fill_pfns`), and
+    /// with [`CqPoll::Timestamps`] `IBV_WC_EX_WITH_COMPLETION_TIMESTAMP`. The ring the direct
+    /// path reads is the same either way.
+    pub(super) fn wc_flags(self) -> u64 {
+        use ibv::ibv_create_cq_wc_flags as f;
+        let standard = f::IBV_WC_EX_WITH_BYTE_LEN
+            | f::IBV_WC_EX_WITH_IMM
+            | f::IBV_WC_EX_WITH_QP_NUM
+            | f::IBV_WC_EX_WITH_SRC_QP
+            | f::IBV_WC_EX_WITH_SLID
+            | f::IBV_WC_EX_WITH_SL
+            | f::IBV_WC_EX_WITH_DLID_PATH_BITS;
+        let flags = match self {
+            CqPoll::Plain => f(0),
+            CqPoll::Extended => standard,
+            CqPoll::Timestamps => standard | f::IBV_WC_EX_WITH_COMPLETION_TIMESTAMP,
+        };
+        u64::from(flags.0)
+    }
 }
 
 /// A QP created through [`VerbsDevice::create_qp_verbs`].
@@ -92,6 +137,8 @@ struct CqEntry {
     unacked: u32,
     /// A [`super::baseline::BaselineCq`] polls it.
     claimed: bool,
+    /// An `ibv_cq_ex` with `IBV_WC_STANDARD_FLAGS` (the extended poll's readers exist).
+    extended: bool,
 }
 
 struct ChannelEntry {
@@ -105,10 +152,16 @@ struct QpEntry {
     /// Thread domain of the parent domain (mlx5), deallocated last.
     td: *mut ibv::ibv_td,
     qp_type: QpType,
-    pd: PdId,
-    send_cq: CqId,
-    recv_cq: CqId,
+    /// `None` for an XRC target QP (uverbs creates `IB_QPT_XRC_TGT` without a PD).
+    pd: Option<PdId>,
+    /// `None` for an XRC target QP (no queues, no CQs).
+    send_cq: Option<CqId>,
+    /// `None` for an XRC target (no CQs) and initiator (no receive side: libibverbs
+    /// `ibv_cmd_create_qp_ex` sends no receive CQ for `IBV_QPT_XRC_SEND`).
+    recv_cq: Option<CqId>,
     srq: Option<SrqId>,
+    /// The XRC domain of an XRC target QP (created or opened with `ibv_open_qp`).
+    xrcd: Option<XrcdId>,
     /// A [`super::baseline::BaselineQp`] posts on it.
     claimed: bool,
 }
@@ -116,6 +169,12 @@ struct QpEntry {
 struct SrqEntry {
     srq: *mut ibv::ibv_srq,
     pd: PdId,
+    /// An XRC SRQ's domain and the CQ its receive completions go to.
+    xrc: Option<(XrcdId, CqId)>,
+}
+
+struct XrcdEntry {
+    xrcd: *mut ibv::ibv_xrcd,
 }
 
 struct AhEntry {
@@ -132,17 +191,21 @@ struct Objects {
     qps: Table<QpEntry>,
     srqs: Table<SrqEntry>,
     ahs: Table<AhEntry>,
+    xrcds: Table<XrcdEntry>,
 }
 
 /// An opened RDMA device (libibverbs context) and the objects created on it.
 ///
 /// Dropping it destroys every object still alive in dependency order (AHs, QPs with their
-/// parent and thread domains, SRQs, CQs after acknowledging their events, completion
-/// channels, MRs, PDs) and closes the context.
+/// parent and thread domains, SRQs, XRC domains, CQs after acknowledging their events,
+/// completion channels, MRs, PDs) and closes the context.
 pub struct VerbsDevice {
     name: String,
     ctx: *mut ibv::ibv_context,
     mlx5: bool,
+    /// `IBV_DEVICE_XRC` in the device's `device_cap_flags` (mlx5 with the `xrc` capability;
+    /// never Soft-RoCE, whose `rxe_param.h` capability flags leave it out).
+    xrc: bool,
     attr: DeviceAttr,
     objs: Mutex<Objects>,
 }
@@ -214,6 +277,7 @@ impl VerbsDevice {
             name: name.to_string(),
             ctx,
             mlx5: info.mlx5,
+            xrc: false,
             attr: DeviceAttr::default(),
             objs: Mutex::new(Objects {
                 pds: Table::new("PD"),
@@ -223,12 +287,14 @@ impl VerbsDevice {
                 qps: Table::new("QP"),
                 srqs: Table::new("SRQ"),
                 ahs: Table::new("AH"),
+                xrcds: Table::new("XRC domain"),
             }),
         };
         // SAFETY: `ctx` is an open context; `async_fd` is its event file descriptor.
         let async_fd = unsafe { (*ctx).async_fd };
         set_nonblocking(async_fd)?;
         dev.attr = dev.query_device_uncached()?;
+        dev.xrc = dev.xrc_capable()?;
         tracing::debug!(device = name, mlx5 = dev.mlx5, "opened RDMA device");
         Ok(dev)
     }
@@ -300,17 +366,31 @@ impl VerbsDevice {
     /// mlx5, with `ibv_create_cq` (or `ibv_create_cq_ex` for ignore-overrun) elsewhere.
     /// `cqe_size` other than 64 is refused off mlx5, where it means nothing.
     pub fn create_cq_verbs(&self, attr: &CqInitAttr) -> Result<VerbsCq> {
-        self.create_cq_verbs_ts(attr, false)
+        self.create_cq_verbs_as(attr, CqPoll::Plain)
     }
 
-    /// [`VerbsDevice::create_cq_verbs`], with `IBV_WC_EX_WITH_COMPLETION_TIMESTAMP` in the
-    /// CQ's `wc_flags` when `timestamps` (mlx5 only: the CQE then carries the device clock,
-    /// `mlx5_hw::timestamp`).
-    pub(super) fn create_cq_verbs_ts(
-        &self,
-        attr: &CqInitAttr,
-        timestamps: bool,
-    ) -> Result<VerbsCq> {
+    /// [`VerbsDevice::create_cq_verbs`] through `ibv_create_cq_ex` with `IBV_WC_STANDARD_FLAGS`
+    /// in `wc_flags` (byte count, immediate, QP number, source QP, SLID, SL, DLID path bits:
+    /// verbs.h), so that [`super::baseline::BaselineCq::poll_timestamped`] can read it through
+    /// the extended poll (timestamps 0: the CQ has none).
+    pub fn create_cq_verbs_extended(&self, attr: &CqInitAttr) -> Result<VerbsCq> {
+        self.create_cq_verbs_as(attr, CqPoll::Extended)
+    }
+
+    /// [`VerbsDevice::create_cq_verbs`] with completion timestamps: `ibv_create_cq_ex` (on
+    /// mlx5 `mlx5dv_create_cq`) with `IBV_WC_STANDARD_FLAGS |
+    /// IBV_WC_EX_WITH_COMPLETION_TIMESTAMP` in `wc_flags`, so that
+    /// [`super::baseline::BaselineCq::poll_timestamped`] reads each completion's raw device
+    /// clock (`ibv_wc_read_completion_ts`; convert with [`Device::query_clock`]). On any
+    /// provider: one that has no completion timestamps refuses the flag (Soft-RoCE answers
+    /// `EOPNOTSUPP`), reported as [`Error::Unsupported`] naming the call and the device.
+    pub fn create_cq_verbs_with_timestamps(&self, attr: &CqInitAttr) -> Result<VerbsCq> {
+        self.create_cq_verbs_as(attr, CqPoll::Timestamps)
+    }
+
+    /// [`VerbsDevice::create_cq_verbs`] for polling as `poll` says; with
+    /// [`CqPoll::Timestamps`] the CQE carries the device clock (`mlx5_hw::timestamp`).
+    pub(super) fn create_cq_verbs_as(&self, attr: &CqInitAttr, poll: CqPoll) -> Result<VerbsCq> {
         if attr.cqe == 0 || attr.cqe > i32::MAX as u32 {
             return Err(Error::InvalidArgument(format!(
                 "CQ size {} must be between 1 and {}",
@@ -332,11 +412,9 @@ impl VerbsDevice {
             None => std::ptr::null_mut(),
         };
         let created = if self.mlx5 {
-            mlx5::create_cq(self.ctx, attr, channel, timestamps)
-        } else if timestamps {
-            Err(self.direct_path_error("completion timestamps"))
+            mlx5::create_cq(self.ctx, attr, channel, poll.wc_flags())
         } else {
-            self.create_cq_plain(attr, channel)
+            self.create_cq_plain(attr, channel, poll)
         };
         let cq = created?;
         let layout = if self.mlx5 {
@@ -359,11 +437,14 @@ impl VerbsDevice {
             channel: attr.channel,
             unacked: 0,
             claimed: false,
+            extended: poll != CqPoll::Plain,
         })?;
         Ok(VerbsCq {
             id: CqId(id),
             cqe,
             layout,
+            timestamps: poll == CqPoll::Timestamps,
+            extended: poll != CqPoll::Plain,
         })
     }
 
@@ -371,9 +452,11 @@ impl VerbsDevice {
         &self,
         attr: &CqInitAttr,
         channel: *mut ibv::ibv_comp_channel,
+        poll: CqPoll,
     ) -> Result<*mut ibv::ibv_cq> {
         let cqe = attr.cqe as c_int;
-        if !attr.ignore_overrun {
+        let timestamps = poll == CqPoll::Timestamps;
+        if !attr.ignore_overrun && poll == CqPoll::Plain {
             // SAFETY: `ctx` is open; `channel` is NULL or a live channel of this context.
             let cq = unsafe { ibv::ibv_create_cq(self.ctx, cqe, std::ptr::null_mut(), channel, 0) };
             return if cq.is_null() {
@@ -386,14 +469,32 @@ impl VerbsDevice {
         let mut a: ibv::ibv_cq_init_attr_ex = unsafe { std::mem::zeroed() };
         a.cqe = attr.cqe;
         a.channel = channel;
-        a.comp_mask = ibv::ibv_cq_init_attr_mask::IBV_CQ_INIT_ATTR_MASK_FLAGS.0;
-        a.flags = ibv::ibv_create_cq_attr_flags::IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN.0;
+        if attr.ignore_overrun {
+            a.comp_mask = ibv::ibv_cq_init_attr_mask::IBV_CQ_INIT_ATTR_MASK_FLAGS.0;
+            a.flags = ibv::ibv_create_cq_attr_flags::IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN.0;
+        }
+        a.wc_flags = poll.wc_flags();
         // SAFETY: `ctx` is open; `a` is a valid attribute struct for the call's duration.
         match unsafe { ibv::ibv_create_cq_ex(self.ctx, &mut a) } {
             Some(cq) if !cq.is_null() => Ok(cq.cast::<ibv::ibv_cq>()),
-            _ => Err(null_error(
-                "ibv_create_cq_ex (IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN)",
-            )),
+            _ if timestamps => {
+                let e = errno();
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS)
+                ) {
+                    return Err(Error::Unsupported(format!(
+                        "ibv_create_cq_ex(IBV_WC_EX_WITH_COMPLETION_TIMESTAMP) on {}: {e}: \
+                         completion timestamps are not supported by this device",
+                        self.name
+                    )));
+                }
+                Err(classify(
+                    "ibv_create_cq_ex (IBV_WC_EX_WITH_COMPLETION_TIMESTAMP)",
+                    e,
+                ))
+            }
+            _ => Err(null_error("ibv_create_cq_ex")),
         }
     }
 
@@ -433,7 +534,7 @@ impl VerbsDevice {
                 return Err(e);
             }
         }
-        let id = objs.srqs.insert(SrqEntry { srq, pd })?;
+        let id = objs.srqs.insert(SrqEntry { srq, pd, xrc: None })?;
         Ok(VerbsSrq {
             id: SrqId(id),
             layout,
@@ -447,6 +548,7 @@ impl VerbsDevice {
     /// so that the QP has a dedicated BlueFlame register (`docs/sources.md` §6); the layout
     /// comes from `mlx5dv_init_obj`. Elsewhere: `ibv_create_qp`.
     pub fn create_qp_verbs(&self, pd: PdId, attr: &QpInitAttr) -> Result<VerbsQp> {
+        self.check_xrc_create(attr)?;
         let mut objs = self.lock();
         let pd_ptr = Self::pd_ptr(&objs, pd)?;
         let send_cq = Self::cq_ptr(&objs, attr.send_cq)?;
@@ -499,10 +601,11 @@ impl VerbsDevice {
             parent,
             td,
             qp_type: attr.qp_type,
-            pd,
-            send_cq: attr.send_cq,
-            recv_cq: attr.recv_cq,
+            pd: Some(pd),
+            send_cq: Some(attr.send_cq),
+            recv_cq: (attr.qp_type != QpType::XrcSend).then_some(attr.recv_cq),
             srq: attr.srq,
+            xrcd: None,
             claimed: false,
         })?;
         tracing::debug!(device = %self.name, qpn, qp_type = %attr.qp_type, "created QP");
@@ -622,6 +725,14 @@ impl VerbsDevice {
                 qp.0
             )));
         }
+        if e.qp_type.is_xrc() {
+            // The baseline's work requests carry no remote SRQ number (`ibv_send_wr.qp_type.xrc`)
+            // and a target QP has no queue to post on.
+            return Err(Error::Unsupported(format!(
+                "QP {} is {}: the baseline data path has no XRC",
+                qp.0, e.qp_type
+            )));
+        }
         e.claimed = true;
         Ok((e.qp, e.qp_type))
     }
@@ -633,8 +744,9 @@ impl VerbsDevice {
         }
     }
 
-    /// Marks a CQ as polled by a baseline handle; returns its pointer.
-    pub(super) fn claim_cq(&self, cq: CqId) -> Result<*mut ibv::ibv_cq> {
+    /// Marks a CQ as polled by a baseline handle; returns its pointer and whether it can be
+    /// polled through the extended interface (an `ibv_cq_ex` with `IBV_WC_STANDARD_FLAGS`).
+    pub(super) fn claim_cq(&self, cq: CqId) -> Result<(*mut ibv::ibv_cq, bool)> {
         let mut objs = self.lock();
         let e = objs.cqs.get_mut(cq.0)?;
         if e.claimed {
@@ -644,7 +756,7 @@ impl VerbsDevice {
             )));
         }
         e.claimed = true;
-        Ok(e.cq)
+        Ok((e.cq, e.extended))
     }
 
     /// Releases [`Self::claim_cq`].
@@ -744,6 +856,13 @@ impl Drop for VerbsDevice {
         for (_, e) in objs.srqs.drain_newest_first() {
             // SAFETY: no QP is left to use it.
             unsafe { ibv::ibv_destroy_srq(e.srq) };
+        }
+        for (id, e) in objs.xrcds.drain_newest_first() {
+            // SAFETY: every XRC SRQ and target QP of the domain is gone.
+            let r = unsafe { ibv::ibv_close_xrcd(e.xrcd) };
+            if r != 0 {
+                tracing::warn!(xrcd = id, err = %status_io_error(r), "ibv_close_xrcd failed on drop");
+            }
         }
         for (_, e) in objs.cqs.drain_newest_first() {
             if e.unacked > 0 {

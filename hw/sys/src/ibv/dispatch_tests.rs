@@ -129,3 +129,40 @@ fn lp64_sizes() {
     assert_eq!(size_of::<ibv_qp_init_attr_ex>(), 136);
     assert_eq!(size_of::<ibv_cq_init_attr_ex>(), 56);
 }
+
+unsafe extern "C" fn fake_start_poll(cq: *mut ibv_cq_ex, _: *mut ibv_poll_cq_attr) -> c_int {
+    // SAFETY: the test passes a live fake CQ.
+    unsafe { (*cq).wr_id = 7 };
+    0
+}
+
+unsafe extern "C" fn fake_read_ts(_: *mut ibv_cq_ex) -> u64 {
+    0x1234_5678_9abc
+}
+
+#[test]
+fn extended_poll_goes_through_the_cq_and_missing_readers_read_zero() {
+    // SAFETY: all-zero is valid for an `ibv_cq_ex` (integers, NULL pointers, `None` function
+    // pointers, zeroed pthread objects).
+    let mut cq: Box<ibv_cq_ex> = Box::new(unsafe { core::mem::zeroed() });
+    let mut attr = 0u32;
+    let a = (&mut attr as *mut u32).cast::<ibv_poll_cq_attr>();
+    // SAFETY: a fake extended CQ without ops: EOPNOTSUPP, no call through NULL.
+    assert_eq!(unsafe { ibv_start_poll(&mut *cq, a) }, libc::EOPNOTSUPP);
+    // SAFETY: as above.
+    assert_eq!(unsafe { ibv_next_poll(&mut *cq) }, libc::EOPNOTSUPP);
+    // SAFETY: as above; a missing end_poll is a no-op.
+    unsafe { ibv_end_poll(&mut *cq) };
+    cq.start_poll = Some(fake_start_poll);
+    cq.read_completion_ts = Some(fake_read_ts);
+    // SAFETY: the fake ops answer.
+    assert_eq!(unsafe { ibv_start_poll(&mut *cq, a) }, 0);
+    assert_eq!(cq.wr_id, 7);
+    // SAFETY: as above.
+    assert_eq!(
+        unsafe { ibv_wc_read_completion_ts(&mut *cq) },
+        0x1234_5678_9abc
+    );
+    // SAFETY: a reader the "provider" did not install (not asked for in wc_flags).
+    assert_eq!(unsafe { ibv_wc_read_byte_len(&mut *cq) }, 0);
+}

@@ -75,6 +75,14 @@ value_enum! {
     }
 }
 
+flag_enum! {
+    /// `enum ibv_device_cap_flags` (`ibv_device_attr.device_cap_flags`; the bits the backend
+    /// reads).
+    ibv_device_cap_flags {
+        IBV_DEVICE_XRC = 1 << 20,
+    }
+}
+
 value_enum! {
     /// `enum ibv_mtu`.
     ibv_mtu: core::ffi::c_uint {

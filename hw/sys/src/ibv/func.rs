@@ -573,3 +573,107 @@ pub unsafe fn ibv_query_rt_values_ex(
         None => libc::EOPNOTSUPP,
     }
 }
+
+/// `ibv_start_poll`: begin a batch of the extended polling interface on `cq` (0 with the first
+/// completion current, `ENOENT` when the CQ is empty). The header calls the op
+/// unconditionally; a CQ without one (not created with `ibv_create_cq_ex`) answers
+/// `EOPNOTSUPP` here.
+///
+/// # Safety
+///
+/// `cq` is a live CQ created with `ibv_create_cq_ex`; `attr` points at a `struct
+/// ibv_poll_cq_attr` (one `u32` comp_mask, 0) valid for the call.
+#[inline]
+pub unsafe fn ibv_start_poll(cq: *mut ibv_cq_ex, attr: *mut ibv_poll_cq_attr) -> c_int {
+    // SAFETY: a live extended CQ (caller).
+    match unsafe { (*cq).start_poll } {
+        // SAFETY: the provider's op with the caller's arguments.
+        Some(f) => unsafe { f(cq, attr) },
+        None => libc::EOPNOTSUPP,
+    }
+}
+
+/// `ibv_next_poll`: make the next completion current (0), or `ENOENT` when there is none.
+///
+/// # Safety
+///
+/// `cq` is a live extended CQ inside a batch [`ibv_start_poll`] began.
+#[inline]
+pub unsafe fn ibv_next_poll(cq: *mut ibv_cq_ex) -> c_int {
+    // SAFETY: a live extended CQ (caller).
+    match unsafe { (*cq).next_poll } {
+        // SAFETY: the provider's op.
+        Some(f) => unsafe { f(cq) },
+        None => libc::EOPNOTSUPP,
+    }
+}
+
+/// `ibv_end_poll`: end the batch (call it only after [`ibv_start_poll`] returned 0).
+///
+/// # Safety
+///
+/// `cq` is a live extended CQ inside a batch [`ibv_start_poll`] began.
+#[inline]
+pub unsafe fn ibv_end_poll(cq: *mut ibv_cq_ex) {
+    // SAFETY: a live extended CQ (caller).
+    if let Some(f) = unsafe { (*cq).end_poll } {
+        // SAFETY: the provider's op.
+        unsafe { f(cq) }
+    }
+}
+
+macro_rules! wc_reader {
+    ($(#[$m:meta])* $name:ident, $field:ident, $ty:ty) => {
+        $(#[$m])*
+        ///
+        /// The header calls the reader unconditionally; a provider installs it only for the
+        /// fields asked for in `wc_flags` at creation, and a missing one reads 0 here.
+        ///
+        /// # Safety
+        ///
+        /// `cq` is a live extended CQ with a current completion (inside a poll batch).
+        #[inline]
+        pub unsafe fn $name(cq: *mut ibv_cq_ex) -> $ty {
+            // SAFETY: a live extended CQ (caller).
+            match unsafe { (*cq).$field } {
+                // SAFETY: the provider's reader of the current completion.
+                Some(f) => unsafe { f(cq) },
+                None => 0,
+            }
+        }
+    };
+}
+
+wc_reader!(
+    /// `ibv_wc_read_opcode` of the current completion (successful completions only).
+    ibv_wc_read_opcode, read_opcode, super::enums::ibv_wc_opcode::Type
+);
+wc_reader!(
+    /// `ibv_wc_read_vendor_err` of the current completion.
+    ibv_wc_read_vendor_err, read_vendor_err, u32
+);
+wc_reader!(
+    /// `ibv_wc_read_byte_len` (`IBV_WC_EX_WITH_BYTE_LEN`).
+    ibv_wc_read_byte_len, read_byte_len, u32
+);
+wc_reader!(
+    /// `ibv_wc_read_imm_data`, network order (`IBV_WC_EX_WITH_IMM`).
+    ibv_wc_read_imm_data, read_imm_data, u32
+);
+wc_reader!(
+    /// `ibv_wc_read_qp_num` (`IBV_WC_EX_WITH_QP_NUM`).
+    ibv_wc_read_qp_num, read_qp_num, u32
+);
+wc_reader!(
+    /// `ibv_wc_read_src_qp` (`IBV_WC_EX_WITH_SRC_QP`).
+    ibv_wc_read_src_qp, read_src_qp, u32
+);
+wc_reader!(
+    /// `ibv_wc_read_wc_flags` (`IBV_WC_GRH`, `IBV_WC_WITH_IMM`, ...).
+    ibv_wc_read_wc_flags, read_wc_flags, c_uint
+);
+wc_reader!(
+    /// `ibv_wc_read_completion_ts`: the raw device clock of the current completion
+    /// (`IBV_WC_EX_WITH_COMPLETION_TIMESTAMP`).
+    ibv_wc_read_completion_ts, read_completion_ts, u64
+);
