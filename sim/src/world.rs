@@ -284,6 +284,30 @@ impl World {
             self.faults.arrived(now, &f.bytes);
             self.route(f);
         }
+        // A request delivered in this step is acknowledged in this step: its coalesced ACK
+        // leaves before the fabric lets go of its lock, as a NIC sends it while it processes
+        // the request. Held to the QP's next step, an ACK could be lost to an application that
+        // saw the data (or its CQE), destroyed its QP in between and left the requester to
+        // retry into RETRY_EXC_ERR.
+        for i in 0..self.devs.len() {
+            let d = &mut self.devs[i];
+            if !d.qps.values().any(|q| q.resp.ack_due.is_some()) {
+                continue;
+            }
+            let due: Vec<u32> = d
+                .qps
+                .iter()
+                .filter(|(_, q)| q.resp.ack_due.is_some())
+                .map(|(&n, _)| n)
+                .collect();
+            let mut out = Vec::new();
+            for qpn in due {
+                work |= d
+                    .with_qp(qpn, now, &mut out, crate::transport::responder::flush_ack)
+                    .unwrap_or(false);
+            }
+            self.transmit(i, out);
+        }
         // Arm doorbells last: a CQE written in this step before the device saw an arm fires it
         // at once, the race the arm's consumer index exists for (a doorbell still in flight
         // while the device writes a CQE), so deterministic runs exercise it too.

@@ -444,3 +444,43 @@ fn frames_on_the_wire_are_rocev2_and_can_be_captured() {
     assert_eq!(pkts[5].addr.udp_src_port, pkts[0].addr.udp_src_port);
     p.assert_no_bugs();
 }
+
+/// The ACK of a request leaves in the step that delivered the request: a responder that sees
+/// its WRITE_WITH_IMM's CQE and destroys its QP at once (an application done with the
+/// connection) does not leave the requester retrying into RETRY_EXC_ERR.
+#[test]
+fn the_ack_leaves_before_the_responder_can_destroy_its_qp() {
+    use mlx5_hw::Device;
+    let mut p = Pair::new(Opts::new(QpType::Rc));
+    let remote = p.mem(true, 64);
+    let (ra, rkey) = (remote.addr(), remote.rkey());
+    p.b.qp.post_recv(&[]);
+    p.a.qp.post(
+        OPCODE_RDMA_WRITE_IMM,
+        0,
+        CTRL_CQ_UPDATE,
+        7u32.to_be(),
+        |w| {
+            w.push(&RaddrSeg::new(ra, rkey)).unwrap();
+            w.push_inline(&[b"last"]).unwrap();
+        },
+    );
+    // Step until B's completion is visible, as B's application would poll it.
+    let mut steps = 0;
+    while p.b.rcq.peek(0).is_none() {
+        p.fabric.step();
+        steps += 1;
+        assert!(steps < 64, "the WRITE_WITH_IMM never arrived");
+    }
+    assert_eq!(p.b.rcq.poll().expect("B's CQE").opcode(), CQE_RESP_WR_IMM);
+    p.b.dev.destroy_qp(p.b.qp.info.id).expect("destroy B's QP");
+    // Long enough for every retry of A's timer to have fired, had the ACK been lost.
+    p.fabric.advance(std::time::Duration::from_secs(60));
+    let c = p.a.scq.poll().expect("A's CQE");
+    assert_eq!(
+        (c.opcode(), c.send_opcode()),
+        (CQE_REQ, OPCODE_RDMA_WRITE_IMM),
+        "A's WRITE_WITH_IMM was acknowledged, not failed"
+    );
+    assert_eq!(remote.read(0, 4), b"last");
+}
