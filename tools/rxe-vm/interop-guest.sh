@@ -91,9 +91,17 @@ rcvd0=$(cat $counters/rcvd_pkts)
 timeout $((T * 4)) "$peer" --tap $TAPIF --ip $SIP --rxe $RXE --delay-ms 1500 \
   ${INTEROP_ONLY:+--only "$INTEROP_ONLY"} >"$work/peer.out" 2>&1 &
 pid=$!
-for i in $(seq 100); do grep -q '^tap open' "$work/peer.out" && break; sleep 0.05; done
+for i in $(seq 600); do grep -q '^tap open' "$work/peer.out" && break; sleep 0.05; done
+# The peer waits 1.5 s after opening the tap, but dumpcap can take longer than that to start
+# under emulation (a capture that began only after the PSN-wrap case was seen): the peer is
+# held (SIGSTOP; `timeout` runs it as its child) until dumpcap says it is capturing.
+held=$(pgrep -P $pid)
+[ -n "$held" ] && kill -STOP $held
 dumpcap -q -B 64 -i $TAPIF -w "$pcap" >"$work/dumpcap.err" 2>&1 &
 cap=$!
+for i in $(seq 600); do grep -q '^Capturing on' "$work/dumpcap.err" && break; sleep 0.05; done
+sleep 0.3
+[ -n "$held" ] && kill -CONT $held
 wait $pid
 sleep 0.3
 kill -INT $cap 2>/dev/null; wait $cap 2>/dev/null
