@@ -320,13 +320,58 @@ pub struct Common {
     /// on the software ConnectX each process has its own device, reaching the other over UDP.
     #[arg(long)]
     pub loopback: bool,
+    /// With `-d sim`, not `--loopback`: bind this process's software ConnectX to the Linux TAP
+    /// interface NAME, where it speaks native RoCEv2 to the kernel's netdev (e.g. Soft-RoCE
+    /// bound to it) instead of reaching a peer process over UDP. The interface must exist
+    /// (`ip tuntap add NAME mode tap`) [default: the MLX5_SIM_TAP environment variable,
+    /// NAME[,IPV4]; else no TAP].
+    #[arg(long, value_name = "NAME", value_parser = parse_tap_name)]
+    pub tap: Option<String>,
+    /// With --tap: the software ConnectX's IPv4 address on the TAP link [default: 192.168.77.2].
+    #[arg(long = "tap-ip", value_name = "IPV4", requires = "tap")]
+    pub tap_ip: Option<std::net::Ipv4Addr>,
     /// Log more on standard error (-v: every QP state transition; -vv debug; -vvv trace).
     /// RUST_LOG, when set, decides instead (e.g. RUST_LOG=mlx5=info).
     #[arg(short = 'v', long = "verbose", action = clap::ArgAction::Count)]
     pub verbose: u8,
 }
 
+/// `--tap NAME`: a name Linux accepts for a network interface (`dev_valid_name`,
+/// net/core/dev.c: 1 to 15 bytes, IFNAMSIZ less the NUL; not `.` or `..`; no `/`, `:` or
+/// white space).
+pub fn parse_tap_name(name: &str) -> std::result::Result<String, String> {
+    if name.is_empty() || name.len() > 15 {
+        return Err(format!(
+            "{name:?}: an interface name is 1 to 15 bytes (IFNAMSIZ), this is {}",
+            name.len()
+        ));
+    }
+    if name == "." || name == ".." {
+        return Err(format!("{name:?} is not an interface name"));
+    }
+    if let Some(c) = name
+        .chars()
+        .find(|c| *c == '/' || *c == ':' || *c == '\0' || c.is_whitespace())
+    {
+        return Err(format!(
+            "{name:?}: an interface name has no {c:?} (Linux dev_valid_name)"
+        ));
+    }
+    Ok(name.to_string())
+}
+
 impl Common {
+    /// `--tap` and `--tap-ip`: the TAP interface and the software ConnectX's address on it
+    /// (`None` without `--tap`; the environment is consulted by [`crate::devices`] then).
+    pub fn tap(&self) -> Option<(String, [u8; 4])> {
+        self.tap.as_ref().map(|t| {
+            let ip = self
+                .tap_ip
+                .map_or(crate::devices::TAP_SIM_IP, |ip| ip.octets());
+            (t.clone(), ip)
+        })
+    }
+
     /// The doorbell mode `--doorbell` asks for (`None`: leave the QP's default); refused on
     /// `--path verbs`, where libibverbs rings its own doorbell.
     pub fn doorbell_mode(&self) -> Result<Option<DoorbellMode>> {
@@ -370,6 +415,19 @@ impl Common {
             return Err(Error::Usage(
                 "--loopback runs both ends here: give no server address".into(),
             ));
+        }
+        if let Some(t) = &self.tap {
+            if self.loopback {
+                return Err(Error::Usage(format!(
+                    "--tap {t}: --loopback runs two software ConnectX devices in this process,                      on one fabric; --tap binds the one device of a server or client process                      to a TAP link: leave out one of them"
+                )));
+            }
+            if !crate::devices::is_sim_name(&self.device) {
+                return Err(Error::Usage(format!(
+                    "--tap {t}: -d {} is not the software ConnectX; --tap is for -d sim (a                      verbs device has its own netdev)",
+                    self.device
+                )));
+            }
         }
         if test != Test::Atomic && self.atomic_type != AtomicArg::FetchAndAdd {
             return Err(Error::Usage(format!(
@@ -610,6 +668,48 @@ impl BwArgs {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tap_flags_parse() {
+        let a = LatArgs::try_parse_from(["lat", "send", "--tap", "tap0"]).unwrap();
+        assert_eq!(a.common.tap(), Some(("tap0".into(), [192, 168, 77, 2])));
+        a.common
+            .check(a.test, &[OutputArg::Latency], "lat")
+            .unwrap();
+        let b = BwArgs::try_parse_from([
+            "bw",
+            "read",
+            "--tap",
+            "tap1",
+            "--tap-ip",
+            "10.1.2.3",
+            "127.0.0.1",
+        ])
+        .unwrap();
+        assert_eq!(b.common.tap(), Some(("tap1".into(), [10, 1, 2, 3])));
+        assert_eq!(
+            LatArgs::try_parse_from(["lat", "send"])
+                .unwrap()
+                .common
+                .tap(),
+            None
+        );
+        for bad in [
+            &["--tap", ""][..],
+            &["--tap", "x y"],
+            &["--tap", ".."],
+            &["--tap-ip", "1.2.3.4"],
+        ] {
+            let mut v = vec!["lat", "send"];
+            v.extend_from_slice(bad);
+            assert!(LatArgs::try_parse_from(&v).is_err(), "{bad:?} parsed");
+        }
+        let l = LatArgs::try_parse_from(["lat", "send", "--tap", "tap0", "--loopback"]).unwrap();
+        assert!(l
+            .common
+            .check(l.test, &[OutputArg::Latency], "lat")
+            .is_err());
+    }
 
     #[test]
     fn perftest_flags_parse() {

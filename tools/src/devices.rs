@@ -89,8 +89,8 @@ impl Devices {
     /// One software ConnectX with address `ip` bound to the Linux TAP interface `tap`, threaded:
     /// it speaks native RoCEv2 on that link, so its peer is another RoCE implementation (e.g.
     /// Soft-RoCE bound to the TAP netdev), not a software ConnectX in another process
-    /// (`mlx5_sim::tap_port`). Selected with `MLX5_SIM_TAP=NAME[,IPV4]` in the environment of
-    /// `lat` / `bw` ([`TAP_ENV`]).
+    /// (`mlx5_sim::tap_port`). Selected with `--tap NAME` (and `--tap-ip IPV4`) on the command
+    /// line of `lat` / `bw`, or `MLX5_SIM_TAP=NAME[,IPV4]` in their environment ([`TAP_ENV`]).
     pub fn sim_tap(tap: &str, ip: [u8; 4]) -> Result<Devices> {
         let name = format!("sim-{tap}");
         let fabric = SimFabric::threaded()?;
@@ -270,15 +270,17 @@ fn auto_gid_index(v: &mlx5_hw::verbs::VerbsDevice, port: u8) -> Result<u8> {
 
 /// Open the devices the command line names and run `f` on them; when it fails, print what the
 /// software ConnectX logged as driver bugs (`tool` names the program in those lines; not after a
-/// timeout, whose cause may still hold the software ConnectX's lock).
+/// timeout, whose cause may still hold the software ConnectX's lock). `tap` is `--tap` /
+/// `--tap-ip` ([`crate::args::Common::tap`]); without it [`TAP_ENV`] is consulted.
 pub fn on_devices<T>(
     tool: &str,
     name: &str,
+    tap: Option<(String, [u8; 4])>,
     loopback: bool,
     client: bool,
     f: impl FnOnce(&Devices) -> Result<T>,
 ) -> Result<T> {
-    let devs = open_devices(name, loopback, client)?;
+    let devs = open_devices_on(name, tap, loopback, client)?;
     let r = f(&devs);
     if r.as_ref()
         .is_err_and(|e| !matches!(e, Error::Timeout { .. }))
@@ -292,9 +294,30 @@ pub fn on_devices<T>(
 /// two devices in this process, else one that reaches the peer process over UDP; `client`
 /// says which end this is); anything else is a verbs device, which needs the `verbs` feature.
 pub fn open_devices(name: &str, loopback: bool, client: bool) -> Result<Devices> {
-    let sim = name.strip_prefix("sim");
-    if sim.is_some_and(|n| n.chars().all(|c| c.is_ascii_digit())) {
-        if let (Some((tap, ip)), false) = (tap_from_env()?, loopback) {
+    open_devices_on(name, None, loopback, client)
+}
+
+/// Whether `-d NAME` names the software ConnectX (`sim`, `sim0`, `sim1`, ...).
+pub fn is_sim_name(name: &str) -> bool {
+    name.strip_prefix("sim")
+        .is_some_and(|n| n.chars().all(|c| c.is_ascii_digit()))
+}
+
+/// [`open_devices`] with the software ConnectX bound to the TAP interface `tap` names
+/// (`--tap`), or when that is `None` to the one [`TAP_ENV`] names, if any.
+pub fn open_devices_on(
+    name: &str,
+    tap: Option<(String, [u8; 4])>,
+    loopback: bool,
+    client: bool,
+) -> Result<Devices> {
+    if is_sim_name(name) {
+        let tap = match tap {
+            Some(t) => Some(t),
+            None => tap_from_env()?,
+        };
+        if let (Some((tap, ip)), false) = (tap, loopback) {
+            check_tap(&tap)?;
             return Devices::sim_tap(&tap, ip);
         }
         return if loopback {
@@ -312,6 +335,25 @@ pub const TAP_ENV: &str = "MLX5_SIM_TAP";
 
 /// The software ConnectX's address on a TAP link when [`TAP_ENV`] names none.
 pub const TAP_SIM_IP: [u8; 4] = [192, 168, 77, 2];
+
+/// Refuse a TAP interface that is not there: opening `/dev/net/tun` with a name that exists
+/// nowhere would create a new, unconnected TAP device (`TUNSETIFF`, the kernel's
+/// Documentation/networking/tuntap.rst) and the run would wait for a peer that never comes.
+/// A TUN/TAP netdev has the sysfs attribute `tun_flags` (the kernel's drivers/net/tun.c).
+fn check_tap(tap: &str) -> Result<()> {
+    let dir = std::path::Path::new("/sys/class/net").join(tap);
+    if !dir.exists() {
+        return Err(Error::Usage(format!(
+            "TAP interface {tap:?}: no network interface of that name here (create it with              `ip tuntap add {tap} mode tap`, or name another with --tap)"
+        )));
+    }
+    if !dir.join("tun_flags").exists() {
+        return Err(Error::Usage(format!(
+            "TAP interface {tap:?}: that network interface is not a TUN/TAP device (no              /sys/class/net/{tap}/tun_flags); the software ConnectX opens a TAP interface"
+        )));
+    }
+    Ok(())
+}
 
 fn tap_from_env() -> Result<Option<(String, [u8; 4])>> {
     let Ok(v) = std::env::var(TAP_ENV) else {
@@ -331,6 +373,7 @@ fn tap_from_env() -> Result<Option<(String, [u8; 4])>> {
             "{TAP_ENV}={v}: no TAP interface named"
         )));
     }
+    crate::args::parse_tap_name(&name).map_err(|e| Error::Usage(format!("{TAP_ENV}={v}: {e}")))?;
     Ok(Some((name, ip)))
 }
 

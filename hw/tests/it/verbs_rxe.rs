@@ -13,12 +13,13 @@
 //! table (uverbs' added `IBV_QP_PORT` and the RoCE refusal of `IBV_QP_ALT_PATH` included), and
 //! that rxe refuses `IBV_QP_RATE_LIMIT` with EOPNOTSUPP; SEND/WRITE/READ/atomics over RC, UC and UD through the
 //! baseline data path between rxe0 and rxe1 (GID index 1, IPv4-mapped); UD multicast
-//! (`ibv_attach_mcast`, a datagram to QPN 0xFFFFFF reaching the attached QPs, none after
-//! `ibv_detach_mcast`); the Error → Reset → Init → RTR → RTS recovery with traffic
-//! afterwards; and that every XRC call is refused with an error naming the verb (rxe has no
-//! XRC: `ibv_open_xrcd` answers EOPNOTSUPP).
+//! (`ibv_attach_mcast`, a datagram to QPN 0xFFFFFF reaching the attached QPs once rxe1's
+//! netdev has joined the IP group, none after `ibv_detach_mcast`); the Error → Reset → Init →
+//! RTR → RTS recovery with traffic afterwards; and that every XRC call is refused with an
+//! error naming the verb (rxe has no XRC: `ibv_open_xrcd` answers EOPNOTSUPP).
 #![cfg(feature = "verbs")]
 
+use std::net::{Ipv4Addr, UdpSocket};
 use std::time::Duration;
 
 use mlx5_hw::qp_state::{self, DeviceLimits, KernelVersion};
@@ -1231,17 +1232,19 @@ fn completion_channel_shared_by_two_cqs() {
     assert_eq!(b.dev.poll_async_event(), None);
 }
 
+/// Why the IP-level join: `ibv_attach_mcast` on rxe only adds the group's MAC to the netdev's
+/// filter (`rxe_mcast_add`, drivers/infiniband/sw/rxe/rxe_mcast.c). A RoCE v2 datagram to
+/// 239.x arrives as IPv4 multicast, and IPv4 drops a multicast destination the receiving
+/// netdev has not joined before UDP (hence rxe's UDP tunnel) sees it (`ip_route_input_rcu`,
+/// net/ipv4/route.c: `ip_check_mc_rcu`). The RDMA CM joins the IP group itself for RoCE v2
+/// (`cma_iboe_join_multicast` → `cma_igmp_send` → `ip_mc_inc_group`,
+/// drivers/infiniband/core/cma.c); a bare verbs user has to do the same, here with a UDP
+/// socket's IP_ADD_MEMBERSHIP on rxe1's address. Observed without it: rxe0's `sent_pkts`
+/// counts the datagram, veth1 receives it, `IpInReceives` counts it, rxe1's `rcvd_pkts` does not.
 #[test]
 #[ignore = "needs Soft-RoCE: run tools/rxe-vm/run-verbs-tests.sh"]
 fn ud_multicast_attach_send_detach() {
     require_vm();
-    // Open: in this VM a multicast datagram from rxe0 never reaches rxe1 across the veth pair
-    // (rxe programs only the L2 filter, `rxe_mcast_add`; the guest joins no IP group and has no
-    // multicast route). Run it with MLX5_HW_RXE_MCAST=1 once the guest sets that up.
-    if std::env::var_os("MLX5_HW_RXE_MCAST").is_none() {
-        eprintln!("ud_multicast_attach_send_detach: not run (set MLX5_HW_RXE_MCAST=1)");
-        return;
-    }
     let a = Side::new("rxe0", QpType::Ud, false);
     let b = Side::new("rxe1", QpType::Ud, false);
     let c = Side::new("rxe1", QpType::Ud, false);
@@ -1250,12 +1253,17 @@ fn ud_multicast_attach_send_detach() {
         c.apply(&connect_steps(&c, &a, 0x3, 0x4)).qp_state,
         QpState::Rts
     );
-    let group = Gid::from_ipv4([239, 1, 2, 3]);
+    let group_ip = Ipv4Addr::new(239, 1, 2, 3);
+    let group = Gid::from_ipv4(group_ip.octets());
     // The kernel refuses a unicast GID (EINVAL, ib_attach_mcast) and detaching a QP that is
     // not attached (uverbs ib_uverbs_detach_mcast).
     let refused = b.dev.attach_mcast(b.qp.id, &b.gid, 0).unwrap_err();
     assert_eq!(refused.errno(), libc::EINVAL, "{refused}");
     assert!(b.dev.detach_mcast(b.qp.id, &group, 0).is_err());
+    // b first: rxe replicates a multicast packet to the attached QPs in attach order, in one
+    // pass under its mcg lock (`rxe_attach_mcg` appends, `rxe_rcv_mcast_pkt` walks the list,
+    // drivers/infiniband/sw/rxe/rxe_mcast.c and rxe_recv.c). So once c has a datagram, a copy
+    // for b, had rxe made one, is already queued on b, ahead of anything sent to b later.
     b.dev.attach_mcast(b.qp.id, &group, 0).unwrap();
     c.dev.attach_mcast(c.qp.id, &group, 0).unwrap();
     let ah = a
@@ -1273,52 +1281,108 @@ fn ud_multicast_attach_send_detach() {
             },
         )
         .unwrap();
+    let ah_b = a.dev.create_ah_verbs(a.pd, &ah_to(b.gid)).unwrap();
     let mut qa = BaselineQp::new(&a.dev, a.qp.id).unwrap();
     let mut qb = BaselineQp::new(&b.dev, b.qp.id).unwrap();
     let mut qc = BaselineQp::new(&c.dev, c.qp.id).unwrap();
     let mut ca = BaselineCq::new(&a.dev, a.cq).unwrap();
     let mut cb = BaselineCq::new(&b.dev, b.cq).unwrap();
     let mut cc = BaselineCq::new(&c.dev, c.cq).unwrap();
-    let dest = UdDest {
+    let to_group = UdDest {
         ah: ah.id,
         remote_qpn: mlx5_hw::MULTICAST_QPN,
         remote_qkey: QKEY,
     };
-    qb.post_recv(1, &[b.sge(0, 40 + 64)]).unwrap();
-    qb.post_recv(2, &[b.sge(128, 40 + 64)]).unwrap();
-    qc.post_recv(1, &[c.sge(0, 40 + 64)]).unwrap();
-    qc.post_recv(2, &[c.sge(128, 40 + 64)]).unwrap();
+    let to_b = UdDest {
+        ah: ah_b.id,
+        remote_qpn: b.qp.qpn,
+        remote_qkey: QKEY,
+    };
+    for i in 0..3u64 {
+        let off = 128 * i as usize;
+        qb.post_recv(i + 1, &[b.sge(off, 40 + 64)]).unwrap();
+        qc.post_recv(i + 1, &[c.sge(off, 40 + 64)]).unwrap();
+    }
     a.buf.write(0, b"to the group");
-    qa.post_send(&SendWr {
-        ud: Some(dest),
-        ..SendWr::new(10, SendOp::Send, &[a.sge(0, 12)])
-    })
-    .unwrap();
-    ok(&mut ca, "multicast send");
-    for (cq, side, who) in [(&mut cb, &b, "receiver b"), (&mut cc, &c, "receiver c")] {
+    a.buf.write(64, b"to b alone");
+    let mut send = |wr_id: u64, dest: UdDest, off: usize, len: u32, what: &str| {
+        qa.post_send(&SendWr {
+            ud: Some(dest),
+            ..SendWr::new(wr_id, SendOp::Send, &[a.sge(off, len)])
+        })
+        .unwrap();
+        // Each send completes before the next is posted, so the datagrams leave in order.
+        assert_eq!(ok(&mut ca, what).wr_id, wr_id, "{what}");
+    };
+    let got = |cq: &mut BaselineCq<'_>, side: &Side, wr_id: u64, text: &[u8], who: &str| {
         let r = ok(cq, who);
         assert_eq!(
             (r.wr_id, r.byte_len, r.src_qp),
-            (1, 40 + 12, a.qp.qpn),
+            (wr_id, 40 + text.len() as u32, a.qp.qpn),
             "{who}"
         );
-        assert_eq!(side.buf.read(40, 12), b"to the group", "{who}");
-    }
-    // After c detaches, only b gets the next datagram.
-    c.dev.detach_mcast(c.qp.id, &group, 0).unwrap();
-    qa.post_send(&SendWr {
-        ud: Some(dest),
-        ..SendWr::new(11, SendOp::Send, &[a.sge(0, 12)])
-    })
-    .unwrap();
-    ok(&mut ca, "second multicast send");
-    let r = ok(&mut cb, "receiver b, second datagram");
-    assert_eq!(r.wr_id, 2);
-    assert!(
-        cc.wait(1, Duration::from_millis(300)).unwrap().is_empty(),
-        "a detached QP received a multicast datagram"
+        assert_eq!(
+            side.buf.read(128 * (wr_id as usize - 1) + 40, text.len()),
+            text,
+            "{who}"
+        );
+    };
+
+    // 1. Attached, but rxe1's netdev has not joined 239.1.2.3: IPv4 drops the datagram, so
+    //    b's first receive is the unicast sent after it.
+    send(10, to_group, 0, 12, "multicast send, no IP membership");
+    send(11, to_b, 64, 10, "unicast marker to b");
+    got(
+        &mut cb,
+        &b,
+        1,
+        b"to b alone",
+        "b, after a datagram for an unjoined group",
     );
+    assert_eq!(
+        cc.poll(&mut [Completion::default()]).unwrap(),
+        0,
+        "c got the datagram of an unjoined group"
+    );
+
+    // 2. rxe1's address joins the group, as the RDMA CM does: both attached QPs get it.
+    let member = UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0)).unwrap();
+    let ip_b = Ipv4Addr::from(b.gid.ipv4().unwrap());
+    member.join_multicast_v4(&group_ip, &ip_b).unwrap();
+    send(12, to_group, 0, 12, "multicast send");
+    got(&mut cb, &b, 2, b"to the group", "receiver b");
+    got(&mut cc, &c, 1, b"to the group", "receiver c");
+
+    // 3. After b detaches, only c gets the next datagram: b's next completion is the unicast
+    //    sent after c had it (see the attach order above).
     b.dev.detach_mcast(b.qp.id, &group, 0).unwrap();
+    send(13, to_group, 0, 12, "second multicast send");
+    got(
+        &mut cc,
+        &c,
+        2,
+        b"to the group",
+        "receiver c, second datagram",
+    );
+    send(14, to_b, 64, 10, "unicast marker to b");
+    got(
+        &mut cb,
+        &b,
+        3,
+        b"to b alone",
+        "b, detached, after the second datagram",
+    );
+    assert_eq!(
+        cc.poll(&mut [Completion::default()]).unwrap(),
+        0,
+        "c got more datagrams than were sent"
+    );
+    c.dev.detach_mcast(c.qp.id, &group, 0).unwrap();
+    assert!(
+        b.dev.detach_mcast(b.qp.id, &group, 0).is_err(),
+        "the group is gone once its last QP detached"
+    );
+    drop(member);
 }
 
 /// XRC on Soft-RoCE: rxe has no XRC (its kernel driver no `alloc_xrcd`, its capability flags

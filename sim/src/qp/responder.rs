@@ -77,6 +77,9 @@ pub struct Responder {
     pub held: Option<RecvWqe>,
     /// Responses waiting behind a READ response still being streamed, in order.
     pub tx: VecDeque<Tx>,
+    /// READ response packets sent in this step, by every READ of the QP together (reset by
+    /// the responder's `pump`, bounded by its `READ_BURST`).
+    pub burst_used: u32,
 }
 
 /// A response waiting to go out behind a READ response still being streamed.

@@ -744,9 +744,14 @@ fn run(a: &BwArgs) -> Result<()> {
              not the CPU's cycle counter, and give no CPU frequency warning to silence"
         );
     }
-    on_devices("bw", &c.device, c.loopback, c.server.is_some(), |devs| {
-        run_on(a, &p, devs)
-    })
+    on_devices(
+        "bw",
+        &c.device,
+        c.tap(),
+        c.loopback,
+        c.server.is_some(),
+        |devs| run_on(a, &p, devs),
+    )
 }
 
 fn run_on(a: &BwArgs, p: &Plan, devs: &Devices) -> Result<()> {

@@ -813,9 +813,14 @@ fn run(args: &LatArgs) -> Result<()> {
              not the CPU's cycle counter, and give no CPU frequency warning to silence"
         );
     }
-    on_devices("lat", &c.device, c.loopback, c.server.is_some(), |devs| {
-        run_on(args, &p, devs)
-    })
+    on_devices(
+        "lat",
+        &c.device,
+        c.tap(),
+        c.loopback,
+        c.server.is_some(),
+        |devs| run_on(args, &p, devs),
+    )
 }
 
 /// The device-dependent checks, then the run on the data path `--path` names.

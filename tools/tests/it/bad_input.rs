@@ -221,3 +221,36 @@ fn bad_input_never_crashes_wqe_dump() {
     check_table(table, Duration::from_secs(30));
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// `--tap NAME`: a name Linux would refuse, an interface that does not exist, one that is no
+/// TAP device, `--tap` with `--loopback` or a verbs device, `--tap-ip` alone: each is refused
+/// with a message saying so, before anything waits for a peer.
+#[test]
+fn a_bad_tap_is_a_clear_error() {
+    let port = free_port().to_string();
+    let cases: [(&[&str], &str); 7] = [
+        (&["--tap", "a/b"], "has no '/'"),
+        (&["--tap", "sixteen-bytes-xx"], "1 to 15 bytes"),
+        (
+            &["--tap", "nosuchtap7"],
+            "no network interface of that name",
+        ),
+        (&["--tap", "lo"], "not a TUN/TAP device"),
+        (&["--tap", "tap0", "--loopback"], "--loopback runs two"),
+        (&["--tap", "tap0", "-d", "mlx5_0"], "is for -d sim"),
+        (&["--tap-ip", "192.168.77.9"], "--tap"),
+    ];
+    for bin in [LAT, BW] {
+        for (extra, want) in cases {
+            let mut a = args(&["write", "-p", &port]);
+            a.extend(args(extra));
+            let (code, err) = run_bounded(bin, &a, Duration::from_secs(30));
+            assert!(
+                matches!(code, Some(1) | Some(2))
+                    && err.contains(want)
+                    && !err.contains("panicked"),
+                "{bin} {a:?}: exit {code:?}, wanted {want:?} in: {err}"
+            );
+        }
+    }
+}

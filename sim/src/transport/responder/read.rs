@@ -13,18 +13,22 @@ use crate::qp::Qp;
 use crate::transport::Frame;
 use crate::wire::{Aeth, NakCode, Opcode, Psn, Syndrome};
 
-/// READ response packets sent per step at most (the rest follows at later steps).
-const READ_BURST: u32 = 64;
+/// READ response packets a QP sends per step at most, all its READs together (the rest
+/// follows at later steps): a response's first packets leave while later ones are still to be
+/// read, as a NIC streams them, and a step stays short (under emulation a step building a
+/// few hundred packets outlasted Soft-RoCE's ACK timeout, whose retries then queued faster
+/// than they were answered).
+const READ_BURST: u32 = 16;
 
-/// Send up to [`READ_BURST`] packets of a READ response; true when it is complete.
+/// Send packets of a READ response while this step's [`READ_BURST`] lasts (shared by every
+/// READ of the QP); true when it is complete.
 fn stream_read(qp: &mut Qp, ctx: &mut Ctx, r: &mut ReadOut) -> bool {
     let mtu = qp.path.map(|p| p.mtu).unwrap_or(1024) as u64;
-    let mut budget = READ_BURST;
     while r.next < r.n {
-        if budget == 0 {
+        if qp.resp.burst_used >= READ_BURST {
             return false;
         }
-        budget -= 1;
+        qp.resp.burst_used += 1;
         let i = r.next;
         let op = match (r.n, i) {
             (1, _) => Opcode::RC_RDMA_READ_RESPONSE_ONLY,
@@ -74,6 +78,8 @@ fn stream_read(qp: &mut Qp, ctx: &mut Ctx, r: &mut ReadOut) -> bool {
 
 /// Send what waits behind a streamed READ response; returns whether anything was sent.
 pub fn pump(qp: &mut Qp, ctx: &mut Ctx) -> bool {
+    // Called once per step: a new step, a new burst.
+    qp.resp.burst_used = 0;
     let mut work = false;
     while let Some(t) = qp.resp.tx.pop_front() {
         work = true;
