@@ -199,6 +199,16 @@ impl Resources {
         self.qps.first().map(|q| q.doorbell_mode())
     }
 
+    /// How many QPs ring in a mode other than the first QP's: those on BlueFlame registers
+    /// shared with other QPs take the 8-byte doorbell (`mlx5_hw::BfLayout::shared`).
+    pub fn other_doorbell_modes(&self) -> usize {
+        let first = self.doorbell_mode();
+        self.qps
+            .iter()
+            .filter(|q| Some(q.doorbell_mode()) != first)
+            .count()
+    }
+
     /// The control path's name for QP `i`.
     pub fn qp_ref(&self, i: usize) -> QpRef {
         qp_ref(&self.qps[i])

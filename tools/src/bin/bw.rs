@@ -833,9 +833,14 @@ fn run_direct(
     rv: Option<&Rendezvous>,
 ) -> Result<()> {
     let (mut me, inline_a) = direct_end(&devs.local, p)?;
-    let doorbell = match me.doorbell_mode() {
-        Some(m) => describe_doorbell(m, p.doorbell.is_some()),
-        None => String::new(),
+    let doorbell = match (me.doorbell_mode(), me.other_doorbell_modes()) {
+        (Some(m), 0) => describe_doorbell(m, p.doorbell.is_some()),
+        (Some(m), k) => format!(
+            "{}; {k} of {} QPs on shared BlueFlame registers: 8-byte doorbell",
+            describe_doorbell(m, p.doorbell.is_some()),
+            me.qps.len()
+        ),
+        (None, _) => String::new(),
     };
     let ctx_a = me.context().clone();
     let end_a = End {
