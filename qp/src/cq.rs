@@ -349,198 +349,94 @@ impl Cq {
     #[inline(always)]
     pub fn poll<R: Resolve + ?Sized>(&mut self, table: &mut R, wcs: &mut [Wc]) -> Result<usize> {
         let start = self.ci;
-        // Runs of common CQEs, inline (`Cq::send_run`): the first CQE of a run names its QP,
-        // found once for the run; the first other CQE (an error, a receive, inline scatter,
-        // one the run declines) hands the rest of the call to `poll_from`, out of line, so
-        // that this loop keeps its registers to itself.
-        let (cqe0, cqe_cnt, size_shift) = (self.cqe0, self.cqe_cnt, self.size_shift);
-        let mut n = 0;
         #[cfg(test)]
         if paths::FAST_OFF.with(|f| f.get()) {
             return self.poll_from(table, wcs, 0, start);
         }
-        while n < wcs.len() {
-            let ci = self.ci;
-            let idx = ci & (cqe_cnt - 1);
-            // SAFETY: idx < cqe_cnt, so the 64-byte CQE (at +0 or +64 of its slot) is inside
-            // the buffer.
-            let cqe_ptr = unsafe { cqe0.add((idx as usize) << size_shift) };
-            // SAFETY: op_own is the last byte of the CQE; volatile, the device writes it.
-            let op_own = unsafe { core::ptr::read_volatile(cqe_ptr.add(63)) };
-            // A plain REQ CQE (opcode 0, format 0, SE clear) of this lap: `op_own` is the
-            // owner bit alone (rdma-core `get_sw_cqe`).
-            let own = ((ci & cqe_cnt) != 0) as u8;
-            if op_own != own {
-                // A plain RESP_SEND CQE (no immediate, no inline scatter, SE clear) of this
-                // lap: one receive, in order, on the QP's own receive queue.
-                if op_own == (CQE_RESP_SEND << 4 | own) {
-                    // SAFETY: `cqe_ptr` is this CQE, software-owned (its op_own just read).
-                    if unsafe { self.recv_one(table, cqe_ptr, &mut wcs[n]) } {
-                        #[cfg(test)]
-                        paths::served(1, 1);
-                        n += 1;
-                        continue;
-                    }
-                    return self.poll_from(table, wcs, n, start);
-                }
-                if sw_owned(op_own, ci, cqe_cnt) {
-                    return self.poll_from(table, wcs, n, start);
-                }
-                break;
-            }
-            mmio::from_device_barrier();
-            // SAFETY: the CQE is software-owned; bytes 56..64 read after the barrier.
-            let tail = unsafe { core::ptr::read_volatile(cqe_ptr.add(56) as *const u64) };
-            let qpn = u32::from_be(tail as u32) & 0x00ff_ffff;
-            let k = match table.qp(qpn) {
-                // Room for one, or one WQE outstanding (a CQ serving many QPs in turn): the
-                // CQE alone, without a run's setup.
-                Some(qp) if (wcs.len() - n == 1) | (qp.sq_outstanding_bbs() == 1) => {
-                    let wqe_counter = u16::from_be((tail >> 32) as u16);
-                    // SAFETY: bytes 44..48 (byte_cnt) of the software-owned CQE, read after
-                    // the barrier.
-                    let byte_cnt = unsafe {
-                        u32::from_be(core::ptr::read_volatile(cqe_ptr.add(44) as *const u32))
-                    };
-                    let done = qp.complete_send_success(wqe_counter, qpn, byte_cnt, &mut wcs[n]);
-                    self.ci = ci.wrapping_add(done as u32);
-                    done as usize
-                }
-                // SAFETY: `cqe_ptr` is the CQE of `idx`, `own` its lap's owner value.
-                Some(qp) => unsafe { self.send_run(qp, cqe_ptr, tail, own, idx, &mut wcs[n..]) },
-                None => 0,
-            };
-            if k == 0 {
-                return self.poll_from(table, wcs, n, start);
-            }
-            #[cfg(test)]
-            paths::served(0, k);
-            n += k;
+        // The fast loop (`Cq::poll_fast`, inline) retires runs of common CQEs; the first other
+        // CQE (an error, inline scatter, a QP it does not know, ...) hands the rest of the
+        // call to `poll_from`, out of line, which starts by reading that CQE afresh.
+        let (n, more) = self.poll_fast(table, wcs);
+        if more {
+            return self.poll_from(table, wcs, n, start);
         }
-        if self.ci != start {
+        if n != 0 {
             self.update_ci();
         }
         Ok(n)
     }
 
-    /// The receive fast path of [`Cq::poll`]: the plain RESP_SEND CQE at `cqe` (opcode and
-    /// owner checked by the caller), read after the barrier — its tail and bytes 16..48, the
-    /// fields of a responder completion — completes the oldest receive of its QP's own
-    /// receive queue when it names it ([`crate::rq::RecvQueue::complete_in_order`]).
-    /// Returns false, having consumed nothing, for anything else (an SRQ, a QP not in
-    /// `table`, out of order): the full path handles it.
+    /// The fast loop of [`Cq::poll`]: while the CQE at the consumer index is a plain REQ CQE
+    /// (opcode 0, format 0, SE clear) or a plain RESP_SEND CQE of this lap, retire it — and
+    /// the run of CQEs of the same QP behind it — through [`send_run`] or [`recv_run`].
+    /// Returns the completions written and whether it stopped at a CQE it declined (software
+    /// owned, left for the full path) rather than at an empty CQ or a full `wcs`. Moves the
+    /// consumer index, not the doorbell record.
     ///
-    /// # Safety
-    /// `cqe` is a software-owned 64-byte CQE of this CQ.
+    /// Everything it uses of the CQ is read once into locals before the loop: the load
+    /// barrier after each owner test makes LLVM reload memory it cannot prove unchanged.
     #[inline(always)]
-    unsafe fn recv_one<R: Resolve + ?Sized>(
-        &mut self,
-        table: &mut R,
-        cqe: *mut u8,
-        out: &mut Wc,
-    ) -> bool {
-        mmio::from_device_barrier();
-        let mut b = [0u8; 64];
-        // SAFETY: the caller's: words 2..6 and 7 of the CQE, read after the barrier.
-        unsafe {
-            for i in [2usize, 3, 4, 5, 7] {
-                let w = core::ptr::read_volatile((cqe as *const u64).add(i));
-                b[i * 8..i * 8 + 8].copy_from_slice(&w.to_ne_bytes());
-            }
-        }
-        let c = Cqe64::from_bytes(&b);
-        let qpn = c.qpn();
-        let Some(qp) = table.qp(qpn) else {
-            return false;
-        };
-        let wc = responder_wc(&c, qpn, CQE_RESP_SEND);
-        if !qp.complete_recv_in_order(c.wqe_counter(), wc, out) {
-            return false;
-        }
-        self.ci = self.ci.wrapping_add(1);
-        true
-    }
-
-    /// A run of common send completions of `qp` from the CQE at `cqe` (slot `idx`, which the
-    /// caller found software-owned with `op_own == own`): while each CQE is a plain REQ
-    /// CQE of this lap naming `qp`'s oldest outstanding WQE (QPN and `wqe_counter` in one
-    /// compare, [`LeanRun::expect`]), a one-block WQE that is not an atomic, write its
-    /// completion — the WR id, the opcode from the WQE's ctrl segment, the bytes of a READ —
-    /// and retire it. Everything the run needs of the QP is read once before it, into
-    /// locals: after the load barrier LLVM would otherwise reload every field per CQE. The
-    /// run stays inside the CQ's lap and the send ring's end and retires at most the
-    /// outstanding blocks (each CQE one), exactly as [`Cq::poll_send`]'s. Returns the CQEs
-    /// consumed (the consumer index and the QP's bookkeeping already moved).
-    ///
-    /// # Safety
-    /// `cqe` is the 64-byte CQE of slot `idx` of this CQ, `tail` its bytes 56..64 read after
-    /// the barrier.
-    #[allow(clippy::too_many_arguments)]
-    #[inline(always)]
-    unsafe fn send_run(
-        &mut self,
-        qp: &mut Qp,
-        cqe: *mut u8,
-        tail: u64,
-        own: u8,
-        idx: u32,
-        out: &mut [Wc],
-    ) -> usize {
-        let v = qp.sq_lean_view();
-        let ring = qp.sq_ring_start();
-        let slot = (v.ci & v.mask) as usize;
-        let k = out
-            .len()
-            .min((self.cqe_cnt - idx) as usize)
-            .min(v.room as usize)
-            .min(v.mask as usize + 1 - slot);
-        let common = qp.sq_all_common();
-        let qpn = qp.qpn();
-        let mut expect = LeanRun::expect(qp.cqe_qpn_key(), v.ci);
-        let stride = 1usize << self.size_shift;
-        let out = out.as_mut_ptr();
-        let mut cqe = cqe as *const u8;
-        let mut tail = u64::from_le(tail);
-        let mut j = 0;
-        while j < k {
-            // SAFETY: fewer than k CQEs so far: inside this lap of the buffer; op_own volatile
-            // (the device writes it), the rest read after the ownership test and its barrier
-            // (rdma-core `get_sw_cqe`, then `udma_from_device_barrier`; the caller did both
-            // for the first); `slot + j` < wqe_cnt indexes the bookkeeping arrays and a block
-            // of the ring; `j` < out.len().
-            unsafe {
-                if j != 0 {
-                    if core::ptr::read_volatile(cqe.add(63)) != own {
-                        break;
-                    }
-                    mmio::from_device_barrier();
-                    tail = u64::from_le(core::ptr::read_volatile(cqe.add(56) as *const u64));
+    fn poll_fast<R: Resolve + ?Sized>(&mut self, table: &mut R, wcs: &mut [Wc]) -> (usize, bool) {
+        let (cqe0, cqe_cnt, size_shift) = (self.cqe0, self.cqe_cnt, self.size_shift);
+        let len = wcs.len();
+        let out = wcs.as_mut_ptr();
+        let mut ci = self.ci;
+        let mut n = 0;
+        let mut more = false;
+        while n < len {
+            let idx = ci & (cqe_cnt - 1);
+            // SAFETY: idx < cqe_cnt, so the 64-byte CQE (at +0 or +64 of its slot) is inside
+            // the buffer.
+            let cqe = unsafe { cqe0.add((idx as usize) << size_shift) };
+            // SAFETY: op_own is the last byte of the CQE; volatile, the device writes it.
+            let op_own = unsafe { core::ptr::read_volatile(cqe.add(63)) };
+            // A plain REQ CQE of this lap: `op_own` is the owner bit alone (rdma-core
+            // `get_sw_cqe`: owner bit against the lap's parity, opcode not INVALID).
+            let own = ((ci & cqe_cnt) != 0) as u8;
+            // Room in `wcs` and in this lap of the CQ (the owner value is the lap's); at least
+            // 1, as the compiler sees (a call with room for one has no run).
+            let room = (len - n).min(((cqe_cnt - 1) - idx) as usize + 1);
+            let k = if op_own == own {
+                mmio::from_device_barrier();
+                // SAFETY: the CQE is software-owned; bytes 56..64 read after the barrier.
+                let tail = unsafe { core::ptr::read_volatile(cqe.add(56) as *const u64) };
+                let qpn = u32::from_be(tail as u32) & 0x00ff_ffff;
+                match table.qp(qpn) {
+                    // SAFETY: `cqe` is a software-owned CQE with `room - 1` more of this lap
+                    // after it, `tail` its bytes 56..64 read after the barrier, `wcs` has
+                    // `room` entries from `n`.
+                    Some(qp) => unsafe {
+                        send_run(qp, cqe, tail, own, size_shift, room, out.add(n))
+                    },
+                    None => 0,
                 }
-                if tail & QPN_COUNTER != expect || (!common && *v.meta.add(slot + j) != 0) {
-                    break;
+            } else if op_own == (CQE_RESP_SEND << 4 | own) {
+                mmio::from_device_barrier();
+                // SAFETY: the CQE is software-owned; bytes 56..64 read after the barrier.
+                let tail = unsafe { core::ptr::read_volatile(cqe.add(56) as *const u64) };
+                let qpn = u32::from_be(tail as u32) & 0x00ff_ffff;
+                match table.qp(qpn) {
+                    // SAFETY: as for the send run.
+                    Some(qp) => unsafe {
+                        recv_run(qp, cqe, tail, own, size_shift, room, out.add(n))
+                    },
+                    None => 0,
                 }
-                let opcode = WcOpcode::of_send_opcode(*ring.add((slot + j) * 64 + 3));
-                // A READ reports the bytes read; every other one-block WQE 0.
-                let byte_len = if opcode == WcOpcode::RdmaRead {
-                    u32::from_be(core::ptr::read_volatile(cqe.add(44) as *const u32))
-                } else {
-                    0
-                };
-                out.add(j).write(Wc {
-                    wr_id: *v.wr_ids.add(slot + j),
-                    opcode,
-                    byte_len,
-                    qp_num: qpn,
-                    ..Wc::default()
-                });
-                cqe = cqe.add(stride);
+            } else {
+                more = sw_owned(op_own, ci, cqe_cnt);
+                break;
+            };
+            if k == 0 {
+                more = true;
+                break;
             }
-            expect = expect.wrapping_add(COUNTER_ONE);
-            j += 1;
+            #[cfg(test)]
+            paths::served((op_own != own) as usize, k);
+            n += k;
+            ci = ci.wrapping_add(k as u32);
         }
-        self.ci = self.ci.wrapping_add(j as u32);
-        qp.sq_lean_retired(j as u16);
-        j
+        self.ci = ci;
+        (n, more)
     }
 
     /// The rest of a [`Cq::poll`] call from its first uncommon CQE: `n` completions are in
@@ -1038,6 +934,189 @@ unsafe fn read_line(p: *const u8) -> [u8; 64] {
         chunk.copy_from_slice(&w.to_ne_bytes());
     }
     b
+}
+
+/// A run of common send completions of `qp` from the CQE at `cqe` (which the caller found
+/// software-owned with `op_own == own`, its bytes 56..64 `tail` read after the barrier, and
+/// whose QPN is `qp`'s): while each CQE is a plain REQ CQE of this lap naming `qp`'s oldest
+/// outstanding WQE, write its completion — the WR id, the opcode from the WQE's ctrl
+/// segment, the bytes of a READ — and retire it. Only while every outstanding WQE is of the
+/// common shape (one block, not an atomic): then each CQE retires exactly one block, and the
+/// WQE it must name is the next one. The first CQE is checked field by field, straight
+/// line (a call for one completion, a CQ serving many QPs in turn); the CQEs after it in one
+/// compare for QPN and `wqe_counter` together ([`LeanRun::expect`]), in a loop over locals:
+/// after the load barrier LLVM would otherwise reload every field of the QP per CQE. At
+/// most `room` CQEs, the outstanding blocks and the blocks to the send ring's end. Returns
+/// the CQEs consumed (the QP's bookkeeping moved, the CQ's consumer index not), 0 when the
+/// first CQE is not one of these.
+///
+/// # Safety
+/// `cqe` is a software-owned 64-byte CQE with `room - 1` more of the same lap after it,
+/// `1 << size_shift` bytes apart; `out` has `room` entries.
+#[inline(always)]
+unsafe fn send_run(
+    qp: &mut Qp,
+    cqe: *mut u8,
+    tail: u64,
+    own: u8,
+    size_shift: u32,
+    room: usize,
+    out: *mut Wc,
+) -> usize {
+    let v = qp.sq_lean_view();
+    let wqe_counter = u16::from_be((tail >> 32) as u16);
+    if !qp.sq_all_common() | (v.room == 0) | (wqe_counter != v.ci) {
+        return 0;
+    }
+    let slot = (v.ci & v.mask) as usize;
+    let qpn = qp.qpn();
+    // SAFETY: slot < wqe_cnt: its block in the ring and its entries in the bookkeeping; the
+    // CQE is software-owned, read after the barrier; `out` has room for one.
+    let ctrl = unsafe { qp.sq_ring_start().add(slot * 64) };
+    unsafe { write_send_wc(out, *v.wr_ids.add(slot), ctrl, qpn, cqe) };
+    // The rest of the run: not past the outstanding blocks nor the ring's end (the slots
+    // are then consecutive).
+    let k = room
+        .min(v.room as usize)
+        .min((v.mask as usize - slot) + 1);
+    let mut done = 1;
+    if k > 1 {
+        let stride = 1usize << size_shift;
+        let mut expect = LeanRun::expect(qp.cqe_qpn_key(), v.ci.wrapping_add(1));
+        // Index from -(k - 1) up to 0 against the ends of the arrays: the loop's count is its
+        // index.
+        // SAFETY: slot + k <= wqe_cnt entries of the bookkeeping; `out` has k entries; the
+        // CQE after `cqe` is inside this lap (k <= room).
+        let (wr_end, mut ctrl, mut out, mut cqe) = unsafe {
+            (
+                v.wr_ids.add(slot + k),
+                ctrl.add(64),
+                out.add(1),
+                cqe.add(stride) as *const u8,
+            )
+        };
+        let mut j = 1 - k as isize;
+        while j != 0 {
+            // SAFETY: fewer than k CQEs so far: inside this lap of the buffer; op_own volatile
+            // (the device writes it), the rest read after the ownership test and its barrier
+            // (rdma-core `get_sw_cqe`, then `udma_from_device_barrier`); `wr_end + j`
+            // (-(k - 1) <= j < 0) and `ctrl` are a slot of the k and its block; `out` one of
+            // the k entries.
+            unsafe {
+                if core::ptr::read_volatile(cqe.add(63)) != own {
+                    break;
+                }
+                mmio::from_device_barrier();
+                let tail = u64::from_le(core::ptr::read_volatile(cqe.add(56) as *const u64));
+                if tail & QPN_COUNTER != expect {
+                    break;
+                }
+                write_send_wc(out, *wr_end.offset(j), ctrl, qpn, cqe);
+                cqe = cqe.add(stride);
+                ctrl = ctrl.add(64);
+                out = out.add(1);
+            }
+            expect = expect.wrapping_add(COUNTER_ONE);
+            j += 1;
+        }
+        done = (k as isize + j) as usize;
+    }
+    qp.sq_lean_retired(done as u16);
+    done
+}
+
+/// The completion of a successful one-block send WQE that is not an atomic, WR id `wr_id`,
+/// ctrl segment at `ctrl`, of QP `qpn`, completed by the CQE at `cqe`: the opcode from the
+/// ctrl segment's byte 3, the bytes of a READ from the CQE's `byte_cnt` (rdma-core
+/// `handle_good_req`), 0 for everything else.
+///
+/// # Safety
+/// `out` is writable; `ctrl` is a block of the send ring; `cqe` is a software-owned CQE,
+/// read after the barrier.
+#[inline(always)]
+unsafe fn write_send_wc(out: *mut Wc, wr_id: u64, ctrl: *const u8, qpn: u32, cqe: *const u8) {
+    // SAFETY: the caller's.
+    unsafe {
+        let opcode = WcOpcode::of_send_opcode(*ctrl.add(3));
+        out.write(Wc {
+            wr_id,
+            opcode,
+            qp_num: qpn,
+            ..Wc::default()
+        });
+        if opcode == WcOpcode::RdmaRead {
+            (*out).byte_len = u32::from_be(core::ptr::read_volatile(cqe.add(44) as *const u32));
+        }
+    }
+}
+
+/// A run of common receive completions of `qp` from the plain RESP_SEND CQE at `cqe` (opcode
+/// and owner checked by the caller, `tail` its bytes 56..64 read after the barrier): while
+/// each CQE is a plain RESP_SEND CQE of this lap naming the QP's oldest outstanding receive
+/// on its own receive queue ([`crate::rq::RecvQueue::lean_view`]), write its completion —
+/// the fields rdma-core's `handle_responder` takes, from bytes 16..48 read after the barrier
+/// — and retire it. At most `room` CQEs and the outstanding receives. Returns the CQEs
+/// consumed, 0 when the first is not one of these (an SRQ, out of order: the full path).
+///
+/// # Safety
+/// As for [`send_run`].
+#[inline(always)]
+unsafe fn recv_run(
+    qp: &mut Qp,
+    cqe: *mut u8,
+    tail: u64,
+    own: u8,
+    size_shift: u32,
+    room: usize,
+    out: *mut Wc,
+) -> usize {
+    let Some(v) = qp.rq_lean_view() else {
+        return 0;
+    };
+    let k = room.min(v.outstanding as usize);
+    let qpn = qp.qpn();
+    // Bytes 56..62 of a RESP_SEND CQE of this QP naming receive `c`: the QPN's part as a
+    // REQ CQE's (the opcode is in `op_own`, bits 31:24 of `sop_drop_qpn` are 0 here), the
+    // counter BE16.
+    let mut expect = LeanRun::expect(qp.cqe_qpn_key(), v.tail);
+    let stride = 1usize << size_shift;
+    let want = CQE_RESP_SEND << 4 | own;
+    let mut cqe = cqe as *const u8;
+    let mut tail = u64::from_le(tail);
+    let mut c = v.tail;
+    let mut j = 0;
+    while j < k {
+        // SAFETY: as in `send_run`; words 2..6 of the CQE read after the barrier; the slot
+        // `c & mask` is inside the receive queue's bookkeeping.
+        unsafe {
+            if j != 0 {
+                if core::ptr::read_volatile(cqe.add(63)) != want {
+                    break;
+                }
+                mmio::from_device_barrier();
+                tail = u64::from_le(core::ptr::read_volatile(cqe.add(56) as *const u64));
+            }
+            if tail & QPN_COUNTER != expect {
+                break;
+            }
+            let w = |i: usize| core::ptr::read_volatile((cqe as *const u64).add(i)).to_ne_bytes();
+            let mut b = [0u8; 64];
+            for i in [2usize, 3, 4, 5] {
+                b[i * 8..i * 8 + 8].copy_from_slice(&w(i));
+            }
+            b[56..].copy_from_slice(&tail.to_le_bytes());
+            let cqe64 = Cqe64::from_bytes(&b);
+            let mut wc = responder_wc(&cqe64, qpn, CQE_RESP_SEND);
+            wc.wr_id = *v.wr_ids.add((c & v.mask) as usize);
+            out.add(j).write(wc);
+            cqe = cqe.add(stride);
+        }
+        c = c.wrapping_add(1);
+        expect = expect.wrapping_add(COUNTER_ONE);
+        j += 1;
+    }
+    qp.rq_lean_retired(j as u16);
+    j
 }
 
 /// One run of the lean poll ([`Cq::poll_send`]): `k` CQEs at most from `cqe`, the WQEs' slots

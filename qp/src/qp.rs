@@ -593,6 +593,21 @@ impl Qp {
         }
     }
 
+    /// What the lean receive poll reads of this QP's own receive queue, when it may run
+    /// ([`crate::rq::RecvQueue::lean_view`]); `None` without one (an SRQ).
+    #[inline(always)]
+    pub(crate) fn rq_lean_view(&self) -> Option<crate::rq::RecvLeanView> {
+        self.rq.as_ref().and_then(|rq| rq.lean_view())
+    }
+
+    /// The lean receive poll retired `k` receives.
+    #[inline(always)]
+    pub(crate) fn rq_lean_retired(&mut self, k: u16) {
+        if let Some(rq) = self.rq.as_mut() {
+            rq.lean_retired(k);
+        }
+    }
+
     pub(crate) fn reply_sges(&self, wqe_counter: u16, out: &mut [DataSeg; 16]) -> usize {
         self.sq.reply_sges(wqe_counter, out)
     }
