@@ -975,33 +975,87 @@ unsafe fn send_run(
     let ctrl = unsafe { qp.sq_ring_start().add(slot * 64) };
     unsafe { write_send_wc(out, *v.wr_ids.add(slot), ctrl, qpn, cqe) };
     // The rest of the run: not past the outstanding blocks nor the ring's end (the slots
-    // are then consecutive).
-    let k = room
-        .min(v.room as usize)
-        .min((v.mask as usize - slot) + 1);
+    // are then consecutive). Nothing to compute when the CQE was the last of either (a
+    // call for one completion, a QP with one WQE outstanding).
     let mut done = 1;
+    let k = if (room > 1) & (v.room > 1) {
+        room.min(v.room as usize).min((v.mask as usize - slot) + 1)
+    } else {
+        1
+    };
     if k > 1 {
-        let stride = 1usize << size_shift;
-        let mut expect = LeanRun::expect(qp.cqe_qpn_key(), v.ci.wrapping_add(1));
-        // Index from -(k - 1) up to 0 against the ends of the arrays: the loop's count is its
-        // index.
         // SAFETY: slot + k <= wqe_cnt entries of the bookkeeping; `out` has k entries; the
         // CQE after `cqe` is inside this lap (k <= room).
-        let (wr_end, mut ctrl, mut out, mut cqe) = unsafe {
-            (
-                v.wr_ids.add(slot + k),
-                ctrl.add(64),
-                out.add(1),
-                cqe.add(stride) as *const u8,
-            )
+        let run = unsafe {
+            WcRun {
+                cqe: cqe.add(1 << size_shift),
+                own,
+                expect: LeanRun::expect(qp.cqe_qpn_key(), v.ci.wrapping_add(1)),
+                wr_end: v.wr_ids.add(slot + k),
+                ctrl: ctrl.add(64),
+                out: out.add(1),
+                n: k - 1,
+                qpn,
+            }
         };
-        let mut j = 1 - k as isize;
+        // SAFETY: bounded above.
+        done += unsafe {
+            if size_shift == 6 {
+                run.run::<6>()
+            } else {
+                run.run::<7>()
+            }
+        };
+    }
+    qp.sq_lean_retired(done as u16);
+    done
+}
+
+/// The loop of [`send_run`] after its first CQE: `n` CQEs at most from `cqe`, the WQEs'
+/// slots consecutive, their WR ids the `n` before `wr_end`, their blocks from `ctrl`, the
+/// completions to `out`. Out of line, so that the loop has the registers to itself (the
+/// caller's loop keeps its own live across it).
+struct WcRun {
+    cqe: *const u8,
+    /// The owner bit of this lap: a plain REQ CQE's whole `op_own`.
+    own: u8,
+    /// QPN and `wqe_counter` the first CQE must carry ([`LeanRun::expect`]).
+    expect: u64,
+    wr_end: *const u64,
+    ctrl: *const u8,
+    out: *mut Wc,
+    n: usize,
+    qpn: u32,
+}
+
+impl WcRun {
+    /// Consume CQEs while each is a plain REQ CQE of this lap naming the next WQE; returns
+    /// how many. CQEs are `1 << SHIFT` bytes apart.
+    ///
+    /// # Safety
+    /// `cqe` is a CQE of the buffer with `n - 1` more of its lap after it; `wr_end - n ..
+    /// wr_end` are WR ids, `ctrl` the first of `n` consecutive blocks of the send ring, `out`
+    /// has `n` entries.
+    #[inline(never)]
+    unsafe fn run<const SHIFT: u32>(self) -> usize {
+        let WcRun {
+            mut cqe,
+            own,
+            mut expect,
+            wr_end,
+            mut ctrl,
+            mut out,
+            n,
+            qpn,
+        } = self;
+        // Index from -n up to 0 against the end of the WR ids: the loop's count is its index.
+        let mut j = -(n as isize);
         while j != 0 {
-            // SAFETY: fewer than k CQEs so far: inside this lap of the buffer; op_own volatile
+            // SAFETY: fewer than n CQEs so far: inside this lap of the buffer; op_own volatile
             // (the device writes it), the rest read after the ownership test and its barrier
             // (rdma-core `get_sw_cqe`, then `udma_from_device_barrier`); `wr_end + j`
-            // (-(k - 1) <= j < 0) and `ctrl` are a slot of the k and its block; `out` one of
-            // the k entries.
+            // (-n <= j < 0) and `ctrl` are one of the n slots and its block; `out` one of the
+            // n entries.
             unsafe {
                 if core::ptr::read_volatile(cqe.add(63)) != own {
                     break;
@@ -1012,17 +1066,15 @@ unsafe fn send_run(
                     break;
                 }
                 write_send_wc(out, *wr_end.offset(j), ctrl, qpn, cqe);
-                cqe = cqe.add(stride);
+                cqe = cqe.add(1 << SHIFT);
                 ctrl = ctrl.add(64);
                 out = out.add(1);
             }
             expect = expect.wrapping_add(COUNTER_ONE);
             j += 1;
         }
-        done = (k as isize + j) as usize;
+        (n as isize + j) as usize
     }
-    qp.sq_lean_retired(done as u16);
-    done
 }
 
 /// The completion of a successful one-block send WQE that is not an atomic, WR id `wr_id`,

@@ -578,21 +578,6 @@ impl Qp {
         }
     }
 
-    /// [`crate::rq::RecvQueue::complete_in_order`] on this QP's own receive queue; false when
-    /// it has none (an SRQ) or the CQE is not the common case.
-    #[inline(always)]
-    pub(crate) fn complete_recv_in_order(
-        &mut self,
-        wqe_counter: u16,
-        wc: Wc,
-        out: &mut Wc,
-    ) -> bool {
-        match self.rq.as_mut() {
-            Some(rq) => rq.complete_in_order(wqe_counter, wc, out),
-            None => false,
-        }
-    }
-
     /// What the lean receive poll reads of this QP's own receive queue, when it may run
     /// ([`crate::rq::RecvQueue::lean_view`]); `None` without one (an SRQ).
     #[inline(always)]

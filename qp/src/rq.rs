@@ -233,28 +233,6 @@ impl RecvQueue {
         Ok(Progress::Done(1))
     }
 
-    /// The common case of [`RecvQueue::complete`]: a success CQE without inline data naming
-    /// the oldest outstanding WQE (`tail`), nothing reported out of order: give `wc` that WQE's
-    /// WR id, write it to `out`, retire the WQE (and any completed out of order after it).
-    /// Returns false — having changed nothing — for anything else.
-    #[inline(always)]
-    pub fn complete_in_order(&mut self, wqe_counter: u16, mut wc: Wc, out: &mut Wc) -> bool {
-        let slot = (self.tail & self.mask) as usize;
-        if (wqe_counter != self.tail) | (self.head == self.tail) | self.reported.is_some() {
-            return false;
-        }
-        debug_assert!(!self.done[slot]);
-        wc.wr_id = self.wr_id[slot];
-        *out = wc;
-        self.tail = self.tail.wrapping_add(1);
-        while self.tail != self.head && self.done[(self.tail & self.mask) as usize] {
-            self.done[(self.tail & self.mask) as usize] = false;
-            self.ooo -= 1;
-            self.tail = self.tail.wrapping_add(1);
-        }
-        true
-    }
-
     /// What the lean receive poll needs, when it may run: nothing completed out of order
     /// and nothing reported (then a CQE in order names exactly the oldest WQE, and retiring
     /// it is `tail += 1`).
