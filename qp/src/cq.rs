@@ -1257,8 +1257,11 @@ impl LeanRun {
 #[cfg(test)]
 mod tests {
     use super::paths;
-    use crate::{Cq, Qp, RemoteAddr, SendWr, Sge, Wc, WcOpcode};
-    use mlx5_cq::{Cqe64, CQE_INITIAL_OP_OWN, CQE_REQ, CQE_RESP_SEND, U16, U32};
+    use crate::{Cq, Qp, QpTable, RemoteAddr, SendWr, Sge, Wc, WcOpcode};
+    use mlx5_cq::{
+        Cqe64, CQE_INITIAL_OP_OWN, CQE_REQ, CQE_REQ_ERR, CQE_RESP_ERR, CQE_RESP_SEND,
+        CQE_RESP_SEND_IMM, U16, U32,
+    };
     use mlx5_hw::{BfLayout, CqLayout, QpLayout, QpState, QpType, WqLayout};
 
     #[repr(C, align(4096))]
@@ -1430,5 +1433,362 @@ mod tests {
             (fast[4].opcode, fast[4].byte_len, fast[4].src_qp),
             (WcOpcode::Recv, 7, 0x99)
         );
+    }
+
+    /// The device of the path tests: two QPs on one CQ of `cnt` CQEs of `size` bytes, the
+    /// CQEs written as the device writes them (every byte, then `op_own` with the owner bit
+    /// of the lap).
+    struct Dev {
+        _pages: Vec<Box<Page>>,
+        _cq: Box<CqBuf>,
+        cq_buf: *mut u8,
+        size: usize,
+        cnt: u32,
+        hw_pi: u32,
+    }
+
+    const QPN_B: u32 = 0x1_0042;
+
+    /// 64 CQEs of 128 bytes at most.
+    #[repr(C, align(4096))]
+    struct CqBuf([u8; 8192]);
+
+    impl Dev {
+        fn new(size: u32) -> (Dev, QpTable, Cq) {
+            let cnt = 64u32;
+            let mut pages: Vec<Box<Page>> = (0..12).map(|_| page()).collect();
+            let mut cq_mem = Box::new(CqBuf([0; 8192]));
+            let cq_buf = cq_mem.0.as_mut_ptr();
+            let mut ptr = |i: usize| pages[i].0.as_mut_ptr();
+            let (cq_dbrec, cq_uar) = (ptr(2), ptr(3));
+            let mut table = QpTable::new();
+            for (q, qpn) in [(0usize, QPN), (1, QPN_B)] {
+                let base = 4 + q * 4;
+                let layout = QpLayout {
+                    qpn,
+                    qp_type: QpType::Rc,
+                    dbrec: ptr(base).cast(),
+                    sq: WqLayout {
+                        buf: ptr(base + 1),
+                        wqe_cnt: 64,
+                        stride: 64,
+                    },
+                    rq: WqLayout {
+                        buf: ptr(base + 2),
+                        wqe_cnt: 64,
+                        stride: 64,
+                    },
+                    bf: BfLayout {
+                        reg: ptr(base + 3).wrapping_add(0x800),
+                        size: 256,
+                        shared: false,
+                    },
+                    max_inline_data: 32,
+                    max_send_sge: 2,
+                    max_recv_sge: 4,
+                    sq_sig_all: false,
+                    uses_srq: false,
+                };
+                // SAFETY: the pages outlive the QP (the test drops the table first).
+                let mut qp = unsafe { Qp::from_layout(&layout, None) }.unwrap();
+                qp.set_state(QpState::Rts);
+                table.insert_qp(qp);
+            }
+            // SAFETY: the CQ buffer holds 64 × 128 bytes.
+            unsafe {
+                for i in 0..cnt as usize {
+                    *cq_buf.add(i * size as usize + size as usize - 1) = CQE_INITIAL_OP_OWN;
+                }
+            }
+            let cq_layout = CqLayout {
+                buf: cq_buf,
+                dbrec: cq_dbrec.cast(),
+                cqe_cnt: cnt,
+                cqe_size: size,
+                cq_uar,
+                cqn: 7,
+                ignore_overrun: false,
+            };
+            // SAFETY: as above.
+            let cq = unsafe { Cq::from_layout(&cq_layout) }.unwrap();
+            let dev = Dev {
+                _pages: pages,
+                _cq: cq_mem,
+                cq_buf,
+                size: size as usize,
+                cnt,
+                hw_pi: 0,
+            };
+            (dev, table, cq)
+        }
+
+        fn push(&mut self, cqe: Cqe64) {
+            let slot = (self.hw_pi & (self.cnt - 1)) as usize * self.size + self.size - 64;
+            let owner = ((self.hw_pi / self.cnt) & 1) as u8;
+            let b = cqe.as_bytes();
+            // SAFETY: a slot of the CQ buffer the consumer has given back (the scripts keep
+            // fewer than `cnt` CQEs outstanding).
+            unsafe {
+                core::ptr::copy_nonoverlapping(b.as_ptr(), self.cq_buf.add(slot), 63);
+                *self.cq_buf.add(slot + 63) = (b[63] & 0xfe) | owner;
+            }
+            self.hw_pi += 1;
+        }
+    }
+
+    fn req_cqe(qpn: u32, pi: u16, send_opcode: u8, byte_cnt: u32) -> Cqe64 {
+        Cqe64 {
+            sop_drop_qpn: U32::new((send_opcode as u32) << 24 | qpn),
+            wqe_counter: U16::new(pi),
+            byte_cnt: U32::new(byte_cnt),
+            op_own: CQE_REQ << 4,
+            ..Cqe64::default()
+        }
+    }
+
+    fn resp_cqe(opcode: u8, qpn: u32, counter: u16, byte_cnt: u32, imm: u32) -> Cqe64 {
+        Cqe64 {
+            sop_drop_qpn: U32::new(qpn),
+            wqe_counter: U16::new(counter),
+            byte_cnt: U32::new(byte_cnt),
+            imm_inval_pkey: U32::new(imm),
+            flags_rqpn: U32::new(0x0300_0099),
+            op_own: opcode << 4,
+            ..Cqe64::default()
+        }
+    }
+
+    fn err_cqe(opcode: u8, qpn: u32, counter: u16, syndrome: u8) -> Cqe64 {
+        let mut b = [0u8; 64];
+        b[54] = 0x33;
+        b[55] = syndrome;
+        b[56..60].copy_from_slice(&qpn.to_be_bytes());
+        b[60..62].copy_from_slice(&counter.to_be_bytes());
+        b[63] = opcode << 4;
+        Cqe64::from_bytes(&b)
+    }
+
+    /// Poll until empty with room for `room`; every call's result (completions or the error).
+    fn drain(cq: &mut Cq, table: &mut QpTable, room: usize) -> Vec<Result<Vec<Wc>, String>> {
+        let mut got = Vec::new();
+        let mut wcs = [Wc::default(); 16];
+        for _ in 0..10_000 {
+            match cq.poll(table, &mut wcs[..room]) {
+                Ok(0) => break,
+                Ok(n) => got.push(Ok(wcs[..n].to_vec())),
+                Err(e) => got.push(Err(e.to_string())),
+            }
+        }
+        got
+    }
+
+    /// Run `script` (which posts, pushes CQEs and drains through the closure it is given)
+    /// with the fast paths on and off; returns both results and the path counts of the fast
+    /// run.
+    fn both(
+        size: u32,
+        script: &dyn Fn(&mut Dev, &mut QpTable, &mut Cq) -> Vec<Result<Vec<Wc>, String>>,
+    ) -> (
+        Vec<Result<Vec<Wc>, String>>,
+        Vec<Result<Vec<Wc>, String>>,
+        [u32; 3],
+    ) {
+        let mut out = Vec::new();
+        let mut counts = [0; 3];
+        for off in [true, false] {
+            let (mut dev, mut table, mut cq) = Dev::new(size);
+            paths::FAST_OFF.with(|f| f.set(off));
+            paths::SERVED.with(|c| c.set([0; 3]));
+            out.push(script(&mut dev, &mut table, &mut cq));
+            paths::FAST_OFF.with(|f| f.set(false));
+            counts = paths::SERVED.with(|c| c.get());
+            if off {
+                assert_eq!(counts[..2], [0, 0], "fast paths off");
+            }
+            drop((table, cq));
+            drop(dev);
+        }
+        let fast = out.pop().unwrap();
+        let slow = out.pop().unwrap();
+        (slow, fast, counts)
+    }
+
+    fn flat(r: &[Result<Vec<Wc>, String>]) -> Vec<Wc> {
+        r.iter()
+            .flat_map(|c| c.clone().unwrap_or_default())
+            .collect()
+    }
+
+    const R: RemoteAddr = RemoteAddr::new(0x1000, 5);
+    const SGE: [Sge; 1] = [Sge {
+        addr: 0x9000,
+        length: 16,
+        lkey: 3,
+    }];
+
+    /// Errors: successes, a READ, a remote access error and the flush after it, then a
+    /// receive error; the fast paths take the successes before the error, the full path the
+    /// rest, and the completions are the same.
+    #[test]
+    fn errors_take_the_full_path_and_complete_the_same() {
+        for size in [64, 128] {
+            let (slow, fast, counts) = both(size, &|dev, t, cq| {
+                let qp = t.qp_at(0).unwrap();
+                for i in 0..3 {
+                    qp.post(&SendWr::write(10 + i, R).inline(b"abc").signaled())
+                        .unwrap();
+                }
+                qp.post(&SendWr::read(13, R).sges(&SGE).signaled()).unwrap();
+                qp.post(&SendWr::write(14, R).inline(b"abc").signaled())
+                    .unwrap();
+                qp.post(&SendWr::write(15, R).inline(b"abc").signaled())
+                    .unwrap();
+                qp.post_recv(30, &SGE).unwrap();
+                qp.post_recv(31, &SGE).unwrap();
+                for pi in 0..3 {
+                    dev.push(req_cqe(QPN, pi, mlx5_wqe::OPCODE_RDMA_WRITE, 0));
+                }
+                dev.push(req_cqe(QPN, 3, mlx5_wqe::OPCODE_RDMA_READ, 16));
+                dev.push(err_cqe(CQE_REQ_ERR, QPN, 4, 0x13));
+                dev.push(err_cqe(CQE_REQ_ERR, QPN, 5, 0x05));
+                dev.push(resp_cqe(CQE_RESP_SEND, QPN, 0, 7, 0));
+                dev.push(err_cqe(CQE_RESP_ERR, QPN, 1, 0x05));
+                drain(cq, t, 16)
+            });
+            assert_eq!(fast, slow, "size {size}");
+            let all = flat(&fast);
+            let ids: Vec<u64> = all.iter().map(|w| w.wr_id).collect();
+            assert_eq!(ids, [10, 11, 12, 13, 14, 15, 30, 31]);
+            assert_eq!((all[3].opcode, all[3].byte_len), (WcOpcode::RdmaRead, 16));
+            assert!(!all[4].is_ok() && !all[5].is_ok() && all[6].is_ok() && !all[7].is_ok());
+            assert_eq!(
+                counts[0], 4,
+                "size {size}: the send run took the four successes"
+            );
+            assert_eq!(counts[2], 4, "size {size}: the full path the rest");
+        }
+    }
+
+    /// Receives: plain ones in runs, one with immediate data, one while the queue is
+    /// empty (an error), all alike on both paths.
+    #[test]
+    fn receives_complete_the_same_on_both_paths() {
+        for size in [64, 128] {
+            for room in [1, 3, 16] {
+                let (slow, fast, counts) = both(size, &|dev, t, cq| {
+                    let qp = t.qp_at(1).unwrap();
+                    for i in 0..6 {
+                        qp.post_recv(40 + i, &SGE).unwrap();
+                    }
+                    for c in 0..3 {
+                        dev.push(resp_cqe(CQE_RESP_SEND, QPN_B, c, 8 + c as u32, 0x77));
+                    }
+                    dev.push(resp_cqe(CQE_RESP_SEND_IMM, QPN_B, 3, 4, 0xabcd));
+                    dev.push(resp_cqe(CQE_RESP_SEND, QPN_B, 4, 9, 0));
+                    dev.push(resp_cqe(CQE_RESP_SEND, QPN_B, 5, 9, 0));
+                    dev.push(resp_cqe(CQE_RESP_SEND, QPN_B, 6, 9, 0));
+                    drain(cq, t, room)
+                });
+                assert_eq!(fast, slow, "size {size} room {room}");
+                let all = flat(&fast);
+                let ids: Vec<u64> = all.iter().map(|w| w.wr_id).collect();
+                assert_eq!(ids, [40, 41, 42, 43, 44, 45]);
+                assert_eq!(
+                    (all[1].byte_len, all[1].src_qp, all[1].sl, all[1].pkey_index),
+                    (9, 0x99, 3, 0x77)
+                );
+                assert_eq!(all[3].imm_data, 0xabcd);
+                assert!(fast.last().unwrap().is_err(), "the CQE of no receive");
+                // The first three in the receive run; after the one with immediate data the
+                // full path serves the rest of that call.
+                assert!(
+                    counts[1] >= 3 && counts[2] >= 1,
+                    "size {size} room {room}: {counts:?}"
+                );
+            }
+        }
+    }
+
+    /// Two QPs on one CQ: runs of one QPN, alternating QPNs, an unsignaled WR retired by a
+    /// later CQE, a CQE of a QPN the table does not hold.
+    #[test]
+    fn mixed_qpns_complete_the_same_on_both_paths() {
+        for size in [64, 128] {
+            for room in [1, 2, 5, 16] {
+                let (slow, fast, counts) = both(size, &|dev, t, cq| {
+                    for pos in [0usize, 1] {
+                        let qp = t.qp_at(pos).unwrap();
+                        for i in 0..8u64 {
+                            let wr = SendWr::write(pos as u64 * 100 + i, R).inline(b"xy");
+                            let wr = if i == 5 { wr } else { wr.signaled() };
+                            qp.post(&wr).unwrap();
+                        }
+                    }
+                    for pi in [0u16, 1, 2] {
+                        dev.push(req_cqe(QPN, pi, mlx5_wqe::OPCODE_RDMA_WRITE, 0));
+                    }
+                    for pi in 0..4u16 {
+                        dev.push(req_cqe(QPN_B, pi, mlx5_wqe::OPCODE_RDMA_WRITE, 0));
+                        dev.push(req_cqe(QPN, pi + 3, mlx5_wqe::OPCODE_RDMA_WRITE, 0));
+                    }
+                    // WR 5 unsignaled: the CQE of 6 retires it.
+                    dev.push(req_cqe(QPN_B, 4, mlx5_wqe::OPCODE_RDMA_WRITE, 0));
+                    dev.push(req_cqe(QPN_B, 6, mlx5_wqe::OPCODE_RDMA_WRITE, 0));
+                    dev.push(req_cqe(QPN_B, 7, mlx5_wqe::OPCODE_RDMA_WRITE, 0));
+                    dev.push(req_cqe(0x77, 0, mlx5_wqe::OPCODE_RDMA_WRITE, 0));
+                    dev.push(req_cqe(QPN, 7, mlx5_wqe::OPCODE_RDMA_WRITE, 0));
+                    drain(cq, t, room)
+                });
+                assert_eq!(fast, slow, "size {size} room {room}");
+                let ids: Vec<u64> = flat(&fast).iter().map(|w| w.wr_id).collect();
+                assert_eq!(
+                    ids,
+                    [0, 1, 2, 100, 3, 101, 4, 102, 5, 103, 6, 104, 106, 107, 7],
+                    "size {size} room {room}"
+                );
+                assert!(fast.iter().any(|r| r.is_err()), "the unknown QPN");
+                assert!(counts[0] >= 10, "size {size} room {room}: {counts:?}");
+            }
+        }
+    }
+
+    /// Many laps of the CQ and of the send ring, READs among the WRITEs, polled with
+    /// several room sizes: both paths alike, the fast one serving all.
+    #[test]
+    fn the_cq_and_the_ring_wrap_alike_on_both_paths() {
+        for size in [64, 128] {
+            for room in [1, 7, 16] {
+                let (slow, fast, counts) = both(size, &|dev, t, cq| {
+                    let mut got = Vec::new();
+                    let mut id = 0u64;
+                    for _ in 0..13 {
+                        let qp = t.qp_at(0).unwrap();
+                        let first = qp.sq_pi();
+                        for i in 0..15u16 {
+                            let wr = if i % 4 == 3 {
+                                SendWr::read(id, R).sges(&SGE).signaled()
+                            } else {
+                                SendWr::write(id, R).inline(b"abc").signaled()
+                            };
+                            qp.post(&wr).unwrap();
+                            let (op, n) = if i % 4 == 3 {
+                                (mlx5_wqe::OPCODE_RDMA_READ, 16)
+                            } else {
+                                (mlx5_wqe::OPCODE_RDMA_WRITE, 0)
+                            };
+                            dev.push(req_cqe(QPN, first.wrapping_add(i), op, n));
+                            id += 1;
+                        }
+                        got.extend(drain(cq, t, room));
+                    }
+                    got
+                });
+                assert_eq!(fast, slow, "size {size} room {room}");
+                let all = flat(&fast);
+                assert_eq!(all.len(), 13 * 15);
+                assert!(all.iter().enumerate().all(|(i, w)| w.wr_id == i as u64));
+                assert_eq!(counts, [195, 0, 0], "size {size} room {room}");
+            }
+        }
     }
 }
