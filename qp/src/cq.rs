@@ -393,9 +393,9 @@ impl Cq {
             // A plain REQ CQE of this lap: `op_own` is the owner bit alone (rdma-core
             // `get_sw_cqe`: owner bit against the lap's parity, opcode not INVALID).
             let own = ((ci & cqe_cnt) != 0) as u8;
-            // Room in `wcs` and in this lap of the CQ (the owner value is the lap's); at least
-            // 1, as the compiler sees (a call with room for one has no run).
-            let room = (len - n).min(((cqe_cnt - 1) - idx) as usize + 1);
+            // Room in `wcs` and in this lap of the CQ (the owner value is the lap's), as a
+            // pair: a run computes their minimum only when it can go on.
+            let room = (len - n, ((cqe_cnt - 1) - idx) as usize + 1);
             let k = if op_own == own {
                 mmio::from_device_barrier();
                 // SAFETY: the CQE is software-owned; bytes 56..64 read after the barrier.
@@ -418,7 +418,7 @@ impl Cq {
                 match table.qp(qpn) {
                     // SAFETY: as for the send run.
                     Some(qp) => unsafe {
-                        recv_run(qp, cqe, tail, own, size_shift, room, out.add(n))
+                        recv_run(qp, cqe, tail, own, size_shift, room.0.min(room.1), out.add(n))
                     },
                     None => 0,
                 }
@@ -951,8 +951,8 @@ unsafe fn read_line(p: *const u8) -> [u8; 64] {
 /// first CQE is not one of these.
 ///
 /// # Safety
-/// `cqe` is a software-owned 64-byte CQE with `room - 1` more of the same lap after it,
-/// `1 << size_shift` bytes apart; `out` has `room` entries.
+/// `room` is (entries of `out`, CQEs left in this lap from `cqe`), both at least 1; `cqe` is
+/// a software-owned 64-byte CQE of that lap, its CQEs `1 << size_shift` bytes apart.
 #[inline(always)]
 unsafe fn send_run(
     qp: &mut Qp,
@@ -960,7 +960,7 @@ unsafe fn send_run(
     tail: u64,
     own: u8,
     size_shift: u32,
-    room: usize,
+    room: (usize, usize),
     out: *mut Wc,
 ) -> usize {
     let v = qp.sq_lean_view();
@@ -978,8 +978,11 @@ unsafe fn send_run(
     // are then consecutive). Nothing to compute when the CQE was the last of either (a
     // call for one completion, a QP with one WQE outstanding).
     let mut done = 1;
-    let k = if (room > 1) & (v.room > 1) {
-        room.min(v.room as usize).min((v.mask as usize - slot) + 1)
+    let k = if (room.0 > 1) & (v.room > 1) {
+        room.0
+            .min(room.1)
+            .min(v.room as usize)
+            .min((v.mask as usize - slot) + 1)
     } else {
         1
     };
