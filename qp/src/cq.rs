@@ -418,7 +418,15 @@ impl Cq {
                 match table.qp(qpn) {
                     // SAFETY: as for the send run.
                     Some(qp) => unsafe {
-                        recv_run(qp, cqe, tail, own, size_shift, room.0.min(room.1), out.add(n))
+                        recv_run(
+                            qp,
+                            cqe,
+                            tail,
+                            own,
+                            size_shift,
+                            room.0.min(room.1),
+                            out.add(n),
+                        )
                     },
                     None => 0,
                 }
@@ -1571,8 +1579,11 @@ mod tests {
         Cqe64::from_bytes(&b)
     }
 
-    /// Poll until empty with room for `room`; every call's result (completions or the error).
-    fn drain(cq: &mut Cq, table: &mut QpTable, room: usize) -> Vec<Result<Vec<Wc>, String>> {
+    /// Every poll call's result: its completions or its error.
+    type Calls = Vec<Result<Vec<Wc>, String>>;
+
+    /// Poll until empty with room for `room`.
+    fn drain(cq: &mut Cq, table: &mut QpTable, room: usize) -> Calls {
         let mut got = Vec::new();
         let mut wcs = [Wc::default(); 16];
         for _ in 0..10_000 {
@@ -1590,12 +1601,8 @@ mod tests {
     /// run.
     fn both(
         size: u32,
-        script: &dyn Fn(&mut Dev, &mut QpTable, &mut Cq) -> Vec<Result<Vec<Wc>, String>>,
-    ) -> (
-        Vec<Result<Vec<Wc>, String>>,
-        Vec<Result<Vec<Wc>, String>>,
-        [u32; 3],
-    ) {
+        script: &dyn Fn(&mut Dev, &mut QpTable, &mut Cq) -> Calls,
+    ) -> (Calls, Calls, [u32; 3]) {
         let mut out = Vec::new();
         let mut counts = [0; 3];
         for off in [true, false] {
