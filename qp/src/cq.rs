@@ -348,15 +348,55 @@ impl Cq {
     /// outstanding; nothing is flushed on their behalf.
     #[inline(always)]
     pub fn poll<R: Resolve + ?Sized>(&mut self, table: &mut R, wcs: &mut [Wc]) -> Result<usize> {
+        if self.size_shift == 6 {
+            self.poll_with::<R, 6>(table, wcs)
+        } else {
+            let mut error = None;
+            let n = self.poll_128(table, wcs, &mut error);
+            match error {
+                Some(e) => Err(e),
+                None => Ok(n),
+            }
+        }
+    }
+
+    /// [`Cq::poll`] for 128-byte CQEs, out of line (one inline copy of the fast loop is
+    /// enough for the callers'), its error to `error` (as [`Cq::poll_rest`]).
+    #[inline(never)]
+    fn poll_128<R: Resolve + ?Sized>(
+        &mut self,
+        table: &mut R,
+        wcs: &mut [Wc],
+        error: &mut Option<Error>,
+    ) -> usize {
+        match self.poll_with::<R, 7>(table, wcs) {
+            Ok(n) => n,
+            Err(e) => {
+                *error = Some(e);
+                0
+            }
+        }
+    }
+
+    /// [`Cq::poll`] with CQEs `1 << SHIFT` bytes apart.
+    #[inline(always)]
+    fn poll_with<R: Resolve + ?Sized, const SHIFT: u32>(
+        &mut self,
+        table: &mut R,
+        wcs: &mut [Wc],
+    ) -> Result<usize> {
         let start = self.ci;
         #[cfg(test)]
         if paths::FAST_OFF.with(|f| f.get()) {
             return self.poll_from(table, wcs, 0, start);
         }
+        if wcs.len() == 1 {
+            return self.poll_single::<R, SHIFT>(table, wcs);
+        }
         // The fast loop (`Cq::poll_fast`, inline) retires runs of common CQEs; the first other
         // CQE (an error, inline scatter, a QP it does not know, ...) hands the rest of the
         // call to `poll_from`, out of line, which starts by reading that CQE afresh.
-        let (n, more) = self.poll_fast(table, wcs);
+        let (n, more) = self.poll_fast::<R, SHIFT>(table, wcs);
         if more {
             return self.poll_from(table, wcs, n, start);
         }
@@ -364,6 +404,61 @@ impl Cq {
             self.update_ci();
         }
         Ok(n)
+    }
+
+    /// [`Cq::poll`] with room for one completion (what a ping-pong loop calls), straight
+    /// line: the CQE at the consumer index when it is a plain REQ or RESP_SEND CQE of this lap
+    /// that [`send_run`] or [`recv_run`] takes, else nothing when the CQ is empty, else the
+    /// full path.
+    #[inline(always)]
+    fn poll_single<R: Resolve + ?Sized, const SHIFT: u32>(
+        &mut self,
+        table: &mut R,
+        wcs: &mut [Wc],
+    ) -> Result<usize> {
+        let (ci, cqe_cnt) = (self.ci, self.cqe_cnt);
+        let idx = ci & (cqe_cnt - 1);
+        let out = wcs.as_mut_ptr();
+        // SAFETY: idx < cqe_cnt, so the 64-byte CQE (at +0 or +64 of its slot) is inside the
+        // buffer.
+        let cqe = unsafe { self.cqe0.add((idx as usize) << SHIFT) };
+        // SAFETY: op_own is the last byte of the CQE; volatile, the device writes it.
+        let op_own = unsafe { core::ptr::read_volatile(cqe.add(63)) };
+        // As in `poll_fast`.
+        let own = ((ci & cqe_cnt) != 0) as u8;
+        let done = if op_own == own {
+            mmio::from_device_barrier();
+            // SAFETY: the CQE is software-owned; bytes 56..64 read after the barrier.
+            let tail = unsafe { core::ptr::read_volatile(cqe.add(56) as *const u64) };
+            let qpn = u32::from_be(tail as u32) & 0x00ff_ffff;
+            match table.qp(qpn) {
+                // SAFETY: a software-owned CQE, `tail` read after the barrier, room for one.
+                Some(qp) => unsafe { send_run::<SHIFT>(qp, cqe, tail, own, (1, 1), out) },
+                None => 0,
+            }
+        } else if op_own == (CQE_RESP_SEND << 4 | own) {
+            mmio::from_device_barrier();
+            // SAFETY: as above.
+            let tail = unsafe { core::ptr::read_volatile(cqe.add(56) as *const u64) };
+            let qpn = u32::from_be(tail as u32) & 0x00ff_ffff;
+            match table.qp(qpn) {
+                // SAFETY: as above.
+                Some(qp) => unsafe { recv_run::<SHIFT>(qp, cqe, tail, own, 1, out) },
+                None => 0,
+            }
+        } else if !sw_owned(op_own, ci, cqe_cnt) {
+            return Ok(0);
+        } else {
+            0
+        };
+        if done == 0 {
+            return self.poll_from(table, wcs, 0, ci);
+        }
+        #[cfg(test)]
+        paths::served((op_own != own) as usize, 1);
+        self.ci = ci.wrapping_add(1);
+        self.update_ci();
+        Ok(1)
     }
 
     /// The fast loop of [`Cq::poll`]: while the CQE at the consumer index is a plain REQ CQE
@@ -375,9 +470,16 @@ impl Cq {
     ///
     /// Everything it uses of the CQ is read once into locals before the loop: the load
     /// barrier after each owner test makes LLVM reload memory it cannot prove unchanged.
+    ///
+    /// CQEs are `1 << SHIFT` bytes apart (64 or 128: the 64-byte CQE at the end of its
+    /// slot).
     #[inline(always)]
-    fn poll_fast<R: Resolve + ?Sized>(&mut self, table: &mut R, wcs: &mut [Wc]) -> (usize, bool) {
-        let (cqe0, cqe_cnt, size_shift) = (self.cqe0, self.cqe_cnt, self.size_shift);
+    fn poll_fast<R: Resolve + ?Sized, const SHIFT: u32>(
+        &mut self,
+        table: &mut R,
+        wcs: &mut [Wc],
+    ) -> (usize, bool) {
+        let (cqe0, cqe_cnt) = (self.cqe0, self.cqe_cnt);
         let len = wcs.len();
         let out = wcs.as_mut_ptr();
         let mut ci = self.ci;
@@ -387,7 +489,7 @@ impl Cq {
             let idx = ci & (cqe_cnt - 1);
             // SAFETY: idx < cqe_cnt, so the 64-byte CQE (at +0 or +64 of its slot) is inside
             // the buffer.
-            let cqe = unsafe { cqe0.add((idx as usize) << size_shift) };
+            let cqe = unsafe { cqe0.add((idx as usize) << SHIFT) };
             // SAFETY: op_own is the last byte of the CQE; volatile, the device writes it.
             let op_own = unsafe { core::ptr::read_volatile(cqe.add(63)) };
             // A plain REQ CQE of this lap: `op_own` is the owner bit alone (rdma-core
@@ -405,9 +507,7 @@ impl Cq {
                     // SAFETY: `cqe` is a software-owned CQE with `room - 1` more of this lap
                     // after it, `tail` its bytes 56..64 read after the barrier, `wcs` has
                     // `room` entries from `n`.
-                    Some(qp) => unsafe {
-                        send_run(qp, cqe, tail, own, size_shift, room, out.add(n))
-                    },
+                    Some(qp) => unsafe { send_run::<SHIFT>(qp, cqe, tail, own, room, out.add(n)) },
                     None => 0,
                 }
             } else if op_own == (CQE_RESP_SEND << 4 | own) {
@@ -418,15 +518,7 @@ impl Cq {
                 match table.qp(qpn) {
                     // SAFETY: as for the send run.
                     Some(qp) => unsafe {
-                        recv_run(
-                            qp,
-                            cqe,
-                            tail,
-                            own,
-                            size_shift,
-                            room.0.min(room.1),
-                            out.add(n),
-                        )
+                        recv_run::<SHIFT>(qp, cqe, tail, own, room.0.min(room.1), out.add(n))
                     },
                     None => 0,
                 }
@@ -449,14 +541,17 @@ impl Cq {
 
     /// The rest of a [`Cq::poll`] call from its first uncommon CQE: `n` completions are in
     /// `wcs` already, `start` is the consumer index the call began at.
+    /// Returns the completions written; an error (reported only as the first CQE of a call)
+    /// goes to `error`.
     #[inline(never)]
-    fn poll_from<R: Resolve + ?Sized>(
+    fn poll_rest<R: Resolve + ?Sized>(
         &mut self,
         table: &mut R,
         wcs: &mut [Wc],
         mut n: usize,
         start: u32,
-    ) -> Result<usize> {
+        error: &mut Option<Error>,
+    ) -> usize {
         // Read once: the stores into `wcs` and the queues would make the compiler reload them.
         let (cqe0, cqe_cnt, size_shift) = (self.cqe0, self.cqe_cnt, self.size_shift);
         let mut err = None;
@@ -533,9 +628,28 @@ impl Cq {
             self.update_ci();
         }
         if let Some(e) = err {
-            return Err(self.report(e));
+            *error = Some(self.report(e));
         }
-        Ok(n)
+        n
+    }
+
+    /// [`Cq::poll_rest`] as a `Result`: the error it stashed, else the completions. Inline,
+    /// so that the fast paths' callers see their own `Ok` in registers, not a result the
+    /// out-of-line call wrote to memory.
+    #[inline(always)]
+    fn poll_from<R: Resolve + ?Sized>(
+        &mut self,
+        table: &mut R,
+        wcs: &mut [Wc],
+        n: usize,
+        start: u32,
+    ) -> Result<usize> {
+        let mut error = None;
+        let n = self.poll_rest(table, wcs, n, start, &mut error);
+        match error {
+            Some(e) => Err(e),
+            None => Ok(n),
+        }
     }
 
     /// Poll the send completions of one QP, lean: the WR ids of its successful send WRs go
@@ -950,84 +1064,81 @@ unsafe fn read_line(p: *const u8) -> [u8; 64] {
 /// outstanding WQE, write its completion — the WR id, the opcode from the WQE's ctrl
 /// segment, the bytes of a READ — and retire it. Only while every outstanding WQE is of the
 /// common shape (one block, not an atomic): then each CQE retires exactly one block, and the
-/// WQE it must name is the next one. The first CQE is checked field by field, straight
-/// line (a call for one completion, a CQ serving many QPs in turn); the CQEs after it in one
-/// compare for QPN and `wqe_counter` together ([`LeanRun::expect`]), in a loop over locals:
-/// after the load barrier LLVM would otherwise reload every field of the QP per CQE. At
-/// most `room` CQEs, the outstanding blocks and the blocks to the send ring's end. Returns
-/// the CQEs consumed (the QP's bookkeeping moved, the CQ's consumer index not), 0 when the
-/// first CQE is not one of these.
+/// WQE it must name is the next one. When the run cannot go past this CQE (a call for one
+/// completion, a QP with one WQE outstanding: a CQ serving many QPs in turn) the CQE is
+/// checked field by field, straight line; otherwise [`WcRun`] checks QPN and `wqe_counter`
+/// of each in one compare ([`LeanRun::expect`]), in a loop over locals: after the load
+/// barrier LLVM would otherwise reload every field of the QP per CQE. At most the room in
+/// `out` and in the CQ's lap, the outstanding blocks and the blocks to the send ring's end.
+/// Returns the CQEs consumed (the QP's bookkeeping moved, the CQ's consumer index not), 0
+/// when the first CQE is not one of these.
 ///
 /// # Safety
 /// `room` is (entries of `out`, CQEs left in this lap from `cqe`), both at least 1; `cqe` is
-/// a software-owned 64-byte CQE of that lap, its CQEs `1 << size_shift` bytes apart.
+/// a software-owned 64-byte CQE of that lap, its CQEs `1 << SHIFT` bytes apart.
 #[inline(always)]
-unsafe fn send_run(
+unsafe fn send_run<const SHIFT: u32>(
     qp: &mut Qp,
     cqe: *mut u8,
     tail: u64,
     own: u8,
-    size_shift: u32,
     room: (usize, usize),
     out: *mut Wc,
 ) -> usize {
-    let v = qp.sq_lean_view();
-    let wqe_counter = u16::from_be((tail >> 32) as u16);
-    if !qp.sq_all_common() | (v.room == 0) | (wqe_counter != v.ci) {
+    if !qp.sq_all_common() {
         return 0;
     }
+    let v = qp.sq_lean_view();
     let slot = (v.ci & v.mask) as usize;
     let qpn = qp.qpn();
-    // SAFETY: slot < wqe_cnt: its block in the ring and its entries in the bookkeeping; the
-    // CQE is software-owned, read after the barrier; `out` has room for one.
+    // SAFETY: slot < wqe_cnt: its block in the ring.
     let ctrl = unsafe { qp.sq_ring_start().add(slot * 64) };
-    unsafe { write_send_wc(out, *v.wr_ids.add(slot), ctrl, qpn, cqe) };
-    // The rest of the run: not past the outstanding blocks nor the ring's end (the slots
-    // are then consecutive). Nothing to compute when the CQE was the last of either (a
-    // call for one completion, a QP with one WQE outstanding).
-    let mut done = 1;
-    let k = if (room.0 > 1) & (v.room > 1) {
-        room.0
-            .min(room.1)
-            .min(v.room as usize)
-            .min((v.mask as usize - slot) + 1)
-    } else {
-        1
-    };
-    if k > 1 {
-        // SAFETY: slot + k <= wqe_cnt entries of the bookkeeping; `out` has k entries; the
-        // CQE after `cqe` is inside this lap (k <= room).
-        let run = unsafe {
-            WcRun {
-                cqe: cqe.add(1 << size_shift),
-                own,
-                expect: LeanRun::expect(qp.cqe_qpn_key(), v.ci.wrapping_add(1)),
-                wr_end: v.wr_ids.add(slot + k),
-                ctrl: ctrl.add(64),
-                out: out.add(1),
-                n: k - 1,
-                qpn,
-            }
-        };
-        // SAFETY: bounded above.
-        done += unsafe {
-            if size_shift == 6 {
-                run.run::<6>()
-            } else {
-                run.run::<7>()
-            }
-        };
+    if room.0 == 1 || v.room < 2 {
+        let wqe_counter = u16::from_be((tail >> 32) as u16);
+        if (wqe_counter != v.ci) | qp.sq_idle() {
+            return 0;
+        }
+        // SAFETY: slot < wqe_cnt; the CQE is software-owned, read after the barrier; `out`
+        // has room for one.
+        unsafe { write_send_wc(out, *v.wr_ids.add(slot), ctrl, qpn, cqe) };
+        qp.sq_lean_retired(1);
+        return 1;
     }
+    // Not past the outstanding blocks nor the ring's end (the slots are then consecutive):
+    // k >= 1.
+    let k = room
+        .0
+        .min(room.1)
+        .min(v.room as usize)
+        .min((v.mask as usize - slot) + 1);
+    debug_assert!(k >= 1, "WcRun::run takes at least one CQE");
+    // SAFETY: slot + k <= wqe_cnt entries of the bookkeeping; `out` has k entries; the k
+    // CQEs from `cqe` are inside this lap (k <= room.1).
+    let done = unsafe {
+        WcRun {
+            cqe,
+            tail: u64::from_le(tail),
+            own,
+            expect: LeanRun::expect(qp.cqe_qpn_key(), v.ci),
+            wr_end: v.wr_ids.add(slot + k),
+            ctrl,
+            out,
+            n: k,
+            qpn,
+        }
+        .run::<SHIFT>()
+    };
     qp.sq_lean_retired(done as u16);
     done
 }
 
-/// The loop of [`send_run`] after its first CQE: `n` CQEs at most from `cqe`, the WQEs'
-/// slots consecutive, their WR ids the `n` before `wr_end`, their blocks from `ctrl`, the
-/// completions to `out`. Out of line, so that the loop has the registers to itself (the
-/// caller's loop keeps its own live across it).
+/// The loop of [`send_run`]: `n` CQEs at most from `cqe` (its bytes 56..64 `tail`, read
+/// after the barrier), the WQEs' slots consecutive, their WR ids the `n` before `wr_end`,
+/// their blocks from `ctrl`, the completions to `out`. Out of line, so that the loop has the
+/// registers to itself (the caller's loop keeps its own live across it).
 struct WcRun {
-    cqe: *const u8,
+    cqe: *mut u8,
+    tail: u64,
     /// The owner bit of this lap: a plain REQ CQE's whole `op_own`.
     own: u8,
     /// QPN and `wqe_counter` the first CQE must carry ([`LeanRun::expect`]).
@@ -1044,13 +1155,15 @@ impl WcRun {
     /// how many. CQEs are `1 << SHIFT` bytes apart.
     ///
     /// # Safety
-    /// `cqe` is a CQE of the buffer with `n - 1` more of its lap after it; `wr_end - n ..
-    /// wr_end` are WR ids, `ctrl` the first of `n` consecutive blocks of the send ring, `out`
-    /// has `n` entries.
+    /// `n >= 1`; `cqe` is a software-owned CQE of the buffer with `n - 1` more of its lap
+    /// after it;
+    /// `wr_end - n .. wr_end` are WR ids, `ctrl` the first of `n` consecutive blocks of the
+    /// send ring, `out` has `n` entries.
     #[inline(never)]
     unsafe fn run<const SHIFT: u32>(self) -> usize {
         let WcRun {
             mut cqe,
+            mut tail,
             own,
             mut expect,
             wr_end,
@@ -1061,28 +1174,31 @@ impl WcRun {
         } = self;
         // Index from -n up to 0 against the end of the WR ids: the loop's count is its index.
         let mut j = -(n as isize);
-        while j != 0 {
-            // SAFETY: fewer than n CQEs so far: inside this lap of the buffer; op_own volatile
-            // (the device writes it), the rest read after the ownership test and its barrier
-            // (rdma-core `get_sw_cqe`, then `udma_from_device_barrier`); `wr_end + j`
-            // (-n <= j < 0) and `ctrl` are one of the n slots and its block; `out` one of the
-            // n entries.
+        loop {
+            if tail & QPN_COUNTER != expect {
+                break;
+            }
+            // SAFETY: fewer than n CQEs so far: `wr_end + j` (-n <= j < 0) and `ctrl` are one
+            // of the n slots and its block, `out` one of the n entries, `cqe` inside this lap
+            // and software-owned; the next CQE's op_own volatile (the device writes it), the
+            // rest of it read after the ownership test and its barrier (rdma-core
+            // `get_sw_cqe`, then `udma_from_device_barrier`).
             unsafe {
+                write_send_wc(out, *wr_end.offset(j), ctrl, qpn, cqe);
+                j += 1;
+                if j == 0 {
+                    break;
+                }
+                cqe = cqe.add(1 << SHIFT);
+                ctrl = ctrl.add(64);
+                out = out.add(1);
                 if core::ptr::read_volatile(cqe.add(63)) != own {
                     break;
                 }
                 mmio::from_device_barrier();
-                let tail = u64::from_le(core::ptr::read_volatile(cqe.add(56) as *const u64));
-                if tail & QPN_COUNTER != expect {
-                    break;
-                }
-                write_send_wc(out, *wr_end.offset(j), ctrl, qpn, cqe);
-                cqe = cqe.add(1 << SHIFT);
-                ctrl = ctrl.add(64);
-                out = out.add(1);
+                tail = u64::from_le(core::ptr::read_volatile(cqe.add(56) as *const u64));
             }
             expect = expect.wrapping_add(COUNTER_ONE);
-            j += 1;
         }
         (n as isize + j) as usize
     }
@@ -1124,12 +1240,11 @@ unsafe fn write_send_wc(out: *mut Wc, wr_id: u64, ctrl: *const u8, qpn: u32, cqe
 /// # Safety
 /// As for [`send_run`].
 #[inline(always)]
-unsafe fn recv_run(
+unsafe fn recv_run<const SHIFT: u32>(
     qp: &mut Qp,
     cqe: *mut u8,
     tail: u64,
     own: u8,
-    size_shift: u32,
     room: usize,
     out: *mut Wc,
 ) -> usize {
@@ -1142,7 +1257,7 @@ unsafe fn recv_run(
     // REQ CQE's (the opcode is in `op_own`, bits 31:24 of `sop_drop_qpn` are 0 here), the
     // counter BE16.
     let mut expect = LeanRun::expect(qp.cqe_qpn_key(), v.tail);
-    let stride = 1usize << size_shift;
+    let stride = 1usize << SHIFT;
     let want = CQE_RESP_SEND << 4 | own;
     let mut cqe = cqe as *const u8;
     let mut tail = u64::from_le(tail);

@@ -554,6 +554,12 @@ impl Qp {
         self.sq.all_common()
     }
 
+    /// Whether no send WQE is outstanding.
+    #[inline(always)]
+    pub(crate) fn sq_idle(&self) -> bool {
+        self.sq.pi == self.sq.ci
+    }
+
     /// The lean poll retired `k` one-block WQEs.
     #[inline(always)]
     pub(crate) fn sq_lean_retired(&mut self, k: u16) {
