@@ -1237,9 +1237,11 @@ unsafe fn write_send_wc(out: *mut Wc, wr_id: u64, ctrl: *const u8, qpn: u32, cqe
 /// — and retire it. At most `room` CQEs and the outstanding receives. Returns the CQEs
 /// consumed, 0 when the first is not one of these (an SRQ, out of order: the full path).
 ///
+/// Out of line: inline, its registers would crowd the send path's in the caller's loop.
+///
 /// # Safety
 /// As for [`send_run`].
-#[inline(always)]
+#[inline(never)]
 unsafe fn recv_run<const SHIFT: u32>(
     qp: &mut Qp,
     cqe: *mut u8,
