@@ -1253,21 +1253,27 @@ unsafe fn recv_run<const SHIFT: u32>(
     let Some(v) = qp.rq_lean_view() else {
         return 0;
     };
-    let k = room.min(v.outstanding as usize);
+    let slot = (v.tail & v.mask) as usize;
+    // Not past the outstanding receives nor the end of the bookkeeping (the slots are then
+    // consecutive).
+    let k = room
+        .min(v.outstanding as usize)
+        .min((v.mask as usize - slot) + 1);
     let qpn = qp.qpn();
     // Bytes 56..62 of a RESP_SEND CQE of this QP naming receive `c`: the QPN's part as a
-    // REQ CQE's (the opcode is in `op_own`, bits 31:24 of `sop_drop_qpn` are 0 here), the
-    // counter BE16.
+    // REQ CQE's (bits 31:24 of `sop_drop_qpn` are outside the compare), the counter BE16.
     let mut expect = LeanRun::expect(qp.cqe_qpn_key(), v.tail);
-    let stride = 1usize << SHIFT;
     let want = CQE_RESP_SEND << 4 | own;
     let mut cqe = cqe as *const u8;
     let mut tail = u64::from_le(tail);
-    let mut c = v.tail;
+    // SAFETY: slot < wqe_cnt.
+    let mut wr = unsafe { v.wr_ids.add(slot) };
+    let mut out = out;
     let mut j = 0;
     while j < k {
-        // SAFETY: as in `send_run`; words 2..6 of the CQE read after the barrier; the slot
-        // `c & mask` is inside the receive queue's bookkeeping.
+        // SAFETY: as in `send_run`: fewer than k CQEs so far, inside this lap; the fields of
+        // the CQE read after its owner test and the barrier; `wr` one of the k slots, `out`
+        // one of the k entries.
         unsafe {
             if j != 0 {
                 if core::ptr::read_volatile(cqe.add(63)) != want {
@@ -1279,19 +1285,36 @@ unsafe fn recv_run<const SHIFT: u32>(
             if tail & QPN_COUNTER != expect {
                 break;
             }
-            let w = |i: usize| core::ptr::read_volatile((cqe as *const u64).add(i)).to_ne_bytes();
-            let mut b = [0u8; 64];
-            for i in [2usize, 3, 4, 5] {
-                b[i * 8..i * 8 + 8].copy_from_slice(&w(i));
-            }
-            b[56..].copy_from_slice(&tail.to_le_bytes());
-            let cqe64 = Cqe64::from_bytes(&b);
-            let mut wc = responder_wc(&cqe64, qpn, CQE_RESP_SEND);
-            wc.wr_id = *v.wr_ids.add((c & v.mask) as usize);
-            out.add(j).write(wc);
-            cqe = cqe.add(stride);
+            // The fields rdma-core's `handle_responder` takes for a RESP_SEND (no immediate):
+            // `flags_rqpn` (SL 27:24, GRH 29:28, source QPN 23:0), `imm_inval_pkey` (the
+            // P_Key index, low 16 bits), `byte_cnt`, `slid`, `ml_path` (path bits 6:0) —
+            // offsets of `struct mlx5_cqe64` in mlx5dv.h.
+            let flags = u32::from_be(core::ptr::read_volatile(cqe.add(24) as *const u32));
+            let pkey = u32::from_be(core::ptr::read_volatile(cqe.add(36) as *const u32));
+            let byte_cnt = u32::from_be(core::ptr::read_volatile(cqe.add(44) as *const u32));
+            let slid = u16::from_be(core::ptr::read_volatile(cqe.add(22) as *const u16));
+            let ml_path = core::ptr::read_volatile(cqe.add(17));
+            out.write(Wc {
+                wr_id: *wr,
+                opcode: WcOpcode::Recv,
+                byte_len: byte_cnt,
+                qp_num: qpn,
+                src_qp: flags & 0x00ff_ffff,
+                slid,
+                sl: ((flags >> 24) & 0xf) as u8,
+                dlid_path_bits: ml_path & 0x7f,
+                pkey_index: pkey as u16,
+                flags: if flags & 0x3000_0000 != 0 {
+                    WcFlags::GRH
+                } else {
+                    WcFlags::empty()
+                },
+                ..Wc::default()
+            });
+            cqe = cqe.add(1 << SHIFT);
+            wr = wr.add(1);
+            out = out.add(1);
         }
-        c = c.wrapping_add(1);
         expect = expect.wrapping_add(COUNTER_ONE);
         j += 1;
     }
