@@ -433,7 +433,14 @@ impl Cq {
             let qpn = u32::from_be(tail as u32) & 0x00ff_ffff;
             match table.qp(qpn) {
                 // SAFETY: a software-owned CQE, `tail` read after the barrier, room for one.
-                Some(qp) => unsafe { send_run::<SHIFT>(qp, cqe, tail, own, (1, 1), out) },
+                Some(qp) => unsafe {
+                    let room = Room {
+                        out: 1,
+                        idx,
+                        cqe_cnt,
+                    };
+                    send_run::<SHIFT>(qp, cqe, tail, own, room, out)
+                },
                 None => 0,
             }
         } else if op_own == (CQE_RESP_SEND << 4 | own) {
@@ -497,7 +504,11 @@ impl Cq {
             let own = ((ci & cqe_cnt) != 0) as u8;
             // Room in `wcs` and in this lap of the CQ (the owner value is the lap's), as a
             // pair: a run computes their minimum only when it can go on.
-            let room = (len - n, ((cqe_cnt - 1) - idx) as usize + 1);
+            let room = Room {
+                out: len - n,
+                idx,
+                cqe_cnt,
+            };
             let k = if op_own == own {
                 mmio::from_device_barrier();
                 // SAFETY: the CQE is software-owned; bytes 56..64 read after the barrier.
@@ -518,7 +529,7 @@ impl Cq {
                 match table.qp(qpn) {
                     // SAFETY: as for the send run.
                     Some(qp) => unsafe {
-                        recv_run::<SHIFT>(qp, cqe, tail, own, room.0.min(room.1), out.add(n))
+                        recv_run::<SHIFT>(qp, cqe, tail, own, room.out.min(room.lap()), out.add(n))
                     },
                     None => 0,
                 }
@@ -1074,15 +1085,15 @@ unsafe fn read_line(p: *const u8) -> [u8; 64] {
 /// when the first CQE is not one of these.
 ///
 /// # Safety
-/// `room` is (entries of `out`, CQEs left in this lap from `cqe`), both at least 1; `cqe` is
-/// a software-owned 64-byte CQE of that lap, its CQEs `1 << SHIFT` bytes apart.
+/// `room.out` (at least 1) is the entries of `out`; `cqe` is the software-owned 64-byte CQE
+/// of slot `room.idx`, the CQEs `1 << SHIFT` bytes apart.
 #[inline(always)]
 unsafe fn send_run<const SHIFT: u32>(
     qp: &mut Qp,
     cqe: *mut u8,
     tail: u64,
     own: u8,
-    room: (usize, usize),
+    room: Room,
     out: *mut Wc,
 ) -> usize {
     if !qp.sq_all_common() {
@@ -1093,7 +1104,7 @@ unsafe fn send_run<const SHIFT: u32>(
     let qpn = qp.qpn();
     // SAFETY: slot < wqe_cnt: its block in the ring.
     let ctrl = unsafe { qp.sq_ring_start().add(slot * 64) };
-    if room.0 == 1 || v.room < 2 {
+    if v.room < 2 || room.out == 1 {
         let wqe_counter = u16::from_be((tail >> 32) as u16);
         if (wqe_counter != v.ci) | qp.sq_idle() {
             return 0;
@@ -1107,13 +1118,13 @@ unsafe fn send_run<const SHIFT: u32>(
     // Not past the outstanding blocks nor the ring's end (the slots are then consecutive):
     // k >= 1.
     let k = room
-        .0
-        .min(room.1)
+        .out
+        .min(room.lap())
         .min(v.room as usize)
         .min((v.mask as usize - slot) + 1);
     debug_assert!(k >= 1, "WcRun::run takes at least one CQE");
     // SAFETY: slot + k <= wqe_cnt entries of the bookkeeping; `out` has k entries; the k
-    // CQEs from `cqe` are inside this lap (k <= room.1).
+    // CQEs from `cqe` are inside this lap (k <= room.lap()).
     let done = unsafe {
         WcRun {
             cqe,
@@ -1201,6 +1212,23 @@ impl WcRun {
             expect = expect.wrapping_add(COUNTER_ONE);
         }
         (n as isize + j) as usize
+    }
+}
+
+/// The room a run has: `out` entries of the caller's array, and the CQ's lap from slot `idx`
+/// of `cqe_cnt` (computed only by a run that goes past its first CQE).
+#[derive(Clone, Copy)]
+struct Room {
+    out: usize,
+    idx: u32,
+    cqe_cnt: u32,
+}
+
+impl Room {
+    /// CQEs left in this lap from slot `idx` (at least 1; the owner value is the lap's).
+    #[inline(always)]
+    fn lap(self) -> usize {
+        ((self.cqe_cnt - 1) - self.idx) as usize + 1
     }
 }
 
