@@ -84,7 +84,8 @@ impl<A: Resolve + ?Sized, S: BorrowMut<Srq>> Resolve for (&mut A, &mut [S]) {
 pub struct QpTable {
     qps: Vec<Qp>,
     srqs: Vec<Srq>,
-    /// `qpn & mask` → 1 + the QP's index in `qps`, 0 when empty.
+    /// `qpn & mask` → the QP's index in `qps`, [`EMPTY`] when none (past every index: the
+    /// lookup's bounds check is its emptiness check).
     slots: Vec<u32>,
     /// `slots.len() - 1`.
     mask: u32,
@@ -97,7 +98,7 @@ impl Default for QpTable {
         QpTable {
             qps: Vec::new(),
             srqs: Vec::new(),
-            slots: vec![0],
+            slots: vec![EMPTY],
             mask: 0,
             live: 0,
         }
@@ -106,6 +107,9 @@ impl Default for QpTable {
 
 /// The largest table: every 24-bit QPN has its own entry.
 const MAX_SLOTS: usize = 1 << 24;
+
+/// A [`QpTable`] slot that holds no QP.
+const EMPTY: u32 = u32::MAX;
 
 impl QpTable {
     /// An empty table.
@@ -120,12 +124,12 @@ impl QpTable {
         self.qps.push(qp);
         let slot = (qpn & self.mask) as usize;
         let free = match self.slots[slot] {
-            0 => true,
-            i => self.qps[i as usize - 1].qpn() == qpn,
+            EMPTY => true,
+            i => self.qps[i as usize].qpn() == qpn,
         };
-        let new = self.slots[slot] == 0;
+        let new = self.slots[slot] == EMPTY;
         if free && (!new || self.slots.len() >= 2 * (self.live + 1)) {
-            self.slots[slot] = pos as u32 + 1;
+            self.slots[slot] = pos as u32;
             self.live += new as usize;
         } else {
             self.rebuild();
@@ -135,24 +139,24 @@ impl QpTable {
     /// Size the table for the QPs it holds: the smallest power of two of at least twice their
     /// number in which their QPNs' low bits differ.
     fn rebuild(&mut self) {
-        // (qpn, 1 + position), the last inserted of each QPN.
+        // (qpn, position), the last inserted of each QPN.
         let mut live: Vec<(u32, u32)> = self
             .qps
             .iter()
             .enumerate()
-            .map(|(pos, q)| (q.qpn(), pos as u32 + 1))
+            .map(|(pos, q)| (q.qpn(), pos as u32))
             .collect();
         live.sort_unstable_by_key(|&(qpn, i)| (qpn, core::cmp::Reverse(i)));
         live.dedup_by_key(|e| e.0);
         self.live = live.len();
         let mut len = (2 * live.len()).next_power_of_two().min(MAX_SLOTS);
         loop {
-            let mut slots = vec![0u32; len];
+            let mut slots = vec![EMPTY; len];
             let mask = len as u32 - 1;
             let mut ok = true;
             for &(qpn, i) in &live {
                 let s = &mut slots[(qpn & mask) as usize];
-                if *s != 0 {
+                if *s != EMPTY {
                     ok = false;
                     break;
                 }
@@ -189,7 +193,7 @@ impl Resolve for QpTable {
     #[inline(always)]
     fn qp(&mut self, qpn: u32) -> Option<&mut Qp> {
         let i = *self.slots.get((qpn & self.mask) as usize)?;
-        let qp = self.qps.get_mut((i as usize).wrapping_sub(1))?;
+        let qp = self.qps.get_mut(i as usize)?;
         (qp.qpn() == qpn).then_some(qp)
     }
     #[inline]
