@@ -1119,38 +1119,60 @@ unsafe fn send_run<const SHIFT: u32>(
         qp.sq_lean_retired(1);
         return 1;
     }
-    // Not past the outstanding blocks nor the ring's end (the slots are then consecutive):
-    // k >= 1.
+    // SAFETY: the caller's.
+    let done = unsafe { send_batch::<SHIFT>(qp, cqe, tail, own, room, out) };
+    qp.sq_lean_retired(done as u16);
+    done
+}
+
+/// The run of [`send_run`] when it can go past its first CQE, out of line (what it computes
+/// needs registers the caller's loop keeps): bounded by the room in `out` and in the CQ's
+/// lap, the outstanding blocks and the ring's end (the slots are then consecutive), then
+/// [`WcRun::run`]. Returns the CQEs consumed; the caller retires them.
+///
+/// # Safety
+/// As for [`send_run`]; every outstanding WQE of `qp` is of the common shape and at least
+/// two are outstanding.
+#[inline(never)]
+unsafe fn send_batch<const SHIFT: u32>(
+    qp: &Qp,
+    cqe: *mut u8,
+    tail: u64,
+    own: u8,
+    room: Room,
+    out: *mut Wc,
+) -> usize {
+    let v = qp.sq_lean_view();
+    let slot = (v.ci & v.mask) as usize;
+    // k >= 1: every bound is.
     let k = room
         .out
         .min(room.lap())
         .min(v.room as usize)
         .min((v.mask as usize - slot) + 1);
     debug_assert!(k >= 1, "WcRun::run takes at least one CQE");
-    // SAFETY: slot + k <= wqe_cnt entries of the bookkeeping; `out` has k entries; the k
-    // CQEs from `cqe` are inside this lap (k <= room.lap()).
-    let done = unsafe {
+    // SAFETY: slot + k <= wqe_cnt entries of the bookkeeping and blocks of the ring; `out`
+    // has k entries; the k CQEs from `cqe` are inside this lap (k <= room.lap()).
+    unsafe {
         WcRun {
             cqe,
             tail: u64::from_le(tail),
             own,
             expect: LeanRun::expect(qp.cqe_qpn_key(), v.ci),
             wr_end: v.wr_ids.add(slot + k),
-            ctrl,
+            ctrl: qp.sq_ring_start().add(slot * 64),
             out,
             n: k,
-            qpn,
+            qpn: qp.qpn(),
         }
         .run::<SHIFT>()
-    };
-    qp.sq_lean_retired(done as u16);
-    done
+    }
 }
 
 /// The loop of [`send_run`]: `n` CQEs at most from `cqe` (its bytes 56..64 `tail`, read
 /// after the barrier), the WQEs' slots consecutive, their WR ids the `n` before `wr_end`,
-/// their blocks from `ctrl`, the completions to `out`. Out of line, so that the loop has the
-/// registers to itself (the caller's loop keeps its own live across it).
+/// their blocks from `ctrl`, the completions to `out` (inside [`send_batch`], out of line,
+/// so that the loop has the registers to itself).
 struct WcRun {
     cqe: *mut u8,
     tail: u64,
@@ -1174,7 +1196,7 @@ impl WcRun {
     /// after it;
     /// `wr_end - n .. wr_end` are WR ids, `ctrl` the first of `n` consecutive blocks of the
     /// send ring, `out` has `n` entries.
-    #[inline(never)]
+    #[inline(always)]
     unsafe fn run<const SHIFT: u32>(self) -> usize {
         let WcRun {
             mut cqe,
