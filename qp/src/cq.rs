@@ -1199,36 +1199,37 @@ impl WcRun {
     #[inline(always)]
     unsafe fn run<const SHIFT: u32>(self) -> usize {
         let WcRun {
-            mut cqe,
+            cqe,
             mut tail,
             own,
             mut expect,
             wr_end,
-            mut ctrl,
-            mut out,
+            ctrl,
+            out,
             n,
             qpn,
         } = self;
-        // Index from -n up to 0 against the end of the WR ids: the loop's count is its index.
-        let mut j = -(n as isize);
+        // SAFETY: the caller's: the n WR ids before `wr_end` (n >= 1).
+        let (wr0, wr_last) = unsafe { (wr_end.sub(n), wr_end.sub(1)) };
+        let (mut cqe, mut ctrl, mut o, mut wr) = (cqe as *const u8, ctrl, out, wr0);
         loop {
             if tail & QPN_COUNTER != expect {
                 break;
             }
-            // SAFETY: fewer than n CQEs so far: `wr_end + j` (-n <= j < 0) and `ctrl` are one
-            // of the n slots and its block, `out` one of the n entries, `cqe` inside this lap
-            // and software-owned; the next CQE's op_own volatile (the device writes it), the
-            // rest of it read after the ownership test and its barrier (rdma-core
-            // `get_sw_cqe`, then `udma_from_device_barrier`).
+            // SAFETY: `o` is one of the n entries, `wr` and `ctrl` the WR id and block of the
+            // same slot, `cqe` inside this lap and software-owned, read after its barrier;
+            // the next CQE's op_own volatile (the device writes it), the rest of it read after
+            // the ownership test and its barrier (rdma-core `get_sw_cqe`, then
+            // `udma_from_device_barrier`).
             unsafe {
-                write_send_wc(out, *wr_end.offset(j), ctrl, qpn, cqe);
-                j += 1;
-                if j == 0 {
+                write_send_wc(o, *wr, ctrl, qpn, cqe);
+                wr = wr.add(1);
+                if wr > wr_last {
                     break;
                 }
                 cqe = cqe.add(1 << SHIFT);
+                o = o.add(1);
                 ctrl = ctrl.add(64);
-                out = out.add(1);
                 if core::ptr::read_volatile(cqe.add(63)) != own {
                     break;
                 }
@@ -1237,7 +1238,8 @@ impl WcRun {
             }
             expect = expect.wrapping_add(COUNTER_ONE);
         }
-        (n as isize + j) as usize
+        // SAFETY: `wr` is `wr0` advanced by the completions written.
+        unsafe { wr.offset_from(wr0) as usize }
     }
 }
 
