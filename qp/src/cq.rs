@@ -399,7 +399,8 @@ impl Cq {
         }
         // The fast loop (`Cq::poll_fast`, inline) retires runs of common CQEs; the first other
         // CQE (an error, inline scatter, a QP it does not know, ...) hands the rest of the
-        // call to `poll_from`, out of line, which starts by reading that CQE afresh.
+        // call to the full path (`Cq::poll_rest`, out of line), which starts by reading that
+        // CQE afresh: its owner byte, the barrier, the CQE.
         let (n, more) = self.poll_fast::<R, SHIFT>(table, wcs);
         if more {
             return self.poll_from(table, wcs, n, start);
