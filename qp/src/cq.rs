@@ -84,7 +84,8 @@ impl<A: Resolve + ?Sized, S: BorrowMut<Srq>> Resolve for (&mut A, &mut [S]) {
 pub struct QpTable {
     qps: Vec<Qp>,
     srqs: Vec<Srq>,
-    /// `qpn & mask` → 1 + the QP's index in `qps`, 0 when empty.
+    /// `qpn & mask` → the QP's index in `qps`, [`EMPTY`] when none (past every index: the
+    /// lookup's bounds check is its emptiness check).
     slots: Vec<u32>,
     /// `slots.len() - 1`.
     mask: u32,
@@ -97,7 +98,7 @@ impl Default for QpTable {
         QpTable {
             qps: Vec::new(),
             srqs: Vec::new(),
-            slots: vec![0],
+            slots: vec![EMPTY],
             mask: 0,
             live: 0,
         }
@@ -106,6 +107,9 @@ impl Default for QpTable {
 
 /// The largest table: every 24-bit QPN has its own entry.
 const MAX_SLOTS: usize = 1 << 24;
+
+/// A [`QpTable`] slot that holds no QP.
+const EMPTY: u32 = u32::MAX;
 
 impl QpTable {
     /// An empty table.
@@ -120,12 +124,12 @@ impl QpTable {
         self.qps.push(qp);
         let slot = (qpn & self.mask) as usize;
         let free = match self.slots[slot] {
-            0 => true,
-            i => self.qps[i as usize - 1].qpn() == qpn,
+            EMPTY => true,
+            i => self.qps[i as usize].qpn() == qpn,
         };
-        let new = self.slots[slot] == 0;
+        let new = self.slots[slot] == EMPTY;
         if free && (!new || self.slots.len() >= 2 * (self.live + 1)) {
-            self.slots[slot] = pos as u32 + 1;
+            self.slots[slot] = pos as u32;
             self.live += new as usize;
         } else {
             self.rebuild();
@@ -135,24 +139,24 @@ impl QpTable {
     /// Size the table for the QPs it holds: the smallest power of two of at least twice their
     /// number in which their QPNs' low bits differ.
     fn rebuild(&mut self) {
-        // (qpn, 1 + position), the last inserted of each QPN.
+        // (qpn, position), the last inserted of each QPN.
         let mut live: Vec<(u32, u32)> = self
             .qps
             .iter()
             .enumerate()
-            .map(|(pos, q)| (q.qpn(), pos as u32 + 1))
+            .map(|(pos, q)| (q.qpn(), pos as u32))
             .collect();
         live.sort_unstable_by_key(|&(qpn, i)| (qpn, core::cmp::Reverse(i)));
         live.dedup_by_key(|e| e.0);
         self.live = live.len();
         let mut len = (2 * live.len()).next_power_of_two().min(MAX_SLOTS);
         loop {
-            let mut slots = vec![0u32; len];
+            let mut slots = vec![EMPTY; len];
             let mask = len as u32 - 1;
             let mut ok = true;
             for &(qpn, i) in &live {
                 let s = &mut slots[(qpn & mask) as usize];
-                if *s != 0 {
+                if *s != EMPTY {
                     ok = false;
                     break;
                 }
@@ -189,7 +193,7 @@ impl Resolve for QpTable {
     #[inline(always)]
     fn qp(&mut self, qpn: u32) -> Option<&mut Qp> {
         let i = *self.slots.get((qpn & self.mask) as usize)?;
-        let qp = self.qps.get_mut((i as usize).wrapping_sub(1))?;
+        let qp = self.qps.get_mut(i as usize)?;
         (qp.qpn() == qpn).then_some(qp)
     }
     #[inline]
@@ -348,211 +352,222 @@ impl Cq {
     /// outstanding; nothing is flushed on their behalf.
     #[inline(always)]
     pub fn poll<R: Resolve + ?Sized>(&mut self, table: &mut R, wcs: &mut [Wc]) -> Result<usize> {
+        if self.size_shift == 6 {
+            self.poll_with::<R, 6>(table, wcs)
+        } else {
+            let mut error = None;
+            let n = self.poll_128(table, wcs, &mut error);
+            match error {
+                Some(e) => Err(e),
+                None => Ok(n),
+            }
+        }
+    }
+
+    /// [`Cq::poll`] for 128-byte CQEs, out of line (one inline copy of the fast loop is
+    /// enough for the callers'), its error to `error` (as [`Cq::poll_rest`]).
+    #[inline(never)]
+    fn poll_128<R: Resolve + ?Sized>(
+        &mut self,
+        table: &mut R,
+        wcs: &mut [Wc],
+        error: &mut Option<Error>,
+    ) -> usize {
+        match self.poll_with::<R, 7>(table, wcs) {
+            Ok(n) => n,
+            Err(e) => {
+                *error = Some(e);
+                0
+            }
+        }
+    }
+
+    /// [`Cq::poll`] with CQEs `1 << SHIFT` bytes apart.
+    #[inline(always)]
+    fn poll_with<R: Resolve + ?Sized, const SHIFT: u32>(
+        &mut self,
+        table: &mut R,
+        wcs: &mut [Wc],
+    ) -> Result<usize> {
         let start = self.ci;
-        // Runs of common CQEs, inline (`Cq::send_run`): the first CQE of a run names its QP,
-        // found once for the run; the first other CQE (an error, a receive, inline scatter,
-        // one the run declines) hands the rest of the call to `poll_from`, out of line, so
-        // that this loop keeps its registers to itself.
-        let (cqe0, cqe_cnt, size_shift) = (self.cqe0, self.cqe_cnt, self.size_shift);
-        let mut n = 0;
         #[cfg(test)]
         if paths::FAST_OFF.with(|f| f.get()) {
             return self.poll_from(table, wcs, 0, start);
         }
-        while n < wcs.len() {
-            let ci = self.ci;
-            let idx = ci & (cqe_cnt - 1);
-            // SAFETY: idx < cqe_cnt, so the 64-byte CQE (at +0 or +64 of its slot) is inside
-            // the buffer.
-            let cqe_ptr = unsafe { cqe0.add((idx as usize) << size_shift) };
-            // SAFETY: op_own is the last byte of the CQE; volatile, the device writes it.
-            let op_own = unsafe { core::ptr::read_volatile(cqe_ptr.add(63)) };
-            // A plain REQ CQE (opcode 0, format 0, SE clear) of this lap: `op_own` is the
-            // owner bit alone (rdma-core `get_sw_cqe`).
-            let own = ((ci & cqe_cnt) != 0) as u8;
-            if op_own != own {
-                // A plain RESP_SEND CQE (no immediate, no inline scatter, SE clear) of this
-                // lap: one receive, in order, on the QP's own receive queue.
-                if op_own == (CQE_RESP_SEND << 4 | own) {
-                    // SAFETY: `cqe_ptr` is this CQE, software-owned (its op_own just read).
-                    if unsafe { self.recv_one(table, cqe_ptr, &mut wcs[n]) } {
-                        #[cfg(test)]
-                        paths::served(1, 1);
-                        n += 1;
-                        continue;
-                    }
-                    return self.poll_from(table, wcs, n, start);
-                }
-                if sw_owned(op_own, ci, cqe_cnt) {
-                    return self.poll_from(table, wcs, n, start);
-                }
-                break;
-            }
-            mmio::from_device_barrier();
-            // SAFETY: the CQE is software-owned; bytes 56..64 read after the barrier.
-            let tail = unsafe { core::ptr::read_volatile(cqe_ptr.add(56) as *const u64) };
-            let qpn = u32::from_be(tail as u32) & 0x00ff_ffff;
-            let k = match table.qp(qpn) {
-                // Room for one, or one WQE outstanding (a CQ serving many QPs in turn): the
-                // CQE alone, without a run's setup.
-                Some(qp) if (wcs.len() - n == 1) | (qp.sq_outstanding_bbs() == 1) => {
-                    let wqe_counter = u16::from_be((tail >> 32) as u16);
-                    // SAFETY: bytes 44..48 (byte_cnt) of the software-owned CQE, read after
-                    // the barrier.
-                    let byte_cnt = unsafe {
-                        u32::from_be(core::ptr::read_volatile(cqe_ptr.add(44) as *const u32))
-                    };
-                    let done = qp.complete_send_success(wqe_counter, qpn, byte_cnt, &mut wcs[n]);
-                    self.ci = ci.wrapping_add(done as u32);
-                    done as usize
-                }
-                // SAFETY: `cqe_ptr` is the CQE of `idx`, `own` its lap's owner value.
-                Some(qp) => unsafe { self.send_run(qp, cqe_ptr, tail, own, idx, &mut wcs[n..]) },
-                None => 0,
-            };
-            if k == 0 {
-                return self.poll_from(table, wcs, n, start);
-            }
-            #[cfg(test)]
-            paths::served(0, k);
-            n += k;
+        if wcs.len() == 1 {
+            return self.poll_single::<R, SHIFT>(table, wcs);
         }
-        if self.ci != start {
+        // The fast loop (`Cq::poll_fast`, inline) retires runs of common CQEs; the first other
+        // CQE (an error, inline scatter, a QP it does not know, ...) hands the rest of the
+        // call to the full path (`Cq::poll_rest`, out of line), which starts by reading that
+        // CQE afresh: its owner byte, the barrier, the CQE.
+        let (n, more) = self.poll_fast::<R, SHIFT>(table, wcs);
+        if more {
+            return self.poll_from(table, wcs, n, start);
+        }
+        if n != 0 {
             self.update_ci();
         }
         Ok(n)
     }
 
-    /// The receive fast path of [`Cq::poll`]: the plain RESP_SEND CQE at `cqe` (opcode and
-    /// owner checked by the caller), read after the barrier — its tail and bytes 16..48, the
-    /// fields of a responder completion — completes the oldest receive of its QP's own
-    /// receive queue when it names it ([`crate::rq::RecvQueue::complete_in_order`]).
-    /// Returns false, having consumed nothing, for anything else (an SRQ, a QP not in
-    /// `table`, out of order): the full path handles it.
-    ///
-    /// # Safety
-    /// `cqe` is a software-owned 64-byte CQE of this CQ.
+    /// [`Cq::poll`] with room for one completion (what a ping-pong loop calls), straight
+    /// line: the CQE at the consumer index when it is a plain REQ or RESP_SEND CQE of this lap
+    /// that [`send_run`] or [`recv_run`] takes, else nothing when the CQ is empty, else the
+    /// full path.
     #[inline(always)]
-    unsafe fn recv_one<R: Resolve + ?Sized>(
+    fn poll_single<R: Resolve + ?Sized, const SHIFT: u32>(
         &mut self,
         table: &mut R,
-        cqe: *mut u8,
-        out: &mut Wc,
-    ) -> bool {
-        mmio::from_device_barrier();
-        let mut b = [0u8; 64];
-        // SAFETY: the caller's: words 2..6 and 7 of the CQE, read after the barrier.
-        unsafe {
-            for i in [2usize, 3, 4, 5, 7] {
-                let w = core::ptr::read_volatile((cqe as *const u64).add(i));
-                b[i * 8..i * 8 + 8].copy_from_slice(&w.to_ne_bytes());
+        wcs: &mut [Wc],
+    ) -> Result<usize> {
+        let (ci, cqe_cnt) = (self.ci, self.cqe_cnt);
+        let idx = ci & (cqe_cnt - 1);
+        let out = wcs.as_mut_ptr();
+        // SAFETY: idx < cqe_cnt, so the 64-byte CQE (at +0 or +64 of its slot) is inside the
+        // buffer.
+        let cqe = unsafe { self.cqe0.add((idx as usize) << SHIFT) };
+        // SAFETY: op_own is the last byte of the CQE; volatile, the device writes it.
+        let op_own = unsafe { core::ptr::read_volatile(cqe.add(63)) };
+        // As in `poll_fast`.
+        let own = ((ci & cqe_cnt) != 0) as u8;
+        let done = if op_own == own {
+            mmio::from_device_barrier();
+            // SAFETY: the CQE is software-owned; bytes 56..64 read after the barrier.
+            let tail = unsafe { core::ptr::read_volatile(cqe.add(56) as *const u64) };
+            let qpn = u32::from_be(tail as u32) & 0x00ff_ffff;
+            match table.qp(qpn) {
+                // SAFETY: a software-owned CQE, `tail` read after the barrier, room for one.
+                Some(qp) => unsafe {
+                    let room = Room {
+                        out: 1,
+                        idx,
+                        cqe_cnt,
+                    };
+                    send_run::<SHIFT>(qp, cqe, tail, own, room, out)
+                },
+                None => 0,
             }
-        }
-        let c = Cqe64::from_bytes(&b);
-        let qpn = c.qpn();
-        let Some(qp) = table.qp(qpn) else {
-            return false;
+        } else if op_own == (CQE_RESP_SEND << 4 | own) {
+            mmio::from_device_barrier();
+            // SAFETY: as above.
+            let tail = unsafe { core::ptr::read_volatile(cqe.add(56) as *const u64) };
+            let qpn = u32::from_be(tail as u32) & 0x00ff_ffff;
+            match table.qp(qpn) {
+                // SAFETY: as above.
+                Some(qp) => unsafe { recv_run::<SHIFT>(qp, cqe, tail, own, 1, out) },
+                None => 0,
+            }
+        } else if !sw_owned(op_own, ci, cqe_cnt) {
+            return Ok(0);
+        } else {
+            0
         };
-        let wc = responder_wc(&c, qpn, CQE_RESP_SEND);
-        if !qp.complete_recv_in_order(c.wqe_counter(), wc, out) {
-            return false;
+        if done == 0 {
+            return self.poll_from(table, wcs, 0, ci);
         }
-        self.ci = self.ci.wrapping_add(1);
-        true
+        #[cfg(test)]
+        paths::served((op_own != own) as usize, 1);
+        self.ci = ci.wrapping_add(1);
+        self.update_ci();
+        Ok(1)
     }
 
-    /// A run of common send completions of `qp` from the CQE at `cqe` (slot `idx`, which the
-    /// caller found software-owned with `op_own == own`): while each CQE is a plain REQ
-    /// CQE of this lap naming `qp`'s oldest outstanding WQE (QPN and `wqe_counter` in one
-    /// compare, [`LeanRun::expect`]), a one-block WQE that is not an atomic, write its
-    /// completion — the WR id, the opcode from the WQE's ctrl segment, the bytes of a READ —
-    /// and retire it. Everything the run needs of the QP is read once before it, into
-    /// locals: after the load barrier LLVM would otherwise reload every field per CQE. The
-    /// run stays inside the CQ's lap and the send ring's end and retires at most the
-    /// outstanding blocks (each CQE one), exactly as [`Cq::poll_send`]'s. Returns the CQEs
-    /// consumed (the consumer index and the QP's bookkeeping already moved).
+    /// The fast loop of [`Cq::poll`]: while the CQE at the consumer index is a plain REQ CQE
+    /// (opcode 0, format 0, SE clear) or a plain RESP_SEND CQE of this lap, retire it — and
+    /// the run of CQEs of the same QP behind it — through [`send_run`] or [`recv_run`].
+    /// Returns the completions written and whether it stopped at a CQE it declined (software
+    /// owned, left for the full path) rather than at an empty CQ or a full `wcs`. Moves the
+    /// consumer index, not the doorbell record.
     ///
-    /// # Safety
-    /// `cqe` is the 64-byte CQE of slot `idx` of this CQ, `tail` its bytes 56..64 read after
-    /// the barrier.
-    #[allow(clippy::too_many_arguments)]
+    /// Everything it uses of the CQ is read once into locals before the loop: the load
+    /// barrier after each owner test makes LLVM reload memory it cannot prove unchanged.
+    ///
+    /// CQEs are `1 << SHIFT` bytes apart (64 or 128: the 64-byte CQE at the end of its
+    /// slot).
     #[inline(always)]
-    unsafe fn send_run(
+    fn poll_fast<R: Resolve + ?Sized, const SHIFT: u32>(
         &mut self,
-        qp: &mut Qp,
-        cqe: *mut u8,
-        tail: u64,
-        own: u8,
-        idx: u32,
-        out: &mut [Wc],
-    ) -> usize {
-        let v = qp.sq_lean_view();
-        let ring = qp.sq_ring_start();
-        let slot = (v.ci & v.mask) as usize;
-        let k = out
-            .len()
-            .min((self.cqe_cnt - idx) as usize)
-            .min(v.room as usize)
-            .min(v.mask as usize + 1 - slot);
-        let common = qp.sq_all_common();
-        let qpn = qp.qpn();
-        let mut expect = LeanRun::expect(qp.cqe_qpn_key(), v.ci);
-        let stride = 1usize << self.size_shift;
-        let out = out.as_mut_ptr();
-        let mut cqe = cqe as *const u8;
-        let mut tail = u64::from_le(tail);
-        let mut j = 0;
-        while j < k {
-            // SAFETY: fewer than k CQEs so far: inside this lap of the buffer; op_own volatile
-            // (the device writes it), the rest read after the ownership test and its barrier
-            // (rdma-core `get_sw_cqe`, then `udma_from_device_barrier`; the caller did both
-            // for the first); `slot + j` < wqe_cnt indexes the bookkeeping arrays and a block
-            // of the ring; `j` < out.len().
-            unsafe {
-                if j != 0 {
-                    if core::ptr::read_volatile(cqe.add(63)) != own {
-                        break;
-                    }
-                    mmio::from_device_barrier();
-                    tail = u64::from_le(core::ptr::read_volatile(cqe.add(56) as *const u64));
+        table: &mut R,
+        wcs: &mut [Wc],
+    ) -> (usize, bool) {
+        let (cqe0, cqe_cnt) = (self.cqe0, self.cqe_cnt);
+        let len = wcs.len();
+        let out = wcs.as_mut_ptr();
+        let mut ci = self.ci;
+        let mut n = 0;
+        let mut more = false;
+        while n < len {
+            let idx = ci & (cqe_cnt - 1);
+            // SAFETY: idx < cqe_cnt, so the 64-byte CQE (at +0 or +64 of its slot) is inside
+            // the buffer.
+            let cqe = unsafe { cqe0.add((idx as usize) << SHIFT) };
+            // SAFETY: op_own is the last byte of the CQE; volatile, the device writes it.
+            let op_own = unsafe { core::ptr::read_volatile(cqe.add(63)) };
+            // A plain REQ CQE of this lap: `op_own` is the owner bit alone (rdma-core
+            // `get_sw_cqe`: owner bit against the lap's parity, opcode not INVALID).
+            let own = ((ci & cqe_cnt) != 0) as u8;
+            // Room in `wcs` and in this lap of the CQ (the owner value is the lap's), as a
+            // pair: a run computes their minimum only when it can go on.
+            let room = Room {
+                out: len - n,
+                idx,
+                cqe_cnt,
+            };
+            let k = if op_own == own {
+                mmio::from_device_barrier();
+                // SAFETY: the CQE is software-owned; bytes 56..64 read after the barrier.
+                let tail = unsafe { core::ptr::read_volatile(cqe.add(56) as *const u64) };
+                let qpn = u32::from_be(tail as u32) & 0x00ff_ffff;
+                match table.qp(qpn) {
+                    // SAFETY: `cqe` is a software-owned CQE with `room - 1` more of this lap
+                    // after it, `tail` its bytes 56..64 read after the barrier, `wcs` has
+                    // `room` entries from `n`.
+                    Some(qp) => unsafe { send_run::<SHIFT>(qp, cqe, tail, own, room, out.add(n)) },
+                    None => 0,
                 }
-                if tail & QPN_COUNTER != expect || (!common && *v.meta.add(slot + j) != 0) {
-                    break;
+            } else if op_own == (CQE_RESP_SEND << 4 | own) {
+                mmio::from_device_barrier();
+                // SAFETY: the CQE is software-owned; bytes 56..64 read after the barrier.
+                let tail = unsafe { core::ptr::read_volatile(cqe.add(56) as *const u64) };
+                let qpn = u32::from_be(tail as u32) & 0x00ff_ffff;
+                match table.qp(qpn) {
+                    // SAFETY: as for the send run.
+                    Some(qp) => unsafe {
+                        recv_run::<SHIFT>(qp, cqe, tail, own, room.out.min(room.lap()), out.add(n))
+                    },
+                    None => 0,
                 }
-                let opcode = WcOpcode::of_send_opcode(*ring.add((slot + j) * 64 + 3));
-                // A READ reports the bytes read; every other one-block WQE 0.
-                let byte_len = if opcode == WcOpcode::RdmaRead {
-                    u32::from_be(core::ptr::read_volatile(cqe.add(44) as *const u32))
-                } else {
-                    0
-                };
-                out.add(j).write(Wc {
-                    wr_id: *v.wr_ids.add(slot + j),
-                    opcode,
-                    byte_len,
-                    qp_num: qpn,
-                    ..Wc::default()
-                });
-                cqe = cqe.add(stride);
+            } else {
+                more = sw_owned(op_own, ci, cqe_cnt);
+                break;
+            };
+            if k == 0 {
+                more = true;
+                break;
             }
-            expect = expect.wrapping_add(COUNTER_ONE);
-            j += 1;
+            #[cfg(test)]
+            paths::served((op_own != own) as usize, k);
+            n += k;
+            ci = ci.wrapping_add(k as u32);
         }
-        self.ci = self.ci.wrapping_add(j as u32);
-        qp.sq_lean_retired(j as u16);
-        j
+        self.ci = ci;
+        (n, more)
     }
 
     /// The rest of a [`Cq::poll`] call from its first uncommon CQE: `n` completions are in
     /// `wcs` already, `start` is the consumer index the call began at.
+    /// Returns the completions written; an error (reported only as the first CQE of a call)
+    /// goes to `error`.
     #[inline(never)]
-    fn poll_from<R: Resolve + ?Sized>(
+    fn poll_rest<R: Resolve + ?Sized>(
         &mut self,
         table: &mut R,
         wcs: &mut [Wc],
         mut n: usize,
         start: u32,
-    ) -> Result<usize> {
+        error: &mut Option<Error>,
+    ) -> usize {
         // Read once: the stores into `wcs` and the queues would make the compiler reload them.
         let (cqe0, cqe_cnt, size_shift) = (self.cqe0, self.cqe_cnt, self.size_shift);
         let mut err = None;
@@ -629,9 +644,28 @@ impl Cq {
             self.update_ci();
         }
         if let Some(e) = err {
-            return Err(self.report(e));
+            *error = Some(self.report(e));
         }
-        Ok(n)
+        n
+    }
+
+    /// [`Cq::poll_rest`] as a `Result`: the error it stashed, else the completions. Inline,
+    /// so that the fast paths' callers see their own `Ok` in registers, not a result the
+    /// out-of-line call wrote to memory.
+    #[inline(always)]
+    fn poll_from<R: Resolve + ?Sized>(
+        &mut self,
+        table: &mut R,
+        wcs: &mut [Wc],
+        n: usize,
+        start: u32,
+    ) -> Result<usize> {
+        let mut error = None;
+        let n = self.poll_rest(table, wcs, n, start, &mut error);
+        match error {
+            Some(e) => Err(e),
+            None => Ok(n),
+        }
     }
 
     /// Poll the send completions of one QP, lean: the WR ids of its successful send WRs go
@@ -1040,6 +1074,311 @@ unsafe fn read_line(p: *const u8) -> [u8; 64] {
     b
 }
 
+/// A run of common send completions of `qp` from the CQE at `cqe` (which the caller found
+/// software-owned with `op_own == own`, its bytes 56..64 `tail` read after the barrier, and
+/// whose QPN is `qp`'s): while each CQE is a plain REQ CQE of this lap naming `qp`'s oldest
+/// outstanding WQE, write its completion — the WR id, the opcode from the WQE's ctrl
+/// segment, the bytes of a READ — and retire it. Only while every outstanding WQE is of the
+/// common shape (one block, not an atomic): then each CQE retires exactly one block, and the
+/// WQE it must name is the next one. When the run cannot go past this CQE (a call for one
+/// completion, a QP with one WQE outstanding: a CQ serving many QPs in turn) the CQE is
+/// checked field by field, straight line; otherwise [`WcRun`] checks QPN and `wqe_counter`
+/// of each in one compare ([`LeanRun::expect`]), in a loop over locals: after the load
+/// barrier LLVM would otherwise reload every field of the QP per CQE. At most the room in
+/// `out` and in the CQ's lap, the outstanding blocks and the blocks to the send ring's end.
+/// Returns the CQEs consumed (the QP's bookkeeping moved, the CQ's consumer index not), 0
+/// when the first CQE is not one of these.
+///
+/// # Safety
+/// `room.out` (at least 1) is the entries of `out`; `cqe` is the software-owned 64-byte CQE
+/// of slot `room.idx`, the CQEs `1 << SHIFT` bytes apart.
+#[inline(always)]
+unsafe fn send_run<const SHIFT: u32>(
+    qp: &mut Qp,
+    cqe: *mut u8,
+    tail: u64,
+    own: u8,
+    room: Room,
+    out: *mut Wc,
+) -> usize {
+    if !qp.sq_all_common() {
+        return 0;
+    }
+    let v = qp.sq_lean_view();
+    let slot = (v.ci & v.mask) as usize;
+    let qpn = qp.qpn();
+    // SAFETY: slot < wqe_cnt: its block in the ring.
+    let ctrl = unsafe { qp.sq_ring_start().add(slot * 64) };
+    if v.room < 2 || room.out == 1 {
+        let wqe_counter = u16::from_be((tail >> 32) as u16);
+        if (wqe_counter != v.ci) | qp.sq_idle() {
+            return 0;
+        }
+        // SAFETY: slot < wqe_cnt; the CQE is software-owned, read after the barrier; `out`
+        // has room for one.
+        unsafe { write_send_wc(out, *v.wr_ids.add(slot), ctrl, qpn, cqe) };
+        qp.sq_lean_retired(1);
+        return 1;
+    }
+    // SAFETY: the caller's.
+    let done = unsafe { send_batch::<SHIFT>(qp, cqe, tail, own, room, out) };
+    qp.sq_lean_retired(done as u16);
+    done
+}
+
+/// The run of [`send_run`] when it can go past its first CQE, out of line (what it computes
+/// needs registers the caller's loop keeps): bounded by the room in `out` and in the CQ's
+/// lap, the outstanding blocks and the ring's end (the slots are then consecutive), then
+/// [`WcRun::run`]. Returns the CQEs consumed; the caller retires them.
+///
+/// # Safety
+/// As for [`send_run`]; every outstanding WQE of `qp` is of the common shape and at least
+/// two are outstanding.
+#[inline(never)]
+unsafe fn send_batch<const SHIFT: u32>(
+    qp: &Qp,
+    cqe: *mut u8,
+    tail: u64,
+    own: u8,
+    room: Room,
+    out: *mut Wc,
+) -> usize {
+    let v = qp.sq_lean_view();
+    let slot = (v.ci & v.mask) as usize;
+    // k >= 1: every bound is.
+    let k = room
+        .out
+        .min(room.lap())
+        .min(v.room as usize)
+        .min((v.mask as usize - slot) + 1);
+    debug_assert!(k >= 1, "WcRun::run takes at least one CQE");
+    // SAFETY: slot + k <= wqe_cnt entries of the bookkeeping and blocks of the ring; `out`
+    // has k entries; the k CQEs from `cqe` are inside this lap (k <= room.lap()).
+    unsafe {
+        WcRun {
+            cqe,
+            tail: u64::from_le(tail),
+            own,
+            expect: LeanRun::expect(qp.cqe_qpn_key(), v.ci),
+            wr_end: v.wr_ids.add(slot + k),
+            ctrl: qp.sq_ring_start().add(slot * 64),
+            out,
+            n: k,
+            qpn: qp.qpn(),
+        }
+        .run::<SHIFT>()
+    }
+}
+
+/// The loop of [`send_run`]: `n` CQEs at most from `cqe` (its bytes 56..64 `tail`, read
+/// after the barrier), the WQEs' slots consecutive, their WR ids the `n` before `wr_end`,
+/// their blocks from `ctrl`, the completions to `out` (inside [`send_batch`], out of line,
+/// so that the loop has the registers to itself).
+struct WcRun {
+    cqe: *mut u8,
+    tail: u64,
+    /// The owner bit of this lap: a plain REQ CQE's whole `op_own`.
+    own: u8,
+    /// QPN and `wqe_counter` the first CQE must carry ([`LeanRun::expect`]).
+    expect: u64,
+    wr_end: *const u64,
+    ctrl: *const u8,
+    out: *mut Wc,
+    n: usize,
+    qpn: u32,
+}
+
+impl WcRun {
+    /// Consume CQEs while each is a plain REQ CQE of this lap naming the next WQE; returns
+    /// how many. CQEs are `1 << SHIFT` bytes apart.
+    ///
+    /// # Safety
+    /// `n >= 1`; `cqe` is a software-owned CQE of the buffer with `n - 1` more of its lap
+    /// after it;
+    /// `wr_end - n .. wr_end` are WR ids, `ctrl` the first of `n` consecutive blocks of the
+    /// send ring, `out` has `n` entries.
+    #[inline(always)]
+    unsafe fn run<const SHIFT: u32>(self) -> usize {
+        let WcRun {
+            cqe,
+            mut tail,
+            own,
+            mut expect,
+            wr_end,
+            ctrl,
+            out,
+            n,
+            qpn,
+        } = self;
+        // SAFETY: the caller's: the n WR ids before `wr_end` (n >= 1).
+        let (wr0, wr_last) = unsafe { (wr_end.sub(n), wr_end.sub(1)) };
+        let (mut cqe, mut ctrl, mut o, mut wr) = (cqe as *const u8, ctrl, out, wr0);
+        loop {
+            if tail & QPN_COUNTER != expect {
+                break;
+            }
+            // SAFETY: `o` is one of the n entries, `wr` and `ctrl` the WR id and block of the
+            // same slot, `cqe` inside this lap and software-owned, read after its barrier;
+            // the next CQE's op_own volatile (the device writes it), the rest of it read after
+            // the ownership test and its barrier (rdma-core `get_sw_cqe`, then
+            // `udma_from_device_barrier`).
+            unsafe {
+                write_send_wc(o, *wr, ctrl, qpn, cqe);
+                wr = wr.add(1);
+                if wr > wr_last {
+                    break;
+                }
+                cqe = cqe.add(1 << SHIFT);
+                o = o.add(1);
+                ctrl = ctrl.add(64);
+                if core::ptr::read_volatile(cqe.add(63)) != own {
+                    break;
+                }
+                mmio::from_device_barrier();
+                tail = u64::from_le(core::ptr::read_volatile(cqe.add(56) as *const u64));
+            }
+            expect = expect.wrapping_add(COUNTER_ONE);
+        }
+        // SAFETY: `wr` is `wr0` advanced by the completions written.
+        unsafe { wr.offset_from(wr0) as usize }
+    }
+}
+
+/// The room a run has: `out` entries of the caller's array, and the CQ's lap from slot `idx`
+/// of `cqe_cnt` (computed only by a run that goes past its first CQE).
+#[derive(Clone, Copy)]
+struct Room {
+    out: usize,
+    idx: u32,
+    cqe_cnt: u32,
+}
+
+impl Room {
+    /// CQEs left in this lap from slot `idx` (at least 1; the owner value is the lap's).
+    #[inline(always)]
+    fn lap(self) -> usize {
+        ((self.cqe_cnt - 1) - self.idx) as usize + 1
+    }
+}
+
+/// The completion of a successful one-block send WQE that is not an atomic, WR id `wr_id`,
+/// ctrl segment at `ctrl`, of QP `qpn`, completed by the CQE at `cqe`: the opcode from the
+/// ctrl segment's byte 3, the bytes of a READ from the CQE's `byte_cnt` (rdma-core
+/// `handle_good_req`), 0 for everything else.
+///
+/// # Safety
+/// `out` is writable; `ctrl` is a block of the send ring; `cqe` is a software-owned CQE,
+/// read after the barrier.
+#[inline(always)]
+unsafe fn write_send_wc(out: *mut Wc, wr_id: u64, ctrl: *const u8, qpn: u32, cqe: *const u8) {
+    // SAFETY: the caller's.
+    unsafe {
+        let opcode = WcOpcode::of_send_opcode(*ctrl.add(3));
+        out.write(Wc {
+            wr_id,
+            opcode,
+            qp_num: qpn,
+            ..Wc::default()
+        });
+        if opcode == WcOpcode::RdmaRead {
+            (*out).byte_len = u32::from_be(core::ptr::read_volatile(cqe.add(44) as *const u32));
+        }
+    }
+}
+
+/// A run of common receive completions of `qp` from the plain RESP_SEND CQE at `cqe` (opcode
+/// and owner checked by the caller, `tail` its bytes 56..64 read after the barrier): while
+/// each CQE is a plain RESP_SEND CQE of this lap naming the QP's oldest outstanding receive
+/// on its own receive queue ([`crate::rq::RecvQueue::lean_view`]), write its completion —
+/// the fields rdma-core's `handle_responder` takes, from bytes 16..48 read after the barrier
+/// — and retire it. At most `room` CQEs and the outstanding receives. Returns the CQEs
+/// consumed, 0 when the first is not one of these (an SRQ, out of order: the full path).
+///
+/// Out of line: inline, its registers would crowd the send path's in the caller's loop.
+///
+/// # Safety
+/// As for [`send_run`].
+#[inline(never)]
+unsafe fn recv_run<const SHIFT: u32>(
+    qp: &mut Qp,
+    cqe: *mut u8,
+    tail: u64,
+    own: u8,
+    room: usize,
+    out: *mut Wc,
+) -> usize {
+    let Some(v) = qp.rq_lean_view() else {
+        return 0;
+    };
+    let slot = (v.tail & v.mask) as usize;
+    // Not past the outstanding receives nor the end of the bookkeeping (the slots are then
+    // consecutive).
+    let k = room
+        .min(v.outstanding as usize)
+        .min((v.mask as usize - slot) + 1);
+    let qpn = qp.qpn();
+    // Bytes 56..62 of a RESP_SEND CQE of this QP naming receive `c`: the QPN's part as a
+    // REQ CQE's (bits 31:24 of `sop_drop_qpn` are outside the compare), the counter BE16.
+    let mut expect = LeanRun::expect(qp.cqe_qpn_key(), v.tail);
+    let want = CQE_RESP_SEND << 4 | own;
+    let mut cqe = cqe as *const u8;
+    let mut tail = u64::from_le(tail);
+    // SAFETY: slot < wqe_cnt.
+    let mut wr = unsafe { v.wr_ids.add(slot) };
+    let mut out = out;
+    let mut j = 0;
+    while j < k {
+        // SAFETY: as in `send_run`: fewer than k CQEs so far, inside this lap; the fields of
+        // the CQE read after its owner test and the barrier; `wr` one of the k slots, `out`
+        // one of the k entries.
+        unsafe {
+            if j != 0 {
+                if core::ptr::read_volatile(cqe.add(63)) != want {
+                    break;
+                }
+                mmio::from_device_barrier();
+                tail = u64::from_le(core::ptr::read_volatile(cqe.add(56) as *const u64));
+            }
+            if tail & QPN_COUNTER != expect {
+                break;
+            }
+            // The fields rdma-core's `handle_responder` takes for a RESP_SEND (no immediate):
+            // `flags_rqpn` (SL 27:24, GRH 29:28, source QPN 23:0), `imm_inval_pkey` (the
+            // P_Key index, low 16 bits), `byte_cnt`, `slid`, `ml_path` (path bits 6:0) —
+            // offsets of `struct mlx5_cqe64` in mlx5dv.h.
+            let flags = u32::from_be(core::ptr::read_volatile(cqe.add(24) as *const u32));
+            let pkey = u32::from_be(core::ptr::read_volatile(cqe.add(36) as *const u32));
+            let byte_cnt = u32::from_be(core::ptr::read_volatile(cqe.add(44) as *const u32));
+            let slid = u16::from_be(core::ptr::read_volatile(cqe.add(22) as *const u16));
+            let ml_path = core::ptr::read_volatile(cqe.add(17));
+            out.write(Wc {
+                wr_id: *wr,
+                opcode: WcOpcode::Recv,
+                byte_len: byte_cnt,
+                qp_num: qpn,
+                src_qp: flags & 0x00ff_ffff,
+                slid,
+                sl: ((flags >> 24) & 0xf) as u8,
+                dlid_path_bits: ml_path & 0x7f,
+                pkey_index: pkey as u16,
+                flags: if flags & 0x3000_0000 != 0 {
+                    WcFlags::GRH
+                } else {
+                    WcFlags::empty()
+                },
+                ..Wc::default()
+            });
+            cqe = cqe.add(1 << SHIFT);
+            wr = wr.add(1);
+            out = out.add(1);
+        }
+        expect = expect.wrapping_add(COUNTER_ONE);
+        j += 1;
+    }
+    qp.rq_lean_retired(j as u16);
+    j
+}
+
 /// One run of the lean poll ([`Cq::poll_send`]): `k` CQEs at most from `cqe`, the WQEs' slots
 /// consecutive from `meta` / `wr_ids`, the WR ids to `out`.
 pub(crate) struct LeanRun {
@@ -1126,8 +1465,11 @@ impl LeanRun {
 #[cfg(test)]
 mod tests {
     use super::paths;
-    use crate::{Cq, Qp, RemoteAddr, SendWr, Sge, Wc, WcOpcode};
-    use mlx5_cq::{Cqe64, CQE_INITIAL_OP_OWN, CQE_REQ, CQE_RESP_SEND, U16, U32};
+    use crate::{Cq, Qp, QpTable, RemoteAddr, SendWr, Sge, Wc, WcOpcode};
+    use mlx5_cq::{
+        Cqe64, CQE_INITIAL_OP_OWN, CQE_REQ, CQE_REQ_ERR, CQE_RESP_ERR, CQE_RESP_SEND,
+        CQE_RESP_SEND_IMM, U16, U32,
+    };
     use mlx5_hw::{BfLayout, CqLayout, QpLayout, QpState, QpType, WqLayout};
 
     #[repr(C, align(4096))]
@@ -1299,5 +1641,361 @@ mod tests {
             (fast[4].opcode, fast[4].byte_len, fast[4].src_qp),
             (WcOpcode::Recv, 7, 0x99)
         );
+    }
+
+    /// The device of the path tests: two QPs on one CQ of `cnt` CQEs of `size` bytes, the
+    /// CQEs written as the device writes them (every byte, then `op_own` with the owner bit
+    /// of the lap).
+    struct Dev {
+        _pages: Vec<Box<Page>>,
+        _cq: Box<CqBuf>,
+        cq_buf: *mut u8,
+        size: usize,
+        cnt: u32,
+        hw_pi: u32,
+    }
+
+    const QPN_B: u32 = 0x1_0042;
+
+    /// 64 CQEs of 128 bytes at most.
+    #[repr(C, align(4096))]
+    struct CqBuf([u8; 8192]);
+
+    impl Dev {
+        fn new(size: u32) -> (Dev, QpTable, Cq) {
+            let cnt = 64u32;
+            let mut pages: Vec<Box<Page>> = (0..12).map(|_| page()).collect();
+            let mut cq_mem = Box::new(CqBuf([0; 8192]));
+            let cq_buf = cq_mem.0.as_mut_ptr();
+            let mut ptr = |i: usize| pages[i].0.as_mut_ptr();
+            let (cq_dbrec, cq_uar) = (ptr(2), ptr(3));
+            let mut table = QpTable::new();
+            for (q, qpn) in [(0usize, QPN), (1, QPN_B)] {
+                let base = 4 + q * 4;
+                let layout = QpLayout {
+                    qpn,
+                    qp_type: QpType::Rc,
+                    dbrec: ptr(base).cast(),
+                    sq: WqLayout {
+                        buf: ptr(base + 1),
+                        wqe_cnt: 64,
+                        stride: 64,
+                    },
+                    rq: WqLayout {
+                        buf: ptr(base + 2),
+                        wqe_cnt: 64,
+                        stride: 64,
+                    },
+                    bf: BfLayout {
+                        reg: ptr(base + 3).wrapping_add(0x800),
+                        size: 256,
+                        shared: false,
+                    },
+                    max_inline_data: 32,
+                    max_send_sge: 2,
+                    max_recv_sge: 4,
+                    sq_sig_all: false,
+                    uses_srq: false,
+                };
+                // SAFETY: the pages outlive the QP (the test drops the table first).
+                let mut qp = unsafe { Qp::from_layout(&layout, None) }.unwrap();
+                qp.set_state(QpState::Rts);
+                table.insert_qp(qp);
+            }
+            // SAFETY: the CQ buffer holds 64 × 128 bytes.
+            unsafe {
+                for i in 0..cnt as usize {
+                    *cq_buf.add(i * size as usize + size as usize - 1) = CQE_INITIAL_OP_OWN;
+                }
+            }
+            let cq_layout = CqLayout {
+                buf: cq_buf,
+                dbrec: cq_dbrec.cast(),
+                cqe_cnt: cnt,
+                cqe_size: size,
+                cq_uar,
+                cqn: 7,
+                ignore_overrun: false,
+            };
+            // SAFETY: as above.
+            let cq = unsafe { Cq::from_layout(&cq_layout) }.unwrap();
+            let dev = Dev {
+                _pages: pages,
+                _cq: cq_mem,
+                cq_buf,
+                size: size as usize,
+                cnt,
+                hw_pi: 0,
+            };
+            (dev, table, cq)
+        }
+
+        fn push(&mut self, cqe: Cqe64) {
+            let slot = (self.hw_pi & (self.cnt - 1)) as usize * self.size + self.size - 64;
+            let owner = ((self.hw_pi / self.cnt) & 1) as u8;
+            let b = cqe.as_bytes();
+            // SAFETY: a slot of the CQ buffer the consumer has given back (the scripts keep
+            // fewer than `cnt` CQEs outstanding).
+            unsafe {
+                core::ptr::copy_nonoverlapping(b.as_ptr(), self.cq_buf.add(slot), 63);
+                *self.cq_buf.add(slot + 63) = (b[63] & 0xfe) | owner;
+            }
+            self.hw_pi += 1;
+        }
+    }
+
+    fn req_cqe(qpn: u32, pi: u16, send_opcode: u8, byte_cnt: u32) -> Cqe64 {
+        Cqe64 {
+            sop_drop_qpn: U32::new((send_opcode as u32) << 24 | qpn),
+            wqe_counter: U16::new(pi),
+            byte_cnt: U32::new(byte_cnt),
+            op_own: CQE_REQ << 4,
+            ..Cqe64::default()
+        }
+    }
+
+    fn resp_cqe(opcode: u8, qpn: u32, counter: u16, byte_cnt: u32, imm: u32) -> Cqe64 {
+        Cqe64 {
+            sop_drop_qpn: U32::new(qpn),
+            wqe_counter: U16::new(counter),
+            byte_cnt: U32::new(byte_cnt),
+            imm_inval_pkey: U32::new(imm),
+            flags_rqpn: U32::new(0x0300_0099),
+            op_own: opcode << 4,
+            ..Cqe64::default()
+        }
+    }
+
+    fn err_cqe(opcode: u8, qpn: u32, counter: u16, syndrome: u8) -> Cqe64 {
+        let mut b = [0u8; 64];
+        b[54] = 0x33;
+        b[55] = syndrome;
+        b[56..60].copy_from_slice(&qpn.to_be_bytes());
+        b[60..62].copy_from_slice(&counter.to_be_bytes());
+        b[63] = opcode << 4;
+        Cqe64::from_bytes(&b)
+    }
+
+    /// Every poll call's result: its completions or its error.
+    type Calls = Vec<Result<Vec<Wc>, String>>;
+
+    /// Poll until empty with room for `room`.
+    fn drain(cq: &mut Cq, table: &mut QpTable, room: usize) -> Calls {
+        let mut got = Vec::new();
+        let mut wcs = [Wc::default(); 16];
+        for _ in 0..10_000 {
+            match cq.poll(table, &mut wcs[..room]) {
+                Ok(0) => break,
+                Ok(n) => got.push(Ok(wcs[..n].to_vec())),
+                Err(e) => got.push(Err(e.to_string())),
+            }
+        }
+        got
+    }
+
+    /// Run `script` (which posts, pushes CQEs and drains through the closure it is given)
+    /// with the fast paths on and off; returns both results and the path counts of the fast
+    /// run.
+    fn both(
+        size: u32,
+        script: &dyn Fn(&mut Dev, &mut QpTable, &mut Cq) -> Calls,
+    ) -> (Calls, Calls, [u32; 3]) {
+        let mut out = Vec::new();
+        let mut counts = [0; 3];
+        for off in [true, false] {
+            let (mut dev, mut table, mut cq) = Dev::new(size);
+            paths::FAST_OFF.with(|f| f.set(off));
+            paths::SERVED.with(|c| c.set([0; 3]));
+            out.push(script(&mut dev, &mut table, &mut cq));
+            paths::FAST_OFF.with(|f| f.set(false));
+            counts = paths::SERVED.with(|c| c.get());
+            if off {
+                assert_eq!(counts[..2], [0, 0], "fast paths off");
+            }
+            drop((table, cq));
+            drop(dev);
+        }
+        let fast = out.pop().unwrap();
+        let slow = out.pop().unwrap();
+        (slow, fast, counts)
+    }
+
+    fn flat(r: &[Result<Vec<Wc>, String>]) -> Vec<Wc> {
+        r.iter()
+            .flat_map(|c| c.clone().unwrap_or_default())
+            .collect()
+    }
+
+    const R: RemoteAddr = RemoteAddr::new(0x1000, 5);
+    const SGE: [Sge; 1] = [Sge {
+        addr: 0x9000,
+        length: 16,
+        lkey: 3,
+    }];
+
+    /// Errors: successes, a READ, a remote access error and the flush after it, then a
+    /// receive error; the fast paths take the successes before the error, the full path the
+    /// rest, and the completions are the same.
+    #[test]
+    fn errors_take_the_full_path_and_complete_the_same() {
+        for size in [64, 128] {
+            let (slow, fast, counts) = both(size, &|dev, t, cq| {
+                let qp = t.qp_at(0).unwrap();
+                for i in 0..3 {
+                    qp.post(&SendWr::write(10 + i, R).inline(b"abc").signaled())
+                        .unwrap();
+                }
+                qp.post(&SendWr::read(13, R).sges(&SGE).signaled()).unwrap();
+                qp.post(&SendWr::write(14, R).inline(b"abc").signaled())
+                    .unwrap();
+                qp.post(&SendWr::write(15, R).inline(b"abc").signaled())
+                    .unwrap();
+                qp.post_recv(30, &SGE).unwrap();
+                qp.post_recv(31, &SGE).unwrap();
+                for pi in 0..3 {
+                    dev.push(req_cqe(QPN, pi, mlx5_wqe::OPCODE_RDMA_WRITE, 0));
+                }
+                dev.push(req_cqe(QPN, 3, mlx5_wqe::OPCODE_RDMA_READ, 16));
+                dev.push(err_cqe(CQE_REQ_ERR, QPN, 4, 0x13));
+                dev.push(err_cqe(CQE_REQ_ERR, QPN, 5, 0x05));
+                dev.push(resp_cqe(CQE_RESP_SEND, QPN, 0, 7, 0));
+                dev.push(err_cqe(CQE_RESP_ERR, QPN, 1, 0x05));
+                drain(cq, t, 16)
+            });
+            assert_eq!(fast, slow, "size {size}");
+            let all = flat(&fast);
+            let ids: Vec<u64> = all.iter().map(|w| w.wr_id).collect();
+            assert_eq!(ids, [10, 11, 12, 13, 14, 15, 30, 31]);
+            assert_eq!((all[3].opcode, all[3].byte_len), (WcOpcode::RdmaRead, 16));
+            assert!(!all[4].is_ok() && !all[5].is_ok() && all[6].is_ok() && !all[7].is_ok());
+            assert_eq!(
+                counts[0], 4,
+                "size {size}: the send run took the four successes"
+            );
+            assert_eq!(counts[2], 4, "size {size}: the full path the rest");
+        }
+    }
+
+    /// Receives: plain ones in runs, one with immediate data, one while the queue is
+    /// empty (an error), all alike on both paths.
+    #[test]
+    fn receives_complete_the_same_on_both_paths() {
+        for size in [64, 128] {
+            for room in [1, 3, 16] {
+                let (slow, fast, counts) = both(size, &|dev, t, cq| {
+                    let qp = t.qp_at(1).unwrap();
+                    for i in 0..6 {
+                        qp.post_recv(40 + i, &SGE).unwrap();
+                    }
+                    for c in 0..3 {
+                        dev.push(resp_cqe(CQE_RESP_SEND, QPN_B, c, 8 + c as u32, 0x77));
+                    }
+                    dev.push(resp_cqe(CQE_RESP_SEND_IMM, QPN_B, 3, 4, 0xabcd));
+                    dev.push(resp_cqe(CQE_RESP_SEND, QPN_B, 4, 9, 0));
+                    dev.push(resp_cqe(CQE_RESP_SEND, QPN_B, 5, 9, 0));
+                    dev.push(resp_cqe(CQE_RESP_SEND, QPN_B, 6, 9, 0));
+                    drain(cq, t, room)
+                });
+                assert_eq!(fast, slow, "size {size} room {room}");
+                let all = flat(&fast);
+                let ids: Vec<u64> = all.iter().map(|w| w.wr_id).collect();
+                assert_eq!(ids, [40, 41, 42, 43, 44, 45]);
+                assert_eq!(
+                    (all[1].byte_len, all[1].src_qp, all[1].sl, all[1].pkey_index),
+                    (9, 0x99, 3, 0x77)
+                );
+                assert_eq!(all[3].imm_data, 0xabcd);
+                assert!(fast.last().unwrap().is_err(), "the CQE of no receive");
+                // The first three in the receive run; after the one with immediate data the
+                // full path serves the rest of that call.
+                assert!(
+                    counts[1] >= 3 && counts[2] >= 1,
+                    "size {size} room {room}: {counts:?}"
+                );
+            }
+        }
+    }
+
+    /// Two QPs on one CQ: runs of one QPN, alternating QPNs, an unsignaled WR retired by a
+    /// later CQE, a CQE of a QPN the table does not hold.
+    #[test]
+    fn mixed_qpns_complete_the_same_on_both_paths() {
+        for size in [64, 128] {
+            for room in [1, 2, 5, 16] {
+                let (slow, fast, counts) = both(size, &|dev, t, cq| {
+                    for pos in [0usize, 1] {
+                        let qp = t.qp_at(pos).unwrap();
+                        for i in 0..8u64 {
+                            let wr = SendWr::write(pos as u64 * 100 + i, R).inline(b"xy");
+                            let wr = if i == 5 { wr } else { wr.signaled() };
+                            qp.post(&wr).unwrap();
+                        }
+                    }
+                    for pi in [0u16, 1, 2] {
+                        dev.push(req_cqe(QPN, pi, mlx5_wqe::OPCODE_RDMA_WRITE, 0));
+                    }
+                    for pi in 0..4u16 {
+                        dev.push(req_cqe(QPN_B, pi, mlx5_wqe::OPCODE_RDMA_WRITE, 0));
+                        dev.push(req_cqe(QPN, pi + 3, mlx5_wqe::OPCODE_RDMA_WRITE, 0));
+                    }
+                    // WR 5 unsignaled: the CQE of 6 retires it.
+                    dev.push(req_cqe(QPN_B, 4, mlx5_wqe::OPCODE_RDMA_WRITE, 0));
+                    dev.push(req_cqe(QPN_B, 6, mlx5_wqe::OPCODE_RDMA_WRITE, 0));
+                    dev.push(req_cqe(QPN_B, 7, mlx5_wqe::OPCODE_RDMA_WRITE, 0));
+                    dev.push(req_cqe(0x77, 0, mlx5_wqe::OPCODE_RDMA_WRITE, 0));
+                    dev.push(req_cqe(QPN, 7, mlx5_wqe::OPCODE_RDMA_WRITE, 0));
+                    drain(cq, t, room)
+                });
+                assert_eq!(fast, slow, "size {size} room {room}");
+                let ids: Vec<u64> = flat(&fast).iter().map(|w| w.wr_id).collect();
+                assert_eq!(
+                    ids,
+                    [0, 1, 2, 100, 3, 101, 4, 102, 5, 103, 6, 104, 106, 107, 7],
+                    "size {size} room {room}"
+                );
+                assert!(fast.iter().any(|r| r.is_err()), "the unknown QPN");
+                assert!(counts[0] >= 10, "size {size} room {room}: {counts:?}");
+            }
+        }
+    }
+
+    /// Many laps of the CQ and of the send ring, READs among the WRITEs, polled with
+    /// several room sizes: both paths alike, the fast one serving all.
+    #[test]
+    fn the_cq_and_the_ring_wrap_alike_on_both_paths() {
+        for size in [64, 128] {
+            for room in [1, 7, 16] {
+                let (slow, fast, counts) = both(size, &|dev, t, cq| {
+                    let mut got = Vec::new();
+                    let mut id = 0u64;
+                    for _ in 0..13 {
+                        let qp = t.qp_at(0).unwrap();
+                        let first = qp.sq_pi();
+                        for i in 0..15u16 {
+                            let wr = if i % 4 == 3 {
+                                SendWr::read(id, R).sges(&SGE).signaled()
+                            } else {
+                                SendWr::write(id, R).inline(b"abc").signaled()
+                            };
+                            qp.post(&wr).unwrap();
+                            let (op, n) = if i % 4 == 3 {
+                                (mlx5_wqe::OPCODE_RDMA_READ, 16)
+                            } else {
+                                (mlx5_wqe::OPCODE_RDMA_WRITE, 0)
+                            };
+                            dev.push(req_cqe(QPN, first.wrapping_add(i), op, n));
+                            id += 1;
+                        }
+                        got.extend(drain(cq, t, room));
+                    }
+                    got
+                });
+                assert_eq!(fast, slow, "size {size} room {room}");
+                let all = flat(&fast);
+                assert_eq!(all.len(), 13 * 15);
+                assert!(all.iter().enumerate().all(|(i, w)| w.wr_id == i as u64));
+                assert_eq!(counts, [195, 0, 0], "size {size} room {room}");
+            }
+        }
     }
 }

@@ -554,6 +554,12 @@ impl Qp {
         self.sq.all_common()
     }
 
+    /// Whether no send WQE is outstanding.
+    #[inline(always)]
+    pub(crate) fn sq_idle(&self) -> bool {
+        self.sq.pi == self.sq.ci
+    }
+
     /// The lean poll retired `k` one-block WQEs.
     #[inline(always)]
     pub(crate) fn sq_lean_retired(&mut self, k: u16) {
@@ -578,18 +584,18 @@ impl Qp {
         }
     }
 
-    /// [`crate::rq::RecvQueue::complete_in_order`] on this QP's own receive queue; false when
-    /// it has none (an SRQ) or the CQE is not the common case.
+    /// What the lean receive poll reads of this QP's own receive queue, when it may run
+    /// ([`crate::rq::RecvQueue::lean_view`]); `None` without one (an SRQ).
     #[inline(always)]
-    pub(crate) fn complete_recv_in_order(
-        &mut self,
-        wqe_counter: u16,
-        wc: Wc,
-        out: &mut Wc,
-    ) -> bool {
-        match self.rq.as_mut() {
-            Some(rq) => rq.complete_in_order(wqe_counter, wc, out),
-            None => false,
+    pub(crate) fn rq_lean_view(&self) -> Option<crate::rq::RecvLeanView> {
+        self.rq.as_ref().and_then(|rq| rq.lean_view())
+    }
+
+    /// The lean receive poll retired `k` receives.
+    #[inline(always)]
+    pub(crate) fn rq_lean_retired(&mut self, k: u16) {
+        if let Some(rq) = self.rq.as_mut() {
+            rq.lean_retired(k);
         }
     }
 

@@ -44,6 +44,24 @@ pub(crate) struct RecvQueue {
     done: LineArray<bool>,
     /// The WQE whose out-of-order CQE was reported and is to be delivered next.
     reported: Option<u16>,
+    /// How many `done` flags are set: while none is (and nothing is `reported`), the oldest
+    /// outstanding WQE is the only one a CQE may name in order, and the lean poll need not
+    /// look at `done` ([`RecvQueue::lean_view`]).
+    ooo: u32,
+}
+
+/// What the lean receive poll reads of a receive queue once per run
+/// ([`RecvQueue::lean_view`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RecvLeanView {
+    /// The oldest outstanding WQE.
+    pub tail: u16,
+    /// WQEs outstanding.
+    pub outstanding: u16,
+    /// `wqe_cnt - 1`.
+    pub mask: u16,
+    /// The WR ids, indexed by `index & mask`.
+    pub wr_ids: *const u64,
 }
 
 /// Check a scatter list against a queue's limit.
@@ -113,6 +131,7 @@ impl RecvQueue {
             wr_id: LineArray::zeroed(wqe_cnt as usize),
             done: LineArray::zeroed(wqe_cnt as usize),
             reported: None,
+            ooo: 0,
         }
     }
 
@@ -202,35 +221,39 @@ impl RecvQueue {
         if dist != 0 {
             self.reported = None;
             self.done[slot] = true;
+            self.ooo += 1;
         } else {
             self.tail = c.wrapping_add(1);
             while self.tail != self.head && self.done[(self.tail & self.mask) as usize] {
                 self.done[(self.tail & self.mask) as usize] = false;
+                self.ooo -= 1;
                 self.tail = self.tail.wrapping_add(1);
             }
         }
         Ok(Progress::Done(1))
     }
 
-    /// The common case of [`RecvQueue::complete`]: a success CQE without inline data naming
-    /// the oldest outstanding WQE (`tail`), nothing reported out of order: give `wc` that WQE's
-    /// WR id, write it to `out`, retire the WQE (and any completed out of order after it).
-    /// Returns false — having changed nothing — for anything else.
+    /// What the lean receive poll needs, when it may run: nothing completed out of order
+    /// and nothing reported (then a CQE in order names exactly the oldest WQE, and retiring
+    /// it is `tail += 1`).
     #[inline(always)]
-    pub fn complete_in_order(&mut self, wqe_counter: u16, mut wc: Wc, out: &mut Wc) -> bool {
-        let slot = (self.tail & self.mask) as usize;
-        if (wqe_counter != self.tail) | (self.head == self.tail) | self.reported.is_some() {
-            return false;
+    pub fn lean_view(&self) -> Option<RecvLeanView> {
+        if (self.ooo != 0) | self.reported.is_some() {
+            return None;
         }
-        debug_assert!(!self.done[slot]);
-        wc.wr_id = self.wr_id[slot];
-        *out = wc;
-        self.tail = self.tail.wrapping_add(1);
-        while self.tail != self.head && self.done[(self.tail & self.mask) as usize] {
-            self.done[(self.tail & self.mask) as usize] = false;
-            self.tail = self.tail.wrapping_add(1);
-        }
-        true
+        Some(RecvLeanView {
+            tail: self.tail,
+            outstanding: self.head.wrapping_sub(self.tail),
+            mask: self.mask,
+            wr_ids: self.wr_id.as_ptr(),
+        })
+    }
+
+    /// The lean receive poll retired the `k` oldest WQEs (none completed out of order after
+    /// them: [`RecvQueue::lean_view`]).
+    #[inline(always)]
+    pub fn lean_retired(&mut self, k: u16) {
+        self.tail = self.tail.wrapping_add(k);
     }
 
     fn flushed(&mut self, qpn: u32) -> Wc {
@@ -252,6 +275,7 @@ impl RecvQueue {
             if self.done[slot] {
                 // Completed out of order already.
                 self.done[slot] = false;
+                self.ooo -= 1;
                 self.tail = self.tail.wrapping_add(1);
                 continue;
             }
@@ -271,6 +295,7 @@ impl RecvQueue {
         self.head = 0;
         self.tail = 0;
         self.done.fill(false);
+        self.ooo = 0;
         self.reported = None;
         // SAFETY: `dbrec` is the live doorbell record.
         unsafe { mmio::write_dbrec(self.dbrec, 0) };
