@@ -324,7 +324,7 @@ pub struct Common {
     /// interface NAME, where it speaks native RoCEv2 to the kernel's netdev (e.g. Soft-RoCE
     /// bound to it) instead of reaching a peer process over UDP. The interface must exist
     /// (`ip tuntap add NAME mode tap`) [default: the MLX5_SIM_TAP environment variable,
-    /// NAME[,IPV4]; else no TAP].
+    /// NAME or NAME,IPV4; else no TAP].
     #[arg(long, value_name = "NAME", value_parser = parse_tap_name)]
     pub tap: Option<String>,
     /// With --tap: the software ConnectX's IPv4 address on the TAP link [default: 192.168.77.2].
