@@ -20,8 +20,9 @@ const LAYERS: &[&[&str]] = &[
     &["srq"],
     &["cq"],
     &["wqe"],
-    // The QP and its doorbell detection: `Qp` holds the `DoorbellState` that `doorbell` scans.
-    &["qp", "doorbell"],
+    // The QP with its doorbell state (`qp::db`, data only), then the doorbell scanners.
+    &["qp"],
+    &["doorbell"],
     &["ctx"],
     &["transport"],
     &["engine"],

@@ -37,8 +37,9 @@
 //!    [`mem`], [`notify`], [`pcap`], [`sizing`], the ports [`tap_port`] and [`udp_port`];
 //! 2. **device memory objects**: [`mr`], [`srq`], [`cq`], and [`wqe`] (decoding send WQEs);
 //! 3. **the QP**: [`qp`] with its transport state ([`qp::path`], [`qp::requester`],
-//!    [`qp::responder`]: data only) and its doorbell detection ([`doorbell`], which scans a
-//!    `Qp` whose `DoorbellState` it defines: the two still import each other);
+//!    [`qp::responder`]) and its doorbell register and detection state ([`qp::db`]), all data
+//!    only; above it the doorbell detection ([`doorbell`]: the deterministic, threaded and
+//!    shared-register scanners, which read and update a `Qp`);
 //! 4. **the processing context** [`ctx`]: what a QP's processing may touch, CQE writers, the
 //!    move to Error and flushing;
 //! 5. **the transport** [`transport`]: requester, responder, XRC and masked-atomic packets;
