@@ -10,6 +10,10 @@
 //! `ff ff ff ff ff ff ff 00` name QPN 0xffffff with DS 0, and bytes 8..15 carry `fm_ce_se`
 //! 0xff whose reserved bits rdma-core never sets.
 //!
+//! What the scanners remember of each QP, and where its BlueFlame halves are, is the QP's own
+//! data ([`crate::qp::db`], re-exported here); this module and its two submodules are the
+//! behaviour that reads and updates it.
+//!
 //! A QP on a register shared with other QPs is scanned per register instead ([`shared`]),
 //! where interleaved BlueFlame copies are caught. For the others, two scanners, one per way of
 //! running the fabric ([`crate::fabric`]):
