@@ -10,6 +10,10 @@
 //! `ff ff ff ff ff ff ff 00` name QPN 0xffffff with DS 0, and bytes 8..15 carry `fm_ce_se`
 //! 0xff whose reserved bits rdma-core never sets.
 //!
+//! What the scanners remember of each QP, and where its BlueFlame halves are, is the QP's own
+//! data ([`crate::qp::db`], re-exported here); this module and its two submodules are the
+//! behaviour that reads and updates it.
+//!
 //! A QP on a register shared with other QPs is scanned per register instead ([`shared`]),
 //! where interleaved BlueFlame copies are caught. For the others, two scanners, one per way of
 //! running the fabric ([`crate::fabric`]):
@@ -34,18 +38,13 @@
 
 use crate::bugs::{BugLog, DriverBugKind};
 use crate::mem::DmaBuf;
+pub(crate) use crate::qp::db::POISON;
+pub use crate::qp::db::{DoorbellState, BF_HALF, BF_OFFSET};
 use crate::qp::Qp;
 use crate::wqe::{ring_bytes, Ctrl};
 
 pub mod shared;
 pub mod threaded;
-
-/// Offset of the QP's bfreg in its UAR page (`MLX5_BF_OFFSET`, bfreg 0).
-pub const BF_OFFSET: usize = 0x800;
-/// Size of one BlueFlame half (`bf.size`; UCX `UCT_IB_MLX5_BF_REG_SIZE`).
-pub const BF_HALF: usize = 256;
-/// The poison word.
-pub(crate) const POISON: [u8; 8] = [0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x00];
 
 /// One write seen in a BlueFlame half.
 #[derive(Clone, Debug)]
@@ -54,37 +53,6 @@ struct Observed {
     bytes: Vec<u8>,
     /// 64-byte blocks that differ from poison (0 for an 8-byte doorbell).
     blocks: usize,
-}
-
-/// Per-QP doorbell detection state.
-#[derive(Debug, Default)]
-pub struct DoorbellState {
-    /// The SQ producer index the device has been told about by a doorbell.
-    pub sq_known: u16,
-    /// Half of the last doorbell seen, when known.
-    pub last_half: Option<usize>,
-    /// A BlueFlame copy to execute instead of the ring: (WQE index, bytes); deterministic mode
-    /// only (threaded mode executes the ring).
-    pub bf: Option<(u16, Vec<u8>)>,
-    /// Doorbells seen.
-    pub count: u64,
-    /// Threaded mode: BlueFlame copies verified equal to the ring.
-    pub bf_verified: u64,
-    /// Threaded mode: of those, copies the device first saw incomplete (the driver was in the
-    /// middle of the copy) and verified at a later scan.
-    pub bf_verified_late: u64,
-    /// Threaded mode: writes judged, once settled, to be 8-byte doorbells.
-    pub db8: u64,
-    /// Threaded mode: writes that ended without a verdict (overwritten before they settled,
-    /// naming a WQE already completed, or written when the half was not known clean).
-    pub unjudged: u64,
-    /// Threaded mode: what is known of each half (`None` in deterministic mode).
-    pub threaded: Option<threaded::Watcher>,
-    /// A QP on a shared register: a write was seen on the register since the QP last
-    /// followed its doorbell record ([`shared`]).
-    pub rung: bool,
-    /// A QP on a shared register: the last record value reported as garbage (reported once).
-    pub bad_dbr: Option<u16>,
 }
 
 /// What the doorbell scanners saw on a device, summed over its QPs (since each QP was created
@@ -111,15 +79,6 @@ impl DoorbellStats {
         self.bf_verified_late += db.bf_verified_late;
         self.db8 += db.db8;
         self.unjudged += db.unjudged;
-    }
-}
-
-impl DoorbellState {
-    /// Fill both BlueFlame halves with poison.
-    pub fn poison(&self, uar: &DmaBuf) {
-        for i in 0..(2 * BF_HALF / 8) {
-            uar.store_word(BF_OFFSET + i * 8, u64::from_ne_bytes(POISON));
-        }
     }
 }
 

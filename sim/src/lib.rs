@@ -30,24 +30,27 @@
 //!
 //! ## Layers
 //!
-//! Each module imports only modules below it (checked on the sources by a unit test,
-//! `layers.rs`), bottom to top:
+//! Each module imports only modules below it, with no cycle anywhere (checked on the sources
+//! by a unit test, `layers.rs`, which lists every module in one such order), bottom to top:
 //!
 //! 1. **wire and leaves**: [`wire`] (frames, headers, PSNs, timers), [`bugs`], [`counters`],
 //!    [`mem`], [`notify`], [`pcap`], [`sizing`], the ports [`tap_port`] and [`udp_port`];
-//! 2. **device memory objects**: [`mr`], [`srq`], [`cq`], and [`wqe`] (decoding send WQEs);
+//! 2. **device memory objects and tables**: [`mr`], [`srq`], [`cq`], the multicast groups
+//!    ([`mcast`], data only), and [`wqe`] (decoding send WQEs);
 //! 3. **the QP**: [`qp`] with its transport state ([`qp::path`], [`qp::requester`],
-//!    [`qp::responder`]: data only) and its doorbell detection ([`doorbell`], which scans a
-//!    `Qp` whose `DoorbellState` it defines: the two still import each other);
+//!    [`qp::responder`]) and its doorbell register and detection state ([`qp::db`]), all data
+//!    only; above it the doorbell detection ([`doorbell`]: the deterministic, threaded and
+//!    shared-register scanners, which read and update a `Qp`);
 //! 4. **the processing context** [`ctx`]: what a QP's processing may touch, CQE writers, the
 //!    move to Error and flushing;
 //! 5. **the transport** [`transport`]: requester, responder, XRC and masked-atomic packets;
 //! 6. **the engine** [`engine`]: one step of one QP;
-//! 7. **the fabric's state**: [`world`] (all devices, frame delivery through the fault rules of
-//!    [`faults`] and the groups of [`mcast`]) and the lock every handle shares (`shared`).
-//!    These still import each other: the world holds the fault rules and the multicast
-//!    groups, `mcast` adds delivery methods to `World`, and the [`Faults`] controls hold the
-//!    world;
+//! 7. **the fabric's state**, bottom to top: the fault rules as data and pure decisions
+//!    (`fault_rules`: what a rule does to a frame, the seeded generator, the record), the
+//!    [`world`] that holds them (all devices; frame delivery through the fault rules,
+//!    multicast fan-out through the groups of [`mcast`]), the lock every handle shares
+//!    (`shared`), and the fault controls [`faults`] ([`Faults`], [`faults::FaultTarget`]),
+//!    which lock the world to add rules and read what they did;
 //! 8. **the control path**: [`modify`] (the QP state machine), [`xrc`] (XRC objects), then
 //!    [`device`] ([`SimDevice`], the `mlx5_hw::Device` implementation) and, on top, [`fabric`]
 //!    ([`Fabric`], [`DeviceConfig`], the threads, and the fault controls that name devices).
@@ -61,6 +64,7 @@ pub mod device;
 pub mod doorbell;
 pub mod engine;
 pub mod fabric;
+mod fault_rules;
 pub mod faults;
 pub mod mcast;
 pub mod mem;

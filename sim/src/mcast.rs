@@ -1,6 +1,7 @@
-//! UD multicast on the software ConnectX: each device's group table and the fan-out of a
-//! multicast datagram to every attached QP on every device of the fabric (and, through the
-//! UDP ports, of the other processes).
+//! UD multicast on the software ConnectX: each device's group table (this module, data only)
+//! and the fan-out of a multicast datagram to every attached QP on every device of the fabric
+//! (and, through the UDP ports, of the other processes), which the world does with these
+//! tables ([`crate::world::World`]'s routing and delivery).
 //!
 //! What the device does, and the sources:
 //! - A group is named by its GID; on RoCE v2 over IPv4 that is the IPv4-mapped group address
@@ -26,12 +27,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use mlx5_hw::{Gid, PortState, MULTICAST_QPN};
-
-use crate::counters::CounterId;
-use crate::transport::{responder, Frame};
-use crate::wire::{ipv4_to_gid, MacAddr};
-use crate::world::{WireFrame, World};
+use mlx5_hw::Gid;
 
 /// One device's multicast state: the groups its QPs joined, and which QPs block the
 /// loopback of their own datagrams.
@@ -87,6 +83,11 @@ impl Groups {
         self.groups.contains_key(&gid.0)
     }
 
+    /// Whether `qpn` blocks the loopback of its own datagrams.
+    pub fn blocks_self_loopback(&self, qpn: u32) -> bool {
+        self.block_self_lb.contains(&qpn)
+    }
+
     /// The groups `qpn` is attached to.
     pub fn groups_of(&self, qpn: u32) -> Vec<Gid> {
         self.groups
@@ -94,61 +95,6 @@ impl Groups {
             .filter(|(_, m)| m.contains(&qpn))
             .map(|(g, _)| Gid(*g))
             .collect()
-    }
-}
-
-impl World {
-    /// Route a frame whose destination IPv4 address is a multicast group: to every UDP peer of
-    /// the device that sent it, and to every local device with an active port that joined the
-    /// group.
-    pub(crate) fn route_mcast(&mut self, f: WireFrame, ip: std::net::Ipv4Addr, mac: MacAddr) {
-        let gid = Gid(ipv4_to_gid(ip));
-        if gid.multicast_mac() != Some(mac.0) {
-            tracing::debug!(dst = %ip, %mac, "multicast frame to a MAC that is not its group's; no port accepts it");
-            return;
-        }
-        if let Some(u) = f
-            .from
-            .and_then(|s| self.devs.get(s))
-            .and_then(|d| d.udp.as_ref())
-        {
-            u.send_all(&f.bytes);
-        }
-        for i in 0..self.devs.len() {
-            let d = &self.devs[i];
-            if d.port.state != PortState::Active || !d.mcast.joined(&gid) {
-                continue;
-            }
-            self.deliver_bytes_from(i, f.bytes.clone(), f.from);
-        }
-    }
-
-    /// Hand a parsed datagram to QPN 0xFFFFFF on device `i` to every QP attached to its
-    /// group. `from` is the device that sent it (for the self-loopback block).
-    pub(crate) fn deliver_mcast(&mut self, i: usize, f: Frame, from: Option<usize>) {
-        let now = self.now;
-        let gid = Gid(ipv4_to_gid(f.pkt.addr.dst_ip));
-        let d = &mut self.devs[i];
-        let members = d.mcast.members(&gid);
-        if members.is_empty() || f.pkt.bth.dest_qp != MULTICAST_QPN {
-            d.counters.inc(CounterId::RxDropped);
-            return;
-        }
-        let src = f.pkt.deth.map(|x| x.src_qp);
-        let mut out = Vec::new();
-        for qpn in members {
-            if from == Some(i) && src == Some(qpn) && d.mcast.block_self_lb.contains(&qpn) {
-                continue;
-            }
-            d.with_qp(qpn, now, &mut out, |qp, ctx| {
-                if !qp.can_receive() {
-                    ctx.counters.inc(CounterId::RxDropped);
-                    return;
-                }
-                responder::on_request(qp, ctx, &f);
-            });
-        }
-        self.transmit(i, out);
     }
 }
 

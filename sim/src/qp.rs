@@ -11,18 +11,19 @@
 
 use mlx5_hw::{QpAttr, QpState, QpType};
 
-use crate::bugs::{BugLog, DriverBugKind};
 use std::sync::Arc;
 
-use crate::doorbell::shared::BfClass;
-use crate::doorbell::{DoorbellState, BF_HALF, BF_OFFSET};
+use crate::bugs::{BugLog, DriverBugKind};
 use crate::mem::DmaBuf;
 use crate::sizing::QpGeometry;
 use crate::srq::{read_scatter, Sge, Srq};
+
+pub mod db;
 pub mod path;
 pub mod requester;
 pub mod responder;
 
+use db::{BfClass, DoorbellState, BF_HALF, BF_OFFSET};
 use path::Path;
 use requester::Requester;
 use responder::Responder;

@@ -10,8 +10,10 @@
 //!
 //! Frames travel as bytes: each is encoded into a RoCEv2 frame (Ethernet, IPv4, UDP 4791,
 //! transport headers, payload, ICRC; [`crate::wire`]) when sent and parsed (ICRC checked) when
-//! delivered. On the way the fault rules ([`crate::faults`]) may drop, duplicate, corrupt or
-//! delay it; a delayed frame arrives when the virtual clock reaches its time.
+//! delivered. On the way the fault rules ([`crate::faults`]; the world holds their state and
+//! decisions, `fault_rules`) may drop, duplicate, corrupt or delay it; a delayed frame arrives
+//! when the virtual clock reaches its time. A frame to a multicast group goes to every device
+//! whose QPs joined it and, once parsed, to each of those QPs ([`crate::mcast`]'s tables).
 //!
 //! Capture: a frame is written to the pcap file when its device transmits it, before the
 //! fabric's faults apply (a tap at the sender's port): retransmissions appear as often as they
@@ -31,13 +33,13 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::net::Ipv4Addr;
 use std::sync::Arc;
 
-use mlx5_hw::PortState;
+use mlx5_hw::{Gid, PortState, MULTICAST_QPN};
 
 use crate::bugs::BugLog;
 use crate::counters::CounterId;
 use crate::cq::Cq;
 use crate::engine::{process_qp, Counters, Ctx, Port};
-use crate::faults::{FaultState, Meta};
+use crate::fault_rules::{FaultState, Meta};
 use crate::mr::MrTable;
 use crate::notify::{AsyncEvents, CompChannel};
 use crate::pcap::PcapWriter;
@@ -46,7 +48,7 @@ use crate::srq::Srq;
 use crate::tap_port::TapPort;
 use crate::transport::{ext_atomic, requester, responder, Frame};
 use crate::udp_port::UdpPort;
-use crate::wire::{MacAddr, Packet, ParseError, BTH_OFFSET, IPV4_OFFSET};
+use crate::wire::{ipv4_to_gid, MacAddr, Packet, ParseError, BTH_OFFSET, IPV4_OFFSET};
 
 /// A frame on the wire: the encoded RoCEv2 bytes, its arrival time and its sender.
 #[derive(Clone, Debug)]
@@ -443,7 +445,7 @@ impl World {
     }
 
     /// Receive a frame on device `i`: count it, check it, hand it to its QP.
-    pub(crate) fn deliver_bytes_from(&mut self, i: usize, bytes: Vec<u8>, from: Option<usize>) {
+    fn deliver_bytes_from(&mut self, i: usize, bytes: Vec<u8>, from: Option<usize>) {
         let d = &mut self.devs[i];
         d.counters.inc(CounterId::PortRcvPackets);
         d.counters.add(CounterId::PortRcvData, words(bytes.len()));
@@ -472,7 +474,7 @@ impl World {
 
     /// Deliver one packet to a QP of device `i`.
     fn deliver(&mut self, i: usize, f: Frame, from: Option<usize>) {
-        if f.pkt.bth.dest_qp == mlx5_hw::MULTICAST_QPN {
+        if f.pkt.bth.dest_qp == MULTICAST_QPN {
             self.deliver_mcast(i, f, from);
             return;
         }
@@ -493,6 +495,59 @@ impl World {
         });
         if handled.is_none() {
             d.counters.inc(CounterId::RxDropped);
+        }
+        self.transmit(i, out);
+    }
+
+    /// Route a frame whose destination IPv4 address is a multicast group ([`crate::mcast`]): to
+    /// every UDP peer of the device that sent it, and to every local device with an active
+    /// port that joined the group.
+    fn route_mcast(&mut self, f: WireFrame, ip: Ipv4Addr, mac: MacAddr) {
+        let gid = Gid(ipv4_to_gid(ip));
+        if gid.multicast_mac() != Some(mac.0) {
+            tracing::debug!(dst = %ip, %mac, "multicast frame to a MAC that is not its group's; no port accepts it");
+            return;
+        }
+        if let Some(u) = f
+            .from
+            .and_then(|s| self.devs.get(s))
+            .and_then(|d| d.udp.as_ref())
+        {
+            u.send_all(&f.bytes);
+        }
+        for i in 0..self.devs.len() {
+            let d = &self.devs[i];
+            if d.port.state != PortState::Active || !d.mcast.joined(&gid) {
+                continue;
+            }
+            self.deliver_bytes_from(i, f.bytes.clone(), f.from);
+        }
+    }
+
+    /// Hand a parsed datagram to QPN 0xFFFFFF on device `i` to every QP attached to its
+    /// group. `from` is the device that sent it (for the self-loopback block).
+    fn deliver_mcast(&mut self, i: usize, f: Frame, from: Option<usize>) {
+        let now = self.now;
+        let gid = Gid(ipv4_to_gid(f.pkt.addr.dst_ip));
+        let d = &mut self.devs[i];
+        let members = d.mcast.members(&gid);
+        if members.is_empty() || f.pkt.bth.dest_qp != MULTICAST_QPN {
+            d.counters.inc(CounterId::RxDropped);
+            return;
+        }
+        let src = f.pkt.deth.map(|x| x.src_qp);
+        let mut out = Vec::new();
+        for qpn in members {
+            if from == Some(i) && src == Some(qpn) && d.mcast.blocks_self_loopback(qpn) {
+                continue;
+            }
+            d.with_qp(qpn, now, &mut out, |qp, ctx| {
+                if !qp.can_receive() {
+                    ctx.counters.inc(CounterId::RxDropped);
+                    return;
+                }
+                responder::on_request(qp, ctx, &f);
+            });
         }
         self.transmit(i, out);
     }

@@ -65,6 +65,7 @@ use super::threaded::{check_first_word, in_flight, oldest};
 use super::{BF_HALF, BF_OFFSET, POISON};
 use crate::bugs::{BugLog, DriverBugKind};
 use crate::mem::DmaBuf;
+pub use crate::qp::db::BfClass;
 use crate::qp::Qp;
 use crate::wqe::{ring_bytes, Ctrl};
 
@@ -84,17 +85,6 @@ const WORDS: usize = BF_HALF / 8;
 const POISON_WORD: u64 = u64::from_ne_bytes(POISON);
 /// Whether stores of another thread are seen in program order ([`super::threaded`]).
 const TSO: bool = cfg!(any(target_arch = "x86_64", target_arch = "x86"));
-
-/// Which register a QP rings.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum BfClass {
-    /// A UAR page of its own that no context count covers (QPs the device makes itself).
-    Own,
-    /// One of the context's dedicated (low-latency) registers, on a page of its own.
-    Dedicated,
-    /// Shared register number `n` of the context.
-    Shared(usize),
-}
 
 /// What the device last saw in one half of a shared register (threaded mode).
 #[derive(Clone, Debug, Default)]

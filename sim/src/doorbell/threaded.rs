@@ -96,6 +96,8 @@ use std::time::{Duration, Instant};
 use super::{BF_HALF, BF_OFFSET, POISON};
 use crate::bugs::{BugLog, DriverBugKind};
 use crate::mem::DmaBuf;
+pub use crate::qp::db::Watcher;
+use crate::qp::db::{Half, Watch};
 use crate::qp::Qp;
 use crate::wqe::{ring_bytes, Ctrl};
 
@@ -112,48 +114,6 @@ const TSO: bool = cfg!(any(target_arch = "x86_64", target_arch = "x86"));
 
 /// One snapshot of a half: its 32 words as loaded.
 type Snapshot = [u64; WORDS];
-
-/// A write being watched until it settles.
-#[derive(Clone, Debug)]
-struct Watch {
-    /// The WQE its first word names.
-    index: u16,
-    /// DS of its first word.
-    ds: u8,
-    /// Scan at which it was first seen.
-    started: u64,
-    /// Wall time it was first seen.
-    since: Instant,
-    /// Scans that looked at it.
-    looks: u32,
-    /// Its half's other words were not known to be poison when it began (no verdict).
-    tainted: bool,
-    /// The WQE's blocks as read from the ring while it was in flight (the bytes that
-    /// execute), once read.
-    ring: Option<Vec<u8>>,
-}
-
-/// One BlueFlame half as the device last left it.
-#[derive(Clone, Debug)]
-struct Half {
-    /// The first word of the latest write seen (poison before any).
-    w0: u64,
-    /// The other words are known to hold poison (apart from the watched write's stores).
-    clean: bool,
-    /// Scan at which `w0` last changed.
-    changed_at: u64,
-    /// The latest write, until judged.
-    watch: Option<Watch>,
-}
-
-/// Threaded-mode doorbell state of one QP.
-#[derive(Clone, Debug)]
-pub struct Watcher {
-    scan: u64,
-    halves: [Half; 2],
-    /// The last record value reported as garbage (reported once).
-    bad_dbr: Option<u16>,
-}
 
 fn half_off(h: usize) -> usize {
     BF_OFFSET + h * BF_HALF
