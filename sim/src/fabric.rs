@@ -193,6 +193,9 @@ impl Fabric {
         let guid = 0x0002_c903_0000_0000 | (idx as u64 + 1);
         let mut dev = Dev::new(name.clone(), port, guid);
         dev.bfregs = crate::doorbell::shared::Bfregs::new(cfg.dedicated_bfregs, cfg.shared_bfregs);
+        // Each device numbers its objects (QPNs, CQNs, SRQNs) from its own base, as two NICs
+        // do: a driver that sends to the QPN of the wrong device is caught rather than lucky.
+        dev.next_id = 0x100 + ((idx as u32 & 0xff) << 12);
         dev.threaded = w.threads > 0;
         w.devs.push(dev);
         drop(w);
