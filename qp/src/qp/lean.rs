@@ -498,6 +498,7 @@ mod tests {
     //! (a limit one byte too small, or a gate that never opens, writes the same bytes slower).
 
     use super::*;
+    use crate::wc::{WcOpcode, WcStatus};
     use mlx5_hw::{BfLayout, WqLayout};
 
     /// Zeroed page-aligned memory standing in for the device's rings and registers.
@@ -603,6 +604,73 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// The send poll's fast path (`Qp::complete_send_success`) takes a success CQE naming the
+    /// oldest outstanding WQE of one block that is not an atomic, and nothing else (the full
+    /// path then gives the same completion: only this says which one served it).
+    #[test]
+    fn the_fast_send_completion_takes_the_oldest_one_block_wqe_only() {
+        let mut f = fixture(QpType::Rc, 16, 64, 1);
+        f.qp.set_max_send_wr(16).unwrap();
+        f.qp.set_state(QpState::Rts);
+        let qp = &mut f.qp;
+        let sge = Sge {
+            addr: 0x2000,
+            length: 64,
+            lkey: 3,
+        };
+        let remote = RemoteAddr::new(0x1000, 7);
+        qp.post_send_inline(10, b"abc", SendFlags::SIGNALED)
+            .unwrap();
+        qp.post(&SendWr::read(11, remote).sges(&[sge]).signaled())
+            .unwrap();
+        // Two blocks (meta byte not 0).
+        qp.post_write_inline(12, &[1; 60], remote, SendFlags::SIGNALED)
+            .unwrap();
+        let mut wc = Wc::default();
+        assert!(
+            !qp.complete_send_success(1, 0x1234, 0, &mut wc),
+            "not the oldest"
+        );
+        assert_eq!(qp.sq_outstanding_wrs(), 3, "nothing retired");
+        assert!(qp.complete_send_success(0, 0x1234, 99, &mut wc));
+        assert_eq!(
+            (wc.wr_id, wc.opcode, wc.byte_len, wc.status, wc.qp_num),
+            (10, WcOpcode::Send, 0, WcStatus::Success, 0x1234)
+        );
+        assert!(qp.complete_send_success(1, 0x1234, 64, &mut wc));
+        assert_eq!(
+            (wc.wr_id, wc.opcode, wc.byte_len),
+            (11, WcOpcode::RdmaRead, 64)
+        );
+        assert!(
+            !qp.complete_send_success(2, 0x1234, 0, &mut wc),
+            "two blocks"
+        );
+        assert_eq!(qp.sq_outstanding_wrs(), 1);
+        let fa = SendOp::FetchAdd {
+            remote,
+            local: sge,
+            add: 1,
+        };
+        let mut f = fixture(QpType::Rc, 16, 64, 1);
+        f.qp.set_state(QpState::Rts);
+        f.qp.post(&SendWr::new(13, fa).signaled()).unwrap();
+        assert!(
+            !f.qp.complete_send_success(0, 0x1234, 0, &mut wc),
+            "an atomic"
+        );
+        assert!(
+            !f.qp.complete_send_success(1, 0x1234, 0, &mut wc),
+            "nothing outstanding there"
+        );
+        let mut empty = fixture(QpType::Rc, 16, 64, 1);
+        empty.qp.set_state(QpState::Rts);
+        assert!(
+            !empty.qp.complete_send_success(0, 0x1234, 0, &mut wc),
+            "nothing outstanding"
+        );
     }
 
     #[test]
