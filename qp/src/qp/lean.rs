@@ -648,7 +648,13 @@ mod tests {
             !qp.complete_send_success(2, 0x1234, 0, &mut wc),
             "two blocks"
         );
-        assert_eq!(qp.sq_outstanding_wrs(), 1);
+        // A later WQE behind the two-block one: neither the oldest nor one block at `ci`.
+        qp.post_send_inline(14, b"d", SendFlags::SIGNALED).unwrap();
+        assert!(
+            !qp.complete_send_success(4, 0x1234, 0, &mut wc),
+            "behind an uncommon WQE"
+        );
+        assert_eq!(qp.sq_outstanding_wrs(), 2);
         let fa = SendOp::FetchAdd {
             remote,
             local: sge,
@@ -671,6 +677,13 @@ mod tests {
             !empty.qp.complete_send_success(0, 0x1234, 0, &mut wc),
             "nothing outstanding"
         );
+        for counter in [1, 5, 0xffff] {
+            assert!(
+                !empty.qp.complete_send_success(counter, 0x1234, 0, &mut wc),
+                "nothing outstanding, counter {counter}"
+            );
+        }
+        assert_eq!(empty.qp.sq_outstanding_bbs(), 0);
     }
 
     #[test]
