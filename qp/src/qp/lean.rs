@@ -492,8 +492,8 @@ impl Qp {
 mod tests {
     //! The lean gates and limits against the generic post they stand for: for every QP shape
     //! tried, a lean entry point takes exactly the inline payloads the generic post accepts
-    //! whose WRITE WQE fits the blocks a lean WQE may take (`SendQueue::wr_bbs`), and its gate is open exactly in
-    //! the states, types and doorbell modes the docs say. The integration tests compare what
+    //! whose WRITE WQE fits the blocks a lean WQE may take (`SendQueue::wr_bbs`), and its gate
+    //! is open exactly in the states, types and doorbell modes the docs say. The integration tests compare what
     //! both paths write, which is the same by design; only these say which path a post takes
     //! (a limit one byte too small, or a gate that never opens, writes the same bytes slower).
 
@@ -555,17 +555,18 @@ mod tests {
     }
 
     /// Whether the generic post accepts the inline WR of `len` bytes and a WRITE's WQE of
-    /// that payload (ctrl + raddr + inline) fits the blocks a lean WQE may take: one clamp for
-    /// both opcodes (`Qp::update_fast_limits`; within the caps `wr_limit` computes it never
-    /// binds, with a WR limit set by hand it may, and a SEND then gives up 16 bytes).
-    fn generic_takes(qp: &Qp, wr: &SendWr<'_>, len: usize) -> bool {
+    /// that payload (ctrl + raddr + inline) fits the `wr_bbs` blocks a lean WQE may take
+    /// (`wqe_cnt / max_post`): one clamp for both opcodes (`Qp::update_fast_limits`; within
+    /// the caps `wr_limit` computes it never binds, with a WR limit set by hand it may, and a
+    /// SEND then gives up 16 bytes).
+    fn generic_takes(qp: &Qp, wr: &SendWr<'_>, len: usize, wr_bbs: u32) -> bool {
         let inline = if len == 0 {
             0
         } else {
             (4 + len).div_ceil(16) * 16
         };
         let bbs = (RDMA_HDR + inline).div_ceil(SEND_WQE_BB) as u32;
-        qp.plan(wr).is_ok() && bbs <= qp.sq.wr_bbs()
+        qp.plan(wr).is_ok() && bbs <= wr_bbs
     }
 
     #[test]
@@ -580,6 +581,8 @@ mod tests {
                         f.qp.set_max_send_wr(max_post).unwrap();
                         f.qp.set_state(QpState::Rts);
                         let qp = &f.qp;
+                        let wr_bbs = wqe_cnt / max_post;
+                        assert_eq!(qp.sq.wr_bbs(), wr_bbs);
                         let what = format!(
                             "{qp_type:?}, {wqe_cnt} blocks, max_post {max_post}, \
                              max_inline {max_inline}"
@@ -590,13 +593,13 @@ mod tests {
                             let w = SendWr::write(1, remote).inline(d);
                             assert_eq!(
                                 lean_takes(qp, len, qp.fast.inline_rdma),
-                                generic_takes(qp, &w, len),
+                                generic_takes(qp, &w, len, wr_bbs),
                                 "WRITE of {len} inline bytes: {what}"
                             );
                             let s = SendWr::send(1).inline(d);
                             assert_eq!(
                                 lean_takes(qp, len, qp.fast.inline_send),
-                                generic_takes(qp, &s, len),
+                                generic_takes(qp, &s, len, wr_bbs),
                                 "SEND of {len} inline bytes: {what}"
                             );
                         }
