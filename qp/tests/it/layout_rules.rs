@@ -6,7 +6,7 @@
 use crate::common;
 
 use common::{FakeQp, Mem, QpCfg};
-use mlx5_hw::{QpLayout, QpState};
+use mlx5_hw::{QpLayout, QpState, QpType};
 use mlx5_qp::{Error, Qp, SendFlags};
 
 fn refused(layout: &QpLayout, srqn: Option<u32>, what: &str) {
@@ -172,6 +172,17 @@ fn the_qpn_is_24_bits() {
     fake.layout.qpn = 0xab00_1234;
     let mut qp = accepted(&fake.layout, None, "QPN with high bits");
     assert_eq!(qp.qpn(), 0x1234);
+    // What the accessors say is the layout's.
+    assert_eq!(qp.qp_type(), QpType::Rc);
+    assert_eq!(qp.state(), QpState::Reset, "a new QP starts in Reset");
+    assert_eq!(qp.max_inline_data(), 220);
+    let uc = FakeQp::new(&QpCfg {
+        qp_type: QpType::Uc,
+        max_inline: 60,
+        ..QpCfg::default()
+    });
+    let u = accepted(&uc.layout, None, "a UC QP");
+    assert_eq!((u.qp_type(), u.max_inline_data()), (QpType::Uc, 60));
     qp.set_state(QpState::Rts);
     qp.post_send_inline(1, b"x", SendFlags::SIGNALED).unwrap();
     // ctrl bytes 4..=6: the QPN, byte 7 the DS count (`mlx5_wqe_ctrl_seg.qpn_ds`).
