@@ -689,6 +689,52 @@ mod tests {
         assert_eq!(empty.qp.sq_outstanding_bbs(), 0);
     }
 
+    /// `Qp::sq_all_common`, which lets the lean send poll skip the meta bytes, says whether
+    /// every outstanding WQE is one block and not an atomic.
+    #[test]
+    fn all_common_follows_the_uncommon_wqes_outstanding() {
+        let mut f = fixture(QpType::Rc, 16, 64, 1);
+        f.qp.set_max_send_wr(16).unwrap();
+        f.qp.set_state(QpState::Rts);
+        let qp = &mut f.qp;
+        let remote = RemoteAddr::new(0x1000, 7);
+        assert!(qp.sq_all_common(), "nothing outstanding");
+        qp.post_send_inline(1, b"a", SendFlags::SIGNALED).unwrap();
+        assert!(qp.sq_all_common(), "one one-block WQE");
+        qp.post_write_inline(2, &[1; 60], remote, SendFlags::SIGNALED)
+            .unwrap();
+        assert!(!qp.sq_all_common(), "a two-block WQE");
+        let mut wc = Wc::default();
+        assert!(qp.complete_send_success(0, 0x1234, 0, &mut wc));
+        assert!(
+            !qp.sq_all_common(),
+            "the two-block WQE is still outstanding"
+        );
+        let info = crate::sq::CqeInfo {
+            qpn: 0x1234,
+            status: WcStatus::Success,
+            syndrome: 0,
+            vendor_err: 0,
+            byte_cnt: 0,
+        };
+        let mut out = [Wc::default(); 2];
+        assert_eq!(qp.complete_send(1, &info, &mut out), Progress::Done(1));
+        assert_eq!(out[0].wr_id, 2);
+        assert!(qp.sq_all_common(), "retired");
+        let sge = Sge {
+            addr: 0x2000,
+            length: 8,
+            lkey: 3,
+        };
+        let fa = SendOp::FetchAdd {
+            remote,
+            local: sge,
+            add: 1,
+        };
+        qp.post(&SendWr::new(3, fa).signaled()).unwrap();
+        assert!(!qp.sq_all_common(), "an atomic");
+    }
+
     #[test]
     fn the_lean_gates_open_for_rc_and_uc_in_rts_and_sqd_only() {
         use QpState::*;
