@@ -156,3 +156,110 @@ fn release_post_and_poll_contain_their_fences() {
         "the MMIO trace is compiled into the release build"
     );
 }
+
+/// The aarch64 barriers, read from the compiler's assembly: this machine runs no arm64 code,
+/// so `benches/rings/examples/fence_probe.rs` is compiled for `aarch64-unknown-linux-gnu` to
+/// assembly only (a library example: no linker needed) and each path is checked for its
+/// instructions (rdma-core `util/udma_barrier.h` and `mmio_wc_start`/`mmio_flush_writes` for
+/// arm64, UCX's DGH after a BlueFlame line): `dmb oshst` before the doorbell record, `dsb st`
+/// before the BlueFlame copy and around the 8-byte doorbell, `dgh` after a whole line, and
+/// `dmb oshld` after a CQE's owner byte. Skipped, saying so, where the aarch64 standard library
+/// is not installed (`rustup target add aarch64-unknown-linux-gnu`; `tools/test.sh` adds it).
+#[test]
+fn aarch64_post_and_poll_contain_their_barriers() {
+    const TARGET: &str = "aarch64-unknown-linux-gnu";
+    let installed = Command::new("rustup")
+        .args(["target", "list", "--installed"])
+        .output()
+        .map(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .any(|l| l == TARGET)
+        })
+        .unwrap_or(false);
+    if !installed {
+        eprintln!("skipped: the {TARGET} target is not installed (rustup target add {TARGET})");
+        return;
+    }
+    let out = Command::new(env!("CARGO"))
+        .args(["rustc", "--release", "-p", "mlx5-ram-rings"])
+        .args(["--example", "fence_probe", "--target", TARGET])
+        .args(["--", "--emit", "asm"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("run cargo");
+    assert!(
+        out.status.success(),
+        "compiling fence_probe for {TARGET} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The newest assembly file cargo left for the example.
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("target")
+        .join(TARGET)
+        .join("release/examples");
+    let asm = std::fs::read_dir(&dir)
+        .expect("the example's output directory")
+        .filter_map(|e| e.ok())
+        .filter(|e| {
+            let n = e.file_name().to_string_lossy().into_owned();
+            n.starts_with("fence_probe") && n.ends_with(".s")
+        })
+        .max_by_key(|e| e.metadata().and_then(|m| m.modified()).ok())
+        .map(|e| std::fs::read_to_string(e.path()).expect("read the assembly"))
+        .expect("no fence_probe assembly");
+    // The instructions of function `name` (its label to its `.Lfunc_end`), one per line.
+    let body = |name: &str| -> Vec<String> {
+        let mut out = Vec::new();
+        let mut inside = false;
+        for l in asm.lines() {
+            if l == format!("{name}:") {
+                inside = true;
+            } else if inside && l.starts_with(".Lfunc_end") {
+                break;
+            } else if inside {
+                let t = l.trim();
+                if !t.is_empty() && !t.starts_with('.') && !t.starts_with("//") {
+                    out.push(t.split_whitespace().collect::<Vec<_>>().join(" "));
+                }
+            }
+        }
+        assert!(
+            !out.is_empty(),
+            "no function {name} in the aarch64 assembly"
+        );
+        out
+    };
+    let has = |f: &[String], insn: &str| f.iter().any(|i| i == insn);
+    // The BlueFlame post: the record's barrier, then WC start, then the copy ended by DGH
+    // (the first of each in that order; the code's blocks are not laid out path by path).
+    let post = body("fence_probe_post");
+    let first = |insn: &str| post.iter().position(|i| i == insn);
+    match (first("dmb oshst"), first("dsb st"), first("dgh")) {
+        (Some(a), Some(b), Some(c)) => assert!(
+            a < b && b < c,
+            "dmb oshst, dsb st and dgh out of order:\n{}",
+            post.join("\n")
+        ),
+        got => panic!(
+            "the BlueFlame post lacks a barrier (dmb oshst, dsb st, dgh at {got:?}):\n{}",
+            post.join("\n")
+        ),
+    }
+    // The 8-byte doorbell: the record's barrier, then WC start and flush around the store.
+    let sge = body("fence_probe_post_sge");
+    assert!(has(&sge, "dmb oshst"), "no dmb oshst:\n{}", sge.join("\n"));
+    assert!(
+        sge.iter().filter(|i| *i == "dsb st").count() >= 2,
+        "the 8-byte doorbell lacks its WC start or flush:\n{}",
+        sge.join("\n")
+    );
+    for f in ["fence_probe_poll", "fence_probe_poll_send"] {
+        let b = body(f);
+        assert!(
+            has(&b, "dmb oshld"),
+            "{f} has no dmb oshld:\n{}",
+            b.join("\n")
+        );
+    }
+}
