@@ -1211,36 +1211,44 @@ impl WcRun {
             qpn,
         } = self;
         // SAFETY: the caller's: the n WR ids before `wr_end` (n >= 1).
-        let (wr0, wr_last) = unsafe { (wr_end.sub(n), wr_end.sub(1)) };
-        let (mut cqe, mut ctrl, mut o, mut wr) = (cqe as *const u8, ctrl, out, wr0);
+        let wr0 = unsafe { wr_end.sub(n) };
+        let word1 = Wc::send_word1(qpn);
+        let cqe = cqe as *const u8;
+        // One index for the slot (WR id, block), the CQE and the completion.
+        let mut i = 0;
         loop {
             if tail & QPN_COUNTER != expect {
                 break;
             }
-            // SAFETY: `o` is one of the n entries, `wr` and `ctrl` the WR id and block of the
-            // same slot, `cqe` inside this lap and software-owned, read after its barrier;
-            // the next CQE's op_own volatile (the device writes it), the rest of it read after
-            // the ownership test and its barrier (rdma-core `get_sw_cqe`, then
-            // `udma_from_device_barrier`).
+            // SAFETY: i < n: `out + i` is one of the n entries, `wr0 + i` and `ctrl + 64 i`
+            // the WR id and block of the same slot, `cqe + i << SHIFT` inside this lap and
+            // software-owned, read after its barrier; the next CQE's op_own volatile (the
+            // device writes it), the rest of it read after the ownership test and its barrier
+            // (rdma-core `get_sw_cqe`, then `udma_from_device_barrier`).
             unsafe {
-                write_send_wc(o, *wr, ctrl, qpn, cqe);
-                wr = wr.add(1);
-                if wr > wr_last {
+                let o = out.add(i);
+                let word2 = Wc::send_word2(*ctrl.add(i * 64 + 3));
+                Wc::write_send_words(o, *wr0.add(i), word1, word2);
+                if word2 == Wc::READ_WORD2 {
+                    // rdma-core `handle_good_req`: a READ's completion carries `byte_cnt`.
+                    let c = cqe.add(i << SHIFT);
+                    let len = u32::from_be(core::ptr::read_volatile(c.add(44) as *const u32));
+                    Wc::set_byte_len(o, len);
+                }
+                i += 1;
+                if i == n {
                     break;
                 }
-                cqe = cqe.add(1 << SHIFT);
-                o = o.add(1);
-                ctrl = ctrl.add(64);
-                if core::ptr::read_volatile(cqe.add(63)) != own {
+                let c = cqe.add(i << SHIFT);
+                if core::ptr::read_volatile(c.add(63)) != own {
                     break;
                 }
                 mmio::from_device_barrier();
-                tail = u64::from_le(core::ptr::read_volatile(cqe.add(56) as *const u64));
+                tail = u64::from_le(core::ptr::read_volatile(c.add(56) as *const u64));
             }
             expect = expect.wrapping_add(COUNTER_ONE);
         }
-        // SAFETY: `wr` is `wr0` advanced by the completions written.
-        unsafe { wr.offset_from(wr0) as usize }
+        i
     }
 }
 
@@ -1273,15 +1281,11 @@ impl Room {
 unsafe fn write_send_wc(out: *mut Wc, wr_id: u64, ctrl: *const u8, qpn: u32, cqe: *const u8) {
     // SAFETY: the caller's.
     unsafe {
-        let opcode = WcOpcode::of_send_opcode(*ctrl.add(3));
-        out.write(Wc {
-            wr_id,
-            opcode,
-            qp_num: qpn,
-            ..Wc::default()
-        });
-        if opcode == WcOpcode::RdmaRead {
-            (*out).byte_len = u32::from_be(core::ptr::read_volatile(cqe.add(44) as *const u32));
+        let word2 = Wc::send_word2(*ctrl.add(3));
+        Wc::write_send_words(out, wr_id, Wc::send_word1(qpn), word2);
+        if word2 == Wc::READ_WORD2 {
+            let n = u32::from_be(core::ptr::read_volatile(cqe.add(44) as *const u32));
+            Wc::set_byte_len(out, n);
         }
     }
 }
@@ -1351,23 +1355,22 @@ unsafe fn recv_run<const SHIFT: u32>(
             let byte_cnt = u32::from_be(core::ptr::read_volatile(cqe.add(44) as *const u32));
             let slid = u16::from_be(core::ptr::read_volatile(cqe.add(22) as *const u16));
             let ml_path = core::ptr::read_volatile(cqe.add(17));
-            out.write(Wc {
-                wr_id: *wr,
-                opcode: WcOpcode::Recv,
-                byte_len: byte_cnt,
-                qp_num: qpn,
-                src_qp: flags & 0x00ff_ffff,
-                slid,
-                sl: ((flags >> 24) & 0xf) as u8,
-                dlid_path_bits: ml_path & 0x7f,
-                pkey_index: pkey as u16,
-                flags: if flags & 0x3000_0000 != 0 {
+            Wc::write_recv(
+                out,
+                *wr,
+                qpn,
+                byte_cnt,
+                if flags & 0x3000_0000 != 0 {
                     WcFlags::GRH
                 } else {
                     WcFlags::empty()
                 },
-                ..Wc::default()
-            });
+                ((flags >> 24) & 0xf) as u8,
+                flags & 0x00ff_ffff,
+                slid,
+                pkey as u16,
+                ml_path & 0x7f,
+            );
             cqe = cqe.add(1 << SHIFT);
             wr = wr.add(1);
             out = out.add(1);
