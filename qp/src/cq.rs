@@ -255,7 +255,15 @@ pub struct Cq {
     ignore_overrun: bool,
     ci: u32,
     arm_sn: u32,
+    /// The error an out-of-line path of [`Cq::poll`] met, until the call returns it (the
+    /// path returns [`SLOW_ERROR`]: a count in a register, not a `Result` in memory, so
+    /// that the fast path's caller keeps its arguments where they came).
+    error: Option<Error>,
 }
+
+/// What an out-of-line path of [`Cq::poll`] returns when it left its error in [`Cq`]'s
+/// `error` (no call writes that many completions).
+const SLOW_ERROR: usize = usize::MAX;
 
 // SAFETY: the raw pointers name device-shared memory owned by the CQ object, not by a thread;
 // `Cq` has no interior mutability. Not `Sync`: polling needs `&mut self`.
@@ -297,6 +305,7 @@ impl Cq {
             ignore_overrun: layout.ignore_overrun,
             ci: 0,
             arm_sn: 0,
+            error: None,
         })
     }
 
@@ -355,29 +364,22 @@ impl Cq {
         if self.size_shift == 6 {
             self.poll_with::<R, 6>(table, wcs)
         } else {
-            let mut error = None;
-            let n = self.poll_128(table, wcs, &mut error);
-            match error {
-                Some(e) => Err(e),
-                None => Ok(n),
+            match self.poll_128(table, wcs) {
+                SLOW_ERROR => Err(self.take_error()),
+                n => Ok(n),
             }
         }
     }
 
     /// [`Cq::poll`] for 128-byte CQEs, out of line (one inline copy of the fast loop is
-    /// enough for the callers'), its error to `error` (as [`Cq::poll_rest`]).
+    /// enough for the callers'), its error to `error` ([`SLOW_ERROR`]).
     #[inline(never)]
-    fn poll_128<R: Resolve + ?Sized>(
-        &mut self,
-        table: &mut R,
-        wcs: &mut [Wc],
-        error: &mut Option<Error>,
-    ) -> usize {
+    fn poll_128<R: Resolve + ?Sized>(&mut self, table: &mut R, wcs: &mut [Wc]) -> usize {
         match self.poll_with::<R, 7>(table, wcs) {
             Ok(n) => n,
             Err(e) => {
-                *error = Some(e);
-                0
+                self.error = Some(e);
+                SLOW_ERROR
             }
         }
     }
@@ -412,9 +414,10 @@ impl Cq {
     }
 
     /// [`Cq::poll`] with room for one completion (what a ping-pong loop calls), straight
-    /// line: the CQE at the consumer index when it is a plain REQ or RESP_SEND CQE of this lap
-    /// that [`send_run`] or [`recv_run`] takes, else nothing when the CQ is empty, else the
-    /// full path.
+    /// line: the CQE at the consumer index when it is a plain REQ CQE of this lap that
+    /// [`send_one`] takes, else nothing when the CQ is empty, else
+    /// [`Cq::poll_single_slow`] (out of line and cold, so that this path needs no register
+    /// the caller saved).
     #[inline(always)]
     fn poll_single<R: Resolve + ?Sized, const SHIFT: u32>(
         &mut self,
@@ -423,7 +426,6 @@ impl Cq {
     ) -> Result<usize> {
         let (ci, cqe_cnt) = (self.ci, self.cqe_cnt);
         let idx = ci & (cqe_cnt - 1);
-        let out = wcs.as_mut_ptr();
         // SAFETY: idx < cqe_cnt, so the 64-byte CQE (at +0 or +64 of its slot) is inside the
         // buffer.
         let cqe = unsafe { self.cqe0.add((idx as usize) << SHIFT) };
@@ -431,46 +433,78 @@ impl Cq {
         let op_own = unsafe { core::ptr::read_volatile(cqe.add(63)) };
         // As in `poll_fast`.
         let own = ((ci & cqe_cnt) != 0) as u8;
-        let done = if op_own == own {
+        if op_own == own {
             mmio::from_device_barrier();
             // SAFETY: the CQE is software-owned; bytes 56..64 read after the barrier.
             let tail = unsafe { core::ptr::read_volatile(cqe.add(56) as *const u64) };
             let qpn = u32::from_be(tail as u32) & 0x00ff_ffff;
-            match table.qp(qpn) {
+            if let Some(qp) = table.qp(qpn) {
                 // SAFETY: a software-owned CQE, `tail` read after the barrier, room for one.
-                Some(qp) => unsafe {
-                    let room = Room {
-                        out: 1,
-                        idx,
-                        cqe_cnt,
-                    };
-                    send_run::<SHIFT>(qp, cqe, tail, own, room, out)
-                },
-                None => 0,
-            }
-        } else if op_own == (CQE_RESP_SEND << 4 | own) {
-            mmio::from_device_barrier();
-            // SAFETY: as above.
-            let tail = unsafe { core::ptr::read_volatile(cqe.add(56) as *const u64) };
-            let qpn = u32::from_be(tail as u32) & 0x00ff_ffff;
-            match table.qp(qpn) {
-                // SAFETY: as above.
-                Some(qp) => unsafe { recv_run::<SHIFT>(qp, cqe, tail, own, 1, out) },
-                None => 0,
+                if unsafe { send_one(qp, cqe, tail, wcs.as_mut_ptr()) } {
+                    #[cfg(test)]
+                    paths::served(0, 1);
+                    self.ci = ci.wrapping_add(1);
+                    self.update_ci();
+                    return Ok(1);
+                }
             }
         } else if !sw_owned(op_own, ci, cqe_cnt) {
             return Ok(0);
-        } else {
-            0
-        };
-        if done == 0 {
-            return self.poll_from(table, wcs, 0, ci);
         }
-        #[cfg(test)]
-        paths::served((op_own != own) as usize, 1);
-        self.ci = ci.wrapping_add(1);
-        self.update_ci();
-        Ok(1)
+        match self.poll_single_slow::<R, SHIFT>(table, wcs) {
+            SLOW_ERROR => Err(self.take_error()),
+            n => Ok(n),
+        }
+    }
+
+    /// The error an out-of-line path left in `error`.
+    #[inline(always)]
+    fn take_error(&mut self) -> Error {
+        self.error
+            .take()
+            .unwrap_or(Error::BadLayout("no error was stashed"))
+    }
+
+    /// The rest of [`Cq::poll_single`]: a plain RESP_SEND CQE of this lap through
+    /// [`recv_run`], anything else through the full path. Reads the CQE afresh: its owner
+    /// byte, the barrier, the rest.
+    #[cold]
+    #[inline(never)]
+    fn poll_single_slow<R: Resolve + ?Sized, const SHIFT: u32>(
+        &mut self,
+        table: &mut R,
+        wcs: &mut [Wc],
+    ) -> usize {
+        let (ci, cqe_cnt) = (self.ci, self.cqe_cnt);
+        let idx = ci & (cqe_cnt - 1);
+        // SAFETY: as in `poll_single`.
+        let cqe = unsafe { self.cqe0.add((idx as usize) << SHIFT) };
+        // SAFETY: op_own is the last byte of the CQE; volatile, the device writes it.
+        let op_own = unsafe { core::ptr::read_volatile(cqe.add(63)) };
+        let own = ((ci & cqe_cnt) != 0) as u8;
+        if op_own == (CQE_RESP_SEND << 4 | own) {
+            mmio::from_device_barrier();
+            // SAFETY: the CQE is software-owned; bytes 56..64 read after the barrier.
+            let tail = unsafe { core::ptr::read_volatile(cqe.add(56) as *const u64) };
+            let qpn = u32::from_be(tail as u32) & 0x00ff_ffff;
+            if let Some(qp) = table.qp(qpn) {
+                // SAFETY: as in `poll_single`.
+                if unsafe { recv_run::<SHIFT>(qp, cqe, tail, own, 1, wcs.as_mut_ptr()) } == 1 {
+                    #[cfg(test)]
+                    paths::served(1, 1);
+                    self.ci = ci.wrapping_add(1);
+                    self.update_ci();
+                    return 1;
+                }
+            }
+        }
+        match self.poll_from(table, wcs, 0, ci) {
+            Ok(n) => n,
+            Err(e) => {
+                self.error = Some(e);
+                SLOW_ERROR
+            }
+        }
     }
 
     /// The fast loop of [`Cq::poll`]: while the CQE at the consumer index is a plain REQ CQE
@@ -1124,6 +1158,31 @@ unsafe fn send_run<const SHIFT: u32>(
     let done = unsafe { send_batch::<SHIFT>(qp, cqe, tail, own, room, out) };
     qp.sq_lean_retired(done as u16);
     done
+}
+
+/// The completion of one plain REQ CQE of `qp` (its bytes 56..64 `tail`, read after the
+/// barrier) when it names the QP's oldest outstanding WQE and every outstanding WQE is of
+/// the common shape: written to `out`, the WQE retired. Returns whether it was.
+///
+/// # Safety
+/// `out` is writable; `cqe` is a software-owned CQE read after the barrier.
+#[inline(always)]
+unsafe fn send_one(qp: &mut Qp, cqe: *const u8, tail: u64, out: *mut Wc) -> bool {
+    let v = qp.sq_lean_view();
+    // The table matched the QPN; an idle queue has no WQE to name (bytes 60..62,
+    // `wqe_counter`, BE16).
+    let wqe_counter = u16::from_be((tail >> 32) as u16);
+    if (wqe_counter != v.ci) | qp.sq_idle() | !qp.sq_all_common() {
+        return false;
+    }
+    let slot = (v.ci & v.mask) as usize;
+    // SAFETY: slot < wqe_cnt: its WR id and block; the caller's for the rest.
+    unsafe {
+        let ctrl = qp.sq_ring_start().add(slot * 64);
+        write_send_wc(out, *v.wr_ids.add(slot), ctrl, qp.qpn(), cqe);
+    }
+    qp.sq_lean_retired(1);
+    true
 }
 
 /// The run of [`send_run`] when it can go past its first CQE, out of line (what it computes
