@@ -554,10 +554,27 @@ impl Cq {
                 let tail = unsafe { core::ptr::read_volatile(cqe.add(56) as *const u64) };
                 let qpn = u32::from_be(tail as u32) & 0x00ff_ffff;
                 match table.qp(qpn) {
-                    // SAFETY: `cqe` is a software-owned CQE with `room - 1` more of this lap
-                    // after it, `tail` its bytes 56..64 read after the barrier, `wcs` has
-                    // `room` entries from `n`.
-                    Some(qp) => unsafe { send_run::<SHIFT>(qp, cqe, tail, own, room, out.add(n)) },
+                    // SAFETY: `cqe` is a software-owned CQE with `room.lap() - 1` more of this
+                    // lap after it, `tail` its bytes 56..64 read after the barrier, `wcs` has
+                    // `room.out` entries from `n`.
+                    Some(qp) => unsafe {
+                        if !send_one(qp, cqe, tail, out.add(n)) {
+                            0
+                        } else if (room.out > 1) & !qp.sq_idle() {
+                            // More of this QP may follow (not when each CQE names another
+                            // QP, one WQE outstanding on each).
+                            1 + send_more::<SHIFT>(
+                                qp,
+                                cqe.add(1 << SHIFT),
+                                own,
+                                room.out - 1,
+                                room.lap() - 1,
+                                out.add(n + 1),
+                            )
+                        } else {
+                            1
+                        }
+                    },
                     None => 0,
                 }
             } else if op_own == (CQE_RESP_SEND << 4 | own) {
@@ -1108,58 +1125,6 @@ unsafe fn read_line(p: *const u8) -> [u8; 64] {
     b
 }
 
-/// A run of common send completions of `qp` from the CQE at `cqe` (which the caller found
-/// software-owned with `op_own == own`, its bytes 56..64 `tail` read after the barrier, and
-/// whose QPN is `qp`'s): while each CQE is a plain REQ CQE of this lap naming `qp`'s oldest
-/// outstanding WQE, write its completion — the WR id, the opcode from the WQE's ctrl
-/// segment, the bytes of a READ — and retire it. Only while every outstanding WQE is of the
-/// common shape (one block, not an atomic): then each CQE retires exactly one block, and the
-/// WQE it must name is the next one. When the run cannot go past this CQE (a call for one
-/// completion, a QP with one WQE outstanding: a CQ serving many QPs in turn) the CQE is
-/// checked field by field, straight line; otherwise [`WcRun`] checks QPN and `wqe_counter`
-/// of each in one compare ([`LeanRun::expect`]), in a loop over locals: after the load
-/// barrier LLVM would otherwise reload every field of the QP per CQE. At most the room in
-/// `out` and in the CQ's lap, the outstanding blocks and the blocks to the send ring's end.
-/// Returns the CQEs consumed (the QP's bookkeeping moved, the CQ's consumer index not), 0
-/// when the first CQE is not one of these.
-///
-/// # Safety
-/// `room.out` (at least 1) is the entries of `out`; `cqe` is the software-owned 64-byte CQE
-/// of slot `room.idx`, the CQEs `1 << SHIFT` bytes apart.
-#[inline(always)]
-unsafe fn send_run<const SHIFT: u32>(
-    qp: &mut Qp,
-    cqe: *mut u8,
-    tail: u64,
-    own: u8,
-    room: Room,
-    out: *mut Wc,
-) -> usize {
-    if !qp.sq_all_common() {
-        return 0;
-    }
-    let v = qp.sq_lean_view();
-    let slot = (v.ci & v.mask) as usize;
-    let qpn = qp.qpn();
-    // SAFETY: slot < wqe_cnt: its block in the ring.
-    let ctrl = unsafe { qp.sq_ring_start().add(slot * 64) };
-    if v.room < 2 || room.out == 1 {
-        let wqe_counter = u16::from_be((tail >> 32) as u16);
-        if (wqe_counter != v.ci) | qp.sq_idle() {
-            return 0;
-        }
-        // SAFETY: slot < wqe_cnt; the CQE is software-owned, read after the barrier; `out`
-        // has room for one.
-        unsafe { write_send_wc(out, *v.wr_ids.add(slot), ctrl, qpn, cqe) };
-        qp.sq_lean_retired(1);
-        return 1;
-    }
-    // SAFETY: the caller's.
-    let done = unsafe { send_batch::<SHIFT>(qp, cqe, tail, own, room, out) };
-    qp.sq_lean_retired(done as u16);
-    done
-}
-
 /// The completion of one plain REQ CQE of `qp` (its bytes 56..64 `tail`, read after the
 /// barrier) when it names the QP's oldest outstanding WQE and every outstanding WQE is of
 /// the common shape: written to `out`, the WQE retired. Returns whether it was.
@@ -1185,130 +1150,77 @@ unsafe fn send_one(qp: &mut Qp, cqe: *const u8, tail: u64, out: *mut Wc) -> bool
     true
 }
 
-/// The run of [`send_run`] when it can go past its first CQE, out of line (what it computes
-/// needs registers the caller's loop keeps): bounded by the room in `out` and in the CQ's
-/// lap, the outstanding blocks and the ring's end (the slots are then consecutive), then
-/// [`WcRun::run`]. Returns the CQEs consumed; the caller retires them.
+/// The rest of a run of common send completions of `qp` after [`send_one`] took its first:
+/// from the CQE at `cqe` (the next slot of the CQ), while each is a plain REQ CQE of this lap
+/// (`op_own == own`, read volatile, then the barrier, then its bytes 56..64) naming the QP's
+/// oldest outstanding WQE — QPN and `wqe_counter` in one compare ([`LeanRun::expect`]) — write
+/// its completion (the WR id, the opcode from the WQE's ctrl segment, the bytes of a READ)
+/// and retire it. Only while every outstanding WQE is of the common shape (one block, not an
+/// atomic): then each CQE retires exactly one block, and the WQE it must name is the next
+/// one. At most `out_room` (the entries of `out`), `lap` (the CQEs left in the CQ's lap from
+/// `cqe`), the outstanding blocks and the blocks to the send ring's end (the slots are then
+/// consecutive). Returns the CQEs consumed (the QP's bookkeeping moved, the CQ's consumer
+/// index not).
+///
+/// Out of line, in a loop over locals: after the load barrier LLVM would otherwise reload
+/// every field of the QP per CQE, and inline its registers would crowd the caller's loop.
 ///
 /// # Safety
-/// As for [`send_run`]; every outstanding WQE of `qp` is of the common shape and at least
-/// two are outstanding.
+/// `out` has `out_room` entries; `cqe` is the CQE of a slot with `lap` slots of this lap
+/// from it (it may be 0), CQEs `1 << SHIFT` bytes apart.
 #[inline(never)]
-unsafe fn send_batch<const SHIFT: u32>(
-    qp: &Qp,
-    cqe: *mut u8,
-    tail: u64,
+unsafe fn send_more<const SHIFT: u32>(
+    qp: &mut Qp,
+    cqe: *const u8,
     own: u8,
-    room: Room,
+    out_room: usize,
+    lap: usize,
     out: *mut Wc,
 ) -> usize {
+    if !qp.sq_all_common() {
+        return 0;
+    }
     let v = qp.sq_lean_view();
     let slot = (v.ci & v.mask) as usize;
-    // k >= 1: every bound is.
-    let k = room
-        .out
-        .min(room.lap())
+    let n = out_room
+        .min(lap)
         .min(v.room as usize)
         .min((v.mask as usize - slot) + 1);
-    debug_assert!(k >= 1, "WcRun::run takes at least one CQE");
-    // SAFETY: slot + k <= wqe_cnt entries of the bookkeeping and blocks of the ring; `out`
-    // has k entries; the k CQEs from `cqe` are inside this lap (k <= room.lap()).
-    unsafe {
-        WcRun {
-            cqe,
-            tail: u64::from_le(tail),
-            own,
-            expect: LeanRun::expect(qp.cqe_qpn_key(), v.ci),
-            wr_end: v.wr_ids.add(slot + k),
-            ctrl: qp.sq_ring_start().add(slot * 64),
-            out,
-            n: k,
-            qpn: qp.qpn(),
-        }
-        .run::<SHIFT>()
-    }
-}
-
-/// The loop of [`send_run`]: `n` CQEs at most from `cqe` (its bytes 56..64 `tail`, read
-/// after the barrier), the WQEs' slots consecutive, their WR ids the `n` before `wr_end`,
-/// their blocks from `ctrl`, the completions to `out` (inside [`send_batch`], out of line,
-/// so that the loop has the registers to itself).
-struct WcRun {
-    cqe: *mut u8,
-    tail: u64,
-    /// The owner bit of this lap: a plain REQ CQE's whole `op_own`.
-    own: u8,
-    /// QPN and `wqe_counter` the first CQE must carry ([`LeanRun::expect`]).
-    expect: u64,
-    wr_end: *const u64,
-    ctrl: *const u8,
-    out: *mut Wc,
-    n: usize,
-    qpn: u32,
-}
-
-impl WcRun {
-    /// Consume CQEs while each is a plain REQ CQE of this lap naming the next WQE; returns
-    /// how many. CQEs are `1 << SHIFT` bytes apart.
-    ///
-    /// # Safety
-    /// `n >= 1`; `cqe` is a software-owned CQE of the buffer with `n - 1` more of its lap
-    /// after it;
-    /// `wr_end - n .. wr_end` are WR ids, `ctrl` the first of `n` consecutive blocks of the
-    /// send ring, `out` has `n` entries.
-    #[inline(always)]
-    unsafe fn run<const SHIFT: u32>(self) -> usize {
-        let WcRun {
-            cqe,
-            mut tail,
-            own,
-            mut expect,
-            wr_end,
-            ctrl,
-            out,
-            n,
-            qpn,
-        } = self;
-        // SAFETY: the caller's: the n WR ids before `wr_end` (n >= 1).
-        let wr0 = unsafe { wr_end.sub(n) };
-        let word1 = Wc::send_word1(qpn);
-        let cqe = cqe as *const u8;
-        // One index for the slot (WR id, block), the CQE and the completion.
-        let mut i = 0;
-        loop {
+    let mut expect = LeanRun::expect(qp.cqe_qpn_key(), v.ci);
+    let word1 = Wc::send_word1(qp.qpn());
+    // SAFETY: slot < wqe_cnt: its WR id and block.
+    let (wr0, ctrl) = unsafe { (v.wr_ids.add(slot), qp.sq_ring_start().add(slot * 64)) };
+    // One index for the slot (WR id, block), the CQE and the completion.
+    let mut i = 0;
+    while i < n {
+        // SAFETY: i < n: `out + i` is one of the entries, `wr0 + i` and `ctrl + 64 i` the WR
+        // id and block of one slot, `cqe + i << SHIFT` inside this lap; its op_own read
+        // volatile (the device writes it), the rest of it after the ownership test and the
+        // barrier (rdma-core `get_sw_cqe`, then `udma_from_device_barrier`).
+        unsafe {
+            let c = cqe.add(i << SHIFT);
+            if core::ptr::read_volatile(c.add(63)) != own {
+                break;
+            }
+            mmio::from_device_barrier();
+            let tail = u64::from_le(core::ptr::read_volatile(c.add(56) as *const u64));
             if tail & QPN_COUNTER != expect {
                 break;
             }
-            // SAFETY: i < n: `out + i` is one of the n entries, `wr0 + i` and `ctrl + 64 i`
-            // the WR id and block of the same slot, `cqe + i << SHIFT` inside this lap and
-            // software-owned, read after its barrier; the next CQE's op_own volatile (the
-            // device writes it), the rest of it read after the ownership test and its barrier
-            // (rdma-core `get_sw_cqe`, then `udma_from_device_barrier`).
-            unsafe {
-                let o = out.add(i);
-                let word2 = Wc::send_word2(*ctrl.add(i * 64 + 3));
-                Wc::write_send_words(o, *wr0.add(i), word1, word2);
-                if word2 == Wc::READ_WORD2 {
-                    // rdma-core `handle_good_req`: a READ's completion carries `byte_cnt`.
-                    let c = cqe.add(i << SHIFT);
-                    let len = u32::from_be(core::ptr::read_volatile(c.add(44) as *const u32));
-                    Wc::set_byte_len(o, len);
-                }
-                i += 1;
-                if i == n {
-                    break;
-                }
-                let c = cqe.add(i << SHIFT);
-                if core::ptr::read_volatile(c.add(63)) != own {
-                    break;
-                }
-                mmio::from_device_barrier();
-                tail = u64::from_le(core::ptr::read_volatile(c.add(56) as *const u64));
+            let o = out.add(i);
+            let word2 = Wc::send_word2(*ctrl.add(i * 64 + 3));
+            Wc::write_send_words(o, *wr0.add(i), word1, word2);
+            if word2 == Wc::READ_WORD2 {
+                // rdma-core `handle_good_req`: a READ's completion carries `byte_cnt`.
+                let len = u32::from_be(core::ptr::read_volatile(c.add(44) as *const u32));
+                Wc::set_byte_len(o, len);
             }
-            expect = expect.wrapping_add(COUNTER_ONE);
         }
-        i
+        expect = expect.wrapping_add(COUNTER_ONE);
+        i += 1;
     }
+    qp.sq_lean_retired(i as u16);
+    i
 }
 
 /// The room a run has: `out` entries of the caller's array, and the CQ's lap from slot `idx`

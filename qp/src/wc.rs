@@ -126,7 +126,7 @@ bitflags::bitflags! {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 // `repr(C)` in this order, five 8-byte words (`Wc::WORDS`): the WR id; the QPN and byte count;
 // status, opcode, flags, SL and the immediate; the receive-only fields after them — so that
-// the poll writes a completion in whole words (`Wc::write_send`, `Wc::write_recv`): four
+// the poll writes a completion in whole words (`Wc::write_send_words`, `Wc::write_recv`): four
 // stores for a send, five for a receive.
 #[repr(C)]
 pub struct Wc {
@@ -171,7 +171,7 @@ pub struct Wc {
     pub syndrome: u8,
 }
 
-// The word layout `Wc::write_send` and `Wc::write_recv` store (padding after `syndrome`).
+// The word layout `Wc::write_send_words` and `Wc::write_recv` store (padding after `syndrome`).
 const _: () = {
     use core::mem::{align_of, offset_of, size_of};
     assert!(size_of::<Wc>() == 8 * Wc::WORDS && align_of::<Wc>() == 8);
@@ -212,28 +212,6 @@ impl Wc {
         ])
     }
 
-    /// Write the successful send completion `Wc { wr_id, qp_num, opcode, ..Wc::default() }`
-    /// to `out`, in whole words (four stores); a READ then gets its byte count with
-    /// [`Wc::set_byte_len`].
-    ///
-    /// # Safety
-    /// `out` is valid for writes of a `Wc` and 8-byte aligned.
-    #[inline(always)]
-    pub(crate) unsafe fn write_send(out: *mut Wc, wr_id: u64, qp_num: u32, opcode: WcOpcode) {
-        let w = out as *mut u64;
-        // SAFETY: the caller's; the words are the fields' bytes in the layout checked above
-        // (status Success = 0, flags empty, the rest 0: `Wc::default()`), the padding 0; every
-        // field gets a valid value.
-        unsafe {
-            w.write(wr_id);
-            w.add(1).write(pair(qp_num, 0));
-            w.add(2)
-                .write(Wc::word2(WcStatus::Success, opcode, WcFlags::empty(), 0, 0));
-            w.add(3).write(0);
-            w.add(4).write(0);
-        }
-    }
-
     /// Word 2 (status Success, the opcode, no flags) of the successful completion of a send
     /// WQE of opcode `send_opcode` (`MLX5_OPCODE_*`), one table load.
     #[inline(always)]
@@ -264,7 +242,9 @@ impl Wc {
     #[inline(always)]
     pub(crate) unsafe fn write_send_words(out: *mut Wc, wr_id: u64, word1: u64, word2: u64) {
         let w = out as *mut u64;
-        // SAFETY: as in `write_send`: the words come from `send_word1` / `send_word2`.
+        // SAFETY: the caller's; the words are the fields' bytes in the layout checked above
+        // (`send_word1`, `send_word2`; status Success, flags empty, the rest 0 as in
+        // `Wc::default()`), the padding 0: every field gets a valid value.
         unsafe {
             w.write(wr_id);
             w.add(1).write(word1);
@@ -306,7 +286,7 @@ impl Wc {
     ) {
         let w = out as *mut u64;
         let (s, p) = (slid.to_ne_bytes(), pkey_index.to_ne_bytes());
-        // SAFETY: as in `write_send`.
+        // SAFETY: as in `write_send_words`.
         unsafe {
             w.write(wr_id);
             w.add(1).write(pair(qp_num, byte_len));
