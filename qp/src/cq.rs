@@ -1190,15 +1190,18 @@ unsafe fn send_more<const SHIFT: u32>(
     let word1 = Wc::send_word1(qp.qpn());
     // SAFETY: slot < wqe_cnt: its WR id and block.
     let (wr0, ctrl) = unsafe { (v.wr_ids.add(slot), qp.sq_ring_start().add(slot * 64)) };
-    // One index for the slot (WR id, block), the CQE and the completion.
-    let mut i = 0;
-    while i < n {
-        // SAFETY: i < n: `out + i` is one of the entries, `wr0 + i` and `ctrl + 64 i` the WR
-        // id and block of one slot, `cqe + i << SHIFT` inside this lap; its op_own read
+    // One byte offset for the slot's WR id (8 bytes a slot), scaled by 8 for its block and
+    // its CQE (64 bytes; 128 bytes a CQE: scaled by 16), and the completion's pointer.
+    let end = n * 8;
+    let mut j = 0;
+    let mut o = out;
+    while j != end {
+        // SAFETY: j < 8 n: `o` is one of the entries, `wr0 + j / 8` and `ctrl + 8 j` the WR
+        // id and block of one slot, `cqe + j << (SHIFT - 3)` inside this lap; its op_own read
         // volatile (the device writes it), the rest of it after the ownership test and the
         // barrier (rdma-core `get_sw_cqe`, then `udma_from_device_barrier`).
         unsafe {
-            let c = cqe.add(i << SHIFT);
+            let c = cqe.add(j << (SHIFT - 3));
             if core::ptr::read_volatile(c.add(63)) != own {
                 break;
             }
@@ -1207,18 +1210,19 @@ unsafe fn send_more<const SHIFT: u32>(
             if tail & QPN_COUNTER != expect {
                 break;
             }
-            let o = out.add(i);
-            let word2 = Wc::send_word2(*ctrl.add(i * 64 + 3));
-            Wc::write_send_words(o, *wr0.add(i), word1, word2);
+            let word2 = Wc::send_word2(*ctrl.add(j * 8 + 3));
+            Wc::write_send_words(o, *(wr0 as *const u8).add(j).cast::<u64>(), word1, word2);
             if word2 == Wc::READ_WORD2 {
                 // rdma-core `handle_good_req`: a READ's completion carries `byte_cnt`.
                 let len = u32::from_be(core::ptr::read_volatile(c.add(44) as *const u32));
                 Wc::set_byte_len(o, len);
             }
+            o = o.add(1);
         }
         expect = expect.wrapping_add(COUNTER_ONE);
-        i += 1;
+        j += 8;
     }
+    let i = j / 8;
     qp.sq_lean_retired(i as u16);
     i
 }
