@@ -1295,28 +1295,32 @@ unsafe fn recv_run<const SHIFT: u32>(
     let k = room
         .min(v.outstanding as usize)
         .min((v.mask as usize - slot) + 1);
-    let qpn = qp.qpn();
+    let word1 = Wc::send_word1(qp.qpn());
     // Bytes 56..62 of a RESP_SEND CQE of this QP naming receive `c`: the QPN's part as a
     // REQ CQE's (bits 31:24 of `sop_drop_qpn` are outside the compare), the counter BE16.
     let mut expect = LeanRun::expect(qp.cqe_qpn_key(), v.tail);
     let want = CQE_RESP_SEND << 4 | own;
-    let mut cqe = cqe as *const u8;
+    let cqe = cqe as *const u8;
     let mut tail = u64::from_le(tail);
     // SAFETY: slot < wqe_cnt.
-    let mut wr = unsafe { v.wr_ids.add(slot) };
-    let mut out = out;
+    let wr0 = unsafe { v.wr_ids.add(slot) };
+    // One byte offset for the slot's WR id (8 bytes), scaled for the CQE, and the
+    // completion's pointer (as in `send_more`).
+    let end = k * 8;
     let mut j = 0;
-    while j < k {
-        // SAFETY: as in `send_run`: fewer than k CQEs so far, inside this lap; the fields of
-        // the CQE read after its owner test and the barrier; `wr` one of the k slots, `out`
-        // one of the k entries.
+    let mut o = out;
+    while j != end {
+        // SAFETY: as in `send_more`: fewer than k CQEs so far, inside this lap; the fields of
+        // the CQE read after its owner test and the barrier; `wr0 + j / 8` one of the k
+        // slots, `o` one of the k entries.
         unsafe {
+            let c = cqe.add(j << (SHIFT - 3));
             if j != 0 {
-                if core::ptr::read_volatile(cqe.add(63)) != want {
+                if core::ptr::read_volatile(c.add(63)) != want {
                     break;
                 }
                 mmio::from_device_barrier();
-                tail = u64::from_le(core::ptr::read_volatile(cqe.add(56) as *const u64));
+                tail = u64::from_le(core::ptr::read_volatile(c.add(56) as *const u64));
             }
             if tail & QPN_COUNTER != expect {
                 break;
@@ -1325,34 +1329,30 @@ unsafe fn recv_run<const SHIFT: u32>(
             // `flags_rqpn` (SL 27:24, GRH 29:28, source QPN 23:0), `imm_inval_pkey` (the
             // P_Key index, low 16 bits), `byte_cnt`, `slid`, `ml_path` (path bits 6:0) —
             // offsets of `struct mlx5_cqe64` in mlx5dv.h.
-            let flags = u32::from_be(core::ptr::read_volatile(cqe.add(24) as *const u32));
-            let pkey = u32::from_be(core::ptr::read_volatile(cqe.add(36) as *const u32));
-            let byte_cnt = u32::from_be(core::ptr::read_volatile(cqe.add(44) as *const u32));
-            let slid = u16::from_be(core::ptr::read_volatile(cqe.add(22) as *const u16));
-            let ml_path = core::ptr::read_volatile(cqe.add(17));
-            Wc::write_recv(
-                out,
-                *wr,
-                qpn,
-                byte_cnt,
-                if flags & 0x3000_0000 != 0 {
-                    WcFlags::GRH
-                } else {
-                    WcFlags::empty()
-                },
-                ((flags >> 24) & 0xf) as u8,
-                flags & 0x00ff_ffff,
-                slid,
-                pkey as u16,
-                ml_path & 0x7f,
+            let flags = u32::from_be(core::ptr::read_volatile(c.add(24) as *const u32));
+            let pkey = u16::from_be(core::ptr::read_volatile(c.add(38) as *const u16));
+            let byte_cnt = u32::from_be(core::ptr::read_volatile(c.add(44) as *const u32));
+            let slid = u16::from_be(core::ptr::read_volatile(c.add(22) as *const u16));
+            let ml_path = core::ptr::read_volatile(c.add(17));
+            let grh = if flags & 0x3000_0000 != 0 {
+                WcFlags::GRH
+            } else {
+                WcFlags::empty()
+            };
+            Wc::write_recv_words(
+                o,
+                *(wr0 as *const u8).add(j).cast::<u64>(),
+                word1 | Wc::byte_len_word1(byte_cnt),
+                Wc::recv_word2(grh, ((flags >> 24) & 0xf) as u8),
+                Wc::recv_word3(flags & 0x00ff_ffff, slid, pkey),
+                Wc::recv_word4(ml_path & 0x7f),
             );
-            cqe = cqe.add(1 << SHIFT);
-            wr = wr.add(1);
-            out = out.add(1);
+            o = o.add(1);
         }
         expect = expect.wrapping_add(COUNTER_ONE);
-        j += 1;
+        j += 8;
     }
+    let j = j / 8;
     qp.rq_lean_retired(j as u16);
     j
 }

@@ -188,8 +188,11 @@ const _: () = {
 /// Two 32-bit halves as the native 8-byte word that holds `lo` at its lower address.
 #[inline(always)]
 const fn pair(lo: u32, hi: u32) -> u64 {
-    let (a, b) = (lo.to_ne_bytes(), hi.to_ne_bytes());
-    u64::from_ne_bytes([a[0], a[1], a[2], a[3], b[0], b[1], b[2], b[3]])
+    if cfg!(target_endian = "little") {
+        lo as u64 | (hi as u64) << 32
+    } else {
+        (lo as u64) << 32 | hi as u64
+    }
 }
 
 impl Wc {
@@ -264,38 +267,60 @@ impl Wc {
         unsafe { (*out).byte_len = byte_len };
     }
 
-    /// Write a successful receive completion to `out` in whole words (five stores): `wr_id`,
-    /// `qp_num`, `byte_len`, opcode `Recv`, `flags`, `sl`, `src_qp`, `slid`, `pkey_index`,
-    /// `dlid_path_bits`, everything else 0.
+    /// `byte_len` in word 1 (ORed into [`Wc::send_word1`]).
+    #[inline(always)]
+    pub(crate) const fn byte_len_word1(byte_len: u32) -> u64 {
+        pair(0, byte_len)
+    }
+
+    /// Word 2 of a successful receive: opcode `Recv`, `flags`, `sl`, no immediate.
+    #[inline(always)]
+    pub(crate) const fn recv_word2(flags: WcFlags, sl: u8) -> u64 {
+        Wc::word2(WcStatus::Success, WcOpcode::Recv, flags, sl, 0)
+    }
+
+    /// Word 3: `src_qp`, `slid`, `pkey_index`.
+    #[inline(always)]
+    pub(crate) const fn recv_word3(src_qp: u32, slid: u16, pkey_index: u16) -> u64 {
+        let hi = if cfg!(target_endian = "little") {
+            slid as u32 | (pkey_index as u32) << 16
+        } else {
+            (slid as u32) << 16 | pkey_index as u32
+        };
+        pair(src_qp, hi)
+    }
+
+    /// Word 4: `dlid_path_bits`, no vendor syndrome, no syndrome (and the padding 0).
+    #[inline(always)]
+    pub(crate) const fn recv_word4(dlid_path_bits: u8) -> u64 {
+        u64::from_ne_bytes([dlid_path_bits, 0, 0, 0, 0, 0, 0, 0])
+    }
+
+    /// Write a successful receive completion to `out` from its words (five stores): word 1
+    /// is [`Wc::send_word1`] ORed with [`Wc::byte_len_word1`], then [`Wc::recv_word2`],
+    /// [`Wc::recv_word3`], [`Wc::recv_word4`].
     ///
     /// # Safety
     /// `out` is valid for writes of a `Wc` and 8-byte aligned.
     #[inline(always)]
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) unsafe fn write_recv(
+    pub(crate) unsafe fn write_recv_words(
         out: *mut Wc,
         wr_id: u64,
-        qp_num: u32,
-        byte_len: u32,
-        flags: WcFlags,
-        sl: u8,
-        src_qp: u32,
-        slid: u16,
-        pkey_index: u16,
-        dlid_path_bits: u8,
+        word1: u64,
+        word2: u64,
+        word3: u64,
+        word4: u64,
     ) {
         let w = out as *mut u64;
-        let (s, p) = (slid.to_ne_bytes(), pkey_index.to_ne_bytes());
-        // SAFETY: as in `write_send_words`.
+        // SAFETY: the caller's; the words are the fields' bytes in the layout checked above,
+        // built from valid values (status Success, opcode Recv, flags from `WcFlags`), the
+        // rest 0 as in `Wc::default()`, the padding 0.
         unsafe {
             w.write(wr_id);
-            w.add(1).write(pair(qp_num, byte_len));
-            w.add(2)
-                .write(Wc::word2(WcStatus::Success, WcOpcode::Recv, flags, sl, 0));
-            w.add(3)
-                .write(pair(src_qp, u32::from_ne_bytes([s[0], s[1], p[0], p[1]])));
-            w.add(4)
-                .write(u64::from_ne_bytes([dlid_path_bits, 0, 0, 0, 0, 0, 0, 0]));
+            w.add(1).write(word1);
+            w.add(2).write(word2);
+            w.add(3).write(word3);
+            w.add(4).write(word4);
         }
     }
 }
