@@ -1322,7 +1322,7 @@ unsafe fn recv_run<const SHIFT: u32>(
                 mmio::from_device_barrier();
                 tail = u64::from_le(core::ptr::read_volatile(c.add(56) as *const u64));
             }
-            if tail & QPN_COUNTER != expect {
+            if !same_qpn_counter(tail, expect) {
                 break;
             }
             // The fields rdma-core's `handle_responder` takes for a RESP_SEND (no immediate):
@@ -1373,6 +1373,15 @@ pub(crate) struct LeanRun {
 
 /// Bytes 1..=5 of a CQE's last 8 (bytes 57..62: QPN, `wqe_counter`) in a little-endian load.
 const QPN_COUNTER: u64 = 0x0000_ffff_ffff_ff00;
+/// Whether `tail` (bytes 56..64 of a CQE, a little-endian load) holds the QPN and
+/// `wqe_counter` of `expect` ([`LeanRun::expect`]): `tail & QPN_COUNTER == expect`, in shifts
+/// that need no 64-bit constant in a register (the receive run has none to spare).
+#[inline(always)]
+fn same_qpn_counter(tail: u64, expect: u64) -> bool {
+    // Drop bytes 62, 63 (shift left 16), then byte 56 (shift right 24).
+    ((tail ^ expect) << 16) >> 24 == 0
+}
+
 /// One more `wqe_counter` in that load: +1 to its low byte (byte 61). A carry out of that byte
 /// lands in the signature byte, outside the mask: the CQE then does not match and ends the
 /// run; the next call starts afresh from the send queue's index.
