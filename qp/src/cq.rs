@@ -509,7 +509,9 @@ impl Cq {
 
     /// The fast loop of [`Cq::poll`]: while the CQE at the consumer index is a plain REQ CQE
     /// (opcode 0, format 0, SE clear) or a plain RESP_SEND CQE of this lap, retire it — and
-    /// the run of CQEs of the same QP behind it — through [`send_run`] or [`recv_run`].
+    /// the run of CQEs of the same QP behind it — a send CQE through [`send_one`], inline,
+    /// then [`send_more`] (out of line) when its QP has more outstanding and `wcs` more room;
+    /// a receive CQE through [`recv_run`] (out of line).
     /// Returns the completions written and whether it stopped at a CQE it declined (software
     /// owned, left for the full path) rather than at an empty CQ or a full `wcs`. Moves the
     /// consumer index, not the doorbell record.
@@ -1276,7 +1278,9 @@ unsafe fn write_send_wc(out: *mut Wc, wr_id: u64, ctrl: *const u8, qpn: u32, cqe
 /// Out of line: inline, its registers would crowd the send path's in the caller's loop.
 ///
 /// # Safety
-/// As for [`send_run`].
+/// `room` (at least 1) is the entries of `out` and at most the CQEs left in the CQ's lap
+/// from `cqe`; `cqe` is a software-owned CQE, `tail` its bytes 56..64 read after the
+/// barrier, CQEs `1 << SHIFT` bytes apart.
 #[inline(never)]
 unsafe fn recv_run<const SHIFT: u32>(
     qp: &mut Qp,
