@@ -529,11 +529,13 @@ impl Cq {
     ) -> (usize, bool) {
         let (cqe0, cqe_cnt) = (self.cqe0, self.cqe_cnt);
         let len = wcs.len();
-        let out = wcs.as_mut_ptr();
+        // The next completion's entry and the entries left from it (counting down: fewer
+        // values live across the loop).
+        let mut o = wcs.as_mut_ptr();
+        let mut rem = len;
         let mut ci = self.ci;
-        let mut n = 0;
         let mut more = false;
-        while n < len {
+        while rem != 0 {
             let idx = ci & (cqe_cnt - 1);
             // SAFETY: idx < cqe_cnt, so the 64-byte CQE (at +0 or +64 of its slot) is inside
             // the buffer.
@@ -546,7 +548,7 @@ impl Cq {
             // Room in `wcs` and in this lap of the CQ (the owner value is the lap's), as a
             // pair: a run computes their minimum only when it can go on.
             let room = Room {
-                out: len - n,
+                out: rem,
                 idx,
                 cqe_cnt,
             };
@@ -557,10 +559,10 @@ impl Cq {
                 let qpn = u32::from_be(tail as u32) & 0x00ff_ffff;
                 match table.qp(qpn) {
                     // SAFETY: `cqe` is a software-owned CQE with `room.lap() - 1` more of this
-                    // lap after it, `tail` its bytes 56..64 read after the barrier, `wcs` has
-                    // `room.out` entries from `n`.
+                    // lap after it, `tail` its bytes 56..64 read after the barrier, `o` has
+                    // `room.out` entries.
                     Some(qp) => unsafe {
-                        if !send_one(qp, cqe, tail, out.add(n)) {
+                        if !send_one(qp, cqe, tail, o) {
                             0
                         } else if (room.out > 1) & !qp.sq_idle() {
                             // More of this QP may follow (not when each CQE names another
@@ -571,7 +573,7 @@ impl Cq {
                                 own,
                                 room.out - 1,
                                 room.lap() - 1,
-                                out.add(n + 1),
+                                o.add(1),
                             )
                         } else {
                             1
@@ -587,7 +589,7 @@ impl Cq {
                 match table.qp(qpn) {
                     // SAFETY: as for the send run.
                     Some(qp) => unsafe {
-                        recv_run::<SHIFT>(qp, cqe, tail, own, room.out.min(room.lap()), out.add(n))
+                        recv_run::<SHIFT>(qp, cqe, tail, own, room.out.min(room.lap()), o)
                     },
                     None => 0,
                 }
@@ -601,11 +603,13 @@ impl Cq {
             }
             #[cfg(test)]
             paths::served((op_own != own) as usize, k);
-            n += k;
+            rem -= k;
+            // SAFETY: k of the `rem` entries from `o` were written.
+            o = unsafe { o.add(k) };
             ci = ci.wrapping_add(k as u32);
         }
         self.ci = ci;
-        (n, more)
+        (len - rem, more)
     }
 
     /// The rest of a [`Cq::poll`] call from its first uncommon CQE: `n` completions are in
