@@ -438,16 +438,19 @@ impl Cq {
             // SAFETY: the CQE is software-owned; bytes 56..64 read after the barrier.
             let tail = unsafe { core::ptr::read_volatile(cqe.add(56) as *const u64) };
             let qpn = u32::from_be(tail as u32) & 0x00ff_ffff;
+            // Consumed, unless `send_one` declines it (then put back): the index need not
+            // stay in a register across it.
+            self.ci = ci.wrapping_add(1);
             if let Some(qp) = table.qp(qpn) {
                 // SAFETY: a software-owned CQE, `tail` read after the barrier, room for one.
                 if unsafe { send_one(qp, cqe, tail, wcs.as_mut_ptr()) } {
                     #[cfg(test)]
                     paths::served(0, 1);
-                    self.ci = ci.wrapping_add(1);
                     self.update_ci();
                     return Ok(1);
                 }
             }
+            self.ci = self.ci.wrapping_sub(1);
         } else if !sw_owned(op_own, ci, cqe_cnt) {
             return Ok(0);
         }
