@@ -362,3 +362,79 @@ impl Wc {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use core::mem::MaybeUninit;
+
+    /// A `Wc` written in words by `write`, over bytes that start as `fill`.
+    fn written(fill: u8, write: impl FnOnce(*mut Wc)) -> Wc {
+        let mut m = MaybeUninit::<Wc>::uninit();
+        // SAFETY: the test's own storage; `write` initialises every word of it.
+        unsafe {
+            core::ptr::write_bytes(m.as_mut_ptr() as *mut u8, fill, core::mem::size_of::<Wc>());
+            write(m.as_mut_ptr());
+            m.assume_init()
+        }
+    }
+
+    #[test]
+    fn send_words_are_the_send_completion() {
+        for send_op in 0..=255u8 {
+            for fill in [0u8, 0xff] {
+                // SAFETY: `p` is the test's `Wc`-sized, aligned storage.
+                let wc = written(fill, |p| unsafe {
+                    Wc::write_send_words(
+                        p,
+                        0x1122_3344_5566_7788,
+                        Wc::send_word1(0x00ab_cdef),
+                        Wc::send_word2(send_op),
+                    );
+                });
+                let want = Wc {
+                    wr_id: 0x1122_3344_5566_7788,
+                    qp_num: 0x00ab_cdef,
+                    opcode: WcOpcode::from_send_opcode(send_op),
+                    ..Wc::default()
+                };
+                assert_eq!(wc, want, "send opcode {send_op:#x}");
+                assert_eq!(
+                    Wc::send_word2(send_op) == Wc::READ_WORD2,
+                    want.opcode == WcOpcode::RdmaRead
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn receive_words_are_the_receive_completion() {
+        for (flags, sl, path) in [(WcFlags::GRH, 0xf, 0x7f), (WcFlags::empty(), 3, 0)] {
+            // SAFETY: `p` is the test's `Wc`-sized, aligned storage.
+            let wc = written(0xff, |p| unsafe {
+                Wc::write_recv_words(
+                    p,
+                    7,
+                    Wc::send_word1(0x12_3456) | Wc::byte_len_word1(0xdead_beef),
+                    Wc::recv_word2(flags, sl),
+                    Wc::recv_word3(0x65_4321, 0xbeef, 0xcafe),
+                    Wc::recv_word4(path),
+                );
+            });
+            let want = Wc {
+                wr_id: 7,
+                qp_num: 0x12_3456,
+                byte_len: 0xdead_beef,
+                opcode: WcOpcode::Recv,
+                flags,
+                sl,
+                src_qp: 0x65_4321,
+                slid: 0xbeef,
+                pkey_index: 0xcafe,
+                dlid_path_bits: path,
+                ..Wc::default()
+            };
+            assert_eq!(wc, want);
+        }
+    }
+}
