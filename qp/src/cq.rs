@@ -438,10 +438,10 @@ impl Cq {
             // SAFETY: the CQE is software-owned; bytes 56..64 read after the barrier.
             let tail = unsafe { core::ptr::read_volatile(cqe.add(56) as *const u64) };
             let qpn = u32::from_be(tail as u32) & 0x00ff_ffff;
-            // Consumed, unless `send_one` declines it (then put back): the index need not
-            // stay in a register across it.
-            self.ci = ci.wrapping_add(1);
             if let Some(qp) = table.qp(qpn) {
+                // Consumed, unless `send_one` declines it (then put back): the index need not
+                // stay in a register across it.
+                self.ci = ci.wrapping_add(1);
                 // SAFETY: a software-owned CQE, `tail` read after the barrier, room for one.
                 if unsafe { send_one(qp, cqe, tail, wcs.as_mut_ptr()) } {
                     #[cfg(test)]
@@ -449,8 +449,8 @@ impl Cq {
                     self.update_ci();
                     return Ok(1);
                 }
+                self.ci = ci;
             }
-            self.ci = self.ci.wrapping_sub(1);
         } else if !sw_owned(op_own, ci, cqe_cnt) {
             return Ok(0);
         }
@@ -570,9 +570,11 @@ impl Cq {
                         } else if (room.out > 1) & !qp.sq_idle() {
                             // More of this QP may follow (not when each CQE names another
                             // QP, one WQE outstanding on each).
+                            // (`wrapping_add`: past the buffer when this CQE ends the lap;
+                            // then `room.lap() - 1` is 0 and nothing is read there.)
                             1 + send_more::<SHIFT>(
                                 qp,
-                                cqe.add(1 << SHIFT),
+                                cqe.wrapping_add(1 << SHIFT),
                                 own,
                                 room.out - 1,
                                 room.lap() - 1,
@@ -1175,8 +1177,8 @@ unsafe fn send_one(qp: &mut Qp, cqe: *const u8, tail: u64, out: *mut Wc) -> bool
 /// every field of the QP per CQE, and inline its registers would crowd the caller's loop.
 ///
 /// # Safety
-/// `out` has `out_room` entries; `cqe` is the CQE of a slot with `lap` slots of this lap
-/// from it (it may be 0), CQEs `1 << SHIFT` bytes apart.
+/// `out` has `out_room` entries; `cqe` is the first of `lap` CQEs of this lap, `1 << SHIFT`
+/// bytes apart (when `lap` is 0 it may point past the buffer: nothing is read).
 #[inline(never)]
 unsafe fn send_more<const SHIFT: u32>(
     qp: &mut Qp,
