@@ -89,7 +89,7 @@ static SEND_WC_OPCODE: [WcOpcode; 256] = {
     t
 };
 
-/// Word 2 of the successful completion of each send WQE opcode ([`Wc::write_send_word`]).
+/// Word 2 of the successful completion of each send WQE opcode ([`Wc::send_word2`]).
 static SEND_WC_WORD2: [u64; 256] = {
     let mut t = [0; 256];
     let mut i = 0;
