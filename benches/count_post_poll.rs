@@ -20,7 +20,8 @@
 //! 16 a call (`measured_poll_wcs`, the receives posted uncounted); `--qps K` posts one WRITE
 //! on each of K QPs in turn (`measured_post`) and polls their CQEs from one CQ through a
 //! `QpTable` (`measured_poll_table`). It checks its own results — every post accepted, the
-//! polls return exactly the WR ids posted, in order — and exits non-zero otherwise, so a
+//! polls return exactly the WR ids posted, in order, each completion successful (checked
+//! after each measured call returns, outside the count) — and exits non-zero otherwise, so a
 //! count is never taken of a run that went wrong.
 
 use mlx5_ram_rings as ram_rings;
@@ -58,26 +59,22 @@ pub fn measured_poll(cq: &mut Cq, qp: &mut Qp, _wcs: &mut [Wc; 16], ids: &mut [u
 }
 
 /// One call of the general poll for a single completion (`Cq::poll` with room for one), what
-/// a ping-pong loop calls; its WR id goes to `ids[0]`. The completion array is the caller's,
-/// kept across calls (as an `ibv_poll_cq` loop keeps its `ibv_wc` array).
+/// a ping-pong loop calls. The completion array is the caller's, kept across calls (as an
+/// `ibv_poll_cq` loop keeps its `ibv_wc` array); the caller checks what it holds (`take_ids`,
+/// outside the count: consuming the completions is the application's cost, not the poll's).
 #[inline(never)]
 pub fn measured_poll_one(
     cq: &mut Cq,
     qp: &mut Qp,
     wcs: &mut [Wc; 16],
-    ids: &mut [u64; 16],
+    _ids: &mut [u64; 16],
 ) -> usize {
-    match cq.poll(qp, &mut wcs[..1]) {
-        Ok(1) if wcs[0].is_ok() => {
-            ids[0] = wcs[0].wr_id;
-            1
-        }
-        _ => 0,
-    }
+    cq.poll(qp, &mut wcs[..1]).unwrap_or(0)
 }
 
-/// The WR ids of `k` successful completions to `ids`; 0 if one failed.
-#[inline(always)]
+/// The WR ids of `k` successful completions to `ids`; 0 if one failed (the check of every
+/// completion a `measured_poll_*` call wrote, made outside the count).
+#[inline(never)]
 fn take_ids(wcs: &[Wc; 16], k: usize, ids: &mut [u64; 16]) -> usize {
     let k = k.min(16);
     for i in 0..k {
@@ -90,18 +87,28 @@ fn take_ids(wcs: &[Wc; 16], k: usize, ids: &mut [u64; 16]) -> usize {
 }
 
 /// One call of the general poll with room for 16 completions (`Cq::poll`, into the caller's
-/// array); their WR ids go to `ids`.
+/// array); the caller checks them (`take_ids`).
 #[inline(never)]
 pub fn measured_poll_wcs(
     cq: &mut Cq,
     qp: &mut Qp,
     wcs: &mut [Wc; 16],
+    _ids: &mut [u64; 16],
+) -> usize {
+    cq.poll(qp, wcs).unwrap_or(0)
+}
+
+/// `measured_poll_one` or `measured_poll_wcs`, then the check of what it wrote (`take_ids`,
+/// not counted): the WR ids to `ids`.
+fn poll_checked(
+    measured: fn(&mut Cq, &mut Qp, &mut [Wc; 16], &mut [u64; 16]) -> usize,
+    cq: &mut Cq,
+    qp: &mut Qp,
+    wcs: &mut [Wc; 16],
     ids: &mut [u64; 16],
 ) -> usize {
-    match cq.poll(qp, wcs) {
-        Ok(k) => take_ids(wcs, k, ids),
-        Err(_) => 0,
-    }
+    let k = measured(cq, qp, wcs, ids);
+    take_ids(wcs, k, ids)
 }
 
 /// WRs per batch in `measured_batch`.
@@ -135,18 +142,10 @@ pub fn measured_floor(f: &mut Floor) {
 }
 
 /// One call of the general poll with room for 16 completions on a CQ that serves many QPs,
-/// found through a `QpTable`; their WR ids go to `ids`.
+/// found through a `QpTable`; the caller checks them (`take_ids`).
 #[inline(never)]
-pub fn measured_poll_table(
-    cq: &mut Cq,
-    table: &mut QpTable,
-    wcs: &mut [Wc; 16],
-    ids: &mut [u64; 16],
-) -> usize {
-    match cq.poll(table, wcs) {
-        Ok(k) => take_ids(wcs, k, ids),
-        Err(_) => 0,
-    }
+pub fn measured_poll_table(cq: &mut Cq, table: &mut QpTable, wcs: &mut [Wc; 16]) -> usize {
+    cq.poll(table, wcs).unwrap_or(0)
 }
 
 /// What the command line asks for.
@@ -271,7 +270,13 @@ fn run_recv(n: u64) -> bool {
         }
         let mut polled = 0;
         while polled < k {
-            let got = measured_poll_wcs(&mut rig.cq, &mut rig.qp, &mut wcs, &mut ids);
+            let got = poll_checked(
+                measured_poll_wcs,
+                &mut rig.cq,
+                &mut rig.qp,
+                &mut wcs,
+                &mut ids,
+            );
             if got == 0 || !check_ids(&ids[..got], &mut next, 1) {
                 eprintln!("receive poll after {} failed", done + polled);
                 return false;
@@ -321,7 +326,8 @@ fn run_qps(n: u64, qps: u32) -> bool {
             // Poll before the CQ (1024 entries) or a send queue (16 WRs) fills.
             if (i + 1) % (qps as u64 * 8).min(512) == 0 || i + 1 == k {
                 while next < done + i + 1 {
-                    let got = measured_poll_table(&mut cq, &mut table, &mut wcs, &mut ids);
+                    let got = measured_poll_table(&mut cq, &mut table, &mut wcs);
+                    let got = take_ids(&wcs, got, &mut ids);
                     if got == 0 || !check_ids(&ids[..got], &mut next, 1) {
                         eprintln!("poll of {qps} QPs after {next} failed");
                         return false;
@@ -401,7 +407,12 @@ fn run_single(a: &Args) -> bool {
         measured_poll
     };
     let mut rig = Rig::new(cfg);
-    let chunk = rig.qp.sq_free_bbs().min(rig.qp.sq_free_wrs()) as u64;
+    let mut chunk = rig.qp.sq_free_bbs().min(rig.qp.sq_free_wrs()) as u64;
+    if poll_wcs {
+        // Batches of 16: every call finds 16 CQEs ready (but at the end of the CQ's lap and
+        // of the send ring, where a run stops), not a remainder after each chunk.
+        chunk -= chunk % 16;
+    }
     let mut ids = [0u64; 16];
     let mut wcs = [Wc::default(); 16];
     let mut done = 0;
@@ -420,7 +431,11 @@ fn run_single(a: &Args) -> bool {
         }
         let mut polled = 0;
         while polled < k {
-            let got = poll(&mut rig.cq, &mut rig.qp, &mut wcs, &mut ids);
+            let got = if poll_one || poll_wcs {
+                poll_checked(poll, &mut rig.cq, &mut rig.qp, &mut wcs, &mut ids)
+            } else {
+                poll(&mut rig.cq, &mut rig.qp, &mut wcs, &mut ids)
+            };
             if got == 0 {
                 eprintln!("poll after {}: no completion", done + polled);
                 return false;

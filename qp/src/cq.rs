@@ -255,7 +255,15 @@ pub struct Cq {
     ignore_overrun: bool,
     ci: u32,
     arm_sn: u32,
+    /// The error an out-of-line path of [`Cq::poll`] met, until the call returns it (the
+    /// path returns [`SLOW_ERROR`]: a count in a register, not a `Result` in memory, so
+    /// that the fast path's caller keeps its arguments where they came).
+    error: Option<Error>,
 }
+
+/// What an out-of-line path of [`Cq::poll`] returns when it left its error in [`Cq`]'s
+/// `error` (no call writes that many completions).
+const SLOW_ERROR: usize = usize::MAX;
 
 // SAFETY: the raw pointers name device-shared memory owned by the CQ object, not by a thread;
 // `Cq` has no interior mutability. Not `Sync`: polling needs `&mut self`.
@@ -297,6 +305,7 @@ impl Cq {
             ignore_overrun: layout.ignore_overrun,
             ci: 0,
             arm_sn: 0,
+            error: None,
         })
     }
 
@@ -355,29 +364,22 @@ impl Cq {
         if self.size_shift == 6 {
             self.poll_with::<R, 6>(table, wcs)
         } else {
-            let mut error = None;
-            let n = self.poll_128(table, wcs, &mut error);
-            match error {
-                Some(e) => Err(e),
-                None => Ok(n),
+            match self.poll_128(table, wcs) {
+                SLOW_ERROR => Err(self.take_error()),
+                n => Ok(n),
             }
         }
     }
 
     /// [`Cq::poll`] for 128-byte CQEs, out of line (one inline copy of the fast loop is
-    /// enough for the callers'), its error to `error` (as [`Cq::poll_rest`]).
+    /// enough for the callers'), its error to `error` ([`SLOW_ERROR`]).
     #[inline(never)]
-    fn poll_128<R: Resolve + ?Sized>(
-        &mut self,
-        table: &mut R,
-        wcs: &mut [Wc],
-        error: &mut Option<Error>,
-    ) -> usize {
+    fn poll_128<R: Resolve + ?Sized>(&mut self, table: &mut R, wcs: &mut [Wc]) -> usize {
         match self.poll_with::<R, 7>(table, wcs) {
             Ok(n) => n,
             Err(e) => {
-                *error = Some(e);
-                0
+                self.error = Some(e);
+                SLOW_ERROR
             }
         }
     }
@@ -412,9 +414,10 @@ impl Cq {
     }
 
     /// [`Cq::poll`] with room for one completion (what a ping-pong loop calls), straight
-    /// line: the CQE at the consumer index when it is a plain REQ or RESP_SEND CQE of this lap
-    /// that [`send_run`] or [`recv_run`] takes, else nothing when the CQ is empty, else the
-    /// full path.
+    /// line: the CQE at the consumer index when it is a plain REQ CQE of this lap that
+    /// [`send_one`] takes, else nothing when the CQ is empty, else
+    /// [`Cq::poll_single_slow`] (out of line and cold, so that this path needs no register
+    /// the caller saved).
     #[inline(always)]
     fn poll_single<R: Resolve + ?Sized, const SHIFT: u32>(
         &mut self,
@@ -423,7 +426,6 @@ impl Cq {
     ) -> Result<usize> {
         let (ci, cqe_cnt) = (self.ci, self.cqe_cnt);
         let idx = ci & (cqe_cnt - 1);
-        let out = wcs.as_mut_ptr();
         // SAFETY: idx < cqe_cnt, so the 64-byte CQE (at +0 or +64 of its slot) is inside the
         // buffer.
         let cqe = unsafe { self.cqe0.add((idx as usize) << SHIFT) };
@@ -431,51 +433,88 @@ impl Cq {
         let op_own = unsafe { core::ptr::read_volatile(cqe.add(63)) };
         // As in `poll_fast`.
         let own = ((ci & cqe_cnt) != 0) as u8;
-        let done = if op_own == own {
+        if op_own == own {
             mmio::from_device_barrier();
             // SAFETY: the CQE is software-owned; bytes 56..64 read after the barrier.
             let tail = unsafe { core::ptr::read_volatile(cqe.add(56) as *const u64) };
             let qpn = u32::from_be(tail as u32) & 0x00ff_ffff;
-            match table.qp(qpn) {
+            if let Some(qp) = table.qp(qpn) {
+                // Consumed, unless `send_one` declines it (then put back): the index need not
+                // stay in a register across it.
+                self.ci = ci.wrapping_add(1);
                 // SAFETY: a software-owned CQE, `tail` read after the barrier, room for one.
-                Some(qp) => unsafe {
-                    let room = Room {
-                        out: 1,
-                        idx,
-                        cqe_cnt,
-                    };
-                    send_run::<SHIFT>(qp, cqe, tail, own, room, out)
-                },
-                None => 0,
-            }
-        } else if op_own == (CQE_RESP_SEND << 4 | own) {
-            mmio::from_device_barrier();
-            // SAFETY: as above.
-            let tail = unsafe { core::ptr::read_volatile(cqe.add(56) as *const u64) };
-            let qpn = u32::from_be(tail as u32) & 0x00ff_ffff;
-            match table.qp(qpn) {
-                // SAFETY: as above.
-                Some(qp) => unsafe { recv_run::<SHIFT>(qp, cqe, tail, own, 1, out) },
-                None => 0,
+                if unsafe { send_one(qp, cqe, tail, wcs.as_mut_ptr()) } {
+                    #[cfg(test)]
+                    paths::served(0, 1);
+                    self.update_ci();
+                    return Ok(1);
+                }
+                self.ci = ci;
             }
         } else if !sw_owned(op_own, ci, cqe_cnt) {
             return Ok(0);
-        } else {
-            0
-        };
-        if done == 0 {
-            return self.poll_from(table, wcs, 0, ci);
         }
-        #[cfg(test)]
-        paths::served((op_own != own) as usize, 1);
-        self.ci = ci.wrapping_add(1);
-        self.update_ci();
-        Ok(1)
+        match self.poll_single_slow::<R, SHIFT>(table, wcs) {
+            SLOW_ERROR => Err(self.take_error()),
+            n => Ok(n),
+        }
+    }
+
+    /// The error an out-of-line path left in `error`.
+    #[inline(always)]
+    fn take_error(&mut self) -> Error {
+        self.error
+            .take()
+            .unwrap_or(Error::BadLayout("no error was stashed"))
+    }
+
+    /// The rest of [`Cq::poll_single`]: a plain RESP_SEND CQE of this lap through
+    /// [`recv_run`], anything else through the full path. Reads the CQE afresh: its owner
+    /// byte, the barrier, the rest.
+    #[cold]
+    #[inline(never)]
+    fn poll_single_slow<R: Resolve + ?Sized, const SHIFT: u32>(
+        &mut self,
+        table: &mut R,
+        wcs: &mut [Wc],
+    ) -> usize {
+        let (ci, cqe_cnt) = (self.ci, self.cqe_cnt);
+        let idx = ci & (cqe_cnt - 1);
+        // SAFETY: as in `poll_single`.
+        let cqe = unsafe { self.cqe0.add((idx as usize) << SHIFT) };
+        // SAFETY: op_own is the last byte of the CQE; volatile, the device writes it.
+        let op_own = unsafe { core::ptr::read_volatile(cqe.add(63)) };
+        let own = ((ci & cqe_cnt) != 0) as u8;
+        if op_own == (CQE_RESP_SEND << 4 | own) {
+            mmio::from_device_barrier();
+            // SAFETY: the CQE is software-owned; bytes 56..64 read after the barrier.
+            let tail = unsafe { core::ptr::read_volatile(cqe.add(56) as *const u64) };
+            let qpn = u32::from_be(tail as u32) & 0x00ff_ffff;
+            if let Some(qp) = table.qp(qpn) {
+                // SAFETY: as in `poll_single`.
+                if unsafe { recv_run::<SHIFT>(qp, cqe, tail, own, 1, wcs.as_mut_ptr()) } == 1 {
+                    #[cfg(test)]
+                    paths::served(1, 1);
+                    self.ci = ci.wrapping_add(1);
+                    self.update_ci();
+                    return 1;
+                }
+            }
+        }
+        match self.poll_from(table, wcs, 0, ci) {
+            Ok(n) => n,
+            Err(e) => {
+                self.error = Some(e);
+                SLOW_ERROR
+            }
+        }
     }
 
     /// The fast loop of [`Cq::poll`]: while the CQE at the consumer index is a plain REQ CQE
     /// (opcode 0, format 0, SE clear) or a plain RESP_SEND CQE of this lap, retire it — and
-    /// the run of CQEs of the same QP behind it — through [`send_run`] or [`recv_run`].
+    /// the run of CQEs of the same QP behind it — a send CQE through [`send_one`], inline,
+    /// then [`send_more`] (out of line) when its QP has more outstanding and `wcs` more room;
+    /// a receive CQE through [`recv_run`] (out of line).
     /// Returns the completions written and whether it stopped at a CQE it declined (software
     /// owned, left for the full path) rather than at an empty CQ or a full `wcs`. Moves the
     /// consumer index, not the doorbell record.
@@ -493,11 +532,13 @@ impl Cq {
     ) -> (usize, bool) {
         let (cqe0, cqe_cnt) = (self.cqe0, self.cqe_cnt);
         let len = wcs.len();
-        let out = wcs.as_mut_ptr();
+        // The next completion's entry and the entries left from it (counting down: fewer
+        // values live across the loop).
+        let mut o = wcs.as_mut_ptr();
+        let mut rem = len;
         let mut ci = self.ci;
-        let mut n = 0;
         let mut more = false;
-        while n < len {
+        while rem != 0 {
             let idx = ci & (cqe_cnt - 1);
             // SAFETY: idx < cqe_cnt, so the 64-byte CQE (at +0 or +64 of its slot) is inside
             // the buffer.
@@ -510,7 +551,7 @@ impl Cq {
             // Room in `wcs` and in this lap of the CQ (the owner value is the lap's), as a
             // pair: a run computes their minimum only when it can go on.
             let room = Room {
-                out: len - n,
+                out: rem,
                 idx,
                 cqe_cnt,
             };
@@ -520,10 +561,29 @@ impl Cq {
                 let tail = unsafe { core::ptr::read_volatile(cqe.add(56) as *const u64) };
                 let qpn = u32::from_be(tail as u32) & 0x00ff_ffff;
                 match table.qp(qpn) {
-                    // SAFETY: `cqe` is a software-owned CQE with `room - 1` more of this lap
-                    // after it, `tail` its bytes 56..64 read after the barrier, `wcs` has
-                    // `room` entries from `n`.
-                    Some(qp) => unsafe { send_run::<SHIFT>(qp, cqe, tail, own, room, out.add(n)) },
+                    // SAFETY: `cqe` is a software-owned CQE with `room.lap() - 1` more of this
+                    // lap after it, `tail` its bytes 56..64 read after the barrier, `o` has
+                    // `room.out` entries.
+                    Some(qp) => unsafe {
+                        if !send_one(qp, cqe, tail, o) {
+                            0
+                        } else if (room.out > 1) & !qp.sq_idle() {
+                            // More of this QP may follow (not when each CQE names another
+                            // QP, one WQE outstanding on each).
+                            // (`wrapping_add`: past the buffer when this CQE ends the lap;
+                            // then `room.lap() - 1` is 0 and nothing is read there.)
+                            1 + send_more::<SHIFT>(
+                                qp,
+                                cqe.wrapping_add(1 << SHIFT),
+                                own,
+                                room.out - 1,
+                                room.lap() - 1,
+                                o.add(1),
+                            )
+                        } else {
+                            1
+                        }
+                    },
                     None => 0,
                 }
             } else if op_own == (CQE_RESP_SEND << 4 | own) {
@@ -534,7 +594,7 @@ impl Cq {
                 match table.qp(qpn) {
                     // SAFETY: as for the send run.
                     Some(qp) => unsafe {
-                        recv_run::<SHIFT>(qp, cqe, tail, own, room.out.min(room.lap()), out.add(n))
+                        recv_run::<SHIFT>(qp, cqe, tail, own, room.out.min(room.lap()), o)
                     },
                     None => 0,
                 }
@@ -548,11 +608,13 @@ impl Cq {
             }
             #[cfg(test)]
             paths::served((op_own != own) as usize, k);
-            n += k;
+            rem -= k;
+            // SAFETY: k of the `rem` entries from `o` were written.
+            o = unsafe { o.add(k) };
             ci = ci.wrapping_add(k as u32);
         }
         self.ci = ci;
-        (n, more)
+        (len - rem, more)
     }
 
     /// The rest of a [`Cq::poll`] call from its first uncommon CQE: `n` completions are in
@@ -1074,31 +1136,56 @@ unsafe fn read_line(p: *const u8) -> [u8; 64] {
     b
 }
 
-/// A run of common send completions of `qp` from the CQE at `cqe` (which the caller found
-/// software-owned with `op_own == own`, its bytes 56..64 `tail` read after the barrier, and
-/// whose QPN is `qp`'s): while each CQE is a plain REQ CQE of this lap naming `qp`'s oldest
-/// outstanding WQE, write its completion — the WR id, the opcode from the WQE's ctrl
-/// segment, the bytes of a READ — and retire it. Only while every outstanding WQE is of the
-/// common shape (one block, not an atomic): then each CQE retires exactly one block, and the
-/// WQE it must name is the next one. When the run cannot go past this CQE (a call for one
-/// completion, a QP with one WQE outstanding: a CQ serving many QPs in turn) the CQE is
-/// checked field by field, straight line; otherwise [`WcRun`] checks QPN and `wqe_counter`
-/// of each in one compare ([`LeanRun::expect`]), in a loop over locals: after the load
-/// barrier LLVM would otherwise reload every field of the QP per CQE. At most the room in
-/// `out` and in the CQ's lap, the outstanding blocks and the blocks to the send ring's end.
-/// Returns the CQEs consumed (the QP's bookkeeping moved, the CQ's consumer index not), 0
-/// when the first CQE is not one of these.
+/// The completion of one plain REQ CQE of `qp` (its bytes 56..64 `tail`, read after the
+/// barrier) when it names the QP's oldest outstanding WQE and every outstanding WQE is of
+/// the common shape: written to `out`, the WQE retired. Returns whether it was.
 ///
 /// # Safety
-/// `room.out` (at least 1) is the entries of `out`; `cqe` is the software-owned 64-byte CQE
-/// of slot `room.idx`, the CQEs `1 << SHIFT` bytes apart.
+/// `out` is writable; `cqe` is a software-owned CQE read after the barrier.
 #[inline(always)]
-unsafe fn send_run<const SHIFT: u32>(
+unsafe fn send_one(qp: &mut Qp, cqe: *const u8, tail: u64, out: *mut Wc) -> bool {
+    let v = qp.sq_lean_view();
+    // The table matched the QPN; an idle queue has no WQE to name (bytes 60..62,
+    // `wqe_counter`, BE16).
+    let wqe_counter = u16::from_be((tail >> 32) as u16);
+    if (wqe_counter != v.ci) | qp.sq_idle() | !qp.sq_all_common() {
+        return false;
+    }
+    let slot = (v.ci & v.mask) as usize;
+    // SAFETY: slot < wqe_cnt: its WR id and block; the caller's for the rest.
+    unsafe {
+        let ctrl = qp.sq_ring_start().add(slot * 64);
+        write_send_wc(out, *v.wr_ids.add(slot), ctrl, qp.qpn(), cqe);
+    }
+    qp.sq_lean_retired(1);
+    true
+}
+
+/// The rest of a run of common send completions of `qp` after [`send_one`] took its first:
+/// from the CQE at `cqe` (the next slot of the CQ), while each is a plain REQ CQE of this lap
+/// (`op_own == own`, read volatile, then the barrier, then its bytes 56..64) naming the QP's
+/// oldest outstanding WQE — QPN and `wqe_counter` in one compare ([`LeanRun::expect`]) — write
+/// its completion (the WR id, the opcode from the WQE's ctrl segment, the bytes of a READ)
+/// and retire it. Only while every outstanding WQE is of the common shape (one block, not an
+/// atomic): then each CQE retires exactly one block, and the WQE it must name is the next
+/// one. At most `out_room` (the entries of `out`), `lap` (the CQEs left in the CQ's lap from
+/// `cqe`), the outstanding blocks and the blocks to the send ring's end (the slots are then
+/// consecutive). Returns the CQEs consumed (the QP's bookkeeping moved, the CQ's consumer
+/// index not).
+///
+/// Out of line, in a loop over locals: after the load barrier LLVM would otherwise reload
+/// every field of the QP per CQE, and inline its registers would crowd the caller's loop.
+///
+/// # Safety
+/// `out` has `out_room` entries; `cqe` is the first of `lap` CQEs of this lap, `1 << SHIFT`
+/// bytes apart (when `lap` is 0 it may point past the buffer: nothing is read).
+#[inline(never)]
+unsafe fn send_more<const SHIFT: u32>(
     qp: &mut Qp,
-    cqe: *mut u8,
-    tail: u64,
+    cqe: *const u8,
     own: u8,
-    room: Room,
+    out_room: usize,
+    lap: usize,
     out: *mut Wc,
 ) -> usize {
     if !qp.sq_all_common() {
@@ -1106,142 +1193,49 @@ unsafe fn send_run<const SHIFT: u32>(
     }
     let v = qp.sq_lean_view();
     let slot = (v.ci & v.mask) as usize;
-    let qpn = qp.qpn();
-    // SAFETY: slot < wqe_cnt: its block in the ring.
-    let ctrl = unsafe { qp.sq_ring_start().add(slot * 64) };
-    if v.room < 2 || room.out == 1 {
-        let wqe_counter = u16::from_be((tail >> 32) as u16);
-        if (wqe_counter != v.ci) | qp.sq_idle() {
-            return 0;
-        }
-        // SAFETY: slot < wqe_cnt; the CQE is software-owned, read after the barrier; `out`
-        // has room for one.
-        unsafe { write_send_wc(out, *v.wr_ids.add(slot), ctrl, qpn, cqe) };
-        qp.sq_lean_retired(1);
-        return 1;
-    }
-    // SAFETY: the caller's.
-    let done = unsafe { send_batch::<SHIFT>(qp, cqe, tail, own, room, out) };
-    qp.sq_lean_retired(done as u16);
-    done
-}
-
-/// The run of [`send_run`] when it can go past its first CQE, out of line (what it computes
-/// needs registers the caller's loop keeps): bounded by the room in `out` and in the CQ's
-/// lap, the outstanding blocks and the ring's end (the slots are then consecutive), then
-/// [`WcRun::run`]. Returns the CQEs consumed; the caller retires them.
-///
-/// # Safety
-/// As for [`send_run`]; every outstanding WQE of `qp` is of the common shape and at least
-/// two are outstanding.
-#[inline(never)]
-unsafe fn send_batch<const SHIFT: u32>(
-    qp: &Qp,
-    cqe: *mut u8,
-    tail: u64,
-    own: u8,
-    room: Room,
-    out: *mut Wc,
-) -> usize {
-    let v = qp.sq_lean_view();
-    let slot = (v.ci & v.mask) as usize;
-    // k >= 1: every bound is.
-    let k = room
-        .out
-        .min(room.lap())
+    let n = out_room
+        .min(lap)
         .min(v.room as usize)
         .min((v.mask as usize - slot) + 1);
-    debug_assert!(k >= 1, "WcRun::run takes at least one CQE");
-    // SAFETY: slot + k <= wqe_cnt entries of the bookkeeping and blocks of the ring; `out`
-    // has k entries; the k CQEs from `cqe` are inside this lap (k <= room.lap()).
-    unsafe {
-        WcRun {
-            cqe,
-            tail: u64::from_le(tail),
-            own,
-            expect: LeanRun::expect(qp.cqe_qpn_key(), v.ci),
-            wr_end: v.wr_ids.add(slot + k),
-            ctrl: qp.sq_ring_start().add(slot * 64),
-            out,
-            n: k,
-            qpn: qp.qpn(),
-        }
-        .run::<SHIFT>()
-    }
-}
-
-/// The loop of [`send_run`]: `n` CQEs at most from `cqe` (its bytes 56..64 `tail`, read
-/// after the barrier), the WQEs' slots consecutive, their WR ids the `n` before `wr_end`,
-/// their blocks from `ctrl`, the completions to `out` (inside [`send_batch`], out of line,
-/// so that the loop has the registers to itself).
-struct WcRun {
-    cqe: *mut u8,
-    tail: u64,
-    /// The owner bit of this lap: a plain REQ CQE's whole `op_own`.
-    own: u8,
-    /// QPN and `wqe_counter` the first CQE must carry ([`LeanRun::expect`]).
-    expect: u64,
-    wr_end: *const u64,
-    ctrl: *const u8,
-    out: *mut Wc,
-    n: usize,
-    qpn: u32,
-}
-
-impl WcRun {
-    /// Consume CQEs while each is a plain REQ CQE of this lap naming the next WQE; returns
-    /// how many. CQEs are `1 << SHIFT` bytes apart.
-    ///
-    /// # Safety
-    /// `n >= 1`; `cqe` is a software-owned CQE of the buffer with `n - 1` more of its lap
-    /// after it;
-    /// `wr_end - n .. wr_end` are WR ids, `ctrl` the first of `n` consecutive blocks of the
-    /// send ring, `out` has `n` entries.
-    #[inline(always)]
-    unsafe fn run<const SHIFT: u32>(self) -> usize {
-        let WcRun {
-            cqe,
-            mut tail,
-            own,
-            mut expect,
-            wr_end,
-            ctrl,
-            out,
-            n,
-            qpn,
-        } = self;
-        // SAFETY: the caller's: the n WR ids before `wr_end` (n >= 1).
-        let (wr0, wr_last) = unsafe { (wr_end.sub(n), wr_end.sub(1)) };
-        let (mut cqe, mut ctrl, mut o, mut wr) = (cqe as *const u8, ctrl, out, wr0);
-        loop {
+    let mut expect = LeanRun::expect(qp.cqe_qpn_key(), v.ci);
+    let word1 = Wc::send_word1(qp.qpn());
+    // SAFETY: slot < wqe_cnt: its WR id and block.
+    let (wr0, ctrl) = unsafe { (v.wr_ids.add(slot), qp.sq_ring_start().add(slot * 64)) };
+    // One byte offset for the slot's WR id (8 bytes a slot), scaled by 8 for its block and
+    // its CQE (64 bytes; 128 bytes a CQE: scaled by 16), and the completion's pointer.
+    let end = n * 8;
+    let mut j = 0;
+    let mut o = out;
+    while j != end {
+        // SAFETY: j < 8 n: `o` is one of the entries, `wr0 + j / 8` and `ctrl + 8 j` the WR
+        // id and block of one slot, `cqe + j << (SHIFT - 3)` inside this lap; its op_own read
+        // volatile (the device writes it), the rest of it after the ownership test and the
+        // barrier (rdma-core `get_sw_cqe`, then `udma_from_device_barrier`).
+        unsafe {
+            let c = cqe.add(j << (SHIFT - 3));
+            if core::ptr::read_volatile(c.add(63)) != own {
+                break;
+            }
+            mmio::from_device_barrier();
+            let tail = u64::from_le(core::ptr::read_volatile(c.add(56) as *const u64));
             if tail & QPN_COUNTER != expect {
                 break;
             }
-            // SAFETY: `o` is one of the n entries, `wr` and `ctrl` the WR id and block of the
-            // same slot, `cqe` inside this lap and software-owned, read after its barrier;
-            // the next CQE's op_own volatile (the device writes it), the rest of it read after
-            // the ownership test and its barrier (rdma-core `get_sw_cqe`, then
-            // `udma_from_device_barrier`).
-            unsafe {
-                write_send_wc(o, *wr, ctrl, qpn, cqe);
-                wr = wr.add(1);
-                if wr > wr_last {
-                    break;
-                }
-                cqe = cqe.add(1 << SHIFT);
-                o = o.add(1);
-                ctrl = ctrl.add(64);
-                if core::ptr::read_volatile(cqe.add(63)) != own {
-                    break;
-                }
-                mmio::from_device_barrier();
-                tail = u64::from_le(core::ptr::read_volatile(cqe.add(56) as *const u64));
+            let word2 = Wc::send_word2(*ctrl.add(j * 8 + 3));
+            Wc::write_send_words(o, *(wr0 as *const u8).add(j).cast::<u64>(), word1, word2);
+            if word2 == Wc::READ_WORD2 {
+                // rdma-core `handle_good_req`: a READ's completion carries `byte_cnt`.
+                let len = u32::from_be(core::ptr::read_volatile(c.add(44) as *const u32));
+                Wc::set_byte_len(o, len);
             }
-            expect = expect.wrapping_add(COUNTER_ONE);
+            o = o.add(1);
         }
-        // SAFETY: `wr` is `wr0` advanced by the completions written.
-        unsafe { wr.offset_from(wr0) as usize }
+        expect = expect.wrapping_add(COUNTER_ONE);
+        j += 8;
     }
+    let i = j / 8;
+    qp.sq_lean_retired(i as u16);
+    i
 }
 
 /// The room a run has: `out` entries of the caller's array, and the CQ's lap from slot `idx`
@@ -1273,15 +1267,11 @@ impl Room {
 unsafe fn write_send_wc(out: *mut Wc, wr_id: u64, ctrl: *const u8, qpn: u32, cqe: *const u8) {
     // SAFETY: the caller's.
     unsafe {
-        let opcode = WcOpcode::of_send_opcode(*ctrl.add(3));
-        out.write(Wc {
-            wr_id,
-            opcode,
-            qp_num: qpn,
-            ..Wc::default()
-        });
-        if opcode == WcOpcode::RdmaRead {
-            (*out).byte_len = u32::from_be(core::ptr::read_volatile(cqe.add(44) as *const u32));
+        let word2 = Wc::send_word2(*ctrl.add(3));
+        Wc::write_send_words(out, wr_id, Wc::send_word1(qpn), word2);
+        if word2 == Wc::READ_WORD2 {
+            let n = u32::from_be(core::ptr::read_volatile(cqe.add(44) as *const u32));
+            Wc::set_byte_len(out, n);
         }
     }
 }
@@ -1297,7 +1287,9 @@ unsafe fn write_send_wc(out: *mut Wc, wr_id: u64, ctrl: *const u8, qpn: u32, cqe
 /// Out of line: inline, its registers would crowd the send path's in the caller's loop.
 ///
 /// # Safety
-/// As for [`send_run`].
+/// `room` (at least 1) is the entries of `out` and at most the CQEs left in the CQ's lap
+/// from `cqe`; `cqe` is a software-owned CQE, `tail` its bytes 56..64 read after the
+/// barrier, CQEs `1 << SHIFT` bytes apart.
 #[inline(never)]
 unsafe fn recv_run<const SHIFT: u32>(
     qp: &mut Qp,
@@ -1316,65 +1308,64 @@ unsafe fn recv_run<const SHIFT: u32>(
     let k = room
         .min(v.outstanding as usize)
         .min((v.mask as usize - slot) + 1);
-    let qpn = qp.qpn();
+    let word1 = Wc::send_word1(qp.qpn());
     // Bytes 56..62 of a RESP_SEND CQE of this QP naming receive `c`: the QPN's part as a
     // REQ CQE's (bits 31:24 of `sop_drop_qpn` are outside the compare), the counter BE16.
     let mut expect = LeanRun::expect(qp.cqe_qpn_key(), v.tail);
     let want = CQE_RESP_SEND << 4 | own;
-    let mut cqe = cqe as *const u8;
+    let cqe = cqe as *const u8;
     let mut tail = u64::from_le(tail);
     // SAFETY: slot < wqe_cnt.
-    let mut wr = unsafe { v.wr_ids.add(slot) };
-    let mut out = out;
+    let wr0 = unsafe { v.wr_ids.add(slot) };
+    // One byte offset for the slot's WR id (8 bytes), scaled for the CQE, and the
+    // completion's pointer (as in `send_more`).
+    let end = k * 8;
     let mut j = 0;
-    while j < k {
-        // SAFETY: as in `send_run`: fewer than k CQEs so far, inside this lap; the fields of
-        // the CQE read after its owner test and the barrier; `wr` one of the k slots, `out`
-        // one of the k entries.
+    let mut o = out;
+    while j != end {
+        // SAFETY: as in `send_more`: fewer than k CQEs so far, inside this lap; the fields of
+        // the CQE read after its owner test and the barrier; `wr0 + j / 8` one of the k
+        // slots, `o` one of the k entries.
         unsafe {
+            let c = cqe.add(j << (SHIFT - 3));
             if j != 0 {
-                if core::ptr::read_volatile(cqe.add(63)) != want {
+                if core::ptr::read_volatile(c.add(63)) != want {
                     break;
                 }
                 mmio::from_device_barrier();
-                tail = u64::from_le(core::ptr::read_volatile(cqe.add(56) as *const u64));
+                tail = u64::from_le(core::ptr::read_volatile(c.add(56) as *const u64));
             }
-            if tail & QPN_COUNTER != expect {
+            if !same_qpn_counter(tail, expect) {
                 break;
             }
             // The fields rdma-core's `handle_responder` takes for a RESP_SEND (no immediate):
             // `flags_rqpn` (SL 27:24, GRH 29:28, source QPN 23:0), `imm_inval_pkey` (the
             // P_Key index, low 16 bits), `byte_cnt`, `slid`, `ml_path` (path bits 6:0) —
             // offsets of `struct mlx5_cqe64` in mlx5dv.h.
-            let flags = u32::from_be(core::ptr::read_volatile(cqe.add(24) as *const u32));
-            let pkey = u32::from_be(core::ptr::read_volatile(cqe.add(36) as *const u32));
-            let byte_cnt = u32::from_be(core::ptr::read_volatile(cqe.add(44) as *const u32));
-            let slid = u16::from_be(core::ptr::read_volatile(cqe.add(22) as *const u16));
-            let ml_path = core::ptr::read_volatile(cqe.add(17));
-            out.write(Wc {
-                wr_id: *wr,
-                opcode: WcOpcode::Recv,
-                byte_len: byte_cnt,
-                qp_num: qpn,
-                src_qp: flags & 0x00ff_ffff,
-                slid,
-                sl: ((flags >> 24) & 0xf) as u8,
-                dlid_path_bits: ml_path & 0x7f,
-                pkey_index: pkey as u16,
-                flags: if flags & 0x3000_0000 != 0 {
-                    WcFlags::GRH
-                } else {
-                    WcFlags::empty()
-                },
-                ..Wc::default()
-            });
-            cqe = cqe.add(1 << SHIFT);
-            wr = wr.add(1);
-            out = out.add(1);
+            let flags = u32::from_be(core::ptr::read_volatile(c.add(24) as *const u32));
+            let pkey = u16::from_be(core::ptr::read_volatile(c.add(38) as *const u16));
+            let byte_cnt = u32::from_be(core::ptr::read_volatile(c.add(44) as *const u32));
+            let slid = u16::from_be(core::ptr::read_volatile(c.add(22) as *const u16));
+            let ml_path = core::ptr::read_volatile(c.add(17));
+            let grh = if flags & 0x3000_0000 != 0 {
+                WcFlags::GRH
+            } else {
+                WcFlags::empty()
+            };
+            Wc::write_recv_words(
+                o,
+                *(wr0 as *const u8).add(j).cast::<u64>(),
+                word1 | Wc::byte_len_word1(byte_cnt),
+                Wc::recv_word2(grh, ((flags >> 24) & 0xf) as u8),
+                Wc::recv_word3(flags & 0x00ff_ffff, slid, pkey),
+                Wc::recv_word4(ml_path & 0x7f),
+            );
+            o = o.add(1);
         }
         expect = expect.wrapping_add(COUNTER_ONE);
-        j += 1;
+        j += 8;
     }
+    let j = j / 8;
     qp.rq_lean_retired(j as u16);
     j
 }
@@ -1395,6 +1386,15 @@ pub(crate) struct LeanRun {
 
 /// Bytes 1..=5 of a CQE's last 8 (bytes 57..62: QPN, `wqe_counter`) in a little-endian load.
 const QPN_COUNTER: u64 = 0x0000_ffff_ffff_ff00;
+/// Whether `tail` (bytes 56..64 of a CQE, a little-endian load) holds the QPN and
+/// `wqe_counter` of `expect` ([`LeanRun::expect`]): `tail & QPN_COUNTER == expect`, in shifts
+/// that need no 64-bit constant in a register (the receive run has none to spare).
+#[inline(always)]
+fn same_qpn_counter(tail: u64, expect: u64) -> bool {
+    // Drop bytes 62, 63 (shift left 16), then byte 56 (shift right 24).
+    ((tail ^ expect) << 16) >> 24 == 0
+}
+
 /// One more `wqe_counter` in that load: +1 to its low byte (byte 61). A carry out of that byte
 /// lands in the signature byte, outside the mask: the CQE then does not match and ends the
 /// run; the next call starts afresh from the send queue's index.
