@@ -3,7 +3,7 @@
 //! `tools/tests/it/tools_lat_bw.rs`).
 
 use std::io::{BufRead, BufReader, Read};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{self, Receiver};
 use std::thread::JoinHandle;
@@ -146,4 +146,28 @@ pub fn two_processes(
     let c = client.finish(timeout);
     let s = server.finish(timeout);
     (s, c)
+}
+
+/// The example program `name` of package `package`, next to the running test binary
+/// (`target/<profile>/examples/`, where `cargo test` builds examples beside the tests). When
+/// it is not there (a test run alone), it is built first with `cargo` (the caller's
+/// `env!("CARGO")`) in `manifest_dir`, in the test's profile.
+pub fn example(cargo: &str, manifest_dir: &str, package: &str, name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("test path");
+    let profile_dir = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("target/<profile>/deps");
+    let bin = profile_dir.join("examples").join(name);
+    if !bin.is_file() {
+        let mut cmd = Command::new(cargo);
+        cmd.args(["build", "-p", package, "--example", name])
+            .current_dir(manifest_dir);
+        if profile_dir.ends_with("release") {
+            cmd.arg("--release");
+        }
+        let st = cmd.status().expect("run cargo");
+        assert!(st.success(), "building example {name} failed");
+    }
+    bin
 }

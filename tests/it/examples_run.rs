@@ -11,24 +11,12 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 fn example(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().expect("test path");
-    let profile_dir = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .expect("target/<profile>/deps");
-    let bin = profile_dir.join("examples").join(name);
-    if !bin.is_file() {
-        let release = profile_dir.ends_with("release");
-        let mut cmd = Command::new(env!("CARGO"));
-        cmd.args(["build", "-p", "mlx5-direct", "--example", name])
-            .current_dir(env!("CARGO_MANIFEST_DIR"));
-        if release {
-            cmd.arg("--release");
-        }
-        let st = cmd.status().expect("run cargo");
-        assert!(st.success(), "building example {name} failed");
-    }
-    bin
+    mlx5_testkit::process::example(
+        env!("CARGO"),
+        env!("CARGO_MANIFEST_DIR"),
+        "mlx5-direct",
+        name,
+    )
 }
 
 /// How long one example run may take before the test kills it and fails (they take well
