@@ -1178,7 +1178,8 @@ unsafe fn send_one(qp: &mut Qp, cqe: *const u8, tail: u64, out: *mut Wc) -> bool
 ///
 /// # Safety
 /// `out` has `out_room` entries; `cqe` is the first of `lap` CQEs of this lap, `1 << SHIFT`
-/// bytes apart (when `lap` is 0 it may point past the buffer: nothing is read).
+/// bytes apart (when `lap` is 0 it may point past the buffer: nothing is read); [`send_one`]
+/// just took the QP's previous CQE (so every outstanding WQE is of the common shape).
 #[inline(never)]
 unsafe fn send_more<const SHIFT: u32>(
     qp: &mut Qp,
@@ -1188,9 +1189,8 @@ unsafe fn send_more<const SHIFT: u32>(
     lap: usize,
     out: *mut Wc,
 ) -> usize {
-    if !qp.sq_all_common() {
-        return 0;
-    }
+    // `send_one` took this QP's previous CQE: every outstanding WQE is of the common shape
+    // (retiring keeps it so), checked there.
     let v = qp.sq_lean_view();
     let slot = (v.ci & v.mask) as usize;
     let n = out_room
