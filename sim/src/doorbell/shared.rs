@@ -61,7 +61,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
 
-use super::threaded::{check_first_word, in_flight, oldest};
+use super::threaded::{check_first_word, follow_record, in_flight, oldest};
 use super::{BF_HALF, BF_OFFSET, POISON};
 use crate::bugs::{BugLog, DriverBugKind};
 use crate::mem::DmaBuf;
@@ -556,33 +556,10 @@ pub fn follow(qp: &mut Qp, threaded: bool, dev: &str, bugs: &mut BugLog) -> bool
         return false;
     }
     let dbr = qp.sq_dbr();
-    if dbr == qp.db.sq_known {
-        return false;
-    }
-    let wqe_cnt = qp.geom.sq_wqe_cnt;
-    let o = oldest(qp);
-    let in_use = dbr.wrapping_sub(o) as u32;
-    let known = qp.db.sq_known.wrapping_sub(o) as u32;
-    if in_use > wqe_cnt || in_use < known {
-        if qp.db.bad_dbr != Some(dbr) {
-            qp.db.bad_dbr = Some(dbr);
-            bugs.report(
-                dev,
-                qp.qpn,
-                DriverBugKind::DbrOverflow,
-                format!(
-                    "SQ doorbell record {dbr} is {in_use} basic blocks ahead of the oldest WQE \
-                     not yet completed ({o}) but the SQ has {wqe_cnt} and the record was \
-                     already {}: WQEs were overwritten or the record is garbage; ignored",
-                    qp.db.sq_known
-                ),
-            );
-        }
-        return false;
-    }
-    qp.db.sq_known = dbr;
-    qp.db.bf = None;
-    true
+    let mut bad = qp.db.bad_dbr.take();
+    let work = follow_record(qp, dbr, &mut bad, dev, bugs);
+    qp.db.bad_dbr = bad;
+    work
 }
 
 #[cfg(test)]

@@ -131,6 +131,46 @@ fn bytes_of(words: &[u64]) -> Vec<u8> {
     words.iter().flat_map(|w| w.to_ne_bytes()).collect()
 }
 
+/// Execute up to the doorbell record `dbr` when it advanced sanely; a record ahead of what the
+/// SQ can hold (or behind what was already taken) is a driver bug, reported once per value
+/// (`bad_dbr` remembers the last one reported). Shared by the threaded watcher and the QPs of
+/// shared registers ([`super::shared::follow`]).
+pub(super) fn follow_record(
+    qp: &mut Qp,
+    dbr: u16,
+    bad_dbr: &mut Option<u16>,
+    dev: &str,
+    bugs: &mut BugLog,
+) -> bool {
+    if dbr == qp.db.sq_known {
+        return false;
+    }
+    let wqe_cnt = qp.geom.sq_wqe_cnt;
+    let o = oldest(qp);
+    let in_use = dbr.wrapping_sub(o) as u32;
+    let known = qp.db.sq_known.wrapping_sub(o) as u32;
+    if in_use > wqe_cnt || in_use < known {
+        if *bad_dbr != Some(dbr) {
+            *bad_dbr = Some(dbr);
+            bugs.report(
+                dev,
+                qp.qpn,
+                DriverBugKind::DbrOverflow,
+                format!(
+                    "SQ doorbell record {dbr} is {in_use} basic blocks ahead of the oldest WQE \
+                     not yet completed ({o}) but the SQ has {wqe_cnt} and the record was \
+                     already {}: WQEs were overwritten or the record is garbage; ignored",
+                    qp.db.sq_known
+                ),
+            );
+        }
+        return false;
+    }
+    qp.db.sq_known = dbr;
+    qp.db.bf = None;
+    true
+}
+
 /// The first WQE the driver may not reuse yet: the oldest one not completed.
 pub(super) fn oldest(qp: &Qp) -> u16 {
     qp.req
@@ -176,7 +216,7 @@ impl Watcher {
         // The record is read after the doorbells: a doorbell seen implies its record is seen.
         fence(Ordering::Acquire);
         let dbr = qp.sq_dbr();
-        let mut work = self.follow_record(qp, dbr, dev, bugs);
+        let mut work = follow_record(qp, dbr, &mut self.bad_dbr, dev, bugs);
         let changed = [w0[0] != self.halves[0].w0, w0[1] != self.halves[1].w0];
         for h in 0..2 {
             if !changed[h] {
@@ -213,37 +253,6 @@ impl Watcher {
             self.look(qp, h, changed[1 - h], dbr, dev, bugs);
         }
         work
-    }
-
-    /// Execute up to the doorbell record when it advanced sanely.
-    fn follow_record(&mut self, qp: &mut Qp, dbr: u16, dev: &str, bugs: &mut BugLog) -> bool {
-        if dbr == qp.db.sq_known {
-            return false;
-        }
-        let wqe_cnt = qp.geom.sq_wqe_cnt;
-        let o = oldest(qp);
-        let in_use = dbr.wrapping_sub(o) as u32;
-        let known = qp.db.sq_known.wrapping_sub(o) as u32;
-        if in_use > wqe_cnt || in_use < known {
-            if self.bad_dbr != Some(dbr) {
-                self.bad_dbr = Some(dbr);
-                bugs.report(
-                    dev,
-                    qp.qpn,
-                    DriverBugKind::DbrOverflow,
-                    format!(
-                        "SQ doorbell record {dbr} is {in_use} basic blocks ahead of the oldest WQE \
-                         not yet completed ({o}) but the SQ has {wqe_cnt} and the record was \
-                         already {}: WQEs were overwritten or the record is garbage; ignored",
-                        qp.db.sq_known
-                    ),
-                );
-            }
-            return false;
-        }
-        qp.db.sq_known = dbr;
-        qp.db.bf = None;
-        true
     }
 
     /// Look at half `h`: clean junk, or judge its watched write if it can be.
