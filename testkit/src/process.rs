@@ -171,3 +171,43 @@ pub fn example(cargo: &str, manifest_dir: &str, package: &str, name: &str) -> Pa
     }
     bin
 }
+
+/// Run `exe args` with no standard input and no `RUST_LOG`, for at most `limit`: its exit code
+/// (`None`: ended by a signal) and standard error, or an error saying it still ran at the limit
+/// (it is killed: a hang).
+pub fn run_bounded(
+    exe: &Path,
+    args: &[String],
+    limit: Duration,
+) -> Result<(Option<i32>, String), String> {
+    let mut child = Command::new(exe)
+        .args(args)
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the program");
+    let mut err = child.stderr.take().expect("piped stderr");
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = err.read_to_string(&mut s);
+        s
+    });
+    let start = Instant::now();
+    let status = loop {
+        if let Some(st) = child.try_wait().expect("wait") {
+            break st;
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(format!(
+                "{} {args:?} still runs after {limit:?} (a hang)",
+                exe.display()
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    Ok((status.code(), reader.join().unwrap_or_default()))
+}

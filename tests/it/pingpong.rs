@@ -10,11 +10,10 @@
 
 use mlx5_testkit::process;
 
-use std::io::Read;
 use std::net::TcpListener;
 use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Output};
+use std::time::Duration;
 
 fn example(name: &str) -> PathBuf {
     mlx5_testkit::process::example(
@@ -195,34 +194,8 @@ fn pingpong_mistakes_are_clear_errors() {
 
 /// `name args` ends within `limit` with 1 or 2 and a message.
 fn bounded(name: &str, args: &[String], limit: Duration) -> std::result::Result<(), String> {
-    let mut child = Command::new(example(name))
-        .args(args)
-        .env_remove("RUST_LOG")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start the example");
-    let mut err = child.stderr.take().expect("piped");
-    let reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = err.read_to_string(&mut s);
-        s
-    });
-    let start = Instant::now();
-    let status = loop {
-        if let Some(st) = child.try_wait().expect("wait") {
-            break st;
-        }
-        if start.elapsed() > limit {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(format!("{name} {args:?}: still running after {limit:?}"));
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let e = reader.join().unwrap_or_default();
-    match status.code() {
+    let (code, e) = process::run_bounded(&example(name), args, limit)?;
+    match code {
         Some(1 | 2) if !e.trim().is_empty() && !e.contains("panicked") => Ok(()),
         code => Err(format!("{name} {args:?}: exit {code:?}: {e}")),
     }

@@ -4,10 +4,8 @@
 //! timeout, with exit status 1 or 2 and a message on standard error: never 101 (a panic), 134
 //! (an abort), 139 (a segfault), another signal, or a hang.
 
-use std::io::Read;
 use std::net::TcpListener;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const LAT: &str = env!("CARGO_BIN_EXE_lat");
 const BW: &str = env!("CARGO_BIN_EXE_bw");
@@ -16,33 +14,8 @@ const WQE_DUMP: &str = env!("CARGO_BIN_EXE_wqe-dump");
 /// Run `bin args` with no standard input for at most `limit`; the exit code (`None`: killed by
 /// a signal) and standard error. Panics when it is still running at the limit.
 pub fn run_bounded(bin: &str, args: &[String], limit: Duration) -> (Option<i32>, String) {
-    let mut child = Command::new(bin)
-        .args(args)
-        .env_remove("RUST_LOG")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start the program");
-    let mut err = child.stderr.take().expect("piped stderr");
-    let reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = err.read_to_string(&mut s);
-        s
-    });
-    let start = Instant::now();
-    let status = loop {
-        if let Some(st) = child.try_wait().expect("wait") {
-            break st;
-        }
-        if start.elapsed() > limit {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("{bin} {args:?} still runs after {limit:?} (a hang)");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    (status.code(), reader.join().unwrap_or_default())
+    mlx5_testkit::process::run_bounded(std::path::Path::new(bin), args, limit)
+        .unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// Every case of `table` (program, arguments) ends with 1 or 2 and a message, run a few at a
