@@ -81,7 +81,7 @@ fn take_ids(wcs: &[Wc; 16], k: usize, ids: &mut [u64; 16]) -> usize {
         if !wcs[i].is_ok() {
             return 0;
         }
-        ids[i] = wcs[i].wr_id;
+        ids[i] = wcs[i].wr_id();
     }
     k
 }

@@ -136,8 +136,8 @@ impl End {
             if n == 1 {
                 let wc = wcs[0];
                 assert!(wc.is_ok(), "completion failed: {wc:?}");
-                if wc.opcode.is_recv() {
-                    self.post_recv(wc.wr_id);
+                if wc.opcode().is_recv() {
+                    self.post_recv(wc.wr_id());
                     return wc;
                 }
             } else {
@@ -182,7 +182,7 @@ fn rig(how: Wait) -> (End, std::thread::JoinHandle<End>, Context) {
     }
     let echo = std::thread::spawn(move || loop {
         let wc = pb.wait_recv(how);
-        if wc.imm_data == STOP {
+        if wc.imm_data() == STOP {
             return pb;
         }
         pb.send(0);
@@ -281,8 +281,8 @@ fn tokio_case(c: &mut Criterion) {
                             },
                         };
                         assert!(wc.is_ok(), "completion failed: {wc:?}");
-                        if wc.opcode.is_recv() {
-                            qp.post_recv(wc.wr_id, &[sge]).expect("post_recv");
+                        if wc.opcode().is_recv() {
+                            qp.post_recv(wc.wr_id(), &[sge]).expect("post_recv");
                             break;
                         }
                     }

@@ -244,14 +244,14 @@ async fn serve(
             .filter(|&c| c < n)
             .ok_or("a completion of a CQ not served")?;
         check(&wc, &format!("server, client {c}"))?;
-        match wc.opcode {
+        match wc.opcode() {
             WcOpcode::RdmaWrite => written += 1,
             WcOpcode::Recv => {
-                let j = wc.wr_id;
+                let j = wc.wr_id();
                 side.recv
                     .read_into((c * WINDOW as usize + j as usize) * SLOT, &mut buf)?;
                 let k = next[c];
-                if wc.byte_len as usize != SLOT || buf != request(c, k) {
+                if wc.byte_len() as usize != SLOT || buf != request(c, k) {
                     return Err(format!(
                         "server: request {k} of client {c} arrived wrong: {:?}",
                         String::from_utf8_lossy(&buf)
@@ -280,9 +280,9 @@ fn check(wc: &Wc, who: &str) -> Result<()> {
     }
     Err(format!(
         "{who}: WR {} ({}) completed with {}{}",
-        wc.wr_id,
-        wc.opcode.name(),
-        wc.status.name(),
+        wc.wr_id(),
+        wc.opcode().name(),
+        wc.status().name(),
         wc.syndrome_name()
             .map(|s| format!(", syndrome {s}"))
             .unwrap_or_default()
@@ -351,10 +351,10 @@ impl Client {
         while checked < requests || sends_done < sent {
             let wc = acq.next(&mut qp).await?;
             check(&wc, &format!("client {c}"))?;
-            match wc.opcode {
+            match wc.opcode() {
                 WcOpcode::Send => sends_done += 1,
                 WcOpcode::RecvRdmaWithImm => {
-                    let k = u64::from(wc.imm_data);
+                    let k = u64::from(wc.imm_data());
                     if k != checked {
                         return Err(
                             format!("client {c}: reply {k} came when {checked} was due").into()
@@ -369,7 +369,7 @@ impl Client {
                         .into());
                     }
                     checked += 1;
-                    Self::post_recv(&mut qp, &scratch, wc.wr_id)?;
+                    Self::post_recv(&mut qp, &scratch, wc.wr_id())?;
                     if sent < requests {
                         send(&mut qp, sent)?;
                         sent += 1;

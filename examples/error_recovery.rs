@@ -108,7 +108,8 @@ fn write_record(a: &mut Side, b_mr: &Mr, i: u64) -> Result<()> {
 
 /// Wait until WR `last` completes; every completion up to it must be a success.
 fn all_ok(a: &mut Side, last: u64, count: u64, what: &str) -> Result<()> {
-    let done = a.cq.poll_until(&mut a.qp, TIMEOUT, |wc| wc.wr_id == last)?;
+    let done =
+        a.cq.poll_until(&mut a.qp, TIMEOUT, |wc| wc.wr_id() == last)?;
     if done.len() != count as usize || done.iter().any(|w| !w.is_ok()) {
         return Err(format!("{what}: {done:?}").into());
     }
@@ -172,7 +173,7 @@ fn run() -> Result<()> {
     let first = *seen
         .first()
         .ok_or("no completion after 1 s of virtual time")?;
-    if first.status != WcStatus::RetryExcErr {
+    if first.status() != WcStatus::RetryExcErr {
         return Err(format!("expected RETRY_EXC_ERR first, got {first:?}").into());
     }
     // The device moved the QP to Error, and the data path knows it from the error completion.
@@ -196,8 +197,8 @@ fn run() -> Result<()> {
     println!(
         "  4 error      after {} ms of virtual time: WR {} completed with {} (syndrome {})",
         waited.as_millis(),
-        first.wr_id,
-        first.status.name(),
+        first.wr_id(),
+        first.status().name(),
         first.syndrome_name().unwrap_or("?"),
     );
     println!(
@@ -227,8 +228,8 @@ fn run() -> Result<()> {
     };
     // Every WR posted during the fault is accounted for exactly once: the error completion
     // above, and a flush (now or in the rebuild's drain) for each one behind it.
-    let mut retired: Vec<u64> = seen.iter().map(|w| w.wr_id).collect();
-    retired.extend(rep_a.drained.iter().map(|w| w.wr_id));
+    let mut retired: Vec<u64> = seen.iter().map(|w| w.wr_id()).collect();
+    retired.extend(rep_a.drained.iter().map(|w| w.wr_id()));
     retired.sort_unstable();
     let expected: Vec<u64> = (BEFORE..BEFORE + DURING).collect();
     if retired != expected {
@@ -237,7 +238,7 @@ fn run() -> Result<()> {
     let flushed = seen
         .iter()
         .chain(rep_a.drained.iter())
-        .filter(|w| w.status == WcStatus::WrFlushErr)
+        .filter(|w| w.status() == WcStatus::WrFlushErr)
         .count() as u64;
     if flushed != DURING - 1 {
         return Err(format!("{flushed} flushed WRs, want {}", DURING - 1).into());

@@ -43,7 +43,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     println!(
         "WRITE {} ({} → {}): B's memory reads {:?}",
-        wc.status.name(),
+        wc.status().name(),
         a.name(),
         b.name(),
         String::from_utf8_lossy(&landed)

@@ -106,7 +106,7 @@ fn check(cond: bool, what: &str) -> Result<()> {
 
 /// The second line of an operation: its completion on A and what it left behind.
 fn ok(wc: &Wc, result: std::fmt::Arguments<'_>) {
-    println!("         ok: {} on A; {result}", wc.opcode.name());
+    println!("         ok: {} on A; {result}", wc.opcode().name());
 }
 
 fn text(bytes: &[u8]) -> std::borrow::Cow<'_, str> {
@@ -149,7 +149,7 @@ fn run() -> Result<()> {
     let wc = a.done(2, "READ")?;
     let got = a.mr.read(LANDING, data.len())?;
     check(
-        got == data && wc.byte_len as usize == data.len(),
+        got == data && wc.byte_len() as usize == data.len(),
         "READ: wrong bytes",
     )?;
     ok(&wc, format_args!("A's memory reads {:?}", text(&got)));
@@ -162,14 +162,14 @@ fn run() -> Result<()> {
     let sent = a.done(3, "SEND")?;
     let recv = b.done(7, "RECV")?;
     let got = b.mr.read(RECV, 4)?;
-    let (imm, has_imm) = (recv.imm_data, recv.flags.contains(WcFlags::WITH_IMM));
+    let (imm, has_imm) = (recv.imm_data(), recv.flags().contains(WcFlags::WITH_IMM));
     check(
-        recv.opcode == WcOpcode::Recv && recv.wr_id == 7,
+        recv.opcode() == WcOpcode::Recv && recv.wr_id() == 7,
         "RECV: wrong WR",
     )?;
-    check(recv.byte_len == 4 && got == b"ping", "RECV: wrong bytes")?;
+    check(recv.byte_len() == 4 && got == b"ping", "RECV: wrong bytes")?;
     check(has_imm && imm == 0xC0FFEE, "RECV: immediate data lost")?;
-    let (op, got) = (recv.opcode.name(), text(&got));
+    let (op, got) = (recv.opcode().name(), text(&got));
     ok(
         &sent,
         format_args!("{op} on B: wr_id 7, 4 bytes {got:?}, imm {imm:#x}"),

@@ -95,18 +95,18 @@ fn rc_side(mut s: Resources, st: &Setup<'_>) -> Result<Outcome> {
                 if !wc.is_ok() {
                     return Err(Error::completion(wc));
                 }
-                if !wc.opcode.is_recv() {
+                if !wc.opcode().is_recv() {
                     sent += 1;
                     continue;
                 }
-                if wc.byte_len as usize != size
+                if wc.byte_len() as usize != size
                     || s.mr.read(size, size)? != pattern(i, !client, size)
                 {
                     return Err(Error::Check(format!(
                         "iteration {i}: the message arrived damaged"
                     )));
                 }
-                s.qps[0].post_recv(wc.wr_id, std::slice::from_ref(&recv))?;
+                s.qps[0].post_recv(wc.wr_id(), std::slice::from_ref(&recv))?;
                 got = true;
                 checked += 1;
             }

@@ -85,9 +85,9 @@ fn run(n: u64) -> Result<()> {
             }
             for wc in &wcs[..k] {
                 if !wc.is_ok() {
-                    return Err(format!("WR {}: {}", wc.wr_id, wc.status.name()).into());
+                    return Err(format!("WR {}: {}", wc.wr_id(), wc.status().name()).into());
                 }
-                completed = wc.wr_id + 1;
+                completed = wc.wr_id() + 1;
             }
         }
         if burst == 0 && completed < n {

@@ -188,19 +188,19 @@ fn run(clients: usize, per: u64) -> Result<()> {
             }
             for wc in &wcs[..n] {
                 if !wc.is_ok() {
-                    let (op, st) = (wc.opcode.name(), wc.status.name());
+                    let (op, st) = (wc.opcode().name(), wc.status().name());
                     return Err(format!("server: {op} completed with {st}").into());
                 }
-                if !wc.opcode.is_recv() {
+                if !wc.opcode().is_recv() {
                     continue;
                 }
                 let c = qps
                     .iter()
-                    .position(|q| q.qpn() == wc.qp_num)
+                    .position(|q| q.qpn() == wc.qp_num())
                     .ok_or("a request on an unknown QP")?;
                 let k = served[c];
-                let slot = wc.wr_id as usize;
-                if wc.byte_len as usize != SLOT || mr.read(slot * SLOT, SLOT)? != request(c, k) {
+                let slot = wc.wr_id() as usize;
+                if wc.byte_len() as usize != SLOT || mr.read(slot * SLOT, SLOT)? != request(c, k) {
                     return Err(format!(
                         "server: request {k} of client {c} damaged or out of order"
                     )
@@ -214,7 +214,7 @@ fn run(clients: usize, per: u64) -> Result<()> {
                 let sge = [mr.sge(off, SLOT as u32)?];
                 qps[c].post(&SendWr::send(replies).sges(&sge).signaled())?;
                 replies += 1;
-                srq.post_recv(wc.wr_id, &[mr.sge(slot * SLOT, SLOT as u32)?])?;
+                srq.post_recv(wc.wr_id(), &[mr.sge(slot * SLOT, SLOT as u32)?])?;
                 reposted += 1;
             }
         }
@@ -229,21 +229,21 @@ fn run(clients: usize, per: u64) -> Result<()> {
                 }
                 for wc in &wcs[..n] {
                     if !wc.is_ok() {
-                        let (op, st) = (wc.opcode.name(), wc.status.name());
+                        let (op, st) = (wc.opcode().name(), wc.status().name());
                         return Err(format!("client {c}: {op} completed with {st}").into());
                     }
-                    if !wc.opcode.is_recv() {
+                    if !wc.opcode().is_recv() {
                         continue;
                     }
                     let k = client.answered;
-                    let off = (window + wc.wr_id) as usize * SLOT;
+                    let off = (window + wc.wr_id()) as usize * SLOT;
                     if client.mr.read(off, SLOT)? != answer(c, k) {
                         return Err(format!("client {c}: answer {k} is not its own").into());
                     }
                     client.answered += 1;
                     client
                         .qp
-                        .post_recv(wc.wr_id, &[client.mr.sge(off, SLOT as u32)?])?;
+                        .post_recv(wc.wr_id(), &[client.mr.sge(off, SLOT as u32)?])?;
                 }
             }
         }

@@ -76,16 +76,16 @@ fn expect(r: &mut Receiver, i: u64, src_qpn: u32) -> Res<()> {
     let slot = r.got.len() as u64;
     let wc = r.cq.wait_for(&mut r.qp, slot, WAIT)?;
     let want = message(i);
-    if !wc.flags.contains(WcFlags::GRH) || wc.byte_len as usize != GRH + want.len() {
+    if !wc.flags().contains(WcFlags::GRH) || wc.byte_len() as usize != GRH + want.len() {
         return Err(format!("{}: datagram {i}: {wc:?}", r.name).into());
     }
     let data = r.mr.read(slot as usize * SLOT + GRH, want.len())?;
-    if data != want || wc.src_qp != src_qpn {
+    if data != want || wc.src_qp() != src_qpn {
         return Err(format!(
             "{}: datagram {i} reads {:?} from QPN {:#x}",
             r.name,
             String::from_utf8_lossy(&data),
-            wc.src_qp
+            wc.src_qp()
         )
         .into());
     }

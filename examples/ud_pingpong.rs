@@ -105,30 +105,30 @@ fn ud_side(mut s: Resources, st: &Setup<'_>) -> Result<Outcome> {
                 if !wc.is_ok() {
                     return Err(Error::completion(wc));
                 }
-                if !wc.opcode.is_recv() {
+                if !wc.opcode().is_recv() {
                     sent += 1;
                     continue;
                 }
-                let off = if wc.flags.contains(WcFlags::GRH) {
+                let off = if wc.flags().contains(WcFlags::GRH) {
                     grh += 1;
                     GRH
                 } else {
                     0
                 };
-                if wc.src_qp != peer.qpn {
-                    let (got, want) = (wc.src_qp, peer.qpn);
+                if wc.src_qp() != peer.qpn {
+                    let (got, want) = (wc.src_qp(), peer.qpn);
                     return Err(Error::Check(format!(
                         "iteration {i}: from QPN {got:#x}, want {want:#x}"
                     )));
                 }
-                if wc.byte_len as usize != size + off
+                if wc.byte_len() as usize != size + off
                     || s.mr.read(size + off, size)? != pattern(i, !client, size)
                 {
                     return Err(Error::Check(format!(
                         "iteration {i}: the datagram arrived damaged"
                     )));
                 }
-                s.qps[0].post_recv(wc.wr_id, std::slice::from_ref(&recv))?;
+                s.qps[0].post_recv(wc.wr_id(), std::slice::from_ref(&recv))?;
                 got = true;
                 checked += 1;
             }

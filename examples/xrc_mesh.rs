@@ -81,10 +81,10 @@ fn live_qps(nodes: &[Context]) -> usize {
 
 /// Check a receive completion of endpoint `me` in `layout`: slot, length, bytes, sender once.
 fn check_recv(layout: &str, me: usize, e: &mut Endpoint, wc: &Wc) -> Result<()> {
-    if !wc.is_ok() || wc.opcode != WcOpcode::Recv || wc.byte_len as usize != SLOT {
+    if !wc.is_ok() || wc.opcode() != WcOpcode::Recv || wc.byte_len() as usize != SLOT {
         return Err(format!("{layout}: endpoint {me}: bad completion {wc:?}").into());
     }
-    let from = wc.wr_id as usize;
+    let from = wc.wr_id() as usize;
     let data = e.mr.read(from * SLOT, SLOT)?;
     if data != message(layout, from, me) {
         let text = String::from_utf8_lossy(&data).into_owned();
@@ -121,7 +121,7 @@ fn collect(
                 }
                 polled = true;
                 for wc in &wcs[..n] {
-                    if wc.opcode.is_recv() {
+                    if wc.opcode().is_recv() {
                         check_recv(layout, me, e, wc)?;
                     } else if wc.is_ok() {
                         sent += 1;

@@ -188,31 +188,31 @@ impl fmt::Display for WcReport<'_> {
             return write!(
                 f,
                 "completion {} wr_id {:#x} opcode {} qp {:#x} byte_len {}",
-                w.status.name(),
-                w.wr_id,
-                w.opcode.name(),
-                w.qp_num,
-                w.byte_len
+                w.status().name(),
+                w.wr_id(),
+                w.opcode().name(),
+                w.qp_num(),
+                w.byte_len()
             );
         }
         writeln!(
             f,
             "error completion {} (status {})",
-            w.status.name(),
-            w.status as u8
+            w.status().name(),
+            w.status() as u8
         )?;
-        writeln!(f, "  wr_id     {:#x}", w.wr_id)?;
-        writeln!(f, "  opcode    {}", w.opcode.name())?;
-        writeln!(f, "  qp        {:#x}", w.qp_num)?;
+        writeln!(f, "  wr_id     {:#x}", w.wr_id())?;
+        writeln!(f, "  opcode    {}", w.opcode().name())?;
+        writeln!(f, "  qp        {:#x}", w.qp_num())?;
         writeln!(
             f,
             "  syndrome  {:#04x} {}, vendor syndrome {:#04x}",
-            w.syndrome,
-            mlx5_cq::syndrome_name(w.syndrome),
-            w.vendor_err
+            w.syndrome(),
+            mlx5_cq::syndrome_name(w.syndrome()),
+            w.vendor_err()
         )?;
-        writeln!(f, "  causes    {}", w.status.causes())?;
-        let a = advice(w.status);
+        writeln!(f, "  causes    {}", w.status().causes())?;
+        let a = advice(w.status());
         write!(f, "  check     {}", a.check)?;
         if !a.counters.is_empty() {
             write!(f, "\n  counters  {}", a.counters.join(", "))?;
@@ -484,15 +484,15 @@ mod tests {
 
     #[test]
     fn error_completion_names_everything() {
-        let wc = Wc {
+        let wc = Wc::new(&mlx5_qp::WcFields {
             wr_id: 0x2a,
             status: WcStatus::RetryExcErr,
             opcode: WcOpcode::RdmaWrite,
             qp_num: 0x123,
             syndrome: mlx5_cq::SYNDROME_TRANSPORT_RETRY_EXC_ERR,
             vendor_err: 0x81,
-            ..Wc::default()
-        };
+            ..mlx5_qp::WcFields::default()
+        });
         let s = WcReport(&wc).to_string();
         for want in [
             "IBV_WC_RETRY_EXC_ERR (status 12)",

@@ -25,7 +25,7 @@
 //! let mut conn = Connection::accept(&listener, dev, qp, link, &params)?;
 //! // ... traffic; on an error completion `wc`:
 //! # let wc = mlx5_qp::Wc::default();
-//! let report = conn.rebuild(dev, link, wc.status)?;
+//! let report = conn.rebuild(dev, link, wc.status())?;
 //! println!("rebuilt (generation {}), first error: {:?}", report.generation, report.first_error());
 //! # Ok(()) }
 //! ```

@@ -289,8 +289,8 @@ impl Cq {
         // One completion per poll: nothing beyond the first is taken from the CQ.
         let got = self.poll_loop(table, timeout, 1, |_| true)?;
         match got.as_slice() {
-            [wc] if wc.wr_id == wr_id && wc.is_ok() => Ok(*wc),
-            [wc] if wc.wr_id == wr_id => Err(Error::Failed { wc: *wc }),
+            [wc] if wc.wr_id() == wr_id && wc.is_ok() => Ok(*wc),
+            [wc] if wc.wr_id() == wr_id => Err(Error::Failed { wc: *wc }),
             _ => Err(Error::Unexpected {
                 wr_id,
                 completions: got,

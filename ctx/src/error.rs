@@ -49,13 +49,13 @@ pub enum Error {
     #[error("{0}")]
     NoDevice(String),
     /// A completion waited for failed.
-    #[error("WR {} failed: {} ({}){}", .wc.wr_id, .wc.status.name(), .wc.status, .wc.syndrome_name().map(|s| format!(", syndrome {s}")).unwrap_or_default())]
+    #[error("WR {} failed: {} ({}){}", .wc.wr_id(), .wc.status().name(), .wc.status(), .wc.syndrome_name().map(|s| format!(", syndrome {s}")).unwrap_or_default())]
     Failed {
         /// The completion.
         wc: mlx5_qp::Wc,
     },
     /// A completion of another WR arrived while waiting for one.
-    #[error("waiting for WR {wr_id}, the CQ gave {} other completion(s) first (WR ids {:?}); poll every outstanding WR with Cq::poll_until", .completions.len(), .completions.iter().map(|w| w.wr_id).collect::<Vec<_>>())]
+    #[error("waiting for WR {wr_id}, the CQ gave {} other completion(s) first (WR ids {:?}); poll every outstanding WR with Cq::poll_until", .completions.len(), .completions.iter().map(|w| w.wr_id()).collect::<Vec<_>>())]
     Unexpected {
         /// The WR waited for.
         wr_id: u64,

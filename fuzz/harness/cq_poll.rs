@@ -143,12 +143,12 @@ pub fn run(data: &[u8]) {
     for round in 0..16 {
         let got = if round % 2 == 0 {
             match cq.poll(&mut qp, &mut wcs) {
-                Ok(n) => wcs[..n].iter().map(|w| w.wr_id).collect::<Vec<_>>(),
+                Ok(n) => wcs[..n].iter().map(|w| w.wr_id()).collect::<Vec<_>>(),
                 Err(_) => continue,
             }
         } else {
             let mut other = Vec::new();
-            match cq.poll_send(&mut qp, &mut ids, |w| other.push(w.wr_id)) {
+            match cq.poll_send(&mut qp, &mut ids, |w| other.push(w.wr_id())) {
                 Ok(n) => {
                     other.extend_from_slice(&ids[..n]);
                     other

@@ -133,10 +133,10 @@ impl World {
                     got += n;
                     for w in &wcs[..n] {
                         assert!(
-                            self.done.insert((si, w.qp_num, w.wr_id)),
+                            self.done.insert((si, w.qp_num(), w.wr_id())),
                             "WR {} of QP {:#x} completed twice",
-                            w.wr_id,
-                            w.qp_num
+                            w.wr_id(),
+                            w.qp_num()
                         );
                     }
                 }

@@ -14,7 +14,7 @@ use crate::error::{Error, Result};
 use crate::qp::Qp;
 use crate::sq::{CqeInfo, Progress};
 use crate::srq::Srq;
-use crate::wc::{Wc, WcFlags, WcOpcode, WcStatus};
+use crate::wc::{Wc, WcFields, WcOpcode, WcStatus};
 use mlx5_cq::{
     arm_value, cqe64_offset, cqe_opcode_name, sw_owned, ArmCmd, Cqe64, CQE_FORMAT_COMPRESSED,
     CQE_FORMAT_INLINE32, CQE_FORMAT_INLINE64, CQE_REQ, CQE_REQ_ERR, CQE_RESP_ERR, CQE_RESP_SEND,
@@ -752,7 +752,7 @@ impl Cq {
     /// ```no_run
     /// # fn f(cq: &mut mlx5_qp::Cq, qp: &mut mlx5_qp::Qp) -> mlx5_qp::Result<()> {
     /// let mut done = [0u64; 16];
-    /// let n = cq.poll_send(qp, &mut done, |wc| eprintln!("WR {} failed: {}", wc.wr_id, wc.status))?;
+    /// let n = cq.poll_send(qp, &mut done, |wc| eprintln!("WR {} failed: {}", wc.wr_id(), wc.status()))?;
     /// for id in &done[..n] { /* WR `id` succeeded */ }
     /// # Ok(()) }
     /// ```
@@ -869,8 +869,8 @@ impl Cq {
         let k = self.poll(qp, &mut wcs[..room])?;
         let mut n = 0;
         for wc in &wcs[..k] {
-            if wc.is_ok() && !wc.opcode.is_recv() {
-                wr_ids[n] = wc.wr_id;
+            if wc.is_ok() && !wc.opcode().is_recv() {
+                wr_ids[n] = wc.wr_id();
                 n += 1;
             } else {
                 other(*wc);
@@ -1002,25 +1002,25 @@ impl Cq {
             }
             CQE_RESP_SEND | CQE_RESP_SEND_IMM | CQE_RESP_SEND_INV | CQE_RESP_WR_IMM
             | CQE_RESP_ERR => {
-                let mut wc = Wc {
-                    qp_num: qpn,
-                    opcode: WcOpcode::Recv,
-                    ..Wc::default()
-                };
-                if opcode == CQE_RESP_ERR {
+                let wc = if opcode == CQE_RESP_ERR {
                     let e = cqe.as_err();
-                    wc.status = WcStatus::from_syndrome(e.syndrome);
-                    wc.syndrome = e.syndrome;
-                    wc.vendor_err = e.vendor_err_synd;
+                    Wc::new(&WcFields {
+                        qp_num: qpn,
+                        opcode: WcOpcode::Recv,
+                        status: WcStatus::from_syndrome(e.syndrome),
+                        syndrome: e.syndrome,
+                        vendor_err: e.vendor_err_synd,
+                        ..WcFields::default()
+                    })
                 } else {
-                    wc = responder_wc(cqe, qpn, opcode);
-                }
+                    Wc::responder(cqe)
+                };
                 let cqn = self.cqn;
                 let Some(qp) = table.qp(qpn) else {
                     // An XRC target has no data path: its receives belong to the XRC SRQ.
                     return crate::xrc::complete_on_srq(table, cqe, wc, inline, out, cqn);
                 };
-                if wc.status != WcStatus::Success {
+                if !wc.is_ok() {
                     qp.follow_error_completion(false);
                 }
                 match qp.srqn() {
@@ -1081,45 +1081,6 @@ impl Cq {
     }
 }
 
-/// The completion of a good responder CQE (RESP_SEND, RESP_SEND_IMM, RESP_SEND_INV,
-/// RESP_WR_IMM) of QP `qpn`, WR id not yet known: the fields rdma-core's `handle_responder`
-/// takes from it, the same way. Shared by [`Cq::poll`]'s receive fast path and the full one.
-#[inline(always)]
-fn responder_wc(cqe: &Cqe64, qpn: u32, opcode: u8) -> Wc {
-    let mut wc = Wc {
-        qp_num: qpn,
-        opcode: WcOpcode::Recv,
-        byte_len: cqe.byte_cnt(),
-        src_qp: cqe.src_qpn(),
-        slid: cqe.slid(),
-        sl: cqe.sl(),
-        dlid_path_bits: cqe.dlid_path_bits(),
-        pkey_index: cqe.pkey_index(),
-        ..Wc::default()
-    };
-    if cqe.grh_flags() != 0 {
-        wc.flags |= WcFlags::GRH;
-    }
-    let imm = cqe.imm_inval_pkey.get();
-    match opcode {
-        CQE_RESP_SEND_IMM => {
-            wc.flags |= WcFlags::WITH_IMM;
-            wc.imm_data = imm;
-        }
-        CQE_RESP_WR_IMM => {
-            wc.opcode = WcOpcode::RecvRdmaWithImm;
-            wc.flags |= WcFlags::WITH_IMM;
-            wc.imm_data = imm;
-        }
-        CQE_RESP_SEND_INV => {
-            wc.flags |= WcFlags::WITH_INV;
-            wc.imm_data = imm;
-        }
-        _ => {}
-    }
-    wc
-}
-
 /// The 64 bytes at `p` in eight 8-byte volatile loads (a volatile load of a byte array or of
 /// `Cqe64` is a load per field or byte).
 ///
@@ -1151,12 +1112,9 @@ unsafe fn send_one(qp: &mut Qp, cqe: *const u8, tail: u64, out: *mut Wc) -> bool
     if (wqe_counter != v.ci) | qp.sq_idle() | !qp.sq_all_common() {
         return false;
     }
-    let slot = (v.ci & v.mask) as usize;
-    // SAFETY: slot < wqe_cnt: its WR id and block; the caller's for the rest.
-    unsafe {
-        let ctrl = qp.sq_ring_start().add(slot * 64);
-        write_send_wc(out, *v.wr_ids.add(slot), ctrl, qp.qpn(), cqe);
-    }
+    let slot = (wqe_counter & v.mask) as usize;
+    // SAFETY: slot < wqe_cnt: its WR id; the caller's for the rest.
+    unsafe { Wc::write_req(out, *v.wr_ids.add(slot), cqe, tail) };
     qp.sq_lean_retired(1);
     true
 }
@@ -1198,17 +1156,16 @@ unsafe fn send_more<const SHIFT: u32>(
         .min(v.room as usize)
         .min((v.mask as usize - slot) + 1);
     let mut expect = LeanRun::expect(qp.cqe_qpn_key(), v.ci);
-    let word1 = Wc::send_word1(qp.qpn());
-    // SAFETY: slot < wqe_cnt: its WR id and block.
-    let (wr0, ctrl) = unsafe { (v.wr_ids.add(slot), qp.sq_ring_start().add(slot * 64)) };
-    // One byte offset for the slot's WR id (8 bytes a slot), scaled by 8 for its block and
-    // its CQE (64 bytes; 128 bytes a CQE: scaled by 16), and the completion's pointer.
+    // SAFETY: slot < wqe_cnt: its WR id.
+    let wr0 = unsafe { v.wr_ids.add(slot) };
+    // One byte offset for the slot's WR id (8 bytes a slot), scaled for its CQE (64 bytes:
+    // by 8; 128 bytes a CQE: by 16), and the completion's pointer.
     let end = n * 8;
     let mut j = 0;
     let mut o = out;
     while j != end {
-        // SAFETY: j < 8 n: `o` is one of the entries, `wr0 + j / 8` and `ctrl + 8 j` the WR
-        // id and block of one slot, `cqe + j << (SHIFT - 3)` inside this lap; its op_own read
+        // SAFETY: j < 8 n: `o` is one of the entries, `wr0 + j / 8` the WR id of one slot,
+        // `cqe + j << (SHIFT - 3)` inside this lap; its op_own read
         // volatile (the device writes it), the rest of it after the ownership test and the
         // barrier (rdma-core `get_sw_cqe`, then `udma_from_device_barrier`).
         unsafe {
@@ -1217,17 +1174,11 @@ unsafe fn send_more<const SHIFT: u32>(
                 break;
             }
             mmio::from_device_barrier();
-            let tail = u64::from_le(core::ptr::read_volatile(c.add(56) as *const u64));
-            if tail & QPN_COUNTER != expect {
+            let tail = core::ptr::read_volatile(c.add(56) as *const u64);
+            if u64::from_le(tail) & QPN_COUNTER != expect {
                 break;
             }
-            let word2 = Wc::send_word2(*ctrl.add(j * 8 + 3));
-            Wc::write_send_words(o, *(wr0 as *const u8).add(j).cast::<u64>(), word1, word2);
-            if word2 == Wc::READ_WORD2 {
-                // rdma-core `handle_good_req`: a READ's completion carries `byte_cnt`.
-                let len = u32::from_be(core::ptr::read_volatile(c.add(44) as *const u32));
-                Wc::set_byte_len(o, len);
-            }
+            Wc::write_req(o, *(wr0 as *const u8).add(j).cast::<u64>(), c, tail);
             o = o.add(1);
         }
         expect = expect.wrapping_add(COUNTER_ONE);
@@ -1252,27 +1203,6 @@ impl Room {
     #[inline(always)]
     fn lap(self) -> usize {
         ((self.cqe_cnt - 1) - self.idx) as usize + 1
-    }
-}
-
-/// The completion of a successful one-block send WQE that is not an atomic, WR id `wr_id`,
-/// ctrl segment at `ctrl`, of QP `qpn`, completed by the CQE at `cqe`: the opcode from the
-/// ctrl segment's byte 3, the bytes of a READ from the CQE's `byte_cnt` (rdma-core
-/// `handle_good_req`), 0 for everything else.
-///
-/// # Safety
-/// `out` is writable; `ctrl` is a block of the send ring; `cqe` is a software-owned CQE,
-/// read after the barrier.
-#[inline(always)]
-unsafe fn write_send_wc(out: *mut Wc, wr_id: u64, ctrl: *const u8, qpn: u32, cqe: *const u8) {
-    // SAFETY: the caller's.
-    unsafe {
-        let word2 = Wc::send_word2(*ctrl.add(3));
-        Wc::write_send_words(out, wr_id, Wc::send_word1(qpn), word2);
-        if word2 == Wc::READ_WORD2 {
-            let n = u32::from_be(core::ptr::read_volatile(cqe.add(44) as *const u32));
-            Wc::set_byte_len(out, n);
-        }
     }
 }
 
@@ -1308,13 +1238,12 @@ unsafe fn recv_run<const SHIFT: u32>(
     let k = room
         .min(v.outstanding as usize)
         .min((v.mask as usize - slot) + 1);
-    let word1 = Wc::send_word1(qp.qpn());
     // Bytes 56..62 of a RESP_SEND CQE of this QP naming receive `c`: the QPN's part as a
     // REQ CQE's (bits 31:24 of `sop_drop_qpn` are outside the compare), the counter BE16.
     let mut expect = LeanRun::expect(qp.cqe_qpn_key(), v.tail);
     let want = CQE_RESP_SEND << 4 | own;
     let cqe = cqe as *const u8;
-    let mut tail = u64::from_le(tail);
+    let mut tail = tail;
     // SAFETY: slot < wqe_cnt.
     let wr0 = unsafe { v.wr_ids.add(slot) };
     // One byte offset for the slot's WR id (8 bytes), scaled for the CQE, and the
@@ -1333,33 +1262,15 @@ unsafe fn recv_run<const SHIFT: u32>(
                     break;
                 }
                 mmio::from_device_barrier();
-                tail = u64::from_le(core::ptr::read_volatile(c.add(56) as *const u64));
+                tail = core::ptr::read_volatile(c.add(56) as *const u64);
             }
-            if !same_qpn_counter(tail, expect) {
+            if !same_qpn_counter(u64::from_le(tail), expect) {
                 break;
             }
-            // The fields rdma-core's `handle_responder` takes for a RESP_SEND (no immediate):
-            // `flags_rqpn` (SL 27:24, GRH 29:28, source QPN 23:0), `imm_inval_pkey` (the
-            // P_Key index, low 16 bits), `byte_cnt`, `slid`, `ml_path` (path bits 6:0) —
-            // offsets of `struct mlx5_cqe64` in mlx5dv.h.
-            let flags = u32::from_be(core::ptr::read_volatile(c.add(24) as *const u32));
-            let pkey = u16::from_be(core::ptr::read_volatile(c.add(38) as *const u16));
-            let byte_cnt = u32::from_be(core::ptr::read_volatile(c.add(44) as *const u32));
-            let slid = u16::from_be(core::ptr::read_volatile(c.add(22) as *const u16));
-            let ml_path = core::ptr::read_volatile(c.add(17));
-            let grh = if flags & 0x3000_0000 != 0 {
-                WcFlags::GRH
-            } else {
-                WcFlags::empty()
-            };
-            Wc::write_recv_words(
-                o,
-                *(wr0 as *const u8).add(j).cast::<u64>(),
-                word1 | Wc::byte_len_word1(byte_cnt),
-                Wc::recv_word2(grh, ((flags >> 24) & 0xf) as u8),
-                Wc::recv_word3(flags & 0x00ff_ffff, slid, pkey),
-                Wc::recv_word4(ml_path & 0x7f),
-            );
+            // The fields rdma-core's `handle_responder` takes (`flags_rqpn`, `slid`,
+            // `ml_path`, `imm_inval_pkey`, `byte_cnt`), as the device wrote them: the
+            // accessors of `Wc` take them apart.
+            Wc::write_resp(o, *(wr0 as *const u8).add(j).cast::<u64>(), c, tail);
             o = o.add(1);
         }
         expect = expect.wrapping_add(COUNTER_ONE);
@@ -1471,6 +1382,7 @@ mod tests {
         CQE_RESP_SEND_IMM, U16, U32,
     };
     use mlx5_hw::{BfLayout, CqLayout, QpLayout, QpState, QpType, WqLayout};
+    use mlx5_wqe::opcode as op;
 
     #[repr(C, align(4096))]
     struct Page([u8; 4096]);
@@ -1573,8 +1485,10 @@ mod tests {
         qp.post(&SendWr::send(13).sges(&sge).signaled()).unwrap();
         qp.post_recv(20, &sge).unwrap();
         qp.post_recv(21, &sge).unwrap();
+        // A requester CQE carries the WQE's opcode in `sop_drop_qpn` bits 31:24 (rdma-core
+        // `handle_good_req` reads it there).
         let req = |pi: u16, byte_cnt: u32| Cqe64 {
-            sop_drop_qpn: U32::new(QPN),
+            sop_drop_qpn: U32::new((OPCODES[pi as usize] as u32) << 24 | QPN),
             wqe_counter: U16::new(pi),
             byte_cnt: U32::new(byte_cnt),
             ..Cqe64::default()
@@ -1586,6 +1500,12 @@ mod tests {
             flags_rqpn: U32::new(0x99),
             ..Cqe64::default()
         };
+        const OPCODES: [u8; 4] = [
+            op::OPCODE_RDMA_WRITE,
+            op::OPCODE_RDMA_WRITE,
+            op::OPCODE_RDMA_READ,
+            op::OPCODE_SEND,
+        ];
         push(&mut m, 0, req(0, 0), CQE_REQ, false);
         push(&mut m, 1, req(1, 0), CQE_REQ, false);
         push(&mut m, 2, req(2, 16), CQE_REQ, true);
@@ -1633,12 +1553,12 @@ mod tests {
             );
         }
         let (fast, _) = run(false, 16);
-        let ids: Vec<u64> = fast.iter().map(|w| w.wr_id).collect();
+        let ids: Vec<u64> = fast.iter().map(|w| w.wr_id()).collect();
         assert_eq!(ids, [10, 11, 12, 13, 20, 21]);
-        assert_eq!(fast[2].opcode, WcOpcode::RdmaRead);
-        assert_eq!(fast[2].byte_len, 16);
+        assert_eq!(fast[2].opcode(), WcOpcode::RdmaRead);
+        assert_eq!(fast[2].byte_len(), 16);
         assert_eq!(
-            (fast[4].opcode, fast[4].byte_len, fast[4].src_qp),
+            (fast[4].opcode(), fast[4].byte_len(), fast[4].src_qp()),
             (WcOpcode::Recv, 7, 0x99)
         );
     }
@@ -1864,9 +1784,12 @@ mod tests {
             });
             assert_eq!(fast, slow, "size {size}");
             let all = flat(&fast);
-            let ids: Vec<u64> = all.iter().map(|w| w.wr_id).collect();
+            let ids: Vec<u64> = all.iter().map(|w| w.wr_id()).collect();
             assert_eq!(ids, [10, 11, 12, 13, 14, 15, 30, 31]);
-            assert_eq!((all[3].opcode, all[3].byte_len), (WcOpcode::RdmaRead, 16));
+            assert_eq!(
+                (all[3].opcode(), all[3].byte_len()),
+                (WcOpcode::RdmaRead, 16)
+            );
             assert!(!all[4].is_ok() && !all[5].is_ok() && all[6].is_ok() && !all[7].is_ok());
             assert_eq!(
                 counts[0], 4,
@@ -1898,13 +1821,18 @@ mod tests {
                 });
                 assert_eq!(fast, slow, "size {size} room {room}");
                 let all = flat(&fast);
-                let ids: Vec<u64> = all.iter().map(|w| w.wr_id).collect();
+                let ids: Vec<u64> = all.iter().map(|w| w.wr_id()).collect();
                 assert_eq!(ids, [40, 41, 42, 43, 44, 45]);
                 assert_eq!(
-                    (all[1].byte_len, all[1].src_qp, all[1].sl, all[1].pkey_index),
+                    (
+                        all[1].byte_len(),
+                        all[1].src_qp(),
+                        all[1].sl(),
+                        all[1].pkey_index()
+                    ),
                     (9, 0x99, 3, 0x77)
                 );
-                assert_eq!(all[3].imm_data, 0xabcd);
+                assert_eq!(all[3].imm_data(), 0xabcd);
                 assert!(fast.last().unwrap().is_err(), "the CQE of no receive");
                 // The first three in the receive run; after the one with immediate data the
                 // full path serves the rest of that call.
@@ -1947,7 +1875,7 @@ mod tests {
                     drain(cq, t, room)
                 });
                 assert_eq!(fast, slow, "size {size} room {room}");
-                let ids: Vec<u64> = flat(&fast).iter().map(|w| w.wr_id).collect();
+                let ids: Vec<u64> = flat(&fast).iter().map(|w| w.wr_id()).collect();
                 assert_eq!(
                     ids,
                     [0, 1, 2, 100, 3, 101, 4, 102, 5, 103, 6, 104, 106, 107, 7],
@@ -1993,7 +1921,7 @@ mod tests {
                 assert_eq!(fast, slow, "size {size} room {room}");
                 let all = flat(&fast);
                 assert_eq!(all.len(), 13 * 15);
-                assert!(all.iter().enumerate().all(|(i, w)| w.wr_id == i as u64));
+                assert!(all.iter().enumerate().all(|(i, w)| w.wr_id() == i as u64));
                 assert_eq!(counts, [195, 0, 0], "size {size} room {room}");
             }
         }

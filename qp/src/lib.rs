@@ -76,7 +76,7 @@
 //! let n = cq.poll(&mut qp, &mut wcs)?;
 //! for wc in &wcs[..n] {
 //!     if !wc.is_ok() {
-//!         eprintln!("WR {} failed: {} ({:?})", wc.wr_id, wc.status, wc.syndrome_name());
+//!         eprintln!("WR {} failed: {} ({:?})", wc.wr_id(), wc.status(), wc.syndrome_name());
 //!     }
 //! }
 //! # Ok(()) }
@@ -102,5 +102,5 @@ pub use error::{Error, Result, SqLimit};
 pub use qp::{Batch, Qp, MAX_SQ_BBS};
 pub use sq::DoorbellMode;
 pub use srq::Srq;
-pub use wc::{Wc, WcFlags, WcOpcode, WcStatus};
+pub use wc::{Wc, WcFields, WcFlags, WcOpcode, WcStatus};
 pub use wr::{RecvWr, RemoteAddr, SendData, SendFlags, SendOp, SendWr, Sge, UdDest};

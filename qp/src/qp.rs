@@ -536,12 +536,6 @@ impl Qp {
         self.sq.lean_view()
     }
 
-    /// The first block of the send ring (the lean poll reads a WQE's opcode there).
-    #[inline(always)]
-    pub(crate) fn sq_ring_start(&self) -> *const u8 {
-        self.sq.ring.start()
-    }
-
     /// The QPN's part of what the lean poll expects in this QP's CQEs.
     #[inline(always)]
     pub(crate) fn cqe_qpn_key(&self) -> u64 {

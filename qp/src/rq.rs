@@ -207,8 +207,8 @@ impl RecvQueue {
             self.reported = Some(c);
             return Err(self.tail);
         }
-        if let (Some(data), true) = (inline, wc.status == WcStatus::Success) {
-            let len = (wc.byte_len as usize).min(data.len());
+        if let (Some(data), true) = (inline, wc.is_ok()) {
+            let len = (wc.byte_len() as usize).min(data.len());
             // SAFETY: the WQE at `c` is outstanding: its segments are the caller's buffers,
             // valid until this completion (post contract).
             unsafe {
@@ -216,7 +216,7 @@ impl RecvQueue {
                 scatter(&data[..len], segs);
             }
         }
-        wc.wr_id = self.wr_id[slot];
+        wc.set_wr_id(self.wr_id[slot]);
         out[0] = wc;
         if dist != 0 {
             self.reported = None;
@@ -257,14 +257,14 @@ impl RecvQueue {
     }
 
     fn flushed(&mut self, qpn: u32) -> Wc {
-        Wc {
+        Wc::new(&crate::wc::WcFields {
             wr_id: self.wr_id[(self.tail & self.mask) as usize],
             status: WcStatus::WrFlushErr,
             opcode: crate::wc::WcOpcode::Recv,
             qp_num: qpn,
             syndrome: SYNDROME_WR_FLUSH_ERR,
-            ..Wc::default()
-        }
+            ..crate::wc::WcFields::default()
+        })
     }
 
     /// Report every outstanding WQE as flushed (resumable like [`Self::complete`]).

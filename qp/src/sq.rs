@@ -9,7 +9,7 @@
 //! their blocks back without a CQE of their own (rdma-core `wqe_head`, UCX `hw_ci`).
 
 use crate::lines::LineArray;
-use crate::wc::{Wc, WcOpcode, WcStatus};
+use crate::wc::{Wc, WcFields, WcOpcode, WcStatus};
 use mlx5_cq::SYNDROME_WR_FLUSH_ERR;
 use mlx5_hw::mmio;
 use mlx5_wqe::ring::SqRing;
@@ -755,7 +755,7 @@ impl SendQueue {
     fn opcode_at(&self, slot: usize) -> WcOpcode {
         // SAFETY: `slot` < wqe_cnt: byte 3 of a block inside the ring.
         let op = unsafe { *self.ring.start().add(slot * SEND_WQE_BB + 3) };
-        WcOpcode::of_send_opcode(op)
+        WcOpcode::from_send_opcode(op)
     }
 
     #[inline(always)]
@@ -771,7 +771,7 @@ impl SendQueue {
         } else {
             meta::atomic_size(self.meta_at(slot)) as u32
         };
-        Wc {
+        Wc::new(&WcFields {
             wr_id: self.wr_id_at(slot),
             status,
             opcode,
@@ -783,8 +783,8 @@ impl SendQueue {
                 0
             },
             syndrome,
-            ..Wc::default()
-        }
+            ..WcFields::default()
+        })
     }
 
     /// Retire the WQE at block `ci` (slot `slot`, `bbs` blocks): clear its meta byte, move
@@ -855,7 +855,7 @@ impl SendQueue {
             return false;
         }
         let opcode = self.opcode_at(slot);
-        *out = Wc {
+        *out = Wc::new(&WcFields {
             wr_id: self.wr_id_at(slot),
             opcode,
             byte_len: if opcode == WcOpcode::RdmaRead {
@@ -864,8 +864,8 @@ impl SendQueue {
                 0
             },
             qp_num: qpn,
-            ..Wc::default()
-        };
+            ..WcFields::default()
+        });
         self.lean_retired(1);
         true
     }

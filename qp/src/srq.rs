@@ -13,7 +13,7 @@ use crate::lines::LineArray;
 use crate::rq::{check_sges, write_scatter};
 use crate::scatter::scatter;
 use crate::sq::Progress;
-use crate::wc::{Wc, WcStatus};
+use crate::wc::Wc;
 use crate::wr::{RecvWr, Sge};
 use mlx5_hw::mmio;
 use mlx5_hw::SrqLayout;
@@ -194,8 +194,8 @@ impl Srq {
         if out.is_empty() {
             return Progress::Partial(0);
         }
-        if let (Some(data), true) = (inline, wc.status == WcStatus::Success) {
-            let len = (wc.byte_len as usize).min(data.len());
+        if let (Some(data), true) = (inline, wc.is_ok()) {
+            let len = (wc.byte_len() as usize).min(data.len());
             // SAFETY: WQE `idx` is posted: its segments name the caller's buffers, valid until
             // this completion (post contract).
             unsafe {
@@ -206,7 +206,7 @@ impl Srq {
                 scatter(&data[..len], segs);
             }
         }
-        wc.wr_id = self.wr_id[idx as usize];
+        wc.set_wr_id(self.wr_id[idx as usize]);
         out[0] = wc;
         self.posted[idx as usize] = false;
         self.outstanding -= 1;

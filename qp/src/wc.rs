@@ -1,6 +1,20 @@
 //! Work completions: what [`crate::Cq::poll`] writes into the caller's array.
+//!
+//! A [`Wc`] is a typed view (in the manner of smoltcp's `wire` types): the WR id the poll
+//! recovered, then the bytes of the CQE a completion is made of, copied as the device wrote
+//! them — so that the poll's fast paths write a completion in a few whole-word copies and
+//! the byte swaps, masks and opcode tables run only in the accessors a caller reads
+//! (rdma-core's extended CQ does the same with `ibv_wc_read_*`, verbs.h). [`WcFields`] is
+//! every field decoded at once, and how a completion is built ([`Wc::new`]).
+
+use core::fmt;
+use core::hash::{Hash, Hasher};
 
 pub use mlx5_cq::WcStatus;
+use mlx5_cq::{
+    CQE_REQ, CQE_REQ_ERR, CQE_RESP_ERR, CQE_RESP_SEND, CQE_RESP_SEND_IMM, CQE_RESP_SEND_INV,
+    CQE_RESP_WR_IMM,
+};
 use mlx5_wqe::opcode as op;
 
 /// The kind of work a completion reports (`enum ibv_wc_opcode`, verbs.h; the masked atomics
@@ -48,11 +62,20 @@ impl WcOpcode {
         }
     }
 
-    /// [`WcOpcode::from_send_opcode`] as one table load (the completion paths look the
-    /// opcode up in the WQE's ctrl segment for every CQE).
-    #[inline(always)]
-    pub(crate) fn of_send_opcode(opcode: u8) -> WcOpcode {
-        SEND_WC_OPCODE[opcode as usize]
+    /// A send WQE opcode (`MLX5_OPCODE_*`) that completes as `self`
+    /// ([`WcOpcode::from_send_opcode`] of it is `self`; NOP for [`WcOpcode::Other`]); for a
+    /// receive opcode, SEND.
+    pub const fn send_opcode(self) -> u8 {
+        match self {
+            WcOpcode::Send | WcOpcode::Recv | WcOpcode::RecvRdmaWithImm => op::OPCODE_SEND,
+            WcOpcode::RdmaWrite => op::OPCODE_RDMA_WRITE,
+            WcOpcode::RdmaRead => op::OPCODE_RDMA_READ,
+            WcOpcode::CompSwap => op::OPCODE_ATOMIC_CS,
+            WcOpcode::FetchAdd => op::OPCODE_ATOMIC_FA,
+            WcOpcode::MaskedCompSwap => op::OPCODE_ATOMIC_MASKED_CS,
+            WcOpcode::MaskedFetchAdd => op::OPCODE_ATOMIC_MASKED_FA,
+            WcOpcode::Other => op::OPCODE_NOP,
+        }
     }
 
     /// Whether this is a receive-side completion (`opcode & IBV_WC_RECV`).
@@ -89,23 +112,6 @@ static SEND_WC_OPCODE: [WcOpcode; 256] = {
     t
 };
 
-/// Word 2 of the successful completion of each send WQE opcode ([`Wc::send_word2`]).
-static SEND_WC_WORD2: [u64; 256] = {
-    let mut t = [0; 256];
-    let mut i = 0;
-    while i < 256 {
-        t[i] = Wc::word2(
-            WcStatus::Success,
-            WcOpcode::from_send_opcode(i as u8),
-            WcFlags::empty(),
-            0,
-            0,
-        );
-        i += 1;
-    }
-    t
-};
-
 bitflags::bitflags! {
     /// Completion flags (`enum ibv_wc_flags`, verbs.h values).
     #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
@@ -123,23 +129,56 @@ bitflags::bitflags! {
 ///
 /// Unsignaled send WRs that succeed produce none (verbs semantics); every other WR produces
 /// exactly one (see [`crate::Cq::poll`] for how errors and flushes are accounted).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-// `repr(C)` in this order, five 8-byte words (`Wc::WORDS`): the WR id; the QPN and byte count;
-// status, opcode, flags, SL and the immediate; the receive-only fields after them — so that
-// the poll writes a completion in whole words (`Wc::write_send_words`, `Wc::write_recv`): four
-// stores for a send, five for a receive.
-#[repr(C)]
+///
+/// Read it through its accessors ([`Wc::wr_id`], [`Wc::status`], [`Wc::opcode`], ...), or
+/// all at once with [`Wc::fields`]. Equality, hashing and `Debug` are those of the decoded
+/// fields. A field that does not apply to a completion's kind reads 0 (the receive fields
+/// of a send completion, the syndromes of a success, the byte count of a SEND or WRITE).
+#[derive(Clone, Copy)]
+// `repr(C)` in this order, 48 bytes: the WR id, then CQE bytes 16..32, 32..48 and 56..64 of
+// `struct mlx5_cqe64` (mlx5dv.h) as the device wrote them, so that the poll writes a send
+// completion in three stores (the WR id, bytes 32..48 as one 16-byte copy, the last 8 bytes
+// it has in a register already) and a receive in four. The accessors take the fields apart
+// as rdma-core's `handle_good_req` and `handle_responder` do (providers/mlx5/cq.c).
+// Completions built by software ([`Wc::new`]: errors, flushes, atomics, inline scatter)
+// use the same bytes, plus the status, syndrome and vendor syndrome of an error at bytes
+// 40, 41, 42 of the copy (`app`, `app_op`, `app_info`, which no completion here uses).
+#[repr(C, align(8))]
 pub struct Wc {
     /// The WR's identifier, recovered from the CQE's `wqe_counter`.
+    wr_id: u64,
+    /// CQE bytes 16..32: `ml_path` (1), `slid` (6..8), `flags_rqpn` (8..12).
+    rx: [u8; 16],
+    /// CQE bytes 32..48: `srqn_uidx` (0..4), `imm_inval_pkey` (4..8), `app`, `app_op`,
+    /// `app_info` (8..12), `byte_cnt` (12..16).
+    mid: [u8; 16],
+    /// CQE bytes 56..64: `sop_drop_qpn` (send opcode 0, QPN 1..4), `wqe_counter`,
+    /// `signature`, `op_own` (7: the CQE opcode in bits 7:4 is the completion's kind).
+    tail: [u8; 8],
+}
+
+// The offsets the poll's copies write (`Wc::write_req`, `Wc::write_resp`).
+const _: () = {
+    use core::mem::{align_of, offset_of, size_of};
+    assert!(size_of::<Wc>() == 48 && align_of::<Wc>() == 8);
+    assert!(offset_of!(Wc, wr_id) == 0 && offset_of!(Wc, rx) == 8);
+    assert!(offset_of!(Wc, mid) == 24 && offset_of!(Wc, tail) == 40);
+};
+
+/// Every field of a completion, decoded (`struct ibv_wc`, verbs.h, with mlx5's syndromes):
+/// what [`Wc::fields`] returns and [`Wc::new`] builds a [`Wc`] from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct WcFields {
+    /// The WR's identifier.
     pub wr_id: u64,
-    /// QPN of the local QP the WR was posted on.
+    /// QPN of the local QP the WR was posted on (24 bits).
     pub qp_num: u32,
     /// Bytes received (receives), read (READ), or the operand size (atomics); 0 otherwise.
     pub byte_len: u32,
     /// Outcome.
     pub status: WcStatus,
     /// What completed. For errors this is the opcode that was posted (verbs leaves it
-    /// undefined; here it is always the posted one).
+    /// undefined; here it is the posted one, [`WcOpcode::Recv`] for every receive).
     pub opcode: WcOpcode,
     /// Flags.
     pub flags: WcFlags,
@@ -149,7 +188,7 @@ pub struct Wc {
     /// Immediate data in host order (it travels big-endian: the sender's value), or the
     /// invalidated rkey; valid when [`WcFlags::WITH_IMM`] / [`WcFlags::WITH_INV`] is set.
     pub imm_data: u32,
-    /// Source QPN (UD receives).
+    /// Source QPN (UD receives; 24 bits).
     pub src_qp: u32,
     /// Source LID (InfiniBand UD receives).
     pub slid: u16,
@@ -157,8 +196,8 @@ pub struct Wc {
     /// bits of the CQE's `imm_inval_pkey` on every successful receive (rdma-core
     /// `handle_responder`). The CQE field is shared with the immediate and the invalidated
     /// rkey, so it is a P_Key index only when [`WcFlags::WITH_IMM`] and [`WcFlags::WITH_INV`]
-    /// are clear (the P_Key index is meaningful for UD and GSI QPs). 0 on send and error
-    /// completions.
+    /// are clear (the P_Key index is meaningful for UD and GSI QPs); with either set it is
+    /// the low 16 bits of [`WcFields::imm_data`]. 0 on send and error completions.
     pub pkey_index: u16,
     /// Destination LID path bits of a receive (`wc.dlid_path_bits`, the CQE's `ml_path` bits
     /// 6:0; InfiniBand with LMC > 0, 0 on RoCE). Successful receives only; 0 otherwise.
@@ -171,174 +210,20 @@ pub struct Wc {
     pub syndrome: u8,
 }
 
-// The word layout `Wc::write_send_words` and `Wc::write_recv` store (padding after `syndrome`).
-const _: () = {
-    use core::mem::{align_of, offset_of, size_of};
-    assert!(size_of::<Wc>() == 8 * Wc::WORDS && align_of::<Wc>() == 8);
-    assert!(offset_of!(Wc, wr_id) == 0);
-    assert!(offset_of!(Wc, qp_num) == 8 && offset_of!(Wc, byte_len) == 12);
-    assert!(offset_of!(Wc, status) == 16 && offset_of!(Wc, opcode) == 17);
-    assert!(offset_of!(Wc, flags) == 18 && offset_of!(Wc, sl) == 19);
-    assert!(offset_of!(Wc, imm_data) == 20 && offset_of!(Wc, src_qp) == 24);
-    assert!(offset_of!(Wc, slid) == 28 && offset_of!(Wc, pkey_index) == 30);
-    assert!(offset_of!(Wc, dlid_path_bits) == 32 && offset_of!(Wc, vendor_err) == 33);
-    assert!(offset_of!(Wc, syndrome) == 34);
-};
-
-/// Two 32-bit halves as the native 8-byte word that holds `lo` at its lower address.
-#[inline(always)]
-const fn pair(lo: u32, hi: u32) -> u64 {
-    if cfg!(target_endian = "little") {
-        lo as u64 | (hi as u64) << 32
-    } else {
-        (lo as u64) << 32 | hi as u64
-    }
-}
-
-impl Wc {
-    /// 8-byte words in a `Wc`.
-    pub(crate) const WORDS: usize = 5;
-
-    /// Word 2 of a completion (status, opcode, flags, SL, immediate) as the native word.
-    #[inline(always)]
-    const fn word2(status: WcStatus, opcode: WcOpcode, flags: WcFlags, sl: u8, imm: u32) -> u64 {
-        let i = imm.to_ne_bytes();
-        u64::from_ne_bytes([
-            status as u8,
-            opcode as u8,
-            flags.bits(),
-            sl,
-            i[0],
-            i[1],
-            i[2],
-            i[3],
-        ])
-    }
-
-    /// Word 2 (status Success, the opcode, no flags) of the successful completion of a send
-    /// WQE of opcode `send_opcode` (`MLX5_OPCODE_*`), one table load.
-    #[inline(always)]
-    pub(crate) fn send_word2(send_opcode: u8) -> u64 {
-        SEND_WC_WORD2[send_opcode as usize]
-    }
-
-    /// [`Wc::send_word2`] of a READ: its completion carries the bytes read.
-    pub(crate) const READ_WORD2: u64 = Wc::word2(
-        WcStatus::Success,
-        WcOpcode::RdmaRead,
-        WcFlags::empty(),
-        0,
-        0,
-    );
-
-    /// Word 1 (QPN, byte count 0) of a send completion of QP `qp_num`.
-    #[inline(always)]
-    pub(crate) const fn send_word1(qp_num: u32) -> u64 {
-        pair(qp_num, 0)
-    }
-
-    /// Write a successful send completion to `out` from its words: `word1` is
-    /// [`Wc::send_word1`], `word2` [`Wc::send_word2`] (four stores).
-    ///
-    /// # Safety
-    /// `out` is valid for writes of a `Wc` and 8-byte aligned.
-    #[inline(always)]
-    pub(crate) unsafe fn write_send_words(out: *mut Wc, wr_id: u64, word1: u64, word2: u64) {
-        let w = out as *mut u64;
-        // SAFETY: the caller's; the words are the fields' bytes in the layout checked above
-        // (`send_word1`, `send_word2`; status Success, flags empty, the rest 0 as in
-        // `Wc::default()`), the padding 0: every field gets a valid value.
-        unsafe {
-            w.write(wr_id);
-            w.add(1).write(word1);
-            w.add(2).write(word2);
-            w.add(3).write(0);
-            w.add(4).write(0);
-        }
-    }
-
-    /// Set the byte count of the completion at `out`.
-    ///
-    /// # Safety
-    /// `out` is valid for writes of a `Wc`.
-    #[inline(always)]
-    pub(crate) unsafe fn set_byte_len(out: *mut Wc, byte_len: u32) {
-        // SAFETY: the caller's.
-        unsafe { (*out).byte_len = byte_len };
-    }
-
-    /// `byte_len` in word 1 (ORed into [`Wc::send_word1`]).
-    #[inline(always)]
-    pub(crate) const fn byte_len_word1(byte_len: u32) -> u64 {
-        pair(0, byte_len)
-    }
-
-    /// Word 2 of a successful receive: opcode `Recv`, `flags`, `sl`, no immediate.
-    #[inline(always)]
-    pub(crate) const fn recv_word2(flags: WcFlags, sl: u8) -> u64 {
-        Wc::word2(WcStatus::Success, WcOpcode::Recv, flags, sl, 0)
-    }
-
-    /// Word 3: `src_qp`, `slid`, `pkey_index`.
-    #[inline(always)]
-    pub(crate) const fn recv_word3(src_qp: u32, slid: u16, pkey_index: u16) -> u64 {
-        let hi = if cfg!(target_endian = "little") {
-            slid as u32 | (pkey_index as u32) << 16
-        } else {
-            (slid as u32) << 16 | pkey_index as u32
-        };
-        pair(src_qp, hi)
-    }
-
-    /// Word 4: `dlid_path_bits`, no vendor syndrome, no syndrome (and the padding 0).
-    #[inline(always)]
-    pub(crate) const fn recv_word4(dlid_path_bits: u8) -> u64 {
-        u64::from_ne_bytes([dlid_path_bits, 0, 0, 0, 0, 0, 0, 0])
-    }
-
-    /// Write a successful receive completion to `out` from its words (five stores): word 1
-    /// is [`Wc::send_word1`] ORed with [`Wc::byte_len_word1`], then [`Wc::recv_word2`],
-    /// [`Wc::recv_word3`], [`Wc::recv_word4`].
-    ///
-    /// # Safety
-    /// `out` is valid for writes of a `Wc` and 8-byte aligned.
-    #[inline(always)]
-    pub(crate) unsafe fn write_recv_words(
-        out: *mut Wc,
-        wr_id: u64,
-        word1: u64,
-        word2: u64,
-        word3: u64,
-        word4: u64,
-    ) {
-        let w = out as *mut u64;
-        // SAFETY: the caller's; the words are the fields' bytes in the layout checked above,
-        // built from valid values (status Success, opcode Recv, flags from `WcFlags`), the
-        // rest 0 as in `Wc::default()`, the padding 0.
-        unsafe {
-            w.write(wr_id);
-            w.add(1).write(word1);
-            w.add(2).write(word2);
-            w.add(3).write(word3);
-            w.add(4).write(word4);
-        }
-    }
-}
-
-impl Default for Wc {
+impl Default for WcFields {
     fn default() -> Self {
-        Wc {
+        WcFields {
             wr_id: 0,
+            qp_num: 0,
+            byte_len: 0,
             status: WcStatus::Success,
             opcode: WcOpcode::Send,
             flags: WcFlags::empty(),
-            byte_len: 0,
+            sl: 0,
             imm_data: 0,
-            qp_num: 0,
             src_qp: 0,
             slid: 0,
             pkey_index: 0,
-            sl: 0,
             dlid_path_bits: 0,
             vendor_err: 0,
             syndrome: 0,
@@ -346,11 +231,358 @@ impl Default for Wc {
     }
 }
 
+/// Big-endian 32 bits at `b[i..i + 4]`.
+#[inline(always)]
+fn be32(b: &[u8], i: usize) -> u32 {
+    u32::from_be_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]])
+}
+
+/// Big-endian 16 bits at `b[i..i + 2]`.
+#[inline(always)]
+fn be16(b: &[u8], i: usize) -> u16 {
+    u16::from_be_bytes([b[i], b[i + 1]])
+}
+
+/// Copy 16 bytes from the software-owned CQE bytes at `src` (16-byte aligned, read after the
+/// load barrier) to `dst`: one 16-byte load and one store on x86_64 (SSE2 is baseline).
+///
+/// # Safety
+/// `src` is 16-byte aligned and names 16 readable bytes; `dst` names 16 writable bytes.
+#[inline(always)]
+unsafe fn copy16(dst: *mut u8, src: *const u8) {
+    // SAFETY: the caller's; volatile, as every read of the device-written ring.
+    unsafe {
+        #[cfg(target_arch = "x86_64")]
+        {
+            use core::arch::x86_64::__m128i;
+            let v = core::ptr::read_volatile(src as *const __m128i);
+            core::ptr::write_unaligned(dst as *mut __m128i, v);
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            let a = core::ptr::read_volatile(src as *const u64);
+            let b = core::ptr::read_volatile((src as *const u64).add(1));
+            core::ptr::write_unaligned(dst as *mut u64, a);
+            core::ptr::write_unaligned((dst as *mut u64).add(1), b);
+        }
+    }
+}
+
 impl Wc {
+    /// The completion of a plain requester CQE (`op_own` opcode REQ): `wr_id`, the CQE's
+    /// bytes 32..48 and `tail` (its bytes 56..64, as loaded). Three stores and a 16-byte load.
+    ///
+    /// # Safety
+    /// `out` is valid for writes of a `Wc` and 8-byte aligned; `cqe` is a software-owned
+    /// 64-byte CQE (64-byte aligned), read after the load barrier, and `tail` its bytes
+    /// 56..64 read after it.
+    #[inline(always)]
+    pub(crate) unsafe fn write_req(out: *mut Wc, wr_id: u64, cqe: *const u8, tail: u64) {
+        let o = out as *mut u8;
+        // SAFETY: the caller's; every byte of a `Wc` is plain data (any value is a valid
+        // `Wc`: the accessors decode whatever they find).
+        unsafe {
+            (out as *mut u64).write(wr_id);
+            copy16(o.add(24), cqe.add(32));
+            (o.add(40) as *mut u64).write(tail);
+        }
+    }
+
+    /// The completion of a plain responder CQE (a good RESP_* opcode): as [`Wc::write_req`],
+    /// and CQE bytes 16..32 (the source QPN, SL, GRH flags, SLID and path bits).
+    ///
+    /// # Safety
+    /// As [`Wc::write_req`].
+    #[inline(always)]
+    pub(crate) unsafe fn write_resp(out: *mut Wc, wr_id: u64, cqe: *const u8, tail: u64) {
+        // SAFETY: the caller's.
+        unsafe {
+            copy16((out as *mut u8).add(8), cqe.add(16));
+            Wc::write_req(out, wr_id, cqe, tail);
+        }
+    }
+
+    /// The completion of a good responder CQE (`cqe`, any format: inline-scattered data is
+    /// the caller's to copy), WR id not yet known ([`Wc::set_wr_id`]): what
+    /// [`Wc::write_resp`] writes for it.
+    pub(crate) fn responder(cqe: &mlx5_cq::Cqe64) -> Wc {
+        let b = cqe.as_bytes();
+        let mut wc = Wc {
+            wr_id: 0,
+            rx: [0; 16],
+            mid: [0; 16],
+            tail: [0; 8],
+        };
+        wc.rx.copy_from_slice(&b[16..32]);
+        wc.mid.copy_from_slice(&b[32..48]);
+        wc.tail.copy_from_slice(&b[56..64]);
+        // The kind alone: format, solicited and owner bits are the CQ's business.
+        wc.tail[7] = cqe.opcode() << 4;
+        wc
+    }
+
+    /// Set the WR id.
+    #[inline(always)]
+    pub(crate) fn set_wr_id(&mut self, wr_id: u64) {
+        self.wr_id = wr_id;
+    }
+
+    /// A completion with these fields. Fields that do not apply to the kind the status and
+    /// opcode make are dropped ([`Wc`]: they read 0); a receive's P_Key index is the low 16
+    /// bits of its immediate or invalidated rkey when it carries one (they share the CQE's
+    /// `imm_inval_pkey`); [`WcOpcode::RecvRdmaWithImm`] always carries
+    /// [`WcFlags::WITH_IMM`]; an error completion of a receive reads [`WcOpcode::Recv`].
+    pub fn new(f: &WcFields) -> Wc {
+        let mut wc = Wc {
+            wr_id: f.wr_id,
+            rx: [0; 16],
+            mid: [0; 16],
+            tail: [0; 8],
+        };
+        let qpn = (f.qp_num & 0x00ff_ffff).to_be_bytes();
+        wc.tail[1..4].copy_from_slice(&qpn[1..]);
+        let recv = f.opcode.is_recv();
+        let kind = if f.status != WcStatus::Success {
+            wc.mid[8] = f.status as u8;
+            wc.mid[9] = f.syndrome;
+            wc.mid[10] = f.vendor_err;
+            if recv {
+                CQE_RESP_ERR
+            } else {
+                CQE_REQ_ERR
+            }
+        } else if !recv {
+            if has_byte_len(f.opcode) {
+                wc.mid[12..16].copy_from_slice(&f.byte_len.to_be_bytes());
+            }
+            CQE_REQ
+        } else {
+            let kind = if f.opcode == WcOpcode::RecvRdmaWithImm {
+                CQE_RESP_WR_IMM
+            } else if f.flags.contains(WcFlags::WITH_IMM) {
+                CQE_RESP_SEND_IMM
+            } else if f.flags.contains(WcFlags::WITH_INV) {
+                CQE_RESP_SEND_INV
+            } else {
+                CQE_RESP_SEND
+            };
+            let shared = if kind == CQE_RESP_SEND {
+                f.pkey_index as u32
+            } else {
+                f.imm_data
+            };
+            wc.mid[4..8].copy_from_slice(&shared.to_be_bytes());
+            wc.mid[12..16].copy_from_slice(&f.byte_len.to_be_bytes());
+            let grh = if f.flags.contains(WcFlags::GRH) {
+                1 << 28
+            } else {
+                0
+            };
+            let flags_rqpn = grh | ((f.sl as u32 & 0xf) << 24) | (f.src_qp & 0x00ff_ffff);
+            wc.rx[8..12].copy_from_slice(&flags_rqpn.to_be_bytes());
+            wc.rx[6..8].copy_from_slice(&f.slid.to_be_bytes());
+            wc.rx[1] = f.dlid_path_bits & 0x7f;
+            kind
+        };
+        if !recv {
+            wc.tail[0] = f.opcode.send_opcode();
+        }
+        wc.tail[7] = kind << 4;
+        wc
+    }
+
+    /// Every field, decoded.
+    pub fn fields(&self) -> WcFields {
+        WcFields {
+            wr_id: self.wr_id(),
+            qp_num: self.qp_num(),
+            byte_len: self.byte_len(),
+            status: self.status(),
+            opcode: self.opcode(),
+            flags: self.flags(),
+            sl: self.sl(),
+            imm_data: self.imm_data(),
+            src_qp: self.src_qp(),
+            slid: self.slid(),
+            pkey_index: self.pkey_index(),
+            dlid_path_bits: self.dlid_path_bits(),
+            vendor_err: self.vendor_err(),
+            syndrome: self.syndrome(),
+        }
+    }
+
+    /// The CQE opcode this completion was made of (`op_own` bits 7:4).
+    #[inline(always)]
+    fn kind(&self) -> u8 {
+        self.tail[7] >> 4
+    }
+
+    /// Whether it is a successful receive (the kinds that carry the receive fields).
+    #[inline(always)]
+    fn good_recv(&self) -> bool {
+        matches!(
+            self.kind(),
+            CQE_RESP_WR_IMM | CQE_RESP_SEND | CQE_RESP_SEND_IMM | CQE_RESP_SEND_INV
+        )
+    }
+
+    /// Whether it is an error completion.
+    #[inline(always)]
+    fn error(&self) -> bool {
+        matches!(self.kind(), CQE_REQ_ERR | CQE_RESP_ERR)
+    }
+
+    /// The WR's identifier, recovered from the CQE's `wqe_counter`.
+    #[inline(always)]
+    pub fn wr_id(&self) -> u64 {
+        self.wr_id
+    }
+
+    /// QPN of the local QP the WR was posted on (`sop_drop_qpn` bits 23:0).
+    #[inline(always)]
+    pub fn qp_num(&self) -> u32 {
+        be32(&self.tail, 0) & 0x00ff_ffff
+    }
+
+    /// Outcome.
+    #[inline(always)]
+    pub fn status(&self) -> WcStatus {
+        if self.error() {
+            *WcStatus::ALL
+                .get(self.mid[8] as usize)
+                .unwrap_or(&WcStatus::GeneralErr)
+        } else {
+            WcStatus::Success
+        }
+    }
+
     /// Whether the WR succeeded.
     #[inline(always)]
     pub fn is_ok(&self) -> bool {
-        self.status == WcStatus::Success
+        !self.error()
+    }
+
+    /// What completed ([`WcFields::opcode`]): a send's from the WQE opcode the CQE carries
+    /// (`sop_drop_qpn` bits 31:24, rdma-core `handle_good_req`).
+    #[inline(always)]
+    pub fn opcode(&self) -> WcOpcode {
+        match self.kind() {
+            CQE_RESP_WR_IMM => WcOpcode::RecvRdmaWithImm,
+            CQE_RESP_SEND | CQE_RESP_SEND_IMM | CQE_RESP_SEND_INV | CQE_RESP_ERR => WcOpcode::Recv,
+            _ => SEND_WC_OPCODE[self.tail[0] as usize],
+        }
+    }
+
+    /// Flags: the immediate or invalidation the CQE opcode says, GRH from `flags_rqpn` bits
+    /// 29:28 (rdma-core `handle_responder`).
+    #[inline(always)]
+    pub fn flags(&self) -> WcFlags {
+        let carried = match self.kind() {
+            CQE_RESP_WR_IMM | CQE_RESP_SEND_IMM => WcFlags::WITH_IMM,
+            CQE_RESP_SEND_INV => WcFlags::WITH_INV,
+            CQE_RESP_SEND => WcFlags::empty(),
+            _ => return WcFlags::empty(),
+        };
+        if (self.rx[8] >> 4) & 3 != 0 {
+            carried | WcFlags::GRH
+        } else {
+            carried
+        }
+    }
+
+    /// Bytes received (receives), read (READ), or the operand size (atomics); 0 otherwise
+    /// (`byte_cnt`).
+    #[inline(always)]
+    pub fn byte_len(&self) -> u32 {
+        let counted = match self.kind() {
+            CQE_REQ => has_byte_len(self.opcode()),
+            _ => self.good_recv(),
+        };
+        if counted {
+            be32(&self.mid, 12)
+        } else {
+            0
+        }
+    }
+
+    /// Immediate data in host order, or the invalidated rkey ([`WcFields::imm_data`]); 0
+    /// when [`Wc::flags`] has neither [`WcFlags::WITH_IMM`] nor [`WcFlags::WITH_INV`].
+    #[inline(always)]
+    pub fn imm_data(&self) -> u32 {
+        match self.kind() {
+            CQE_RESP_WR_IMM | CQE_RESP_SEND_IMM | CQE_RESP_SEND_INV => be32(&self.mid, 4),
+            _ => 0,
+        }
+    }
+
+    /// Service level of a successful receive (`flags_rqpn` bits 27:24).
+    #[inline(always)]
+    pub fn sl(&self) -> u8 {
+        if self.good_recv() {
+            self.rx[8] & 0xf
+        } else {
+            0
+        }
+    }
+
+    /// Source QPN of a successful receive (`flags_rqpn` bits 23:0; UD).
+    #[inline(always)]
+    pub fn src_qp(&self) -> u32 {
+        if self.good_recv() {
+            be32(&self.rx, 8) & 0x00ff_ffff
+        } else {
+            0
+        }
+    }
+
+    /// Source LID of a successful receive (InfiniBand UD).
+    #[inline(always)]
+    pub fn slid(&self) -> u16 {
+        if self.good_recv() {
+            be16(&self.rx, 6)
+        } else {
+            0
+        }
+    }
+
+    /// P_Key index of a successful receive ([`WcFields::pkey_index`]).
+    #[inline(always)]
+    pub fn pkey_index(&self) -> u16 {
+        if self.good_recv() {
+            be16(&self.mid, 6)
+        } else {
+            0
+        }
+    }
+
+    /// Destination LID path bits of a successful receive (`ml_path` bits 6:0).
+    #[inline(always)]
+    pub fn dlid_path_bits(&self) -> u8 {
+        if self.good_recv() {
+            self.rx[1] & 0x7f
+        } else {
+            0
+        }
+    }
+
+    /// mlx5 vendor syndrome of an error completion (`wc.vendor_err`); 0 on success.
+    #[inline(always)]
+    pub fn vendor_err(&self) -> u8 {
+        if self.error() {
+            self.mid[10]
+        } else {
+            0
+        }
+    }
+
+    /// mlx5 syndrome of an error completion ([`WcFields::syndrome`]); 0 on success.
+    #[inline(always)]
+    pub fn syndrome(&self) -> u8 {
+        if self.error() {
+            self.mid[9]
+        } else {
+            0
+        }
     }
 
     /// The mlx5 name of the syndrome (`REMOTE_ACCESS_ERR`, ...), `None` on success.
@@ -358,8 +590,77 @@ impl Wc {
         if self.is_ok() {
             None
         } else {
-            Some(mlx5_cq::syndrome_name(self.syndrome))
+            Some(mlx5_cq::syndrome_name(self.syndrome()))
         }
+    }
+}
+
+/// Whether a successful send completion of this opcode carries a byte count (rdma-core
+/// `handle_good_req`: READ the bytes read, atomics their operand size).
+#[inline(always)]
+fn has_byte_len(opcode: WcOpcode) -> bool {
+    matches!(
+        opcode,
+        WcOpcode::RdmaRead
+            | WcOpcode::CompSwap
+            | WcOpcode::FetchAdd
+            | WcOpcode::MaskedCompSwap
+            | WcOpcode::MaskedFetchAdd
+    )
+}
+
+impl Default for Wc {
+    /// A successful SEND completion of WR 0 on QP 0 (as [`WcFields::default`]).
+    fn default() -> Self {
+        Wc::new(&WcFields::default())
+    }
+}
+
+impl From<WcFields> for Wc {
+    fn from(f: WcFields) -> Wc {
+        Wc::new(&f)
+    }
+}
+
+impl From<Wc> for WcFields {
+    fn from(wc: Wc) -> WcFields {
+        wc.fields()
+    }
+}
+
+impl PartialEq for Wc {
+    fn eq(&self, other: &Wc) -> bool {
+        self.fields() == other.fields()
+    }
+}
+
+impl Eq for Wc {}
+
+impl Hash for Wc {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.fields().hash(state);
+    }
+}
+
+impl fmt::Debug for Wc {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let w = self.fields();
+        f.debug_struct("Wc")
+            .field("wr_id", &w.wr_id)
+            .field("qp_num", &w.qp_num)
+            .field("byte_len", &w.byte_len)
+            .field("status", &w.status)
+            .field("opcode", &w.opcode)
+            .field("flags", &w.flags)
+            .field("sl", &w.sl)
+            .field("imm_data", &w.imm_data)
+            .field("src_qp", &w.src_qp)
+            .field("slid", &w.slid)
+            .field("pkey_index", &w.pkey_index)
+            .field("dlid_path_bits", &w.dlid_path_bits)
+            .field("vendor_err", &w.vendor_err)
+            .field("syndrome", &w.syndrome)
+            .finish()
     }
 }
 
@@ -367,11 +668,17 @@ impl Wc {
 mod tests {
     use super::*;
     use core::mem::MaybeUninit;
+    use mlx5_cq::{Cqe64, U16, U32};
 
-    /// A `Wc` written in words by `write`, over bytes that start as `fill`.
+    /// A 64-byte aligned CQE, as in a CQ buffer.
+    #[repr(C, align(64))]
+    struct Line(Cqe64);
+
+    /// A `Wc` written by `write`, over bytes that start as `fill`.
     fn written(fill: u8, write: impl FnOnce(*mut Wc)) -> Wc {
         let mut m = MaybeUninit::<Wc>::uninit();
-        // SAFETY: the test's own storage; `write` initialises every word of it.
+        // SAFETY: the test's own storage; every byte is initialised (`fill`) before `write`,
+        // and any bytes are a valid `Wc`.
         unsafe {
             core::ptr::write_bytes(m.as_mut_ptr() as *mut u8, fill, core::mem::size_of::<Wc>());
             write(m.as_mut_ptr());
@@ -379,62 +686,149 @@ mod tests {
         }
     }
 
+    /// The little-endian load of bytes 56..64 the poll makes.
+    fn tail_of(c: &Cqe64) -> u64 {
+        u64::from_ne_bytes(c.as_bytes()[56..64].try_into().unwrap())
+    }
+
+    fn req_cqe(send_opcode: u8, qpn: u32, byte_cnt: u32, own: u8) -> Line {
+        Line(Cqe64 {
+            sop_drop_qpn: U32::new((send_opcode as u32) << 24 | qpn),
+            wqe_counter: U16::new(0x1234),
+            byte_cnt: U32::new(byte_cnt),
+            imm_inval_pkey: U32::new(0xdead_beef),
+            flags_rqpn: U32::new(0x3f12_3456),
+            slid: U16::new(0x4321),
+            ml_path: 0xff,
+            op_own: CQE_REQ << 4 | own,
+            ..Cqe64::default()
+        })
+    }
+
     #[test]
-    fn send_words_are_the_send_completion() {
+    fn a_requester_cqe_copied_is_the_send_completion() {
         for send_op in 0..=255u8 {
-            for fill in [0u8, 0xff] {
-                // SAFETY: `p` is the test's `Wc`-sized, aligned storage.
+            for (fill, own) in [(0u8, 0u8), (0xff, 1)] {
+                let c = req_cqe(send_op, 0x00ab_cdef, 777, own);
+                // SAFETY: `p` is the test's `Wc`; `c` an aligned CQE.
                 let wc = written(fill, |p| unsafe {
-                    Wc::write_send_words(
+                    Wc::write_req(
                         p,
                         0x1122_3344_5566_7788,
-                        Wc::send_word1(0x00ab_cdef),
-                        Wc::send_word2(send_op),
-                    );
+                        c.0.as_bytes().as_ptr(),
+                        tail_of(&c.0),
+                    )
                 });
-                let want = Wc {
+                let opcode = WcOpcode::from_send_opcode(send_op);
+                let want = WcFields {
                     wr_id: 0x1122_3344_5566_7788,
                     qp_num: 0x00ab_cdef,
-                    opcode: WcOpcode::from_send_opcode(send_op),
-                    ..Wc::default()
+                    opcode,
+                    byte_len: if has_byte_len(opcode) { 777 } else { 0 },
+                    ..WcFields::default()
                 };
-                assert_eq!(wc, want, "send opcode {send_op:#x}");
-                assert_eq!(
-                    Wc::send_word2(send_op) == Wc::READ_WORD2,
-                    want.opcode == WcOpcode::RdmaRead
-                );
+                assert_eq!(wc.fields(), want, "send opcode {send_op:#x}");
+                assert!(wc.is_ok() && wc.syndrome_name().is_none());
             }
         }
     }
 
     #[test]
-    fn receive_words_are_the_receive_completion() {
-        for (flags, sl, path) in [(WcFlags::GRH, 0xf, 0x7f), (WcFlags::empty(), 3, 0)] {
-            // SAFETY: `p` is the test's `Wc`-sized, aligned storage.
-            let wc = written(0xff, |p| unsafe {
-                Wc::write_recv_words(
-                    p,
-                    7,
-                    Wc::send_word1(0x12_3456) | Wc::byte_len_word1(0xdead_beef),
-                    Wc::recv_word2(flags, sl),
-                    Wc::recv_word3(0x65_4321, 0xbeef, 0xcafe),
-                    Wc::recv_word4(path),
-                );
-            });
-            let want = Wc {
-                wr_id: 7,
-                qp_num: 0x12_3456,
-                byte_len: 0xdead_beef,
-                opcode: WcOpcode::Recv,
-                flags,
-                sl,
-                src_qp: 0x65_4321,
-                slid: 0xbeef,
-                pkey_index: 0xcafe,
-                dlid_path_bits: path,
-                ..Wc::default()
-            };
-            assert_eq!(wc, want);
+    fn a_responder_cqe_copied_is_the_receive_completion() {
+        let kinds = [
+            (CQE_RESP_SEND, WcOpcode::Recv, WcFlags::empty()),
+            (CQE_RESP_SEND_IMM, WcOpcode::Recv, WcFlags::WITH_IMM),
+            (CQE_RESP_SEND_INV, WcOpcode::Recv, WcFlags::WITH_INV),
+            (
+                CQE_RESP_WR_IMM,
+                WcOpcode::RecvRdmaWithImm,
+                WcFlags::WITH_IMM,
+            ),
+        ];
+        for (kind, opcode, flags) in kinds {
+            for (grh, sl, path) in [(1u32, 0xfu32, 0xffu8), (0, 3, 0x05)] {
+                let mut c = req_cqe(0xee, 0x12_3456, 0xdead_beef, 1);
+                c.0.op_own = kind << 4 | 0x1;
+                c.0.flags_rqpn = U32::new(grh << 28 | sl << 24 | 0x65_4321);
+                c.0.imm_inval_pkey = U32::new(0x0102_cafe);
+                c.0.ml_path = path;
+                let ptr = c.0.as_bytes().as_ptr();
+                // SAFETY: as above.
+                let wc = written(0xa5, |p| unsafe {
+                    Wc::write_resp(p, 7, ptr, tail_of(&c.0))
+                });
+                let want = WcFields {
+                    wr_id: 7,
+                    qp_num: 0x12_3456,
+                    byte_len: 0xdead_beef,
+                    opcode,
+                    flags: if grh != 0 {
+                        flags | WcFlags::GRH
+                    } else {
+                        flags
+                    },
+                    sl: sl as u8,
+                    imm_data: if flags.is_empty() { 0 } else { 0x0102_cafe },
+                    src_qp: 0x65_4321,
+                    slid: 0x4321,
+                    pkey_index: 0xcafe,
+                    dlid_path_bits: path & 0x7f,
+                    ..WcFields::default()
+                };
+                assert_eq!(wc.fields(), want, "kind {kind}");
+                let mut r = Wc::responder(&c.0);
+                r.set_wr_id(7);
+                assert_eq!(r, wc);
+                // What a software-built completion of the same fields reads back.
+                assert_eq!(Wc::new(&want).fields(), want, "kind {kind}");
+            }
         }
+    }
+
+    #[test]
+    fn errors_keep_status_syndromes_and_the_posted_opcode() {
+        for status in WcStatus::ALL.into_iter().skip(1) {
+            for opcode in [
+                WcOpcode::RdmaWrite,
+                WcOpcode::Other,
+                WcOpcode::MaskedFetchAdd,
+                WcOpcode::Recv,
+            ] {
+                let f = WcFields {
+                    wr_id: 9,
+                    qp_num: 0xff_ffff,
+                    status,
+                    opcode,
+                    syndrome: 0x22,
+                    vendor_err: 0x99,
+                    ..WcFields::default()
+                };
+                let wc = Wc::new(&f);
+                assert_eq!(wc.fields(), f);
+                assert!(!wc.is_ok());
+                assert_eq!(wc.syndrome_name(), Some(mlx5_cq::syndrome_name(0x22)));
+            }
+        }
+    }
+
+    #[test]
+    fn fields_that_do_not_apply_read_zero() {
+        let f = WcFields {
+            opcode: WcOpcode::RdmaWrite,
+            byte_len: 5,
+            src_qp: 3,
+            sl: 2,
+            imm_data: 1,
+            syndrome: 4,
+            ..WcFields::default()
+        };
+        let want = WcFields {
+            opcode: WcOpcode::RdmaWrite,
+            ..WcFields::default()
+        };
+        assert_eq!(Wc::new(&f).fields(), want);
+        assert_eq!(Wc::default().fields(), WcFields::default());
+        assert_eq!(Wc::from(want), Wc::new(&want));
+        assert_eq!(WcFields::from(Wc::new(&want)), want);
     }
 }

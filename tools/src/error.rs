@@ -102,10 +102,10 @@ impl Error {
     /// The error for a completion that did not succeed, with its likely causes.
     pub fn completion(wc: &mlx5_qp::Wc) -> Error {
         Error::Completion {
-            wr_id: wc.wr_id,
-            what: wc.opcode.name(),
-            status: wc.status.name().to_string(),
-            hint: format!("; {}", wc.status.causes()),
+            wr_id: wc.wr_id(),
+            what: wc.opcode().name(),
+            status: wc.status().name().to_string(),
+            hint: format!("; {}", wc.status().causes()),
         }
     }
 }

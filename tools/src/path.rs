@@ -180,18 +180,18 @@ impl DataPath for Direct<'_> {
             } else {
                 self.qps
                     .iter()
-                    .position(|q| q.qpn() == wc.qp_num)
+                    .position(|q| q.qpn() == wc.qp_num())
                     .unwrap_or(0)
             };
             *o = Done {
                 qp,
-                wr_id: wc.wr_id,
-                recv: wc.opcode.is_recv(),
+                wr_id: wc.wr_id(),
+                recv: wc.opcode().is_recv(),
                 // The GRH a UD receive starts with is the device's, not the peer's message.
-                byte_len: if wc.flags.contains(WcFlags::GRH) {
-                    wc.byte_len.saturating_sub(GRH as u32)
+                byte_len: if wc.flags().contains(WcFlags::GRH) {
+                    wc.byte_len().saturating_sub(GRH as u32)
                 } else {
-                    wc.byte_len
+                    wc.byte_len()
                 },
                 ts: if self.stamped { self.ts[i] } else { 0 },
             };

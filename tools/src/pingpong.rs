@@ -406,7 +406,7 @@ pub fn drain_sends(s: &mut Resources, mut sent: u64, posted: u64, unfinished: &s
             if !wc.is_ok() {
                 return Err(Error::completion(wc));
             }
-            sent += u64::from(!wc.opcode.is_recv());
+            sent += u64::from(!wc.opcode().is_recv());
         }
         if Instant::now() > deadline {
             return Err(Error::Check(format!(

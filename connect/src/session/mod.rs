@@ -129,7 +129,7 @@ impl RebuildReport {
     pub fn first_error(&self) -> Option<&Wc> {
         self.drained
             .iter()
-            .find(|w| !w.is_ok() && w.status != WcStatus::WrFlushErr)
+            .find(|w| !w.is_ok() && w.status() != WcStatus::WrFlushErr)
     }
 }
 

@@ -347,15 +347,15 @@ pub(super) fn drain(
     }
     let first_error = out
         .iter()
-        .find(|w| !w.is_ok() && w.status != WcStatus::WrFlushErr);
+        .find(|w| !w.is_ok() && w.status() != WcStatus::WrFlushErr);
     tracing::info!(
         target: "mlx5_connect",
         qpn = qp.qpn,
         generation,
         polled,
         flushed = out.len() - polled,
-        first_error = first_error.map_or("none", |w| w.status.name()),
-        first_error_wr_id = first_error.map_or(0, |w| w.wr_id),
+        first_error = first_error.map_or("none", |w| w.status().name()),
+        first_error_wr_id = first_error.map_or(0, |w| w.wr_id()),
         "rebuild: CQ drained"
     );
     out

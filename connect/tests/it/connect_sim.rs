@@ -26,16 +26,16 @@ fn send_and_write(
     let wa = a.pump(f);
     assert_eq!(wa.len(), 1, "{wa:?}");
     assert_eq!(
-        (wa[0].status, wa[0].opcode),
+        (wa[0].status(), wa[0].opcode()),
         (WcStatus::Success, WcOpcode::Send)
     );
     let wb = b.pump(f);
     assert_eq!(wb.len(), 1, "{wb:?}");
     assert_eq!(
-        (wb[0].status, wb[0].opcode, wb[0].byte_len),
+        (wb[0].status(), wb[0].opcode(), wb[0].byte_len()),
         (WcStatus::Success, WcOpcode::Recv, 100)
     );
-    let slot = (wb[0].wr_id - 1000) as usize;
+    let slot = (wb[0].wr_id() - 1000) as usize;
     assert_eq!(b.slot(slot, 100), &msg[..]);
 
     let data: Vec<u8> = (0..200u32).map(|i| (i as u8) ^ tag).collect();
@@ -46,7 +46,7 @@ fn send_and_write(
     )
     .unwrap();
     let wa = a.pump(f);
-    assert_eq!((wa.len(), wa[0].status), (1, WcStatus::Success), "{wa:?}");
+    assert_eq!((wa.len(), wa[0].status()), (1, WcStatus::Success), "{wa:?}");
     assert_eq!(&b.buf.bytes()[64..164], &data[..100]);
 }
 
@@ -149,12 +149,12 @@ fn ud_pair_gets_qkey_and_address_handle() {
     a.qp.post(&SendWr::send(7).inline(b"datagram").ud(&dest).signaled())
         .unwrap();
     let wa = a.pump(&f);
-    assert_eq!((wa.len(), wa[0].status), (1, WcStatus::Success), "{wa:?}");
+    assert_eq!((wa.len(), wa[0].status()), (1, WcStatus::Success), "{wa:?}");
     let wb = b.pump(&f);
     assert_eq!(wb.len(), 1, "{wb:?}");
-    assert_eq!(wb[0].src_qp, qa.qpn);
+    assert_eq!(wb[0].src_qp(), qa.qpn);
     // A UD receive starts with the 40-byte GRH area.
-    let slot = (wb[0].wr_id - 1000) as usize;
+    let slot = (wb[0].wr_id() - 1000) as usize;
     assert_eq!(&b.slot(slot, 48)[40..48], b"datagram");
     no_driver_bugs(&f);
 }

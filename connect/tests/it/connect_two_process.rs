@@ -93,8 +93,8 @@ fn send(end: &mut End, wr_id: u64, data: &[u8], ud: Option<&mlx5_qp::UdDest>) {
 
 /// Wait for the completion of the send WR `wr_id`.
 fn sent(end: &mut End, wr_id: u64, opcode: WcOpcode, what: &str) -> Wc {
-    let w = end.next(what, STEP, |w| w.opcode == opcode && w.wr_id == wr_id);
-    assert_eq!(w.qp_num, end.qp_ref.qpn);
+    let w = end.next(what, STEP, |w| w.opcode() == opcode && w.wr_id() == wr_id);
+    assert_eq!(w.qp_num(), end.qp_ref.qpn);
     w
 }
 
@@ -102,11 +102,11 @@ fn sent(end: &mut End, wr_id: u64, opcode: WcOpcode, what: &str) -> Wc {
 /// `expect` after `skip` bytes (the GRH area of a UD receive); repost the slot.
 fn received(end: &mut End, what: &str, skip: usize, expect: &[u8]) -> Wc {
     let w = end.next(what, STEP, |w| {
-        matches!(w.opcode, WcOpcode::Recv | WcOpcode::RecvRdmaWithImm)
+        matches!(w.opcode(), WcOpcode::Recv | WcOpcode::RecvRdmaWithImm)
     });
-    assert_eq!(w.opcode, WcOpcode::Recv, "{what}: {w:?}");
-    assert_eq!(w.byte_len as usize, skip + expect.len(), "{what}: {w:?}");
-    let slot = w.wr_id as usize;
+    assert_eq!(w.opcode(), WcOpcode::Recv, "{what}: {w:?}");
+    assert_eq!(w.byte_len() as usize, skip + expect.len(), "{what}: {w:?}");
+    let slot = w.wr_id() as usize;
     assert!(slot < RECV_SLOTS, "{what}: unknown receive {w:?}");
     let got = end.buf.bytes(slot * RECV_SLOT + skip, expect.len());
     if got != expect {
@@ -116,7 +116,7 @@ fn received(end: &mut End, what: &str, skip: usize, expect: &[u8]) -> Wc {
             expect.len()
         );
     }
-    end.repost(w.wr_id);
+    end.repost(w.wr_id());
     w
 }
 
@@ -148,13 +148,13 @@ fn write_imm_exchange(end: &mut End, role: Role, peer: &RemoteBuffer) {
 fn incoming_write_imm(end: &mut End, role: Role) {
     let peer = 1 - role as usize;
     let w = end.next("the peer's WRITE_IMM", STEP, |w| {
-        matches!(w.opcode, WcOpcode::Recv | WcOpcode::RecvRdmaWithImm)
+        matches!(w.opcode(), WcOpcode::Recv | WcOpcode::RecvRdmaWithImm)
     });
-    assert_eq!(w.opcode, WcOpcode::RecvRdmaWithImm, "{w:?}");
-    assert!(w.flags.contains(WcFlags::WITH_IMM), "{w:?}");
-    assert_eq!(w.imm_data, IMM[peer], "{w:?}");
-    assert_eq!(w.byte_len as usize, WRITE_LEN, "{w:?}");
-    end.repost(w.wr_id);
+    assert_eq!(w.opcode(), WcOpcode::RecvRdmaWithImm, "{w:?}");
+    assert!(w.flags().contains(WcFlags::WITH_IMM), "{w:?}");
+    assert_eq!(w.imm_data(), IMM[peer], "{w:?}");
+    assert_eq!(w.byte_len() as usize, WRITE_LEN, "{w:?}");
+    end.repost(w.wr_id());
     let got = end.buf.bytes(WRITE_DST_OFF, WRITE_LEN);
     assert!(
         got == pattern(WRITE_SEED[peer], WRITE_LEN).as_slice(),
@@ -180,7 +180,7 @@ fn read_peer(end: &mut End, role: Role, peer: &RemoteBuffer) {
         .post(&SendWr::read(200, from).sges(&sge).signaled())
         .expect("post READ");
     let w = sent(end, 200, WcOpcode::RdmaRead, "READ");
-    assert_eq!(w.byte_len as usize, READ_LEN, "{w:?}");
+    assert_eq!(w.byte_len() as usize, READ_LEN, "{w:?}");
     let want = pattern(READ_SEED[1 - role as usize], READ_LEN);
     assert!(
         end.buf.bytes(READ_DST_OFF, READ_LEN) == want.as_slice(),
@@ -254,8 +254,8 @@ fn ud_client(end: &mut End, conn: &Connection) {
         send(end, k as u64, &pattern(PING + k as u32, len), Some(&dest));
         let pong = pattern(PONG + k as u32, len);
         let w = received(end, &format!("pong {k}"), GRH, &pong);
-        assert_eq!(w.src_qp, ud.qpn, "{w:?}");
-        assert!(w.flags.contains(WcFlags::GRH), "{w:?}");
+        assert_eq!(w.src_qp(), ud.qpn, "{w:?}");
+        assert!(w.flags().contains(WcFlags::GRH), "{w:?}");
     }
 }
 
@@ -268,7 +268,7 @@ fn ud_server(end: &mut End, conn: &Connection) {
         let len = UD_LENS[k % UD_LENS.len()];
         let ping = pattern(PING + k as u32, len);
         let w = received(end, &format!("ping {k}"), GRH, &ping);
-        assert_eq!(w.src_qp, ud.qpn, "{w:?}");
+        assert_eq!(w.src_qp(), ud.qpn, "{w:?}");
         send(end, k as u64, &pattern(PONG + k as u32, len), Some(&dest));
     }
 }

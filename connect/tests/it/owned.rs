@@ -117,7 +117,7 @@ fn a_failed_connect_leaves_the_qp_reusable() {
     qa.post(&SendWr::send(1).sges(&l).signaled()).unwrap();
     ca.wait_for(&mut qa, 1, Duration::from_secs(5)).unwrap();
     let wc = cb.wait_for(&mut qb, 9, Duration::from_secs(5)).unwrap();
-    assert_eq!((wc.opcode, wc.byte_len), (WcOpcode::Recv, 5));
+    assert_eq!((wc.opcode(), wc.byte_len()), (WcOpcode::Recv, 5));
     assert_eq!(dst.read(0, 5).unwrap(), b"again");
 }
 
@@ -174,7 +174,7 @@ fn a_ud_connection_destroys_its_address_handle_when_dropped() {
             .unwrap();
         ca.wait_for(&mut qa, 1, Duration::from_secs(5)).unwrap();
         let wc = cb.wait_for(&mut qb, 7, Duration::from_secs(5)).unwrap();
-        assert_eq!(wc.opcode, WcOpcode::Recv);
+        assert_eq!(wc.opcode(), WcOpcode::Recv);
         assert_eq!(&dst.read(40, 8).unwrap()[..], b"datagram");
     }
     assert_eq!(

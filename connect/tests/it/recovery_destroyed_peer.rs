@@ -35,7 +35,7 @@ fn advance_until(f: &Fabric, mut pred: impl FnMut() -> bool) {
 fn each_once(wcs: &[Wc], ids: impl IntoIterator<Item = u64>) {
     let ids: Vec<u64> = ids.into_iter().collect();
     for &id in &ids {
-        let n = wcs.iter().filter(|w| w.wr_id == id).count();
+        let n = wcs.iter().filter(|w| w.wr_id() == id).count();
         assert_eq!(n, 1, "wr_id {id} retired {n} times in {wcs:?}");
     }
     assert_eq!(wcs.len(), ids.len(), "unexpected completions in {wcs:?}");
@@ -48,14 +48,14 @@ fn traffic_flows(f: &Fabric, a: &mut Side, b: &mut Side, b_buf: connect::RemoteB
         .unwrap();
     let wa = a.pump(f);
     assert_eq!(wa.len(), 1, "{wa:?}");
-    assert_eq!((wa[0].wr_id, wa[0].status), (77, WcStatus::Success));
+    assert_eq!((wa[0].wr_id(), wa[0].status()), (77, WcStatus::Success));
     let wb = b.pump(f);
     assert_eq!(wb.len(), 1, "{wb:?}");
     assert_eq!(
-        (wb[0].status, wb[0].opcode, wb[0].byte_len),
+        (wb[0].status(), wb[0].opcode(), wb[0].byte_len()),
         (WcStatus::Success, WcOpcode::Recv, 96)
     );
-    assert_eq!(b.slot((wb[0].wr_id - 1000) as usize, 96), &msg[..]);
+    assert_eq!(b.slot((wb[0].wr_id() - 1000) as usize, 96), &msg[..]);
     let data = [tag ^ 0xff; 48];
     a.qp.post(
         &SendWr::write(78, remote(&b_buf, 128))
@@ -64,7 +64,7 @@ fn traffic_flows(f: &Fabric, a: &mut Side, b: &mut Side, b_buf: connect::RemoteB
     )
     .unwrap();
     let wa = a.pump(f);
-    assert_eq!((wa.len(), wa[0].status), (1, WcStatus::Success), "{wa:?}");
+    assert_eq!((wa.len(), wa[0].status()), (1, WcStatus::Success), "{wa:?}");
     assert_eq!(&b.buf.bytes()[128..176], &data[..]);
 }
 
@@ -139,7 +139,7 @@ fn send_into_the_void(f: &Fabric, a: &mut Side, peer_dev: &SimDevice) -> Vec<Wc>
         !polled.is_empty()
     });
     assert_eq!(
-        (polled[0].wr_id, polled[0].status),
+        (polled[0].wr_id(), polled[0].status()),
         (1, WcStatus::RetryExcErr),
         "{polled:?}"
     );
@@ -215,10 +215,15 @@ fn in_process_peer_qp_destroyed_and_replaced() {
     // the rebuild, once each.
     let all_a: Vec<Wc> = polled.iter().chain(&ra.drained).copied().collect();
     each_once(&all_a, [1].into_iter().chain(1000..1008));
-    assert!(all_a[1..].iter().all(|w| w.status == WcStatus::WrFlushErr));
+    assert!(all_a[1..]
+        .iter()
+        .all(|w| w.status() == WcStatus::WrFlushErr));
     each_once(&rb.drained, 1001..1008);
-    assert!(rb.drained.iter().all(|w| w.status == WcStatus::WrFlushErr));
-    assert!(rb.drained.iter().all(|w| w.qp_num == old_b), "{rb:?}");
+    assert!(rb
+        .drained
+        .iter()
+        .all(|w| w.status() == WcStatus::WrFlushErr));
+    assert!(rb.drained.iter().all(|w| w.qp_num() == old_b), "{rb:?}");
     check_crossed(&a, &ca, &b, &cb);
 
     traffic_flows(&f, &mut a, &mut b, ba, 0x21);
@@ -305,7 +310,7 @@ fn tcp_peer_qp_destroyed(who: Initiator) {
     assert!(rb
         .drained
         .iter()
-        .all(|w| w.status == WcStatus::WrFlushErr && w.qp_num == old_b));
+        .all(|w| w.status() == WcStatus::WrFlushErr && w.qp_num() == old_b));
     check_crossed(&a, &ca, &b, &cb);
 
     let (ba, bb) = (ca.remote_buffer().unwrap(), cb.remote_buffer().unwrap());

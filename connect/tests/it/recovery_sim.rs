@@ -55,11 +55,11 @@ fn traffic_flows(f: &Fabric, a: &mut Side, b: &mut Side, b_buf: connect::RemoteB
         .unwrap();
     let wa = a.pump(f);
     assert_eq!(wa.len(), 1, "{wa:?}");
-    assert_eq!((wa[0].wr_id, wa[0].status), (77, WcStatus::Success));
+    assert_eq!((wa[0].wr_id(), wa[0].status()), (77, WcStatus::Success));
     let wb = b.pump(f);
     assert_eq!(wb.len(), 1, "{wb:?}");
-    assert_eq!((wb[0].opcode, wb[0].byte_len), (WcOpcode::Recv, 64));
-    assert_eq!(b.slot((wb[0].wr_id - 1000) as usize, 64), &msg[..]);
+    assert_eq!((wb[0].opcode(), wb[0].byte_len()), (WcOpcode::Recv, 64));
+    assert_eq!(b.slot((wb[0].wr_id() - 1000) as usize, 64), &msg[..]);
     let data = [tag ^ 0xff; 32];
     a.qp.post(
         &SendWr::write(78, remote(&b_buf, 128))
@@ -68,14 +68,14 @@ fn traffic_flows(f: &Fabric, a: &mut Side, b: &mut Side, b_buf: connect::RemoteB
     )
     .unwrap();
     let wa = a.pump(f);
-    assert_eq!((wa.len(), wa[0].status), (1, WcStatus::Success), "{wa:?}");
+    assert_eq!((wa.len(), wa[0].status()), (1, WcStatus::Success), "{wa:?}");
     assert_eq!(&b.buf.bytes()[128..160], &data[..]);
 }
 
 /// Every WR id in `ids` appears exactly once in `wcs`.
 fn each_once(wcs: &[Wc], ids: impl IntoIterator<Item = u64>) {
     for id in ids {
-        let n = wcs.iter().filter(|w| w.wr_id == id).count();
+        let n = wcs.iter().filter(|w| w.wr_id() == id).count();
         assert_eq!(n, 1, "wr_id {id} retired {n} times in {wcs:?}");
     }
 }
@@ -94,7 +94,11 @@ fn peer_in_error_gives_retry_exceeded_and_rebuild_restores_traffic() {
         .unwrap();
     let polled = wait_completions(&f, &mut a);
     let wc = polled[0];
-    assert_eq!((wc.wr_id, wc.status), (1, WcStatus::RetryExcErr), "{wc:?}");
+    assert_eq!(
+        (wc.wr_id(), wc.status()),
+        (1, WcStatus::RetryExcErr),
+        "{wc:?}"
+    );
     let dump = diag::WcReport(&wc).to_string();
     assert!(
         dump.contains("TRANSPORT_RETRY_EXC_ERR") && dump.contains("local_ack_timeout_err"),
@@ -109,7 +113,7 @@ fn peer_in_error_gives_retry_exceeded_and_rebuild_restores_traffic() {
     assert_eq!(da.query_qp(a.info.id).unwrap().qp_state, QpState::Error);
 
     let old_psns = (ca.local().psn, cb.local().psn);
-    let (ra, rb) = rebuild_pair(&mut a, &mut ca, &mut b, &mut cb, wc.status);
+    let (ra, rb) = rebuild_pair(&mut a, &mut ca, &mut b, &mut cb, wc.status());
     assert_eq!((ra.generation, rb.generation), (1, 1));
     assert_eq!(
         (ra.from_state, rb.from_state),
@@ -120,8 +124,13 @@ fn peer_in_error_gives_retry_exceeded_and_rebuild_restores_traffic() {
     let all_a: Vec<Wc> = polled.iter().chain(&ra.drained).copied().collect();
     each_once(&all_a, [1].into_iter().chain(1000..1008));
     each_once(&rb.drained, 1000..1008);
-    assert!(all_a[1..].iter().all(|w| w.status == WcStatus::WrFlushErr));
-    assert!(rb.drained.iter().all(|w| w.status == WcStatus::WrFlushErr));
+    assert!(all_a[1..]
+        .iter()
+        .all(|w| w.status() == WcStatus::WrFlushErr));
+    assert!(rb
+        .drained
+        .iter()
+        .all(|w| w.status() == WcStatus::WrFlushErr));
     assert_eq!(ra.sq_psn.0, old_psns.0);
     assert_eq!(ra.peer_psn, cb.local().psn);
     assert_eq!(da.query_qp(a.info.id).unwrap().rq_psn, cb.local().psn);
@@ -155,7 +164,7 @@ fn rnr_retries_exhausted_then_rebuild_with_receives_posted() {
         .unwrap();
     let wc = wait_completions(&f, &mut a)[0];
     assert_eq!(
-        (wc.wr_id, wc.status),
+        (wc.wr_id(), wc.status()),
         (5, WcStatus::RnrRetryExcErr),
         "{wc:?}"
     );
@@ -177,7 +186,7 @@ fn rnr_retries_exhausted_then_rebuild_with_receives_posted() {
 
     // The fix for RNR (`docs/sources.md` §19–§20): post receives (here: at all) and rebuild.
     b.recv_count.store(8, Ordering::SeqCst);
-    let (ra, _rb) = rebuild_pair(&mut a, &mut ca, &mut b, &mut cb, wc.status);
+    let (ra, _rb) = rebuild_pair(&mut a, &mut ca, &mut b, &mut cb, wc.status());
     assert_eq!(ra.generation, 1);
     assert_eq!(b.qp.rq_outstanding(), 8);
     let bb = ca.remote_buffer().unwrap();
@@ -234,7 +243,7 @@ fn tcp_rebuild_after_retry_exceeded_is_answered_by_the_peer_thread() {
     let first = report
         .first_error()
         .expect("the drain found the error completion");
-    assert_eq!((first.wr_id, first.status), (9, WcStatus::RetryExcErr));
+    assert_eq!((first.wr_id(), first.status()), (9, WcStatus::RetryExcErr));
     each_once(&report.drained, [9].into_iter().chain(1000..1008));
     let (mut b, cb, rb) = server.join().unwrap();
     assert_eq!(rb.reason, WcStatus::RetryExcErr, "the peer learned why");

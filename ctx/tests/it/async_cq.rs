@@ -87,8 +87,8 @@ fn one_task_serves_many_cqs_on_one_channel() {
                 .unwrap();
             assert_eq!(at, idx[i], "the completion comes with its CQ's index");
             assert!(wc.is_ok(), "{wc:?}");
-            assert_eq!(wc.qp_num, r.b_qps[i].qpn());
-            assert_eq!(wc.wr_id, got[i], "in order per QP");
+            assert_eq!(wc.qp_num(), r.b_qps[i].qpn());
+            assert_eq!(wc.wr_id(), got[i], "in order per QP");
             got[i] += 1;
         }
         // The rest in one burst on every QP: the events of several CQs at once.
@@ -106,7 +106,7 @@ fn one_task_serves_many_cqs_on_one_channel() {
             assert!((1..=7).contains(&batch.len()));
             for &(at, wc) in &batch {
                 let i = idx.iter().position(|&x| x == at).unwrap();
-                assert_eq!(wc.wr_id, got[i], "in order per QP");
+                assert_eq!(wc.wr_id(), got[i], "in order per QP");
                 got[i] += 1;
             }
         }
@@ -142,7 +142,7 @@ fn a_dropped_future_loses_no_completion() {
         let wc = within("the first completion", acq.next(&mut r.b_qps[..]))
             .await
             .unwrap();
-        assert_eq!(wc.wr_id, 0);
+        assert_eq!(wc.wr_id(), 0);
         // Bursts of sends; futures polled a random number of times (0 to 3, yielding between
         // so the device moves) and then dropped, or awaited to the end; single and batch
         // calls. Every completion comes out once, in order.
@@ -163,12 +163,12 @@ fn a_dropped_future_loses_no_completion() {
                         .await
                         .unwrap();
                     assert_eq!(n, out.len());
-                    out.iter().map(|w| w.wr_id).collect()
+                    out.iter().map(|w| w.wr_id()).collect()
                 } else if polls == 3 {
                     let wc = within("a completion", acq.next(&mut r.b_qps[..]))
                         .await
                         .unwrap();
-                    vec![wc.wr_id]
+                    vec![wc.wr_id()]
                 } else {
                     let mut fut = std::pin::pin!(acq.next(&mut r.b_qps[..]));
                     let mut done = None;
@@ -180,7 +180,7 @@ fn a_dropped_future_loses_no_completion() {
                         tokio::task::yield_now().await;
                     }
                     match done {
-                        Some(v) => vec![v.unwrap().wr_id],
+                        Some(v) => vec![v.unwrap().wr_id()],
                         None => {
                             if polls > 0 {
                                 cancelled_asleep += 1;
@@ -225,7 +225,7 @@ fn a_busy_poll_budget_before_sleeping() {
                     .await
                     .unwrap();
                 assert!(wc.is_ok());
-                assert_eq!(wc.wr_id, k);
+                assert_eq!(wc.wr_id(), k);
                 k += 1;
             }
         }

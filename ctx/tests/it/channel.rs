@@ -163,8 +163,8 @@ fn many_cqs_on_one_channel_say_which_fired() {
         for &i in &fire {
             let wcs = r.drain_b(i);
             assert_eq!(wcs.len(), 1);
-            assert_eq!(wcs[0].wr_id, round);
-            assert_eq!(wcs[0].qp_num, r.b_qps[i].qpn());
+            assert_eq!(wcs[0].wr_id(), round);
+            assert_eq!(wcs[0].qp_num(), r.b_qps[i].qpn());
             got[i] += 1;
             assert!(
                 r.ch.unacked(r.b_cqs[i].id()) < ACK_BATCH,
@@ -230,7 +230,10 @@ fn solicited_only_arming() {
         Some(r.b_cqs[0].id())
     );
     let wcs = r.drain_b(0);
-    assert_eq!(wcs.iter().map(|w| w.wr_id).collect::<Vec<_>>(), vec![0, 1]);
+    assert_eq!(
+        wcs.iter().map(|w| w.wr_id()).collect::<Vec<_>>(),
+        vec![0, 1]
+    );
     // A solicited-only arm with only an unsolicited CQE waiting stays quiet; a later arm for
     // any completion fires at once (IBTA Vol. 1 §11.4.2.2: it takes precedence).
     r.send(0, 2, false);
@@ -344,7 +347,7 @@ fn poll_blocking_sleeps_on_a_channel_of_its_own_only() {
             .poll_blocking(&mut qb, &mut wcs, 0, Duration::from_secs(5))
             .unwrap();
         assert_eq!(n, 1);
-        assert_eq!(wcs[0].wr_id, k);
+        assert_eq!(wcs[0].wr_id(), k);
     }
     drop((qa, qb, cq));
     assert_eq!(ch.cq_count(), 0);

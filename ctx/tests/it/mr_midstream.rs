@@ -11,14 +11,14 @@ const CHUNK: usize = 256 << 10;
 
 /// Every WR id 0..WRS exactly once; the statuses in order.
 fn statuses(wcs: &[mlx5_qp::Wc]) -> Vec<WcStatus> {
-    let mut ids: Vec<u64> = wcs.iter().map(|w| w.wr_id).collect();
+    let mut ids: Vec<u64> = wcs.iter().map(|w| w.wr_id()).collect();
     ids.sort_unstable();
     assert_eq!(
         ids,
         (0..WRS).collect::<Vec<_>>(),
         "each WR exactly once: {wcs:?}"
     );
-    wcs.iter().map(|w| w.status).collect()
+    wcs.iter().map(|w| w.status()).collect()
 }
 
 /// The statuses are some successes, then the error `first_err`, then flushes.
@@ -113,9 +113,9 @@ fn receive_region_dropped_before_the_sends_arrive() {
     f.fabric().run_until_idle();
     let got = drain(&mut b);
     assert_eq!(got.len(), 4, "every receive completes once: {got:?}");
-    assert_eq!(got[0].status, WcStatus::LocProtErr, "{got:?}");
-    assert!(got[1..].iter().all(|w| w.status == WcStatus::WrFlushErr));
-    let mut ids: Vec<u64> = got.iter().map(|w| w.wr_id).collect();
+    assert_eq!(got[0].status(), WcStatus::LocProtErr, "{got:?}");
+    assert!(got[1..].iter().all(|w| w.status() == WcStatus::WrFlushErr));
+    let mut ids: Vec<u64> = got.iter().map(|w| w.wr_id()).collect();
     ids.sort_unstable();
     assert_eq!(ids, vec![100, 101, 102, 103]);
 }

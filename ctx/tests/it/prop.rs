@@ -111,7 +111,7 @@ fn run(ops: Vec<Op>) {
         let n = e.cq.poll(&mut e.qp, &mut wcs).unwrap();
         for w in &wcs[..n] {
             *posted
-                .get_mut(&w.wr_id)
+                .get_mut(&w.wr_id())
                 .expect("a completion for a WR never posted") += 1;
         }
         n

@@ -81,8 +81,8 @@ fn two_threads_of_32_qps_on_shared_registers_lose_and_corrupt_nothing() {
                     let mut poll = |cq: &mut Cq, qps: &mut Vec<Qp>, done: &mut Vec<u64>| {
                         let n = cq.poll(&mut qps[..], &mut wcs).unwrap();
                         for wc in &wcs[..n] {
-                            assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
-                            done.push(wc.wr_id);
+                            assert_eq!(wc.status(), WcStatus::Success, "{wc:?}");
+                            done.push(wc.wr_id());
                         }
                     };
                     let deadline = Instant::now() + Duration::from_secs(120);

@@ -639,12 +639,18 @@ mod tests {
         assert_eq!(qp.sq_outstanding_wrs(), 3, "nothing retired");
         assert!(qp.complete_send_success(0, 0x1234, 99, &mut wc));
         assert_eq!(
-            (wc.wr_id, wc.opcode, wc.byte_len, wc.status, wc.qp_num),
+            (
+                wc.wr_id(),
+                wc.opcode(),
+                wc.byte_len(),
+                wc.status(),
+                wc.qp_num()
+            ),
             (10, WcOpcode::Send, 0, WcStatus::Success, 0x1234)
         );
         assert!(qp.complete_send_success(1, 0x1234, 64, &mut wc));
         assert_eq!(
-            (wc.wr_id, wc.opcode, wc.byte_len),
+            (wc.wr_id(), wc.opcode(), wc.byte_len()),
             (11, WcOpcode::RdmaRead, 64)
         );
         assert!(
@@ -719,7 +725,7 @@ mod tests {
         };
         let mut out = [Wc::default(); 2];
         assert_eq!(qp.complete_send(1, &info, &mut out), Progress::Done(1));
-        assert_eq!(out[0].wr_id, 2);
+        assert_eq!(out[0].wr_id(), 2);
         assert!(qp.sq_all_common(), "retired");
         let sge = Sge {
             addr: 0x2000,

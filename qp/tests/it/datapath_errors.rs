@@ -44,10 +44,10 @@ fn expect_failure(
     }
     let failing = all
         .iter()
-        .find(|w| w.status != WcStatus::WrFlushErr)
+        .find(|w| w.status() != WcStatus::WrFlushErr)
         .expect("an error completion");
     assert_eq!(
-        (failing.wr_id, failing.status),
+        (failing.wr_id(), failing.status()),
         (first_id, status),
         "{all:?}"
     );
@@ -55,8 +55,8 @@ fn expect_failure(
     // Every WR after the failing one: exactly one flush completion each.
     let mut ids: Vec<u64> = all
         .iter()
-        .filter(|w| w.wr_id > first_id)
-        .map(|w| w.wr_id)
+        .filter(|w| w.wr_id() > first_id)
+        .map(|w| w.wr_id())
         .collect();
     ids.sort_unstable();
     assert_eq!(
@@ -66,8 +66,8 @@ fn expect_failure(
     );
     assert!(all
         .iter()
-        .filter(|w| w.wr_id > first_id)
-        .all(|w| w.status == WcStatus::WrFlushErr));
+        .filter(|w| w.wr_id() > first_id)
+        .all(|w| w.status() == WcStatus::WrFlushErr));
     assert_eq!(side.qp.sq_outstanding_bbs(), 0);
     // Posting now is refused with a clear error, and the ring is left alone.
     assert!(side.qp.post(&SendWr::send(0)).is_err());
@@ -150,16 +150,16 @@ fn receive_too_small_is_a_local_length_error_at_the_responder() {
     .unwrap();
     post_tail(&mut a, 40);
     let wb = drain(&f, &mut b.cq, &mut b.qp);
-    assert_eq!(wb[0].wr_id, 7);
+    assert_eq!(wb[0].wr_id(), 7);
     assert_eq!(
-        (wb[0].status, wb[0].syndrome_name()),
+        (wb[0].status(), wb[0].syndrome_name()),
         (WcStatus::LocLenErr, Some("LOCAL_LENGTH_ERR"))
     );
     assert!(
-        wb[1..].iter().all(|w| w.status == WcStatus::WrFlushErr),
+        wb[1..].iter().all(|w| w.status() == WcStatus::WrFlushErr),
         "{wb:?}"
     );
-    assert_eq!(wb.iter().map(|w| w.wr_id).collect::<Vec<_>>(), vec![7, 8]);
+    assert_eq!(wb.iter().map(|w| w.wr_id()).collect::<Vec<_>>(), vec![7, 8]);
     expect_failure(
         &mut a,
         &mut f,
@@ -266,10 +266,10 @@ fn moving_to_error_flushes_sends_and_receives() {
     let mut wcs = [Wc::default(); 8];
     let n = a.qp.flush_outstanding(&mut wcs).unwrap();
     all.extend_from_slice(&wcs[..n]);
-    let mut ids: Vec<u64> = all.iter().map(|w| w.wr_id).collect();
+    let mut ids: Vec<u64> = all.iter().map(|w| w.wr_id()).collect();
     ids.sort_unstable();
     assert_eq!(ids, vec![0, 1, 2, 100, 101, 102, 103], "{all:?}");
-    assert!(all.iter().all(|w| w.status == WcStatus::WrFlushErr));
+    assert!(all.iter().all(|w| w.status() == WcStatus::WrFlushErr));
     assert_eq!(a.qp.rq_outstanding(), 0);
     // Back to work: Reset clears the rings, and the QP can be connected again.
     a.dev
@@ -300,7 +300,7 @@ fn bad_lkey_in_the_receive_is_a_remote_operational_error() {
     post_tail(&mut a, 90);
     let wb = drain(&f, &mut b.cq, &mut b.qp);
     assert_eq!(wb.len(), 1, "{wb:?}");
-    assert_eq!((wb[0].wr_id, wb[0].status), (9, WcStatus::LocProtErr));
+    assert_eq!((wb[0].wr_id(), wb[0].status()), (9, WcStatus::LocProtErr));
     assert_eq!(wb[0].syndrome_name(), Some("LOCAL_PROT_ERR"));
     expect_failure(&mut a, &mut f, 90, WcStatus::RemOpErr, "REMOTE_OP_ERR");
     no_driver_bugs(&f);

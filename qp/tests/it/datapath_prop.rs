@@ -66,9 +66,9 @@ fn run(steps: Vec<Step>) {
             let k = cq.poll(qp, &mut wcs).unwrap();
             for w in &wcs[..k] {
                 assert!(
-                    got.insert(w.wr_id, w.status).is_none(),
+                    got.insert(w.wr_id(), w.status()).is_none(),
                     "wr_id {} twice",
-                    w.wr_id
+                    w.wr_id()
                 );
             }
         };
@@ -159,9 +159,9 @@ fn run(steps: Vec<Step>) {
             }
             for w in &wcs[..n] {
                 assert!(
-                    got_a.insert(w.wr_id, w.status).is_none(),
+                    got_a.insert(w.wr_id(), w.status()).is_none(),
                     "wr_id {} twice",
-                    w.wr_id
+                    w.wr_id()
                 );
             }
         }

@@ -15,7 +15,7 @@ fn rc_write_inline_and_gather() {
     let wcs = pump(&f, &mut a.cq, &mut a.qp, 4);
     assert_eq!(wcs.len(), 1, "{wcs:?}");
     assert_eq!(
-        (wcs[0].wr_id, wcs[0].status, wcs[0].opcode),
+        (wcs[0].wr_id(), wcs[0].status(), wcs[0].opcode()),
         (1, WcStatus::Success, WcOpcode::RdmaWrite)
     );
     assert_eq!(&b.buf.bytes()[..100], &msg[..]);
@@ -50,24 +50,26 @@ fn rc_send_and_send_imm_land_in_receives() {
     .unwrap();
     let wa = pump(&f, &mut a.cq, &mut a.qp, 4);
     assert_eq!(
-        wa.iter().map(|w| (w.wr_id, w.opcode)).collect::<Vec<_>>(),
+        wa.iter()
+            .map(|w| (w.wr_id(), w.opcode()))
+            .collect::<Vec<_>>(),
         vec![(1, WcOpcode::Send), (2, WcOpcode::Send)]
     );
     let wb = pump(&f, &mut b.cq, &mut b.qp, 4);
     assert_eq!(wb.len(), 2, "{wb:?}");
     assert_eq!(
-        (wb[0].wr_id, wb[0].opcode, wb[0].byte_len),
+        (wb[0].wr_id(), wb[0].opcode(), wb[0].byte_len()),
         (10, WcOpcode::Recv, msg.len() as u32)
     );
     assert_eq!(&b.buf.bytes()[..msg.len()], msg);
     assert_eq!(
-        (wb[1].wr_id, wb[1].byte_len, wb[1].imm_data),
+        (wb[1].wr_id(), wb[1].byte_len(), wb[1].imm_data()),
         (11, 40, 0xcafe_f00d)
     );
-    assert!(wb[1].flags.contains(WcFlags::WITH_IMM));
+    assert!(wb[1].flags().contains(WcFlags::WITH_IMM));
     assert_eq!(&b.buf.bytes()[256..272], &[7u8; 16]);
     assert_eq!(&b.buf.bytes()[512..536], &[7u8; 24]);
-    assert_eq!(wb[1].src_qp, a.info.qpn);
+    assert_eq!(wb[1].src_qp(), a.info.qpn);
     no_driver_bugs(&f);
 }
 
@@ -82,14 +84,14 @@ fn rc_write_imm_consumes_a_receive() {
     )
     .unwrap();
     let wa = pump(&f, &mut a.cq, &mut a.qp, 4);
-    assert_eq!((wa[0].wr_id, wa[0].opcode), (3, WcOpcode::RdmaWrite));
+    assert_eq!((wa[0].wr_id(), wa[0].opcode()), (3, WcOpcode::RdmaWrite));
     let wb = pump(&f, &mut b.cq, &mut b.qp, 4);
     assert_eq!(wb.len(), 1);
     assert_eq!(
-        (wb[0].wr_id, wb[0].opcode, wb[0].imm_data),
+        (wb[0].wr_id(), wb[0].opcode(), wb[0].imm_data()),
         (50, WcOpcode::RecvRdmaWithImm, 0x0102_0304)
     );
-    assert_eq!(wb[0].byte_len, 9);
+    assert_eq!(wb[0].byte_len(), 9);
     assert_eq!(&b.buf.bytes()[64..73], b"imm write");
     no_driver_bugs(&f);
 }
@@ -105,7 +107,7 @@ fn rc_read_scatters_into_the_local_buffer() {
     let wa = pump(&f, &mut a.cq, &mut a.qp, 4);
     assert_eq!(wa.len(), 1, "{wa:?}");
     assert_eq!(
-        (wa[0].status, wa[0].opcode, wa[0].byte_len),
+        (wa[0].status(), wa[0].opcode(), wa[0].byte_len()),
         (WcStatus::Success, WcOpcode::RdmaRead, 3000)
     );
     assert_eq!(&a.buf.bytes()[100..1100], &src[..1000]);
@@ -135,7 +137,7 @@ fn rc_atomics_plain_and_masked() {
     a.qp.post(&SendWr::fetch_add(1, r, l, 5).signaled())
         .unwrap();
     let w = pump(&f, &mut a.cq, &mut a.qp, 2);
-    assert_eq!((w[0].opcode, w[0].byte_len), (WcOpcode::FetchAdd, 8));
+    assert_eq!((w[0].opcode(), w[0].byte_len()), (WcOpcode::FetchAdd, 8));
     assert_eq!(ne64(a.buf.bytes(), 0), 100);
     assert_eq!(ne64(b.buf.bytes(), 0), 105);
 
@@ -145,7 +147,7 @@ fn rc_atomics_plain_and_masked() {
         .unwrap();
     let w = pump(&f, &mut a.cq, &mut a.qp, 4);
     assert_eq!(
-        w.iter().map(|w| w.opcode).collect::<Vec<_>>(),
+        w.iter().map(|w| w.opcode()).collect::<Vec<_>>(),
         vec![WcOpcode::CompSwap; 2]
     );
     assert_eq!(ne64(a.buf.bytes(), 8), 105, "first CAS matched");
@@ -199,9 +201,11 @@ fn rc_atomics_plain_and_masked() {
     .unwrap();
     let w = pump(&f, &mut a.cq, &mut a.qp, 8);
     assert_eq!(w.len(), 4, "{w:?}");
-    assert!(w.iter().all(|w| w.status == WcStatus::Success));
+    assert!(w.iter().all(|w| w.status() == WcStatus::Success));
     assert_eq!(
-        w.iter().map(|w| (w.opcode, w.byte_len)).collect::<Vec<_>>(),
+        w.iter()
+            .map(|w| (w.opcode(), w.byte_len()))
+            .collect::<Vec<_>>(),
         vec![
             (WcOpcode::MaskedCompSwap, 8),
             (WcOpcode::MaskedFetchAdd, 8),
@@ -245,7 +249,7 @@ fn rc_unsignaled_runs_and_batches() {
     )
     .unwrap();
     let wcs = pump(&f, &mut a.cq, &mut a.qp, 8);
-    assert_eq!(wcs.iter().map(|w| w.wr_id).collect::<Vec<_>>(), vec![100]);
+    assert_eq!(wcs.iter().map(|w| w.wr_id()).collect::<Vec<_>>(), vec![100]);
     assert_eq!(a.qp.sq_outstanding_bbs(), 0);
     for i in 0..40u64 {
         assert_eq!(
@@ -273,10 +277,10 @@ fn rc_with_128_byte_cqes() {
         )
         .unwrap();
         let wa = pump(&f, &mut a.cq, &mut a.qp, 2);
-        assert_eq!(wa.iter().map(|w| w.wr_id).collect::<Vec<_>>(), vec![i]);
+        assert_eq!(wa.iter().map(|w| w.wr_id()).collect::<Vec<_>>(), vec![i]);
         let wb = pump(&f, &mut b.cq, &mut b.qp, 2);
         assert_eq!(
-            (wb[0].wr_id, wb[0].imm_data, wb[0].byte_len),
+            (wb[0].wr_id(), wb[0].imm_data(), wb[0].byte_len()),
             (i, i as u32, 8)
         );
         assert_eq!(&b.buf.bytes()[..8], &i.to_be_bytes());
@@ -310,7 +314,7 @@ fn arming_delivers_one_event_per_arm() {
         b.dev.ack_cq_events(b.cq_id, 1).unwrap();
         assert_eq!(b.cq.arm_sn(), (round as u32 + 1) & 3);
         let wb = pump(&f, &mut b.cq, &mut b.qp, 2);
-        assert_eq!(wb[0].wr_id, round);
+        assert_eq!(wb[0].wr_id(), round);
         pump(&f, &mut a.cq, &mut a.qp, 2);
         // Not armed: no further event.
         assert_eq!(

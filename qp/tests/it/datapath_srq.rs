@@ -125,25 +125,26 @@ fn srq_shared_by_several_qps() {
     assert_eq!(n, 60);
     assert!(wcs[..n]
         .iter()
-        .all(|w| w.status == WcStatus::Success && w.opcode == WcOpcode::Send));
+        .all(|w| w.status() == WcStatus::Success && w.opcode() == WcOpcode::Send));
     let n = cq_b.poll(&mut tb, &mut wcs).unwrap();
     assert_eq!(n, 60);
     let mut ids = HashSet::new();
     let mut per_qp = vec![Vec::new(); nq];
     for w in &wcs[..n] {
         assert_eq!(
-            (w.status, w.opcode, w.byte_len),
+            (w.status(), w.opcode(), w.byte_len()),
             (WcStatus::Success, WcOpcode::Recv, 4)
         );
-        assert!(ids.insert(w.wr_id), "wr_id {} twice", w.wr_id);
-        let slot = (w.wr_id - 1000) as usize;
+        assert!(ids.insert(w.wr_id()), "wr_id {} twice", w.wr_id());
+        let slot = (w.wr_id() - 1000) as usize;
         let got = &buf_b.bytes()[slot * 128..slot * 128 + 4];
         let k = got[0] as usize;
         assert_eq!(
-            qpns[k].1, w.qp_num,
+            qpns[k].1,
+            w.qp_num(),
             "message landed in a WQE completed on its own QP"
         );
-        assert_eq!(w.src_qp, qpns[k].0);
+        assert_eq!(w.src_qp(), qpns[k].0);
         per_qp[k].push(got[1]);
     }
     for (k, seqs) in per_qp.iter().enumerate() {

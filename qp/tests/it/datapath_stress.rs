@@ -84,7 +84,7 @@ fn thousands_of_posts_over_many_laps() {
                 Err(Error::SqFull { .. }) => {
                     f.run_until_idle();
                     let k = a.cq.poll(&mut a.qp, &mut wcs).unwrap();
-                    completed.extend(wcs[..k].iter().map(|w| (w.wr_id, w.status)));
+                    completed.extend(wcs[..k].iter().map(|w| (w.wr_id(), w.status())));
                 }
                 Err(e) => panic!("post {i}: {e}"),
             }
@@ -108,7 +108,7 @@ fn thousands_of_posts_over_many_laps() {
         if k == 0 {
             break;
         }
-        completed.extend(wcs[..k].iter().map(|w| (w.wr_id, w.status)));
+        completed.extend(wcs[..k].iter().map(|w| (w.wr_id(), w.status())));
     }
     assert!(
         completed.iter().all(|c| c.1 == WcStatus::Success),

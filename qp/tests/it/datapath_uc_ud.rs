@@ -38,14 +38,14 @@ fn uc_send_write_and_immediates() {
     }
     let wa = pump(&f, &mut a.cq, &mut a.qp, 8);
     assert_eq!(
-        wa.iter().map(|w| w.wr_id).collect::<Vec<_>>(),
+        wa.iter().map(|w| w.wr_id()).collect::<Vec<_>>(),
         vec![10, 11, 12, 13]
     );
-    assert!(wa.iter().all(|w| w.status == WcStatus::Success));
+    assert!(wa.iter().all(|w| w.status() == WcStatus::Success));
     let wb = pump(&f, &mut b.cq, &mut b.qp, 8);
     assert_eq!(
         wb.iter()
-            .map(|w| (w.wr_id, w.opcode, w.byte_len, w.imm_data))
+            .map(|w| (w.wr_id(), w.opcode(), w.byte_len(), w.imm_data()))
             .collect::<Vec<_>>(),
         vec![
             (1, WcOpcode::Recv, 64, 0),
@@ -110,7 +110,7 @@ fn uc_receives_stay_in_order_after_a_broken_send() {
     let wb = drain(&f, &mut b.cq, &mut b.qp);
     assert_eq!(
         wb.iter()
-            .map(|w| (w.wr_id, w.status, w.opcode, w.byte_len))
+            .map(|w| (w.wr_id(), w.status(), w.opcode(), w.byte_len()))
             .collect::<Vec<_>>(),
         vec![
             (0, WcStatus::Success, WcOpcode::RecvRdmaWithImm, 3),
@@ -151,22 +151,24 @@ fn ud_send_with_an_address_handle() {
     .unwrap();
     let wa = pump(&f, &mut a.cq, &mut a.qp, 4);
     assert_eq!(
-        wa.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
+        wa.iter()
+            .map(|w| (w.wr_id(), w.status()))
+            .collect::<Vec<_>>(),
         vec![(5, WcStatus::Success), (6, WcStatus::Success)]
     );
     let wb = pump(&f, &mut b.cq, &mut b.qp, 4);
     assert_eq!(wb.len(), 2, "{wb:?}");
     assert_eq!(
-        (wb[0].wr_id, wb[0].byte_len, wb[0].src_qp),
+        (wb[0].wr_id(), wb[0].byte_len(), wb[0].src_qp()),
         (1, 240, a.info.qpn)
     );
-    assert!(wb[0].flags.contains(WcFlags::GRH));
+    assert!(wb[0].flags().contains(WcFlags::GRH));
     assert_eq!(&b.buf.bytes()[40..240], &[0xc3; 200]);
     assert_eq!(
-        (wb[1].wr_id, wb[1].byte_len, wb[1].imm_data),
+        (wb[1].wr_id(), wb[1].byte_len(), wb[1].imm_data()),
         (2, 48, 0xabcd)
     );
-    assert!(wb[1].flags.contains(WcFlags::WITH_IMM));
+    assert!(wb[1].flags().contains(WcFlags::WITH_IMM));
     assert_eq!(&b.buf.bytes()[1024..1032], b"datagram");
     // A wrong Q_Key is dropped by the receiver; the sender still completes (UD is unreliable).
     b.qp.post_recv(3, &[b.buf.sge(0, 296)]).unwrap();

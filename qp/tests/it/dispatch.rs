@@ -115,7 +115,7 @@ fn flushed_sends_leave_a_uc_qp_in_error() {
         fcq.push(err(mlx5_cq::CQE_REQ_ERR, QPN, 1, FLUSH, 0));
         let mut wcs = [Wc::default(); 4];
         assert_eq!(cq.poll(&mut qp, &mut wcs).unwrap(), 2);
-        assert!(wcs[..2].iter().all(|w| w.status == WcStatus::WrFlushErr));
+        assert!(wcs[..2].iter().all(|w| w.status() == WcStatus::WrFlushErr));
         assert_eq!(
             qp.state(),
             QpState::Error,

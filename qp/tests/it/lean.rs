@@ -283,7 +283,12 @@ fn fast_poll_path_keeps_every_check() {
     let mut wcs = [Wc::default(); 4];
     assert_eq!(cq.poll(&mut qp, &mut wcs), Ok(1));
     assert_eq!(
-        (wcs[0].wr_id, wcs[0].status, wcs[0].opcode, wcs[0].qp_num),
+        (
+            wcs[0].wr_id(),
+            wcs[0].status(),
+            wcs[0].opcode(),
+            wcs[0].qp_num()
+        ),
         (2, WcStatus::Success, WcOpcode::RdmaWrite, QPN)
     );
     assert_eq!(

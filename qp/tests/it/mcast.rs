@@ -62,11 +62,11 @@ fn member_qkey(dev: &mlx5_sim::SimDevice, o: &Opts, n: u64, qkey: u32) -> Side {
 fn received(f: &mlx5_sim::Fabric, s: &mut Side) -> Vec<Vec<u8>> {
     let wcs: Vec<Wc> = drain(f, &mut s.cq, &mut s.qp);
     wcs.iter()
-        .filter(|w| w.opcode.is_recv())
+        .filter(|w| w.opcode().is_recv())
         .map(|w| {
-            assert_eq!(w.status, WcStatus::Success, "{w:?}");
-            let off = w.wr_id as usize * 128;
-            s.buf.bytes()[off + 40..off + w.byte_len as usize].to_vec()
+            assert_eq!(w.status(), WcStatus::Success, "{w:?}");
+            let off = w.wr_id() as usize * 128;
+            s.buf.bytes()[off + 40..off + w.byte_len() as usize].to_vec()
         })
         .collect()
 }
@@ -99,9 +99,9 @@ fn one_copy_per_attached_qp_on_every_device_and_none_after_detach() {
     send(&f, &mut tx, &dest, 3, b"second");
     // The sender's own datagrams come back to it: it is attached and does not block loopback.
     let sent: Vec<Wc> = drain(&f, &mut tx.cq, &mut tx.qp);
-    let own: Vec<_> = sent.iter().filter(|w| w.opcode.is_recv()).collect();
+    let own: Vec<_> = sent.iter().filter(|w| w.opcode().is_recv()).collect();
     assert_eq!(
-        sent.iter().filter(|w| !w.opcode.is_recv()).count(),
+        sent.iter().filter(|w| !w.opcode().is_recv()).count(),
         3,
         "{sent:?}"
     );
@@ -137,7 +137,7 @@ fn block_self_mcast_loopback_spares_only_the_sender() {
     send(&f, &mut tx, &dest, 1, b"hello");
     let wcs = drain(&f, &mut tx.cq, &mut tx.qp);
     assert_eq!(wcs.len(), 1, "only the send completion: {wcs:?}");
-    assert!(!wcs[0].opcode.is_recv());
+    assert!(!wcs[0].opcode().is_recv());
     assert_eq!(received(&f, &mut same_dev), vec![b"hello".to_vec()]);
     no_driver_bugs(&f);
 }

@@ -60,14 +60,14 @@ fn signaled_completion_returns_wr_id_and_updates_ci() {
     fcq.push(req_bytes(QPN, 1, 0x10, 64));
     assert_eq!(c.poll(&mut qp, &mut wcs).unwrap(), 2);
     assert_eq!(
-        (wcs[0].wr_id, wcs[0].opcode, wcs[0].status),
+        (wcs[0].wr_id(), wcs[0].opcode(), wcs[0].status()),
         (0xaa, WcOpcode::RdmaWrite, WcStatus::Success)
     );
     assert_eq!(
-        (wcs[1].wr_id, wcs[1].opcode, wcs[1].byte_len),
+        (wcs[1].wr_id(), wcs[1].opcode(), wcs[1].byte_len()),
         (0xbb, WcOpcode::RdmaRead, 64)
     );
-    assert_eq!(wcs[1].qp_num, QPN);
+    assert_eq!(wcs[1].qp_num(), QPN);
     assert_eq!(fcq.set_ci(), 2);
     assert_eq!(qp.sq_outstanding_bbs(), 0);
     assert_eq!(c.poll(&mut qp, &mut wcs).unwrap(), 0);
@@ -97,7 +97,7 @@ fn unsignaled_run_is_retired_by_one_completion() {
     fcq.push(req(QPN, 7, 0x0a));
     let mut wcs = [Wc::default(); 8];
     assert_eq!(c.poll(&mut qp, &mut wcs).unwrap(), 1);
-    assert_eq!(wcs[0].wr_id, 7);
+    assert_eq!(wcs[0].wr_id(), 7);
     assert_eq!(qp.sq_free_bbs(), 8, "every block came back");
     qp.post(&SendWr::send(8)).unwrap();
 }
@@ -121,7 +121,7 @@ fn cq_wrap_flips_the_owner_bit() {
             fcq.push(req(QPN, pi, 0x0a));
         }
         let n = c.poll(&mut qp, &mut wcs).unwrap();
-        seen.extend(wcs[..n].iter().map(|w| w.wr_id));
+        seen.extend(wcs[..n].iter().map(|w| w.wr_id()));
         assert_eq!(fcq.set_ci(), c.ci() & 0xff_ffff);
     }
     assert_eq!(seen, (0..15).collect::<Vec<_>>());
@@ -160,7 +160,7 @@ fn error_then_flush_accounts_for_every_wr() {
     fcq.push(err(CQE_REQ_ERR, QPN, 4, SYNDROME_WR_FLUSH_ERR, 0));
     let mut wcs = [Wc::default(); 8];
     let n = c.poll(&mut qp, &mut wcs).unwrap();
-    let got: Vec<_> = wcs[..n].iter().map(|w| (w.wr_id, w.status)).collect();
+    let got: Vec<_> = wcs[..n].iter().map(|w| (w.wr_id(), w.status())).collect();
     assert_eq!(
         got,
         vec![
@@ -169,16 +169,19 @@ fn error_then_flush_accounts_for_every_wr() {
             (104, WcStatus::WrFlushErr),
         ]
     );
-    assert_eq!(wcs[0].syndrome, 0x13);
-    assert_eq!(wcs[0].vendor_err, 0x42);
+    assert_eq!(wcs[0].syndrome(), 0x13);
+    assert_eq!(wcs[0].vendor_err(), 0x42);
     assert_eq!(wcs[0].syndrome_name(), Some("REMOTE_ACCESS_ERR"));
-    assert_eq!(wcs[0].status.name(), "IBV_WC_REM_ACCESS_ERR");
+    assert_eq!(wcs[0].status().name(), "IBV_WC_REM_ACCESS_ERR");
     // The error completion moved the data path to Error by itself: posting is refused.
     assert_eq!(qp.state(), QpState::Error);
     assert!(qp.post(&SendWr::send(9).inline(b"x")).is_err());
     // WR 105 got no CQE (this fake device flushes nothing more): the caller flushes the rest.
     assert_eq!(qp.flush_outstanding(&mut wcs).unwrap(), 1);
-    assert_eq!((wcs[0].wr_id, wcs[0].status), (105, WcStatus::WrFlushErr));
+    assert_eq!(
+        (wcs[0].wr_id(), wcs[0].status()),
+        (105, WcStatus::WrFlushErr)
+    );
     assert_eq!(qp.sq_outstanding_bbs(), 0);
     assert_eq!(qp.flush_outstanding(&mut wcs).unwrap(), 0);
 }
@@ -199,8 +202,8 @@ fn a_first_flush_error_reports_the_earlier_unsignaled_wrs() {
     let mut ids = Vec::new();
     for _ in 0..4 {
         assert_eq!(c.poll(&mut qp, &mut one).unwrap(), 1);
-        ids.push(one[0].wr_id);
-        assert_eq!(one[0].status, WcStatus::WrFlushErr);
+        ids.push(one[0].wr_id());
+        assert_eq!(one[0].status(), WcStatus::WrFlushErr);
     }
     assert_eq!(ids, vec![0, 1, 2, 3]);
     assert_eq!(c.ci(), 1);
@@ -233,17 +236,17 @@ fn receive_completions_carry_imm_source_and_flags() {
     let mut wcs = [Wc::default(); 4];
     assert_eq!(c.poll(&mut qp, &mut wcs).unwrap(), 3);
     assert_eq!(
-        (wcs[0].wr_id, wcs[0].opcode, wcs[0].byte_len),
+        (wcs[0].wr_id(), wcs[0].opcode(), wcs[0].byte_len()),
         (10, WcOpcode::Recv, 100)
     );
-    assert_eq!(wcs[0].imm_data, 0xdead_beef);
-    assert_eq!(wcs[0].flags, WcFlags::WITH_IMM | WcFlags::GRH);
-    assert_eq!((wcs[0].src_qp, wcs[0].slid), (0xab_cdef, 0x0102));
+    assert_eq!(wcs[0].imm_data(), 0xdead_beef);
+    assert_eq!(wcs[0].flags(), WcFlags::WITH_IMM | WcFlags::GRH);
+    assert_eq!((wcs[0].src_qp(), wcs[0].slid()), (0xab_cdef, 0x0102));
     assert_eq!(
-        (wcs[1].wr_id, wcs[1].opcode, wcs[1].imm_data),
+        (wcs[1].wr_id(), wcs[1].opcode(), wcs[1].imm_data()),
         (11, WcOpcode::RecvRdmaWithImm, 7)
     );
-    assert_eq!((wcs[2].wr_id, wcs[2].status), (12, WcStatus::LocLenErr));
+    assert_eq!((wcs[2].wr_id(), wcs[2].status()), (12, WcStatus::LocLenErr));
     assert_eq!(qp.rq_outstanding(), 0);
 }
 
@@ -278,7 +281,12 @@ fn a_receive_completed_out_of_order_is_an_error_naming_both_and_nothing_is_lost(
         "and is delivered next"
     );
     assert_eq!(
-        (wcs[0].wr_id, wcs[0].status, wcs[0].opcode, wcs[0].imm_data),
+        (
+            wcs[0].wr_id(),
+            wcs[0].status(),
+            wcs[0].opcode(),
+            wcs[0].imm_data()
+        ),
         (101, WcStatus::Success, WcOpcode::RecvRdmaWithImm, 5)
     );
     assert_eq!(
@@ -289,14 +297,14 @@ fn a_receive_completed_out_of_order_is_an_error_naming_both_and_nothing_is_lost(
     fcq.push(resp(CQE_RESP_SEND, QPN, 0, 9, 0));
     fcq.push(resp(CQE_RESP_SEND, QPN, 2, 3, 0));
     assert_eq!(c.poll(&mut qp, &mut wcs).unwrap(), 2);
-    assert_eq!((wcs[0].wr_id, wcs[0].byte_len), (100, 9));
-    assert_eq!((wcs[1].wr_id, wcs[1].byte_len), (102, 3));
+    assert_eq!((wcs[0].wr_id(), wcs[0].byte_len()), (100, 9));
+    assert_eq!((wcs[1].wr_id(), wcs[1].byte_len()), (102, 3));
     assert_eq!(qp.rq_outstanding(), 3, "WQEs 0, 1 and 2 retired");
     // After a good completion in the same call, the violation is reported by the next call.
     fcq.push(resp(CQE_RESP_SEND, QPN, 3, 1, 0));
     fcq.push(resp(CQE_RESP_SEND, QPN, 5, 1, 0));
     assert_eq!(c.poll(&mut qp, &mut wcs).unwrap(), 1);
-    assert_eq!(wcs[0].wr_id, 103);
+    assert_eq!(wcs[0].wr_id(), 103);
     assert!(matches!(
         c.poll(&mut qp, &mut wcs),
         Err(Error::RecvOutOfOrder {
@@ -306,7 +314,7 @@ fn a_receive_completed_out_of_order_is_an_error_naming_both_and_nothing_is_lost(
         })
     ));
     assert_eq!(c.poll(&mut qp, &mut wcs).unwrap(), 1);
-    assert_eq!(wcs[0].wr_id, 105);
+    assert_eq!(wcs[0].wr_id(), 105);
     // A second CQE for a WQE already completed is a bad CQE.
     fcq.push(resp(CQE_RESP_SEND, QPN, 5, 1, 0));
     assert!(matches!(
@@ -316,7 +324,10 @@ fn a_receive_completed_out_of_order_is_an_error_naming_both_and_nothing_is_lost(
     // Flushing reports WQE 4 only: 5 has its completion.
     qp.set_state(QpState::Error);
     assert_eq!(qp.flush_outstanding(&mut wcs).unwrap(), 1);
-    assert_eq!((wcs[0].wr_id, wcs[0].status), (104, WcStatus::WrFlushErr));
+    assert_eq!(
+        (wcs[0].wr_id(), wcs[0].status()),
+        (104, WcStatus::WrFlushErr)
+    );
     assert_eq!(qp.rq_outstanding(), 0);
 }
 
@@ -358,7 +369,7 @@ fn inline_scatter_formats_copy_into_the_receive_buffer() {
         fcq.push_with(cqe, front);
         let mut wcs = [Wc::default(); 1];
         assert_eq!(c.poll(&mut qp, &mut wcs).unwrap(), 1);
-        assert_eq!(wcs[0].byte_len, len as u32);
+        assert_eq!(wcs[0].byte_len(), len as u32);
         assert_eq!(&buf_a[..], &data[..10]);
         assert_eq!(&buf_b[..len - 10], &data[10..len]);
         assert!(buf_b[len - 10..].iter().all(|&x| x == 0));
@@ -442,7 +453,7 @@ fn one_cq_serves_many_qps_and_an_srq() {
     fcq.push(resp(CQE_RESP_SEND, 0x100 + 7 * 9, 1, 8, 0));
     let mut wcs = [Wc::default(); 8];
     assert_eq!(c.poll(&mut table, &mut wcs).unwrap(), 4);
-    let got: Vec<_> = wcs[..4].iter().map(|w| (w.wr_id, w.qp_num)).collect();
+    let got: Vec<_> = wcs[..4].iter().map(|w| (w.wr_id(), w.qp_num())).collect();
     assert_eq!(
         got,
         vec![
@@ -544,7 +555,7 @@ fn srq_free_list_is_maintained() {
     let mut srqs = [srq];
     let n = c.poll(&mut (&mut qp, &mut srqs[..]), &mut wcs).unwrap();
     assert_eq!(n, 2);
-    assert_eq!((wcs[0].wr_id, wcs[1].wr_id), (1, 0));
+    assert_eq!((wcs[0].wr_id(), wcs[1].wr_id()), (1, 0));
     assert_eq!(fsrq.next_of(3), 1, "old tail links to the first freed");
     assert_eq!(fsrq.next_of(1), 0, "then to the second");
     // A completion for a WQE that is not posted is refused.
@@ -591,7 +602,7 @@ fn sixteen_bit_counters_wrap() {
             fcq.push(req(QPN, pi, 0x0a));
             let n = c.poll(&mut qp, &mut wcs).unwrap();
             assert_eq!(n, 1);
-            assert_eq!(wcs[0].wr_id, next_expected);
+            assert_eq!(wcs[0].wr_id(), next_expected);
             next_expected += 16;
             assert_eq!(qp.sq_outstanding_bbs(), 0);
         }
@@ -600,7 +611,7 @@ fn sixteen_bit_counters_wrap() {
             qp.post_recv(r, &[]).unwrap();
             fcq.push(resp(CQE_RESP_SEND, QPN, r as u16, 0, 0));
             assert_eq!(c.poll(&mut qp, &mut wcs).unwrap(), 1);
-            assert_eq!(wcs[0].wr_id, r);
+            assert_eq!(wcs[0].wr_id(), r);
         }
     }
     assert_eq!(fcq.set_ci(), c.ci() & 0xff_ffff);
@@ -653,24 +664,34 @@ fn receive_completions_carry_sl_path_bits_and_pkey_index() {
         let mut wcs = [Wc::default(); 4];
         assert_eq!(c.poll(&mut qp, &mut wcs).unwrap(), 4, "{cqe_size}");
         let w = &wcs[0];
-        assert_eq!((w.wr_id, w.opcode), (20, WcOpcode::Recv), "{cqe_size}");
+        assert_eq!((w.wr_id(), w.opcode()), (20, WcOpcode::Recv), "{cqe_size}");
         assert_eq!(
-            (w.sl, w.dlid_path_bits, w.pkey_index, w.src_qp),
+            (w.sl(), w.dlid_path_bits(), w.pkey_index(), w.src_qp()),
             (0xb, 0x7f, 5, 0xabc),
             "{cqe_size}"
         );
-        assert_eq!(w.flags, WcFlags::GRH, "{cqe_size}");
+        assert_eq!(w.flags(), WcFlags::GRH, "{cqe_size}");
         let w = &wcs[1];
         assert_eq!(
-            (w.sl, w.dlid_path_bits, w.pkey_index, w.imm_data, w.flags),
+            (
+                w.sl(),
+                w.dlid_path_bits(),
+                w.pkey_index(),
+                w.imm_data(),
+                w.flags()
+            ),
             (7, 3, 0x0042, 0xcafe_0042, WcFlags::WITH_IMM),
             "{cqe_size}"
         );
         for w in &wcs[2..] {
-            assert_eq!((w.sl, w.dlid_path_bits, w.pkey_index), (0, 0, 0), "{w:?}");
+            assert_eq!(
+                (w.sl(), w.dlid_path_bits(), w.pkey_index()),
+                (0, 0, 0),
+                "{w:?}"
+            );
         }
-        assert_eq!((wcs[2].wr_id, wcs[2].status), (22, WcStatus::LocLenErr));
-        assert_eq!((wcs[3].wr_id, wcs[3].opcode), (30, WcOpcode::Send));
+        assert_eq!((wcs[2].wr_id(), wcs[2].status()), (22, WcStatus::LocLenErr));
+        assert_eq!((wcs[3].wr_id(), wcs[3].opcode()), (30, WcOpcode::Send));
         // The Cqe64 accessors read the same bits.
         let cqe = Cqe64::from_bytes(&b);
         assert_eq!(
@@ -734,7 +755,7 @@ fn qp_table_finds_each_qp_whatever_its_qpn() {
         if n == 0 {
             break;
         }
-        got.extend(wcs[..n].iter().map(|w| (w.qp_num, w.wr_id, w.status)));
+        got.extend(wcs[..n].iter().map(|w| (w.qp_num(), w.wr_id(), w.status())));
     }
     let want: Vec<_> = qpns
         .iter()

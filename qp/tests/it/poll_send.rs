@@ -173,7 +173,15 @@ fn errors_and_flushes_reach_the_callback_in_order() {
     assert_eq!(r.unwrap(), vec![]);
     let got: Vec<_> = other
         .iter()
-        .map(|w| (w.wr_id, w.status, w.syndrome, w.vendor_err, w.opcode))
+        .map(|w| {
+            (
+                w.wr_id(),
+                w.status(),
+                w.syndrome(),
+                w.vendor_err(),
+                w.opcode(),
+            )
+        })
         .collect();
     assert_eq!(
         got,
@@ -308,8 +316,8 @@ fn drain_poll(t: &mut Twin, room: usize, got: &mut Got) {
         match t.cq.poll(&mut t.qp, &mut wcs) {
             Ok(n) => {
                 for wc in &wcs[..n] {
-                    if wc.is_ok() && !wc.opcode.is_recv() {
-                        got.ok.push(wc.wr_id);
+                    if wc.is_ok() && !wc.opcode().is_recv() {
+                        got.ok.push(wc.wr_id());
                     } else {
                         got.other.push(*wc);
                     }
@@ -454,7 +462,7 @@ proptest! {
         prop_assert_eq!(a.fake.sq.bytes(), b.fake.sq.bytes());
         // Every WR that was posted and completed is accounted for once.
         let mut seen = ga.ok.clone();
-        seen.extend(ga.other.iter().map(|w| w.wr_id));
+        seen.extend(ga.other.iter().map(|w| w.wr_id()));
         let n = seen.len();
         seen.sort_unstable();
         seen.dedup();

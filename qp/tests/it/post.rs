@@ -167,7 +167,7 @@ fn inline_wraps_at_the_ring_end_and_blueflame_copies_the_logical_wqe() {
     // device writes one only for a signaled WQE), the unsignaled 0 and 1 before it are
     // retired silently.
     assert_eq!(c.poll(&mut qp, &mut wcs).unwrap(), 1);
-    assert_eq!((wcs[0].wr_id, wcs[0].is_ok()), (2, true));
+    assert_eq!((wcs[0].wr_id(), wcs[0].is_ok()), (2, true));
     assert_eq!(qp.sq_free_bbs(), 4);
     // Now a 2-block inline WRITE at block 3: ctrl+raddr at 192..224, inline header at 224,
     // 28 payload bytes to the ring end and the rest at the ring start.

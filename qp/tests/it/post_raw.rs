@@ -152,7 +152,7 @@ fn every_atomic_completion_reports_its_operand_size() {
     assert_eq!(cq.poll(&mut qp, &mut wcs).unwrap(), cases.len());
     for (i, (wc, &(opcode, opmod, wc_op, len))) in wcs.iter().zip(&cases).enumerate() {
         assert_eq!(
-            (wc.wr_id, wc.status, wc.opcode, wc.byte_len),
+            (wc.wr_id(), wc.status(), wc.opcode(), wc.byte_len()),
             (100 + i as u64, WcStatus::Success, wc_op, len),
             "opcode {opcode:#x} opmod {opmod:#x}"
         );

@@ -201,8 +201,10 @@ impl Model {
 
     fn record(&mut self, wcs: &[Wc]) {
         for w in wcs {
-            let prev = self.reported.insert(w.wr_id, (w.status, w.syndrome as u32));
-            assert!(prev.is_none(), "wr_id {} reported twice", w.wr_id);
+            let prev = self
+                .reported
+                .insert(w.wr_id(), (w.status(), w.syndrome() as u32));
+            assert!(prev.is_none(), "wr_id {} reported twice", w.wr_id());
         }
     }
 

@@ -45,8 +45,11 @@ fn send_and_receive_completions_carry_the_device_clock() {
     let got = poll_ts(&f, &mut b);
     assert_eq!(sent.len(), 1, "{sent:?}");
     assert_eq!(got.len(), 1, "{got:?}");
-    assert_eq!((sent[0].0.wr_id, sent[0].0.status), (1, WcStatus::Success));
-    assert_eq!((got[0].0.wr_id, got[0].0.opcode), (7, WcOpcode::Recv));
+    assert_eq!(
+        (sent[0].0.wr_id(), sent[0].0.status()),
+        (1, WcStatus::Success)
+    );
+    assert_eq!((got[0].0.wr_id(), got[0].0.opcode()), (7, WcOpcode::Recv));
     for (_, raw) in sent.iter().chain(&got) {
         assert_eq!(*raw, mlx5_sim::cq::device_clock(t0.as_nanos() as u64));
         let ns = clock.to_ns(*raw).unwrap();
@@ -77,6 +80,6 @@ fn a_cq_without_timestamps_reports_zero_and_poll_agrees() {
         .unwrap();
     let got = poll_ts(&f, &mut a);
     assert_eq!(got.len(), 1);
-    assert_eq!((got[0].0.wr_id, got[0].1), (5, 0));
+    assert_eq!((got[0].0.wr_id(), got[0].1), (5, 0));
     no_driver_bugs(&f);
 }

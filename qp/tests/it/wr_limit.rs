@@ -152,7 +152,7 @@ fn a_signaled_completion_returns_the_unsignaled_wrs_before_it() {
     fcq.push(req(QPN, 127, op::OPCODE_RDMA_WRITE));
     let mut wcs = [Wc::default(); 4];
     assert_eq!(cq.poll(&mut qp, &mut wcs), Ok(1));
-    assert_eq!(wcs[0].wr_id, 127);
+    assert_eq!(wcs[0].wr_id(), 127);
     assert_eq!(qp.sq_outstanding_wrs(), 0);
     assert_eq!(qp.sq_free_wrs(), 128);
     // A whole second round fits, then the limit again.
@@ -188,7 +188,7 @@ fn errors_and_flushes_return_wr_credits_and_reset_restores_them() {
     fcq.push(err(CQE_REQ_ERR, QPN, 4, SYNDROME_REMOTE_ACCESS_ERR, 0));
     let mut wcs = [Wc::default(); 16];
     assert_eq!(cq.poll(&mut qp, &mut wcs), Ok(1));
-    assert_eq!(wcs[0].status, WcStatus::RemAccessErr);
+    assert_eq!(wcs[0].status(), WcStatus::RemAccessErr);
     assert_eq!(qp.sq_outstanding_wrs(), 5);
     assert_eq!(qp.sq_free_wrs(), 123);
     // The QP is in Error; the rest are flushed by software, two at a time.
@@ -196,7 +196,7 @@ fn errors_and_flushes_return_wr_credits_and_reset_restores_them() {
     assert_eq!(qp.flush_outstanding(&mut wcs[..2]), Ok(2));
     assert_eq!(qp.sq_outstanding_wrs(), 3);
     assert_eq!(qp.flush_outstanding(&mut wcs), Ok(3));
-    assert!(wcs[..3].iter().all(|w| w.status == WcStatus::WrFlushErr));
+    assert!(wcs[..3].iter().all(|w| w.status() == WcStatus::WrFlushErr));
     assert_eq!(qp.sq_outstanding_wrs(), 0);
     assert_eq!(qp.sq_free_wrs(), 128);
     // Reset forgets whatever is outstanding and restores the limit.
@@ -260,7 +260,7 @@ fn a_raw_wqe_larger_than_the_caps_is_still_bounded_by_blocks() {
     fcq.push(req(QPN, 3, op::OPCODE_RDMA_WRITE));
     let mut wcs = [Wc::default(); 4];
     assert_eq!(cq.poll(&mut qp, &mut wcs), Ok(2));
-    assert_eq!((wcs[0].wr_id, wcs[1].wr_id), (1, 3));
+    assert_eq!((wcs[0].wr_id(), wcs[1].wr_id()), (1, 3));
     assert_eq!(qp.sq_outstanding_wrs(), 0);
     // With the big WQE gone two two-block WQEs fit.
     qp.post_write_inline(5, &[1; 60], REMOTE, SendFlags::empty())

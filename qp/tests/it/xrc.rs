@@ -242,23 +242,28 @@ fn every_rc_operation_through_one_target_into_the_named_srq() {
         .unwrap();
     let sent = drain(&f, &mut ini.cq, &mut ini.qp);
     assert_eq!(
-        sent.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
+        sent.iter()
+            .map(|w| (w.wr_id(), w.status()))
+            .collect::<Vec<_>>(),
         (1..=7).map(|i| (i, WcStatus::Success)).collect::<Vec<_>>(),
         "{sent:?}"
     );
     let got = recvs(&f, &mut t);
-    let by_id = |id: u64| got.iter().find(|w| w.wr_id == id).copied();
+    let by_id = |id: u64| got.iter().find(|w| w.wr_id() == id).copied();
     let w = by_id(11).expect("the SEND in SRQ 1's first WQE");
     assert_eq!(
-        (w.opcode, w.byte_len, w.qp_num),
+        (w.opcode(), w.byte_len(), w.qp_num()),
         (WcOpcode::Recv, 1500, t.tgt.qpn)
     );
     assert_eq!(&t.buf.bytes()[8192..8192 + 1500], &big[..]);
     let w = by_id(10).expect("SEND_IMM in SRQ 0");
-    assert!(w.flags.contains(WcFlags::WITH_IMM));
-    assert_eq!((w.imm_data, w.byte_len), (0xfeed, 3));
+    assert!(w.flags().contains(WcFlags::WITH_IMM));
+    assert_eq!((w.imm_data(), w.byte_len()), (0xfeed, 3));
     let w = by_id(20).expect("WRITE_IMM consumed SRQ 0's next WQE");
-    assert_eq!((w.opcode, w.imm_data), (WcOpcode::RecvRdmaWithImm, 0x77));
+    assert_eq!(
+        (w.opcode(), w.imm_data()),
+        (WcOpcode::RecvRdmaWithImm, 0x77)
+    );
     assert_eq!(got.len(), 3, "{got:?}");
     assert_eq!(&t.buf.bytes()[100..114], b"written by XRC");
     assert_eq!(&t.buf.bytes()[200..202], b"wi");
@@ -298,7 +303,7 @@ fn an_srq_of_another_domain_is_an_invalid_request() {
         )
         .unwrap();
     let w = drain(&f, &mut ini.cq, &mut ini.qp);
-    assert_eq!(w[0].status, WcStatus::RemInvReqErr, "{w:?}");
+    assert_eq!(w[0].status(), WcStatus::RemInvReqErr, "{w:?}");
     assert_eq!(t.dev.query_qp(t.tgt.id).unwrap().qp_state, QpState::Error);
 }
 
@@ -339,7 +344,9 @@ fn a_lost_request_is_retransmitted_and_rnr_waits_for_a_receive() {
         }
     }
     assert_eq!(
-        done.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
+        done.iter()
+            .map(|w| (w.wr_id(), w.status()))
+            .collect::<Vec<_>>(),
         vec![
             (1, WcStatus::Success),
             (2, WcStatus::Success),
@@ -349,7 +356,7 @@ fn a_lost_request_is_retransmitted_and_rnr_waits_for_a_receive() {
     assert_eq!(&t.buf.bytes()[..5], b"first");
     assert_eq!(&t.buf.bytes()[8..14], b"second");
     let got = recvs(&f, &mut t);
-    assert_eq!((got.len(), got[0].wr_id, got[0].byte_len), (1, 9, 4));
+    assert_eq!((got.len(), got[0].wr_id(), got[0].byte_len()), (1, 9, 4));
     assert_eq!(f.faults().stats().dropped, 1);
     assert!(ini.dev.counter("rnr_nak_retry_err") >= 1);
     no_driver_bugs(&f);

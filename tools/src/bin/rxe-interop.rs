@@ -191,7 +191,8 @@ mod interop {
             if !w.is_ok() {
                 return Err(format!(
                     "{what}: sim completion {:?} {:?}",
-                    w.opcode, w.status
+                    w.opcode(),
+                    w.status()
                 ));
             }
             Ok(w)
@@ -287,9 +288,9 @@ mod interop {
             p.rxe_ok("send")?;
             let w = p.sim_ok("recv")?;
             let want_imm = imm.unwrap_or(0);
-            if w.byte_len as usize != size
-                || w.wr_id != 7
-                || (imm.is_some() && w.imm_data != want_imm)
+            if w.byte_len() as usize != size
+                || w.wr_id() != 7
+                || (imm.is_some() && w.imm_data() != want_imm)
             {
                 return Err(format!("sim recv {w:?}"));
             }
@@ -360,7 +361,7 @@ mod interop {
             p.rxe_ok("write")?;
             if imm.is_some() {
                 let w = p.sim_ok("write-imm recv")?;
-                if w.imm_data != imm.unwrap_or(0) || w.opcode != WcOpcode::RecvRdmaWithImm {
+                if w.imm_data() != imm.unwrap_or(0) || w.opcode() != WcOpcode::RecvRdmaWithImm {
                     return Err(format!("sim recv {w:?}"));
                 }
             } else if t == QpType::Uc {
@@ -388,7 +389,7 @@ mod interop {
                 .post(&SendWr::read(1, ra).sges(&sge).signaled())
                 .map_err(e("sim post"))?;
             let w = p.sim_ok("read")?;
-            if w.byte_len as usize != size {
+            if w.byte_len() as usize != size {
                 return Err(format!("sim read completion {w:?}"));
             }
             check("read", &p.s.mr.read(0, size).unwrap_or_default(), &data)
@@ -629,7 +630,7 @@ mod interop {
             vqp.post_send(&wr).map_err(e("rxe post"))?;
             rxe_wc(&mut vcq)?;
             let w = sim_wc(&mut s)?;
-            if !w.is_ok() || w.byte_len != 740 || w.src_qp != vqpn {
+            if !w.is_ok() || w.byte_len() != 740 || w.src_qp() != vqpn {
                 return Err(format!("sim recv {w:?}"));
             }
             check("datagram", &s.mr.read(40, 700).unwrap_or_default(), &data)
@@ -657,7 +658,7 @@ mod interop {
                 .map_err(e("sim post"))?;
             if exhaust {
                 let w = p.sim_wc()?;
-                return match w.status {
+                return match w.status() {
                     mlx5_qp::WcStatus::RnrRetryExcErr => Ok(()),
                     s => Err(format!("sim completion {s:?}, want RNR_RETRY_EXC_ERR")),
                 };

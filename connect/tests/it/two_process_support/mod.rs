@@ -452,7 +452,7 @@ impl End {
             let n = self.cq.poll(&mut self.qp, &mut wcs).expect("poll the CQ");
             for w in &wcs[..n] {
                 assert_eq!(
-                    w.status,
+                    w.status(),
                     WcStatus::Success,
                     "error completion while waiting for {what}: {w:?} ({:?})",
                     w.syndrome_name()
