@@ -86,7 +86,8 @@ pub struct CqLayout {
     pub cq_uar: *mut u8,
     /// CQ number (24 bits).
     pub cqn: u32,
-    /// The CQ was created to ignore overrun: the consumer index need not be written.
+    /// The CQ was created to ignore overrun: the device needs no consumer index (the data path
+    /// writes it anyway, as rdma-core's `update_cons_index` does).
     pub ignore_overrun: bool,
 }
 

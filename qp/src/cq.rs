@@ -17,9 +17,9 @@ use crate::srq::Srq;
 use crate::wc::{Wc, WcFields, WcOpcode, WcStatus};
 use mlx5_cq::{
     arm_value, cqe64_offset, cqe_opcode_name, sw_owned, ArmCmd, Cqe64, CQE_FORMAT_COMPRESSED,
-    CQE_FORMAT_INLINE32, CQE_FORMAT_INLINE64, CQE_REQ, CQE_REQ_ERR, CQE_RESP_ERR, CQE_RESP_SEND,
-    CQE_RESP_SEND_IMM, CQE_RESP_SEND_INV, CQE_RESP_WR_IMM, CQ_ARM_DB, CQ_CI_MASK, CQ_DOORBELL,
-    CQ_SET_CI,
+    CQE_FORMAT_INLINE32, CQE_FORMAT_INLINE64, CQE_INVALID, CQE_REQ, CQE_REQ_ERR, CQE_RESP_ERR,
+    CQE_RESP_SEND, CQE_RESP_SEND_IMM, CQE_RESP_SEND_INV, CQE_RESP_WR_IMM, CQ_ARM_DB, CQ_CI_MASK,
+    CQ_DOORBELL, CQ_SET_CI,
 };
 use mlx5_hw::{mmio, CqLayout};
 use mlx5_wqe::seg::DataSeg;
@@ -28,6 +28,14 @@ use mlx5_wqe::seg::DataSeg;
 pub trait Resolve {
     /// The QP with this number, if this table holds it.
     fn qp(&mut self, qpn: u32) -> Option<&mut Qp>;
+    /// The QP a CQE names, from bytes 56..60 of the CQE (`sop_drop_qpn`: the send opcode,
+    /// then the QPN big-endian) as one native `u32` load: [`Resolve::qp`] of the QPN, unless
+    /// the table can compare those bytes as they are (a single [`Qp`] does).
+    #[inline(always)]
+    fn qp_of_cqe(&mut self, sop_drop_qpn: u32) -> Option<&mut Qp> {
+        let b = sop_drop_qpn.to_ne_bytes();
+        self.qp(u32::from_be_bytes([0, b[1], b[2], b[3]]))
+    }
     /// The SRQ with this number, if this table holds it.
     fn srq(&mut self, srqn: u32) -> Option<&mut Srq> {
         let _ = srqn;
@@ -39,6 +47,12 @@ impl Resolve for Qp {
     #[inline(always)]
     fn qp(&mut self, qpn: u32) -> Option<&mut Qp> {
         (self.qpn() == qpn).then_some(self)
+    }
+    #[inline(always)]
+    fn qp_of_cqe(&mut self, sop_drop_qpn: u32) -> Option<&mut Qp> {
+        // The three QPN bytes as the CQE holds them, the opcode byte masked off.
+        let qpn_bytes = u32::from_ne_bytes([0, 0xff, 0xff, 0xff]);
+        (sop_drop_qpn & qpn_bytes == self.cqe_sop_key()).then_some(self)
     }
 }
 
@@ -58,6 +72,10 @@ impl<A: Resolve + ?Sized, S: BorrowMut<Srq>> Resolve for (&mut A, &mut [S]) {
     #[inline(always)]
     fn qp(&mut self, qpn: u32) -> Option<&mut Qp> {
         self.0.qp(qpn)
+    }
+    #[inline(always)]
+    fn qp_of_cqe(&mut self, sop_drop_qpn: u32) -> Option<&mut Qp> {
+        self.0.qp_of_cqe(sop_drop_qpn)
     }
     #[inline(always)]
     fn srq(&mut self, srqn: u32) -> Option<&mut Srq> {
@@ -244,6 +262,9 @@ enum Consumed {
 pub struct Cq {
     dbrec: *mut u32,
     cqe_cnt: u32,
+    /// `cqe_cnt - 1`.
+    mask: u32,
+    /// Bytes a CQE slot (64 or 128; the one-entry poll scales by it: one multiply for both).
     cqe_size: usize,
     cqe_off: usize,
     /// `buf + cqe_off`: the 64-byte CQE of slot 0.
@@ -252,7 +273,6 @@ pub struct Cq {
     size_shift: u32,
     uar: *mut u8,
     cqn: u32,
-    ignore_overrun: bool,
     ci: u32,
     arm_sn: u32,
     /// The error an out-of-line path of [`Cq::poll`] met, until the call returns it (the
@@ -295,6 +315,7 @@ impl Cq {
         Ok(Cq {
             dbrec: layout.dbrec,
             cqe_cnt: layout.cqe_cnt,
+            mask: layout.cqe_cnt - 1,
             cqe_size: layout.cqe_size as usize,
             cqe_off: cqe64_offset(layout.cqe_size),
             // SAFETY: the offset (0 or 64) is inside the first slot.
@@ -302,7 +323,6 @@ impl Cq {
             size_shift: layout.cqe_size.trailing_zeros(),
             uar: layout.cq_uar,
             cqn: layout.cqn,
-            ignore_overrun: layout.ignore_overrun,
             ci: 0,
             arm_sn: 0,
             error: None,
@@ -361,6 +381,13 @@ impl Cq {
     /// outstanding; nothing is flushed on their behalf.
     #[inline(always)]
     pub fn poll<R: Resolve + ?Sized>(&mut self, table: &mut R, wcs: &mut [Wc]) -> Result<usize> {
+        #[cfg(test)]
+        if paths::FAST_OFF.with(|f| f.get()) {
+            return self.poll_from(table, wcs, 0, self.ci);
+        }
+        if wcs.len() == 1 {
+            return self.poll_single(table, wcs);
+        }
         if self.size_shift == 6 {
             self.poll_with::<R, 6>(table, wcs)
         } else {
@@ -392,13 +419,6 @@ impl Cq {
         wcs: &mut [Wc],
     ) -> Result<usize> {
         let start = self.ci;
-        #[cfg(test)]
-        if paths::FAST_OFF.with(|f| f.get()) {
-            return self.poll_from(table, wcs, 0, start);
-        }
-        if wcs.len() == 1 {
-            return self.poll_single::<R, SHIFT>(table, wcs);
-        }
         // The fast loop (`Cq::poll_fast`, inline) retires runs of common CQEs; the first other
         // CQE (an error, inline scatter, a QP it does not know, ...) hands the rest of the
         // call to the full path (`Cq::poll_rest`, out of line), which starts by reading that
@@ -414,31 +434,29 @@ impl Cq {
     }
 
     /// [`Cq::poll`] with room for one completion (what a ping-pong loop calls), straight
-    /// line: the CQE at the consumer index when it is a plain REQ CQE of this lap that
-    /// [`send_one`] takes, else nothing when the CQ is empty, else
+    /// line and for both CQE sizes (the slot is the index times the size: one multiply):
+    /// the CQE at the consumer index when it is a plain REQ CQE of this lap naming its QP's
+    /// oldest outstanding WQE ([`send_one`]), else nothing when the CQ is empty, else
     /// [`Cq::poll_single_slow`] (out of line and cold, so that this path needs no register
     /// the caller saved).
     #[inline(always)]
-    fn poll_single<R: Resolve + ?Sized, const SHIFT: u32>(
-        &mut self,
-        table: &mut R,
-        wcs: &mut [Wc],
-    ) -> Result<usize> {
-        let (ci, cqe_cnt) = (self.ci, self.cqe_cnt);
-        let idx = ci & (cqe_cnt - 1);
+    fn poll_single<R: Resolve + ?Sized>(&mut self, table: &mut R, wcs: &mut [Wc]) -> Result<usize> {
+        let ci = self.ci;
+        let idx = (ci & self.mask) as usize;
         // SAFETY: idx < cqe_cnt, so the 64-byte CQE (at +0 or +64 of its slot) is inside the
         // buffer.
-        let cqe = unsafe { self.cqe0.add((idx as usize) << SHIFT) };
+        let cqe = unsafe { self.cqe0.add(idx * self.cqe_size) };
         // SAFETY: op_own is the last byte of the CQE; volatile, the device writes it.
         let op_own = unsafe { core::ptr::read_volatile(cqe.add(63)) };
         // As in `poll_fast`.
-        let own = ((ci & cqe_cnt) != 0) as u8;
-        if op_own == own {
+        // What `op_own` differs in from a plain REQ CQE of this lap: nothing for one, the
+        // owner bit when the device still owns the slot.
+        let diff = op_own ^ ((ci & self.cqe_cnt) != 0) as u8;
+        if diff == 0 {
             mmio::from_device_barrier();
             // SAFETY: the CQE is software-owned; bytes 56..64 read after the barrier.
             let tail = unsafe { core::ptr::read_volatile(cqe.add(56) as *const u64) };
-            let qpn = u32::from_be(tail as u32) & 0x00ff_ffff;
-            if let Some(qp) = table.qp(qpn) {
+            if let Some(qp) = table.qp_of_cqe(sop_word(tail)) {
                 // Consumed, unless `send_one` declines it (then put back): the index need not
                 // stay in a register across it.
                 self.ci = ci.wrapping_add(1);
@@ -451,11 +469,15 @@ impl Cq {
                 }
                 self.ci = ci;
             }
-        } else if !sw_owned(op_own, ci, cqe_cnt) {
+        } else if (diff & 1 != 0) | (op_own >> 4 == CQE_INVALID) {
+            // Not software-owned (rdma-core `get_sw_cqe`), from the owner value at hand.
             return Ok(0);
         }
-        match self.poll_single_slow::<R, SHIFT>(table, wcs) {
-            SLOW_ERROR => Err(self.take_error()),
+        // The CQ comes back with the count, so that nothing of this frame need survive the
+        // call in a register the caller saved.
+        let (n, cq) = self.poll_single_slow(table, wcs);
+        match n {
+            SLOW_ERROR => Err(cq.take_error()),
             n => Ok(n),
         }
     }
@@ -471,9 +493,25 @@ impl Cq {
     /// The rest of [`Cq::poll_single`]: a plain RESP_SEND CQE of this lap through
     /// [`recv_run`], anything else through the full path. Reads the CQE afresh: its owner
     /// byte, the barrier, the rest.
+    /// Returns the completions written (or [`SLOW_ERROR`]) and the CQ.
     #[cold]
     #[inline(never)]
-    fn poll_single_slow<R: Resolve + ?Sized, const SHIFT: u32>(
+    fn poll_single_slow<R: Resolve + ?Sized>(
+        &mut self,
+        table: &mut R,
+        wcs: &mut [Wc],
+    ) -> (usize, &mut Cq) {
+        let n = if self.size_shift == 6 {
+            self.poll_single_rest::<R, 6>(table, wcs)
+        } else {
+            self.poll_single_rest::<R, 7>(table, wcs)
+        };
+        (n, self)
+    }
+
+    /// [`Cq::poll_single_slow`] with CQEs `1 << SHIFT` bytes apart.
+    #[inline(always)]
+    fn poll_single_rest<R: Resolve + ?Sized, const SHIFT: u32>(
         &mut self,
         table: &mut R,
         wcs: &mut [Wc],
@@ -489,8 +527,7 @@ impl Cq {
             mmio::from_device_barrier();
             // SAFETY: the CQE is software-owned; bytes 56..64 read after the barrier.
             let tail = unsafe { core::ptr::read_volatile(cqe.add(56) as *const u64) };
-            let qpn = u32::from_be(tail as u32) & 0x00ff_ffff;
-            if let Some(qp) = table.qp(qpn) {
+            if let Some(qp) = table.qp_of_cqe(sop_word(tail)) {
                 // SAFETY: as in `poll_single`.
                 if unsafe { recv_run::<SHIFT>(qp, cqe, tail, own, 1, wcs.as_mut_ptr()) } == 1 {
                     #[cfg(test)]
@@ -917,11 +954,11 @@ impl Cq {
         }
     }
 
+    /// The consumer index to the doorbell record — also when the CQ ignores overrun, where
+    /// the device does not need it: rdma-core's `update_cons_index` writes it unconditionally
+    /// too, and the write then needs no test.
     #[inline(always)]
     fn update_ci(&mut self) {
-        if self.ignore_overrun {
-            return;
-        }
         // The CQE reads must be done before the device may reuse the slots: x86 never lets a
         // store pass an earlier load, elsewhere a load barrier orders them.
         #[cfg(target_arch = "x86_64")]
@@ -1105,18 +1142,26 @@ unsafe fn read_line(p: *const u8) -> [u8; 64] {
 /// `out` is writable; `cqe` is a software-owned CQE read after the barrier.
 #[inline(always)]
 unsafe fn send_one(qp: &mut Qp, cqe: *const u8, tail: u64, out: *mut Wc) -> bool {
-    let v = qp.sq_lean_view();
-    // The table matched the QPN; an idle queue has no WQE to name (bytes 60..62,
-    // `wqe_counter`, BE16).
-    let wqe_counter = u16::from_be((tail >> 32) as u16);
-    if (wqe_counter != v.ci) | qp.sq_idle() | !qp.sq_all_common() {
-        return false;
+    // `wqe_counter` loaded on its own (BE16 at byte 60; a 16-bit load is zero-extended, so
+    // the swap leaves the slot index ready), after the barrier like `tail`.
+    // SAFETY: the caller's: a software-owned CQE.
+    let counter = u16::from_be(unsafe { core::ptr::read_volatile(cqe.add(60) as *const u16) });
+    match qp.sq_take_oldest(counter) {
+        Some(wr_id) => {
+            // SAFETY: the caller's.
+            unsafe { Wc::write_req(out, wr_id, cqe, tail) };
+            true
+        }
+        None => false,
     }
-    let slot = (wqe_counter & v.mask) as usize;
-    // SAFETY: slot < wqe_cnt: its WR id; the caller's for the rest.
-    unsafe { Wc::write_req(out, *v.wr_ids.add(slot), cqe, tail) };
-    qp.sq_lean_retired(1);
-    true
+}
+
+/// Bytes 56..60 of a CQE (`sop_drop_qpn`) from `tail`, its bytes 56..64 as loaded: the
+/// native word of those four bytes, for [`Resolve::qp_of_cqe`].
+#[inline(always)]
+fn sop_word(tail: u64) -> u32 {
+    let b = tail.to_ne_bytes();
+    u32::from_ne_bytes([b[0], b[1], b[2], b[3]])
 }
 
 /// The rest of a run of common send completions of `qp` after [`send_one`] took its first:

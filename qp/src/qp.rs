@@ -74,6 +74,9 @@ pub struct Qp {
     /// What the lean poll expects in a CQE of this QP, the QPN's part
     /// (`LeanRun::qpn_key`).
     cqe_qpn_key: u64,
+    /// The QPN's bytes of a CQE's `sop_drop_qpn` as a native load of it holds them (the
+    /// opcode byte 0: [`crate::Resolve::qp_of_cqe`]).
+    cqe_sop_key: u32,
     /// What the lean entry points check their data against.
     fast: FastLimits,
 }
@@ -224,6 +227,10 @@ impl Qp {
                 0
             },
             cqe_qpn_key: crate::cq::LeanRun::qpn_key(layout.qpn),
+            cqe_sop_key: {
+                let b = (layout.qpn & 0x00ff_ffff).to_be_bytes();
+                u32::from_ne_bytes([0, b[1], b[2], b[3]])
+            },
             fast: FastLimits::default(),
         })
     }
@@ -540,6 +547,20 @@ impl Qp {
     #[inline(always)]
     pub(crate) fn cqe_qpn_key(&self) -> u64 {
         self.cqe_qpn_key
+    }
+
+    /// [`Qp::cqe_qpn_key`]'s QPN bytes as a native `u32` of `sop_drop_qpn`.
+    #[inline(always)]
+    pub(crate) fn cqe_sop_key(&self) -> u32 {
+        self.cqe_sop_key
+    }
+
+    /// When the send CQE naming block `wqe_counter` names the oldest outstanding WQE and
+    /// every outstanding WQE is of the common shape (one block, not an atomic): retire it and
+    /// return its WR id ([`crate::sq::SendQueue::take_oldest`]).
+    #[inline(always)]
+    pub(crate) fn sq_take_oldest(&mut self, wqe_counter: u16) -> Option<u64> {
+        self.sq.take_oldest(wqe_counter)
     }
 
     /// Whether every outstanding send WQE has meta byte 0 (the lean poll need not read them).

@@ -870,6 +870,25 @@ impl SendQueue {
         true
     }
 
+    /// The one-entry poll's whole test and retire: when `wqe_counter` is the oldest
+    /// outstanding block (the queue not idle) and every outstanding WQE has meta byte 0 (one
+    /// block, not an atomic), retire that WQE and return its WR id; else change nothing.
+    #[inline(always)]
+    pub fn take_oldest(&mut self, wqe_counter: u16) -> Option<u64> {
+        // Against the low 16 bits of `ci` and `pi` (compared in memory: neither is needed in
+        // a register after). With `wqe_counter == ci`, `pi`'s low bits equal it only when the
+        // queue is idle or holds 65536 blocks: declined either way (the full path decides).
+        if (wqe_counter != self.ci as u16) | (wqe_counter == self.pi as u16) | (self.uncommon != 0)
+        {
+            return None;
+        }
+        // `wqe_counter` is `ci`'s low bits: its slot.
+        let slot = (wqe_counter as u64 & self.mask) as usize;
+        let wr_id = self.wr_id_at(slot);
+        self.lean_retired(1);
+        Some(wr_id)
+    }
+
     /// Whether every outstanding WQE has meta byte 0.
     #[inline(always)]
     pub fn all_common(&self) -> bool {
