@@ -959,6 +959,8 @@ impl Cq {
     /// too, and the write then needs no test.
     #[inline(always)]
     fn update_ci(&mut self) {
+        // Read before the fence, which makes the compiler reload memory after it.
+        let ci = self.ci & CQ_CI_MASK;
         // The CQE reads must be done before the device may reuse the slots: x86 never lets a
         // store pass an earlier load, elsewhere a load barrier orders them.
         #[cfg(target_arch = "x86_64")]
@@ -966,7 +968,7 @@ impl Cq {
         #[cfg(not(target_arch = "x86_64"))]
         mmio::from_device_barrier();
         // SAFETY: `dbrec` is the CQ's live doorbell record (constructor contract).
-        unsafe { mmio::write_dbrec(self.dbrec.add(CQ_SET_CI), self.ci & CQ_CI_MASK) };
+        unsafe { mmio::write_dbrec(self.dbrec.add(CQ_SET_CI), ci) };
     }
 
     #[inline(always)]

@@ -224,6 +224,12 @@ pub(crate) struct SendQueue {
     /// How many bytes of `meta` are not 0 (outstanding WQEs of an uncommon shape): while
     /// none is, the lean poll need not read them.
     uncommon: u32,
+    /// The one-entry poll's key ([`SendQueue::take_oldest`]): `ci`'s low 16 bits, plus
+    /// [`KEY_SHUT`] while `uncommon` is not 0 — equal to a CQE's `wqe_counter` exactly when
+    /// that names the oldest outstanding block and every outstanding WQE is common. A lean
+    /// retire adds to it like to `ci`; the carry when `ci`'s low bits wrap shuts it too (a
+    /// spurious shut only sends a CQE to the full path, which resyncs it).
+    key: u32,
     /// WQEs written since the last doorbell.
     pending: u32,
     /// The last written WQE's first block, for the doorbell (it ends at `pi`: its size is
@@ -259,6 +265,10 @@ pub(crate) struct SendQueue {
     /// Whether the QP's state and type allow lean posts ([`crate::Qp`] decides).
     open: bool,
 }
+
+/// [`SendQueue`]'s `key` while an outstanding WQE is of an uncommon shape: any bit above
+/// the low 16 set makes it differ from every CQE's `wqe_counter`.
+const KEY_SHUT: u32 = 1 << 16;
 
 /// What a lean poll reads of a send queue once per batch ([`SendQueue::lean_view`]).
 #[derive(Clone, Copy, Debug)]
@@ -296,6 +306,7 @@ impl SendQueue {
             wr_ids: LineArray::zeroed(n),
             meta: LineArray::zeroed(n),
             uncommon: 0,
+            key: 0,
             pending: 0,
             last_ctrl: ring.start(),
             error_mode: false,
@@ -492,6 +503,12 @@ impl SendQueue {
                 }
             }
             debug_assert!(self.pi - self.ci <= self.ring.wqe_cnt() as u64);
+            // Exact, or shut by a wrap of `ci`'s low bits (resynced by the full path).
+            debug_assert!(
+                self.key == self.key_of()
+                    || self.key as u16 == self.ci as u16 && self.key >= KEY_SHUT,
+                "the one-entry poll's key"
+            );
             debug_assert!(self.outstanding_wrs() <= self.max_post);
             if self.meta.len() <= 256 {
                 let n = self.meta.iter().filter(|&&m| m != 0).count() as u32;
@@ -529,7 +546,20 @@ impl SendQueue {
         // SAFETY: every caller passes `x & mask` < wqe_cnt, the array's length.
         unsafe { *self.meta.get_unchecked_mut(slot) = m };
         self.uncommon += 1;
+        self.key |= KEY_SHUT;
         self.extra += meta::bbs(m) as u32 - 1;
+    }
+
+    /// `key` as `ci` and `uncommon` make it.
+    #[inline(always)]
+    fn key_of(&self) -> u32 {
+        self.ci as u16 as u32 | if self.uncommon != 0 { KEY_SHUT } else { 0 }
+    }
+
+    /// Recompute `key` (after any change to `ci` or `uncommon` but a lean retire).
+    #[inline(always)]
+    fn sync_key(&mut self) {
+        self.key = self.key_of();
     }
 
     /// Record the WQE of `bbs` blocks just written at `pi` and advance past it.
@@ -799,6 +829,7 @@ impl SendQueue {
         // SAFETY: as for `meta_at`.
         unsafe { *self.meta.get_unchecked_mut(slot) = 0 };
         self.ci += bbs as u64;
+        self.sync_key();
     }
 
     /// Retire, without completions, every WQE from `ci` up to (not including) block `c`,
@@ -807,6 +838,7 @@ impl SendQueue {
         if self.uncommon == 0 {
             // One block each, no byte to clear.
             self.ci = c;
+            self.sync_key();
             return;
         }
         while self.ci != c {
@@ -867,6 +899,8 @@ impl SendQueue {
             ..WcFields::default()
         });
         self.lean_retired(1);
+        // The full path: undo a spurious shut of `key` (a wrap of `ci`'s low bits).
+        self.sync_key();
         true
     }
 
@@ -875,11 +909,10 @@ impl SendQueue {
     /// block, not an atomic), retire that WQE and return its WR id; else change nothing.
     #[inline(always)]
     pub fn take_oldest(&mut self, wqe_counter: u16) -> Option<u64> {
-        // Against the low 16 bits of `ci` and `pi` (compared in memory: neither is needed in
-        // a register after). With `wqe_counter == ci`, `pi`'s low bits equal it only when the
-        // queue is idle or holds 65536 blocks: declined either way (the full path decides).
-        if (wqe_counter != self.ci as u16) | (wqe_counter == self.pi as u16) | (self.uncommon != 0)
-        {
+        // `key` holds `ci`'s low bits and whether all are common: one compare. With
+        // `wqe_counter == ci`, `pi`'s low bits equal it only when the queue is idle or holds
+        // 65536 blocks: declined either way (the full path decides).
+        if (wqe_counter as u32 != self.key) | (wqe_counter == self.pi as u16) {
             return None;
         }
         // `wqe_counter` is `ci`'s low bits: its slot.
@@ -917,6 +950,7 @@ impl SendQueue {
         self.ci += k as u64;
         self.fast += k as u64;
         self.other += k as u64;
+        self.key = self.key.wrapping_add(k as u32);
     }
 
     /// Account for a requester CQE (REQ or REQ_ERR) naming the WQE at `wqe_counter`.
@@ -1061,6 +1095,7 @@ impl SendQueue {
         self.meta.fill(0);
         self.uncommon = 0;
         self.extra = 0;
+        self.sync_key();
         self.refresh_gate();
         // SAFETY: `dbrec` is the live SQ doorbell record.
         unsafe { mmio::write_dbrec(self.dbrec, 0) };
