@@ -1610,6 +1610,35 @@ mod tests {
         );
     }
 
+    /// The one-entry poll's send-queue key ([`crate::sq::SendQueue::take_oldest`]) follows
+    /// `ci` past the wrap of its low 16 bits: the completion at the wrap goes to the full
+    /// path, which resyncs the key, and every later one takes the fast path again.
+    #[test]
+    fn the_one_entry_poll_stays_fast_across_the_wqe_counter_wrap() {
+        for size in [64, 128] {
+            let (mut dev, mut table, mut cq) = Dev::new(size);
+            let qp = table.qp_at(0).unwrap();
+            let r = RemoteAddr::new(0x1000, 5);
+            paths::SERVED.with(|c| c.set([0; 3]));
+            let mut wcs = [Wc::default(); 1];
+            let n = 70_000u64;
+            for id in 0..n {
+                qp.post(&SendWr::write(id, r).inline(b"abcd").signaled())
+                    .unwrap();
+                dev.push(req_cqe(QPN, id as u16, op::OPCODE_RDMA_WRITE, 0));
+                assert_eq!(cq.poll(qp, &mut wcs).unwrap(), 1, "WR {id}");
+                assert_eq!(
+                    (wcs[0].wr_id(), wcs[0].opcode(), wcs[0].is_ok()),
+                    (id, WcOpcode::RdmaWrite, true)
+                );
+            }
+            assert_eq!(cq.poll(qp, &mut wcs).unwrap(), 0);
+            let [fast, _, full] = paths::SERVED.with(|c| c.get());
+            assert_eq!(fast as u64 + full as u64, n);
+            assert!(full <= 2, "{size}-byte CQEs: {full} went to the full path");
+        }
+    }
+
     /// The device of the path tests: two QPs on one CQ of `cnt` CQEs of `size` bytes, the
     /// CQEs written as the device writes them (every byte, then `op_own` with the owner bit
     /// of the lap).
