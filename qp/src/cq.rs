@@ -457,17 +457,14 @@ impl Cq {
             // SAFETY: the CQE is software-owned; bytes 56..64 read after the barrier.
             let tail = unsafe { core::ptr::read_volatile(cqe.add(56) as *const u64) };
             if let Some(qp) = table.qp_of_cqe(sop_word(tail)) {
-                // Consumed, unless `send_one` declines it (then put back): the index need not
-                // stay in a register across it.
-                self.ci = ci.wrapping_add(1);
                 // SAFETY: a software-owned CQE, `tail` read after the barrier, room for one.
                 if unsafe { send_one(qp, cqe, tail, wcs.as_mut_ptr()) } {
                     #[cfg(test)]
                     paths::served(0, 1);
+                    self.ci = ci.wrapping_add(1);
                     self.update_ci();
                     return Ok(1);
                 }
-                self.ci = ci;
             }
         } else if (diff & 1 != 0) | (op_own >> 4 == CQE_INVALID) {
             // Not software-owned (rdma-core `get_sw_cqe`), from the owner value at hand.
@@ -482,11 +479,13 @@ impl Cq {
         }
     }
 
-    /// The error an out-of-line path left in `error`.
+    /// The error an out-of-line path left in `error` (read, not cleared: every path that
+    /// returns [`SLOW_ERROR`] stores its error first, and a store here would be one more
+    /// memory access after the cold call, which keeps LLVM from confining that call's stack
+    /// frame to the cold path).
     #[inline(always)]
-    fn take_error(&mut self) -> Error {
+    fn take_error(&self) -> Error {
         self.error
-            .take()
             .unwrap_or(Error::BadLayout("no error was stashed"))
     }
 
@@ -1148,14 +1147,17 @@ unsafe fn send_one(qp: &mut Qp, cqe: *const u8, tail: u64, out: *mut Wc) -> bool
     // the swap leaves the slot index ready), after the barrier like `tail`.
     // SAFETY: the caller's: a software-owned CQE.
     let counter = u16::from_be(unsafe { core::ptr::read_volatile(cqe.add(60) as *const u16) });
-    match qp.sq_take_oldest(counter) {
-        Some(wr_id) => {
-            // SAFETY: the caller's.
-            unsafe { Wc::write_req(out, wr_id, cqe, tail) };
-            true
-        }
-        None => false,
+    if !qp.sq_names_oldest(counter) {
+        return false;
     }
+    // The CQE's bytes first, the WR id last: the CQE's registers are free before the send
+    // queue's are needed.
+    // SAFETY: the caller's.
+    unsafe {
+        Wc::write_req_cqe(out, cqe, tail);
+        Wc::write_wr_id(out, qp.sq_take_oldest(counter));
+    }
+    true
 }
 
 /// Bytes 56..60 of a CQE (`sop_drop_qpn`) from `tail`, its bytes 56..64 as loaded: the

@@ -555,11 +555,17 @@ impl Qp {
         self.cqe_sop_key
     }
 
-    /// When the send CQE naming block `wqe_counter` names the oldest outstanding WQE and
-    /// every outstanding WQE is of the common shape (one block, not an atomic): retire it and
-    /// return its WR id ([`crate::sq::SendQueue::take_oldest`]).
+    /// Whether the send CQE naming block `wqe_counter` names the oldest outstanding WQE and
+    /// every outstanding WQE is of the common shape (one block, not an atomic)
+    /// ([`crate::sq::SendQueue::names_oldest`]).
     #[inline(always)]
-    pub(crate) fn sq_take_oldest(&mut self, wqe_counter: u16) -> Option<u64> {
+    pub(crate) fn sq_names_oldest(&self, wqe_counter: u16) -> bool {
+        self.sq.names_oldest(wqe_counter)
+    }
+
+    /// Retire the WQE [`Qp::sq_names_oldest`] accepted; its WR id.
+    #[inline(always)]
+    pub(crate) fn sq_take_oldest(&mut self, wqe_counter: u16) -> u64 {
         self.sq.take_oldest(wqe_counter)
     }
 

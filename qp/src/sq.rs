@@ -904,22 +904,26 @@ impl SendQueue {
         true
     }
 
-    /// The one-entry poll's whole test and retire: when `wqe_counter` is the oldest
-    /// outstanding block (the queue not idle) and every outstanding WQE has meta byte 0 (one
-    /// block, not an atomic), retire that WQE and return its WR id; else change nothing.
+    /// The one-entry poll's test: whether `wqe_counter` is the oldest outstanding block (the
+    /// queue not idle) and every outstanding WQE has meta byte 0 (one block, not an atomic).
     #[inline(always)]
-    pub fn take_oldest(&mut self, wqe_counter: u16) -> Option<u64> {
+    pub fn names_oldest(&self, wqe_counter: u16) -> bool {
         // `key` holds `ci`'s low bits and whether all are common: one compare. With
         // `wqe_counter == ci`, `pi`'s low bits equal it only when the queue is idle or holds
         // 65536 blocks: declined either way (the full path decides).
-        if (wqe_counter as u32 != self.key) | (wqe_counter == self.pi as u16) {
-            return None;
-        }
+        (wqe_counter as u32 == self.key) & (wqe_counter != self.pi as u16)
+    }
+
+    /// Retire the oldest WQE, which [`SendQueue::names_oldest`] said `wqe_counter` names;
+    /// returns its WR id.
+    #[inline(always)]
+    pub fn take_oldest(&mut self, wqe_counter: u16) -> u64 {
+        debug_assert!(self.names_oldest(wqe_counter));
         // `wqe_counter` is `ci`'s low bits: its slot.
         let slot = (wqe_counter as u64 & self.mask) as usize;
         let wr_id = self.wr_id_at(slot);
         self.lean_retired(1);
-        Some(wr_id)
+        wr_id
     }
 
     /// Whether every outstanding WQE has meta byte 0.

@@ -278,14 +278,36 @@ impl Wc {
     /// 56..64 read after it.
     #[inline(always)]
     pub(crate) unsafe fn write_req(out: *mut Wc, wr_id: u64, cqe: *const u8, tail: u64) {
+        // SAFETY: the caller's.
+        unsafe {
+            Wc::write_wr_id(out, wr_id);
+            Wc::write_req_cqe(out, cqe, tail);
+        }
+    }
+
+    /// [`Wc::write_req`] but the WR id ([`Wc::write_wr_id`] completes it).
+    ///
+    /// # Safety
+    /// As [`Wc::write_req`].
+    #[inline(always)]
+    pub(crate) unsafe fn write_req_cqe(out: *mut Wc, cqe: *const u8, tail: u64) {
         let o = out as *mut u8;
         // SAFETY: the caller's; every byte of a `Wc` is plain data (any value is a valid
         // `Wc`: the accessors decode whatever they find).
         unsafe {
-            (out as *mut u64).write(wr_id);
             copy16(o.add(24), cqe.add(32));
             (o.add(40) as *mut u64).write(tail);
         }
+    }
+
+    /// Store the WR id of the completion at `out`.
+    ///
+    /// # Safety
+    /// `out` is valid for writes of a `Wc` and 8-byte aligned.
+    #[inline(always)]
+    pub(crate) unsafe fn write_wr_id(out: *mut Wc, wr_id: u64) {
+        // SAFETY: the caller's.
+        unsafe { (out as *mut u64).write(wr_id) };
     }
 
     /// The completion of a plain responder CQE (a good RESP_* opcode): as [`Wc::write_req`],
