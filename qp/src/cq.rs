@@ -210,7 +210,11 @@ impl QpTable {
 impl Resolve for QpTable {
     #[inline(always)]
     fn qp(&mut self, qpn: u32) -> Option<&mut Qp> {
-        let i = *self.slots.get((qpn & self.mask) as usize)?;
+        debug_assert_eq!(self.slots.len(), self.mask as usize + 1);
+        // SAFETY: `slots` has `mask + 1` entries (`QpTable::default`, `QpTable::rebuild` set
+        // both together), so `qpn & mask` indexes one.
+        let i = unsafe { *self.slots.get_unchecked((qpn & self.mask) as usize) };
+        // An empty slot holds `EMPTY`, past every index: this check is its emptiness test.
         let qp = self.qps.get_mut(i as usize)?;
         (qp.qpn() == qpn).then_some(qp)
     }
@@ -584,51 +588,66 @@ impl Cq {
             // A plain REQ CQE of this lap: `op_own` is the owner bit alone (rdma-core
             // `get_sw_cqe`: owner bit against the lap's parity, opcode not INVALID).
             let own = ((ci & cqe_cnt) != 0) as u8;
-            // Room in `wcs` and in this lap of the CQ (the owner value is the lap's), as a
-            // pair: a run computes their minimum only when it can go on.
+            if op_own == own {
+                mmio::from_device_barrier();
+                // SAFETY: the CQE is software-owned; bytes 56..64 read after the barrier.
+                let tail = unsafe { core::ptr::read_volatile(cqe.add(56) as *const u64) };
+                let Some(qp) = table.qp_of_cqe(sop_word(tail)) else {
+                    more = true;
+                    break;
+                };
+                // SAFETY: a software-owned CQE, `tail` its bytes 56..64 read after the
+                // barrier, `o` has `rem` (at least 1) entries.
+                if !unsafe { send_one(qp, cqe, tail, o) } {
+                    more = true;
+                    break;
+                }
+                #[cfg(test)]
+                paths::served(0, 1);
+                // One CQE, one entry: constant steps (the common case with many QPs).
+                rem -= 1;
+                // SAFETY: one of the `rem` entries was written.
+                o = unsafe { o.add(1) };
+                ci = ci.wrapping_add(1);
+                if (rem != 0) & !qp.sq_seems_idle() {
+                    // More of this QP may follow (not when each CQE names another QP, one
+                    // WQE outstanding on each). (`wrapping_add`: past the buffer when this
+                    // CQE ends the lap; then the lap has 0 more and nothing is read there.)
+                    // SAFETY: `cqe + 1` starts the `cqe_cnt - 1 - idx` CQEs left in this
+                    // lap; `o` has `rem` entries; `send_one` just took this QP's CQE.
+                    let k = unsafe {
+                        send_more::<SHIFT>(
+                            qp,
+                            cqe.wrapping_add(1 << SHIFT),
+                            own,
+                            rem,
+                            (cqe_cnt - 1 - idx) as usize,
+                            o,
+                        )
+                    };
+                    #[cfg(test)]
+                    paths::served(0, k);
+                    rem -= k;
+                    // SAFETY: k of the `rem` entries were written.
+                    o = unsafe { o.add(k) };
+                    ci = ci.wrapping_add(k as u32);
+                }
+                continue;
+            }
+            // Room in `wcs` and in this lap of the CQ (the owner value is the lap's).
             let room = Room {
                 out: rem,
                 idx,
                 cqe_cnt,
             };
-            let k = if op_own == own {
+            let k = if op_own == (CQE_RESP_SEND << 4 | own) {
                 mmio::from_device_barrier();
                 // SAFETY: the CQE is software-owned; bytes 56..64 read after the barrier.
                 let tail = unsafe { core::ptr::read_volatile(cqe.add(56) as *const u64) };
-                let qpn = u32::from_be(tail as u32) & 0x00ff_ffff;
-                match table.qp(qpn) {
+                match table.qp_of_cqe(sop_word(tail)) {
                     // SAFETY: `cqe` is a software-owned CQE with `room.lap() - 1` more of this
                     // lap after it, `tail` its bytes 56..64 read after the barrier, `o` has
                     // `room.out` entries.
-                    Some(qp) => unsafe {
-                        if !send_one(qp, cqe, tail, o) {
-                            0
-                        } else if (room.out > 1) & !qp.sq_idle() {
-                            // More of this QP may follow (not when each CQE names another
-                            // QP, one WQE outstanding on each).
-                            // (`wrapping_add`: past the buffer when this CQE ends the lap;
-                            // then `room.lap() - 1` is 0 and nothing is read there.)
-                            1 + send_more::<SHIFT>(
-                                qp,
-                                cqe.wrapping_add(1 << SHIFT),
-                                own,
-                                room.out - 1,
-                                room.lap() - 1,
-                                o.add(1),
-                            )
-                        } else {
-                            1
-                        }
-                    },
-                    None => 0,
-                }
-            } else if op_own == (CQE_RESP_SEND << 4 | own) {
-                mmio::from_device_barrier();
-                // SAFETY: the CQE is software-owned; bytes 56..64 read after the barrier.
-                let tail = unsafe { core::ptr::read_volatile(cqe.add(56) as *const u64) };
-                let qpn = u32::from_be(tail as u32) & 0x00ff_ffff;
-                match table.qp(qpn) {
-                    // SAFETY: as for the send run.
                     Some(qp) => unsafe {
                         recv_run::<SHIFT>(qp, cqe, tail, own, room.out.min(room.lap()), o)
                     },
@@ -643,7 +662,7 @@ impl Cq {
                 break;
             }
             #[cfg(test)]
-            paths::served((op_own != own) as usize, k);
+            paths::served(1, k);
             rem -= k;
             // SAFETY: k of the `rem` entries from `o` were written.
             o = unsafe { o.add(k) };

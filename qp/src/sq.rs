@@ -926,6 +926,13 @@ impl SendQueue {
         wr_id
     }
 
+    /// Whether `pi` and the key's copy of `ci` agree in their low 16 bits ([`crate::Qp`]'s
+    /// `sq_seems_idle`).
+    #[inline(always)]
+    pub fn seems_idle(&self) -> bool {
+        self.key as u16 == self.pi as u16
+    }
+
     /// Whether every outstanding WQE has meta byte 0.
     #[inline(always)]
     pub fn all_common(&self) -> bool {
