@@ -575,9 +575,9 @@ impl Qp {
         self.sq.all_common()
     }
 
-    /// [`Qp::sq_idle`] from the one-entry key's copy of `ci`'s low bits (a register after a
-    /// retire): exact but when 65536 blocks are outstanding, for deciding whether a run may
-    /// follow, which either answer leaves correct.
+    /// Whether no send WQE is outstanding, from the one-entry key's copy of `ci`'s low bits
+    /// (a register after a retire): exact but when 65536 blocks are outstanding; for deciding
+    /// whether a run may follow, which either answer leaves correct.
     #[inline(always)]
     pub(crate) fn sq_seems_idle(&self) -> bool {
         self.sq.seems_idle()
