@@ -526,13 +526,13 @@ impl Cq {
         // SAFETY: op_own is the last byte of the CQE; volatile, the device writes it.
         let op_own = unsafe { core::ptr::read_volatile(cqe.add(63)) };
         let own = ((ci & cqe_cnt) != 0) as u8;
-        if op_own == (CQE_RESP_SEND << 4 | own) {
+        if good_resp(op_own, own) {
             mmio::from_device_barrier();
             // SAFETY: the CQE is software-owned; bytes 56..64 read after the barrier.
             let tail = unsafe { core::ptr::read_volatile(cqe.add(56) as *const u64) };
             if let Some(qp) = table.qp_of_cqe(sop_word(tail)) {
                 // SAFETY: as in `poll_single`.
-                if unsafe { recv_run::<SHIFT>(qp, cqe, tail, own, 1, wcs.as_mut_ptr()) } == 1 {
+                if unsafe { recv_run::<SHIFT>(qp, cqe, tail, op_own, 1, wcs.as_mut_ptr()) } == 1 {
                     #[cfg(test)]
                     paths::served(1, 1);
                     self.ci = ci.wrapping_add(1);
@@ -640,7 +640,7 @@ impl Cq {
                 idx,
                 cqe_cnt,
             };
-            let k = if op_own == (CQE_RESP_SEND << 4 | own) {
+            let k = if good_resp(op_own, own) {
                 mmio::from_device_barrier();
                 // SAFETY: the CQE is software-owned; bytes 56..64 read after the barrier.
                 let tail = unsafe { core::ptr::read_volatile(cqe.add(56) as *const u64) };
@@ -649,7 +649,7 @@ impl Cq {
                     // lap after it, `tail` its bytes 56..64 read after the barrier, `o` has
                     // `room.out` entries.
                     Some(qp) => unsafe {
-                        recv_run::<SHIFT>(qp, cqe, tail, own, room.out.min(room.lap()), o)
+                        recv_run::<SHIFT>(qp, cqe, tail, op_own, room.out.min(room.lap()), o)
                     },
                     None => 0,
                 }
@@ -1274,12 +1274,21 @@ impl Room {
     }
 }
 
-/// A run of common receive completions of `qp` from the plain RESP_SEND CQE at `cqe` (opcode
-/// and owner checked by the caller, `tail` its bytes 56..64 read after the barrier): while
-/// each CQE is a plain RESP_SEND CQE of this lap naming the QP's oldest outstanding receive
-/// on its own receive queue ([`crate::rq::RecvQueue::lean_view`]), write its completion —
-/// the fields rdma-core's `handle_responder` takes, from bytes 16..48 read after the barrier
-/// — and retire it. At most `room` CQEs and the outstanding receives. Returns the CQEs
+/// Whether `op_own` is a good responder CQE of this lap (owner value `own`) without inline
+/// data: RESP_WR_IMM, RESP_SEND, RESP_SEND_IMM or RESP_SEND_INV, format 0, the solicited bit
+/// either way (a completion does not report it; rdma-core's poll ignores it too).
+#[inline(always)]
+fn good_resp(op_own: u8, own: u8) -> bool {
+    (op_own & 0x0d == own) & matches!(op_own >> 4, CQE_RESP_WR_IMM..=CQE_RESP_SEND_INV)
+}
+
+/// A run of common receive completions of `qp` from the good responder CQE at `cqe`
+/// ([`good_resp`], its `op_own` byte `want`, `tail` its bytes 56..64 read after the
+/// barrier): while each CQE has that same `op_own` (the same kind, of this lap) and names the
+/// QP's oldest outstanding receive on its own receive queue
+/// ([`crate::rq::RecvQueue::lean_view`]), write its completion — the CQE's bytes the
+/// accessors of `Wc` take apart as rdma-core's `handle_responder` does, read after the
+/// barrier — and retire it. At most `room` CQEs and the outstanding receives. Returns the CQEs
 /// consumed, 0 when the first is not one of these (an SRQ, out of order: the full path).
 ///
 /// Out of line: inline, its registers would crowd the send path's in the caller's loop.
@@ -1293,7 +1302,7 @@ unsafe fn recv_run<const SHIFT: u32>(
     qp: &mut Qp,
     cqe: *mut u8,
     tail: u64,
-    own: u8,
+    want: u8,
     room: usize,
     out: *mut Wc,
 ) -> usize {
@@ -1309,7 +1318,6 @@ unsafe fn recv_run<const SHIFT: u32>(
     // Bytes 56..62 of a RESP_SEND CQE of this QP naming receive `c`: the QPN's part as a
     // REQ CQE's (bits 31:24 of `sop_drop_qpn` are outside the compare), the counter BE16.
     let mut expect = LeanRun::expect(qp.cqe_qpn_key(), v.tail);
-    let want = CQE_RESP_SEND << 4 | own;
     let cqe = cqe as *const u8;
     let mut tail = tail;
     // SAFETY: slot < wqe_cnt.
@@ -1444,7 +1452,7 @@ impl LeanRun {
 #[cfg(test)]
 mod tests {
     use super::paths;
-    use crate::{Cq, Qp, QpTable, RemoteAddr, SendWr, Sge, Wc, WcOpcode};
+    use crate::{Cq, Qp, QpTable, RemoteAddr, SendWr, Sge, Wc, WcFlags, WcOpcode};
     use mlx5_cq::{
         Cqe64, CQE_INITIAL_OP_OWN, CQE_REQ, CQE_REQ_ERR, CQE_RESP_ERR, CQE_RESP_SEND,
         CQE_RESP_SEND_IMM, U16, U32,
@@ -1931,11 +1939,62 @@ mod tests {
                 );
                 assert_eq!(all[3].imm_data(), 0xabcd);
                 assert!(fast.last().unwrap().is_err(), "the CQE of no receive");
-                // The first three in the receive run; after the one with immediate data the
-                // full path serves the rest of that call.
-                assert!(
-                    counts[1] >= 3 && counts[2] >= 1,
-                    "size {size} room {room}: {counts:?}"
+                // Every receive through the receive fast path, the one with immediate data
+                // too (a run ends at it: another `op_own`); the CQE of no receive is the full
+                // path's error.
+                assert_eq!(counts, [0, 6, 0], "size {size} room {room}");
+            }
+        }
+    }
+
+    /// Every good responder kind (WRITE with immediate, SEND with invalidate, SEND with
+    /// immediate, SEND), with and without the solicited bit, through the receive fast path:
+    /// the same completions as the full path.
+    #[test]
+    fn every_responder_kind_completes_the_same_on_both_paths() {
+        use mlx5_cq::{CQE_RESP_SEND_INV, CQE_RESP_WR_IMM};
+        let kinds = [
+            (CQE_RESP_WR_IMM, false),
+            (CQE_RESP_SEND_INV, false),
+            (CQE_RESP_SEND_IMM, true),
+            (CQE_RESP_SEND, true),
+            (CQE_RESP_WR_IMM, true),
+            (CQE_RESP_SEND, false),
+        ];
+        for size in [64, 128] {
+            for room in [1, 2, 16] {
+                let (slow, fast, counts) = both(size, &|dev, t, cq| {
+                    let qp = t.qp_at(1).unwrap();
+                    for i in 0..kinds.len() as u64 {
+                        qp.post_recv(60 + i, &SGE).unwrap();
+                    }
+                    for (c, &(kind, se)) in kinds.iter().enumerate() {
+                        let mut cqe = resp_cqe(kind, QPN_B, c as u16, 5, 0x1234_5678);
+                        cqe.op_own |= (se as u8) << 1;
+                        dev.push(cqe);
+                    }
+                    drain(cq, t, room)
+                });
+                assert_eq!(fast, slow, "size {size} room {room}");
+                assert_eq!(counts, [0, 6, 0], "size {size} room {room}");
+                let all = flat(&fast);
+                let got: Vec<_> = all
+                    .iter()
+                    .map(|w| (w.opcode(), w.flags(), w.imm_data()))
+                    .collect();
+                // `resp_cqe`'s `flags_rqpn` has no GRH bits.
+                let (imm, inv) = (WcFlags::WITH_IMM, WcFlags::WITH_INV);
+                assert_eq!(
+                    got,
+                    [
+                        (WcOpcode::RecvRdmaWithImm, imm, 0x1234_5678),
+                        (WcOpcode::Recv, inv, 0x1234_5678),
+                        (WcOpcode::Recv, imm, 0x1234_5678),
+                        (WcOpcode::Recv, WcFlags::empty(), 0),
+                        (WcOpcode::RecvRdmaWithImm, imm, 0x1234_5678),
+                        (WcOpcode::Recv, WcFlags::empty(), 0),
+                    ],
+                    "size {size} room {room}"
                 );
             }
         }
