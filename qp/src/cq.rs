@@ -1947,6 +1947,45 @@ mod tests {
         }
     }
 
+    /// A WRITE and a SEND with immediate complete with `IBV_WC_WITH_IMM` (rdma-core
+    /// `handle_good_req`) on the fast paths and the full path alike; the plain ones without.
+    #[test]
+    fn sends_with_immediate_complete_with_imm_on_both_paths() {
+        let posts = [
+            (op::OPCODE_RDMA_WRITE_IMM, WcOpcode::RdmaWrite, true),
+            (op::OPCODE_SEND_IMM, WcOpcode::Send, true),
+            (op::OPCODE_RDMA_WRITE, WcOpcode::RdmaWrite, false),
+            (op::OPCODE_SEND, WcOpcode::Send, false),
+        ];
+        for size in [64, 128] {
+            for room in [1, 16] {
+                let (slow, fast, _) = both(size, &|dev, t, cq| {
+                    let qp = t.qp_at(0).unwrap();
+                    let r = RemoteAddr::new(0x1000, 5);
+                    for (i, &(opcode, _, _)) in posts.iter().enumerate() {
+                        let id = 70 + i as u64;
+                        let wr = match opcode {
+                            op::OPCODE_RDMA_WRITE_IMM => SendWr::write_imm(id, r, 0xfeed),
+                            op::OPCODE_SEND_IMM => SendWr::send_imm(id, 0xfeed),
+                            op::OPCODE_RDMA_WRITE => SendWr::write(id, r),
+                            _ => SendWr::send(id),
+                        };
+                        qp.post(&wr.sges(&SGE).signaled()).unwrap();
+                        dev.push(req_cqe(QPN, i as u16, opcode, 0));
+                    }
+                    drain(cq, t, room)
+                });
+                assert_eq!(fast, slow, "size {size} room {room}");
+                let got: Vec<_> = flat(&fast)
+                    .iter()
+                    .map(|w| (w.opcode(), w.flags().contains(WcFlags::WITH_IMM)))
+                    .collect();
+                let want: Vec<_> = posts.iter().map(|&(_, o, imm)| (o, imm)).collect();
+                assert_eq!(got, want, "size {size} room {room}");
+            }
+        }
+    }
+
     /// Every good responder kind (WRITE with immediate, SEND with invalidate, SEND with
     /// immediate, SEND), with and without the solicited bit, through the receive fast path:
     /// the same completions as the full path.

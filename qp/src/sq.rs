@@ -9,7 +9,7 @@
 //! their blocks back without a CQE of their own (rdma-core `wqe_head`, UCX `hw_ci`).
 
 use crate::lines::LineArray;
-use crate::wc::{Wc, WcFields, WcOpcode, WcStatus};
+use crate::wc::{Wc, WcFields, WcFlags, WcOpcode, WcStatus};
 use mlx5_cq::SYNDROME_WR_FLUSH_ERR;
 use mlx5_hw::mmio;
 use mlx5_wqe::ring::SqRing;
@@ -782,15 +782,15 @@ impl SendQueue {
     /// The completion opcode of the WQE whose ctrl segment is at block `slot`: byte 3 of the
     /// ctrl segment, which stays in the ring until the WQE is retired.
     #[inline(always)]
-    fn opcode_at(&self, slot: usize) -> WcOpcode {
+    fn opcode_at(&self, slot: usize) -> (WcOpcode, WcFlags) {
         // SAFETY: `slot` < wqe_cnt: byte 3 of a block inside the ring.
         let op = unsafe { *self.ring.start().add(slot * SEND_WQE_BB + 3) };
-        WcOpcode::from_send_opcode(op)
+        (WcOpcode::from_send_opcode(op), crate::wc::send_flags(op))
     }
 
     #[inline(always)]
     fn wc(&self, slot: usize, info: &CqeInfo, status: WcStatus, syndrome: u8) -> Wc {
-        let opcode = self.opcode_at(slot);
+        let (opcode, flags) = self.opcode_at(slot);
         let ok = status == WcStatus::Success;
         // A READ reports the bytes read, an atomic its operand size (non-zero only for the
         // atomic opcodes, set when posting), everything else and every error 0.
@@ -805,6 +805,8 @@ impl SendQueue {
             wr_id: self.wr_id_at(slot),
             status,
             opcode,
+            // rdma-core's `mlx5_parse_cqe` clears the flags of an error completion.
+            flags: if ok { flags } else { WcFlags::empty() },
             byte_len,
             qp_num: info.qpn,
             vendor_err: if status == info.status {
@@ -886,10 +888,11 @@ impl SendQueue {
         if (wqe_counter != ci as u16) | (ci == self.pi) | (self.meta_at(slot) != 0) {
             return false;
         }
-        let opcode = self.opcode_at(slot);
+        let (opcode, flags) = self.opcode_at(slot);
         *out = Wc::new(&WcFields {
             wr_id: self.wr_id_at(slot),
             opcode,
+            flags,
             byte_len: if opcode == WcOpcode::RdmaRead {
                 byte_cnt
             } else {

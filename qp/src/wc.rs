@@ -101,6 +101,18 @@ impl WcOpcode {
     }
 }
 
+/// The flags of a successful send completion of WQE opcode `opcode` (`MLX5_OPCODE_*`):
+/// [`WcFlags::WITH_IMM`] for RDMA WRITE and SEND with immediate, as rdma-core's
+/// `handle_good_req` sets them (the immediate itself is the responder's; [`Wc::imm_data`] of a
+/// send completion is 0).
+#[inline(always)]
+pub(crate) const fn send_flags(opcode: u8) -> WcFlags {
+    match opcode {
+        op::OPCODE_RDMA_WRITE_IMM | op::OPCODE_SEND_IMM => WcFlags::WITH_IMM,
+        _ => WcFlags::empty(),
+    }
+}
+
 /// [`WcOpcode::from_send_opcode`] of every byte.
 static SEND_WC_OPCODE: [WcOpcode; 256] = {
     let mut t = [WcOpcode::Other; 256];
@@ -407,7 +419,13 @@ impl Wc {
             kind
         };
         if !recv {
-            wc.tail[0] = f.opcode.send_opcode();
+            // A successful send with an immediate keeps the `_IMM` opcode it was posted with.
+            let imm = f.status == WcStatus::Success && f.flags.contains(WcFlags::WITH_IMM);
+            wc.tail[0] = match (f.opcode, imm) {
+                (WcOpcode::Send, true) => op::OPCODE_SEND_IMM,
+                (WcOpcode::RdmaWrite, true) => op::OPCODE_RDMA_WRITE_IMM,
+                (opcode, _) => opcode.send_opcode(),
+            };
         }
         wc.tail[7] = kind << 4;
         wc
@@ -496,13 +514,15 @@ impl Wc {
     }
 
     /// Flags: the immediate or invalidation the CQE opcode says, GRH from `flags_rqpn` bits
-    /// 29:28 (rdma-core `handle_responder`).
+    /// 29:28 (rdma-core `handle_responder`); for a successful send, [`WcFlags::WITH_IMM`] when
+    /// the WQE carried an immediate (rdma-core `handle_good_req`); none on errors.
     #[inline(always)]
     pub fn flags(&self) -> WcFlags {
         let carried = match self.kind() {
             CQE_RESP_WR_IMM | CQE_RESP_SEND_IMM => WcFlags::WITH_IMM,
             CQE_RESP_SEND_INV => WcFlags::WITH_INV,
             CQE_RESP_SEND => WcFlags::empty(),
+            CQE_REQ => return send_flags(self.tail[0]),
             _ => return WcFlags::empty(),
         };
         if (self.rx[8] >> 4) & 3 != 0 {
@@ -746,11 +766,18 @@ mod tests {
                     wr_id: 0x1122_3344_5566_7788,
                     qp_num: 0x00ab_cdef,
                     opcode,
+                    flags: send_flags(send_op),
                     byte_len: if has_byte_len(opcode) { 777 } else { 0 },
                     ..WcFields::default()
                 };
                 assert_eq!(wc.fields(), want, "send opcode {send_op:#x}");
                 assert!(wc.is_ok() && wc.syndrome_name().is_none());
+                assert_eq!(
+                    wc.flags().contains(WcFlags::WITH_IMM),
+                    send_op == op::OPCODE_RDMA_WRITE_IMM || send_op == op::OPCODE_SEND_IMM
+                );
+                // What a software-built completion of the same fields reads back.
+                assert_eq!(Wc::new(&want).fields(), want, "send opcode {send_op:#x}");
             }
         }
     }
