@@ -279,9 +279,10 @@ pub struct Cq {
     cqn: u32,
     ci: u32,
     arm_sn: u32,
-    /// The error an out-of-line path of [`Cq::poll`] met, until the call returns it (the
+    /// The last error an out-of-line path of [`Cq::poll`] met, which the call returns (the
     /// path returns [`SLOW_ERROR`]: a count in a register, not a `Result` in memory, so
-    /// that the fast path's caller keeps its arguments where they came).
+    /// that the fast path's caller keeps its arguments where they came). Read, not cleared:
+    /// every path stores its error before it returns `SLOW_ERROR`.
     error: Option<Error>,
 }
 
