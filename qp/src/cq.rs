@@ -407,7 +407,14 @@ impl Cq {
     /// enough for the callers'), its error to `error` ([`SLOW_ERROR`]).
     #[inline(never)]
     fn poll_128<R: Resolve + ?Sized>(&mut self, table: &mut R, wcs: &mut [Wc]) -> usize {
-        match self.poll_with::<R, 7>(table, wcs) {
+        let r = self.poll_with::<R, 7>(table, wcs);
+        self.stash(r)
+    }
+
+    /// An out-of-line path's result as a count: its error to `error`, [`SLOW_ERROR`] for it.
+    #[inline(always)]
+    fn stash(&mut self, r: Result<usize>) -> usize {
+        match r {
             Ok(n) => n,
             Err(e) => {
                 self.error = Some(e);
@@ -494,7 +501,7 @@ impl Cq {
             .unwrap_or(Error::BadLayout("no error was stashed"))
     }
 
-    /// The rest of [`Cq::poll_single`]: a plain RESP_SEND CQE of this lap through
+    /// The rest of [`Cq::poll_single`]: a good responder CQE of this lap ([`good_resp`]) through
     /// [`recv_run`], anything else through the full path. Reads the CQE afresh: its owner
     /// byte, the barrier, the rest.
     /// Returns the completions written (or [`SLOW_ERROR`]) and the CQ.
@@ -542,20 +549,15 @@ impl Cq {
                 }
             }
         }
-        match self.poll_from(table, wcs, 0, ci) {
-            Ok(n) => n,
-            Err(e) => {
-                self.error = Some(e);
-                SLOW_ERROR
-            }
-        }
+        let r = self.poll_from(table, wcs, 0, ci);
+        self.stash(r)
     }
 
     /// The fast loop of [`Cq::poll`]: while the CQE at the consumer index is a plain REQ CQE
-    /// (opcode 0, format 0, SE clear) or a plain RESP_SEND CQE of this lap, retire it — and
-    /// the run of CQEs of the same QP behind it — a send CQE through [`send_one`], inline,
-    /// then [`send_more`] (out of line) when its QP has more outstanding and `wcs` more room;
-    /// a receive CQE through [`recv_run`] (out of line).
+    /// (opcode 0, format 0, SE clear) or a good responder CQE ([`good_resp`]) of this lap,
+    /// retire it — and the run of CQEs of the same QP behind it — a send CQE through
+    /// [`send_one`], inline, then [`send_more`] (out of line) when its QP has more outstanding
+    /// and `wcs` more room; a receive CQE through [`recv_run`] (out of line).
     /// Returns the completions written and whether it stopped at a CQE it declined (software
     /// owned, left for the full path) rather than at an empty CQ or a full `wcs`. Moves the
     /// consumer index, not the doorbell record.
