@@ -1194,7 +1194,7 @@ fn sop_word(tail: u64) -> u32 {
 /// from the CQE at `cqe` (the next slot of the CQ), while each is a plain REQ CQE of this lap
 /// (`op_own == own`, read volatile, then the barrier, then its bytes 56..64) naming the QP's
 /// oldest outstanding WQE — QPN and `wqe_counter` in one compare ([`LeanRun::expect`]) — write
-/// its completion (the WR id, the opcode from the WQE's ctrl segment, the bytes of a READ)
+/// its completion (the WR id and the CQE's bytes: `Wc::write_req`)
 /// and retire it. Only while every outstanding WQE is of the common shape (one block, not an
 /// atomic): then each CQE retires exactly one block, and the WQE it must name is the next
 /// one. At most `out_room` (the entries of `out`), `lap` (the CQEs left in the CQ's lap from
