@@ -10,14 +10,17 @@
 //! ignores the `--bench` flag cargo passes) as a smoke test of its own checks.
 //!
 //! Usage: `count_post_poll [N] [--sge-db | --bf-flush] [--poll-one | --poll-wcs | --batch |
-//! --recv | --qps K]` (N defaults to 10000). With `--sge-db` the posts are 1-SGE RDMA WRITEs
+//! --recv | --flush | --qps K]` (N defaults to 10000). With `--sge-db` the posts are 1-SGE RDMA WRITEs
 //! on a QP without BlueFlame (the 8-byte doorbell), through `measured_post_sge`; with
 //! `--bf-flush` the QP rings in `DoorbellMode::Bf` (rdma-core's exact sequence, a flush after
 //! every BlueFlame copy) instead of the default `BfPost`; with `--poll-one` the CQEs are
 //! polled one per call through `Cq::poll` (`measured_poll_one`), with `--poll-wcs` up to 16
 //! per call through `Cq::poll` (`measured_poll_wcs`). `--batch` posts 16 inline WRITEs per
 //! `Qp::batch`, the last signaled (`measured_batch`); `--recv` polls N receive completions
-//! 16 a call (`measured_poll_wcs`, the receives posted uncounted); `--qps K` posts one WRITE
+//! 16 a call (`measured_poll_wcs`, the receives posted uncounted); `--flush` polls N flush
+//! error completions 16 a call (`measured_poll_wcs`: rounds of a fresh QP with its send queue
+//! full, one `WR_FLUSH_ERR` CQE for each WR, as a device writes them when the QP goes to
+//! Error; the posts uncounted, every completion checked to be its WR's flush); `--qps K` posts one WRITE
 //! on each of K QPs in turn (`measured_post`) and polls their CQEs from one CQ through a
 //! `QpTable` (`measured_poll_table`). It checks its own results — every post accepted, the
 //! polls return exactly the WR ids posted, in order, each completion successful (checked
@@ -158,11 +161,12 @@ struct Args {
     poll_wcs: bool,
     batch: bool,
     recv: bool,
+    flush: bool,
     qps: Option<u32>,
 }
 
 const USAGE: &str = "usage: count_post_poll [N > 0] [--sge-db | --bf-flush] \
-[--poll-one | --poll-wcs | --batch | --recv | --qps K]";
+[--poll-one | --poll-wcs | --batch | --recv | --flush | --qps K]";
 
 fn parse() -> Option<Args> {
     let mut a = Args {
@@ -178,6 +182,7 @@ fn parse() -> Option<Args> {
             "--poll-wcs" => a.poll_wcs = true,
             "--batch" => a.batch = true,
             "--recv" => a.recv = true,
+            "--flush" => a.flush = true,
             "--qps" => {
                 a.qps = Some(
                     it.next()?
@@ -288,6 +293,46 @@ fn run_recv(n: u64) -> bool {
     rig.qp.rq_outstanding() == 0
 }
 
+/// Flush errors: rounds of a fresh QP, its send queue filled with signaled inline WRITEs (not
+/// counted), one flush error CQE for each as a device writes them when the QP goes to Error,
+/// polled 16 a call through `Cq::poll` (`measured_poll_wcs`); each completion must be its
+/// WR's `IBV_WC_WR_FLUSH_ERR`, in order.
+fn run_flush(n: u64) -> bool {
+    let mut wcs = [Wc::default(); 16];
+    let mut done = 0u64;
+    while done < n {
+        let mut rig = Rig::new(RigCfg::rc_bf());
+        let room = rig.qp.sq_free_bbs().min(rig.qp.sq_free_wrs()) as u64;
+        let k = room.min(n - done);
+        for i in 0..k {
+            let wr = SendWr::write(done + i, REMOTE).inline(&PAYLOAD).signaled();
+            if rig.qp.post(&wr).is_err() {
+                eprintln!("post {} was refused", done + i);
+                return false;
+            }
+            rig.cqr.push_flush(QPN, i as u16, op::OPCODE_RDMA_WRITE);
+        }
+        let mut next = done;
+        while next < done + k {
+            let got = measured_poll_wcs(&mut rig.cq, &mut rig.qp, &mut wcs, &mut [0; 16]);
+            let ok = got != 0
+                && wcs[..got].iter().enumerate().all(|(j, w)| {
+                    w.status() == mlx5_qp::WcStatus::WrFlushErr && w.wr_id() == next + j as u64
+                });
+            if !ok {
+                eprintln!("flush poll after {next} failed");
+                return false;
+            }
+            next += got as u64;
+        }
+        if rig.qp.sq_outstanding_bbs() != 0 {
+            return false;
+        }
+        done += k;
+    }
+    true
+}
+
 /// `qps` QPs on one CQ: one inline WRITE on each in turn (`measured_post`), one CQE each in
 /// the same order, polled 16 a call through a `QpTable` (`measured_poll_table`).
 fn run_qps(n: u64, qps: u32) -> bool {
@@ -364,6 +409,8 @@ fn main() -> ExitCode {
         run_batch(n)
     } else if a.recv {
         run_recv(n)
+    } else if a.flush {
+        run_flush(n)
     } else if let Some(k) = a.qps {
         run_qps(n, k)
     } else {

@@ -227,6 +227,18 @@ impl CqRings {
         self.push(&cqe, CQE_REQ);
     }
 
+    /// A requester flush error CQE of QP `qpn` naming the WQE at `wqe_counter`, of send opcode
+    /// `send_opcode`: `struct mlx5_err_cqe` (mlx5dv.h) with syndrome `WR_FLUSH_ERR` (0x05) at
+    /// byte 55, `s_wqe_opcode_qpn` at 56, `wqe_counter` at 60, opcode REQ_ERR — what a device
+    /// writes for each outstanding WQE of a QP gone to Error.
+    pub fn push_flush(&mut self, qpn: u32, wqe_counter: u16, send_opcode: u8) {
+        let mut b = [0u8; 64];
+        b[55] = mlx5_cq::SYNDROME_WR_FLUSH_ERR;
+        b[56..60].copy_from_slice(&((send_opcode as u32) << 24 | qpn).to_be_bytes());
+        b[60..62].copy_from_slice(&wqe_counter.to_be_bytes());
+        self.push(&Cqe64::from_bytes(&b), mlx5_cq::CQE_REQ_ERR);
+    }
+
     /// A responder success CQE (a SEND of `byte_cnt` bytes from QP `src_qpn` arrived) of QP
     /// `qpn` naming receive WQE `wqe_counter`.
     pub fn push_recv(&mut self, qpn: u32, wqe_counter: u16, byte_cnt: u32, src_qpn: u32) {
