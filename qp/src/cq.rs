@@ -1226,9 +1226,35 @@ unsafe fn send_more<const SHIFT: u32>(
         .min(lap)
         .min(v.room as usize)
         .min((v.mask as usize - slot) + 1);
-    let mut expect = LeanRun::expect(qp.cqe_qpn_key(), v.ci);
-    // SAFETY: slot < wqe_cnt: its WR id.
-    let wr0 = unsafe { v.wr_ids.add(slot) };
+    let expect = LeanRun::expect(qp.cqe_qpn_key(), v.ci);
+    // SAFETY: slot < wqe_cnt: its WR id; the caller's for the CQEs and `out`.
+    let i = unsafe { copy_run::<false, SHIFT>(cqe, own, expect, None, v.wr_ids.add(slot), n, out) };
+    qp.sq_lean_retired(i as u16);
+    i
+}
+
+/// The loop of [`send_more`] and [`recv_run`]: from `cqe`, at most `n` CQEs `1 << SHIFT`
+/// bytes apart, while each has `op_own == want` (read volatile, then the barrier, then its
+/// bytes 56..64: rdma-core `get_sw_cqe`, then `udma_from_device_barrier`) and holds the QPN
+/// and `wqe_counter` of `expect` (one compare, [`LeanRun::expect`]; one more counter each),
+/// write its completion — [`Wc::write_resp`] when `RESP`, else [`Wc::write_req`] — with the
+/// WR id of the next slot from `wr0`. `first`: the first CQE's bytes 56..64 when the caller
+/// read them already after its owner test and barrier (`None`: that CQE is tested too).
+/// Returns the CQEs taken.
+///
+/// # Safety
+/// The `n` CQEs from `cqe` are inside the CQ's lap; `wr0` and `out` have `n` entries.
+#[inline(always)]
+unsafe fn copy_run<const RESP: bool, const SHIFT: u32>(
+    cqe: *const u8,
+    want: u8,
+    mut expect: u64,
+    first: Option<u64>,
+    wr0: *const u64,
+    n: usize,
+    out: *mut Wc,
+) -> usize {
+    let mut tail = first.unwrap_or(0);
     // One byte offset for the slot's WR id (8 bytes a slot), scaled for its CQE (64 bytes:
     // by 8; 128 bytes a CQE: by 16), and the completion's pointer.
     let end = n * 8;
@@ -1236,28 +1262,32 @@ unsafe fn send_more<const SHIFT: u32>(
     let mut o = out;
     while j != end {
         // SAFETY: j < 8 n: `o` is one of the entries, `wr0 + j / 8` the WR id of one slot,
-        // `cqe + j << (SHIFT - 3)` inside this lap; its op_own read
-        // volatile (the device writes it), the rest of it after the ownership test and the
-        // barrier (rdma-core `get_sw_cqe`, then `udma_from_device_barrier`).
+        // `cqe + j << (SHIFT - 3)` inside this lap; its op_own read volatile (the device
+        // writes it), the rest of it after the ownership test and the barrier.
         unsafe {
             let c = cqe.add(j << (SHIFT - 3));
-            if core::ptr::read_volatile(c.add(63)) != own {
+            if j != 0 || first.is_none() {
+                if core::ptr::read_volatile(c.add(63)) != want {
+                    break;
+                }
+                mmio::from_device_barrier();
+                tail = core::ptr::read_volatile(c.add(56) as *const u64);
+            }
+            if !same_qpn_counter(u64::from_le(tail), expect) {
                 break;
             }
-            mmio::from_device_barrier();
-            let tail = core::ptr::read_volatile(c.add(56) as *const u64);
-            if u64::from_le(tail) & QPN_COUNTER != expect {
-                break;
+            let wr_id = *(wr0 as *const u8).add(j).cast::<u64>();
+            if RESP {
+                Wc::write_resp(o, wr_id, c, tail);
+            } else {
+                Wc::write_req(o, wr_id, c, tail);
             }
-            Wc::write_req(o, *(wr0 as *const u8).add(j).cast::<u64>(), c, tail);
             o = o.add(1);
         }
         expect = expect.wrapping_add(COUNTER_ONE);
         j += 8;
     }
-    let i = j / 8;
-    qp.sq_lean_retired(i as u16);
-    i
+    j / 8
 }
 
 /// The room a run has: `out` entries of the caller's array, and the CQ's lap from slot `idx`
@@ -1318,44 +1348,14 @@ unsafe fn recv_run<const SHIFT: u32>(
     let k = room
         .min(v.outstanding as usize)
         .min((v.mask as usize - slot) + 1);
-    // Bytes 56..62 of a RESP_SEND CQE of this QP naming receive `c`: the QPN's part as a
+    // Bytes 56..62 of a responder CQE of this QP naming receive `c`: the QPN's part as a
     // REQ CQE's (bits 31:24 of `sop_drop_qpn` are outside the compare), the counter BE16.
-    let mut expect = LeanRun::expect(qp.cqe_qpn_key(), v.tail);
-    let cqe = cqe as *const u8;
-    let mut tail = tail;
-    // SAFETY: slot < wqe_cnt.
-    let wr0 = unsafe { v.wr_ids.add(slot) };
-    // One byte offset for the slot's WR id (8 bytes), scaled for the CQE, and the
-    // completion's pointer (as in `send_more`).
-    let end = k * 8;
-    let mut j = 0;
-    let mut o = out;
-    while j != end {
-        // SAFETY: as in `send_more`: fewer than k CQEs so far, inside this lap; the fields of
-        // the CQE read after its owner test and the barrier; `wr0 + j / 8` one of the k
-        // slots, `o` one of the k entries.
-        unsafe {
-            let c = cqe.add(j << (SHIFT - 3));
-            if j != 0 {
-                if core::ptr::read_volatile(c.add(63)) != want {
-                    break;
-                }
-                mmio::from_device_barrier();
-                tail = core::ptr::read_volatile(c.add(56) as *const u64);
-            }
-            if !same_qpn_counter(u64::from_le(tail), expect) {
-                break;
-            }
-            // The fields rdma-core's `handle_responder` takes (`flags_rqpn`, `slid`,
-            // `ml_path`, `imm_inval_pkey`, `byte_cnt`), as the device wrote them: the
-            // accessors of `Wc` take them apart.
-            Wc::write_resp(o, *(wr0 as *const u8).add(j).cast::<u64>(), c, tail);
-            o = o.add(1);
-        }
-        expect = expect.wrapping_add(COUNTER_ONE);
-        j += 8;
-    }
-    let j = j / 8;
+    let expect = LeanRun::expect(qp.cqe_qpn_key(), v.tail);
+    // SAFETY: slot < wqe_cnt: its WR id; the caller's for the CQEs (the first read already)
+    // and `out`.
+    let j = unsafe {
+        copy_run::<true, SHIFT>(cqe, want, expect, Some(tail), v.wr_ids.add(slot), k, out)
+    };
     qp.rq_lean_retired(j as u16);
     j
 }
@@ -1378,7 +1378,7 @@ pub(crate) struct LeanRun {
 const QPN_COUNTER: u64 = 0x0000_ffff_ffff_ff00;
 /// Whether `tail` (bytes 56..64 of a CQE, a little-endian load) holds the QPN and
 /// `wqe_counter` of `expect` ([`LeanRun::expect`]): `tail & QPN_COUNTER == expect`, in shifts
-/// that need no 64-bit constant in a register (the receive run has none to spare).
+/// that need no 64-bit constant in a register (`copy_run` has none to spare).
 #[inline(always)]
 fn same_qpn_counter(tail: u64, expect: u64) -> bool {
     // Drop bytes 62, 63 (shift left 16), then byte 56 (shift right 24).
