@@ -10,17 +10,19 @@
 //! ignores the `--bench` flag cargo passes) as a smoke test of its own checks.
 //!
 //! Usage: `count_post_poll [N] [--sge-db | --bf-flush] [--poll-one | --poll-wcs | --batch |
-//! --recv | --flush | --qps K]` (N defaults to 10000). With `--sge-db` the posts are 1-SGE RDMA WRITEs
+//! --recv | --flush [--recv] [--poll-one] | --qps K]` (N defaults to 10000). With `--sge-db` the posts are 1-SGE RDMA WRITEs
 //! on a QP without BlueFlame (the 8-byte doorbell), through `measured_post_sge`; with
 //! `--bf-flush` the QP rings in `DoorbellMode::Bf` (rdma-core's exact sequence, a flush after
 //! every BlueFlame copy) instead of the default `BfPost`; with `--poll-one` the CQEs are
 //! polled one per call through `Cq::poll` (`measured_poll_one`), with `--poll-wcs` up to 16
 //! per call through `Cq::poll` (`measured_poll_wcs`). `--batch` posts 16 inline WRITEs per
 //! `Qp::batch`, the last signaled (`measured_batch`); `--recv` polls N receive completions
-//! 16 a call (`measured_poll_wcs`, the receives posted uncounted); `--flush` polls N flush
+//! 16 a call (`measured_poll_wcs`, the receives posted uncounted; with `--poll-one` too, one a
+//! call); `--flush` polls N flush
 //! error completions 16 a call (`measured_poll_wcs`: rounds of a fresh QP with its send queue
 //! full, one `WR_FLUSH_ERR` CQE for each WR, as a device writes them when the QP goes to
-//! Error; the posts uncounted, every completion checked to be its WR's flush); `--qps K` posts one WRITE
+//! Error; the posts uncounted, every completion checked to be its WR's flush; with `--recv` too
+//! the receive queue's, with `--poll-one` too one a call, `measured_poll_one`); `--qps K` posts one WRITE
 //! on each of K QPs in turn (`measured_post`) and polls their CQEs from one CQ through a
 //! `QpTable` (`measured_poll_table`). It checks its own results — every post accepted, the
 //! polls return exactly the WR ids posted, in order, each completion successful (checked
@@ -166,7 +168,7 @@ struct Args {
 }
 
 const USAGE: &str = "usage: count_post_poll [N > 0] [--sge-db | --bf-flush] \
-[--poll-one | --poll-wcs | --batch | --recv | --flush | --qps K]";
+[--poll-one | --poll-wcs | --batch | --recv | --flush [--recv] [--poll-one] | --qps K]";
 
 fn parse() -> Option<Args> {
     let mut a = Args {
@@ -246,8 +248,13 @@ fn run_batch(n: u64) -> bool {
 }
 
 /// Receives: N one-SGE receive WRs posted (not counted), one responder CQE each, polled 16 a
-/// call through `Cq::poll`.
-fn run_recv(n: u64) -> bool {
+/// call through `Cq::poll` (with `one`, one a call: `measured_poll_one`).
+fn run_recv(n: u64, one: bool) -> bool {
+    let measured = if one {
+        measured_poll_one
+    } else {
+        measured_poll_wcs
+    };
     let cfg = RigCfg {
         rq_wqes: 1024,
         ..RigCfg::rc_bf()
@@ -275,13 +282,7 @@ fn run_recv(n: u64) -> bool {
         }
         let mut polled = 0;
         while polled < k {
-            let got = poll_checked(
-                measured_poll_wcs,
-                &mut rig.cq,
-                &mut rig.qp,
-                &mut wcs,
-                &mut ids,
-            );
+            let got = poll_checked(measured, &mut rig.cq, &mut rig.qp, &mut wcs, &mut ids);
             if got == 0 || !check_ids(&ids[..got], &mut next, 1) {
                 eprintln!("receive poll after {} failed", done + polled);
                 return false;
@@ -293,28 +294,56 @@ fn run_recv(n: u64) -> bool {
     rig.qp.rq_outstanding() == 0
 }
 
-/// Flush errors: rounds of a fresh QP, its send queue filled with signaled inline WRITEs (not
-/// counted), one flush error CQE for each as a device writes them when the QP goes to Error,
-/// polled 16 a call through `Cq::poll` (`measured_poll_wcs`); each completion must be its
-/// WR's `IBV_WC_WR_FLUSH_ERR`, in order.
-fn run_flush(n: u64) -> bool {
+/// Flush errors: rounds of a fresh QP, its send queue (or with `recv` its receive queue)
+/// filled with signaled inline WRITEs (receives of one SGE), not counted, one flush error CQE
+/// for each as a device writes them when the QP goes to Error, polled 16 a call through
+/// `Cq::poll` (`measured_poll_wcs`; with `one`, one a call, `measured_poll_one`); each
+/// completion must be its WR's `IBV_WC_WR_FLUSH_ERR`, in order.
+fn run_flush(n: u64, recv: bool, one: bool) -> bool {
     let mut wcs = [Wc::default(); 16];
     let mut done = 0u64;
+    let sge = [Sge {
+        addr: 0x2000,
+        length: 64,
+        lkey: 9,
+    }];
+    let measured = if one {
+        measured_poll_one
+    } else {
+        measured_poll_wcs
+    };
     while done < n {
-        let mut rig = Rig::new(RigCfg::rc_bf());
-        let room = rig.qp.sq_free_bbs().min(rig.qp.sq_free_wrs()) as u64;
+        let cfg = RigCfg {
+            rq_wqes: if recv { 1024 } else { 0 },
+            ..RigCfg::rc_bf()
+        };
+        let mut rig = Rig::new(cfg);
+        let room = if recv {
+            1024
+        } else {
+            rig.qp.sq_free_bbs().min(rig.qp.sq_free_wrs()) as u64
+        };
         let k = room.min(n - done);
         for i in 0..k {
-            let wr = SendWr::write(done + i, REMOTE).inline(&PAYLOAD).signaled();
-            if rig.qp.post(&wr).is_err() {
+            let posted = if recv {
+                rig.qp.post_recv(done + i, &sge)
+            } else {
+                let wr = SendWr::write(done + i, REMOTE).inline(&PAYLOAD).signaled();
+                rig.qp.post(&wr)
+            };
+            if posted.is_err() {
                 eprintln!("post {} was refused", done + i);
                 return false;
             }
-            rig.cqr.push_flush(QPN, i as u16, op::OPCODE_RDMA_WRITE);
+            if recv {
+                rig.cqr.push_recv_flush(QPN, i as u16);
+            } else {
+                rig.cqr.push_flush(QPN, i as u16, op::OPCODE_RDMA_WRITE);
+            }
         }
         let mut next = done;
         while next < done + k {
-            let got = measured_poll_wcs(&mut rig.cq, &mut rig.qp, &mut wcs, &mut [0; 16]);
+            let got = measured(&mut rig.cq, &mut rig.qp, &mut wcs, &mut [0; 16]);
             let ok = got != 0
                 && wcs[..got].iter().enumerate().all(|(j, w)| {
                     w.status() == mlx5_qp::WcStatus::WrFlushErr && w.wr_id() == next + j as u64
@@ -325,7 +354,7 @@ fn run_flush(n: u64) -> bool {
             }
             next += got as u64;
         }
-        if rig.qp.sq_outstanding_bbs() != 0 {
+        if rig.qp.sq_outstanding_bbs() != 0 || rig.qp.rq_outstanding() != 0 {
             return false;
         }
         done += k;
@@ -407,10 +436,10 @@ fn main() -> ExitCode {
     let n = a.n;
     let ok = if a.batch {
         run_batch(n)
-    } else if a.recv {
-        run_recv(n)
     } else if a.flush {
-        run_flush(n)
+        run_flush(n, a.recv, a.poll_one)
+    } else if a.recv {
+        run_recv(n, a.poll_one)
     } else if let Some(k) = a.qps {
         run_qps(n, k)
     } else {

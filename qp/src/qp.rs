@@ -575,6 +575,24 @@ impl Qp {
         self.sq.all_common()
     }
 
+    /// Whether the send queue has met its first error completion (the full path's
+    /// `SendQueue::complete`: every later CQE retires with a completion of its own).
+    #[inline(always)]
+    pub(crate) fn sq_flushing(&self) -> bool {
+        self.sq.error_mode
+    }
+
+    /// The send queue's first error completion is a flush naming its oldest WQE: from now on
+    /// every CQE retires with a completion of its own, and the QP follows the device out of
+    /// RTS ([`Qp::follow_error_completion`]) — what `SendQueue::complete` and the full poll
+    /// path do for that CQE before they complete it.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn sq_begin_flush(&mut self) {
+        self.sq.error_mode = true;
+        self.follow_error_completion(true);
+    }
+
     /// Whether no send WQE is outstanding, from the one-entry key's copy of `ci`'s low bits
     /// (a register after a retire): exact but when 65536 blocks are outstanding; for deciding
     /// whether a run may follow, which either answer leaves correct.
@@ -612,6 +630,26 @@ impl Qp {
     #[inline(always)]
     pub(crate) fn rq_lean_view(&self) -> Option<crate::rq::RecvLeanView> {
         self.rq.as_ref().and_then(|rq| rq.lean_view())
+    }
+
+    /// Whether the receive CQE naming WQE `wqe_counter` names the oldest outstanding receive
+    /// of this QP's own receive queue and the lean paths may retire it
+    /// ([`crate::rq::RecvQueue::names_oldest`]); false on an SRQ.
+    #[inline(always)]
+    pub(crate) fn rq_names_oldest(&self, wqe_counter: u16) -> bool {
+        match &self.rq {
+            Some(rq) => rq.names_oldest(wqe_counter),
+            None => false,
+        }
+    }
+
+    /// Retire the receive [`Qp::rq_names_oldest`] accepted; its WR id.
+    #[inline(always)]
+    pub(crate) fn rq_take_oldest(&mut self, wqe_counter: u16) -> u64 {
+        match &mut self.rq {
+            Some(rq) => rq.take_oldest(wqe_counter),
+            None => 0,
+        }
     }
 
     /// The lean receive poll retired `k` receives.

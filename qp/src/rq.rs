@@ -48,7 +48,15 @@ pub(crate) struct RecvQueue {
     /// outstanding WQE is the only one a CQE may name in order, and the lean poll need not
     /// look at `done` ([`RecvQueue::lean_view`]).
     ooo: u32,
+    /// What the one-entry poll compares a CQE's `wqe_counter` with: `tail`, or [`KEY_SHUT`]
+    /// with it while `ooo` or `reported` keeps the lean paths out (one compare,
+    /// [`RecvQueue::names_oldest`]).
+    key: u32,
 }
+
+/// Set in [`RecvQueue`]'s `key` while the lean paths may not retire a WQE: no 16-bit
+/// `wqe_counter` equals it.
+const KEY_SHUT: u32 = 1 << 16;
 
 /// What the lean receive poll reads of a receive queue once per run
 /// ([`RecvQueue::lean_view`]).
@@ -132,6 +140,7 @@ impl RecvQueue {
             done: LineArray::zeroed(wqe_cnt as usize),
             reported: None,
             ooo: 0,
+            key: 0,
         }
     }
 
@@ -181,6 +190,19 @@ impl RecvQueue {
     /// it is `Err(expected)`, the CQE staying in the CQ; the next time it is delivered with the
     /// WR id of the WQE it names, which is then retired when `tail` reaches it.
     pub fn complete(
+        &mut self,
+        wqe_counter: u16,
+        wc: Wc,
+        inline: Option<&[u8]>,
+        out: &mut [Wc],
+        first: bool,
+    ) -> core::result::Result<Progress, u16> {
+        let r = self.complete_inner(wqe_counter, wc, inline, out, first);
+        self.sync_key();
+        r
+    }
+
+    fn complete_inner(
         &mut self,
         wqe_counter: u16,
         mut wc: Wc,
@@ -238,6 +260,16 @@ impl RecvQueue {
     /// it is `tail += 1`).
     #[inline(always)]
     pub fn lean_view(&self) -> Option<RecvLeanView> {
+        debug_assert_eq!(
+            self.key,
+            self.tail as u32
+                | if (self.ooo != 0) | self.reported.is_some() {
+                    KEY_SHUT
+                } else {
+                    0
+                },
+            "the one-entry poll's key"
+        );
         if (self.ooo != 0) | self.reported.is_some() {
             return None;
         }
@@ -250,10 +282,37 @@ impl RecvQueue {
     }
 
     /// The lean receive poll retired the `k` oldest WQEs (none completed out of order after
-    /// them: [`RecvQueue::lean_view`]).
+    /// them, nothing reported: [`RecvQueue::lean_view`], so `key` is `tail`).
     #[inline(always)]
     pub fn lean_retired(&mut self, k: u16) {
         self.tail = self.tail.wrapping_add(k);
+        self.key = self.tail as u32;
+    }
+
+    /// `key` as `tail`, `ooo` and `reported` make it.
+    fn sync_key(&mut self) {
+        let shut = (self.ooo != 0) | self.reported.is_some();
+        self.key = self.tail as u32 | if shut { KEY_SHUT } else { 0 };
+    }
+
+    /// The one-entry poll's test: whether `wqe_counter` names the oldest outstanding WQE and
+    /// the lean paths may retire it (nothing completed out of order, nothing reported).
+    #[inline(always)]
+    pub fn names_oldest(&self, wqe_counter: u16) -> bool {
+        (wqe_counter as u32 == self.key) & (wqe_counter != self.head)
+    }
+
+    /// Retire the oldest WQE, which [`RecvQueue::names_oldest`] said `wqe_counter` names;
+    /// returns its WR id.
+    #[inline(always)]
+    pub fn take_oldest(&mut self, wqe_counter: u16) -> u64 {
+        debug_assert!(self.names_oldest(wqe_counter));
+        let slot = (wqe_counter & self.mask) as usize;
+        debug_assert!(slot < self.wr_id.len());
+        // SAFETY: `slot` is masked below `wqe_cnt`, the array's length.
+        let wr_id = unsafe { *self.wr_id.as_ptr().add(slot) };
+        self.lean_retired(1);
+        wr_id
     }
 
     fn flushed(&mut self, qpn: u32) -> Wc {
@@ -269,6 +328,12 @@ impl RecvQueue {
 
     /// Report every outstanding WQE as flushed (resumable like [`Self::complete`]).
     pub fn flush_all(&mut self, qpn: u32, out: &mut [Wc]) -> Progress {
+        let p = self.flush_all_inner(qpn, out);
+        self.sync_key();
+        p
+    }
+
+    fn flush_all_inner(&mut self, qpn: u32, out: &mut [Wc]) -> Progress {
         let mut n = 0;
         while self.tail != self.head {
             let slot = (self.tail & self.mask) as usize;
@@ -297,6 +362,7 @@ impl RecvQueue {
         self.done.fill(false);
         self.ooo = 0;
         self.reported = None;
+        self.sync_key();
         // SAFETY: `dbrec` is the live doorbell record.
         unsafe { mmio::write_dbrec(self.dbrec, 0) };
     }

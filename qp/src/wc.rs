@@ -152,9 +152,12 @@ bitflags::bitflags! {
 // completion in three stores (the WR id, bytes 32..48 as one 16-byte copy, the last 8 bytes
 // it has in a register already) and a receive in four. The accessors take the fields apart
 // as rdma-core's `handle_good_req` and `handle_responder` do (providers/mlx5/cq.c).
-// Completions built by software ([`Wc::new`]: errors, flushes, atomics, inline scatter)
-// use the same bytes, plus the status, syndrome and vendor syndrome of an error at bytes
-// 40, 41, 42 of the copy (`app`, `app_op`, `app_info`, which no completion here uses).
+// An error completion (opcode REQ_ERR or RESP_ERR) holds, in place of bytes 40..48, the
+// error CQE's bytes 48..56 (`hw_err_synd`, `hw_synd_type`, `vendor_err_synd`, `syndrome` in
+// the last four): the poll writes a flush in three stores, its status the syndrome's.
+// Completions built by software ([`Wc::new`]: errors, flushes, atomics, inline scatter) use
+// the same bytes; an error among them has format 3 in `op_own` (`BUILT`) and its status
+// (`enum ibv_wc_status`) in byte 32 (the error CQE's reserved byte before the SRQN).
 #[repr(C, align(8))]
 pub struct Wc {
     /// The WR's identifier, recovered from the CQE's `wqe_counter`.
@@ -162,7 +165,8 @@ pub struct Wc {
     /// CQE bytes 16..32: `ml_path` (1), `slid` (6..8), `flags_rqpn` (8..12).
     rx: [u8; 16],
     /// CQE bytes 32..48: `srqn_uidx` (0..4), `imm_inval_pkey` (4..8), `app`, `app_op`,
-    /// `app_info` (8..12), `byte_cnt` (12..16).
+    /// `app_info` (8..12), `byte_cnt` (12..16). An error's: its status (0), then the error
+    /// CQE's bytes 48..56 (8..16: `vendor_err_synd` 14, `syndrome` 15).
     mid: [u8; 16],
     /// CQE bytes 56..64: `sop_drop_qpn` (send opcode 0, QPN 1..4), `wqe_counter`,
     /// `signature`, `op_own` (7: the CQE opcode in bits 7:4 is the completion's kind).
@@ -176,6 +180,21 @@ const _: () = {
     assert!(offset_of!(Wc, wr_id) == 0 && offset_of!(Wc, rx) == 8);
     assert!(offset_of!(Wc, mid) == 24 && offset_of!(Wc, tail) == 40);
 };
+
+/// Where an error completion the library built keeps its status in `mid` (the error CQE's
+/// reserved byte 32).
+const ERR_STATUS: usize = 0;
+/// The format bits (`op_own` bits 3:2) of an error completion the library built
+/// ([`Wc::new`]): 3, compressed, which no error CQE carries (a compressed CQE is a success,
+/// PRM "Completion Queue Entry Compression"). Its status is explicit (`mid[ERR_STATUS]`);
+/// the status of an error CQE copied as it is (format 0) is its syndrome's (rdma-core
+/// `mlx5_handle_error_cqe`).
+const BUILT: u8 = 0x0c;
+/// Where an error completion keeps `vendor_err_synd` in `mid` (the error CQE's byte 54,
+/// `struct mlx5_err_cqe` in mlx5dv.h, copied with bytes 48..56 to `mid[8..16]`).
+const ERR_VENDOR: usize = 14;
+/// Where an error completion keeps `syndrome` in `mid` (the error CQE's byte 55).
+const ERR_SYNDROME: usize = 15;
 
 /// Every field of a completion, decoded (`struct ibv_wc`, verbs.h, with mlx5's syndromes):
 /// what [`Wc::fields`] returns and [`Wc::new`] builds a [`Wc`] from.
@@ -336,6 +355,23 @@ impl Wc {
         }
     }
 
+    /// The completion of an error CQE (`op_own` opcode REQ_ERR or RESP_ERR, format 0):
+    /// `wr_id`, `err` (its bytes 48..56 as loaded: the syndromes, which make the status) and
+    /// `tail` (its bytes 56..64). Three stores.
+    ///
+    /// # Safety
+    /// `out` is valid for writes of a `Wc` and 8-byte aligned; `tail` has format 0.
+    #[inline(always)]
+    pub(crate) unsafe fn write_err(out: *mut Wc, wr_id: u64, err: u64, tail: u64) {
+        let o = out as *mut u8;
+        // SAFETY: the caller's; every byte of a `Wc` is plain data.
+        unsafe {
+            Wc::write_wr_id(out, wr_id);
+            (o.add(32) as *mut u64).write(err);
+            (o.add(40) as *mut u64).write(tail);
+        }
+    }
+
     /// The completion of a good responder CQE (`cqe`, any format: inline-scattered data is
     /// the caller's to copy), WR id not yet known ([`Wc::set_wr_id`]): what
     /// [`Wc::write_resp`] writes for it.
@@ -377,9 +413,9 @@ impl Wc {
         wc.tail[1..4].copy_from_slice(&qpn[1..]);
         let recv = f.opcode.is_recv();
         let kind = if f.status != WcStatus::Success {
-            wc.mid[8] = f.status as u8;
-            wc.mid[9] = f.syndrome;
-            wc.mid[10] = f.vendor_err;
+            wc.mid[ERR_STATUS] = f.status as u8;
+            wc.mid[ERR_VENDOR] = f.vendor_err;
+            wc.mid[ERR_SYNDROME] = f.syndrome;
             if recv {
                 CQE_RESP_ERR
             } else {
@@ -427,7 +463,12 @@ impl Wc {
                 (opcode, _) => opcode.send_opcode(),
             };
         }
-        wc.tail[7] = kind << 4;
+        let built = if f.status != WcStatus::Success {
+            BUILT
+        } else {
+            0
+        };
+        wc.tail[7] = kind << 4 | built;
         wc
     }
 
@@ -487,12 +528,14 @@ impl Wc {
     /// Outcome.
     #[inline(always)]
     pub fn status(&self) -> WcStatus {
-        if self.error() {
+        if !self.error() {
+            WcStatus::Success
+        } else if self.tail[7] & BUILT == BUILT {
             *WcStatus::ALL
-                .get(self.mid[8] as usize)
+                .get(self.mid[ERR_STATUS] as usize)
                 .unwrap_or(&WcStatus::GeneralErr)
         } else {
-            WcStatus::Success
+            WcStatus::from_syndrome(self.mid[ERR_SYNDROME])
         }
     }
 
@@ -611,7 +654,7 @@ impl Wc {
     #[inline(always)]
     pub fn vendor_err(&self) -> u8 {
         if self.error() {
-            self.mid[10]
+            self.mid[ERR_VENDOR]
         } else {
             0
         }
@@ -621,7 +664,7 @@ impl Wc {
     #[inline(always)]
     pub fn syndrome(&self) -> u8 {
         if self.error() {
-            self.mid[9]
+            self.mid[ERR_SYNDROME]
         } else {
             0
         }

@@ -239,6 +239,17 @@ impl CqRings {
         self.push(&Cqe64::from_bytes(&b), mlx5_cq::CQE_REQ_ERR);
     }
 
+    /// A responder flush error CQE of QP `qpn` naming receive WQE `wqe_counter`: as
+    /// [`CqRings::push_flush`], opcode RESP_ERR (no send opcode) — what a device writes for
+    /// each outstanding receive of a QP gone to Error.
+    pub fn push_recv_flush(&mut self, qpn: u32, wqe_counter: u16) {
+        let mut b = [0u8; 64];
+        b[55] = mlx5_cq::SYNDROME_WR_FLUSH_ERR;
+        b[56..60].copy_from_slice(&qpn.to_be_bytes());
+        b[60..62].copy_from_slice(&wqe_counter.to_be_bytes());
+        self.push(&Cqe64::from_bytes(&b), mlx5_cq::CQE_RESP_ERR);
+    }
+
     /// A responder success CQE (a SEND of `byte_cnt` bytes from QP `src_qpn` arrived) of QP
     /// `qpn` naming receive WQE `wqe_counter`.
     pub fn push_recv(&mut self, qpn: u32, wqe_counter: u16, byte_cnt: u32, src_qpn: u32) {
