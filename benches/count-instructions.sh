@@ -13,7 +13,7 @@
 #   KEEP=dir        keep the callgrind output files there (for callgrind_annotate)
 # Before them it prints the floor and the other shapes it counts (a 1-SGE WRITE with the
 # 8-byte doorbell, the post in DoorbellMode::Bf, Cq::poll one CQE a call and 16 a call, the
-# receive side of Cq::poll, flush error completions through it (send and receive, 16 and one a call), 16 inline WRITEs posted in one Qp::batch and rung once, and the
+# receive side of Cq::poll (16 and one a call), flush error completions through it (send and receive, 16 and one a call), 16 inline WRITEs posted in one Qp::batch and rung once, and the
 # post and Cq::poll with 1000 QPs on one CQ found through a QpTable, beside the same with one).
 # The last two lines of the output are always
 #   instructions per post: N
@@ -74,6 +74,7 @@ poll_one=$(count poll_one poll_one --poll-one)
 poll_wcs=$(count poll_wcs poll_wcs --poll-wcs)
 batch=$(count batch batch --batch)
 poll_recv=$(count poll_recv poll_wcs --recv)
+poll_recv_one=$(count poll_recv_one poll_one --recv --poll-one)
 poll_flush=$(count poll_flush poll_wcs --flush)
 poll_flush_recv=$(count poll_flush_recv poll_wcs --flush --recv)
 poll_flush_one=$(count poll_flush_one poll_one --flush --poll-one)
@@ -83,13 +84,14 @@ poll_qps1=$(count poll_qps1 poll_table --qps 1)
 poll_qps=$(count poll_qps poll_table --qps 1000)
 per() { awk -v t="$1" -v n="$n" 'BEGIN { printf "%.0f", t / n }'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
-echo "N = $n; callgrind totals: post $post, poll $poll, floor $floor, 1-SGE post $post_sge, post in Bf mode $post_bf, poll one $poll_one, poll 16 $poll_wcs, batch $batch, receive poll $poll_recv, flush poll $poll_flush, receive flush poll $poll_flush_recv, flush poll one $poll_flush_one, post with 1 / 1000 QPs $post_qps1 / $post_qps, poll with 1 / 1000 QPs $poll_qps1 / $poll_qps"
+echo "N = $n; callgrind totals: post $post, poll $poll, floor $floor, 1-SGE post $post_sge, post in Bf mode $post_bf, poll one $poll_one, poll 16 $poll_wcs, batch $batch, receive poll $poll_recv, receive poll one $poll_recv_one, flush poll $poll_flush, receive flush poll $poll_flush_recv, flush poll one $poll_flush_one, post with 1 / 1000 QPs $post_qps1 / $post_qps, poll with 1 / 1000 QPs $poll_qps1 / $poll_qps"
 echo "instructions per floor (64-byte WQE + doorbell record + BlueFlame copy): $(per "$floor")"
 echo "instructions per post of a 1-SGE RDMA WRITE with the 8-byte doorbell: $(per "$post_sge")"
 echo "instructions per post in DoorbellMode::Bf (rdma-core's flush after the copy): $(per "$post_bf")"
 echo "instructions per poll of one CQE through Cq::poll (one completion per call): $(per "$poll_one")"
 echo "instructions per CQE through Cq::poll in batches of 16: $(per "$poll_wcs")"
 echo "instructions per receive CQE through Cq::poll in batches of 16: $(per "$poll_recv")"
+echo "instructions per poll of one receive CQE through Cq::poll (one completion per call): $(per "$poll_recv_one")"
 echo "instructions per flush error CQE through Cq::poll in batches of 16: $(per "$poll_flush")"
 echo "instructions per receive flush error CQE through Cq::poll in batches of 16: $(per "$poll_flush_recv")"
 echo "instructions per poll of one flush error CQE through Cq::poll (one completion per call): $(per "$poll_flush_one")"
