@@ -646,29 +646,35 @@ impl Cq {
                 // SAFETY: one of the `rem` entries was written.
                 o = unsafe { o.add(1) };
                 ci = ci.wrapping_add(1);
-                if (rem != 0) & !qp.sq_seems_idle() {
-                    // More of this QP may follow (not when each CQE names another QP, one
-                    // WQE outstanding on each). (`wrapping_add`: past the buffer when this
-                    // CQE ends the lap; then the lap has 0 more and nothing is read there.)
-                    // SAFETY: `cqe + 1` starts the `cqe_cnt - 1 - idx` CQEs left in this
-                    // lap; `o` has `rem` entries; `send_one` just took this QP's CQE.
-                    let k = unsafe {
-                        send_more::<SHIFT>(
-                            qp,
-                            cqe.wrapping_add(1 << SHIFT),
-                            own,
-                            rem,
-                            (cqe_cnt - 1 - idx) as usize,
-                            o,
-                        )
-                    };
-                    #[cfg(test)]
-                    paths::served(0, k);
-                    rem -= k;
-                    // SAFETY: k of the `rem` entries were written.
-                    o = unsafe { o.add(k) };
-                    ci = ci.wrapping_add(k as u32);
+                if rem == 0 {
+                    break;
                 }
+                // (`wrapping_add`: past the buffer when this CQE ends the lap; then the lap
+                // has 0 more and nothing is read there.)
+                let next = cqe.wrapping_add(1 << SHIFT);
+                let lap = (cqe_cnt - 1 - idx) as usize;
+                let k = if !qp.sq_seems_idle() {
+                    // More of this QP may follow.
+                    // SAFETY: `next` starts the `lap` CQEs left in this lap; `o` has `rem`
+                    // entries; `send_one` just took this QP's CQE.
+                    unsafe { send_more::<SHIFT>(qp, next, own, rem, lap, o) }
+                } else if (lap != 0)
+                    // SAFETY: `lap != 0`: `next` is a CQE of this lap; volatile, as above.
+                    && unsafe { core::ptr::read_volatile(next.add(63)) } == own
+                {
+                    // Each CQE names another QP, one WQE outstanding on each (a CQ shared by
+                    // many QPs): those CQEs in a loop of their own.
+                    // SAFETY: as for `send_more`.
+                    unsafe { distinct_run::<R, SHIFT>(table, next, own, rem.min(lap), o) }
+                } else {
+                    0
+                };
+                #[cfg(test)]
+                paths::served(0, k);
+                rem -= k;
+                // SAFETY: k of the `rem` entries were written.
+                o = unsafe { o.add(k) };
+                ci = ci.wrapping_add(k as u32);
                 continue;
             }
             // Room in `wcs` and in this lap of the CQ (the owner value is the lap's).
@@ -1338,6 +1344,63 @@ const REQ_RUN: u8 = 0;
 const RESP_RUN: u8 = 1;
 /// What a [`copy_run`] takes: error CQEs of syndrome WR_FLUSH_ERR ([`Wc::write_err`]).
 const FLUSH_RUN: u8 = 2;
+
+/// Plain REQ CQEs of this lap from `cqe`, each naming the oldest outstanding WQE of its QP
+/// in `table` — what a CQ shared by many QPs, one WQE outstanding on each, sees: at most `n`
+/// (at most the CQEs left in this lap from `cqe`, and the entries of `out`), each through
+/// [`send_one`], until one is not such a CQE or its QP has more outstanding (its run follows:
+/// the caller's [`send_more`]). Returns the CQEs consumed (their QPs' bookkeeping moved, the
+/// CQ's consumer index not).
+///
+/// Out of line, in a loop of its own: the caller's loop, shaped for runs of one QP, would
+/// pay its run test and its consumer-index arithmetic per CQE.
+///
+/// # Safety
+/// The `n` CQEs from `cqe` are inside this lap, `1 << SHIFT` bytes apart; `out` has `n`
+/// entries.
+#[inline(never)]
+unsafe fn distinct_run<R: Resolve + ?Sized, const SHIFT: u32>(
+    table: &mut R,
+    cqe: *const u8,
+    own: u8,
+    n: usize,
+    out: *mut Wc,
+) -> usize {
+    // The CQE and the entry move on together; the count is the entry's distance from `out`.
+    let (mut c, mut o) = (cqe, out);
+    // SAFETY: `out` has `n` entries: one past the last.
+    let end = unsafe { out.add(n) };
+    while o != end {
+        // SAFETY: o < end: `c` is a CQE of this lap and `o` one of the entries; the CQE's
+        // op_own read volatile (the device writes it), its bytes 56..64 after the ownership
+        // test and the barrier.
+        unsafe {
+            if core::ptr::read_volatile(c.add(63)) != own {
+                break;
+            }
+            mmio::from_device_barrier();
+            let tail = core::ptr::read_volatile(c.add(56) as *const u64);
+            let Some(qp) = table.qp_of_cqe(sop_word(tail)) else {
+                break;
+            };
+            // `send_one`, with the counter kept for the test after it.
+            let counter = u16::from_be(core::ptr::read_volatile(c.add(60) as *const u16));
+            if !qp.sq_names_oldest(counter) {
+                break;
+            }
+            Wc::write_req_cqe(o, c, tail);
+            Wc::write_wr_id(o, qp.sq_take_oldest(counter));
+            o = o.add(1);
+            if !qp.sq_drained_by(counter) {
+                break;
+            }
+            // Past the lap's end after its last CQE (then `o` is `end`: nothing is read).
+            c = c.wrapping_add(1 << SHIFT);
+        }
+    }
+    // SAFETY: `o` is `out` plus the entries written.
+    unsafe { o.offset_from(out) as usize }
+}
 
 /// The loop of [`send_more`], [`recv_run`] and [`flush_run`]: from `cqe`, at most `n` CQEs
 /// `1 << SHIFT` bytes apart, while each has `op_own == want` (read volatile, then the
@@ -2143,6 +2206,59 @@ mod tests {
                 "size {size}: the send run took the four successes"
             );
             assert_eq!(counts[3], 4, "size {size}: the full path the rest");
+        }
+    }
+
+    /// Two QPs with one WQE outstanding each, their CQEs alternating (what a CQ shared by
+    /// many QPs sees; the distinct-QP loop takes them), across the CQ's wrap, with a CQE of
+    /// a QP that has two outstanding (its run follows), an unknown QPN and a receive among
+    /// them: the completions are the full path's.
+    #[test]
+    fn alternating_qps_complete_the_same_on_both_paths() {
+        for size in [64, 128] {
+            for room in [1, 2, 3, 16] {
+                let (slow, fast, counts) = both(size, &|dev, t, cq| {
+                    let mut got = Vec::new();
+                    let mut id = 0u64;
+                    let mut pi = [0u16; 2];
+                    for round in 0..60 {
+                        // Two on A in round 7 (a run of two), one each otherwise.
+                        let on_a = if round == 7 { 2 } else { 1 };
+                        for (pos, qpn, k) in [(0usize, QPN, on_a), (1, QPN_B, 1)] {
+                            for _ in 0..k {
+                                let qp = t.qp_at(pos).unwrap();
+                                qp.post(&SendWr::write(id, R).inline(b"ab").signaled())
+                                    .unwrap();
+                                dev.push(req_cqe(qpn, pi[pos], op::OPCODE_RDMA_WRITE, 0));
+                                pi[pos] += 1;
+                                id += 1;
+                            }
+                        }
+                        if round == 20 {
+                            dev.push(req_cqe(0x77, 0, op::OPCODE_RDMA_WRITE, 0));
+                        }
+                        if round == 30 {
+                            t.qp_at(1).unwrap().post_recv(1000, &SGE).unwrap();
+                            dev.push(resp_cqe(CQE_RESP_SEND, QPN_B, 0, 5, 0));
+                        }
+                        if round % 10 == 9 {
+                            got.extend(drain(cq, t, room));
+                        }
+                    }
+                    got
+                });
+                assert_eq!(fast, slow, "size {size} room {room}");
+                let mut ids: Vec<u64> = flat(&fast).iter().map(|w| w.wr_id()).collect();
+                assert_eq!(ids.iter().filter(|&&i| i == 1000).count(), 1);
+                ids.retain(|&i| i != 1000);
+                assert_eq!(
+                    ids,
+                    (0..121).collect::<Vec<u64>>(),
+                    "size {size} room {room}"
+                );
+                assert!(fast.iter().any(|r| r.is_err()), "the unknown QPN");
+                assert!(counts[0] >= 100, "size {size} room {room}: {counts:?}");
+            }
         }
     }
 

@@ -593,6 +593,15 @@ impl Qp {
         self.follow_error_completion(true);
     }
 
+    /// Whether retiring the one-block WQE at block `wqe_counter` (the oldest) left the send
+    /// queue idle: the next block is the producer index (in their low 16 bits: exact but
+    /// when 65536 blocks are outstanding; for deciding whether a run may follow, which
+    /// either answer leaves correct).
+    #[inline(always)]
+    pub(crate) fn sq_drained_by(&self, wqe_counter: u16) -> bool {
+        self.sq.drained_by(wqe_counter)
+    }
+
     /// Whether no send WQE is outstanding, from the one-entry key's copy of `ci`'s low bits
     /// (a register after a retire): exact but when 65536 blocks are outstanding; for deciding
     /// whether a run may follow, which either answer leaves correct.
