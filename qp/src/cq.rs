@@ -450,7 +450,7 @@ impl Cq {
     /// line and for both CQE sizes (the slot is the index times the size: one multiply):
     /// the CQE at the consumer index when it is a plain REQ CQE of this lap naming its QP's
     /// oldest outstanding WQE ([`send_one`]), else nothing when the CQ is empty, else
-    /// [`Cq::poll_single_slow`] (out of line and cold, so that this path needs no register
+    /// [`Cq::poll_single_slow`] (out of line, so that this path needs no register
     /// the caller saved).
     #[inline(always)]
     fn poll_single<R: Resolve + ?Sized>(&mut self, table: &mut R, wcs: &mut [Wc]) -> Result<usize> {
@@ -503,11 +503,10 @@ impl Cq {
     }
 
     /// The rest of [`Cq::poll_single`], from the CQE at the consumer index (its owner byte
-    /// read afresh): a good responder CQE of this lap ([`good_resp`]) through [`recv_one`], an
-    /// error CQE of this lap through [`flush_one`], in a straight line that calls nothing;
-    /// anything else and what those decline through [`Cq::poll_single_full`].
+    /// read afresh): a good responder CQE of this lap ([`good_resp`]) through [`recv_one`], in
+    /// a straight line that calls nothing (what a ping-pong receiver polls); anything else and
+    /// what that declines through [`Cq::poll_single_full`] (a tail call).
     /// Returns the completions written (or [`SLOW_ERROR`]) and the CQ.
-    #[cold]
     #[inline(never)]
     fn poll_single_slow<R: Resolve + ?Sized>(
         &mut self,
@@ -520,26 +519,15 @@ impl Cq {
         let cqe = unsafe { self.cqe0.add(idx << self.size_shift) };
         // SAFETY: op_own is the last byte of the CQE; volatile, the device writes it.
         let op_own = unsafe { core::ptr::read_volatile(cqe.add(63)) };
-        let own = ((ci & cqe_cnt) != 0) as u8;
-        let recv = good_resp(op_own, own);
-        if recv | error_of_lap(op_own, own) {
+        if good_resp(op_own, ((ci & cqe_cnt) != 0) as u8) {
             mmio::from_device_barrier();
             // SAFETY: the CQE is software-owned; bytes 56..64 read after the barrier.
             let tail = unsafe { core::ptr::read_volatile(cqe.add(56) as *const u64) };
             if let Some(qp) = table.qp_of_cqe(sop_word(tail)) {
-                let o = wcs.as_mut_ptr();
-                // SAFETY: as in `poll_single`: `recv_one` for a good responder CQE, else
-                // `flush_one` (an error CQE of this lap, REQ_ERR or RESP_ERR).
-                let took = unsafe {
-                    if recv {
-                        recv_one(qp, cqe, tail, o)
-                    } else {
-                        flush_one(qp, cqe, tail, op_own >> 4 == CQE_REQ_ERR, o)
-                    }
-                };
-                if took {
+                // SAFETY: as in `poll_single`: a good responder CQE.
+                if unsafe { recv_one(qp, cqe, tail, wcs.as_mut_ptr()) } {
                     #[cfg(test)]
-                    paths::served(if recv { 1 } else { 2 }, 1);
+                    paths::served(1, 1);
                     self.ci = ci.wrapping_add(1);
                     self.update_ci();
                     return (1, self);
@@ -549,10 +537,10 @@ impl Cq {
         self.poll_single_full(table, wcs)
     }
 
-    /// What [`Cq::poll_single_slow`] declines: an error CQE of this lap through [`flush_run`]
-    /// (a queue's first flush, which begins the send queue's flushing or moves the QP to
-    /// Error), anything else and what that declines through the full path. Reads the CQE
-    /// afresh: its owner byte, the barrier, the rest.
+    /// What [`Cq::poll_single_slow`] declines: an error CQE of this lap through [`flush_one`],
+    /// else [`flush_run`] (a queue's first flush, which begins the send queue's flushing or
+    /// moves the QP to Error), anything else and what those decline through the full path.
+    /// Reads the CQE afresh: its owner byte, the barrier, the rest.
     #[cold]
     #[inline(never)]
     fn poll_single_full<R: Resolve + ?Sized>(
@@ -571,9 +559,17 @@ impl Cq {
             // SAFETY: the CQE is software-owned; bytes 56..64 read after the barrier.
             let tail = unsafe { core::ptr::read_volatile(cqe.add(56) as *const u64) };
             if let Some(qp) = table.qp_of_cqe(sop_word(tail)) {
-                // SAFETY: as in `poll_single`. A run of one CQE reads no other, so the CQE
-                // size (its `SHIFT`) does not matter to it.
-                let k = unsafe { flush_run::<6>(qp, cqe, tail, op_own, 1, wcs.as_mut_ptr()) };
+                let o = wcs.as_mut_ptr();
+                // SAFETY: as in `poll_single`: `flush_one`, else `flush_run` (a queue's first
+                // flush). A run of one CQE reads no other, so the CQE size (its `SHIFT`)
+                // does not matter to it.
+                let k = unsafe {
+                    if flush_one(qp, cqe, tail, op_own >> 4 == CQE_REQ_ERR, o) {
+                        1
+                    } else {
+                        flush_run::<6>(qp, cqe, tail, op_own, 1, o)
+                    }
+                };
                 if k == 1 {
                     #[cfg(test)]
                     paths::served(2, 1);
