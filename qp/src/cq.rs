@@ -1580,6 +1580,8 @@ unsafe fn flush_run<const SHIFT: u32>(
         if !qp.sq_all_common() {
             return 0;
         }
+        // Before the run: the retires may end an error period (`SendQueue::recovered`).
+        let flushing = qp.sq_flushing();
         let v = qp.sq_lean_view();
         let slot = (v.ci & v.mask) as usize;
         let n = room.min(v.room as usize).min((v.mask as usize - slot) + 1);
@@ -1590,7 +1592,7 @@ unsafe fn flush_run<const SHIFT: u32>(
             copy_run::<FLUSH_RUN, SHIFT>(cqe, want, expect, Some(tail), v.wr_ids.add(slot), n, out)
         };
         qp.sq_lean_retired(i as u16);
-        if (i != 0) & !qp.sq_flushing() {
+        if (i != 0) & !flushing {
             qp.sq_begin_flush();
         }
         i
@@ -1977,6 +1979,11 @@ mod tests {
 
     impl Dev {
         fn new(size: u32) -> (Dev, QpTable, Cq) {
+            Dev::typed(size, QpType::Rc)
+        }
+
+        /// As [`Dev::new`], QP B of type `b`.
+        fn typed(size: u32, b: QpType) -> (Dev, QpTable, Cq) {
             let cnt = 64u32;
             let mut pages: Vec<Box<Page>> = (0..12).map(|_| page()).collect();
             let mut cq_mem = Box::new(CqBuf([0; 8192]));
@@ -1984,11 +1991,11 @@ mod tests {
             let mut ptr = |i: usize| pages[i].0.as_mut_ptr();
             let (cq_dbrec, cq_uar) = (ptr(2), ptr(3));
             let mut table = QpTable::new();
-            for (q, qpn) in [(0usize, QPN), (1, QPN_B)] {
+            for (q, qpn, qp_type) in [(0usize, QPN, QpType::Rc), (1, QPN_B, b)] {
                 let base = 4 + q * 4;
                 let layout = QpLayout {
                     qpn,
-                    qp_type: QpType::Rc,
+                    qp_type,
                     dbrec: ptr(base).cast(),
                     sq: WqLayout {
                         buf: ptr(base + 1),
@@ -2403,6 +2410,65 @@ mod tests {
                     ]
                 );
                 assert!(counts[3] >= 6, "size {size} room {room}: {counts:?}");
+            }
+        }
+    }
+
+    /// A UC QP's send error moves it to SQE; once the control path moves it back to RTS,
+    /// the WQEs posted after that complete as before the error: an unsignaled WR retired by
+    /// a later signaled one's CQE succeeded, and gets no completion (nor a flush); the
+    /// flushes of the error period still come first, one each. Every room, both CQE sizes,
+    /// the fast paths on and off.
+    #[test]
+    fn a_uc_qp_recovered_from_sqe_completes_as_before_the_error() {
+        for size in [64, 128] {
+            for room in [1, 2, 16] {
+                let mut results = Vec::new();
+                for off in [true, false] {
+                    let (mut dev, mut t, mut cq) = Dev::typed(size, QpType::Uc);
+                    paths::FAST_OFF.with(|f| f.set(off));
+                    let b = t.qp_at(1).unwrap();
+                    for id in [500, 501, 502] {
+                        b.post(&SendWr::write(id, R).inline(b"abc").signaled())
+                            .unwrap();
+                    }
+                    dev.push(req_err(QPN_B, 0, op::OPCODE_RDMA_WRITE, 0x13));
+                    dev.push(req_err(QPN_B, 1, op::OPCODE_RDMA_WRITE, FLUSH));
+                    let mut got = drain(&mut cq, &mut t, room);
+                    assert_eq!(t.qp_at(1).unwrap().state(), QpState::Sqe);
+                    // Recovered with WQE 2's flush still in the CQ.
+                    let b = t.qp_at(1).unwrap();
+                    b.set_state(QpState::Rts);
+                    dev.push(req_err(QPN_B, 2, op::OPCODE_RDMA_WRITE, FLUSH));
+                    b.post(&SendWr::write(503, R).inline(b"abc")).unwrap();
+                    b.post(&SendWr::write(504, R).inline(b"abc").signaled())
+                        .unwrap();
+                    b.post(&SendWr::write(505, R).inline(b"abc").signaled())
+                        .unwrap();
+                    dev.push(req_cqe(QPN_B, 4, op::OPCODE_RDMA_WRITE, 0));
+                    dev.push(req_cqe(QPN_B, 5, op::OPCODE_RDMA_WRITE, 0));
+                    got.extend(drain(&mut cq, &mut t, room));
+                    paths::FAST_OFF.with(|f| f.set(false));
+                    assert_eq!(t.qp_at(1).unwrap().sq_outstanding_bbs(), 0);
+                    results.push(flat(&got));
+                    drop((t, cq));
+                    drop(dev);
+                }
+                assert_eq!(results[0], results[1], "size {size} room {room}");
+                let got: Vec<(u64, WcStatus)> =
+                    results[1].iter().map(|w| (w.wr_id(), w.status())).collect();
+                let f = WcStatus::WrFlushErr;
+                assert_eq!(
+                    got,
+                    [
+                        (500, WcStatus::from_syndrome(0x13)),
+                        (501, f),
+                        (502, f),
+                        (504, WcStatus::Success),
+                        (505, WcStatus::Success)
+                    ],
+                    "size {size} room {room}"
+                );
             }
         }
     }

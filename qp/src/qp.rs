@@ -398,6 +398,9 @@ impl Qp {
                 rq.reset();
             }
         }
+        if (self.state, state) == (QpState::Sqe, QpState::Rts) {
+            self.sq.recovered();
+        }
         self.state = state;
         self.update_fast_limits();
     }
@@ -575,11 +578,12 @@ impl Qp {
         self.sq.all_common()
     }
 
-    /// Whether the send queue has met its first error completion (the full path's
-    /// `SendQueue::complete`: every later CQE retires with a completion of its own).
+    /// Whether the send queue is in an error period: it met an error completion and has not
+    /// been recovered past it (the full path's `SendQueue::complete`: every CQE retires with
+    /// a completion of its own; `SendQueue::flushing`).
     #[inline(always)]
     pub(crate) fn sq_flushing(&self) -> bool {
-        self.sq.error_mode
+        self.sq.flushing()
     }
 
     /// The send queue's first error completion is a flush naming its oldest WQE: from now on
@@ -589,7 +593,7 @@ impl Qp {
     #[cold]
     #[inline(never)]
     pub(crate) fn sq_begin_flush(&mut self) {
-        self.sq.error_mode = true;
+        self.sq.begin_error();
         self.follow_error_completion(true);
     }
 

@@ -235,8 +235,12 @@ pub(crate) struct SendQueue {
     /// The last written WQE's first block, for the doorbell (it ends at `pi`: its size is
     /// `SendQueue::blocks_from`).
     last_ctrl: *mut u8,
-    /// Set by the first error CQE: from then on every retired WQE is reported.
-    pub error_mode: bool,
+    /// Where the current error period ends: while `ci` is below it, every retired WQE is
+    /// reported ([`SendQueue::flushing`]). 0 when there is none, `u64::MAX` from the first
+    /// error CQE on ([`SendQueue::begin_error`]), `pi` when the control path moved the QP
+    /// from SQE back to RTS ([`SendQueue::recovered`]): the WQEs posted from then on complete
+    /// as before the error.
+    error_end: u64,
     /// WRs outstanding at most (rdma-core `sq.max_post`, [`crate::wr_limit`]).
     max_post: u32,
     /// `wqe_cnt / max_post`, the blocks a lean WQE may take ([`crate::Qp`]'s fast limits).
@@ -309,7 +313,7 @@ impl SendQueue {
             key: 0,
             pending: 0,
             last_ctrl: ring.start(),
-            error_mode: false,
+            error_end: 0,
             max_post,
             wr_bbs: 1,
             extra: 0,
@@ -883,7 +887,7 @@ impl SendQueue {
         let ci = self.ci;
         let slot = self.slot(ci);
         // After an error the full path reports every retired WQE; for this CQE that is this
-        // one completion (nothing lies before the oldest WQE), so `error_mode` is no reason
+        // one completion (nothing lies before the oldest WQE), so an error period is no reason
         // to leave.
         if (wqe_counter != ci as u16) | (ci == self.pi) | (self.meta_at(slot) != 0) {
             return false;
@@ -985,7 +989,9 @@ impl SendQueue {
     ///   silently; if it is a flush (the QP was moved to Error), the WQEs before it may not
     ///   have run, so each gets a `WR_FLUSH_ERR` completion.
     /// - After the first error every retired WQE produces a completion: the named one with the
-    ///   CQE's status, any the device skipped with `WR_FLUSH_ERR`.
+    ///   CQE's status, any the device skipped with `WR_FLUSH_ERR` — those posted before a
+    ///   recovery from SQE to RTS ([`SendQueue::recovered`]); from then on WQEs complete as
+    ///   before the error.
     pub fn complete(&mut self, wqe_counter: u16, info: &CqeInfo, out: &mut [Wc]) -> Progress {
         let p = self.complete_inner(wqe_counter, info, out);
         self.refresh_gate();
@@ -1003,15 +1009,17 @@ impl SendQueue {
             return Progress::Bad("not the first block of a WQE");
         }
         let failed = info.status != WcStatus::Success;
-        if failed && !self.error_mode {
-            self.error_mode = true;
+        if failed && !self.flushing() {
+            self.begin_error();
             if info.status != WcStatus::WrFlushErr {
                 self.retire_until(c);
             }
         }
         let mut n = 0;
-        if self.error_mode {
-            while self.ci != c {
+        if self.flushing() {
+            // WQEs posted after a recovery (from `error_end`) and before `c` were unsignaled
+            // and succeeded: `retire_until` below retires them silently.
+            while self.ci != c && self.ci < self.error_end {
                 let slot = self.slot(self.ci);
                 let bbs = meta::bbs(self.meta_at(slot));
                 if n == out.len() {
@@ -1033,6 +1041,28 @@ impl SendQueue {
         self.retire_until(c);
         self.retire_one(cslot, meta::bbs(m));
         Progress::Done(n)
+    }
+
+    /// The first error completion of an error period: from now on every retired WQE is
+    /// reported (until [`SendQueue::recovered`] ends the period).
+    pub fn begin_error(&mut self) {
+        self.error_end = u64::MAX;
+    }
+
+    /// Whether an error period is on: every retired WQE is reported (what the flush fast
+    /// paths need to retire a flush as the full path would).
+    #[inline(always)]
+    pub fn flushing(&self) -> bool {
+        self.ci < self.error_end
+    }
+
+    /// The control path moved the QP from SQE back to RTS: the WQEs outstanding now belong to
+    /// the error period (the device flushed them), those posted from now on complete as
+    /// before the error (IBTA Vol. 1 §10.3, the Send Queue Error state).
+    pub fn recovered(&mut self) {
+        if self.error_end == u64::MAX {
+            self.error_end = self.pi;
+        }
     }
 
     /// Report every outstanding WQE as flushed and retire it (the QP is in Error and the device
@@ -1112,7 +1142,7 @@ impl SendQueue {
         self.pending = 0;
         self.batch_n = 0;
         self.in_batch = false;
-        self.error_mode = false;
+        self.error_end = 0;
         self.meta.fill(0);
         self.uncommon = 0;
         self.extra = 0;
