@@ -466,10 +466,9 @@ impl Cq {
         // owner bit when the device still owns the slot.
         let diff = op_own ^ ((ci & self.cqe_cnt) != 0) as u8;
         if diff == 0 {
-            mmio::from_device_barrier();
-            // SAFETY: the CQE is software-owned; bytes 56..64 read after the barrier.
-            let tail = unsafe { core::ptr::read_volatile(cqe.add(56) as *const u64) };
-            if let Some(qp) = table.qp_of_cqe(sop_word(tail)) {
+            // SAFETY: the CQE is software-owned (its owner test passed).
+            let (tail, qp) = unsafe { owned_cqe(table, cqe) };
+            if let Some(qp) = qp {
                 // SAFETY: a software-owned CQE, `tail` read after the barrier, room for one.
                 if unsafe { send_one(qp, cqe, tail, wcs.as_mut_ptr()) } {
                     #[cfg(test)]
@@ -513,24 +512,16 @@ impl Cq {
         table: &mut R,
         wcs: &mut [Wc],
     ) -> (usize, &mut Cq) {
-        let (ci, cqe_cnt) = (self.ci, self.cqe_cnt);
-        let idx = (ci & (cqe_cnt - 1)) as usize;
-        // SAFETY: as in `poll_single`.
-        let cqe = unsafe { self.cqe0.add(idx << self.size_shift) };
-        // SAFETY: op_own is the last byte of the CQE; volatile, the device writes it.
-        let op_own = unsafe { core::ptr::read_volatile(cqe.add(63)) };
-        if good_resp(op_own, ((ci & cqe_cnt) != 0) as u8) {
-            mmio::from_device_barrier();
-            // SAFETY: the CQE is software-owned; bytes 56..64 read after the barrier.
-            let tail = unsafe { core::ptr::read_volatile(cqe.add(56) as *const u64) };
-            if let Some(qp) = table.qp_of_cqe(sop_word(tail)) {
+        let (ci, cqe, op_own, own) = self.at_ci();
+        if good_resp(op_own, own) {
+            // SAFETY: the CQE is software-owned (its owner test passed).
+            let (tail, qp) = unsafe { owned_cqe(table, cqe) };
+            if let Some(qp) = qp {
                 // SAFETY: as in `poll_single`: a good responder CQE.
                 if unsafe { recv_one(qp, cqe, tail, wcs.as_mut_ptr()) } {
                     #[cfg(test)]
                     paths::served(1, 1);
-                    self.ci = ci.wrapping_add(1);
-                    self.update_ci();
-                    return (1, self);
+                    return self.took_one(ci);
                 }
             }
         }
@@ -548,17 +539,11 @@ impl Cq {
         table: &mut R,
         wcs: &mut [Wc],
     ) -> (usize, &mut Cq) {
-        let (ci, cqe_cnt) = (self.ci, self.cqe_cnt);
-        let idx = (ci & (cqe_cnt - 1)) as usize;
-        // SAFETY: as in `poll_single`.
-        let cqe = unsafe { self.cqe0.add(idx << self.size_shift) };
-        // SAFETY: op_own is the last byte of the CQE; volatile, the device writes it.
-        let op_own = unsafe { core::ptr::read_volatile(cqe.add(63)) };
-        if error_of_lap(op_own, ((ci & cqe_cnt) != 0) as u8) {
-            mmio::from_device_barrier();
-            // SAFETY: the CQE is software-owned; bytes 56..64 read after the barrier.
-            let tail = unsafe { core::ptr::read_volatile(cqe.add(56) as *const u64) };
-            if let Some(qp) = table.qp_of_cqe(sop_word(tail)) {
+        let (ci, cqe, op_own, own) = self.at_ci();
+        if error_of_lap(op_own, own) {
+            // SAFETY: the CQE is software-owned (its owner test passed).
+            let (tail, qp) = unsafe { owned_cqe(table, cqe) };
+            if let Some(qp) = qp {
                 let o = wcs.as_mut_ptr();
                 // SAFETY: as in `poll_single`: `flush_one`, else `flush_run` (a queue's first
                 // flush). A run of one CQE reads no other, so the CQE size (its `SHIFT`)
@@ -573,14 +558,35 @@ impl Cq {
                 if k == 1 {
                     #[cfg(test)]
                     paths::served(2, 1);
-                    self.ci = ci.wrapping_add(1);
-                    self.update_ci();
-                    return (1, self);
+                    return self.took_one(ci);
                 }
             }
         }
         let r = self.poll_from(table, wcs, 0, ci);
         (self.stash(r), self)
+    }
+
+    /// The consumer index, its CQE (the 64-byte one of its slot), that CQE's `op_own` (read
+    /// volatile: the device writes it) and the owner value of this lap.
+    #[inline(always)]
+    fn at_ci(&self) -> (u32, *mut u8, u8, u8) {
+        let (ci, cqe_cnt) = (self.ci, self.cqe_cnt);
+        let idx = (ci & (cqe_cnt - 1)) as usize;
+        // SAFETY: idx < cqe_cnt, so the 64-byte CQE (at +0 or +64 of its slot) is inside the
+        // buffer.
+        let cqe = unsafe { self.cqe0.add(idx << self.size_shift) };
+        // SAFETY: op_own is the last byte of the CQE.
+        let op_own = unsafe { core::ptr::read_volatile(cqe.add(63)) };
+        (ci, cqe, op_own, ((ci & cqe_cnt) != 0) as u8)
+    }
+
+    /// A one-entry path wrote the completion of the CQE at consumer index `ci`: past it, and
+    /// the consumer index to the doorbell record.
+    #[inline(always)]
+    fn took_one(&mut self, ci: u32) -> (usize, &mut Cq) {
+        self.ci = ci.wrapping_add(1);
+        self.update_ci();
+        (1, self)
     }
 
     /// The fast loop of [`Cq::poll`]: while the CQE at the consumer index is a plain REQ CQE
@@ -622,10 +628,9 @@ impl Cq {
             // `get_sw_cqe`: owner bit against the lap's parity, opcode not INVALID).
             let own = ((ci & cqe_cnt) != 0) as u8;
             if op_own == own {
-                mmio::from_device_barrier();
-                // SAFETY: the CQE is software-owned; bytes 56..64 read after the barrier.
-                let tail = unsafe { core::ptr::read_volatile(cqe.add(56) as *const u64) };
-                let Some(qp) = table.qp_of_cqe(sop_word(tail)) else {
+                // SAFETY: the CQE is software-owned (its owner test passed).
+                let (tail, qp) = unsafe { owned_cqe(table, cqe) };
+                let Some(qp) = qp else {
                     more = true;
                     break;
                 };
@@ -686,14 +691,13 @@ impl Cq {
                 more = sw_owned(op_own, ci, cqe_cnt);
                 break;
             }
-            mmio::from_device_barrier();
-            // SAFETY: the CQE is software-owned; bytes 56..64 read after the barrier.
-            let tail = unsafe { core::ptr::read_volatile(cqe.add(56) as *const u64) };
+            // SAFETY: the CQE is software-owned (its owner test passed).
+            let (tail, qp) = unsafe { owned_cqe(table, cqe) };
             let lap = room.out.min(room.lap());
             // SAFETY: `cqe` is a software-owned CQE with `room.lap() - 1` more of this lap
             // after it, `tail` its bytes 56..64 read after the barrier, `o` has `room.out`
             // entries.
-            let k = match table.qp_of_cqe(sop_word(tail)) {
+            let k = match qp {
                 Some(qp) if flush => unsafe { flush_run::<SHIFT>(qp, cqe, tail, op_own, lap, o) },
                 Some(qp) => unsafe { recv_run::<SHIFT>(qp, cqe, tail, op_own, lap, o) },
                 None => 0,
@@ -1282,6 +1286,23 @@ unsafe fn flush_one(qp: &mut Qp, cqe: *const u8, tail: u64, send: bool, out: *mu
     true
 }
 
+/// After a CQE's owner test: the load barrier (rdma-core `udma_from_device_barrier`), the
+/// CQE's bytes 56..64 and the QP in `table` they name ([`Resolve::qp_of_cqe`]).
+///
+/// # Safety
+/// `cqe` is a 64-byte CQE of the buffer whose owner test passed (software-owned).
+#[inline(always)]
+unsafe fn owned_cqe<'t, R: Resolve + ?Sized>(
+    table: &'t mut R,
+    cqe: *const u8,
+) -> (u64, Option<&'t mut Qp>) {
+    mmio::from_device_barrier();
+    // SAFETY: the caller's; bytes 56..64 read after the barrier, volatile as every read of
+    // the device-written ring.
+    let tail = unsafe { core::ptr::read_volatile(cqe.add(56) as *const u64) };
+    (tail, table.qp_of_cqe(sop_word(tail)))
+}
+
 /// Bytes 56..60 of a CQE (`sop_drop_qpn`) from `tail`, its bytes 56..64 as loaded: the
 /// native word of those four bytes, for [`Resolve::qp_of_cqe`].
 #[inline(always)]
@@ -1320,18 +1341,79 @@ unsafe fn send_more<const SHIFT: u32>(
 ) -> usize {
     // `send_one` took this QP's previous CQE: every outstanding WQE is of the common shape
     // (retiring keeps it so), checked there.
+    // SAFETY: the caller's; `lap` bounds the CQEs read.
+    unsafe { sq_run::<REQ_RUN, SHIFT>(qp, cqe, own, None, out_room.min(lap), out) }
+}
+
+/// The send queue's part of [`send_more`] and [`flush_run`]: from the slot of its oldest
+/// WQE, at most `room` CQEs (and the outstanding blocks, and the blocks to the ring's end:
+/// the slots are then consecutive) through [`copy_run`] of `KIND`, what they retire retired.
+/// Every outstanding WQE is of the common shape (the caller checked). Returns the CQEs taken.
+///
+/// # Safety
+/// As [`copy_run`] for `room` CQEs from `cqe` and `room` entries of `out`.
+#[inline(always)]
+unsafe fn sq_run<const KIND: u8, const SHIFT: u32>(
+    qp: &mut Qp,
+    cqe: *const u8,
+    want: u8,
+    first: Option<u64>,
+    room: usize,
+    out: *mut Wc,
+) -> usize {
     let v = qp.sq_lean_view();
     let slot = (v.ci & v.mask) as usize;
-    let n = out_room
-        .min(lap)
-        .min(v.room as usize)
-        .min((v.mask as usize - slot) + 1);
-    let expect = LeanRun::expect(qp.cqe_qpn_key(), v.ci);
+    let n = room.min(v.room as usize).min((v.mask as usize - slot) + 1);
+    let expect = if KIND == FLUSH_RUN {
+        flush_expect(qp.cqe_qpn_key(), v.ci)
+    } else {
+        LeanRun::expect(qp.cqe_qpn_key(), v.ci)
+    };
     // SAFETY: slot < wqe_cnt: its WR id; the caller's for the CQEs and `out`.
     let i =
-        unsafe { copy_run::<REQ_RUN, SHIFT>(cqe, own, expect, None, v.wr_ids.add(slot), n, out) };
+        unsafe { copy_run::<KIND, SHIFT>(cqe, want, expect, first, v.wr_ids.add(slot), n, out) };
     qp.sq_lean_retired(i as u16);
     i
+}
+
+/// The receive queue's part of [`recv_run`] and [`flush_run`]: as [`sq_run`] for the QP's own
+/// receive queue when its lean view allows ([`crate::rq::RecvQueue::lean_view`]: 0 on an
+/// SRQ or with a receive completed out of order), the first CQE's bytes 56..64 `tail` read
+/// already.
+///
+/// # Safety
+/// As [`sq_run`].
+#[inline(always)]
+unsafe fn rq_run<const KIND: u8, const SHIFT: u32>(
+    qp: &mut Qp,
+    cqe: *const u8,
+    want: u8,
+    tail: u64,
+    room: usize,
+    out: *mut Wc,
+) -> usize {
+    let Some(v) = qp.rq_lean_view() else {
+        return 0;
+    };
+    let slot = (v.tail & v.mask) as usize;
+    let n = room
+        .min(v.outstanding as usize)
+        .min((v.mask as usize - slot) + 1);
+    // Bytes 56..62 of a responder CQE of this QP naming receive `c`: the QPN's part as a
+    // REQ CQE's (bits 31:24 of `sop_drop_qpn` are outside the compare), the counter BE16 (for
+    // a flush one byte up, behind the syndrome).
+    let expect = if KIND == FLUSH_RUN {
+        flush_expect(qp.cqe_qpn_key(), v.tail)
+    } else {
+        LeanRun::expect(qp.cqe_qpn_key(), v.tail)
+    };
+    // SAFETY: slot < wqe_cnt: its WR id; the caller's for the CQEs (the first read already)
+    // and `out`.
+    let j = unsafe {
+        copy_run::<KIND, SHIFT>(cqe, want, expect, Some(tail), v.wr_ids.add(slot), n, out)
+    };
+    qp.rq_lean_retired(j as u16);
+    j
 }
 
 /// What a [`copy_run`] takes: plain REQ CQEs ([`Wc::write_req`]).
@@ -1374,9 +1456,8 @@ unsafe fn distinct_run<R: Resolve + ?Sized, const SHIFT: u32>(
             if core::ptr::read_volatile(c.add(63)) != own {
                 break;
             }
-            mmio::from_device_barrier();
-            let tail = core::ptr::read_volatile(c.add(56) as *const u64);
-            let Some(qp) = table.qp_of_cqe(sop_word(tail)) else {
+            let (tail, qp) = owned_cqe(table, c);
+            let Some(qp) = qp else {
                 break;
             };
             // `send_one`, with the counter kept for the test after it.
@@ -1525,25 +1606,8 @@ unsafe fn recv_run<const SHIFT: u32>(
     room: usize,
     out: *mut Wc,
 ) -> usize {
-    let Some(v) = qp.rq_lean_view() else {
-        return 0;
-    };
-    let slot = (v.tail & v.mask) as usize;
-    // Not past the outstanding receives nor the end of the bookkeeping (the slots are then
-    // consecutive).
-    let k = room
-        .min(v.outstanding as usize)
-        .min((v.mask as usize - slot) + 1);
-    // Bytes 56..62 of a responder CQE of this QP naming receive `c`: the QPN's part as a
-    // REQ CQE's (bits 31:24 of `sop_drop_qpn` are outside the compare), the counter BE16.
-    let expect = LeanRun::expect(qp.cqe_qpn_key(), v.tail);
-    // SAFETY: slot < wqe_cnt: its WR id; the caller's for the CQEs (the first read already)
-    // and `out`.
-    let j = unsafe {
-        copy_run::<RESP_RUN, SHIFT>(cqe, want, expect, Some(tail), v.wr_ids.add(slot), k, out)
-    };
-    qp.rq_lean_retired(j as u16);
-    j
+    // SAFETY: the caller's.
+    unsafe { rq_run::<RESP_RUN, SHIFT>(qp, cqe, want, tail, room, out) }
 }
 
 /// A run of flush completions of `qp` from the error CQE at `cqe` — REQ_ERR for its send
@@ -1582,34 +1646,15 @@ unsafe fn flush_run<const SHIFT: u32>(
         }
         // Before the run: the retires may end an error period (`SendQueue::recovered`).
         let flushing = qp.sq_flushing();
-        let v = qp.sq_lean_view();
-        let slot = (v.ci & v.mask) as usize;
-        let n = room.min(v.room as usize).min((v.mask as usize - slot) + 1);
-        let expect = flush_expect(qp.cqe_qpn_key(), v.ci);
-        // SAFETY: slot < wqe_cnt: its WR id; the caller's for the CQEs (the first read
-        // already) and `out`.
-        let i = unsafe {
-            copy_run::<FLUSH_RUN, SHIFT>(cqe, want, expect, Some(tail), v.wr_ids.add(slot), n, out)
-        };
-        qp.sq_lean_retired(i as u16);
+        // SAFETY: the caller's (the first CQE read already).
+        let i = unsafe { sq_run::<FLUSH_RUN, SHIFT>(qp, cqe, want, Some(tail), room, out) };
         if (i != 0) & !flushing {
             qp.sq_begin_flush();
         }
         i
     } else {
-        let Some(v) = qp.rq_lean_view() else {
-            return 0;
-        };
-        let slot = (v.tail & v.mask) as usize;
-        let n = room
-            .min(v.outstanding as usize)
-            .min((v.mask as usize - slot) + 1);
-        let expect = flush_expect(qp.cqe_qpn_key(), v.tail);
-        // SAFETY: as above.
-        let i = unsafe {
-            copy_run::<FLUSH_RUN, SHIFT>(cqe, want, expect, Some(tail), v.wr_ids.add(slot), n, out)
-        };
-        qp.rq_lean_retired(i as u16);
+        // SAFETY: the caller's (the first CQE read already).
+        let i = unsafe { rq_run::<FLUSH_RUN, SHIFT>(qp, cqe, want, tail, room, out) };
         if (i != 0) & (qp.state() != QpState::Error) {
             qp.follow_error_completion(false);
         }
