@@ -1292,10 +1292,7 @@ unsafe fn flush_one(qp: &mut Qp, cqe: *const u8, tail: u64, send: bool, out: *mu
 /// # Safety
 /// `cqe` is a 64-byte CQE of the buffer whose owner test passed (software-owned).
 #[inline(always)]
-unsafe fn owned_cqe<'t, R: Resolve + ?Sized>(
-    table: &'t mut R,
-    cqe: *const u8,
-) -> (u64, Option<&'t mut Qp>) {
+unsafe fn owned_cqe<R: Resolve + ?Sized>(table: &mut R, cqe: *const u8) -> (u64, Option<&mut Qp>) {
     mmio::from_device_barrier();
     // SAFETY: the caller's; bytes 56..64 read after the barrier, volatile as every read of
     // the device-written ring.
