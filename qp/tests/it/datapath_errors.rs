@@ -305,3 +305,72 @@ fn bad_lkey_in_the_receive_is_a_remote_operational_error() {
     expect_failure(&mut a, &mut f, 90, WcStatus::RemOpErr, "REMOTE_OP_ERR");
     no_driver_bugs(&f);
 }
+
+/// A QP moved to Error before the device ran its WQEs: the device flushes every outstanding
+/// WR, one CQE each (carrying the WQE's opcode). Polled one at a time and 16 at a time (the
+/// poll's flush paths), each completion is its WR's flush, in order, with the opcode it was
+/// posted with; the receives' flushes follow; nothing is left outstanding.
+#[test]
+fn flushes_report_the_opcode_each_wr_was_posted_with() {
+    use mlx5_qp::WcOpcode;
+    for room in [1, 16] {
+        let (f, mut a, _b) = pair(&Opts::default());
+        for i in 0..3 {
+            a.qp.post_recv(100 + i, &[a.buf.sge(0, 8)]).unwrap();
+        }
+        let r = RemoteAddr::new(0x1000, 7);
+        let sge = [a.buf.sge(0, 8)];
+        let wrs = [
+            (SendWr::write(0, r).inline(b"w"), WcOpcode::RdmaWrite),
+            (SendWr::send(1).inline(b"s"), WcOpcode::Send),
+            (
+                SendWr::write_imm(2, r, 5).inline(b"wi"),
+                WcOpcode::RdmaWrite,
+            ),
+            (SendWr::send_imm(3, 6).inline(b"si"), WcOpcode::Send),
+            (SendWr::read(4, r).sges(&sge), WcOpcode::RdmaRead),
+            (SendWr::write(5, r).inline(b"w"), WcOpcode::RdmaWrite),
+        ];
+        for (wr, _) in &wrs {
+            a.qp.post(&wr.signaled()).unwrap();
+        }
+        let attr = mlx5_hw::QpAttr {
+            qp_state: QpState::Error,
+            ..Default::default()
+        };
+        a.dev
+            .modify_qp(a.info.id, &attr, mlx5_hw::AttrMask::STATE)
+            .unwrap();
+        let mut all = Vec::new();
+        loop {
+            let got = pump(&f, &mut a.cq, &mut a.qp, room);
+            if got.is_empty() {
+                break;
+            }
+            all.extend(got);
+        }
+        let sends: Vec<(u64, WcStatus, WcOpcode)> = all
+            .iter()
+            .filter(|w| !w.opcode().is_recv())
+            .map(|w| (w.wr_id(), w.status(), w.opcode()))
+            .collect();
+        let want: Vec<(u64, WcStatus, WcOpcode)> = wrs
+            .iter()
+            .map(|(wr, op)| (wr.wr_id(), WcStatus::WrFlushErr, *op))
+            .collect();
+        assert_eq!(sends, want, "room {room}: {all:?}");
+        let recvs: Vec<(u64, WcStatus)> = all
+            .iter()
+            .filter(|w| w.opcode().is_recv())
+            .map(|w| (w.wr_id(), w.status()))
+            .collect();
+        let f3 = WcStatus::WrFlushErr;
+        assert_eq!(recvs, [(100, f3), (101, f3), (102, f3)], "room {room}");
+        assert!(all
+            .iter()
+            .all(|w| w.syndrome_name() == Some("WR_FLUSH_ERR")));
+        assert_eq!((a.qp.sq_outstanding_bbs(), a.qp.rq_outstanding()), (0, 0));
+        assert_eq!(a.qp.state(), QpState::Error, "the QP followed the device");
+        no_driver_bugs(&f);
+    }
+}
