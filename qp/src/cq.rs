@@ -1087,7 +1087,11 @@ impl Cq {
                 };
                 let cqn = self.cqn;
                 let qp = table.qp(qpn).ok_or(Error::UnknownQpn { cqn, qpn })?;
-                if status != WcStatus::Success {
+                // An error moves the QP out of RTS, but a late flush of an error period it
+                // was recovered from does not move it back.
+                if status != WcStatus::Success
+                    && !qp.sq_error_of_recovered_period(cqe.wqe_counter())
+                {
                     qp.follow_error_completion(true);
                 }
                 if let (Some(data), WcStatus::Success) = (inline, status) {
@@ -2491,7 +2495,13 @@ mod tests {
                     dev.push(req_cqe(QPN_B, 5, op::OPCODE_RDMA_WRITE, 0));
                     got.extend(drain(&mut cq, &mut t, room));
                     paths::FAST_OFF.with(|f| f.set(false));
-                    assert_eq!(t.qp_at(1).unwrap().sq_outstanding_bbs(), 0);
+                    let b = t.qp_at(1).unwrap();
+                    assert_eq!(b.sq_outstanding_bbs(), 0);
+                    assert_eq!(
+                        b.state(),
+                        QpState::Rts,
+                        "an old flush polled after the recovery leaves the QP in RTS"
+                    );
                     results.push(flat(&got));
                     drop((t, cq));
                     drop(dev);

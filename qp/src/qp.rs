@@ -578,6 +578,13 @@ impl Qp {
         self.sq.all_common()
     }
 
+    /// Whether a send error CQE naming block `wqe_counter` is one of an error period this QP
+    /// was recovered from (SQE to RTS): polled late, it must not move the QP back to SQE
+    /// (`SendQueue::error_of_recovered_period`).
+    pub(crate) fn sq_error_of_recovered_period(&self, wqe_counter: u16) -> bool {
+        self.sq.error_of_recovered_period(wqe_counter)
+    }
+
     /// Whether the send queue is in an error period: it met an error completion and has not
     /// been recovered past it (the full path's `SendQueue::complete`: every CQE retires with
     /// a completion of its own; `SendQueue::flushing`).

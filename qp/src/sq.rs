@@ -1065,6 +1065,14 @@ impl SendQueue {
         }
     }
 
+    /// Whether an error CQE naming block `wqe_counter` belongs to an error period the QP was
+    /// recovered from ([`SendQueue::recovered`]): it names a WQE posted before the recovery,
+    /// which the device flushed then. Such a CQE moves the QP nowhere.
+    pub fn error_of_recovered_period(&self, wqe_counter: u16) -> bool {
+        let dist = (wqe_counter.wrapping_sub(self.ci as u16) as u64) & self.mask;
+        (self.error_end != u64::MAX) & self.flushing() & (self.ci + dist < self.error_end)
+    }
+
     /// Report every outstanding WQE as flushed and retire it (the QP is in Error and the device
     /// will report nothing more). Resumable: returns `Partial` when `out` fills.
     pub fn flush_all(&mut self, qpn: u32, out: &mut [Wc]) -> Progress {
