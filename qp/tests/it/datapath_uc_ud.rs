@@ -191,3 +191,81 @@ fn ud_send_with_an_address_handle() {
     ));
     no_driver_bugs(&f);
 }
+
+/// A UC send that fails (a gather entry with a bad lkey: a local protection error) moves the
+/// QP to SQE and flushes what follows on its send queue; once the control path moves it back
+/// to RTS, WRs posted then complete as before the error: the unsignaled one without a
+/// completion (no flush invented for it), the signaled one successfully, both written at the
+/// peer, the QP in RTS and open to lean posts.
+#[test]
+fn uc_qp_recovers_from_sqe_with_selective_signaling() {
+    use mlx5_hw::{AttrMask, QpAttr, QpState};
+    for room in [1, 16] {
+        let (f, mut a, b) = pair(&Opts {
+            qp_type: QpType::Uc,
+            ..Opts::default()
+        });
+        let mut bad = a.buf.sge(0, 8);
+        bad.lkey ^= 0x5a5a;
+        a.qp.post(&SendWr::write(1, b.buf.remote(0)).sges(&[bad]).signaled())
+            .unwrap();
+        a.qp.post(&SendWr::write(2, b.buf.remote(64)).inline(b"flushed"))
+            .unwrap();
+        a.qp.post(
+            &SendWr::write(3, b.buf.remote(128))
+                .inline(b"flushed")
+                .signaled(),
+        )
+        .unwrap();
+        let mut got = Vec::new();
+        loop {
+            let w = pump(&f, &mut a.cq, &mut a.qp, room);
+            if w.is_empty() {
+                break;
+            }
+            got.extend(w);
+        }
+        let first: Vec<(u64, WcStatus)> = got.iter().map(|w| (w.wr_id(), w.status())).collect();
+        assert_eq!(first[0], (1, WcStatus::LocProtErr), "room {room}: {got:?}");
+        assert!(
+            first[1..].iter().all(|&(_, s)| s == WcStatus::WrFlushErr),
+            "room {room}: {got:?}"
+        );
+        assert_eq!(first.last().map(|w| w.0), Some(3), "room {room}: {got:?}");
+        assert_eq!(
+            a.qp.state(),
+            QpState::Sqe,
+            "the data path followed the device"
+        );
+        assert_eq!(a.dev.query_qp(a.info.id).unwrap().qp_state, QpState::Sqe);
+        assert_eq!(a.qp.sq_outstanding_bbs(), 0);
+        let rts = QpAttr {
+            qp_state: QpState::Rts,
+            ..Default::default()
+        };
+        a.dev.modify_qp(a.info.id, &rts, AttrMask::STATE).unwrap();
+        a.qp.set_state(QpState::Rts);
+        a.qp.post(&SendWr::write(4, b.buf.remote(256)).inline(b"after 4"))
+            .unwrap();
+        a.qp.post(
+            &SendWr::write(5, b.buf.remote(320))
+                .inline(b"after 5")
+                .signaled(),
+        )
+        .unwrap();
+        let mut after = Vec::new();
+        loop {
+            let w = pump(&f, &mut a.cq, &mut a.qp, room);
+            if w.is_empty() {
+                break;
+            }
+            after.extend(w);
+        }
+        let after: Vec<(u64, WcStatus)> = after.iter().map(|w| (w.wr_id(), w.status())).collect();
+        assert_eq!(after, [(5, WcStatus::Success)], "room {room}");
+        assert_eq!(&b.buf.bytes()[256..263], b"after 4");
+        assert_eq!(&b.buf.bytes()[320..327], b"after 5");
+        assert_eq!((a.qp.state(), a.qp.sq_outstanding_bbs()), (QpState::Rts, 0));
+        no_driver_bugs(&f);
+    }
+}
