@@ -289,6 +289,11 @@ impl Qp {
                 .map(|a| a.qp_state)
                 .unwrap_or(from),
         };
+        if from == QpState::Sqe {
+            // The data path may not have polled the error that put the QP there: SQE first,
+            // so that a recovery to RTS ends the send queue's error period where it is now.
+            self.dp.set_state(from);
+        }
         self.dp.set_state(now);
         Ok(r?)
     }

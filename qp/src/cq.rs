@@ -1646,11 +1646,11 @@ unsafe fn flush_run<const SHIFT: u32>(
             return 0;
         }
         // Before the run: the retires may end an error period (`SendQueue::recovered`).
-        let flushing = qp.sq_flushing();
+        let (flushing, old) = (qp.sq_flushing(), qp.sq_before_recovery());
         // SAFETY: the caller's (the first CQE read already).
         let i = unsafe { sq_run::<FLUSH_RUN, SHIFT>(qp, cqe, want, Some(tail), room, out) };
         if (i != 0) & !flushing {
-            qp.sq_begin_flush();
+            qp.sq_begin_flush(old);
         }
         i
     } else {
@@ -2467,62 +2467,76 @@ mod tests {
     /// the fast paths on and off.
     #[test]
     fn a_uc_qp_recovered_from_sqe_completes_as_before_the_error() {
-        for size in [64, 128] {
-            for room in [1, 2, 16] {
-                let mut results = Vec::new();
-                for off in [true, false] {
-                    let (mut dev, mut t, mut cq) = Dev::typed(size, QpType::Uc);
-                    paths::FAST_OFF.with(|f| f.set(off));
-                    let b = t.qp_at(1).unwrap();
-                    for id in [500, 501, 502] {
-                        b.post(&SendWr::write(id, R).inline(b"abc").signaled())
-                            .unwrap();
-                    }
-                    dev.push(req_err(QPN_B, 0, op::OPCODE_RDMA_WRITE, 0x13));
-                    dev.push(req_err(QPN_B, 1, op::OPCODE_RDMA_WRITE, FLUSH));
-                    let mut got = drain(&mut cq, &mut t, room);
-                    assert_eq!(t.qp_at(1).unwrap().state(), QpState::Sqe);
-                    // Recovered with WQE 2's flush still in the CQ.
-                    let b = t.qp_at(1).unwrap();
-                    b.set_state(QpState::Rts);
-                    dev.push(req_err(QPN_B, 2, op::OPCODE_RDMA_WRITE, FLUSH));
-                    b.post(&SendWr::write(503, R).inline(b"abc")).unwrap();
-                    b.post(&SendWr::write(504, R).inline(b"abc").signaled())
-                        .unwrap();
-                    b.post(&SendWr::write(505, R).inline(b"abc").signaled())
-                        .unwrap();
-                    dev.push(req_cqe(QPN_B, 4, op::OPCODE_RDMA_WRITE, 0));
-                    dev.push(req_cqe(QPN_B, 5, op::OPCODE_RDMA_WRITE, 0));
-                    got.extend(drain(&mut cq, &mut t, room));
-                    paths::FAST_OFF.with(|f| f.set(false));
-                    let b = t.qp_at(1).unwrap();
-                    assert_eq!(b.sq_outstanding_bbs(), 0);
-                    assert_eq!(
-                        b.state(),
-                        QpState::Rts,
-                        "an old flush polled after the recovery leaves the QP in RTS"
-                    );
-                    results.push(flat(&got));
-                    drop((t, cq));
-                    drop(dev);
+        // `early`: the control path recovers the QP before the data path polled its error
+        // (it records SQE, then RTS, as `mlx5_ctx`'s `Qp::modify` does).
+        for early in [false, true] {
+            for size in [64, 128] {
+                for room in [1, 2, 16] {
+                    uc_recovery(early, size, room);
                 }
-                assert_eq!(results[0], results[1], "size {size} room {room}");
-                let got: Vec<(u64, WcStatus)> =
-                    results[1].iter().map(|w| (w.wr_id(), w.status())).collect();
-                let f = WcStatus::WrFlushErr;
-                assert_eq!(
-                    got,
-                    [
-                        (500, WcStatus::from_syndrome(0x13)),
-                        (501, f),
-                        (502, f),
-                        (504, WcStatus::Success),
-                        (505, WcStatus::Success)
-                    ],
-                    "size {size} room {room}"
-                );
             }
         }
+    }
+
+    fn uc_recovery(early: bool, size: u32, room: usize) {
+        let what = format!("early {early} size {size} room {room}");
+        let mut results = Vec::new();
+        for off in [true, false] {
+            let (mut dev, mut t, mut cq) = Dev::typed(size, QpType::Uc);
+            paths::FAST_OFF.with(|f| f.set(off));
+            let b = t.qp_at(1).unwrap();
+            for id in [500, 501, 502] {
+                b.post(&SendWr::write(id, R).inline(b"abc").signaled())
+                    .unwrap();
+            }
+            dev.push(req_err(QPN_B, 0, op::OPCODE_RDMA_WRITE, 0x13));
+            dev.push(req_err(QPN_B, 1, op::OPCODE_RDMA_WRITE, FLUSH));
+            let mut got = Vec::new();
+            if !early {
+                got = drain(&mut cq, &mut t, room);
+                assert_eq!(t.qp_at(1).unwrap().state(), QpState::Sqe);
+            }
+            // Recovered with WQE 2's flush (and with `early` every CQE of the error) still in
+            // the CQ.
+            let b = t.qp_at(1).unwrap();
+            b.set_state(QpState::Sqe);
+            b.set_state(QpState::Rts);
+            dev.push(req_err(QPN_B, 2, op::OPCODE_RDMA_WRITE, FLUSH));
+            b.post(&SendWr::write(503, R).inline(b"abc")).unwrap();
+            b.post(&SendWr::write(504, R).inline(b"abc").signaled())
+                .unwrap();
+            b.post(&SendWr::write(505, R).inline(b"abc").signaled())
+                .unwrap();
+            dev.push(req_cqe(QPN_B, 4, op::OPCODE_RDMA_WRITE, 0));
+            dev.push(req_cqe(QPN_B, 5, op::OPCODE_RDMA_WRITE, 0));
+            got.extend(drain(&mut cq, &mut t, room));
+            paths::FAST_OFF.with(|f| f.set(false));
+            let b = t.qp_at(1).unwrap();
+            assert_eq!(b.sq_outstanding_bbs(), 0, "{what}");
+            assert_eq!(
+                b.state(),
+                QpState::Rts,
+                "{what}: the error period's CQEs polled after the recovery leave the QP in RTS"
+            );
+            results.push(flat(&got));
+            drop((t, cq));
+            drop(dev);
+        }
+        assert_eq!(results[0], results[1], "{what}");
+        let got: Vec<(u64, WcStatus)> =
+            results[1].iter().map(|w| (w.wr_id(), w.status())).collect();
+        let f = WcStatus::WrFlushErr;
+        assert_eq!(
+            got,
+            [
+                (500, WcStatus::from_syndrome(0x13)),
+                (501, f),
+                (502, f),
+                (504, WcStatus::Success),
+                (505, WcStatus::Success)
+            ],
+            "{what}"
+        );
     }
 
     /// A flush run across a carry out of the `wqe_counter`'s low byte (counter 255 to 256,

@@ -389,7 +389,10 @@ impl Qp {
     /// Record the state the control path moved the QP to. Moving to Reset clears the rings'
     /// indices and doorbell records as rdma-core's `mlx5_modify_qp` does: every WR still
     /// outstanding is forgotten (call [`Qp::flush_outstanding`] in Error first to get a
-    /// completion for each).
+    /// completion for each). Moving from SQE to RTS ends the send queue's error period: the
+    /// WRs outstanding then were flushed by the device, those posted from then on complete as
+    /// before the error — record SQE first when the device was in SQE and the data path had
+    /// not polled the error yet (`mlx5_ctx`'s `Qp::modify` does).
     pub fn set_state(&mut self, state: QpState) {
         tracing::debug!(qpn = self.qpn, old = %self.state, new = %state, "data path QP state");
         if state == QpState::Reset {
@@ -585,6 +588,13 @@ impl Qp {
         self.sq.error_of_recovered_period(wqe_counter)
     }
 
+    /// Whether the oldest outstanding send WQE was posted before the last recovery from SQE
+    /// (`SendQueue::before_recovery`).
+    #[inline(always)]
+    pub(crate) fn sq_before_recovery(&self) -> bool {
+        self.sq.before_recovery()
+    }
+
     /// Whether the send queue is in an error period: it met an error completion and has not
     /// been recovered past it (the full path's `SendQueue::complete`: every CQE retires with
     /// a completion of its own; `SendQueue::flushing`).
@@ -596,12 +606,16 @@ impl Qp {
     /// The send queue's first error completion is a flush naming its oldest WQE: from now on
     /// every CQE retires with a completion of its own, and the QP follows the device out of
     /// RTS ([`Qp::follow_error_completion`]) — what `SendQueue::complete` and the full poll
-    /// path do for that CQE before they complete it.
+    /// path do for that CQE before they complete it. `old`: that WQE was posted before the
+    /// last recovery from SQE ([`Qp::sq_before_recovery`], asked before the flush retired
+    /// it): the period ends at the recovery, and the QP stays where the control path put it.
     #[cold]
     #[inline(never)]
-    pub(crate) fn sq_begin_flush(&mut self) {
-        self.sq.begin_error();
-        self.follow_error_completion(true);
+    pub(crate) fn sq_begin_flush(&mut self, old: bool) {
+        self.sq.begin_error(old);
+        if !old {
+            self.follow_error_completion(true);
+        }
     }
 
     /// Whether retiring the one-block WQE at block `wqe_counter` (the oldest) left the send

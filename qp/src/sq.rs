@@ -241,6 +241,10 @@ pub(crate) struct SendQueue {
     /// from SQE back to RTS ([`SendQueue::recovered`]): the WQEs posted from then on complete
     /// as before the error.
     error_end: u64,
+    /// `pi` at the last recovery from SQE to RTS ([`SendQueue::recovered`]), 0 before any:
+    /// the WQEs below it belong to an error period the QP was recovered from, whether or not
+    /// its error CQE has been polled yet.
+    recovered_at: u64,
     /// WRs outstanding at most (rdma-core `sq.max_post`, [`crate::wr_limit`]).
     max_post: u32,
     /// `wqe_cnt / max_post`, the blocks a lean WQE may take ([`crate::Qp`]'s fast limits).
@@ -314,6 +318,7 @@ impl SendQueue {
             pending: 0,
             last_ctrl: ring.start(),
             error_end: 0,
+            recovered_at: 0,
             max_post,
             wr_bbs: 1,
             extra: 0,
@@ -1010,7 +1015,7 @@ impl SendQueue {
         }
         let failed = info.status != WcStatus::Success;
         if failed && !self.flushing() {
-            self.begin_error();
+            self.begin_error(self.before_recovery());
             if info.status != WcStatus::WrFlushErr {
                 self.retire_until(c);
             }
@@ -1045,8 +1050,19 @@ impl SendQueue {
 
     /// The first error completion of an error period: from now on every retired WQE is
     /// reported (until [`SendQueue::recovered`] ends the period).
-    pub fn begin_error(&mut self) {
-        self.error_end = u64::MAX;
+    ///
+    /// `old`: the oldest outstanding WQE was posted before the last recovery
+    /// ([`SendQueue::before_recovery`], asked before the error CQE retired anything): the
+    /// control path recovered the QP before its error CQE was polled, and the period ends
+    /// where that recovery put it.
+    pub fn begin_error(&mut self, old: bool) {
+        self.error_end = if old { self.recovered_at } else { u64::MAX };
+    }
+
+    /// Whether the oldest outstanding WQE was posted before the last recovery from SQE.
+    #[inline(always)]
+    pub fn before_recovery(&self) -> bool {
+        self.ci < self.recovered_at
     }
 
     /// Whether an error period is on: every retired WQE is reported (what the flush fast
@@ -1060,6 +1076,7 @@ impl SendQueue {
     /// the error period (the device flushed them), those posted from now on complete as
     /// before the error (IBTA Vol. 1 §10.3, the Send Queue Error state).
     pub fn recovered(&mut self) {
+        self.recovered_at = self.pi;
         if self.error_end == u64::MAX {
             self.error_end = self.pi;
         }
@@ -1070,7 +1087,7 @@ impl SendQueue {
     /// which the device flushed then. Such a CQE moves the QP nowhere.
     pub fn error_of_recovered_period(&self, wqe_counter: u16) -> bool {
         let dist = (wqe_counter.wrapping_sub(self.ci as u16) as u64) & self.mask;
-        (self.error_end != u64::MAX) & self.flushing() & (self.ci + dist < self.error_end)
+        self.ci + dist < self.recovered_at
     }
 
     /// Report every outstanding WQE as flushed and retire it (the QP is in Error and the device
@@ -1151,6 +1168,7 @@ impl SendQueue {
         self.batch_n = 0;
         self.in_batch = false;
         self.error_end = 0;
+        self.recovered_at = 0;
         self.meta.fill(0);
         self.uncommon = 0;
         self.extra = 0;

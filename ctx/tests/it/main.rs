@@ -10,5 +10,6 @@ mod mr_midstream;
 mod optional_attrs;
 mod prop;
 mod shared_bfregs;
+mod sqe_recovery;
 mod support;
 mod verbs_xrc;
