@@ -2,10 +2,10 @@
 //! and the table refuses the ones a QP type's transition does not accept, naming them.
 
 use mlx5_ctx::{QpInit, SimFabric};
-use mlx5_hw::transition::{Changes, PeerPath, StateStep, Step, ToInit, ToRtr, ToRts};
-use mlx5_hw::{AccessFlags, AhAttr, GlobalRoute, MigState, Mtu, QpState};
+use mlx5_hw::transition::{Changes, StateStep, Step, ToRts};
+use mlx5_hw::{AccessFlags, MigState, QpState};
 
-use crate::support::{pair, Params};
+use crate::support::{pair, uc_to_rtr, Params};
 
 /// An RC pair connected with optional attributes at RTR (access flags, P_Key index) and at RTS
 /// (min_rnr_timer, path migration state): the QPs report what was set.
@@ -28,31 +28,7 @@ fn uc_rts_refuses_min_rnr_timer() {
     let (cx, cy) = (x.create_cq(16).unwrap(), y.create_cq(16).unwrap());
     let mut qa = x.alloc_pd().unwrap().create_qp(&QpInit::uc(&cx)).unwrap();
     let qb = y.alloc_pd().unwrap().create_qp(&QpInit::uc(&cy)).unwrap();
-    let ah = AhAttr {
-        port_num: 1,
-        grh: Some(GlobalRoute {
-            dgid: y.device().query_gid(1, 0).unwrap(),
-            hop_limit: 64,
-            ..GlobalRoute::default()
-        }),
-        ..AhAttr::default()
-    };
-    qa.modify_all(&[
-        Step::Init(ToInit::Connected {
-            port: 1,
-            pkey_index: 0,
-            access: AccessFlags::REMOTE_WRITE,
-        }),
-        Step::Rtr(ToRtr::Uc {
-            path: PeerPath {
-                path_mtu: Mtu::Mtu1024,
-                dest_qpn: qb.qpn(),
-                rq_psn: 0,
-                ah,
-            },
-        }),
-    ])
-    .unwrap();
+    qa.modify_all(&uc_to_rtr(&qb, 0)).unwrap();
     let e = qa
         .modify(&Step::WithOptional(
             StateStep::Rts(ToRts::Unreliable { sq_psn: 0 }),

@@ -2,41 +2,12 @@
 //! the data path learns of the recovery from the device's state, so the WRs posted after it
 //! complete as before the error.
 
-use mlx5_ctx::{Qp, QpInit, SimFabric};
-use mlx5_hw::transition::{Changes, PeerPath, Step, ToInit, ToRtr, ToRts};
-use mlx5_hw::{AccessFlags, AhAttr, GlobalRoute, Mtu, QpState};
-use mlx5_qp::{SendWr, Wc, WcStatus};
+use mlx5_ctx::{QpInit, SimFabric};
+use mlx5_hw::transition::{Changes, Step};
+use mlx5_hw::QpState;
 
-/// Reset→Init→RTR→RTS for a UC QP toward `peer`.
-fn connect_uc(qp: &mut Qp, peer: &Qp, psn: u32, peer_psn: u32) {
-    let dgid = peer.context().device().query_gid(1, 0).unwrap();
-    let ah = AhAttr {
-        port_num: 1,
-        grh: Some(GlobalRoute {
-            dgid,
-            hop_limit: 64,
-            ..GlobalRoute::default()
-        }),
-        ..AhAttr::default()
-    };
-    qp.modify_all(&[
-        Step::Init(ToInit::Connected {
-            port: 1,
-            pkey_index: 0,
-            access: AccessFlags::REMOTE_WRITE,
-        }),
-        Step::Rtr(ToRtr::Uc {
-            path: PeerPath {
-                path_mtu: Mtu::Mtu1024,
-                dest_qpn: peer.qpn(),
-                rq_psn: peer_psn,
-                ah,
-            },
-        }),
-        Step::Rts(ToRts::Unreliable { sq_psn: psn }),
-    ])
-    .unwrap();
-}
+use crate::support::connect_uc;
+use mlx5_qp::{SendWr, Wc, WcStatus};
 
 #[test]
 fn a_uc_qp_recovered_before_its_error_is_polled_completes_as_before_it() {

@@ -1,5 +1,5 @@
 //! What the tests share: a deterministic pair of connected RC QPs on two software ConnectX
-//! devices.
+//! devices, and the steps that connect RC and UC QPs.
 
 use mlx5_ctx::{Context, Cq, Pd, Qp, QpInit, SimFabric};
 use mlx5_hw::transition::{Changes, PeerPath, StateStep, Step, ToInit, ToRtr, ToRts};
@@ -28,20 +28,50 @@ impl Default for Params {
     }
 }
 
-/// Reset→Init→RTR→RTS for an RC QP toward `peer`, with optional attributes at RTR (access
-/// flags, P_Key index) and RTS (min_rnr_timer, migration state) as the kernel table allows.
-pub fn connect_rc(qp: &mut Qp, peer: &Qp, p: &Params, psn: u32, peer_psn: u32) {
-    let access = AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC;
-    let dgid = peer.context().device().query_gid(1, 0).unwrap();
-    let ah = AhAttr {
+/// The address of `peer` on RoCE: port 1, a GRH to its GID 0.
+pub fn peer_ah(peer: &Qp) -> AhAttr {
+    AhAttr {
         port_num: 1,
         grh: Some(GlobalRoute {
-            dgid,
+            dgid: peer.context().device().query_gid(1, 0).unwrap(),
             hop_limit: 64,
             ..GlobalRoute::default()
         }),
         ..AhAttr::default()
-    };
+    }
+}
+
+/// Reset→Init→RTR for a UC QP toward `peer` (REMOTE_WRITE granted), expecting PSN `rq_psn`.
+pub fn uc_to_rtr(peer: &Qp, rq_psn: u32) -> [Step; 2] {
+    [
+        Step::Init(ToInit::Connected {
+            port: 1,
+            pkey_index: 0,
+            access: AccessFlags::REMOTE_WRITE,
+        }),
+        Step::Rtr(ToRtr::Uc {
+            path: PeerPath {
+                path_mtu: Mtu::Mtu1024,
+                dest_qpn: peer.qpn(),
+                rq_psn,
+                ah: peer_ah(peer),
+            },
+        }),
+    ]
+}
+
+/// Reset→Init→RTR→RTS for a UC QP toward `peer`: PSN `psn` out, `peer_psn` in.
+pub fn connect_uc(qp: &mut Qp, peer: &Qp, psn: u32, peer_psn: u32) {
+    qp.modify_all(&uc_to_rtr(peer, peer_psn)).unwrap();
+    qp.modify(&Step::Rts(ToRts::Unreliable { sq_psn: psn }))
+        .unwrap();
+}
+
+/// Reset→Init→RTR→RTS for an RC QP toward `peer`, with optional attributes at RTR (access
+/// flags, P_Key index) and RTS (min_rnr_timer, migration state) as the kernel table allows.
+pub fn connect_rc(qp: &mut Qp, peer: &Qp, p: &Params, psn: u32, peer_psn: u32) {
+    let access = AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC;
+    let ah = peer_ah(peer);
     let rtr = ToRtr::Rc {
         path: PeerPath {
             path_mtu: Mtu::Mtu1024,

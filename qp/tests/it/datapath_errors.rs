@@ -244,6 +244,18 @@ fn malformed_raw_wqe_is_a_local_qp_operation_error() {
     no_driver_bugs(&f);
 }
 
+/// The control path moves `side`'s QP to Error (the data path is not told: it follows the
+/// device's completions).
+fn device_to_error(side: &Side) {
+    let attr = mlx5_hw::QpAttr {
+        qp_state: QpState::Error,
+        ..Default::default()
+    };
+    side.dev
+        .modify_qp(side.info.id, &attr, mlx5_hw::AttrMask::STATE)
+        .unwrap();
+}
+
 #[test]
 fn moving_to_error_flushes_sends_and_receives() {
     let (f, mut a, _b) = pair(&Opts::default());
@@ -254,13 +266,7 @@ fn moving_to_error_flushes_sends_and_receives() {
     for i in 0..3 {
         a.qp.post(&SendWr::send(i).inline(b"x")).unwrap();
     }
-    let attr = mlx5_hw::QpAttr {
-        qp_state: QpState::Error,
-        ..Default::default()
-    };
-    a.dev
-        .modify_qp(a.info.id, &attr, mlx5_hw::AttrMask::STATE)
-        .unwrap();
+    device_to_error(&a);
     a.qp.set_state(QpState::Error);
     let mut all = drain(&f, &mut a.cq, &mut a.qp);
     let mut wcs = [Wc::default(); 8];
@@ -334,21 +340,8 @@ fn flushes_report_the_opcode_each_wr_was_posted_with() {
         for (wr, _) in &wrs {
             a.qp.post(&wr.signaled()).unwrap();
         }
-        let attr = mlx5_hw::QpAttr {
-            qp_state: QpState::Error,
-            ..Default::default()
-        };
-        a.dev
-            .modify_qp(a.info.id, &attr, mlx5_hw::AttrMask::STATE)
-            .unwrap();
-        let mut all = Vec::new();
-        loop {
-            let got = pump(&f, &mut a.cq, &mut a.qp, room);
-            if got.is_empty() {
-                break;
-            }
-            all.extend(got);
-        }
+        device_to_error(&a);
+        let all = drain_room(&f, &mut a.cq, &mut a.qp, room);
         let sends: Vec<(u64, WcStatus, WcOpcode)> = all
             .iter()
             .filter(|w| !w.opcode().is_recv())

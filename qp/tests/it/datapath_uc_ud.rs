@@ -217,14 +217,7 @@ fn uc_qp_recovers_from_sqe_with_selective_signaling() {
                 .signaled(),
         )
         .unwrap();
-        let mut got = Vec::new();
-        loop {
-            let w = pump(&f, &mut a.cq, &mut a.qp, room);
-            if w.is_empty() {
-                break;
-            }
-            got.extend(w);
-        }
+        let got = drain_room(&f, &mut a.cq, &mut a.qp, room);
         let first: Vec<(u64, WcStatus)> = got.iter().map(|w| (w.wr_id(), w.status())).collect();
         assert_eq!(first[0], (1, WcStatus::LocProtErr), "room {room}: {got:?}");
         assert!(
@@ -253,14 +246,7 @@ fn uc_qp_recovers_from_sqe_with_selective_signaling() {
                 .signaled(),
         )
         .unwrap();
-        let mut after = Vec::new();
-        loop {
-            let w = pump(&f, &mut a.cq, &mut a.qp, room);
-            if w.is_empty() {
-                break;
-            }
-            after.extend(w);
-        }
+        let after = drain_room(&f, &mut a.cq, &mut a.qp, room);
         let after: Vec<(u64, WcStatus)> = after.iter().map(|w| (w.wr_id(), w.status())).collect();
         assert_eq!(after, [(5, WcStatus::Success)], "room {room}");
         assert_eq!(&b.buf.bytes()[256..263], b"after 4");

@@ -248,9 +248,19 @@ pub fn pair_with(
 
 /// Poll `cq` until the fabric is idle and nothing more arrives; every completion in order.
 pub fn drain<R: Resolve + ?Sized>(f: &Fabric, cq: &mut Cq, table: &mut R) -> Vec<Wc> {
+    drain_room(f, cq, table, 7)
+}
+
+/// [`drain`] with room for `room` completions a poll.
+pub fn drain_room<R: Resolve + ?Sized>(
+    f: &Fabric,
+    cq: &mut Cq,
+    table: &mut R,
+    room: usize,
+) -> Vec<Wc> {
     let mut all = Vec::new();
     loop {
-        let w = pump(f, cq, table, 7);
+        let w = pump(f, cq, table, room);
         if w.is_empty() {
             return all;
         }
