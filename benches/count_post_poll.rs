@@ -24,7 +24,9 @@
 //! Error; the posts uncounted, every completion checked to be its WR's flush; with `--recv` too
 //! the receive queue's, with `--poll-one` too one a call, `measured_poll_one`); `--qps K` posts one WRITE
 //! on each of K QPs in turn (`measured_post`) and polls their CQEs from one CQ through a
-//! `QpTable` (`measured_poll_table`). It checks its own results — every post accepted, the
+//! `QpTable` (`measured_poll_table`) 16 a call: with one QP a run of 16 CQEs of that QP per
+//! call, with two their CQEs interleaved (8 outstanding on each), with 1000 each CQE of
+//! another QP. It checks its own results — every post accepted, the
 //! polls return exactly the WR ids posted, in order, each completion successful (checked
 //! after each measured call returns, outside the count) — and exits non-zero otherwise, so a
 //! count is never taken of a run that went wrong.
@@ -363,10 +365,12 @@ fn run_flush(n: u64, recv: bool, one: bool) -> bool {
 }
 
 /// `qps` QPs on one CQ: one inline WRITE on each in turn (`measured_post`), one CQE each in
-/// the same order, polled 16 a call through a `QpTable` (`measured_poll_table`).
+/// the same order, polled 16 a call through a `QpTable` (`measured_poll_table`) after every
+/// 16 posts (at most 512: CQEs of 16 QPs or more each name another QP), so that one QP's
+/// figure is of calls as full as the many QPs' (a send queue of 128 blocks takes 16 WRs).
 fn run_qps(n: u64, qps: u32) -> bool {
     let cfg = RigCfg {
-        sq_bbs: 64,
+        sq_bbs: 128,
         ..RigCfg::rc_bf()
     };
     // Declared before the table: dropped after the QPs built on them.
@@ -397,8 +401,8 @@ fn run_qps(n: u64, qps: u32) -> bool {
                 return false;
             }
             cqr.push_req(qpns[pos], pi, op::OPCODE_RDMA_WRITE);
-            // Poll before the CQ (1024 entries) or a send queue (16 WRs) fills.
-            if (i + 1) % (qps as u64 * 8).min(512) == 0 || i + 1 == k {
+            // Poll before the CQ (1024 entries) or a send queue fills.
+            if (i + 1) % (qps as u64 * 16).min(512) == 0 || i + 1 == k {
                 while next < done + i + 1 {
                     let got = measured_poll_table(&mut cq, &mut table, &mut wcs);
                     let got = take_ids(&wcs, got, &mut ids);

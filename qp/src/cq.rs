@@ -98,12 +98,21 @@ impl<A: Resolve + ?Sized, S: BorrowMut<Srq>> Resolve for (&mut A, &mut [S]) {
 /// device hands out QPNs from a range (the software ConnectX counts up), so the low bits of
 /// a CQ's QPs rarely collide and the table stays a few entries per QP; at worst it grows to
 /// 2^24 entries (4 bytes each), where no two 24-bit QPNs collide.
+///
+/// An entry holds where its QP sits in the table's array (in 8-byte units, so that the
+/// lookup is a load, a compare and an address: no multiply, no bounds check), and an entry
+/// that holds no QP names the first element — the first QP, or in an empty table a sentinel
+/// whose QPN field no 24-bit QPN equals: the compare of the element's own QPN with the
+/// CQE's rejects it, so an empty entry needs no test of its own, and a QP replaced through
+/// [`QpTable::qp_at`] by one of another QPN is never taken for the old one.
 #[derive(Debug)]
 pub struct QpTable {
+    /// The QPs, never fewer than one element of capacity: in an empty table that element is
+    /// the sentinel (only its QPN field written, [`QpTable::default`]).
     qps: Vec<Qp>,
     srqs: Vec<Srq>,
-    /// `qpn & mask` → the QP's index in `qps`, [`EMPTY`] when none (past every index: the
-    /// lookup's bounds check is its emptiness check).
+    /// `qpn & mask` → the byte offset of its QP in `qps` divided by 8 (the QP's index ×
+    /// [`QP_UNITS`]); 0, the first element, when none.
     slots: Vec<u32>,
     /// `slots.len() - 1`.
     mask: u32,
@@ -111,12 +120,31 @@ pub struct QpTable {
     live: usize,
 }
 
+/// The size of a [`Qp`] in the 8-byte units of [`QpTable`]'s entries.
+const QP_UNITS: usize = {
+    assert!(core::mem::size_of::<Qp>().is_multiple_of(8));
+    core::mem::size_of::<Qp>() / 8
+};
+
 impl Default for QpTable {
     fn default() -> QpTable {
+        let mut qps = Vec::with_capacity(1);
+        let spare: &mut [core::mem::MaybeUninit<Qp>] = qps.spare_capacity_mut();
+        // SAFETY: the first spare element is allocated (capacity 1) and its QPN field, a
+        // `u32` at `Qp::QPN_OFFSET`, aligned inside it; writing it initialises those 4 bytes,
+        // the only ones the lookup reads of an element that holds no QP.
+        unsafe {
+            spare[0]
+                .as_mut_ptr()
+                .cast::<u8>()
+                .add(Qp::QPN_OFFSET)
+                .cast::<u32>()
+                .write(u32::MAX)
+        };
         QpTable {
-            qps: Vec::new(),
+            qps,
             srqs: Vec::new(),
-            slots: vec![EMPTY],
+            slots: vec![0],
             mask: 0,
             live: 0,
         }
@@ -126,9 +154,6 @@ impl Default for QpTable {
 /// The largest table: every 24-bit QPN has its own entry.
 const MAX_SLOTS: usize = 1 << 24;
 
-/// A [`QpTable`] slot that holds no QP.
-const EMPTY: u32 = u32::MAX;
-
 impl QpTable {
     /// An empty table.
     pub fn new() -> QpTable {
@@ -136,21 +161,31 @@ impl QpTable {
     }
     /// Add a QP; returns its position for [`QpTable::qp_at`]. A QP with the same QPN replaces
     /// the previous one in lookups by QPN.
+    ///
+    /// # Panics
+    /// When the table would hold more QPs than its 32-bit entries can place (2^32 / 8 bytes
+    /// of QPs, some 76 million — far more than memory or any device's QPNs allow).
     pub fn insert_qp(&mut self, qp: Qp) -> usize {
         let pos = self.qps.len();
+        let at = u32::try_from((pos + 1) * QP_UNITS)
+            .expect("QpTable holds at most 2^32 / 8 bytes of QPs");
+        let at = at - QP_UNITS as u32;
         let qpn = qp.qpn();
-        self.qps.push(qp);
         let slot = (qpn & self.mask) as usize;
-        let free = match self.slots[slot] {
-            EMPTY => true,
-            i => self.qps[i as usize].qpn() == qpn,
-        };
-        let new = self.slots[slot] == EMPTY;
-        if free && (!new || self.slots.len() >= 2 * (self.live + 1)) {
-            self.slots[slot] = pos as u32;
-            self.live += new as usize;
-        } else {
-            self.rebuild();
+        // The entry's QP, when it holds one: the element it names hashes to it.
+        let held = self
+            .qps
+            .get(self.slots[slot] as usize / QP_UNITS)
+            .filter(|q| (q.qpn() & self.mask) as usize == slot)
+            .map(Qp::qpn);
+        self.qps.push(qp);
+        match held {
+            None if self.slots.len() >= 2 * (self.live + 1) => {
+                self.slots[slot] = at;
+                self.live += 1;
+            }
+            Some(q) if q == qpn => self.slots[slot] = at,
+            _ => self.rebuild(),
         }
         pos
     }
@@ -169,19 +204,21 @@ impl QpTable {
         self.live = live.len();
         let mut len = (2 * live.len()).next_power_of_two().min(MAX_SLOTS);
         loop {
-            let mut slots = vec![EMPTY; len];
+            // `None`: no QP yet (the entry stays 0, the first element).
+            let mut slots: Vec<Option<u32>> = vec![None; len];
             let mask = len as u32 - 1;
             let mut ok = true;
             for &(qpn, i) in &live {
                 let s = &mut slots[(qpn & mask) as usize];
-                if *s != EMPTY {
+                if s.is_some() {
                     ok = false;
                     break;
                 }
-                *s = i;
+                // At most the `insert_qp` bound.
+                *s = Some(i * QP_UNITS as u32);
             }
             if ok || len == MAX_SLOTS {
-                self.slots = slots;
+                self.slots = slots.into_iter().map(|s| s.unwrap_or(0)).collect();
                 self.mask = mask;
                 return;
             }
@@ -213,10 +250,20 @@ impl Resolve for QpTable {
         debug_assert_eq!(self.slots.len(), self.mask as usize + 1);
         // SAFETY: `slots` has `mask + 1` entries (`QpTable::default`, `QpTable::rebuild` set
         // both together), so `qpn & mask` indexes one.
-        let i = unsafe { *self.slots.get_unchecked((qpn & self.mask) as usize) };
-        // An empty slot holds `EMPTY`, past every index: this check is its emptiness test.
-        let qp = self.qps.get_mut(i as usize)?;
-        (qp.qpn() == qpn).then_some(qp)
+        let at = unsafe { *self.slots.get_unchecked((qpn & self.mask) as usize) } as usize;
+        // SAFETY: every entry is `i × QP_UNITS` for an element `i` of `qps`' allocation that
+        // is a QP, or is 0 (`insert_qp`, `rebuild`): element 0, a QP or, in an empty table,
+        // the sentinel, whose QPN field `default` initialised (capacity is never below 1).
+        // So `p` is an element and its QPN field 4 initialised, aligned bytes; the element is
+        // a QP whenever that field equals a 24-bit QPN (the sentinel's is `u32::MAX`).
+        unsafe {
+            let p = self.qps.as_mut_ptr().cast::<u64>().add(at).cast::<Qp>();
+            let field = p.cast::<u8>().add(Qp::QPN_OFFSET).cast::<u32>().read();
+            if field != qpn {
+                return None;
+            }
+            Some(&mut *p)
+        }
     }
     #[inline]
     fn srq(&mut self, srqn: u32) -> Option<&mut Srq> {
@@ -654,21 +701,34 @@ impl Cq {
                 // has 0 more and nothing is read there.)
                 let next = cqe.wrapping_add(1 << SHIFT);
                 let lap = (cqe_cnt - 1 - idx) as usize;
-                let k = if !qp.sq_seems_idle() {
+                let k = if qp.sq_seems_idle() {
+                    0
+                } else {
                     // More of this QP may follow.
                     // SAFETY: `next` starts the `lap` CQEs left in this lap; `o` has `rem`
                     // entries; `send_one` just took this QP's CQE.
                     unsafe { send_more::<SHIFT>(qp, next, own, rem, lap, o) }
-                } else if (lap != 0)
-                    // SAFETY: `lap != 0`: `next` is a CQE of this lap; volatile, as above.
-                    && unsafe { core::ptr::read_volatile(next.add(63)) } == own
-                {
-                    // Each CQE names another QP, one WQE outstanding on each (a CQ shared by
-                    // many QPs): those CQEs in a loop of their own.
-                    // SAFETY: as for `send_more`.
-                    unsafe { distinct_run::<R, SHIFT>(table, next, own, rem.min(lap), o) }
+                };
+                let k = if k != 0 {
+                    k
                 } else {
-                    0
+                    // The next CQE (at `ci`, perhaps of the next lap) is not of this QP: when
+                    // it is a plain REQ CQE, it and those after it are of a CQ shared by many
+                    // QPs, in a loop of their own. Recomputed from `ci`, not kept across the
+                    // call above.
+                    let idx = ci & (cqe_cnt - 1);
+                    // SAFETY: idx < cqe_cnt: a CQE of the buffer.
+                    let next = unsafe { cqe0.add((idx as usize) << SHIFT) };
+                    let own = ((ci & cqe_cnt) != 0) as u8;
+                    // SAFETY: op_own of that CQE, read volatile as above.
+                    if unsafe { core::ptr::read_volatile(next.add(63)) } == own {
+                        let lap = (cqe_cnt - idx) as usize;
+                        // SAFETY: `next` starts the `lap` CQEs left in its lap; `o` has `rem`
+                        // entries.
+                        unsafe { distinct_run::<R, SHIFT>(table, next, own, rem.min(lap), o) }
+                    } else {
+                        0
+                    }
                 };
                 #[cfg(test)]
                 paths::served(0, k);
@@ -1425,10 +1485,11 @@ const RESP_RUN: u8 = 1;
 const FLUSH_RUN: u8 = 2;
 
 /// Plain REQ CQEs of this lap from `cqe`, each naming the oldest outstanding WQE of its QP
-/// in `table` — what a CQ shared by many QPs, one WQE outstanding on each, sees: at most `n`
-/// (at most the CQEs left in this lap from `cqe`, and the entries of `out`), each through
-/// [`send_one`], until one is not such a CQE or its QP has more outstanding (its run follows:
-/// the caller's [`send_more`]). Returns the CQEs consumed (their QPs' bookkeeping moved, the
+/// in `table`, found for each CQE — what a CQ shared by many QPs sees, their CQEs
+/// interleaved: at most `n` (at most the CQEs left in this lap from `cqe`, and the entries
+/// of `out`), each as [`send_one`] takes it, until one is not such a CQE. (The caller
+/// enters it where the next CQE is not of the QP it just served; a run of one QP met here
+/// costs the lookup per CQE, not [`send_more`]'s one compare.) Returns the CQEs consumed (their QPs' bookkeeping moved, the
 /// CQ's consumer index not).
 ///
 /// Out of line, in a loop of its own: the caller's loop, shaped for runs of one QP, would
@@ -1461,7 +1522,7 @@ unsafe fn distinct_run<R: Resolve + ?Sized, const SHIFT: u32>(
             let Some(qp) = qp else {
                 break;
             };
-            // `send_one`, with the counter kept for the test after it.
+            // `send_one`, the counter loaded after the QP's lookup.
             let counter = u16::from_be(core::ptr::read_volatile(c.add(60) as *const u16));
             if !qp.sq_names_oldest(counter) {
                 break;
@@ -1469,9 +1530,6 @@ unsafe fn distinct_run<R: Resolve + ?Sized, const SHIFT: u32>(
             Wc::write_req_cqe(o, c, tail);
             Wc::write_wr_id(o, qp.sq_take_oldest(counter));
             o = o.add(1);
-            if !qp.sq_drained_by(counter) {
-                break;
-            }
             // Past the lap's end after its last CQE (then `o` is `end`: nothing is read).
             c = c.wrapping_add(1 << SHIFT);
         }
@@ -2767,6 +2825,37 @@ mod tests {
                 assert!(counts[0] >= 10, "size {size} room {room}: {counts:?}");
             }
         }
+    }
+
+    /// A `QpTable` finds a QP by the QP's own QPN, never by where it used to be: an empty
+    /// table finds nothing (its sentinel's QPN is no 24-bit QPN), and after the two QPs swap
+    /// places through `qps_mut` neither is found, neither for its QPN nor for the other's, so
+    /// a CQE of one never retires a WQE of the other; the CQE is reported as unknown.
+    #[test]
+    fn a_qp_table_finds_a_qp_only_by_its_own_qpn() {
+        use crate::Resolve;
+        let mut empty = QpTable::new();
+        for qpn in [0, 1, QPN, 0xff_ffff] {
+            assert!(empty.qp(qpn).is_none(), "{qpn:#x} in an empty table");
+        }
+        let (mut dev, mut t, mut cq) = Dev::new(64);
+        assert_eq!(t.qp(QPN).map(|q| q.qpn()), Some(QPN));
+        assert_eq!(t.qp(QPN_B).map(|q| q.qpn()), Some(QPN_B));
+        assert!(t.qp(QPN + 1).is_none() && t.qp(0x77).is_none());
+        t.qps_mut().swap(0, 1);
+        assert!(t.qp(QPN).is_none() && t.qp(QPN_B).is_none());
+        let qp = t.qp_at(0).unwrap();
+        qp.post(&SendWr::write(9, R).inline(b"ab").signaled())
+            .unwrap();
+        dev.push(req_cqe(QPN_B, 0, op::OPCODE_RDMA_WRITE, 0));
+        let calls = drain(&mut cq, &mut t, 1);
+        assert!(
+            matches!(calls.as_slice(), [Err(e)] if e.contains("QPN")),
+            "{calls:?}"
+        );
+        assert_eq!(t.qp_at(0).unwrap().sq_outstanding_bbs(), 1);
+        drop((t, cq));
+        drop(dev);
     }
 
     /// Many laps of the CQ and of the send ring, READs among the WRITEs, polled with

@@ -285,6 +285,10 @@ impl Qp {
         Ok(())
     }
 
+    /// Where a `Qp` keeps its QPN (a `u32`): `QpTable` reads it of an element before it
+    /// knows the element is a QP.
+    pub(crate) const QPN_OFFSET: usize = core::mem::offset_of!(Qp, qpn);
+
     /// QP number.
     #[inline(always)]
     pub fn qpn(&self) -> u32 {
@@ -616,15 +620,6 @@ impl Qp {
         if !old {
             self.follow_error_completion(true);
         }
-    }
-
-    /// Whether retiring the one-block WQE at block `wqe_counter` (the oldest) left the send
-    /// queue idle: the next block is the producer index (in their low 16 bits: exact but
-    /// when 65536 blocks are outstanding; for deciding whether a run may follow, which
-    /// either answer leaves correct).
-    #[inline(always)]
-    pub(crate) fn sq_drained_by(&self, wqe_counter: u16) -> bool {
-        self.sq.drained_by(wqe_counter)
     }
 
     /// Whether no send WQE is outstanding, from the one-entry key's copy of `ci`'s low bits

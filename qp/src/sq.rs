@@ -945,13 +945,6 @@ impl SendQueue {
         self.key as u16 == self.pi as u16
     }
 
-    /// Whether block `wqe_counter + 1` is `pi` (low 16 bits): retiring the one-block WQE at
-    /// `wqe_counter` left the queue idle ([`crate::Qp`]'s `sq_drained_by`).
-    #[inline(always)]
-    pub fn drained_by(&self, wqe_counter: u16) -> bool {
-        wqe_counter.wrapping_add(1) == self.pi as u16
-    }
-
     /// Whether every outstanding WQE has meta byte 0.
     #[inline(always)]
     pub fn all_common(&self) -> bool {
