@@ -10,7 +10,7 @@
 //! ignores the `--bench` flag cargo passes) as a smoke test of its own checks.
 //!
 //! Usage: `count_post_poll [N] [--sge-db | --bf-flush] [--poll-one | --poll-wcs | --batch |
-//! --recv | --flush [--recv] [--poll-one] | --qps K]` (N defaults to 10000). With `--sge-db` the posts are 1-SGE RDMA WRITEs
+//! --recv | --flush [--recv] [--poll-one] | --qps K [--recv]]` (N defaults to 10000). With `--sge-db` the posts are 1-SGE RDMA WRITEs
 //! on a QP without BlueFlame (the 8-byte doorbell), through `measured_post_sge`; with
 //! `--bf-flush` the QP rings in `DoorbellMode::Bf` (rdma-core's exact sequence, a flush after
 //! every BlueFlame copy) instead of the default `BfPost`; with `--poll-one` the CQEs are
@@ -26,7 +26,8 @@
 //! on each of K QPs in turn (`measured_post`) and polls their CQEs from one CQ through a
 //! `QpTable` (`measured_poll_table`) 16 a call: with one QP a run of 16 CQEs of that QP per
 //! call, with two their CQEs interleaved (8 outstanding on each), with 1000 each CQE of
-//! another QP. It checks its own results — every post accepted, the
+//! another QP; with `--recv` too, receives (one-SGE receive WRs posted uncounted, one
+//! responder CQE each) instead of WRITEs. It checks its own results — every post accepted, the
 //! polls return exactly the WR ids posted, in order, each completion successful (checked
 //! after each measured call returns, outside the count) — and exits non-zero otherwise, so a
 //! count is never taken of a run that went wrong.
@@ -170,7 +171,7 @@ struct Args {
 }
 
 const USAGE: &str = "usage: count_post_poll [N > 0] [--sge-db | --bf-flush] \
-[--poll-one | --poll-wcs | --batch | --recv | --flush [--recv] [--poll-one] | --qps K]";
+[--poll-one | --poll-wcs | --batch | --recv | --flush [--recv] [--poll-one] | --qps K [--recv]]";
 
 fn parse() -> Option<Args> {
     let mut a = Args {
@@ -368,11 +369,17 @@ fn run_flush(n: u64, recv: bool, one: bool) -> bool {
 /// the same order, polled 16 a call through a `QpTable` (`measured_poll_table`) after every
 /// 16 posts (at most 512: CQEs of 16 QPs or more each name another QP), so that one QP's
 /// figure is of calls as full as the many QPs' (a send queue of 128 blocks takes 16 WRs).
-fn run_qps(n: u64, qps: u32) -> bool {
+fn run_qps(n: u64, qps: u32, recv: bool) -> bool {
     let cfg = RigCfg {
         sq_bbs: 128,
+        rq_wqes: if recv { 32 } else { 0 },
         ..RigCfg::rc_bf()
     };
+    let sge = [Sge {
+        addr: 0x2000,
+        length: 64,
+        lkey: 9,
+    }];
     // Declared before the table: dropped after the QPs built on them.
     let mut rings = Vec::new();
     let (mut cq, mut cqr) = build_cq(1024);
@@ -395,12 +402,23 @@ fn run_qps(n: u64, qps: u32) -> bool {
             let Some(qp) = table.qp_at(pos) else {
                 return false;
             };
-            let pi = qp.sq_pi();
-            if !measured_post(qp, done + i) {
-                eprintln!("post {} on QP {pos} was refused", done + i);
-                return false;
+            if recv {
+                // The receive queue's WQE index (`wqe_counter` of its CQE): its
+                // outstanding receives follow the ones retired.
+                let rq_pi = (done + i) / qps as u64;
+                if qp.post_recv(done + i, &sge).is_err() {
+                    eprintln!("receive {} on QP {pos} was refused", done + i);
+                    return false;
+                }
+                cqr.push_recv(qpns[pos], rq_pi as u16, 8, 0x99);
+            } else {
+                let pi = qp.sq_pi();
+                if !measured_post(qp, done + i) {
+                    eprintln!("post {} on QP {pos} was refused", done + i);
+                    return false;
+                }
+                cqr.push_req(qpns[pos], pi, op::OPCODE_RDMA_WRITE);
             }
-            cqr.push_req(qpns[pos], pi, op::OPCODE_RDMA_WRITE);
             // Poll before the CQ (1024 entries) or a send queue fills.
             if (i + 1) % (qps as u64 * 16).min(512) == 0 || i + 1 == k {
                 while next < done + i + 1 {
@@ -415,7 +433,10 @@ fn run_qps(n: u64, qps: u32) -> bool {
         }
         done += k;
     }
-    table.qps_mut().iter().all(|q| q.sq_outstanding_bbs() == 0)
+    table
+        .qps_mut()
+        .iter()
+        .all(|q| q.sq_outstanding_bbs() == 0 && q.rq_outstanding() == 0)
 }
 
 /// Two stores to one word with the x86 compiler barriers of the doorbell sequence between
@@ -442,10 +463,10 @@ fn main() -> ExitCode {
         run_batch(n)
     } else if a.flush {
         run_flush(n, a.recv, a.poll_one)
+    } else if let Some(k) = a.qps {
+        run_qps(n, k, a.recv)
     } else if a.recv {
         run_recv(n, a.poll_one)
-    } else if let Some(k) = a.qps {
-        run_qps(n, k)
     } else {
         run_single(&a)
     };

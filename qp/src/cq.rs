@@ -751,16 +751,16 @@ impl Cq {
                 more = sw_owned(op_own, ci, cqe_cnt);
                 break;
             }
-            // SAFETY: the CQE is software-owned (its owner test passed).
-            let (tail, qp) = unsafe { owned_cqe(table, cqe) };
             let lap = room.out.min(room.lap());
-            // SAFETY: `cqe` is a software-owned CQE with `room.lap() - 1` more of this lap
-            // after it, `tail` its bytes 56..64 read after the barrier, `o` has `room.out`
-            // entries.
-            let k = match qp {
-                Some(qp) if flush => unsafe { flush_run::<SHIFT>(qp, cqe, tail, op_own, lap, o) },
-                Some(qp) => unsafe { recv_run::<SHIFT>(qp, cqe, tail, op_own, lap, o) },
-                None => 0,
+            // SAFETY: `cqe` is a software-owned CQE (its owner test passed) with
+            // `room.lap() - 1` more of this lap after it, `tail` its bytes 56..64 read after
+            // the barrier, `o` has `room.out` entries.
+            let k = match unsafe { owned_cqe(table, cqe) } {
+                (tail, Some(qp)) if flush => unsafe {
+                    flush_run::<SHIFT>(qp, cqe, tail, op_own, lap, o)
+                },
+                (tail, Some(qp)) => unsafe { recv_run::<SHIFT>(qp, cqe, tail, op_own, lap, o) },
+                (_, None) => 0,
             };
             if k == 0 {
                 more = true;
@@ -772,6 +772,31 @@ impl Cq {
             // SAFETY: k of the `rem` entries from `o` were written.
             o = unsafe { o.add(k) };
             ci = ci.wrapping_add(k as u32);
+            if rem != 0 {
+                // The run ended before `wcs` did: when the next CQE (at `ci`, perhaps of the
+                // next lap) is a good responder CQE, it is of another QP or kind, and with
+                // those after it is of a receive CQ shared by many QPs, in a loop of its own.
+                // (Everything recomputed from `ci`: nothing kept across the call above.)
+                let idx = ci & (cqe_cnt - 1);
+                // SAFETY: idx < cqe_cnt: a CQE of the buffer.
+                let next = unsafe { cqe0.add((idx as usize) << SHIFT) };
+                // SAFETY: op_own of that CQE, read volatile as above.
+                let want = unsafe { core::ptr::read_volatile(next.add(63)) };
+                if good_resp(want, ((ci & cqe_cnt) != 0) as u8) {
+                    let lap = (cqe_cnt - idx) as usize;
+                    // SAFETY: `next` starts the `lap` CQEs left in its lap, a good responder
+                    // CQE of that lap; `o` has `rem` entries.
+                    let k = unsafe {
+                        distinct_recv_run::<R, SHIFT>(table, next, want, rem.min(lap), o)
+                    };
+                    #[cfg(test)]
+                    paths::served(1, k);
+                    rem -= k;
+                    // SAFETY: k of the `rem` entries from `o` were written.
+                    o = unsafe { o.add(k) };
+                    ci = ci.wrapping_add(k as u32);
+                }
+            }
         }
         self.ci = ci;
         (len - rem, more)
@@ -1529,6 +1554,54 @@ unsafe fn distinct_run<R: Resolve + ?Sized, const SHIFT: u32>(
             }
             Wc::write_req_cqe(o, c, tail);
             Wc::write_wr_id(o, qp.sq_take_oldest(counter));
+            o = o.add(1);
+            // Past the lap's end after its last CQE (then `o` is `end`: nothing is read).
+            c = c.wrapping_add(1 << SHIFT);
+        }
+    }
+    // SAFETY: `o` is `out` plus the entries written.
+    unsafe { o.offset_from(out) as usize }
+}
+
+/// Good responder CQEs of this lap from `cqe`, each with `op_own == want` (one kind of
+/// responder CQE) and naming the oldest outstanding receive of its QP in `table`, found for
+/// each CQE — what a receive CQ shared by many QPs sees: at most `n` (at most the CQEs left
+/// in this lap from `cqe`, and the entries of `out`), each as [`recv_one`] takes it, until
+/// one is not such a CQE. Returns the CQEs consumed (their QPs' receive queues moved, the
+/// CQ's consumer index not).
+///
+/// Out of line, in a loop of its own, as [`distinct_run`]; the caller enters it where a
+/// receive run ([`recv_run`]) ended at another good responder CQE.
+///
+/// # Safety
+/// The `n` CQEs from `cqe` are inside this lap, `1 << SHIFT` bytes apart; `want` is a good
+/// responder CQE's `op_own` of this lap ([`good_resp`]); `out` has `n` entries.
+#[inline(never)]
+unsafe fn distinct_recv_run<R: Resolve + ?Sized, const SHIFT: u32>(
+    table: &mut R,
+    cqe: *const u8,
+    want: u8,
+    n: usize,
+    out: *mut Wc,
+) -> usize {
+    let (mut c, mut o) = (cqe, out);
+    // SAFETY: `out` has `n` entries: one past the last.
+    let end = unsafe { out.add(n) };
+    while o != end {
+        // SAFETY: o < end: `c` is a CQE of this lap and `o` one of the entries; the CQE's
+        // op_own read volatile (the device writes it), the rest after the ownership test and
+        // the barrier.
+        unsafe {
+            if core::ptr::read_volatile(c.add(63)) != want {
+                break;
+            }
+            let (tail, qp) = owned_cqe(table, c);
+            let Some(qp) = qp else {
+                break;
+            };
+            if !recv_one(qp, c, tail, o) {
+                break;
+            }
             o = o.add(1);
             // Past the lap's end after its last CQE (then `o` is `end`: nothing is read).
             c = c.wrapping_add(1 << SHIFT);
@@ -2824,6 +2897,106 @@ mod tests {
                 assert!(fast.iter().any(|r| r.is_err()), "the unknown QPN");
                 assert!(counts[0] >= 10, "size {size} room {room}: {counts:?}");
             }
+        }
+    }
+
+    /// Receives of two QPs interleaved on one CQ (the distinct-QP receive loop), a run of
+    /// three of one QP among them, a change of kind (SEND with immediate) inside the
+    /// interleaving, polled with several room sizes: the completions are the full path's and
+    /// every receive is a fast path's.
+    #[test]
+    fn interleaved_receives_complete_the_same_on_both_paths() {
+        for size in [64, 128] {
+            for room in [1, 2, 3, 5, 16] {
+                let (slow, fast, counts) = both(size, &|dev, t, cq| {
+                    for pos in [0usize, 1] {
+                        for i in 0..12 {
+                            t.qp_at(pos)
+                                .unwrap()
+                                .post_recv(100 * pos as u64 + i, &SGE)
+                                .unwrap();
+                        }
+                    }
+                    let mut c = [0u16; 2];
+                    let mut cqe = |dev: &mut Dev, pos: usize, kind: u8| {
+                        let qpn = [QPN, QPN_B][pos];
+                        dev.push(resp_cqe(kind, qpn, c[pos], 4 + c[pos] as u32, 0x5));
+                        c[pos] += 1;
+                    };
+                    for i in 0..6 {
+                        let kind = if i == 3 {
+                            CQE_RESP_SEND_IMM
+                        } else {
+                            CQE_RESP_SEND
+                        };
+                        cqe(dev, 0, CQE_RESP_SEND);
+                        cqe(dev, 1, kind);
+                    }
+                    for _ in 0..3 {
+                        cqe(dev, 0, CQE_RESP_SEND);
+                    }
+                    for _ in 0..3 {
+                        cqe(dev, 1, CQE_RESP_SEND);
+                        cqe(dev, 0, CQE_RESP_SEND);
+                    }
+                    drain(cq, t, room)
+                });
+                assert_eq!(fast, slow, "size {size} room {room}");
+                let ids: Vec<u64> = flat(&fast).iter().map(|w| w.wr_id()).collect();
+                let mut want = Vec::new();
+                for i in 0..6 {
+                    want.extend([i, 100 + i]);
+                }
+                want.extend([6, 7, 8]);
+                for i in 0..3 {
+                    want.extend([106 + i, 9 + i]);
+                }
+                assert_eq!(ids, want, "size {size} room {room}");
+                assert_eq!(counts, [0, 21, 0, 0], "size {size} room {room}");
+            }
+        }
+    }
+
+    /// Receives across the 16-bit wrap of the receive queue's WQE counter, one and two a
+    /// call, interleaved with another QP's receives (the distinct-QP receive loop) in the
+    /// two-a-call case: every completion is its receive's, in order; the lean retire's carry
+    /// out of the key's low bits sends at most one CQE per wrap to the full path, which
+    /// resyncs the key (without the resync every later receive would go there).
+    #[test]
+    fn receives_stay_fast_across_the_wqe_counter_wrap() {
+        for room in [1, 2] {
+            let (mut dev, mut t, mut cq) = Dev::new(64);
+            paths::SERVED.with(|c| c.set([0; 4]));
+            let mut wcs = [Wc::default(); 2];
+            let n = 70_000u32;
+            for i in 0..n {
+                let mut want = Vec::new();
+                for (pos, qpn) in [(0usize, QPN), (1, QPN_B)] {
+                    if pos == 1 && room == 1 {
+                        continue;
+                    }
+                    let id = u64::from(i) * 2 + pos as u64;
+                    t.qp_at(pos).unwrap().post_recv(id, &SGE).unwrap();
+                    dev.push(resp_cqe(CQE_RESP_SEND, qpn, i as u16, 8, 0));
+                    want.push(id);
+                }
+                assert_eq!(cq.poll(&mut t, &mut wcs[..room]).unwrap(), want.len());
+                let got: Vec<u64> = wcs[..want.len()].iter().map(|w| w.wr_id()).collect();
+                assert_eq!(got, want, "receive {i}");
+                assert!(wcs[..want.len()]
+                    .iter()
+                    .all(|w| w.is_ok() && w.byte_len() == 8));
+            }
+            assert_eq!(cq.poll(&mut t, &mut wcs).unwrap(), 0);
+            let [_, fast, _, full] = paths::SERVED.with(|c| c.get());
+            let total = if room == 1 { n } else { 2 * n };
+            assert_eq!(fast + full, total);
+            assert!(
+                full <= 2 * room as u32,
+                "room {room}: {full} went to the full path"
+            );
+            drop((t, cq));
+            drop(dev);
         }
     }
 

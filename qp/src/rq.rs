@@ -48,9 +48,11 @@ pub(crate) struct RecvQueue {
     /// outstanding WQE is the only one a CQE may name in order, and the lean poll need not
     /// look at `done` ([`RecvQueue::lean_view`]).
     ooo: u32,
-    /// What the one-entry poll compares a CQE's `wqe_counter` with: `tail`, or [`KEY_SHUT`]
-    /// with it while `ooo` or `reported` keeps the lean paths out (one compare,
-    /// [`RecvQueue::names_oldest`]).
+    /// What the one-entry poll compares a CQE's `wqe_counter` with (one compare,
+    /// [`RecvQueue::names_oldest`]): `tail` in its low 16 bits, and above them 0 unless the
+    /// lean paths must keep out — [`KEY_SHUT`] while `ooo` or `reported` does. A lean retire
+    /// adds to it as to `tail` (one instruction); the carry when `tail` wraps shuts it too,
+    /// spuriously: that CQE goes to the full path, which resyncs the key (as the send queue's).
     key: u32,
 }
 
@@ -260,14 +262,9 @@ impl RecvQueue {
     /// it is `tail += 1`).
     #[inline(always)]
     pub fn lean_view(&self) -> Option<RecvLeanView> {
-        debug_assert_eq!(
-            self.key,
-            self.tail as u32
-                | if (self.ooo != 0) | self.reported.is_some() {
-                    KEY_SHUT
-                } else {
-                    0
-                },
+        debug_assert!(
+            (self.key as u16 == self.tail)
+                & ((self.ooo == 0) & self.reported.is_none() | (self.key >= KEY_SHUT)),
             "the one-entry poll's key"
         );
         if (self.ooo != 0) | self.reported.is_some() {
@@ -282,11 +279,11 @@ impl RecvQueue {
     }
 
     /// The lean receive poll retired the `k` oldest WQEs (none completed out of order after
-    /// them, nothing reported: [`RecvQueue::lean_view`], so `key` is `tail`).
+    /// them, nothing reported: [`RecvQueue::lean_view`]): `tail` and `key` move alike.
     #[inline(always)]
     pub fn lean_retired(&mut self, k: u16) {
         self.tail = self.tail.wrapping_add(k);
-        self.key = self.tail as u32;
+        self.key = self.key.wrapping_add(k as u32);
     }
 
     /// `key` as `tail`, `ooo` and `reported` make it.
