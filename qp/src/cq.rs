@@ -559,8 +559,15 @@ impl Cq {
         table: &mut R,
         wcs: &mut [Wc],
     ) -> (usize, &mut Cq) {
-        let (ci, cqe, op_own, own) = self.at_ci();
-        if good_resp(op_own, own) {
+        let ci = self.ci;
+        let idx = (ci & self.mask) as usize;
+        // SAFETY: idx < cqe_cnt: the 64-byte CQE of its slot, inside the buffer.
+        let cqe = unsafe { self.cqe0.add(idx * self.cqe_size) };
+        // SAFETY: op_own is the last byte of the CQE; volatile, the device writes it.
+        let op_own = unsafe { core::ptr::read_volatile(cqe.add(63)) };
+        // `poll_single` found this CQE software-owned, so its owner bit is the lap's (a CQE
+        // the device handed over stays as it is until the consumer index passes it).
+        if good_resp(op_own, op_own & 1) {
             // SAFETY: the CQE is software-owned (its owner test passed).
             let (tail, qp) = unsafe { owned_cqe(table, cqe) };
             if let Some(qp) = qp {
