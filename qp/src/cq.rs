@@ -496,9 +496,10 @@ impl Cq {
     /// [`Cq::poll`] with room for one completion (what a ping-pong loop calls), straight
     /// line and for both CQE sizes (the slot is the index times the size: one multiply):
     /// the CQE at the consumer index when it is a plain REQ CQE of this lap naming its QP's
-    /// oldest outstanding WQE ([`send_one`]), else nothing when the CQ is empty, else
-    /// [`Cq::poll_single_slow`] (out of line, so that this path needs no register
-    /// the caller saved).
+    /// oldest outstanding WQE ([`send_one`]) or a good responder CQE of this lap naming its
+    /// QP's oldest outstanding receive ([`recv_one`]), else nothing when the CQ is empty,
+    /// else [`Cq::poll_single_full`] (out of line, so that this path needs no register the
+    /// caller saved).
     #[inline(always)]
     fn poll_single<R: Resolve + ?Sized>(&mut self, table: &mut R, wcs: &mut [Wc]) -> Result<usize> {
         let ci = self.ci;
@@ -525,13 +526,32 @@ impl Cq {
                     return Ok(1);
                 }
             }
+        } else if diff.wrapping_sub(CQE_RESP_WR_IMM << 4) & 0xcd == 0 {
+            // A good responder CQE of this lap ([`good_resp`], from `diff` in one test: less
+            // 0x10, the opcodes 1..=4 are 0..=3 — bits 7:6 clear; opcode 0 and those above
+            // 4 set one — and the format and owner bits stay: bits 3:2 and 0 clear; SE, bit
+            // 1, either way), tested before the empty CQ's test: it implies the CQE is
+            // software-owned, and a ping-pong receiver's poll that finds its CQE is the one
+            // that counts.
+            // SAFETY: the CQE is software-owned (its owner test passed).
+            let (tail, qp) = unsafe { owned_cqe(table, cqe) };
+            if let Some(qp) = qp {
+                // SAFETY: a software-owned CQE, `tail` read after the barrier, room for one.
+                if unsafe { recv_one(qp, cqe, tail, wcs.as_mut_ptr()) } {
+                    #[cfg(test)]
+                    paths::served(1, 1);
+                    self.ci = ci.wrapping_add(1);
+                    self.update_ci();
+                    return Ok(1);
+                }
+            }
         } else if (diff & 1 != 0) | (op_own >> 4 == CQE_INVALID) {
             // Not software-owned (rdma-core `get_sw_cqe`), from the owner value at hand.
             return Ok(0);
         }
         // The CQ comes back with the count, so that nothing of this frame need survive the
         // call in a register the caller saved.
-        let (n, cq) = self.poll_single_slow(table, wcs);
+        let (n, cq) = self.poll_single_full(table, wcs);
         match n {
             SLOW_ERROR => Err(cq.take_error()),
             n => Ok(n),
@@ -548,41 +568,7 @@ impl Cq {
             .unwrap_or(Error::BadLayout("no error was stashed"))
     }
 
-    /// The rest of [`Cq::poll_single`], from the CQE at the consumer index (its owner byte
-    /// read afresh): a good responder CQE of this lap ([`good_resp`]) through [`recv_one`], in
-    /// a straight line that calls nothing (what a ping-pong receiver polls); anything else and
-    /// what that declines through [`Cq::poll_single_full`] (a tail call).
-    /// Returns the completions written (or [`SLOW_ERROR`]) and the CQ.
-    #[inline(never)]
-    fn poll_single_slow<R: Resolve + ?Sized>(
-        &mut self,
-        table: &mut R,
-        wcs: &mut [Wc],
-    ) -> (usize, &mut Cq) {
-        let ci = self.ci;
-        let idx = (ci & self.mask) as usize;
-        // SAFETY: idx < cqe_cnt: the 64-byte CQE of its slot, inside the buffer.
-        let cqe = unsafe { self.cqe0.add(idx * self.cqe_size) };
-        // SAFETY: op_own is the last byte of the CQE; volatile, the device writes it.
-        let op_own = unsafe { core::ptr::read_volatile(cqe.add(63)) };
-        // `poll_single` found this CQE software-owned, so its owner bit is the lap's (a CQE
-        // the device handed over stays as it is until the consumer index passes it).
-        if good_resp(op_own, op_own & 1) {
-            // SAFETY: the CQE is software-owned (its owner test passed).
-            let (tail, qp) = unsafe { owned_cqe(table, cqe) };
-            if let Some(qp) = qp {
-                // SAFETY: as in `poll_single`: a good responder CQE.
-                if unsafe { recv_one(qp, cqe, tail, wcs.as_mut_ptr()) } {
-                    #[cfg(test)]
-                    paths::served(1, 1);
-                    return self.took_one(ci);
-                }
-            }
-        }
-        self.poll_single_full(table, wcs)
-    }
-
-    /// What [`Cq::poll_single_slow`] declines: an error CQE of this lap through [`flush_one`],
+    /// What [`Cq::poll_single`] declines: an error CQE of this lap through [`flush_one`],
     /// else [`flush_run`] (a queue's first flush, which begins the send queue's flushing or
     /// moves the QP to Error), anything else and what those decline through the full path.
     /// Reads the CQE afresh: its owner byte, the barrier, the rest.
@@ -1335,8 +1321,12 @@ unsafe fn recv_one(qp: &mut Qp, cqe: *const u8, tail: u64, out: *mut Wc) -> bool
     if !qp.rq_names_oldest(counter) {
         return false;
     }
+    // The CQE's bytes first, the WR id last, as in `send_one`.
     // SAFETY: the caller's.
-    unsafe { Wc::write_resp(out, qp.rq_take_oldest(counter), cqe, tail) };
+    unsafe {
+        Wc::write_resp_cqe(out, cqe, tail);
+        Wc::write_wr_id(out, qp.rq_take_oldest(counter));
+    }
     true
 }
 

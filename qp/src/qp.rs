@@ -56,7 +56,8 @@ pub struct Qp {
     qp_type: QpType,
     state: QpState,
     sq: SendQueue,
-    rq: Option<RecvQueue>,
+    /// The QP's own receive queue, [`RecvQueue::absent`] when it has none (an SRQ).
+    rq: RecvQueue,
     srqn: Option<u32>,
     max_inline: u32,
     max_send_sge: u32,
@@ -161,7 +162,7 @@ impl Qp {
             ));
         }
         let rq = if layout.uses_srq || layout.rq.wqe_cnt == 0 {
-            None
+            RecvQueue::absent()
         } else {
             let r = &layout.rq;
             if r.buf.is_null() || !aligned(r.buf, 16) {
@@ -177,7 +178,7 @@ impl Qp {
             }
             // SAFETY: validated above; validity over time is the caller's contract; the
             // doorbell record is two BE32 words, RCV_DBR is the first.
-            Some(unsafe {
+            unsafe {
                 RecvQueue::new(
                     r.buf,
                     r.wqe_cnt,
@@ -185,7 +186,7 @@ impl Qp {
                     layout.max_recv_sge,
                     layout.dbrec.add(RCV_DBR),
                 )
-            })
+            }
         };
         // SAFETY: buf is 64-aligned (checked) and holds wqe_cnt blocks (caller contract);
         // wqe_cnt is a power of two (checked).
@@ -377,7 +378,7 @@ impl Qp {
     /// Receive WRs posted and not completed (0 with an SRQ).
     #[inline(always)]
     pub fn rq_outstanding(&self) -> u32 {
-        self.rq.as_ref().map_or(0, |r| r.outstanding())
+        self.rq_ref().map_or(0, |r| r.outstanding())
     }
     /// The next send producer index (`wqe_index` of the next WQE).
     #[inline(always)]
@@ -401,7 +402,7 @@ impl Qp {
         tracing::debug!(qpn = self.qpn, old = %self.state, new = %state, "data path QP state");
         if state == QpState::Reset {
             self.sq.reset();
-            if let Some(rq) = self.rq.as_mut() {
+            if let Some(rq) = self.rq_mut() {
                 rq.reset();
             }
         }
@@ -517,8 +518,9 @@ impl Qp {
             Progress::Partial(n) => return Ok(n),
             Progress::Bad(_) => 0,
         };
-        let m = match self.rq.as_mut() {
-            Some(rq) => match rq.flush_all(self.qpn, &mut out[n..]) {
+        let qpn = self.qpn;
+        let m = match self.rq_mut() {
+            Some(rq) => match rq.flush_all(qpn, &mut out[n..]) {
                 Progress::Done(m) | Progress::Partial(m) => m,
                 Progress::Bad(_) => 0,
             },
@@ -646,7 +648,7 @@ impl Qp {
         out: &mut [Wc],
         first: bool,
     ) -> core::result::Result<Progress, u16> {
-        match self.rq.as_mut() {
+        match self.rq_mut() {
             Some(rq) => rq.complete(wqe_counter, wc, inline, out, first),
             None => Ok(Progress::Bad(
                 "receive completion on a QP without a receive queue",
@@ -658,7 +660,7 @@ impl Qp {
     /// ([`crate::rq::RecvQueue::lean_view`]); `None` without one (an SRQ).
     #[inline(always)]
     pub(crate) fn rq_lean_view(&self) -> Option<crate::rq::RecvLeanView> {
-        self.rq.as_ref().and_then(|rq| rq.lean_view())
+        self.rq_ref().and_then(|rq| rq.lean_view())
     }
 
     /// Whether the receive CQE naming WQE `wqe_counter` names the oldest outstanding receive
@@ -666,27 +668,34 @@ impl Qp {
     /// ([`crate::rq::RecvQueue::names_oldest`]); false on an SRQ.
     #[inline(always)]
     pub(crate) fn rq_names_oldest(&self, wqe_counter: u16) -> bool {
-        match &self.rq {
-            Some(rq) => rq.names_oldest(wqe_counter),
-            None => false,
-        }
+        // (An absent queue's key is shut: no test of its own.)
+        self.rq.names_oldest(wqe_counter)
     }
 
     /// Retire the receive [`Qp::rq_names_oldest`] accepted; its WR id.
     #[inline(always)]
     pub(crate) fn rq_take_oldest(&mut self, wqe_counter: u16) -> u64 {
-        match &mut self.rq {
-            Some(rq) => rq.take_oldest(wqe_counter),
-            None => 0,
-        }
+        self.rq.take_oldest(wqe_counter)
     }
 
     /// The lean receive poll retired `k` receives.
     #[inline(always)]
     pub(crate) fn rq_lean_retired(&mut self, k: u16) {
-        if let Some(rq) = self.rq.as_mut() {
+        if let Some(rq) = self.rq_mut() {
             rq.lean_retired(k);
         }
+    }
+
+    /// The QP's own receive queue, `None` when it has none (an SRQ).
+    #[inline(always)]
+    fn rq_ref(&self) -> Option<&RecvQueue> {
+        self.rq.present().then_some(&self.rq)
+    }
+
+    /// [`Qp::rq_ref`], mutable.
+    #[inline(always)]
+    pub(crate) fn rq_mut(&mut self) -> Option<&mut RecvQueue> {
+        self.rq.present().then_some(&mut self.rq)
     }
 
     pub(crate) fn reply_sges(&self, wqe_counter: u16, out: &mut [DataSeg; 16]) -> usize {

@@ -146,6 +146,35 @@ impl RecvQueue {
         }
     }
 
+    /// The receive side of a QP without a receive queue of its own (it receives through an
+    /// SRQ, or has none): no ring, one slot of bookkeeping, the key shut for good so that no
+    /// lean path takes a CQE for it ([`RecvQueue::present`] tells it apart; `Qp` keeps one
+    /// in place of an `Option` so that the lean paths test the key alone).
+    pub fn absent() -> RecvQueue {
+        RecvQueue {
+            buf: core::ptr::null_mut(),
+            wqe_cnt: 0,
+            mask: 0,
+            stride: 16,
+            slots: 1,
+            max_sge: 0,
+            dbrec: core::ptr::null_mut(),
+            head: 0,
+            tail: 0,
+            wr_id: LineArray::zeroed(1),
+            done: LineArray::zeroed(1),
+            reported: None,
+            ooo: 0,
+            key: KEY_SHUT,
+        }
+    }
+
+    /// Whether this is a receive queue (not [`RecvQueue::absent`]).
+    #[inline(always)]
+    pub fn present(&self) -> bool {
+        self.wqe_cnt != 0
+    }
+
     /// WQEs posted and not yet completed.
     #[inline(always)]
     pub fn outstanding(&self) -> u32 {
@@ -264,7 +293,8 @@ impl RecvQueue {
     pub fn lean_view(&self) -> Option<RecvLeanView> {
         debug_assert!(
             (self.key as u16 == self.tail)
-                & ((self.ooo == 0) & self.reported.is_none() | (self.key >= KEY_SHUT)),
+                & ((self.ooo == 0) & self.reported.is_none() & self.present()
+                    | (self.key >= KEY_SHUT)),
             "the one-entry poll's key"
         );
         if (self.ooo != 0) | self.reported.is_some() {
@@ -288,7 +318,7 @@ impl RecvQueue {
 
     /// `key` as `tail`, `ooo` and `reported` make it.
     fn sync_key(&mut self) {
-        let shut = (self.ooo != 0) | self.reported.is_some();
+        let shut = (self.ooo != 0) | self.reported.is_some() | !self.present();
         self.key = self.tail as u32 | if shut { KEY_SHUT } else { 0 };
     }
 

@@ -355,6 +355,19 @@ impl Wc {
         }
     }
 
+    /// [`Wc::write_resp`] but the WR id ([`Wc::write_wr_id`] completes it).
+    ///
+    /// # Safety
+    /// As [`Wc::write_req`].
+    #[inline(always)]
+    pub(crate) unsafe fn write_resp_cqe(out: *mut Wc, cqe: *const u8, tail: u64) {
+        // SAFETY: the caller's.
+        unsafe {
+            copy16((out as *mut u8).add(8), cqe.add(16));
+            Wc::write_req_cqe(out, cqe, tail);
+        }
+    }
+
     /// The completion of an error CQE (`op_own` opcode REQ_ERR or RESP_ERR, format 0):
     /// `wr_id`, `err` (its bytes 48..56 as loaded: the syndromes, which make the status) and
     /// `tail` (its bytes 56..64). Three stores.

@@ -24,9 +24,10 @@ impl Qp {
             }
             _ => {}
         }
-        match self.rq.as_mut() {
+        let srq = self.srqn.is_some();
+        match self.rq_mut() {
             Some(rq) => rq.post(wrs),
-            None if self.srqn.is_some() => Err(Error::WrongState {
+            None if srq => Err(Error::WrongState {
                 op: "post a receive on a QP that uses an SRQ",
                 state: self.state,
                 hint: "post to the Srq instead",
