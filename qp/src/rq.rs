@@ -38,7 +38,6 @@ pub(crate) struct RecvQueue {
     /// `&dbrec[MLX5_RCV_DBR]`.
     dbrec: *mut u32,
     pub head: u16,
-    pub tail: u16,
     wr_id: LineArray<u64>,
     /// WQEs after `tail` the device completed out of order (retired when `tail` reaches them).
     done: LineArray<bool>,
@@ -48,11 +47,12 @@ pub(crate) struct RecvQueue {
     /// outstanding WQE is the only one a CQE may name in order, and the lean poll need not
     /// look at `done` ([`RecvQueue::lean_view`]).
     ooo: u32,
-    /// What the one-entry poll compares a CQE's `wqe_counter` with (one compare,
-    /// [`RecvQueue::names_oldest`]): `tail` in its low 16 bits, and above them 0 unless the
-    /// lean paths must keep out — [`KEY_SHUT`] while `ooo` or `reported` does. A lean retire
-    /// adds to it as to `tail` (one instruction); the carry when `tail` wraps shuts it too,
-    /// spuriously: that CQE goes to the full path, which resyncs the key (as the send queue's).
+    /// The tail — WQEs retired, 16-bit ([`RecvQueue::tail`]) — in its low 16 bits, and what
+    /// the one-entry poll compares a CQE's `wqe_counter` with (one compare,
+    /// [`RecvQueue::names_oldest`]): above the tail 0 unless the lean paths must keep out,
+    /// [`KEY_SHUT`] while `ooo` or `reported` does (or the queue is absent). A lean retire is
+    /// one add; the carry when the tail wraps shuts the key too, spuriously: that CQE goes to
+    /// the full path, which resyncs it (as the send queue's).
     key: u32,
 }
 
@@ -137,7 +137,6 @@ impl RecvQueue {
             max_sge: max_recv_sge.min(slots as u32),
             dbrec,
             head: 0,
-            tail: 0,
             wr_id: LineArray::zeroed(wqe_cnt as usize),
             done: LineArray::zeroed(wqe_cnt as usize),
             reported: None,
@@ -160,7 +159,6 @@ impl RecvQueue {
             max_sge: 0,
             dbrec: core::ptr::null_mut(),
             head: 0,
-            tail: 0,
             wr_id: LineArray::zeroed(1),
             done: LineArray::zeroed(1),
             reported: None,
@@ -175,10 +173,22 @@ impl RecvQueue {
         self.wqe_cnt != 0
     }
 
+    /// WQEs retired (16-bit, free-running): the low half of `key`.
+    #[inline(always)]
+    pub fn tail(&self) -> u16 {
+        self.key as u16
+    }
+
+    /// Set the tail, the key's other bits kept (the full path resyncs them after: `sync_key`).
+    #[inline(always)]
+    fn set_tail(&mut self, tail: u16) {
+        self.key = (self.key & !0xffff) | tail as u32;
+    }
+
     /// WQEs posted and not yet completed.
     #[inline(always)]
     pub fn outstanding(&self) -> u32 {
-        self.head.wrapping_sub(self.tail) as u32
+        self.head.wrapping_sub(self.tail()) as u32
     }
 
     #[inline(always)]
@@ -241,11 +251,11 @@ impl RecvQueue {
         out: &mut [Wc],
         first: bool,
     ) -> core::result::Result<Progress, u16> {
-        let dist = wqe_counter.wrapping_sub(self.tail) & self.mask;
+        let dist = wqe_counter.wrapping_sub(self.tail()) & self.mask;
         if dist as u32 >= self.outstanding() {
             return Ok(Progress::Bad("outside the outstanding receive range"));
         }
-        let c = self.tail.wrapping_add(dist);
+        let c = self.tail().wrapping_add(dist);
         let slot = (c & self.mask) as usize;
         if self.done[slot] {
             return Ok(Progress::Bad("the receive WQE it names completed already"));
@@ -258,7 +268,7 @@ impl RecvQueue {
                 return Ok(Progress::Partial(0));
             }
             self.reported = Some(c);
-            return Err(self.tail);
+            return Err(self.tail());
         }
         if let (Some(data), true) = (inline, wc.is_ok()) {
             let len = (wc.byte_len() as usize).min(data.len());
@@ -276,11 +286,12 @@ impl RecvQueue {
             self.done[slot] = true;
             self.ooo += 1;
         } else {
-            self.tail = c.wrapping_add(1);
-            while self.tail != self.head && self.done[(self.tail & self.mask) as usize] {
-                self.done[(self.tail & self.mask) as usize] = false;
+            self.set_tail(c.wrapping_add(1));
+            while self.tail() != self.head && self.done[(self.tail() & self.mask) as usize] {
+                let slot = (self.tail() & self.mask) as usize;
+                self.done[slot] = false;
                 self.ooo -= 1;
-                self.tail = self.tail.wrapping_add(1);
+                self.set_tail(self.tail().wrapping_add(1));
             }
         }
         Ok(Progress::Done(1))
@@ -292,34 +303,31 @@ impl RecvQueue {
     #[inline(always)]
     pub fn lean_view(&self) -> Option<RecvLeanView> {
         debug_assert!(
-            (self.key as u16 == self.tail)
-                & ((self.ooo == 0) & self.reported.is_none() & self.present()
-                    | (self.key >= KEY_SHUT)),
+            (self.ooo == 0) & self.reported.is_none() & self.present() | (self.key >= KEY_SHUT),
             "the one-entry poll's key"
         );
         if (self.ooo != 0) | self.reported.is_some() {
             return None;
         }
         Some(RecvLeanView {
-            tail: self.tail,
-            outstanding: self.head.wrapping_sub(self.tail),
+            tail: self.tail(),
+            outstanding: self.head.wrapping_sub(self.tail()),
             mask: self.mask,
             wr_ids: self.wr_id.as_ptr(),
         })
     }
 
     /// The lean receive poll retired the `k` oldest WQEs (none completed out of order after
-    /// them, nothing reported: [`RecvQueue::lean_view`]): `tail` and `key` move alike.
+    /// them, nothing reported: [`RecvQueue::lean_view`]): the tail in the key moves on.
     #[inline(always)]
     pub fn lean_retired(&mut self, k: u16) {
-        self.tail = self.tail.wrapping_add(k);
         self.key = self.key.wrapping_add(k as u32);
     }
 
     /// `key` as `tail`, `ooo` and `reported` make it.
     fn sync_key(&mut self) {
         let shut = (self.ooo != 0) | self.reported.is_some() | !self.present();
-        self.key = self.tail as u32 | if shut { KEY_SHUT } else { 0 };
+        self.key = self.tail() as u32 | if shut { KEY_SHUT } else { 0 };
     }
 
     /// The one-entry poll's test: whether `wqe_counter` names the oldest outstanding WQE and
@@ -344,7 +352,7 @@ impl RecvQueue {
 
     fn flushed(&mut self, qpn: u32) -> Wc {
         Wc::new(&crate::wc::WcFields {
-            wr_id: self.wr_id[(self.tail & self.mask) as usize],
+            wr_id: self.wr_id[(self.tail() & self.mask) as usize],
             status: WcStatus::WrFlushErr,
             opcode: crate::wc::WcOpcode::Recv,
             qp_num: qpn,
@@ -362,13 +370,13 @@ impl RecvQueue {
 
     fn flush_all_inner(&mut self, qpn: u32, out: &mut [Wc]) -> Progress {
         let mut n = 0;
-        while self.tail != self.head {
-            let slot = (self.tail & self.mask) as usize;
+        while self.tail() != self.head {
+            let slot = (self.tail() & self.mask) as usize;
             if self.done[slot] {
                 // Completed out of order already.
                 self.done[slot] = false;
                 self.ooo -= 1;
-                self.tail = self.tail.wrapping_add(1);
+                self.set_tail(self.tail().wrapping_add(1));
                 continue;
             }
             if n == out.len() {
@@ -376,7 +384,7 @@ impl RecvQueue {
             }
             out[n] = self.flushed(qpn);
             n += 1;
-            self.tail = self.tail.wrapping_add(1);
+            self.set_tail(self.tail().wrapping_add(1));
         }
         self.reported = None;
         Progress::Done(n)
@@ -385,7 +393,7 @@ impl RecvQueue {
     /// Forget everything (the QP went to Reset).
     pub fn reset(&mut self) {
         self.head = 0;
-        self.tail = 0;
+        self.set_tail(0);
         self.done.fill(false);
         self.ooo = 0;
         self.reported = None;
