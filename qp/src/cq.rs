@@ -536,12 +536,17 @@ impl Cq {
             // SAFETY: the CQE is software-owned (its owner test passed).
             let (tail, qp) = unsafe { owned_cqe(table, cqe) };
             if let Some(qp) = qp {
+                let o = wcs.as_mut_ptr();
                 // SAFETY: a software-owned CQE, `tail` read after the barrier, room for one.
-                if unsafe { recv_one(qp, cqe, tail, wcs.as_mut_ptr()) } {
+                if let Some(wr_id) = unsafe { recv_one_but_wr_id(qp, cqe, tail, o) } {
                     #[cfg(test)]
                     paths::served(1, 1);
                     self.ci = ci.wrapping_add(1);
                     self.update_ci();
+                    // The WR id after the consumer index: an order of its own, which keeps
+                    // LLVM from sharing the send's last instructions behind a jump.
+                    // SAFETY: room for one.
+                    unsafe { Wc::write_wr_id(o, wr_id) };
                     return Ok(1);
                 }
             }
@@ -1316,18 +1321,32 @@ unsafe fn send_one(qp: &mut Qp, cqe: *const u8, tail: u64, out: *mut Wc) -> bool
 /// As [`send_one`].
 #[inline(always)]
 unsafe fn recv_one(qp: &mut Qp, cqe: *const u8, tail: u64, out: *mut Wc) -> bool {
+    // SAFETY: the caller's.
+    match unsafe { recv_one_but_wr_id(qp, cqe, tail, out) } {
+        // SAFETY: the caller's.
+        Some(wr_id) => unsafe {
+            Wc::write_wr_id(out, wr_id);
+            true
+        },
+        None => false,
+    }
+}
+
+/// [`recv_one`] but the WR id, returned for the caller to store (`None`: declined).
+///
+/// # Safety
+/// As [`send_one`].
+#[inline(always)]
+unsafe fn recv_one_but_wr_id(qp: &mut Qp, cqe: *const u8, tail: u64, out: *mut Wc) -> Option<u64> {
     // SAFETY: the caller's: a software-owned CQE.
     let counter = u16::from_be(unsafe { core::ptr::read_volatile(cqe.add(60) as *const u16) });
     if !qp.rq_names_oldest(counter) {
-        return false;
+        return None;
     }
     // The CQE's bytes first, the WR id last, as in `send_one`.
     // SAFETY: the caller's.
-    unsafe {
-        Wc::write_resp_cqe(out, cqe, tail);
-        Wc::write_wr_id(out, qp.rq_take_oldest(counter));
-    }
-    true
+    unsafe { Wc::write_resp_cqe(out, cqe, tail) };
+    Some(qp.rq_take_oldest(counter))
 }
 
 /// The completion of one flush CQE of `qp` (an error CQE of this lap, format 0: REQ_ERR when
