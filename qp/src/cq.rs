@@ -1547,36 +1547,8 @@ unsafe fn distinct_run<R: Resolve + ?Sized, const SHIFT: u32>(
     n: usize,
     out: *mut Wc,
 ) -> usize {
-    // The CQE and the entry move on together; the count is the entry's distance from `out`.
-    let (mut c, mut o) = (cqe, out);
-    // SAFETY: `out` has `n` entries: one past the last.
-    let end = unsafe { out.add(n) };
-    while o != end {
-        // SAFETY: o < end: `c` is a CQE of this lap and `o` one of the entries; the CQE's
-        // op_own read volatile (the device writes it), its bytes 56..64 after the ownership
-        // test and the barrier.
-        unsafe {
-            if core::ptr::read_volatile(c.add(63)) != own {
-                break;
-            }
-            let (tail, qp) = owned_cqe(table, c);
-            let Some(qp) = qp else {
-                break;
-            };
-            // `send_one`, the counter loaded after the QP's lookup.
-            let counter = u16::from_be(core::ptr::read_volatile(c.add(60) as *const u16));
-            if !qp.sq_names_oldest(counter) {
-                break;
-            }
-            Wc::write_req_cqe(o, c, tail);
-            Wc::write_wr_id(o, qp.sq_take_oldest(counter));
-            o = o.add(1);
-            // Past the lap's end after its last CQE (then `o` is `end`: nothing is read).
-            c = c.wrapping_add(1 << SHIFT);
-        }
-    }
-    // SAFETY: `o` is `out` plus the entries written.
-    unsafe { o.offset_from(out) as usize }
+    // SAFETY: the caller's; a plain REQ CQE's `op_own` of this lap is `own`.
+    unsafe { distinct_loop::<REQ_RUN, R, SHIFT>(table, cqe, own, n, out) }
 }
 
 /// Good responder CQEs of this lap from `cqe`, each with `op_own == want` (one kind of
@@ -1600,6 +1572,26 @@ unsafe fn distinct_recv_run<R: Resolve + ?Sized, const SHIFT: u32>(
     n: usize,
     out: *mut Wc,
 ) -> usize {
+    // SAFETY: the caller's.
+    unsafe { distinct_loop::<RESP_RUN, R, SHIFT>(table, cqe, want, n, out) }
+}
+
+/// The loop of [`distinct_run`] (`KIND` [`REQ_RUN`]: [`send_one`]) and
+/// [`distinct_recv_run`] ([`RESP_RUN`]: [`recv_one`]): while the CQE has `op_own == want`
+/// (read volatile), the barrier, its bytes 56..64, its QP in `table`, and the one-entry
+/// path's take of it. Returns the CQEs taken.
+///
+/// # Safety
+/// As [`distinct_recv_run`], `want` an `op_own` of this lap of the kind `KIND` takes.
+#[inline(always)]
+unsafe fn distinct_loop<const KIND: u8, R: Resolve + ?Sized, const SHIFT: u32>(
+    table: &mut R,
+    cqe: *const u8,
+    want: u8,
+    n: usize,
+    out: *mut Wc,
+) -> usize {
+    // The CQE and the entry move on together; the count is the entry's distance from `out`.
     let (mut c, mut o) = (cqe, out);
     // SAFETY: `out` has `n` entries: one past the last.
     let end = unsafe { out.add(n) };
@@ -1615,8 +1607,22 @@ unsafe fn distinct_recv_run<R: Resolve + ?Sized, const SHIFT: u32>(
             let Some(qp) = qp else {
                 break;
             };
-            if !recv_one(qp, c, tail, o) {
-                break;
+            // `send_one` and `recv_one` spelled out: through them, with a `bool` to test,
+            // LLVM keeps the counter in one more register and adds to the key in two
+            // instructions (two more per CQE).
+            let counter = u16::from_be(core::ptr::read_volatile(c.add(60) as *const u16));
+            if KIND == REQ_RUN {
+                if !qp.sq_names_oldest(counter) {
+                    break;
+                }
+                Wc::write_req_cqe(o, c, tail);
+                Wc::write_wr_id(o, qp.sq_take_oldest(counter));
+            } else {
+                if !qp.rq_names_oldest(counter) {
+                    break;
+                }
+                Wc::write_resp_cqe(o, c, tail);
+                Wc::write_wr_id(o, qp.rq_take_oldest(counter));
             }
             o = o.add(1);
             // Past the lap's end after its last CQE (then `o` is `end`: nothing is read).
