@@ -538,7 +538,7 @@ impl Cq {
             if let Some(qp) = qp {
                 let o = wcs.as_mut_ptr();
                 // SAFETY: a software-owned CQE, `tail` read after the barrier, room for one.
-                if let Some(wr_id) = unsafe { recv_one_but_wr_id(qp, cqe, tail, o) } {
+                if let Some(wr_id) = unsafe { recv_one(qp, cqe, tail, o) } {
                     #[cfg(test)]
                     paths::served(1, 1);
                     self.ci = ci.wrapping_add(1);
@@ -1314,30 +1314,14 @@ unsafe fn send_one(qp: &mut Qp, cqe: *const u8, tail: u64, out: *mut Wc) -> bool
 /// The completion of one good responder CQE of `qp` ([`good_resp`]; `tail` its bytes 56..64,
 /// read after the barrier) when it names the oldest outstanding receive of the QP's own
 /// receive queue and nothing keeps the lean paths out
-/// ([`crate::rq::RecvQueue::names_oldest`]): written to `out` ([`Wc::write_resp`]), the
-/// receive retired. Returns whether it was.
+/// ([`crate::rq::RecvQueue::names_oldest`]): the CQE's bytes written to `out`
+/// ([`Wc::write_resp_cqe`]), the receive retired, its WR id returned for the caller to store
+/// ([`Wc::write_wr_id`]); `None` when declined.
 ///
 /// # Safety
 /// As [`send_one`].
 #[inline(always)]
-unsafe fn recv_one(qp: &mut Qp, cqe: *const u8, tail: u64, out: *mut Wc) -> bool {
-    // SAFETY: the caller's.
-    match unsafe { recv_one_but_wr_id(qp, cqe, tail, out) } {
-        // SAFETY: the caller's.
-        Some(wr_id) => unsafe {
-            Wc::write_wr_id(out, wr_id);
-            true
-        },
-        None => false,
-    }
-}
-
-/// [`recv_one`] but the WR id, returned for the caller to store (`None`: declined).
-///
-/// # Safety
-/// As [`send_one`].
-#[inline(always)]
-unsafe fn recv_one_but_wr_id(qp: &mut Qp, cqe: *const u8, tail: u64, out: *mut Wc) -> Option<u64> {
+unsafe fn recv_one(qp: &mut Qp, cqe: *const u8, tail: u64, out: *mut Wc) -> Option<u64> {
     // SAFETY: the caller's: a software-owned CQE.
     let counter = u16::from_be(unsafe { core::ptr::read_volatile(cqe.add(60) as *const u16) });
     if !qp.rq_names_oldest(counter) {

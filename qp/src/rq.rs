@@ -29,7 +29,7 @@ use mlx5_wqe::seg::DataSeg;
 pub(crate) struct RecvQueue {
     buf: *mut u8,
     wqe_cnt: u32,
-    mask: u16,
+    mask: u32,
     stride: usize,
     /// Data segments per WQE (`stride / 16`).
     slots: usize,
@@ -131,7 +131,7 @@ impl RecvQueue {
         RecvQueue {
             buf,
             wqe_cnt,
-            mask: (wqe_cnt - 1) as u16,
+            mask: wqe_cnt - 1,
             stride: stride as usize,
             slots,
             max_sge: max_recv_sge.min(slots as u32),
@@ -194,7 +194,10 @@ impl RecvQueue {
     #[inline(always)]
     fn wqe(&self, idx: u16) -> *mut u8 {
         // SAFETY: the slot is < wqe_cnt, so the WQE is inside the ring.
-        unsafe { self.buf.add((idx & self.mask) as usize * self.stride) }
+        unsafe {
+            self.buf
+                .add((idx as u32 & self.mask) as usize * self.stride)
+        }
     }
 
     /// Post a list of receive WRs: all are checked first (all or nothing), then written, then
@@ -213,7 +216,7 @@ impl RecvQueue {
             // SAFETY: the WQE is a free slot of the ring (room checked above) with `slots`
             // segments; the list was checked against max_sge ≤ slots.
             unsafe { write_scatter(self.wqe(self.head), self.slots, wr.sges) };
-            self.wr_id[(self.head & self.mask) as usize] = wr.wr_id;
+            self.wr_id[(self.head as u32 & self.mask) as usize] = wr.wr_id;
             self.head = self.head.wrapping_add(1);
         }
         mmio::to_device_barrier();
@@ -251,12 +254,12 @@ impl RecvQueue {
         out: &mut [Wc],
         first: bool,
     ) -> core::result::Result<Progress, u16> {
-        let dist = wqe_counter.wrapping_sub(self.tail()) & self.mask;
+        let dist = wqe_counter.wrapping_sub(self.tail()) & self.mask as u16;
         if dist as u32 >= self.outstanding() {
             return Ok(Progress::Bad("outside the outstanding receive range"));
         }
         let c = self.tail().wrapping_add(dist);
-        let slot = (c & self.mask) as usize;
+        let slot = (c as u32 & self.mask) as usize;
         if self.done[slot] {
             return Ok(Progress::Bad("the receive WQE it names completed already"));
         }
@@ -287,8 +290,8 @@ impl RecvQueue {
             self.ooo += 1;
         } else {
             self.set_tail(c.wrapping_add(1));
-            while self.tail() != self.head && self.done[(self.tail() & self.mask) as usize] {
-                let slot = (self.tail() & self.mask) as usize;
+            while self.tail() != self.head && self.done[(self.tail() as u32 & self.mask) as usize] {
+                let slot = (self.tail() as u32 & self.mask) as usize;
                 self.done[slot] = false;
                 self.ooo -= 1;
                 self.set_tail(self.tail().wrapping_add(1));
@@ -312,7 +315,7 @@ impl RecvQueue {
         Some(RecvLeanView {
             tail: self.tail(),
             outstanding: self.head.wrapping_sub(self.tail()),
-            mask: self.mask,
+            mask: self.mask as u16,
             wr_ids: self.wr_id.as_ptr(),
         })
     }
@@ -342,7 +345,7 @@ impl RecvQueue {
     #[inline(always)]
     pub fn take_oldest(&mut self, wqe_counter: u16) -> u64 {
         debug_assert!(self.names_oldest(wqe_counter));
-        let slot = (wqe_counter & self.mask) as usize;
+        let slot = (wqe_counter as u32 & self.mask) as usize;
         debug_assert!(slot < self.wr_id.len());
         // SAFETY: `slot` is masked below `wqe_cnt`, the array's length.
         let wr_id = unsafe { *self.wr_id.as_ptr().add(slot) };
@@ -352,7 +355,7 @@ impl RecvQueue {
 
     fn flushed(&mut self, qpn: u32) -> Wc {
         Wc::new(&crate::wc::WcFields {
-            wr_id: self.wr_id[(self.tail() & self.mask) as usize],
+            wr_id: self.wr_id[(self.tail() as u32 & self.mask) as usize],
             status: WcStatus::WrFlushErr,
             opcode: crate::wc::WcOpcode::Recv,
             qp_num: qpn,
@@ -371,7 +374,7 @@ impl RecvQueue {
     fn flush_all_inner(&mut self, qpn: u32, out: &mut [Wc]) -> Progress {
         let mut n = 0;
         while self.tail() != self.head {
-            let slot = (self.tail() & self.mask) as usize;
+            let slot = (self.tail() as u32 & self.mask) as usize;
             if self.done[slot] {
                 // Completed out of order already.
                 self.done[slot] = false;
