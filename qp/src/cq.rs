@@ -498,7 +498,7 @@ impl Cq {
     /// the CQE at the consumer index when it is a plain REQ CQE of this lap naming its QP's
     /// oldest outstanding WQE ([`send_one`]) or a good responder CQE of this lap naming its
     /// QP's oldest outstanding receive ([`recv_one`]), else nothing when the CQ is empty,
-    /// else [`Cq::poll_single_full`] (out of line, so that this path needs no register the
+    /// else [`Cq::poll_single_flush`] (out of line, so that this path needs no register the
     /// caller saved).
     #[inline(always)]
     fn poll_single<R: Resolve + ?Sized>(&mut self, table: &mut R, wcs: &mut [Wc]) -> Result<usize> {
@@ -556,7 +556,7 @@ impl Cq {
         }
         // The CQ comes back with the count, so that nothing of this frame need survive the
         // call in a register the caller saved.
-        let (n, cq) = self.poll_single_full(table, wcs);
+        let (n, cq) = self.poll_single_flush(table, wcs);
         match n {
             SLOW_ERROR => Err(cq.take_error()),
             n => Ok(n),
@@ -573,10 +573,44 @@ impl Cq {
             .unwrap_or(Error::BadLayout("no error was stashed"))
     }
 
-    /// What [`Cq::poll_single`] declines: an error CQE of this lap through [`flush_one`],
-    /// else [`flush_run`] (a queue's first flush, which begins the send queue's flushing or
-    /// moves the QP to Error), anything else and what those decline through the full path.
-    /// Reads the CQE afresh: its owner byte, the barrier, the rest.
+    /// What [`Cq::poll_single`] declines, from the software-owned CQE at the consumer index:
+    /// an error CQE of this lap through [`flush_one`] (a flush of a queue flushing already),
+    /// in a frame of its own (no register saved, nothing on the stack); anything else and
+    /// what that declines through [`Cq::poll_single_full`] (a tail call).
+    #[inline(never)]
+    fn poll_single_flush<R: Resolve + ?Sized>(
+        &mut self,
+        table: &mut R,
+        wcs: &mut [Wc],
+    ) -> (usize, &mut Cq) {
+        let ci = self.ci;
+        let idx = (ci & self.mask) as usize;
+        // SAFETY: idx < cqe_cnt: the 64-byte CQE of its slot, inside the buffer.
+        let cqe = unsafe { self.cqe0.add(idx * self.cqe_size) };
+        // SAFETY: op_own is the last byte of the CQE; volatile, the device writes it.
+        let op_own = unsafe { core::ptr::read_volatile(cqe.add(63)) };
+        // `poll_single` found this CQE software-owned, so its owner bit is the lap's (a CQE
+        // the device handed over stays as it is until the consumer index passes it).
+        if error_of_lap(op_own, op_own & 1) {
+            // SAFETY: the CQE is software-owned (its owner test passed).
+            let (tail, qp) = unsafe { owned_cqe(table, cqe) };
+            if let Some(qp) = qp {
+                let send = op_own >> 4 == CQE_REQ_ERR;
+                // SAFETY: as in `poll_single`: a software-owned error CQE of this lap.
+                if unsafe { flush_one(qp, cqe, tail, send, wcs.as_mut_ptr()) } {
+                    #[cfg(test)]
+                    paths::served(2, 1);
+                    return self.took_one(ci);
+                }
+            }
+        }
+        self.poll_single_full(table, wcs)
+    }
+
+    /// What [`Cq::poll_single_flush`] declines: a queue's first flush through [`flush_run`]
+    /// (which begins the send queue's flushing or moves the QP to Error), anything else and
+    /// what that declines through the full path. Reads the CQE afresh: its owner byte, the
+    /// barrier, the rest.
     #[cold]
     #[inline(never)]
     fn poll_single_full<R: Resolve + ?Sized>(
@@ -589,18 +623,9 @@ impl Cq {
             // SAFETY: the CQE is software-owned (its owner test passed).
             let (tail, qp) = unsafe { owned_cqe(table, cqe) };
             if let Some(qp) = qp {
-                let o = wcs.as_mut_ptr();
-                // SAFETY: as in `poll_single`: `flush_one`, else `flush_run` (a queue's first
-                // flush). A run of one CQE reads no other, so the CQE size (its `SHIFT`)
-                // does not matter to it.
-                let k = unsafe {
-                    if flush_one(qp, cqe, tail, op_own >> 4 == CQE_REQ_ERR, o) {
-                        1
-                    } else {
-                        flush_run::<6>(qp, cqe, tail, op_own, 1, o)
-                    }
-                };
-                if k == 1 {
+                // SAFETY: as in `poll_single`; a run of one CQE reads no other, so the CQE
+                // size (its `SHIFT`) does not matter to it.
+                if unsafe { flush_run::<6>(qp, cqe, tail, op_own, 1, wcs.as_mut_ptr()) } == 1 {
                     #[cfg(test)]
                     paths::served(2, 1);
                     return self.took_one(ci);
