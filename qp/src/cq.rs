@@ -247,6 +247,11 @@ impl QpTable {
 impl Resolve for QpTable {
     #[inline(always)]
     fn qp(&mut self, qpn: u32) -> Option<&mut Qp> {
+        // No QP has a number above 24 bits, and the sentinel's is `u32::MAX` (free where the
+        // QPN comes from a CQE's three bytes: the compiler knows its top byte is 0).
+        if qpn > 0x00ff_ffff {
+            return None;
+        }
         debug_assert_eq!(self.slots.len(), self.mask as usize + 1);
         // SAFETY: `slots` has `mask + 1` entries (`QpTable::default`, `QpTable::rebuild` set
         // both together), so `qpn & mask` indexes one.
@@ -255,7 +260,7 @@ impl Resolve for QpTable {
         // is a QP, or is 0 (`insert_qp`, `rebuild`): element 0, a QP or, in an empty table,
         // the sentinel, whose QPN field `default` initialised (capacity is never below 1).
         // So `p` is an element and its QPN field 4 initialised, aligned bytes; the element is
-        // a QP whenever that field equals a 24-bit QPN (the sentinel's is `u32::MAX`).
+        // a QP whenever that field equals `qpn`, a 24-bit QPN (the sentinel's is `u32::MAX`).
         unsafe {
             let p = self.qps.as_mut_ptr().cast::<u64>().add(at).cast::<Qp>();
             let field = p.cast::<u8>().add(Qp::QPN_OFFSET).cast::<u32>().read();
@@ -3039,13 +3044,13 @@ mod tests {
     fn a_qp_table_finds_a_qp_only_by_its_own_qpn() {
         use crate::Resolve;
         let mut empty = QpTable::new();
-        for qpn in [0, 1, QPN, 0xff_ffff] {
+        for qpn in [0, 1, QPN, 0xff_ffff, 0x100_0000, u32::MAX] {
             assert!(empty.qp(qpn).is_none(), "{qpn:#x} in an empty table");
         }
         let (mut dev, mut t, mut cq) = Dev::new(64);
         assert_eq!(t.qp(QPN).map(|q| q.qpn()), Some(QPN));
         assert_eq!(t.qp(QPN_B).map(|q| q.qpn()), Some(QPN_B));
-        assert!(t.qp(QPN + 1).is_none() && t.qp(0x77).is_none());
+        assert!(t.qp(QPN + 1).is_none() && t.qp(0x77).is_none() && t.qp(u32::MAX).is_none());
         t.qps_mut().swap(0, 1);
         assert!(t.qp(QPN).is_none() && t.qp(QPN_B).is_none());
         let qp = t.qp_at(0).unwrap();
