@@ -665,10 +665,13 @@ impl Cq {
     }
 
     /// The fast loop of [`Cq::poll`]: while the CQE at the consumer index is a plain REQ CQE
-    /// (opcode 0, format 0, SE clear) or a good responder CQE ([`good_resp`]) of this lap,
-    /// retire it — and the run of CQEs of the same QP behind it — a send CQE through
+    /// (opcode 0, format 0, SE clear), a good responder CQE ([`good_resp`]) or a flush of
+    /// this lap, retire it — and the run of CQEs of the same QP behind it — a send CQE through
     /// [`send_one`], inline, then [`send_more`] (out of line) when its QP has more outstanding
-    /// and `wcs` more room; a receive CQE through [`recv_run`] (out of line).
+    /// and `wcs` more room; a receive CQE through [`recv_run`], a flush through [`flush_run`]
+    /// (out of line). Where a send or receive run ends at a CQE of another QP, the CQEs from
+    /// there go through [`distinct_run`] or [`distinct_recv_run`] (each CQE's QP found anew:
+    /// a CQ shared by many QPs).
     /// Returns the completions written and whether it stopped at a CQE it declined (software
     /// owned, left for the full path) rather than at an empty CQ or a full `wcs`. Moves the
     /// consumer index, not the doorbell record.
