@@ -1,21 +1,25 @@
-//! Fuzz harness `cq_poll`: a CQ ring holding arbitrary device-written bytes, polled by
-//! `Cq::poll` and `Cq::poll_send` on a live RC QP with sends and receives outstanding. The
-//! rings are device memory of the software ConnectX (`mlx5_sim::mem::DmaBuf`), each ending at
-//! a guard page, so a poll that reads past the CQ buffer (a wrong wrap) faults at once.
+//! Fuzz harness `cq_poll`: a CQ ring holding arbitrary device-written bytes, shared by two
+//! live RC QPs with sends and receives outstanding, polled by `Cq::poll` through a `QpTable`
+//! that holds both (room for 4 and for 1: the one-entry path), by `Cq::poll` on the first QP
+//! alone and by `Cq::poll_send`. The rings are device memory of the software ConnectX
+//! (`mlx5_sim::mem::DmaBuf`), each ending at a guard page, so a poll that reads past the CQ
+//! buffer (a wrong wrap) faults at once.
 //!
 //! Input: byte 0 picks the CQE size (64 or 128), the CQ size (8 or 16) and how many sends and
-//! receives are posted first; then per CQE one control byte (bit 0: write the owner bit of
-//! the current lap; bit 1: put the QP's number in; bit 2: a requester opcode) followed by
-//! the CQE's bytes. The polls may return errors but never panic, never touch memory outside
-//! the rings, and never complete a work request twice (every posted WR completes exactly
-//! once). Shared by `fuzz/fuzz_targets/cq_poll.rs` and `qp/tests/it/fuzz_replay.rs`.
+//! receives are posted first on each QP; then per CQE one control byte (bit 0: write the owner
+//! bit of the current lap; bit 1: put a QP's number in, the second's when bit 3 is set too;
+//! bit 2: a requester opcode) followed by the CQE's bytes. The polls may return errors but
+//! never panic, never touch memory outside the rings, and never complete a work request twice
+//! (every posted WR completes exactly once). Shared by `fuzz/fuzz_targets/cq_poll.rs` and
+//! `qp/tests/it/fuzz_replay.rs`.
 
 use mlx5_hw::{BfLayout, CqLayout, QpLayout, QpState, QpType, WqLayout};
-use mlx5_qp::{Cq, Qp, RemoteAddr, SendFlags, Sge, Wc};
+use mlx5_qp::{Cq, Qp, QpTable, RemoteAddr, SendFlags, Sge, Wc};
 use mlx5_sim::mem::DmaBuf;
 use std::collections::HashSet;
 
-const QPN: u32 = 0x1234;
+/// The two QPs' numbers.
+const QPNS: [u32; 2] = [0x1234, 0x1235];
 const SQ_BBS: u32 = 16;
 const RQ_CNT: u32 = 8;
 
@@ -29,9 +33,6 @@ pub fn run(data: &[u8]) {
     let sends = (sel >> 2) as u64 & 7;
     let recvs = (sel >> 5) as u64 & 7;
 
-    let sq = DmaBuf::new((SQ_BBS * 64 + RQ_CNT * 64) as usize).expect("ring");
-    let dbrec = DmaBuf::new(64).expect("dbrec");
-    let uar = DmaBuf::new(4096).expect("uar");
     let cq_buf = DmaBuf::new((cqe_cnt * cqe_size) as usize).expect("cq");
     let cq_dbrec = DmaBuf::new(64).expect("cq dbrec");
     let cq_uar = DmaBuf::new(4096).expect("cq uar");
@@ -40,35 +41,51 @@ pub fn run(data: &[u8]) {
         cq_buf.write((i + 1) * cqe_size as usize - 1, &[0xf0]);
     }
     let rq_bytes = (RQ_CNT * 64) as usize;
-    let layout = QpLayout {
-        qpn: QPN,
-        qp_type: QpType::Rc,
-        dbrec: dbrec.as_ptr() as *mut u32,
-        rq: WqLayout {
-            buf: sq.as_ptr(),
-            wqe_cnt: RQ_CNT,
-            stride: 64,
-        },
-        sq: WqLayout {
-            // The SQ after the RQ, as rdma-core lays a QP buffer out (`mlx5_alloc_qp_buf`).
-            buf: sq.as_ptr().wrapping_add(rq_bytes),
-            wqe_cnt: SQ_BBS,
-            stride: 64,
-        },
-        bf: BfLayout {
-            reg: uar.as_ptr().wrapping_add(0x800),
-            size: 256,
-            shared: false,
-        },
-        max_inline_data: 64,
-        max_send_sge: 2,
-        max_recv_sge: 4,
-        sq_sig_all: false,
-        uses_srq: false,
-    };
-    // SAFETY: every buffer is device memory owned by this function and outlives the QP and CQ.
-    let mut qp = unsafe { Qp::from_layout(&layout, None) }.expect("qp");
-    qp.set_state(QpState::Rts);
+    // Each QP's rings (RQ then SQ), doorbell record and UAR page.
+    let mem: Vec<[DmaBuf; 3]> = QPNS
+        .iter()
+        .map(|_| {
+            [
+                DmaBuf::new((SQ_BBS * 64 + RQ_CNT * 64) as usize).expect("ring"),
+                DmaBuf::new(64).expect("dbrec"),
+                DmaBuf::new(4096).expect("uar"),
+            ]
+        })
+        .collect();
+    let mut table = QpTable::new();
+    for (&qpn, [sq, dbrec, uar]) in QPNS.iter().zip(&mem) {
+        let layout = QpLayout {
+            qpn,
+            qp_type: QpType::Rc,
+            dbrec: dbrec.as_ptr() as *mut u32,
+            rq: WqLayout {
+                buf: sq.as_ptr(),
+                wqe_cnt: RQ_CNT,
+                stride: 64,
+            },
+            sq: WqLayout {
+                // The SQ after the RQ, as rdma-core lays a QP buffer out (`mlx5_alloc_qp_buf`).
+                buf: sq.as_ptr().wrapping_add(rq_bytes),
+                wqe_cnt: SQ_BBS,
+                stride: 64,
+            },
+            bf: BfLayout {
+                reg: uar.as_ptr().wrapping_add(0x800),
+                size: 256,
+                shared: false,
+            },
+            max_inline_data: 64,
+            max_send_sge: 2,
+            max_recv_sge: 4,
+            sq_sig_all: false,
+            uses_srq: false,
+        };
+        // SAFETY: every buffer is device memory owned by this function and outlives the QPs
+        // and the CQ (the table is dropped first).
+        let mut qp = unsafe { Qp::from_layout(&layout, None) }.expect("qp");
+        qp.set_state(QpState::Rts);
+        table.insert_qp(qp);
+    }
     let cq_layout = CqLayout {
         buf: cq_buf.as_ptr(),
         dbrec: cq_dbrec.as_ptr() as *mut u32,
@@ -85,27 +102,31 @@ pub fn run(data: &[u8]) {
     // with scattered data is copied there, `docs/sources.md` §8).
     let recv_buf = DmaBuf::new(RQ_CNT as usize * 64).expect("recv buffers");
     let mut posted = HashSet::new();
-    for i in 0..sends {
-        let flags = if i % 2 == 0 {
-            SendFlags::SIGNALED
-        } else {
-            SendFlags::empty()
-        };
-        if qp
-            .post_write_inline(i, b"fuzz", RemoteAddr::new(0x2000, 2), flags)
-            .is_ok()
-        {
-            posted.insert(i);
+    for q in 0..QPNS.len() {
+        let qp = table.qp_at(q).expect("qp");
+        let base = q as u64 * 10_000;
+        for i in 0..sends {
+            let flags = if i % 2 == 0 {
+                SendFlags::SIGNALED
+            } else {
+                SendFlags::empty()
+            };
+            if qp
+                .post_write_inline(base + i, b"fuzz", RemoteAddr::new(0x2000, 2), flags)
+                .is_ok()
+            {
+                posted.insert(base + i);
+            }
         }
-    }
-    for i in 0..recvs {
-        let sge = Sge {
-            addr: recv_buf.as_ptr() as u64 + i % RQ_CNT as u64 * 64,
-            length: 64,
-            lkey: 1,
-        };
-        if qp.post_recv(1000 + i, &[sge]).is_ok() {
-            posted.insert(1000 + i);
+        for i in 0..recvs {
+            let sge = Sge {
+                addr: recv_buf.as_ptr() as u64 + (q as u64 * recvs + i) % RQ_CNT as u64 * 64,
+                length: 64,
+                lkey: 1,
+            };
+            if qp.post_recv(base + 1000 + i, &[sge]).is_ok() {
+                posted.insert(base + 1000 + i);
+            }
         }
     }
 
@@ -119,7 +140,8 @@ pub fn run(data: &[u8]) {
         rest = &tail[n..];
         let off = if size == 128 { 64 } else { 0 };
         if ctl & 2 != 0 {
-            cqe[off + 57..off + 60].copy_from_slice(&QPN.to_be_bytes()[1..]);
+            let qpn = QPNS[(ctl >> 3) as usize & 1];
+            cqe[off + 57..off + 60].copy_from_slice(&qpn.to_be_bytes()[1..]);
         }
         if ctl & 4 != 0 {
             cqe[off + 63] &= 0x0f;
@@ -142,13 +164,20 @@ pub fn run(data: &[u8]) {
     let mut ids = [0u64; 4];
     for round in 0..16 {
         let got = if round % 2 == 0 {
-            match cq.poll(&mut qp, &mut wcs) {
+            // Through the table with room for 4 and for 1, through the first QP alone.
+            let r = match round % 6 {
+                0 => cq.poll(&mut table, &mut wcs),
+                2 => cq.poll(&mut table, &mut wcs[..1]),
+                _ => cq.poll(table.qp_at(0).expect("qp"), &mut wcs),
+            };
+            match r {
                 Ok(n) => wcs[..n].iter().map(|w| w.wr_id()).collect::<Vec<_>>(),
                 Err(_) => continue,
             }
         } else {
             let mut other = Vec::new();
-            match cq.poll_send(&mut qp, &mut ids, |w| other.push(w.wr_id())) {
+            let qp = table.qp_at(0).expect("qp");
+            match cq.poll_send(qp, &mut ids, |w| other.push(w.wr_id())) {
                 Ok(n) => {
                     other.extend_from_slice(&ids[..n]);
                     other
