@@ -1,5 +1,5 @@
-//! An SRQ shared by several RC QPs on the software ConnectX, one CQ per device serving all of
-//! them through a `QpTable`.
+//! Shared receive resources on the software ConnectX: an SRQ shared by several RC QPs, and
+//! one CQ per device serving many QPs, all of them through a `QpTable`.
 
 use crate::datapath_support;
 
@@ -159,4 +159,137 @@ fn srq_shared_by_several_qps() {
     assert!(srq.post_recv(1, &[]).is_err());
     let _ = buf_a;
     no_driver_bugs(&f);
+}
+
+/// One CQ per device shared by six RC QPs with receive queues of their own, their work
+/// interleaved — per QP, in turn, a SEND (consuming a receive at the peer), a signaled WRITE
+/// and every other round an unsignaled one — polled through a `QpTable` with room for 1, 3
+/// and 16 completions a call: each QP's send completions in posting order (the unsignaled
+/// WRITEs retired silently by the next signaled CQE), each peer QP's receives in order with
+/// the payload of its own sender, the WRITEs' bytes in place, no driver bug.
+#[test]
+fn one_cq_shared_by_many_rc_qps() {
+    const NQ: usize = 6;
+    const ROUNDS: u64 = 10;
+    for room in [1usize, 3, 16] {
+        let (f, da, db) = fabric2();
+        let o = Opts::default();
+        let (pa, pb) = (da.alloc_pd().unwrap(), db.alloc_pd().unwrap());
+        let attr = CqInitAttr {
+            cqe: 512,
+            ..CqInitAttr::default()
+        };
+        let (cqa, cqb) = (da.create_cq(&attr).unwrap(), db.create_cq(&attr).unwrap());
+        // SAFETY: the CQs and QPs are never destroyed while the test runs.
+        let mut cq_a = unsafe { Cq::from_layout(&cqa.layout) }.unwrap();
+        let mut cq_b = unsafe { Cq::from_layout(&cqb.layout) }.unwrap();
+        let (mut ta, mut tb) = (QpTable::new(), QpTable::new());
+        let buf_a = Buf::new(&da, pa, 1 << 16, all_access());
+        let buf_b = Buf::new(&db, pb, 1 << 16, all_access());
+        let mut qpns = Vec::new();
+        for _ in 0..NQ {
+            let init = |cq| QpInitAttr {
+                qp_type: QpType::Rc,
+                send_cq: cq,
+                recv_cq: cq,
+                srq: None,
+                cap: o.cap,
+                sq_sig_all: false,
+            };
+            let ia = da.create_qp(pa, &init(cqa.id)).unwrap();
+            let ib = db.create_qp(pb, &init(cqb.id)).unwrap();
+            // SAFETY: as above.
+            let qa = unsafe { Qp::from_layout(&ia.layout, None) }.unwrap();
+            let qb = unsafe { Qp::from_layout(&ib.layout, None) }.unwrap();
+            let side = |dev: &mlx5_sim::SimDevice, pd, cq_id, info, qp| Side {
+                dev: dev.clone(),
+                pd,
+                cq: make_cq(dev, 4, 64),
+                cq_id,
+                channel: None,
+                info,
+                qp,
+                buf: Buf::new(dev, pd, 64, all_access()),
+            };
+            let mut sa = side(&da, pa, cqa.id, ia, qa);
+            let mut sb = side(&db, pb, cqb.id, ib, qb);
+            connect(&mut sa, &db, ib.qpn);
+            connect(&mut sb, &da, ia.qpn);
+            qpns.push((ia.qpn, ib.qpn));
+            ta.insert_qp(sa.qp);
+            tb.insert_qp(sb.qp);
+        }
+        // Receives: 64 bytes each, QP k's at slots k * ROUNDS ...
+        for (k, qb) in tb.qps_mut().iter_mut().enumerate() {
+            for i in 0..ROUNDS {
+                let slot = k * ROUNDS as usize + i as usize;
+                qb.post_recv(5000 + slot as u64, &[buf_b.sge(slot * 64, 64)])
+                    .unwrap();
+            }
+        }
+        // Per round, per QP: a SEND [k, round], a signaled WRITE of 4 bytes, every other
+        // round an unsignaled WRITE before it. WR ids: k * 1000 + round * 10 + j.
+        let mut want_a = vec![Vec::new(); NQ];
+        for r in 0..ROUNDS {
+            for (k, qa) in ta.qps_mut().iter_mut().enumerate() {
+                let id = |j: u64| k as u64 * 1000 + r * 10 + j;
+                let msg = [k as u8, r as u8, 0xee, 0xee];
+                qa.post(&SendWr::send(id(0)).inline(&msg).signaled())
+                    .unwrap();
+                want_a[k].push(id(0));
+                let dst = buf_b.remote(0x8000 + (k * ROUNDS as usize + r as usize) * 8);
+                if r % 2 == 1 {
+                    qa.post(&SendWr::write(id(1), dst).inline(&[r as u8; 4]))
+                        .unwrap();
+                }
+                let dst = buf_b.remote(0x8000 + (k * ROUNDS as usize + r as usize) * 8 + 4);
+                qa.post(&SendWr::write(id(2), dst).inline(&[k as u8; 4]).signaled())
+                    .unwrap();
+                want_a[k].push(id(2));
+            }
+        }
+        let wa = drain_room(&f, &mut cq_a, &mut ta, room);
+        let wb = drain_room(&f, &mut cq_b, &mut tb, room);
+        let mut got_a = vec![Vec::new(); NQ];
+        for w in &wa {
+            assert!(w.is_ok(), "room {room}: {w:?}");
+            let k = qpns.iter().position(|q| q.0 == w.qp_num()).unwrap();
+            got_a[k].push(w.wr_id());
+        }
+        assert_eq!(got_a, want_a, "room {room}: each QP's sends in order");
+        let mut seen = HashSet::new();
+        let mut per_qp = vec![Vec::new(); NQ];
+        for w in &wb {
+            assert_eq!(
+                (w.status(), w.opcode(), w.byte_len()),
+                (WcStatus::Success, WcOpcode::Recv, 4),
+                "room {room}"
+            );
+            assert!(seen.insert(w.wr_id()), "wr_id {} twice", w.wr_id());
+            let slot = (w.wr_id() - 5000) as usize;
+            let got = &buf_b.bytes()[slot * 64..slot * 64 + 2];
+            let k = got[0] as usize;
+            assert_eq!(slot / ROUNDS as usize, k, "a receive of QP {k}'s own queue");
+            assert_eq!((w.qp_num(), w.src_qp()), (qpns[k].1, qpns[k].0));
+            per_qp[k].push(got[1]);
+        }
+        for (k, rounds) in per_qp.iter().enumerate() {
+            assert_eq!(
+                rounds,
+                &(0..ROUNDS as u8).collect::<Vec<u8>>(),
+                "QP {k} in order"
+            );
+            for r in 0..ROUNDS as usize {
+                let at = 0x8000 + (k * ROUNDS as usize + r) * 8;
+                let first = if r % 2 == 1 { [r as u8; 4] } else { [0; 4] };
+                assert_eq!(&buf_b.bytes()[at..at + 4], &first, "QP {k} round {r}");
+                assert_eq!(&buf_b.bytes()[at + 4..at + 8], &[k as u8; 4]);
+            }
+        }
+        for q in ta.qps_mut().iter().chain(tb.qps_mut().iter()) {
+            assert_eq!((q.sq_outstanding_bbs(), q.rq_outstanding()), (0, 0));
+        }
+        let _ = buf_a;
+        no_driver_bugs(&f);
+    }
 }
