@@ -2999,8 +2999,9 @@ mod tests {
     /// Receives across the 16-bit wrap of the receive queue's WQE counter, one and two a
     /// call, interleaved with another QP's receives (the distinct-QP receive loop) in the
     /// two-a-call case: every completion is its receive's, in order; the lean retire's carry
-    /// out of the key's low bits sends at most one CQE per wrap to the full path, which
-    /// resyncs the key (without the resync every later receive would go there).
+    /// out of the key's low bits sends exactly one CQE per QP and wrap to the full path,
+    /// which resyncs the key (without the resync every later receive would go there; with
+    /// the runs going on past the carry, none would and the key would stay shut).
     #[test]
     fn receives_stay_fast_across_the_wqe_counter_wrap() {
         for room in [1, 2] {
@@ -3030,8 +3031,10 @@ mod tests {
             let [_, fast, _, full] = paths::SERVED.with(|c| c.get());
             let total = if room == 1 { n } else { 2 * n };
             assert_eq!(fast + full, total);
-            assert!(
-                full <= 2 * room as u32,
+            // Exactly one per QP: the CQE after its tail's wrap, which resyncs the key (a
+            // run that went on past the carry would leave the key shut for good).
+            assert_eq!(
+                full, room as u32,
                 "room {room}: {full} went to the full path"
             );
             drop((t, cq));

@@ -660,7 +660,8 @@ impl Qp {
     /// ([`crate::rq::RecvQueue::lean_view`]); `None` without one (an SRQ).
     #[inline(always)]
     pub(crate) fn rq_lean_view(&self) -> Option<crate::rq::RecvLeanView> {
-        self.rq_ref().and_then(|rq| rq.lean_view())
+        // (An absent queue's key is shut: `None`.)
+        self.rq.lean_view()
     }
 
     /// Whether the receive CQE naming WQE `wqe_counter` names the oldest outstanding receive
