@@ -531,13 +531,10 @@ impl Cq {
                     return Ok(1);
                 }
             }
-        } else if diff.wrapping_sub(CQE_RESP_WR_IMM << 4) & 0xcd == 0 {
-            // A good responder CQE of this lap ([`good_resp`], from `diff` in one test: less
-            // 0x10, the opcodes 1..=4 are 0..=3 — bits 7:6 clear; opcode 0 and those above
-            // 4 set one — and the format and owner bits stay: bits 3:2 and 0 clear; SE, bit
-            // 1, either way), tested before the empty CQ's test: it implies the CQE is
-            // software-owned, and a ping-pong receiver's poll that finds its CQE is the one
-            // that counts.
+        } else if good_resp_diff(diff) {
+            // A good responder CQE of this lap, tested before the empty CQ's test: it implies
+            // the CQE is software-owned, and a ping-pong receiver's poll that finds its CQE
+            // is the one that counts.
             // SAFETY: the CQE is software-owned (its owner test passed).
             let (tail, qp) = unsafe { owned_cqe(table, cqe) };
             if let Some(qp) = qp {
@@ -747,13 +744,9 @@ impl Cq {
                     // it is a plain REQ CQE, it and those after it are of a CQ shared by many
                     // QPs, in a loop of their own. Recomputed from `ci`, not kept across the
                     // call above.
-                    let idx = ci & (cqe_cnt - 1);
-                    // SAFETY: idx < cqe_cnt: a CQE of the buffer.
-                    let next = unsafe { cqe0.add((idx as usize) << SHIFT) };
-                    let own = ((ci & cqe_cnt) != 0) as u8;
+                    let (next, own, lap) = cqe_at::<SHIFT>(cqe0, cqe_cnt, ci);
                     // SAFETY: op_own of that CQE, read volatile as above.
                     if unsafe { core::ptr::read_volatile(next.add(63)) } == own {
-                        let lap = (cqe_cnt - idx) as usize;
                         // SAFETY: `next` starts the `lap` CQEs left in its lap; `o` has `rem`
                         // entries.
                         unsafe { distinct_run::<R, SHIFT>(table, next, own, rem.min(lap), o) }
@@ -808,13 +801,10 @@ impl Cq {
                 // next lap) is a good responder CQE, it is of another QP or kind, and with
                 // those after it is of a receive CQ shared by many QPs, in a loop of its own.
                 // (Everything recomputed from `ci`: nothing kept across the call above.)
-                let idx = ci & (cqe_cnt - 1);
-                // SAFETY: idx < cqe_cnt: a CQE of the buffer.
-                let next = unsafe { cqe0.add((idx as usize) << SHIFT) };
+                let (next, own, lap) = cqe_at::<SHIFT>(cqe0, cqe_cnt, ci);
                 // SAFETY: op_own of that CQE, read volatile as above.
                 let want = unsafe { core::ptr::read_volatile(next.add(63)) };
-                if good_resp(want, ((ci & cqe_cnt) != 0) as u8) {
-                    let lap = (cqe_cnt - idx) as usize;
+                if good_resp(want, own) {
                     // SAFETY: `next` starts the `lap` CQEs left in its lap, a good responder
                     // CQE of that lap; `o` has `rem` entries.
                     let k = unsafe {
@@ -1547,8 +1537,8 @@ const FLUSH_RUN: u8 = 2;
 /// interleaved: at most `n` (at most the CQEs left in this lap from `cqe`, and the entries
 /// of `out`), each as [`send_one`] takes it, until one is not such a CQE. (The caller
 /// enters it where the next CQE is not of the QP it just served; a run of one QP met here
-/// costs the lookup per CQE, not [`send_more`]'s one compare.) Returns the CQEs consumed (their QPs' bookkeeping moved, the
-/// CQ's consumer index not).
+/// costs the lookup per CQE, not [`send_more`]'s one compare.) Returns the CQEs consumed
+/// (their QPs' bookkeeping moved, the CQ's consumer index not).
 ///
 /// Out of line, in a loop of its own: the caller's loop, shaped for runs of one QP, would
 /// pay its run test and its consumer-index arithmetic per CQE.
@@ -1743,14 +1733,32 @@ impl Room {
     }
 }
 
+/// The CQE at consumer index `ci` of a CQ of `cqe_cnt` CQEs `1 << SHIFT` bytes apart from
+/// `cqe0` (the 64-byte CQE of its slot), its lap's owner value and the CQEs left in that lap
+/// from it (at least 1).
+#[inline(always)]
+fn cqe_at<const SHIFT: u32>(cqe0: *mut u8, cqe_cnt: u32, ci: u32) -> (*mut u8, u8, usize) {
+    let idx = ci & (cqe_cnt - 1);
+    // `wrapping_add`: the address only; idx < cqe_cnt, so it is a CQE of the buffer.
+    let cqe = cqe0.wrapping_add((idx as usize) << SHIFT);
+    (cqe, ((ci & cqe_cnt) != 0) as u8, (cqe_cnt - idx) as usize)
+}
+
 /// Whether `op_own` is a good responder CQE of this lap (owner value `own`) without inline
 /// data: RESP_WR_IMM, RESP_SEND, RESP_SEND_IMM or RESP_SEND_INV, format 0, the solicited bit
 /// either way (a completion does not report it; rdma-core's poll ignores it too).
 #[inline(always)]
 fn good_resp(op_own: u8, own: u8) -> bool {
+    good_resp_diff(op_own ^ own)
+}
+
+/// [`good_resp`] from `op_own ^ own` in one test: less 0x10, the opcodes 1..=4 are 0..=3 —
+/// bits 7:6 clear; opcode 0 and those above 4 set one — and the format and owner bits stay:
+/// bits 3:2 and 0 clear; SE, bit 1, either way.
+#[inline(always)]
+fn good_resp_diff(diff: u8) -> bool {
     const { assert!(CQE_RESP_WR_IMM == 1 && CQE_RESP_SEND_INV == 4) };
-    // The opcodes 1..=4 as one unsigned compare: 1..=4 minus 1 is below 4.
-    (op_own & 0x0d == own) & ((op_own >> 4).wrapping_sub(CQE_RESP_WR_IMM) < 4)
+    diff.wrapping_sub(CQE_RESP_WR_IMM << 4) & 0xcd == 0
 }
 
 /// A run of common receive completions of `qp` from the good responder CQE at `cqe`

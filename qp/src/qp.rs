@@ -682,9 +682,8 @@ impl Qp {
     /// The lean receive poll retired `k` receives.
     #[inline(always)]
     pub(crate) fn rq_lean_retired(&mut self, k: u16) {
-        if let Some(rq) = self.rq_mut() {
-            rq.lean_retired(k);
-        }
+        // (Only after a lean view, which an absent queue never gives.)
+        self.rq.lean_retired(k);
     }
 
     /// The QP's own receive queue, `None` when it has none (an SRQ).
