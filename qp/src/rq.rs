@@ -352,7 +352,8 @@ impl RecvQueue {
         debug_assert!(slot < self.wr_id.len());
         // SAFETY: `slot` is masked below `wqe_cnt`, the array's length.
         let wr_id = unsafe { *self.wr_id.as_ptr().add(slot) };
-        self.lean_retired(1);
+        // `lean_retired(1)`, the key added to in memory.
+        crate::sq::bump_key(&mut self.key);
         wr_id
     }
 
