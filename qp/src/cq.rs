@@ -509,9 +509,12 @@ impl Cq {
     fn poll_single<R: Resolve + ?Sized>(&mut self, table: &mut R, wcs: &mut [Wc]) -> Result<usize> {
         let ci = self.ci;
         let idx = (ci & self.mask) as usize;
+        // The CQE's place in the buffer (`poll_single_flush` takes it, not the pointer: a
+        // pointer formed here for that call would be formed on every path).
+        let off = idx * self.cqe_size;
         // SAFETY: idx < cqe_cnt, so the 64-byte CQE (at +0 or +64 of its slot) is inside the
         // buffer.
-        let cqe = unsafe { self.cqe0.add(idx * self.cqe_size) };
+        let cqe = unsafe { self.cqe0.add(off) };
         // SAFETY: op_own is the last byte of the CQE; volatile, the device writes it.
         let op_own = unsafe { core::ptr::read_volatile(cqe.add(63)) };
         // As in `poll_fast`.
@@ -558,7 +561,7 @@ impl Cq {
         }
         // The CQ comes back with the count, so that nothing of this frame need survive the
         // call in a register the caller saved.
-        let (n, cq) = self.poll_single_flush(table, wcs);
+        let (n, cq) = self.poll_single_flush(table, wcs, off);
         match n {
             SLOW_ERROR => Err(cq.take_error()),
             n => Ok(n),
@@ -575,20 +578,22 @@ impl Cq {
             .unwrap_or(Error::BadLayout("no error was stashed"))
     }
 
-    /// What [`Cq::poll_single`] declines, from the software-owned CQE at the consumer index:
-    /// an error CQE of this lap through [`flush_one`] (a flush of a queue flushing already),
-    /// in a frame of its own (no register saved, nothing on the stack); anything else and
-    /// what that declines through [`Cq::poll_single_full`] (a tail call).
+    /// What [`Cq::poll_single`] declines, from the software-owned CQE at the consumer index
+    /// (`off` its place in the buffer, as `poll_single` computed it; its `op_own` read again:
+    /// kept for the call, it would take `poll_single` a register its callers saved): an error
+    /// CQE of this lap through [`flush_one`] (a flush of a queue flushing already), in a
+    /// frame of its own; anything else and what that declines through
+    /// [`Cq::poll_single_full`] (a tail call).
     #[inline(never)]
     fn poll_single_flush<R: Resolve + ?Sized>(
         &mut self,
         table: &mut R,
         wcs: &mut [Wc],
+        off: usize,
     ) -> (usize, &mut Cq) {
         let ci = self.ci;
-        let idx = (ci & self.mask) as usize;
-        // SAFETY: idx < cqe_cnt: the 64-byte CQE of its slot, inside the buffer.
-        let cqe = unsafe { self.cqe0.add(idx * self.cqe_size) };
+        // SAFETY: `off` is the place of the 64-byte CQE at `ci` in the buffer (`poll_single`).
+        let cqe = unsafe { self.cqe0.add(off) };
         // SAFETY: op_own is the last byte of the CQE; volatile, the device writes it.
         let op_own = unsafe { core::ptr::read_volatile(cqe.add(63)) };
         // `poll_single` found this CQE software-owned, so its owner bit is the lap's (a CQE
