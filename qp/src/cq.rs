@@ -561,7 +561,7 @@ impl Cq {
         }
         // The CQ comes back with the count, so that nothing of this frame need survive the
         // call in a register the caller saved.
-        let (n, cq) = self.poll_single_flush(table, wcs, off);
+        let (n, cq) = self.poll_single_flush(table, &mut wcs[0], off);
         match n {
             SLOW_ERROR => Err(cq.take_error()),
             n => Ok(n),
@@ -580,7 +580,8 @@ impl Cq {
 
     /// What [`Cq::poll_single`] declines, from the software-owned CQE at the consumer index
     /// (`off` its place in the buffer, as `poll_single` computed it; its `op_own` read again:
-    /// kept for the call, it would take `poll_single` a register its callers saved): an error
+    /// kept for the call, it would take `poll_single` a register it must save; `wc` the one
+    /// entry, not the slice: its length would take one more): an error
     /// CQE of this lap through [`flush_one`] (a flush of a queue flushing already), in a
     /// frame of its own; anything else and what that declines through
     /// [`Cq::poll_single_full`] (a tail call).
@@ -588,7 +589,7 @@ impl Cq {
     fn poll_single_flush<R: Resolve + ?Sized>(
         &mut self,
         table: &mut R,
-        wcs: &mut [Wc],
+        wc: &mut Wc,
         off: usize,
     ) -> (usize, &mut Cq) {
         let ci = self.ci;
@@ -602,16 +603,20 @@ impl Cq {
             // SAFETY: the CQE is software-owned (its owner test passed).
             let (tail, qp) = unsafe { owned_cqe(table, cqe) };
             if let Some(qp) = qp {
-                let send = op_own >> 4 == CQE_REQ_ERR;
+                // REQ_ERR (0xd) or RESP_ERR (0xe): the opcode's low bit, `op_own` bit 4, is
+                // bit 60 of `tail` (bytes 56..64 as loaded), one bit test — so `op_own` need
+                // not survive the lookup in a register this frame would have to save.
+                const { assert!(CQE_REQ_ERR & 1 == 1 && CQE_RESP_ERR & 1 == 0) };
+                let send = u64::from_le(tail) & (1 << 60) != 0;
                 // SAFETY: as in `poll_single`: a software-owned error CQE of this lap.
-                if unsafe { flush_one(qp, cqe, tail, send, wcs.as_mut_ptr()) } {
+                if unsafe { flush_one(qp, cqe, tail, send, wc) } {
                     #[cfg(test)]
                     paths::served(2, 1);
                     return self.took_one(ci);
                 }
             }
         }
-        self.poll_single_full(table, wcs)
+        self.poll_single_full(table, wc)
     }
 
     /// What [`Cq::poll_single_flush`] declines: a queue's first flush through [`flush_run`]
@@ -623,7 +628,7 @@ impl Cq {
     fn poll_single_full<R: Resolve + ?Sized>(
         &mut self,
         table: &mut R,
-        wcs: &mut [Wc],
+        wc: &mut Wc,
     ) -> (usize, &mut Cq) {
         let (ci, cqe, op_own, own) = self.at_ci();
         if error_of_lap(op_own, own) {
@@ -632,14 +637,14 @@ impl Cq {
             if let Some(qp) = qp {
                 // SAFETY: as in `poll_single`; a run of one CQE reads no other, so the CQE
                 // size (its `SHIFT`) does not matter to it.
-                if unsafe { flush_run::<6>(qp, cqe, tail, op_own, 1, wcs.as_mut_ptr()) } == 1 {
+                if unsafe { flush_run::<6>(qp, cqe, tail, op_own, 1, wc) } == 1 {
                     #[cfg(test)]
                     paths::served(2, 1);
                     return self.took_one(ci);
                 }
             }
         }
-        let r = self.poll_from(table, wcs, 0, ci);
+        let r = self.poll_from(table, core::slice::from_mut(wc), 0, ci);
         (self.stash(r), self)
     }
 
@@ -1373,13 +1378,20 @@ unsafe fn recv_one(qp: &mut Qp, cqe: *const u8, tail: u64, out: *mut Wc) -> Opti
 #[inline(always)]
 unsafe fn flush_one(qp: &mut Qp, cqe: *const u8, tail: u64, send: bool, out: *mut Wc) -> bool {
     // SAFETY: the caller's: a software-owned CQE (bytes 60..62 `wqe_counter`, 55 the
-    // syndrome, `struct mlx5_err_cqe`).
+    // syndrome, `struct mlx5_err_cqe`). The syndrome in a plain load, as `copy_run` reads it
+    // (after the barrier the CQE is the software's until the doorbell record passes it), so
+    // that the test reads it in place.
     let (counter, syndrome) = unsafe {
         (
             u16::from_be(core::ptr::read_volatile(cqe.add(60) as *const u16)),
-            core::ptr::read_volatile(cqe.add(55)),
+            *cqe.add(55),
         )
     };
+    // The syndrome first, one test for both queues (after the queue's, LLVM keeps the byte
+    // in a register for the two).
+    if syndrome != SYNDROME_WR_FLUSH_ERR {
+        return false;
+    }
     // A receive queue only once the QP is in Error (the first receive flush goes through
     // `flush_run`, which moves it there).
     let named = if send {
@@ -1387,7 +1399,7 @@ unsafe fn flush_one(qp: &mut Qp, cqe: *const u8, tail: u64, send: bool, out: *mu
     } else {
         (qp.state() == QpState::Error) & qp.rq_names_oldest(counter)
     };
-    if !named | (syndrome != SYNDROME_WR_FLUSH_ERR) {
+    if !named {
         return false;
     }
     let wr_id = if send {

@@ -947,8 +947,10 @@ impl SendQueue {
         // `wqe_counter` is `ci`'s low bits: its slot.
         let slot = (wqe_counter as u64 & self.mask) as usize;
         let wr_id = self.wr_id_at(slot);
-        // `lean_retired(1)`, the key added to in memory (`bump_key`).
-        self.ci += 1;
+        // `lean_retired(1)`, `ci` and the key added to in memory (`bump_key`; a flush's test
+        // of the error period has just compared `ci`).
+        // SAFETY: a reference: valid, aligned, this thread's alone.
+        self.ci = unsafe { core::ptr::read_volatile(&self.ci) } + 1;
         self.fast += 1;
         self.other += 1;
         bump_key(&mut self.key);
