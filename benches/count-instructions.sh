@@ -79,6 +79,7 @@ poll_recv_one=$(count poll_recv_one poll_one --recv --poll-one)
 poll_flush=$(count poll_flush poll_wcs --flush)
 poll_flush_recv=$(count poll_flush_recv poll_wcs --flush --recv)
 poll_flush_one=$(count poll_flush_one poll_one --flush --poll-one)
+poll_flush_recv_one=$(count poll_flush_recv_one poll_one --flush --recv --poll-one)
 post_qps1=$(count post_qps1 post --qps 1)
 post_qps=$(count post_qps post --qps 1000)
 poll_qps1=$(count poll_qps1 poll_table --qps 1)
@@ -88,7 +89,7 @@ poll_recv_qps1=$(count poll_recv_qps1 poll_table --qps 1 --recv)
 poll_recv_qps=$(count poll_recv_qps poll_table --qps 1000 --recv)
 per() { awk -v t="$1" -v n="$n" 'BEGIN { printf "%.0f", t / n }'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
-echo "N = $n; callgrind totals: post $post, poll $poll, floor $floor, 1-SGE post $post_sge, post in Bf mode $post_bf, poll one $poll_one, poll 16 $poll_wcs, batch $batch, receive poll $poll_recv, receive poll one $poll_recv_one, flush poll $poll_flush, receive flush poll $poll_flush_recv, flush poll one $poll_flush_one, post with 1 / 1000 QPs $post_qps1 / $post_qps, poll with 1 / 2 / 1000 QPs $poll_qps1 / $poll_qps2 / $poll_qps, receive poll with 1 / 1000 QPs $poll_recv_qps1 / $poll_recv_qps"
+echo "N = $n; callgrind totals: post $post, poll $poll, floor $floor, 1-SGE post $post_sge, post in Bf mode $post_bf, poll one $poll_one, poll 16 $poll_wcs, batch $batch, receive poll $poll_recv, receive poll one $poll_recv_one, flush poll $poll_flush, receive flush poll $poll_flush_recv, flush poll one $poll_flush_one, receive flush poll one $poll_flush_recv_one, post with 1 / 1000 QPs $post_qps1 / $post_qps, poll with 1 / 2 / 1000 QPs $poll_qps1 / $poll_qps2 / $poll_qps, receive poll with 1 / 1000 QPs $poll_recv_qps1 / $poll_recv_qps"
 echo "instructions per floor (64-byte WQE + doorbell record + BlueFlame copy): $(per "$floor")"
 echo "instructions per post of a 1-SGE RDMA WRITE with the 8-byte doorbell: $(per "$post_sge")"
 echo "instructions per post in DoorbellMode::Bf (rdma-core's flush after the copy): $(per "$post_bf")"
@@ -99,6 +100,7 @@ echo "instructions per poll of one receive CQE through Cq::poll (one completion 
 echo "instructions per flush error CQE through Cq::poll in batches of 16: $(per "$poll_flush")"
 echo "instructions per receive flush error CQE through Cq::poll in batches of 16: $(per "$poll_flush_recv")"
 echo "instructions per poll of one flush error CQE through Cq::poll (one completion per call): $(per "$poll_flush_one")"
+echo "instructions per poll of one receive flush error CQE through Cq::poll (one completion per call): $(per "$poll_flush_recv_one")"
 echo "instructions per WR in a batch of 16: $(per "$batch") ($(ratio "$batch" "$post") x the single post)"
 echo "instructions per CQE through Cq::poll with 1 QP in a QpTable: $(per "$poll_qps1")"
 echo "instructions per CQE through Cq::poll with 2 QPs on one CQ, their CQEs interleaved: $(per "$poll_qps2")"
