@@ -288,6 +288,25 @@ fn sim_speed() {
     assert!(out.contains("messages/s"), "{out}");
 }
 
+/// The thread benchmark runs 1 thread, then the threads asked for, and prints each run's
+/// rate per thread and their ratio (a positive number; its value is the machine's).
+#[test]
+fn thread_scaling() {
+    let out = run_ok("thread_scaling", &["2", "--msgs", "20000"]);
+    assert!(out.contains("1 thread: "), "{out}");
+    assert!(out.contains("2 threads: "), "{out}");
+    let ratio = out
+        .lines()
+        .find_map(|l| l.strip_prefix("2 threads / 1 thread, per thread: "))
+        .and_then(|r| r.trim().parse::<f64>().ok());
+    assert!(ratio.is_some_and(|r| r > 0.0), "{out}");
+    let out = run_ok("thread_scaling", &["1", "--msgs", "1000"]);
+    assert!(
+        out.contains("1 thread, again / 1 thread, per thread: "),
+        "{out}"
+    );
+}
+
 /// Bad arguments to an example are a usage error (exit status 2) with a message on stderr,
 /// never a panic (101), an abort (134), a crash (139) or a hang (each run under a timeout).
 #[test]
