@@ -1387,8 +1387,8 @@ unsafe fn flush_one(qp: &mut Qp, cqe: *const u8, tail: u64, send: bool, out: *mu
             *cqe.add(55),
         )
     };
-    // The syndrome first, one test for both queues (after the queue's, LLVM keeps the byte
-    // in a register for the two).
+    // The syndrome first, one test for both queues (tested after the queue's, the byte is
+    // loaded into a register for the two branches).
     if syndrome != SYNDROME_WR_FLUSH_ERR {
         return false;
     }

@@ -947,9 +947,10 @@ impl SendQueue {
         // `wqe_counter` is `ci`'s low bits: its slot.
         let slot = (wqe_counter as u64 & self.mask) as usize;
         let wr_id = self.wr_id_at(slot);
-        // `lean_retired(1)`, `ci` and the key added to in memory (`bump_key`; a flush's test
-        // of the error period has just compared `ci`).
-        // SAFETY: a reference: valid, aligned, this thread's alone.
+        // `lean_retired(1)`, `ci` and the key added to in memory: both were just compared
+        // (`ci` by a flush's test of the error period), as `bump_key` says.
+        // SAFETY: a reference: valid, aligned, this thread's alone; volatile only so that the
+        // load is not replaced by the value it was compared with.
         self.ci = unsafe { core::ptr::read_volatile(&self.ci) } + 1;
         self.fast += 1;
         self.other += 1;
