@@ -1,0 +1,1156 @@
+//! Tests of the poll paths on memory standing in for the device: every fast path against the
+//! full path (`paths::FAST_OFF`), CQE by CQE.
+
+use super::paths;
+use crate::{Cq, Qp, QpTable, RemoteAddr, SendWr, Sge, Wc, WcFlags, WcOpcode, WcStatus};
+use mlx5_cq::{
+    Cqe64, CQE_INITIAL_OP_OWN, CQE_REQ, CQE_REQ_ERR, CQE_RESP_ERR, CQE_RESP_SEND,
+    CQE_RESP_SEND_IMM, U16, U32,
+};
+use mlx5_hw::{BfLayout, CqLayout, QpLayout, QpState, QpType, WqLayout};
+use mlx5_wqe::opcode as op;
+
+#[repr(C, align(4096))]
+struct Page([u8; 4096]);
+
+/// Memory for one QP (send ring, receive ring, doorbell record, UAR) and one CQ.
+struct Mem {
+    sq: Box<Page>,
+    rq: Box<Page>,
+    dbrec: Box<Page>,
+    uar: Box<Page>,
+    cq: Box<Page>,
+    cq_dbrec: Box<Page>,
+    cq_uar: Box<Page>,
+}
+
+fn page() -> Box<Page> {
+    Box::new(Page([0; 4096]))
+}
+
+const QPN: u32 = 0x42;
+
+fn build(m: &mut Mem) -> (Qp, Cq) {
+    for i in 0..64 {
+        m.cq.0[i * 64 + 63] = CQE_INITIAL_OP_OWN;
+    }
+    let layout = QpLayout {
+        qpn: QPN,
+        qp_type: QpType::Rc,
+        dbrec: m.dbrec.0.as_mut_ptr().cast(),
+        sq: WqLayout {
+            buf: m.sq.0.as_mut_ptr(),
+            wqe_cnt: 64,
+            stride: 64,
+        },
+        rq: WqLayout {
+            buf: m.rq.0.as_mut_ptr(),
+            wqe_cnt: 64,
+            stride: 64,
+        },
+        bf: BfLayout {
+            reg: m.uar.0.as_mut_ptr().wrapping_add(0x800),
+            size: 256,
+            shared: false,
+        },
+        max_inline_data: 32,
+        max_send_sge: 2,
+        max_recv_sge: 4,
+        sq_sig_all: false,
+        uses_srq: false,
+    };
+    let cq_layout = CqLayout {
+        buf: m.cq.0.as_mut_ptr(),
+        dbrec: m.cq_dbrec.0.as_mut_ptr().cast(),
+        cqe_cnt: 64,
+        cqe_size: 64,
+        cq_uar: m.cq_uar.0.as_mut_ptr(),
+        cqn: 7,
+        ignore_overrun: false,
+    };
+    // SAFETY: `m` owns every page the layouts name and outlives the QP and CQ (the test
+    // drops them first); nothing else uses the rings.
+    let mut qp = unsafe { Qp::from_layout(&layout, None) }.unwrap();
+    // SAFETY: as above.
+    let cq = unsafe { Cq::from_layout(&cq_layout) }.unwrap();
+    qp.set_state(QpState::Rts);
+    (qp, cq)
+}
+
+fn push(m: &mut Mem, slot: usize, cqe: Cqe64, opcode: u8, se: bool) {
+    let b = cqe.as_bytes();
+    m.cq.0[slot * 64..slot * 64 + 63].copy_from_slice(&b[..63]);
+    m.cq.0[slot * 64 + 63] = opcode << 4 | (se as u8) << 1;
+}
+
+/// Post two WRITEs, a READ and a SEND, post two receives; the device completes them with
+/// plain REQ CQEs, one REQ CQE with SE set (the fast test declines it), and RESP_SEND CQEs.
+/// Returns the completions and the path counts.
+fn run(fast_off: bool, room: usize) -> (Vec<Wc>, [u32; 4]) {
+    let mut m = Mem {
+        sq: page(),
+        rq: page(),
+        dbrec: page(),
+        uar: page(),
+        cq: page(),
+        cq_dbrec: page(),
+        cq_uar: page(),
+    };
+    let (mut qp, mut cq) = build(&mut m);
+    let r = RemoteAddr::new(0x1000, 5);
+    let sge = [Sge {
+        addr: 0x9000,
+        length: 16,
+        lkey: 3,
+    }];
+    qp.post(&SendWr::write(10, r).inline(b"abc").signaled())
+        .unwrap();
+    qp.post(&SendWr::write(11, r).sges(&sge).signaled())
+        .unwrap();
+    qp.post(&SendWr::read(12, r).sges(&sge).signaled()).unwrap();
+    qp.post(&SendWr::send(13).sges(&sge).signaled()).unwrap();
+    qp.post_recv(20, &sge).unwrap();
+    qp.post_recv(21, &sge).unwrap();
+    // A requester CQE carries the WQE's opcode in `sop_drop_qpn` bits 31:24 (rdma-core
+    // `handle_good_req` reads it there).
+    let req = |pi: u16, byte_cnt: u32| Cqe64 {
+        sop_drop_qpn: U32::new((OPCODES[pi as usize] as u32) << 24 | QPN),
+        wqe_counter: U16::new(pi),
+        byte_cnt: U32::new(byte_cnt),
+        ..Cqe64::default()
+    };
+    let resp = |wc: u16| Cqe64 {
+        sop_drop_qpn: U32::new(QPN),
+        wqe_counter: U16::new(wc),
+        byte_cnt: U32::new(7),
+        flags_rqpn: U32::new(0x99),
+        ..Cqe64::default()
+    };
+    const OPCODES: [u8; 4] = [
+        op::OPCODE_RDMA_WRITE,
+        op::OPCODE_RDMA_WRITE,
+        op::OPCODE_RDMA_READ,
+        op::OPCODE_SEND,
+    ];
+    push(&mut m, 0, req(0, 0), CQE_REQ, false);
+    push(&mut m, 1, req(1, 0), CQE_REQ, false);
+    push(&mut m, 2, req(2, 16), CQE_REQ, true);
+    push(&mut m, 3, req(3, 0), CQE_REQ, false);
+    push(&mut m, 4, resp(0), CQE_RESP_SEND, false);
+    push(&mut m, 5, resp(1), CQE_RESP_SEND, false);
+    paths::FAST_OFF.with(|f| f.set(fast_off));
+    paths::SERVED.with(|c| c.set([0; 4]));
+    let mut got = Vec::new();
+    let mut wcs = [Wc::default(); 16];
+    loop {
+        let n = cq.poll(&mut qp, &mut wcs[..room]).unwrap();
+        if n == 0 {
+            break;
+        }
+        got.extend_from_slice(&wcs[..n]);
+    }
+    paths::FAST_OFF.with(|f| f.set(false));
+    let served = paths::SERVED.with(|c| c.get());
+    drop((qp, cq));
+    drop(m);
+    (got, served)
+}
+
+/// With the fast paths switched off the full path gives the same completions; with them
+/// on, the counters show which path served each. Room for 16: the send run takes the two
+/// WRITEs, the CQE with SE set hands the rest of the call to the full path. Room for 2:
+/// the run takes the WRITEs, the full path the READ (SE) and the SEND in that call, the
+/// receive fast path both receives in the next.
+#[test]
+fn the_fast_paths_give_what_the_full_path_gives() {
+    for (room, want) in [(16, [2, 0, 0, 4]), (2, [2, 2, 0, 2])] {
+        let (slow, slow_paths) = run(true, room);
+        let (fast, fast_paths) = run(false, room);
+        assert_eq!(slow.len(), 6);
+        assert_eq!(fast, slow, "room {room}");
+        assert_eq!(
+            slow_paths,
+            [0, 0, 0, 6],
+            "fast paths off: the full path served all"
+        );
+        assert_eq!(
+            fast_paths, want,
+            "room {room}: [send run, receive fast path, flush run, full path]"
+        );
+    }
+    let (fast, _) = run(false, 16);
+    let ids: Vec<u64> = fast.iter().map(|w| w.wr_id()).collect();
+    assert_eq!(ids, [10, 11, 12, 13, 20, 21]);
+    assert_eq!(fast[2].opcode(), WcOpcode::RdmaRead);
+    assert_eq!(fast[2].byte_len(), 16);
+    assert_eq!(
+        (fast[4].opcode(), fast[4].byte_len(), fast[4].src_qp()),
+        (WcOpcode::Recv, 7, 0x99)
+    );
+}
+
+/// The one-entry poll's send-queue key ([`crate::sq::SendQueue::take_oldest`]) follows
+/// `ci` past the wrap of its low 16 bits: the completion at the wrap goes to the full
+/// path, which resyncs the key, and every later one takes the fast path again.
+#[test]
+fn the_one_entry_poll_stays_fast_across_the_wqe_counter_wrap() {
+    for size in [64, 128] {
+        let (mut dev, mut table, mut cq) = Dev::new(size);
+        let qp = table.qp_at(0).unwrap();
+        let r = RemoteAddr::new(0x1000, 5);
+        paths::SERVED.with(|c| c.set([0; 4]));
+        let mut wcs = [Wc::default(); 1];
+        let n = 70_000u64;
+        for id in 0..n {
+            qp.post(&SendWr::write(id, r).inline(b"abcd").signaled())
+                .unwrap();
+            dev.push(req_cqe(QPN, id as u16, op::OPCODE_RDMA_WRITE, 0));
+            assert_eq!(cq.poll(qp, &mut wcs).unwrap(), 1, "WR {id}");
+            assert_eq!(
+                (wcs[0].wr_id(), wcs[0].opcode(), wcs[0].is_ok()),
+                (id, WcOpcode::RdmaWrite, true)
+            );
+        }
+        assert_eq!(cq.poll(qp, &mut wcs).unwrap(), 0);
+        let [fast, _, _, full] = paths::SERVED.with(|c| c.get());
+        assert_eq!(fast as u64 + full as u64, n);
+        assert!(full <= 2, "{size}-byte CQEs: {full} went to the full path");
+    }
+}
+
+/// The device of the path tests: two QPs on one CQ of `cnt` CQEs of `size` bytes, the
+/// CQEs written as the device writes them (every byte, then `op_own` with the owner bit
+/// of the lap).
+struct Dev {
+    _pages: Vec<Box<Page>>,
+    _cq: Box<CqBuf>,
+    cq_buf: *mut u8,
+    size: usize,
+    cnt: u32,
+    hw_pi: u32,
+}
+
+const QPN_B: u32 = 0x1_0042;
+
+/// 64 CQEs of 128 bytes at most.
+#[repr(C, align(4096))]
+struct CqBuf([u8; 8192]);
+
+impl Dev {
+    fn new(size: u32) -> (Dev, QpTable, Cq) {
+        Dev::typed(size, QpType::Rc)
+    }
+
+    /// As [`Dev::new`], QP B of type `b`.
+    fn typed(size: u32, b: QpType) -> (Dev, QpTable, Cq) {
+        let cnt = 64u32;
+        let mut pages: Vec<Box<Page>> = (0..12).map(|_| page()).collect();
+        let mut cq_mem = Box::new(CqBuf([0; 8192]));
+        let cq_buf = cq_mem.0.as_mut_ptr();
+        let mut ptr = |i: usize| pages[i].0.as_mut_ptr();
+        let (cq_dbrec, cq_uar) = (ptr(2), ptr(3));
+        let mut table = QpTable::new();
+        for (q, qpn, qp_type) in [(0usize, QPN, QpType::Rc), (1, QPN_B, b)] {
+            let base = 4 + q * 4;
+            let layout = QpLayout {
+                qpn,
+                qp_type,
+                dbrec: ptr(base).cast(),
+                sq: WqLayout {
+                    buf: ptr(base + 1),
+                    wqe_cnt: 64,
+                    stride: 64,
+                },
+                rq: WqLayout {
+                    buf: ptr(base + 2),
+                    wqe_cnt: 64,
+                    stride: 64,
+                },
+                bf: BfLayout {
+                    reg: ptr(base + 3).wrapping_add(0x800),
+                    size: 256,
+                    shared: false,
+                },
+                max_inline_data: 32,
+                max_send_sge: 2,
+                max_recv_sge: 4,
+                sq_sig_all: false,
+                uses_srq: false,
+            };
+            // SAFETY: the pages outlive the QP (the test drops the table first).
+            let mut qp = unsafe { Qp::from_layout(&layout, None) }.unwrap();
+            qp.set_state(QpState::Rts);
+            table.insert_qp(qp);
+        }
+        // SAFETY: the CQ buffer holds 64 × 128 bytes.
+        unsafe {
+            for i in 0..cnt as usize {
+                *cq_buf.add(i * size as usize + size as usize - 1) = CQE_INITIAL_OP_OWN;
+            }
+        }
+        let cq_layout = CqLayout {
+            buf: cq_buf,
+            dbrec: cq_dbrec.cast(),
+            cqe_cnt: cnt,
+            cqe_size: size,
+            cq_uar,
+            cqn: 7,
+            ignore_overrun: false,
+        };
+        // SAFETY: as above.
+        let cq = unsafe { Cq::from_layout(&cq_layout) }.unwrap();
+        let dev = Dev {
+            _pages: pages,
+            _cq: cq_mem,
+            cq_buf,
+            size: size as usize,
+            cnt,
+            hw_pi: 0,
+        };
+        (dev, table, cq)
+    }
+
+    fn push(&mut self, cqe: Cqe64) {
+        let slot = (self.hw_pi & (self.cnt - 1)) as usize * self.size + self.size - 64;
+        let owner = ((self.hw_pi / self.cnt) & 1) as u8;
+        let b = cqe.as_bytes();
+        // SAFETY: a slot of the CQ buffer the consumer has given back (the scripts keep
+        // fewer than `cnt` CQEs outstanding).
+        unsafe {
+            core::ptr::copy_nonoverlapping(b.as_ptr(), self.cq_buf.add(slot), 63);
+            *self.cq_buf.add(slot + 63) = (b[63] & 0xfe) | owner;
+        }
+        self.hw_pi += 1;
+    }
+}
+
+fn req_cqe(qpn: u32, pi: u16, send_opcode: u8, byte_cnt: u32) -> Cqe64 {
+    Cqe64 {
+        sop_drop_qpn: U32::new((send_opcode as u32) << 24 | qpn),
+        wqe_counter: U16::new(pi),
+        byte_cnt: U32::new(byte_cnt),
+        op_own: CQE_REQ << 4,
+        ..Cqe64::default()
+    }
+}
+
+fn resp_cqe(opcode: u8, qpn: u32, counter: u16, byte_cnt: u32, imm: u32) -> Cqe64 {
+    Cqe64 {
+        sop_drop_qpn: U32::new(qpn),
+        wqe_counter: U16::new(counter),
+        byte_cnt: U32::new(byte_cnt),
+        imm_inval_pkey: U32::new(imm),
+        flags_rqpn: U32::new(0x0300_0099),
+        op_own: opcode << 4,
+        ..Cqe64::default()
+    }
+}
+
+/// An error CQE as a device writes it (`struct mlx5_err_cqe`): the syndromes, the WQE
+/// opcode (`send_opcode`, a requester's) and the QPN, the counter, the CQE opcode.
+fn err_cqe(opcode: u8, send_opcode: u8, qpn: u32, counter: u16, syndrome: u8) -> Cqe64 {
+    let mut b = [0u8; 64];
+    b[52] = 0x11;
+    b[54] = 0x33;
+    b[55] = syndrome;
+    b[56..60].copy_from_slice(&((send_opcode as u32) << 24 | qpn).to_be_bytes());
+    b[60..62].copy_from_slice(&counter.to_be_bytes());
+    b[62] = 0x5a;
+    b[63] = opcode << 4;
+    Cqe64::from_bytes(&b)
+}
+
+fn req_err(qpn: u32, counter: u16, send_opcode: u8, syndrome: u8) -> Cqe64 {
+    err_cqe(CQE_REQ_ERR, send_opcode, qpn, counter, syndrome)
+}
+
+fn resp_err(qpn: u32, counter: u16, syndrome: u8) -> Cqe64 {
+    err_cqe(CQE_RESP_ERR, 0, qpn, counter, syndrome)
+}
+
+/// Every poll call's result: its completions or its error.
+type Calls = Vec<Result<Vec<Wc>, String>>;
+
+/// Poll until empty with room for `room`.
+fn drain(cq: &mut Cq, table: &mut QpTable, room: usize) -> Calls {
+    let mut got = Vec::new();
+    let mut wcs = [Wc::default(); 16];
+    for _ in 0..10_000 {
+        match cq.poll(table, &mut wcs[..room]) {
+            Ok(0) => break,
+            Ok(n) => got.push(Ok(wcs[..n].to_vec())),
+            Err(e) => got.push(Err(e.to_string())),
+        }
+    }
+    got
+}
+
+/// Run `script` (which posts, pushes CQEs and drains through the closure it is given)
+/// with the fast paths on and off; returns both results and the path counts of the fast
+/// run.
+fn both(
+    size: u32,
+    script: &dyn Fn(&mut Dev, &mut QpTable, &mut Cq) -> Calls,
+) -> (Calls, Calls, [u32; 4]) {
+    let mut out = Vec::new();
+    let mut counts = [0; 4];
+    for off in [true, false] {
+        let (mut dev, mut table, mut cq) = Dev::new(size);
+        paths::FAST_OFF.with(|f| f.set(off));
+        paths::SERVED.with(|c| c.set([0; 4]));
+        out.push(script(&mut dev, &mut table, &mut cq));
+        paths::FAST_OFF.with(|f| f.set(false));
+        counts = paths::SERVED.with(|c| c.get());
+        if off {
+            assert_eq!(counts[..3], [0, 0, 0], "fast paths off");
+        }
+        drop((table, cq));
+        drop(dev);
+    }
+    let fast = out.pop().unwrap();
+    let slow = out.pop().unwrap();
+    (slow, fast, counts)
+}
+
+fn flat(r: &[Result<Vec<Wc>, String>]) -> Vec<Wc> {
+    r.iter()
+        .flat_map(|c| c.clone().unwrap_or_default())
+        .collect()
+}
+
+const R: RemoteAddr = RemoteAddr::new(0x1000, 5);
+const SGE: [Sge; 1] = [Sge {
+    addr: 0x9000,
+    length: 16,
+    lkey: 3,
+}];
+
+/// Errors: successes, a READ, a remote access error and the flush after it, then a
+/// receive error; the fast paths take the successes before the error, the full path the
+/// rest, and the completions are the same.
+#[test]
+fn errors_take_the_full_path_and_complete_the_same() {
+    for size in [64, 128] {
+        let (slow, fast, counts) = both(size, &|dev, t, cq| {
+            let qp = t.qp_at(0).unwrap();
+            for i in 0..3 {
+                qp.post(&SendWr::write(10 + i, R).inline(b"abc").signaled())
+                    .unwrap();
+            }
+            qp.post(&SendWr::read(13, R).sges(&SGE).signaled()).unwrap();
+            qp.post(&SendWr::write(14, R).inline(b"abc").signaled())
+                .unwrap();
+            qp.post(&SendWr::write(15, R).inline(b"abc").signaled())
+                .unwrap();
+            qp.post_recv(30, &SGE).unwrap();
+            qp.post_recv(31, &SGE).unwrap();
+            for pi in 0..3 {
+                dev.push(req_cqe(QPN, pi, mlx5_wqe::OPCODE_RDMA_WRITE, 0));
+            }
+            dev.push(req_cqe(QPN, 3, mlx5_wqe::OPCODE_RDMA_READ, 16));
+            dev.push(req_err(QPN, 4, op::OPCODE_RDMA_WRITE, 0x13));
+            dev.push(req_err(QPN, 5, op::OPCODE_RDMA_WRITE, FLUSH));
+            dev.push(resp_cqe(CQE_RESP_SEND, QPN, 0, 7, 0));
+            dev.push(resp_err(QPN, 1, FLUSH));
+            drain(cq, t, 16)
+        });
+        assert_eq!(fast, slow, "size {size}");
+        let all = flat(&fast);
+        let ids: Vec<u64> = all.iter().map(|w| w.wr_id()).collect();
+        assert_eq!(ids, [10, 11, 12, 13, 14, 15, 30, 31]);
+        assert_eq!(
+            (all[3].opcode(), all[3].byte_len()),
+            (WcOpcode::RdmaRead, 16)
+        );
+        assert!(!all[4].is_ok() && !all[5].is_ok() && all[6].is_ok() && !all[7].is_ok());
+        assert_eq!(
+            counts[0], 4,
+            "size {size}: the send run took the four successes"
+        );
+        assert_eq!(counts[3], 4, "size {size}: the full path the rest");
+    }
+}
+
+/// Two QPs with one WQE outstanding each, their CQEs alternating (what a CQ shared by
+/// many QPs sees; the distinct-QP loop takes them), across the CQ's wrap, with a CQE of
+/// a QP that has two outstanding (its run follows), an unknown QPN and a receive among
+/// them: the completions are the full path's.
+#[test]
+fn alternating_qps_complete_the_same_on_both_paths() {
+    for size in [64, 128] {
+        for room in [1, 2, 3, 16] {
+            let (slow, fast, counts) = both(size, &|dev, t, cq| {
+                let mut got = Vec::new();
+                let mut id = 0u64;
+                let mut pi = [0u16; 2];
+                for round in 0..60 {
+                    // Two on A in round 7 (a run of two), one each otherwise.
+                    let on_a = if round == 7 { 2 } else { 1 };
+                    for (pos, qpn, k) in [(0usize, QPN, on_a), (1, QPN_B, 1)] {
+                        for _ in 0..k {
+                            let qp = t.qp_at(pos).unwrap();
+                            qp.post(&SendWr::write(id, R).inline(b"ab").signaled())
+                                .unwrap();
+                            dev.push(req_cqe(qpn, pi[pos], op::OPCODE_RDMA_WRITE, 0));
+                            pi[pos] += 1;
+                            id += 1;
+                        }
+                    }
+                    if round == 20 {
+                        dev.push(req_cqe(0x77, 0, op::OPCODE_RDMA_WRITE, 0));
+                    }
+                    if round == 30 {
+                        t.qp_at(1).unwrap().post_recv(1000, &SGE).unwrap();
+                        dev.push(resp_cqe(CQE_RESP_SEND, QPN_B, 0, 5, 0));
+                    }
+                    if round % 10 == 9 {
+                        got.extend(drain(cq, t, room));
+                    }
+                }
+                got
+            });
+            assert_eq!(fast, slow, "size {size} room {room}");
+            let mut ids: Vec<u64> = flat(&fast).iter().map(|w| w.wr_id()).collect();
+            assert_eq!(ids.iter().filter(|&&i| i == 1000).count(), 1);
+            ids.retain(|&i| i != 1000);
+            assert_eq!(
+                ids,
+                (0..121).collect::<Vec<u64>>(),
+                "size {size} room {room}"
+            );
+            assert!(fast.iter().any(|r| r.is_err()), "the unknown QPN");
+            assert!(counts[0] >= 100, "size {size} room {room}: {counts:?}");
+        }
+    }
+}
+
+/// The flush syndrome (`MLX5_CQE_SYNDROME_WR_FLUSH_ERR`).
+const FLUSH: u8 = mlx5_cq::SYNDROME_WR_FLUSH_ERR;
+
+/// WQE opcode, WR id and completion opcode of the sends the flush tests post.
+const FLUSHED: [(u8, u64, WcOpcode); 6] = [
+    (op::OPCODE_RDMA_WRITE, 100, WcOpcode::RdmaWrite),
+    (op::OPCODE_RDMA_WRITE, 101, WcOpcode::RdmaWrite),
+    (op::OPCODE_SEND, 102, WcOpcode::Send),
+    (op::OPCODE_RDMA_WRITE_IMM, 103, WcOpcode::RdmaWrite),
+    (op::OPCODE_SEND_IMM, 104, WcOpcode::Send),
+    (op::OPCODE_RDMA_WRITE, 105, WcOpcode::RdmaWrite),
+];
+
+/// Post [`FLUSHED`] (signaled) and four receives on QP A.
+fn post_flushed(qp: &mut Qp) {
+    for (opcode, id, _) in FLUSHED {
+        let wr = match opcode {
+            op::OPCODE_SEND => SendWr::send(id),
+            op::OPCODE_SEND_IMM => SendWr::send_imm(id, 9),
+            op::OPCODE_RDMA_WRITE_IMM => SendWr::write_imm(id, R, 9),
+            _ => SendWr::write(id, R),
+        };
+        qp.post(&wr.inline(b"abc").signaled()).unwrap();
+    }
+    for i in 0..4 {
+        qp.post_recv(200 + i, &SGE).unwrap();
+    }
+}
+
+/// A QP moved to Error: two sends succeed, the device flushes the other four and the
+/// four receives, one CQE each. The flush run takes every flush — the first one too,
+/// which begins the send queue's flushing — with room for 1 (the one-entry poll), 3 and
+/// 16, and the completions are those of the full path: the WR ids in order,
+/// `IBV_WC_WR_FLUSH_ERR`, the syndromes, the opcodes posted; the QP follows to Error.
+#[test]
+fn flushes_take_the_flush_run_and_complete_the_same() {
+    for size in [64, 128] {
+        for room in [1, 3, 16] {
+            let (slow, fast, counts) = both(size, &|dev, t, cq| {
+                let qp = t.qp_at(0).unwrap();
+                post_flushed(qp);
+                for (pi, (opcode, _, _)) in FLUSHED.iter().enumerate() {
+                    dev.push(if pi < 2 {
+                        req_cqe(QPN, pi as u16, *opcode, 0)
+                    } else {
+                        req_err(QPN, pi as u16, *opcode, FLUSH)
+                    });
+                }
+                for c in 0..4 {
+                    dev.push(resp_err(QPN, c, FLUSH));
+                }
+                let got = drain(cq, t, room);
+                assert_eq!(t.qp_at(0).unwrap().state(), QpState::Error);
+                got
+            });
+            assert_eq!(fast, slow, "size {size} room {room}");
+            let all = flat(&fast);
+            let ids: Vec<u64> = all.iter().map(|w| w.wr_id()).collect();
+            assert_eq!(ids, [100, 101, 102, 103, 104, 105, 200, 201, 202, 203]);
+            for (i, w) in all.iter().enumerate() {
+                let want = if i < 2 {
+                    WcStatus::Success
+                } else {
+                    WcStatus::WrFlushErr
+                };
+                assert_eq!(w.status(), want, "completion {i}");
+                if i >= 2 {
+                    assert_eq!((w.syndrome(), w.vendor_err()), (FLUSH, 0x33));
+                    assert_eq!(
+                        (w.qp_num(), w.byte_len(), w.flags()),
+                        (QPN, 0, WcFlags::empty())
+                    );
+                }
+                let opcode = FLUSHED.get(i).map_or(WcOpcode::Recv, |f| f.2);
+                assert_eq!(w.opcode(), opcode, "completion {i}");
+            }
+            assert_eq!(counts, [2, 0, 8, 0], "size {size} room {room}");
+        }
+    }
+}
+
+/// Flushes the flush run declines, all completed as the full path completes them: a
+/// first error that is not a flush (the full path retires it; the flushes after it in
+/// later calls take the run), a non-flush error in the middle of a run (it ends the run),
+/// a flush naming a later WQE than the oldest (the device skipped an unsignaled one: the
+/// full path flushes it too), a flush while an atomic is outstanding, and flushes on the
+/// CQE size and room variations.
+#[test]
+fn flushes_the_run_declines_complete_the_same() {
+    let fa = Sge {
+        addr: 0x9000,
+        length: 8,
+        lkey: 3,
+    };
+    for size in [64, 128] {
+        for room in [1, 2, 16] {
+            let (slow, fast, counts) = both(size, &|dev, t, cq| {
+                let a = t.qp_at(0).unwrap();
+                for i in 0..4 {
+                    a.post(&SendWr::write(300 + i, R).inline(b"abc").signaled())
+                        .unwrap();
+                }
+                dev.push(req_err(QPN, 0, op::OPCODE_RDMA_WRITE, 0x13));
+                dev.push(req_err(QPN, 1, op::OPCODE_RDMA_WRITE, FLUSH));
+                dev.push(req_err(QPN, 2, op::OPCODE_RDMA_WRITE, 0x22));
+                dev.push(req_err(QPN, 3, op::OPCODE_RDMA_WRITE, FLUSH));
+                let mut got = drain(cq, t, room);
+                let b = t.qp_at(1).unwrap();
+                b.post(&SendWr::write(400, R).inline(b"abc").signaled())
+                    .unwrap();
+                b.post(&SendWr::write(401, R).inline(b"abc")).unwrap();
+                b.post(&SendWr::write(402, R).inline(b"abc").signaled())
+                    .unwrap();
+                b.post(&SendWr::fetch_add(403, R, fa, 1).signaled())
+                    .unwrap();
+                b.post(&SendWr::write(404, R).inline(b"abc").signaled())
+                    .unwrap();
+                dev.push(req_err(QPN_B, 0, op::OPCODE_RDMA_WRITE, FLUSH));
+                dev.push(req_err(QPN_B, 2, op::OPCODE_RDMA_WRITE, FLUSH));
+                dev.push(req_err(QPN_B, 3, op::OPCODE_ATOMIC_FA, FLUSH));
+                dev.push(req_err(QPN_B, 4, op::OPCODE_RDMA_WRITE, FLUSH));
+                got.extend(drain(cq, t, room));
+                got
+            });
+            assert_eq!(fast, slow, "size {size} room {room}");
+            let all = flat(&fast);
+            let ids: Vec<u64> = all.iter().map(|w| w.wr_id()).collect();
+            assert_eq!(ids, [300, 301, 302, 303, 400, 401, 402, 403, 404]);
+            let st: Vec<WcStatus> = all.iter().map(|w| w.status()).collect();
+            let f = WcStatus::WrFlushErr;
+            assert_eq!(
+                st,
+                [
+                    WcStatus::from_syndrome(0x13),
+                    f,
+                    WcStatus::from_syndrome(0x22),
+                    f,
+                    f,
+                    f,
+                    f,
+                    f,
+                    f
+                ]
+            );
+            assert!(counts[3] >= 6, "size {size} room {room}: {counts:?}");
+        }
+    }
+}
+
+/// A UC QP's send error moves it to SQE; once the control path moves it back to RTS,
+/// the WQEs posted after that complete as before the error: an unsignaled WR retired by
+/// a later signaled one's CQE succeeded, and gets no completion (nor a flush); the
+/// flushes of the error period still come first, one each. Every room, both CQE sizes,
+/// the fast paths on and off.
+#[test]
+fn a_uc_qp_recovered_from_sqe_completes_as_before_the_error() {
+    // `early`: the control path recovers the QP before the data path polled its error
+    // (it records SQE, then RTS, as `mlx5_ctx`'s `Qp::modify` does).
+    for early in [false, true] {
+        for size in [64, 128] {
+            for room in [1, 2, 16] {
+                uc_recovery(early, size, room);
+            }
+        }
+    }
+}
+
+fn uc_recovery(early: bool, size: u32, room: usize) {
+    let what = format!("early {early} size {size} room {room}");
+    let mut results = Vec::new();
+    for off in [true, false] {
+        let (mut dev, mut t, mut cq) = Dev::typed(size, QpType::Uc);
+        paths::FAST_OFF.with(|f| f.set(off));
+        let b = t.qp_at(1).unwrap();
+        for id in [500, 501, 502] {
+            b.post(&SendWr::write(id, R).inline(b"abc").signaled())
+                .unwrap();
+        }
+        dev.push(req_err(QPN_B, 0, op::OPCODE_RDMA_WRITE, 0x13));
+        dev.push(req_err(QPN_B, 1, op::OPCODE_RDMA_WRITE, FLUSH));
+        let mut got = Vec::new();
+        if !early {
+            got = drain(&mut cq, &mut t, room);
+            assert_eq!(t.qp_at(1).unwrap().state(), QpState::Sqe);
+        }
+        // Recovered with WQE 2's flush (and with `early` every CQE of the error) still in
+        // the CQ.
+        let b = t.qp_at(1).unwrap();
+        b.set_state(QpState::Sqe);
+        b.set_state(QpState::Rts);
+        dev.push(req_err(QPN_B, 2, op::OPCODE_RDMA_WRITE, FLUSH));
+        b.post(&SendWr::write(503, R).inline(b"abc")).unwrap();
+        b.post(&SendWr::write(504, R).inline(b"abc").signaled())
+            .unwrap();
+        b.post(&SendWr::write(505, R).inline(b"abc").signaled())
+            .unwrap();
+        dev.push(req_cqe(QPN_B, 4, op::OPCODE_RDMA_WRITE, 0));
+        dev.push(req_cqe(QPN_B, 5, op::OPCODE_RDMA_WRITE, 0));
+        got.extend(drain(&mut cq, &mut t, room));
+        paths::FAST_OFF.with(|f| f.set(false));
+        let b = t.qp_at(1).unwrap();
+        assert_eq!(b.sq_outstanding_bbs(), 0, "{what}");
+        assert_eq!(
+            b.state(),
+            QpState::Rts,
+            "{what}: the error period's CQEs polled after the recovery leave the QP in RTS"
+        );
+        results.push(flat(&got));
+        drop((t, cq));
+        drop(dev);
+    }
+    assert_eq!(results[0], results[1], "{what}");
+    let got: Vec<(u64, WcStatus)> = results[1].iter().map(|w| (w.wr_id(), w.status())).collect();
+    let f = WcStatus::WrFlushErr;
+    assert_eq!(
+        got,
+        [
+            (500, WcStatus::from_syndrome(0x13)),
+            (501, f),
+            (502, f),
+            (504, WcStatus::Success),
+            (505, WcStatus::Success)
+        ],
+        "{what}"
+    );
+}
+
+/// A flush run across a carry out of the `wqe_counter`'s low byte (counter 255 to 256,
+/// which the run's expected value does not follow: the run ends there and the next
+/// call starts afresh from the send queue's index): every flush still takes the run.
+#[test]
+fn flush_runs_cross_the_counter_low_byte() {
+    for size in [64, 128] {
+        let (slow, fast, counts) = both(size, &|dev, t, cq| {
+            let mut got = Vec::new();
+            let max = t.qp_at(0).unwrap().max_send_wr() as u16;
+            assert!(max >= 8, "room for runs");
+            // Successes up to half a queue before 256, then a queue of flushes.
+            let start = 256 - max / 2;
+            for pi in 0..start {
+                let qp = t.qp_at(0).unwrap();
+                qp.post(&SendWr::write(pi as u64, R).inline(b"abc").signaled())
+                    .unwrap();
+                dev.push(req_cqe(QPN, pi, op::OPCODE_RDMA_WRITE, 0));
+                if pi % max == max - 1 || pi == start - 1 {
+                    got.extend(drain(cq, t, 16));
+                }
+            }
+            let qp = t.qp_at(0).unwrap();
+            for pi in start..start + max {
+                let r = qp.post(&SendWr::write(pi as u64, R).inline(b"abc").signaled());
+                r.unwrap_or_else(|e| panic!("WR {pi}: {e}"));
+                dev.push(req_err(QPN, pi, op::OPCODE_RDMA_WRITE, FLUSH));
+            }
+            got.extend(drain(cq, t, 16));
+            got
+        });
+        assert_eq!(fast, slow, "size {size}");
+        let all = flat(&fast);
+        let ids: Vec<u64> = all.iter().map(|w| w.wr_id()).collect();
+        let n = all.len();
+        assert!(n > 256 + 3, "{n} completions: the flushes cross 256");
+        assert_eq!(ids, (0..n as u64).collect::<Vec<u64>>());
+        let flushed = all
+            .iter()
+            .filter(|w| w.status() == WcStatus::WrFlushErr)
+            .count();
+        assert!(all[n - flushed..]
+            .iter()
+            .all(|w| w.status() == WcStatus::WrFlushErr));
+        assert!(
+            n - flushed < 256,
+            "the flushes are those past {}",
+            n - flushed
+        );
+        assert_eq!(counts[2..], [flushed as u32, 0], "size {size}");
+    }
+}
+
+/// Receives: plain ones in runs, one with immediate data, one while the queue is
+/// empty (an error), all alike on both paths.
+#[test]
+fn receives_complete_the_same_on_both_paths() {
+    for size in [64, 128] {
+        for room in [1, 3, 16] {
+            let (slow, fast, counts) = both(size, &|dev, t, cq| {
+                let qp = t.qp_at(1).unwrap();
+                for i in 0..6 {
+                    qp.post_recv(40 + i, &SGE).unwrap();
+                }
+                for c in 0..3 {
+                    dev.push(resp_cqe(CQE_RESP_SEND, QPN_B, c, 8 + c as u32, 0x77));
+                }
+                dev.push(resp_cqe(CQE_RESP_SEND_IMM, QPN_B, 3, 4, 0xabcd));
+                dev.push(resp_cqe(CQE_RESP_SEND, QPN_B, 4, 9, 0));
+                dev.push(resp_cqe(CQE_RESP_SEND, QPN_B, 5, 9, 0));
+                dev.push(resp_cqe(CQE_RESP_SEND, QPN_B, 6, 9, 0));
+                drain(cq, t, room)
+            });
+            assert_eq!(fast, slow, "size {size} room {room}");
+            let all = flat(&fast);
+            let ids: Vec<u64> = all.iter().map(|w| w.wr_id()).collect();
+            assert_eq!(ids, [40, 41, 42, 43, 44, 45]);
+            assert_eq!(
+                (
+                    all[1].byte_len(),
+                    all[1].src_qp(),
+                    all[1].sl(),
+                    all[1].pkey_index()
+                ),
+                (9, 0x99, 3, 0x77)
+            );
+            assert_eq!(all[3].imm_data(), 0xabcd);
+            assert!(fast.last().unwrap().is_err(), "the CQE of no receive");
+            // Every receive through the receive fast path, the one with immediate data
+            // too (a run ends at it: another `op_own`); the CQE of no receive is the full
+            // path's error.
+            assert_eq!(counts, [0, 6, 0, 0], "size {size} room {room}");
+        }
+    }
+}
+
+/// A WRITE and a SEND with immediate complete with `IBV_WC_WITH_IMM` (rdma-core
+/// `handle_good_req`) on the fast paths and the full path alike; the plain ones without.
+#[test]
+fn sends_with_immediate_complete_with_imm_on_both_paths() {
+    let posts = [
+        (op::OPCODE_RDMA_WRITE_IMM, WcOpcode::RdmaWrite, true),
+        (op::OPCODE_SEND_IMM, WcOpcode::Send, true),
+        (op::OPCODE_RDMA_WRITE, WcOpcode::RdmaWrite, false),
+        (op::OPCODE_SEND, WcOpcode::Send, false),
+    ];
+    for size in [64, 128] {
+        for room in [1, 16] {
+            let (slow, fast, _) = both(size, &|dev, t, cq| {
+                let qp = t.qp_at(0).unwrap();
+                let r = RemoteAddr::new(0x1000, 5);
+                for (i, &(opcode, _, _)) in posts.iter().enumerate() {
+                    let id = 70 + i as u64;
+                    let wr = match opcode {
+                        op::OPCODE_RDMA_WRITE_IMM => SendWr::write_imm(id, r, 0xfeed),
+                        op::OPCODE_SEND_IMM => SendWr::send_imm(id, 0xfeed),
+                        op::OPCODE_RDMA_WRITE => SendWr::write(id, r),
+                        _ => SendWr::send(id),
+                    };
+                    qp.post(&wr.sges(&SGE).signaled()).unwrap();
+                    dev.push(req_cqe(QPN, i as u16, opcode, 0));
+                }
+                drain(cq, t, room)
+            });
+            assert_eq!(fast, slow, "size {size} room {room}");
+            let got: Vec<_> = flat(&fast)
+                .iter()
+                .map(|w| (w.opcode(), w.flags().contains(WcFlags::WITH_IMM)))
+                .collect();
+            let want: Vec<_> = posts.iter().map(|&(_, o, imm)| (o, imm)).collect();
+            assert_eq!(got, want, "size {size} room {room}");
+        }
+    }
+}
+
+/// Every good responder kind (WRITE with immediate, SEND with invalidate, SEND with
+/// immediate, SEND), with and without the solicited bit, through the receive fast path:
+/// the same completions as the full path.
+#[test]
+fn every_responder_kind_completes_the_same_on_both_paths() {
+    use mlx5_cq::{CQE_RESP_SEND_INV, CQE_RESP_WR_IMM};
+    let kinds = [
+        (CQE_RESP_WR_IMM, false),
+        (CQE_RESP_SEND_INV, false),
+        (CQE_RESP_SEND_IMM, true),
+        (CQE_RESP_SEND, true),
+        (CQE_RESP_WR_IMM, true),
+        (CQE_RESP_SEND, false),
+    ];
+    for size in [64, 128] {
+        for room in [1, 2, 16] {
+            let (slow, fast, counts) = both(size, &|dev, t, cq| {
+                let qp = t.qp_at(1).unwrap();
+                for i in 0..kinds.len() as u64 {
+                    qp.post_recv(60 + i, &SGE).unwrap();
+                }
+                for (c, &(kind, se)) in kinds.iter().enumerate() {
+                    let mut cqe = resp_cqe(kind, QPN_B, c as u16, 5, 0x1234_5678);
+                    cqe.op_own |= (se as u8) << 1;
+                    dev.push(cqe);
+                }
+                drain(cq, t, room)
+            });
+            assert_eq!(fast, slow, "size {size} room {room}");
+            assert_eq!(counts, [0, 6, 0, 0], "size {size} room {room}");
+            let all = flat(&fast);
+            let got: Vec<_> = all
+                .iter()
+                .map(|w| (w.opcode(), w.flags(), w.imm_data()))
+                .collect();
+            // `resp_cqe`'s `flags_rqpn` has no GRH bits.
+            let (imm, inv) = (WcFlags::WITH_IMM, WcFlags::WITH_INV);
+            assert_eq!(
+                got,
+                [
+                    (WcOpcode::RecvRdmaWithImm, imm, 0x1234_5678),
+                    (WcOpcode::Recv, inv, 0x1234_5678),
+                    (WcOpcode::Recv, imm, 0x1234_5678),
+                    (WcOpcode::Recv, WcFlags::empty(), 0),
+                    (WcOpcode::RecvRdmaWithImm, imm, 0x1234_5678),
+                    (WcOpcode::Recv, WcFlags::empty(), 0),
+                ],
+                "size {size} room {room}"
+            );
+        }
+    }
+}
+
+/// Two QPs on one CQ: runs of one QPN, alternating QPNs, an unsignaled WR retired by a
+/// later CQE, a CQE of a QPN the table does not hold.
+#[test]
+fn mixed_qpns_complete_the_same_on_both_paths() {
+    for size in [64, 128] {
+        for room in [1, 2, 5, 16] {
+            let (slow, fast, counts) = both(size, &|dev, t, cq| {
+                for pos in [0usize, 1] {
+                    let qp = t.qp_at(pos).unwrap();
+                    for i in 0..8u64 {
+                        let wr = SendWr::write(pos as u64 * 100 + i, R).inline(b"xy");
+                        let wr = if i == 5 { wr } else { wr.signaled() };
+                        qp.post(&wr).unwrap();
+                    }
+                }
+                for pi in [0u16, 1, 2] {
+                    dev.push(req_cqe(QPN, pi, mlx5_wqe::OPCODE_RDMA_WRITE, 0));
+                }
+                for pi in 0..4u16 {
+                    dev.push(req_cqe(QPN_B, pi, mlx5_wqe::OPCODE_RDMA_WRITE, 0));
+                    dev.push(req_cqe(QPN, pi + 3, mlx5_wqe::OPCODE_RDMA_WRITE, 0));
+                }
+                // WR 5 unsignaled: the CQE of 6 retires it.
+                dev.push(req_cqe(QPN_B, 4, mlx5_wqe::OPCODE_RDMA_WRITE, 0));
+                dev.push(req_cqe(QPN_B, 6, mlx5_wqe::OPCODE_RDMA_WRITE, 0));
+                dev.push(req_cqe(QPN_B, 7, mlx5_wqe::OPCODE_RDMA_WRITE, 0));
+                dev.push(req_cqe(0x77, 0, mlx5_wqe::OPCODE_RDMA_WRITE, 0));
+                dev.push(req_cqe(QPN, 7, mlx5_wqe::OPCODE_RDMA_WRITE, 0));
+                drain(cq, t, room)
+            });
+            assert_eq!(fast, slow, "size {size} room {room}");
+            let ids: Vec<u64> = flat(&fast).iter().map(|w| w.wr_id()).collect();
+            assert_eq!(
+                ids,
+                [0, 1, 2, 100, 3, 101, 4, 102, 5, 103, 6, 104, 106, 107, 7],
+                "size {size} room {room}"
+            );
+            assert!(fast.iter().any(|r| r.is_err()), "the unknown QPN");
+            assert!(counts[0] >= 10, "size {size} room {room}: {counts:?}");
+        }
+    }
+}
+
+/// Receives of two QPs interleaved on one CQ (the distinct-QP receive loop), a run of
+/// three of one QP among them, a change of kind (SEND with immediate) inside the
+/// interleaving, polled with several room sizes: the completions are the full path's and
+/// every receive is a fast path's.
+#[test]
+fn interleaved_receives_complete_the_same_on_both_paths() {
+    for size in [64, 128] {
+        for room in [1, 2, 3, 5, 16] {
+            let (slow, fast, counts) = both(size, &|dev, t, cq| {
+                for pos in [0usize, 1] {
+                    for i in 0..12 {
+                        t.qp_at(pos)
+                            .unwrap()
+                            .post_recv(100 * pos as u64 + i, &SGE)
+                            .unwrap();
+                    }
+                }
+                let mut c = [0u16; 2];
+                let mut cqe = |dev: &mut Dev, pos: usize, kind: u8| {
+                    let qpn = [QPN, QPN_B][pos];
+                    dev.push(resp_cqe(kind, qpn, c[pos], 4 + c[pos] as u32, 0x5));
+                    c[pos] += 1;
+                };
+                for i in 0..6 {
+                    let kind = if i == 3 {
+                        CQE_RESP_SEND_IMM
+                    } else {
+                        CQE_RESP_SEND
+                    };
+                    cqe(dev, 0, CQE_RESP_SEND);
+                    cqe(dev, 1, kind);
+                }
+                for _ in 0..3 {
+                    cqe(dev, 0, CQE_RESP_SEND);
+                }
+                for _ in 0..3 {
+                    cqe(dev, 1, CQE_RESP_SEND);
+                    cqe(dev, 0, CQE_RESP_SEND);
+                }
+                drain(cq, t, room)
+            });
+            assert_eq!(fast, slow, "size {size} room {room}");
+            let ids: Vec<u64> = flat(&fast).iter().map(|w| w.wr_id()).collect();
+            let mut want = Vec::new();
+            for i in 0..6 {
+                want.extend([i, 100 + i]);
+            }
+            want.extend([6, 7, 8]);
+            for i in 0..3 {
+                want.extend([106 + i, 9 + i]);
+            }
+            assert_eq!(ids, want, "size {size} room {room}");
+            assert_eq!(counts, [0, 21, 0, 0], "size {size} room {room}");
+        }
+    }
+}
+
+/// Receives across the 16-bit wrap of the receive queue's WQE counter, one and two a
+/// call, interleaved with another QP's receives (the distinct-QP receive loop) in the
+/// two-a-call case: every completion is its receive's, in order; the lean retire's carry
+/// out of the key's low bits sends exactly one CQE per QP and wrap to the full path,
+/// which resyncs the key (without the resync every later receive would go there; with
+/// the runs going on past the carry, none would and the key would stay shut).
+#[test]
+fn receives_stay_fast_across_the_wqe_counter_wrap() {
+    for room in [1, 2] {
+        let (mut dev, mut t, mut cq) = Dev::new(64);
+        paths::SERVED.with(|c| c.set([0; 4]));
+        let mut wcs = [Wc::default(); 2];
+        let n = 70_000u32;
+        for i in 0..n {
+            let mut want = Vec::new();
+            for (pos, qpn) in [(0usize, QPN), (1, QPN_B)] {
+                if pos == 1 && room == 1 {
+                    continue;
+                }
+                let id = u64::from(i) * 2 + pos as u64;
+                t.qp_at(pos).unwrap().post_recv(id, &SGE).unwrap();
+                dev.push(resp_cqe(CQE_RESP_SEND, qpn, i as u16, 8, 0));
+                want.push(id);
+            }
+            assert_eq!(cq.poll(&mut t, &mut wcs[..room]).unwrap(), want.len());
+            let got: Vec<u64> = wcs[..want.len()].iter().map(|w| w.wr_id()).collect();
+            assert_eq!(got, want, "receive {i}");
+            assert!(wcs[..want.len()]
+                .iter()
+                .all(|w| w.is_ok() && w.byte_len() == 8));
+        }
+        assert_eq!(cq.poll(&mut t, &mut wcs).unwrap(), 0);
+        let [_, fast, _, full] = paths::SERVED.with(|c| c.get());
+        let total = if room == 1 { n } else { 2 * n };
+        assert_eq!(fast + full, total);
+        // Exactly one per QP: the CQE after its tail's wrap, which resyncs the key (a
+        // run that went on past the carry would leave the key shut for good).
+        assert_eq!(
+            full, room as u32,
+            "room {room}: {full} went to the full path"
+        );
+        drop((t, cq));
+        drop(dev);
+    }
+}
+
+/// A `QpTable` finds a QP by the QP's own QPN, never by where it used to be: an empty
+/// table finds nothing (its sentinel's QPN is no 24-bit QPN), and after the two QPs swap
+/// places through `qps_mut` neither is found, neither for its QPN nor for the other's, so
+/// a CQE of one never retires a WQE of the other; the CQE is reported as unknown.
+#[test]
+fn a_qp_table_finds_a_qp_only_by_its_own_qpn() {
+    use crate::Resolve;
+    let mut empty = QpTable::new();
+    for qpn in [0, 1, QPN, 0xff_ffff, 0x100_0000, u32::MAX] {
+        assert!(empty.qp(qpn).is_none(), "{qpn:#x} in an empty table");
+    }
+    let (mut dev, mut t, mut cq) = Dev::new(64);
+    assert_eq!(t.qp(QPN).map(|q| q.qpn()), Some(QPN));
+    assert_eq!(t.qp(QPN_B).map(|q| q.qpn()), Some(QPN_B));
+    assert!(t.qp(QPN + 1).is_none() && t.qp(0x77).is_none() && t.qp(u32::MAX).is_none());
+    t.qps_mut().swap(0, 1);
+    assert!(t.qp(QPN).is_none() && t.qp(QPN_B).is_none());
+    let qp = t.qp_at(0).unwrap();
+    qp.post(&SendWr::write(9, R).inline(b"ab").signaled())
+        .unwrap();
+    dev.push(req_cqe(QPN_B, 0, op::OPCODE_RDMA_WRITE, 0));
+    let calls = drain(&mut cq, &mut t, 1);
+    assert!(
+        matches!(calls.as_slice(), [Err(e)] if e.contains("QPN")),
+        "{calls:?}"
+    );
+    assert_eq!(t.qp_at(0).unwrap().sq_outstanding_bbs(), 1);
+    drop((t, cq));
+    drop(dev);
+}
+
+/// Many laps of the CQ and of the send ring, READs among the WRITEs, polled with
+/// several room sizes: both paths alike, the fast one serving all.
+#[test]
+fn the_cq_and_the_ring_wrap_alike_on_both_paths() {
+    for size in [64, 128] {
+        for room in [1, 7, 16] {
+            let (slow, fast, counts) = both(size, &|dev, t, cq| {
+                let mut got = Vec::new();
+                let mut id = 0u64;
+                for _ in 0..13 {
+                    let qp = t.qp_at(0).unwrap();
+                    let first = qp.sq_pi();
+                    for i in 0..15u16 {
+                        let wr = if i % 4 == 3 {
+                            SendWr::read(id, R).sges(&SGE).signaled()
+                        } else {
+                            SendWr::write(id, R).inline(b"abc").signaled()
+                        };
+                        qp.post(&wr).unwrap();
+                        let (op, n) = if i % 4 == 3 {
+                            (mlx5_wqe::OPCODE_RDMA_READ, 16)
+                        } else {
+                            (mlx5_wqe::OPCODE_RDMA_WRITE, 0)
+                        };
+                        dev.push(req_cqe(QPN, first.wrapping_add(i), op, n));
+                        id += 1;
+                    }
+                    got.extend(drain(cq, t, room));
+                }
+                got
+            });
+            assert_eq!(fast, slow, "size {size} room {room}");
+            let all = flat(&fast);
+            assert_eq!(all.len(), 13 * 15);
+            assert!(all.iter().enumerate().all(|(i, w)| w.wr_id() == i as u64));
+            assert_eq!(counts, [195, 0, 0, 0], "size {size} room {room}");
+        }
+    }
+}
