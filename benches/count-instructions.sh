@@ -89,6 +89,7 @@ poll_recv_qps1=$(count poll_recv_qps1 poll_table --qps 1 --recv)
 poll_recv_qps=$(count poll_recv_qps poll_table --qps 1000 --recv)
 per() { awk -v t="$1" -v n="$n" 'BEGIN { printf "%.0f", t / n }'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
+echo "compiler: $(rustc --version 2>/dev/null || echo unknown)"
 echo "N = $n; callgrind totals: post $post, poll $poll, floor $floor, 1-SGE post $post_sge, post in Bf mode $post_bf, poll one $poll_one, poll 16 $poll_wcs, batch $batch, receive poll $poll_recv, receive poll one $poll_recv_one, flush poll $poll_flush, receive flush poll $poll_flush_recv, flush poll one $poll_flush_one, receive flush poll one $poll_flush_recv_one, post with 1 / 1000 QPs $post_qps1 / $post_qps, poll with 1 / 2 / 1000 QPs $poll_qps1 / $poll_qps2 / $poll_qps, receive poll with 1 / 1000 QPs $poll_recv_qps1 / $poll_recv_qps"
 echo "instructions per floor (64-byte WQE + doorbell record + BlueFlame copy): $(per "$floor")"
 echo "instructions per post of a 1-SGE RDMA WRITE with the 8-byte doorbell: $(per "$post_sge")"
