@@ -5,6 +5,11 @@
 //! [`Qp`], a slice of them (a scan: for a few QPs), a [`QpTable`] (a table indexed by the
 //! QPN's low bits: constant time for any number of QPs, no hashing and no allocation on the
 //! hot path), or anything implementing the trait.
+//!
+//! Here: the [`Cq`], its batch loop (runs of common CQEs inline, the rest through the full
+//! path, CQE by CQE) and [`Cq::poll_send`]. Beside it: `table` (the [`Resolve`] tables),
+//! `single` (the one-entry poll), `runs` (the runs of one QP and the loop over CQEs of many),
+//! `timestamp` (completion timestamps), `tests`.
 
 mod runs;
 mod single;

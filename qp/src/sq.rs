@@ -7,6 +7,10 @@
 //! requester CQE returns it as `wqe_counter` (`docs/sources.md` §4). Retiring up to a completed
 //! WQE frees every block before it too, so the unsignaled WQEs a signaled one follows give
 //! their blocks back without a CQE of their own (rdma-core `wqe_head`, UCX `hw_ci`).
+//!
+//! Here: the queue, its gates and the post side's bookkeeping. Beside it: `ring` (the
+//! doorbell and BlueFlame sequences), `complete` (what a CQE retires, the lean polls' views,
+//! the error period), `tests`.
 
 mod complete;
 mod ring;
