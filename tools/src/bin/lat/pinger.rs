@@ -1,0 +1,295 @@
+//! One end's ping-pong: posting the next message, waiting for the peer's, the completion
+//! channel and the NIC's timestamps.
+
+use super::plan::{Plan, MAX_OUTSTANDING_SENDS};
+use super::STALL;
+use mlx5_connect::{AbortCode, Connection, ControlEvent, RemoteBuffer};
+use mlx5_ctx::Mr;
+use mlx5_qp::{RemoteAddr, Sge};
+use mlx5_tools::args::{AtomicArg, Test};
+use mlx5_tools::path::{DataPath, Done, Op, Post};
+use mlx5_tools::timestamps::{self, NicRecorder};
+use mlx5_tools::{Error, Result};
+use std::time::Instant;
+
+/// `--timestamps` on the measuring end: the device clock and the markers' stamps.
+pub(super) struct Nic {
+    pub(super) clock: mlx5_hw::ClockInfo,
+    pub(super) rec: NicRecorder,
+}
+
+impl Nic {
+    /// The NIC's line for the size just measured (its stamps are taken).
+    pub(super) fn line(&mut self, size: u64, halves: u32) -> Result<String> {
+        let stamps = self.rec.take();
+        let ns = timestamps::samples(&self.clock, &stamps, halves)?;
+        Ok(timestamps::nic_line(&self.clock, size, ns))
+    }
+}
+
+/// One end's data path during a ping-pong.
+pub(super) struct Pinger<'a, P> {
+    pub(super) path: P,
+    pub(super) mr: &'a Mr,
+    pub(super) remote: RemoteBuffer,
+    pub(super) half: usize,
+    pub(super) inline: u32,
+    pub(super) payload: Vec<u8>,
+    pub(super) next_wr: u64,
+    pub(super) sends_posted: u64,
+    pub(super) sends_done: u64,
+    pub(super) recvs: u64,
+    /// The receive of the last message (its byte count is checked).
+    pub(super) last_recv_len: u32,
+    /// Atomics completed (the next result to expect).
+    pub(super) atomics: u64,
+    pub(super) done: [Done; 16],
+    /// Give the core away while waiting instead of spinning: on a software device, whose work
+    /// needs a core (the software ConnectX's thread; Soft-RoCE's kernel tasks).
+    pub(super) yield_idle: bool,
+    /// A server watches the control connection while it answers: the client's goodbye ends
+    /// a `-D` run.
+    pub(super) watch: Option<Connection>,
+    /// `--timestamps` on the measuring end: every completion drained is noted.
+    pub(super) nic: Option<Nic>,
+}
+
+/// What a wait ended with.
+#[derive(PartialEq, Eq)]
+pub(super) enum Waited {
+    /// What was waited for happened.
+    Done,
+    /// The client said goodbye (a `-D` server).
+    Stopped,
+}
+
+impl<'a, P: DataPath> Pinger<'a, P> {
+    pub(super) fn new(path: P, mr: &'a Mr, remote: RemoteBuffer, inline: u32, p: &Plan) -> Self {
+        Pinger {
+            path,
+            mr,
+            remote,
+            half: p.half,
+            inline,
+            payload: vec![0; inline as usize + 1],
+            next_wr: 0,
+            sends_posted: 0,
+            sends_done: 0,
+            recvs: 0,
+            last_recv_len: 0,
+            atomics: 0,
+            done: [Done::default(); 16],
+            yield_idle: false,
+            watch: None,
+            nic: None,
+        }
+    }
+
+    pub(super) fn remote(&self, off: usize) -> RemoteAddr {
+        RemoteAddr::new(self.remote.addr + off as u64, self.remote.rkey)
+    }
+
+    pub(super) fn sge(&self, off: usize, len: usize) -> Result<Sge> {
+        Ok(self.mr.sge(off, len as u32)?)
+    }
+
+    /// Post one message of `size` bytes ending in `stamp`: an RDMA WRITE into the peer's
+    /// receive half, or a SEND.
+    pub(super) fn post_msg(&mut self, test: Test, size: usize, stamp: u8) -> Result<()> {
+        // Every send is signaled, and the WRITE wait drains only every 64 spins: when the
+        // peer answers sooner, nothing drains, and the completions would overrun the CQ.
+        // Retire before posting past the bound.
+        if self.sends_posted - self.sends_done >= MAX_OUTSTANDING_SENDS {
+            self.wait("send completions", 1, |p| {
+                p.sends_posted - p.sends_done < MAX_OUTSTANDING_SENDS
+            })?;
+        }
+        let wr_id = self.next_wr;
+        self.next_wr += 1;
+        let op = match test {
+            Test::Write => Op::Write(self.remote(self.half)),
+            _ => Op::Send,
+        };
+        let sge = self.sge(0, size)?;
+        if size as u32 <= self.inline {
+            self.payload[size - 1] = stamp;
+            let post = Post {
+                wr_id,
+                op,
+                sge,
+                inline: Some(&self.payload[..size]),
+                signaled: true,
+            };
+            self.path.post(0, &post)?;
+        } else {
+            self.mr.write_u8(size - 1, stamp)?;
+            let post = Post {
+                wr_id,
+                op,
+                sge,
+                inline: None,
+                signaled: true,
+            };
+            self.path.post(0, &post)?;
+        }
+        self.sends_posted += 1;
+        Ok(())
+    }
+
+    /// Poll what is ready: count send completions and receives (reposting each receive);
+    /// an error completion ends the run.
+    pub(super) fn drain(&mut self) -> Result<()> {
+        let n = self.path.poll(&mut self.done)?;
+        for i in 0..n {
+            let d = self.done[i];
+            if let Some(nic) = self.nic.as_mut() {
+                nic.rec.note(&d);
+            }
+            if d.recv {
+                self.recvs += 1;
+                self.last_recv_len = d.byte_len;
+                let sge = self.sge(self.half, self.half)?;
+                self.path.post_recv(0, d.wr_id, sge)?;
+            } else {
+                self.sends_done += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// Spin until `done`, draining the CQ every `every` spins (1 when `done` waits for a
+    /// completion; more when it watches memory and the drain only retires sends).
+    pub(super) fn wait(
+        &mut self,
+        what: &'static str,
+        every: u32,
+        mut done: impl FnMut(&Self) -> bool,
+    ) -> Result<Waited> {
+        let start = Instant::now();
+        let mut spins = 0u32;
+        loop {
+            if done(self) {
+                return Ok(Waited::Done);
+            }
+            spins = spins.wrapping_add(1);
+            if spins.is_multiple_of(every) {
+                self.drain()?;
+            }
+            if spins.is_multiple_of(4096) {
+                if let Some(conn) = self.watch.as_mut() {
+                    match conn.poll_control()? {
+                        Some(ControlEvent::PeerAborted(AbortCode::Shutdown)) => {
+                            return Ok(Waited::Stopped)
+                        }
+                        Some(ControlEvent::PeerAborted(code)) => {
+                            return Err(Error::Peer {
+                                peer: "the client".into(),
+                                why: format!("it aborted: {}", code.describe()),
+                            })
+                        }
+                        Some(ControlEvent::RebuildRequested { .. }) | None => {}
+                    }
+                }
+                if start.elapsed() > STALL {
+                    return Err(Error::stalled(what, STALL.as_secs()));
+                }
+            }
+            if self.yield_idle {
+                std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
+        }
+    }
+
+    /// Wait for the peer's message `stamp` of `size` bytes.
+    pub(super) fn wait_msg(&mut self, test: Test, size: usize, stamp: u8) -> Result<Waited> {
+        match test {
+            Test::Write => {
+                let off = self.half + size - 1;
+                self.wait("the peer's RDMA WRITE", 64, |p| {
+                    p.mr.read_u8(off).is_ok_and(|b| b == stamp)
+                })
+            }
+            _ => {
+                let want = self.recvs + 1;
+                let w = self.wait("the peer's SEND", 1, |p| p.recvs >= want)?;
+                if w == Waited::Done && self.last_recv_len as usize != size {
+                    return Err(Error::Check(format!(
+                        "a receive of {} bytes, the peer sent {size}",
+                        self.last_recv_len
+                    )));
+                }
+                Ok(w)
+            }
+        }
+    }
+
+    /// One RDMA READ of `size` bytes from the peer's send half, or one atomic on the 8 bytes
+    /// at the start of its receive half, waited for.
+    pub(super) fn one_op(&mut self, test: Test, atomic: AtomicArg, size: usize) -> Result<()> {
+        let wr_id = self.next_wr;
+        self.next_wr += 1;
+        let k = self.atomics;
+        let (op, sge) = match test {
+            Test::Atomic => {
+                let remote = self.remote(self.half);
+                let op = match atomic {
+                    // k-th operation: the target holds k; swap it for k + 1.
+                    AtomicArg::CmpAndSwap => Op::CompSwap {
+                        remote,
+                        compare: k,
+                        swap: k + 1,
+                    },
+                    AtomicArg::FetchAndAdd => Op::FetchAdd { remote, add: 1 },
+                };
+                (op, self.sge(0, 8)?)
+            }
+            _ => (Op::Read(self.remote(0)), self.sge(self.half, size)?),
+        };
+        let post = Post {
+            wr_id,
+            op,
+            sge,
+            inline: None,
+            signaled: true,
+        };
+        self.path.post(0, &post)?;
+        self.sends_posted += 1;
+        let want = self.sends_posted;
+        self.wait("the operation's completion", 1, |p| p.sends_done >= want)?;
+        if test == Test::Atomic {
+            // The original value in host order: Soft-RoCE runs atomics on host-order memory
+            // (`rxe_resp.c`), as a ConnectX does in the host-endianness mode `mlx5_core` selects
+            // whenever the device offers it (`handle_hca_cap_atomic`), and as the software
+            // ConnectX does by default (`docs/software-connectx.md`).
+            let b: [u8; 8] = self.mr.read(0, 8)?.try_into().unwrap_or_default();
+            let got = u64::from_ne_bytes(b);
+            if got != k {
+                return Err(Error::Check(format!(
+                    "atomic {} #{k} returned {got}, the target should have held {k}",
+                    atomic.name()
+                )));
+            }
+            self.atomics += 1;
+        }
+        Ok(())
+    }
+
+    /// Wait for every send to complete (between sizes, outside the timed loops).
+    pub(super) fn settle(&mut self) -> Result<()> {
+        let want = self.sends_posted;
+        self.wait("send completions", 1, |p| p.sends_done >= want)?;
+        Ok(())
+    }
+}
+
+/// Stamps cycle through 1..=255 so that consecutive messages always differ from each other
+/// and from the zeroed buffer.
+pub(super) fn next_stamp(s: u8) -> u8 {
+    if s == 255 {
+        1
+    } else {
+        s + 1
+    }
+}

@@ -1,0 +1,222 @@
+//! The run's plan: the arguments checked and turned into what every end needs before any
+//! device is opened.
+
+use super::pinger::Nic;
+use mlx5_connect::ConnectParams;
+use mlx5_ctx::Mr;
+use mlx5_hw::QpType;
+use mlx5_qp::DoorbellMode;
+use mlx5_tools::args::{AtomicArg, LatArgs, Length, OutputArg, Test};
+use mlx5_tools::connecting::Receives;
+use mlx5_tools::hello::{RunShape, Sizes, Tool};
+use mlx5_tools::inline::InlineRequest;
+use mlx5_tools::limits;
+use mlx5_tools::path::GRH;
+use mlx5_tools::resources::ResourcesCfg;
+use mlx5_tools::serve::say;
+use mlx5_tools::timestamps::{Marker, NicRecorder};
+use mlx5_tools::{Error, Result};
+use std::fs::File;
+
+/// Signaled sends a pinger leaves outstanding before it drains: well under the SQ depth
+/// (128 WRs) and the CQ the ends are created with.
+pub(super) const MAX_OUTSTANDING_SENDS: u64 = 64;
+
+/// The run's plan, from the arguments, checked before any device is opened.
+pub(super) struct Plan {
+    /// `-e`: wait on a completion channel.
+    pub(super) events: bool,
+    pub(super) test: Test,
+    pub(super) conn: QpType,
+    pub(super) atomic: AtomicArg,
+    pub(super) sizes: Vec<u64>,
+    pub(super) length: Length,
+    /// What to ask the device for (READ, atomics: nothing).
+    pub(super) inline: InlineRequest,
+    /// `--doorbell` (direct path only).
+    pub(super) doorbell: Option<DoorbellMode>,
+    /// Offset of the receive half of both buffers (the send half starts at 0).
+    pub(super) half: usize,
+    /// Receives kept posted (SEND).
+    pub(super) rx_depth: u32,
+    /// What the peer process must have been started for.
+    pub(super) shape: RunShape,
+    /// Connection parameters every QP starts from.
+    pub(super) params: ConnectParams,
+    /// `--output`: only the number.
+    pub(super) quiet: bool,
+    /// `-H` / `-U`.
+    pub(super) listing: Listing,
+    /// `--histogram`, `--hlog`, opened before the run.
+    pub(super) svg: Option<(File, String)>,
+    pub(super) hlog: Option<(File, String)>,
+    /// `--timestamps`: the measuring end's CQ has completion timestamps.
+    pub(super) timestamps: bool,
+}
+
+/// What `-H` / `-U` print.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Listing {
+    None,
+    Sorted,
+    Unsorted,
+}
+
+pub(super) fn plan(args: &LatArgs) -> Result<Plan> {
+    let c = &args.common;
+    c.check(args.test, &[OutputArg::Latency], "lat")?;
+    let sizes = c.sizes(args.test, 2)?;
+    let (max_iters, why) = limits::max_lat_iters();
+    let length = c.length(1000, max_iters, &why)?;
+    let max = sizes.iter().copied().max().unwrap_or(2) as usize;
+    let conn = c.connection.qp_type();
+    // A UD receive starts with the 40-byte GRH.
+    let recv = if conn == QpType::Ud { max + GRH } else { max };
+    let half = recv.next_multiple_of(64);
+    let ends = if c.loopback { 2 } else { 1 };
+    limits::check_memory(
+        &format!(
+            "the buffers of {ends} end(s), 2 × {} each,",
+            limits::human(half as u64)
+        ),
+        (ends * 2 * half) as u64,
+    )?;
+    let mut shape = RunShape::new(
+        Tool::Lat,
+        args.test.kind(),
+        if c.all {
+            Sizes::All
+        } else {
+            Sizes::One(sizes[0])
+        },
+        0,
+    );
+    shape.conn = conn;
+    match length {
+        Length::Iters(n) => shape.iters = n,
+        Length::Duration { secs, .. } => {
+            shape.iters = secs;
+            shape.duration = true;
+        }
+    }
+    let open = |flag: &str, p: &Option<std::path::PathBuf>| -> Result<Option<(File, String)>> {
+        p.as_ref()
+            .map(|p| Ok((limits::create_output(flag, p)?, p.display().to_string())))
+            .transpose()
+    };
+    if args.timestamps {
+        // The NIC's samples are kept like the CPU's, one per iteration of -n; -e polls with
+        // the blocking call, which reads no timestamps; --output prints one figure only.
+        let clash = if matches!(length, Length::Duration { .. }) {
+            Some("-D (it needs -n: every timestamp is kept)")
+        } else if c.events {
+            Some("-e (the blocking poll reads no timestamps)")
+        } else if c.output.is_some() {
+            Some("--output (it prints one figure only)")
+        } else {
+            None
+        };
+        if let Some(what) = clash {
+            return Err(Error::Usage(format!(
+                "--timestamps cannot be used with {what}"
+            )));
+        }
+    }
+    let svg = open("--histogram", &args.histogram)?;
+    let hlog = open("--hlog", &args.hlog)?;
+    Ok(Plan {
+        events: args.common.events,
+        test: args.test,
+        conn,
+        atomic: c.atomic_type,
+        sizes,
+        length,
+        inline: InlineRequest::new(c.inline, args.test.default_inline(c.connection)),
+        doorbell: c.doorbell_mode()?,
+        half,
+        rx_depth: c.rx_depth,
+        shape,
+        params: ConnectParams {
+            port: c.ib_port,
+            max_mtu: c.mtu()?,
+            timeout: c.qp_timeout,
+            ..ConnectParams::default()
+        },
+        quiet: c.output.is_some(),
+        listing: if args.report_unsorted {
+            Listing::Unsorted
+        } else if args.report_histogram {
+            Listing::Sorted
+        } else {
+            Listing::None
+        },
+        svg,
+        hlog,
+        timestamps: args.timestamps,
+    })
+}
+
+impl Plan {
+    pub(super) fn cfg(&self) -> ResourcesCfg {
+        ResourcesCfg {
+            qp_type: self.conn,
+            qps: 1,
+            sq_depth: 128,
+            rq_depth: if self.test == Test::Send {
+                self.rx_depth
+            } else {
+                1
+            },
+            inline: self.inline.bytes,
+            buf_len: 2 * self.half,
+            srq: None,
+            events: self.events,
+        }
+    }
+
+    /// The receives of the SEND test, in the receive half of `mr`.
+    pub(super) fn receives(&self, mr: &Mr) -> Result<Option<Receives>> {
+        if self.test != Test::Send {
+            return Ok(None);
+        }
+        Ok(Some(Receives {
+            sge: mr.sge(self.half, self.half as u32)?,
+            depth: self.rx_depth,
+        }))
+    }
+
+    /// How many halves of a round trip one sample is: 2 for a ping-pong, 1 for READ and
+    /// atomics (perftest's `rtt_factor`).
+    pub(super) fn halves(&self) -> u32 {
+        match self.test {
+            Test::Write | Test::Send => 2,
+            Test::Read | Test::Atomic => 1,
+        }
+    }
+
+    /// Which completion ends an iteration on the measuring end (`--timestamps`).
+    pub(super) fn marker(&self) -> Marker {
+        match self.test {
+            Test::Send => Marker::Receive,
+            Test::Write | Test::Read | Test::Atomic => Marker::Send,
+        }
+    }
+
+    /// The NIC's clock and recorder of the measuring end (`--timestamps`), `None` without it.
+    pub(super) fn nic(&self, clock: Option<mlx5_hw::ClockInfo>) -> Result<Option<Nic>> {
+        match clock {
+            Some(clock) if self.timestamps => Ok(Some(Nic {
+                clock,
+                rec: NicRecorder::new(self.marker(), self.length.iters().unwrap_or(0))?,
+            })),
+            _ => Ok(None),
+        }
+    }
+
+    /// Say a line of the report, unless `--output` asks for the number only.
+    pub(super) fn say(&self, line: &str) {
+        if !self.quiet {
+            say(line);
+        }
+    }
+}
