@@ -1,0 +1,387 @@
+//! One end of a bandwidth run: the sender's flow of WRs (its window, the completions it
+//! reaps), the receiver's sink, and the end that drives them over its data path.
+
+use super::plan::Plan;
+use super::{LOSS_GRACE, STALL};
+use mlx5_connect::RemoteBuffer;
+use mlx5_ctx::Mr;
+use mlx5_qp::{RemoteAddr, Sge};
+use mlx5_tools::args::{AtomicArg, Length, Test};
+use mlx5_tools::path::{DataPath, Done, Op, Post};
+use mlx5_tools::stats::BwStats;
+use mlx5_tools::{Error, Result};
+use std::time::{Duration, Instant};
+
+/// The sender's state for one message size.
+pub(super) struct Flow {
+    pub(super) size: u64,
+    pub(super) depth: u64,
+    pub(super) cq_mod: u64,
+    /// Messages per QP (`None`: until `stop`).
+    pub(super) iters: Option<u64>,
+    pub(super) posted: Vec<u64>,
+    pub(super) done: Vec<u64>,
+    pub(super) completed: u64,
+    pub(super) start: Instant,
+    /// `-D`: stop posting at this time; the figures count what completes in `window`.
+    pub(super) stop: Option<Instant>,
+    pub(super) window: Option<(Instant, Instant)>,
+    pub(super) in_window: u64,
+    pub(super) window_span: Option<(Instant, Instant)>,
+    /// The best (messages, time) of any window of at least `depth` messages.
+    pub(super) best: Option<(u64, Duration)>,
+    pub(super) mark: (Instant, u64),
+    pub(super) finished: Option<Instant>,
+}
+
+impl Flow {
+    pub(super) fn new(p: &Plan, size: u64, depth: u32) -> Flow {
+        let now = Instant::now();
+        let n = p.qps as usize;
+        let (stop, window) = match p.length {
+            Length::Iters(_) => (None, None),
+            Length::Duration { secs, margin } => (
+                Some(now + Duration::from_secs(secs)),
+                Some((
+                    now + Duration::from_secs(margin),
+                    now + Duration::from_secs(secs - margin),
+                )),
+            ),
+        };
+        let depth = u64::from(depth.max(1));
+        Flow {
+            size,
+            depth,
+            cq_mod: p.cq_mod.min(depth),
+            iters: p.length.iters(),
+            posted: vec![0; n],
+            done: vec![0; n],
+            completed: 0,
+            start: now,
+            stop,
+            window,
+            in_window: 0,
+            window_span: None,
+            best: None,
+            mark: (now, 0),
+            finished: None,
+        }
+    }
+
+    pub(super) fn total(&self) -> Option<u64> {
+        self.iters.map(|n| n * self.posted.len() as u64)
+    }
+
+    pub(super) fn is_done(&self) -> bool {
+        self.finished.is_some()
+    }
+
+    /// Count `retired` more completions at `now`.
+    pub(super) fn retire(&mut self, q: usize, wr_id: u64, now: Instant) {
+        // Completions are in order per QP: this one retires every WR up to it.
+        let upto = wr_id + 1;
+        let n = upto.saturating_sub(self.done[q]);
+        self.done[q] = self.done[q].max(upto);
+        self.completed += n;
+        if let Some((w0, w1)) = self.window {
+            if now >= w0 && now <= w1 {
+                self.in_window += n;
+                let first = self.window_span.map_or(now, |s| s.0);
+                self.window_span = Some((first, now));
+            }
+        }
+        let window = self.depth.max(self.cq_mod);
+        if self.stop.is_none() && self.completed - self.mark.1 >= window {
+            let w = (self.completed - self.mark.1, now - self.mark.0);
+            let faster = match self.best {
+                None => true,
+                Some((m, d)) => w.0 as f64 / w.1.as_secs_f64() > m as f64 / d.as_secs_f64(),
+            };
+            if faster {
+                self.best = Some(w);
+            }
+            self.mark = (now, self.completed);
+        }
+    }
+
+    /// Whether everything posted that will complete has.
+    pub(super) fn check_finished(&mut self, now: Instant) {
+        if self.finished.is_some() {
+            return;
+        }
+        let all_posted_done = self.posted.iter().zip(&self.done).all(|(p, d)| p == d);
+        let finished = match (self.total(), self.stop) {
+            (Some(t), _) => self.completed >= t,
+            // -D: no more posting; what is signaled has completed (an unsignaled tail of a
+            // QP never completes by itself).
+            (None, Some(stop)) => {
+                now >= stop
+                    && (all_posted_done
+                        || self
+                            .posted
+                            .iter()
+                            .zip(&self.done)
+                            .all(|(p, d)| p - d < self.cq_mod))
+            }
+            (None, None) => false,
+        };
+        if finished {
+            self.finished = Some(now);
+        }
+    }
+
+    pub(super) fn stats(&self) -> BwStats {
+        match (self.window_span, self.stop) {
+            (_, None) => BwStats::new(
+                self.size,
+                self.completed,
+                self.finished.unwrap_or_else(Instant::now) - self.start,
+                self.best,
+            ),
+            (Some((a, b)), Some(_)) => {
+                BwStats::new(self.size, self.in_window, b - a, None).without_peak()
+            }
+            (None, Some(_)) => BwStats::new(self.size, 0, Duration::from_secs(1), None),
+        }
+    }
+}
+
+/// The receiver's state (SEND): receives counted and reposted per QP.
+pub(super) struct Sink {
+    /// Messages per QP to expect (`None`: until told to stop).
+    pub(super) iters: Option<u64>,
+    pub(super) rx_depth: u64,
+    pub(super) received: Vec<u64>,
+    pub(super) posted: Vec<u64>,
+    pub(super) last_arrival: Instant,
+}
+
+impl Sink {
+    pub(super) fn new(p: &Plan) -> Sink {
+        let n = p.qps as usize;
+        Sink {
+            iters: p.length.iters(),
+            rx_depth: u64::from(p.rx_depth),
+            received: vec![0; n],
+            posted: vec![u64::from(p.rx_depth); n],
+            last_arrival: Instant::now(),
+        }
+    }
+
+    pub(super) fn total(&self) -> Option<u64> {
+        self.iters.map(|n| n * self.received.len() as u64)
+    }
+
+    pub(super) fn got(&self) -> u64 {
+        self.received.iter().sum()
+    }
+
+    pub(super) fn is_done(&self) -> bool {
+        self.total().is_some_and(|t| self.got() >= t)
+    }
+
+    /// Prepare for the next size: the receives still posted carry over.
+    pub(super) fn next_size(&mut self) {
+        for (r, p) in self.received.iter_mut().zip(self.posted.iter_mut()) {
+            *p = p.saturating_sub(*r).max(self.rx_depth.min(*p));
+            *r = 0;
+        }
+    }
+}
+
+/// One end of a bandwidth run: its data path, what it sends (`flow`) and receives (`sink`).
+pub(super) struct BwEnd<'a, P> {
+    pub(super) path: P,
+    pub(super) test: Test,
+    pub(super) atomic: AtomicArg,
+    pub(super) sge: Sge,
+    pub(super) recv_sge: Sge,
+    pub(super) payload: Vec<u8>,
+    pub(super) inline: u32,
+    pub(super) peers: Vec<RemoteBuffer>,
+    pub(super) remote_off: u64,
+    pub(super) flow: Option<Flow>,
+    pub(super) sink: Option<Sink>,
+    pub(super) got: [Done; 32],
+    /// The figures' time base is the first post; a -D flow is re-timed there.
+    pub(super) yield_idle: bool,
+    pub(super) mr: &'a Mr,
+    pub(super) last_progress: Instant,
+}
+
+impl<'a, P: DataPath> BwEnd<'a, P> {
+    pub(super) fn new(
+        path: P,
+        p: &Plan,
+        mr: &'a Mr,
+        peers: Vec<RemoteBuffer>,
+        inline: u32,
+    ) -> Result<Self> {
+        Ok(BwEnd {
+            path,
+            test: p.test,
+            atomic: p.atomic,
+            sge: mr.sge(0, 8)?,
+            recv_sge: mr.sge(p.half, p.half as u32)?,
+            payload: Vec::new(),
+            inline,
+            peers,
+            remote_off: if matches!(p.test, Test::Atomic) {
+                p.half as u64
+            } else {
+                0
+            },
+            flow: None,
+            sink: None,
+            got: [Done::default(); 32],
+            yield_idle: false,
+            mr,
+            last_progress: Instant::now(),
+        })
+    }
+
+    /// Start a size: a flow when this end sends, a sink when it receives SENDs.
+    pub(super) fn start(
+        &mut self,
+        p: &Plan,
+        size: u64,
+        depth: u32,
+        sends: bool,
+        recvs: bool,
+    ) -> Result<()> {
+        self.sge = self.mr.sge(
+            0,
+            if self.test == Test::Atomic {
+                8
+            } else {
+                size as u32
+            },
+        )?;
+        if size <= u64::from(self.inline) && matches!(self.test, Test::Write | Test::Send) {
+            self.payload = vec![0xa5; size as usize];
+        } else {
+            self.payload.clear();
+            self.mr.fill(0, size as usize, 0xa5)?;
+        }
+        self.flow = sends.then(|| Flow::new(p, size, depth));
+        match (&mut self.sink, recvs) {
+            (Some(s), true) => s.next_size(),
+            (s, true) => *s = Some(Sink::new(p)),
+            (s, false) => *s = None,
+        }
+        self.last_progress = Instant::now();
+        Ok(())
+    }
+
+    pub(super) fn op(test: Test, atomic: AtomicArg, peer: &RemoteBuffer, off: u64, i: u64) -> Op {
+        let remote = RemoteAddr::new(peer.addr + off, peer.rkey);
+        match (test, atomic) {
+            (Test::Write, _) => Op::Write(remote),
+            (Test::Send, _) => Op::Send,
+            (Test::Read, _) => Op::Read(remote),
+            (Test::Atomic, AtomicArg::FetchAndAdd) => Op::FetchAdd { remote, add: 1 },
+            (Test::Atomic, AtomicArg::CmpAndSwap) => Op::CompSwap {
+                remote,
+                compare: i,
+                swap: i + 1,
+            },
+        }
+    }
+
+    /// Post what the window allows, poll what is ready; whether anything happened.
+    #[inline]
+    pub(super) fn step(&mut self) -> Result<bool> {
+        let mut busy = false;
+        if let Some(f) = &mut self.flow {
+            let now_ok = f.stop.is_none_or(|s| Instant::now() < s);
+            if now_ok {
+                for q in 0..f.posted.len() {
+                    while f.iters.is_none_or(|n| f.posted[q] < n)
+                        && f.posted[q] - f.done[q] < f.depth
+                    {
+                        let i = f.posted[q];
+                        let last = f.iters.is_some_and(|n| i + 1 == n);
+                        let wr_id = i;
+                        let op =
+                            Self::op(self.test, self.atomic, &self.peers[q], self.remote_off, i);
+                        let post = Post {
+                            wr_id,
+                            op,
+                            sge: self.sge,
+                            inline: (!self.payload.is_empty()).then_some(&self.payload[..]),
+                            signaled: (i + 1) % f.cq_mod == 0 || last,
+                        };
+                        self.path.post(q, &post)?;
+                        f.posted[q] += 1;
+                        busy = true;
+                    }
+                }
+            }
+        }
+        let n = self.path.poll(&mut self.got)?;
+        let now = Instant::now();
+        for i in 0..n {
+            let d = self.got[i];
+            if d.recv {
+                let Some(s) = &mut self.sink else {
+                    return Err(Error::Check(format!(
+                        "a receive completion (WR {}) on an end that posted no receive",
+                        d.wr_id
+                    )));
+                };
+                s.received[d.qp] += 1;
+                s.last_arrival = now;
+                if s.iters.is_none_or(|n| s.posted[d.qp] < n) {
+                    self.path.post_recv(d.qp, d.wr_id, self.recv_sge)?;
+                    s.posted[d.qp] += 1;
+                }
+            } else if let Some(f) = &mut self.flow {
+                f.retire(d.qp, d.wr_id, now);
+            }
+        }
+        if n > 0 {
+            busy = true;
+            self.last_progress = now;
+        }
+        if let Some(f) = &mut self.flow {
+            f.check_finished(now);
+        }
+        Ok(busy)
+    }
+
+    pub(super) fn flow_done(&self) -> bool {
+        self.flow.as_ref().is_none_or(Flow::is_done)
+    }
+
+    /// Whether the receiver has everything, or (its own flow done, UC/UD, a `-D` run) has
+    /// waited long enough for what was lost.
+    pub(super) fn sink_done(&self, lossy_or_timed: bool) -> bool {
+        match &self.sink {
+            None => true,
+            Some(s) => {
+                s.is_done()
+                    || (lossy_or_timed && self.flow_done() && s.last_arrival.elapsed() > LOSS_GRACE)
+            }
+        }
+    }
+
+    pub(super) fn stalled(&self) -> Result<()> {
+        if self.last_progress.elapsed() > STALL {
+            let what = if self.flow_done() {
+                "the peer's SENDs"
+            } else {
+                "send completions"
+            };
+            return Err(Error::stalled(what, STALL.as_secs()));
+        }
+        Ok(())
+    }
+
+    pub(super) fn idle(&self) {
+        if self.yield_idle {
+            std::thread::yield_now();
+        } else {
+            std::hint::spin_loop();
+        }
+    }
+}
