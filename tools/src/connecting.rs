@@ -5,12 +5,15 @@
 //! feature libibverbs' `VerbsLinks`). Receives are posted when each QP reaches Init, before
 //! the peer hears it is ready.
 
+use crate::args::Test;
 use crate::devices::Devices;
 use crate::hello::RunShape;
 use crate::rendezvous::{Rendezvous, UdpLink};
 use crate::{Error, Result};
-use mlx5_connect::{connect_pair, ConnectParams, Connection, Link, PairSide, QpLink, QpRef};
-use mlx5_ctx::Context;
+use mlx5_connect::{
+    connect_pair, ConnectParams, Connection, Link, PairSide, QpLink, QpRef, RemoteBuffer,
+};
+use mlx5_ctx::{Context, Mr};
 use mlx5_hw::AhId;
 use mlx5_qp::Sge;
 use std::net::TcpStream;
@@ -23,6 +26,23 @@ pub struct Receives {
     pub sge: Sge,
     /// How many.
     pub depth: u32,
+}
+
+impl Receives {
+    /// What a run of `test` posts on each QP: for the SEND test `depth` receives into the
+    /// buffer's receive half (`half` bytes of `mr` from offset `half`; sends start at 0), for
+    /// the others none.
+    pub fn for_test(test: Test, mr: &Mr, half: usize, depth: u32) -> Result<Option<Receives>> {
+        if test != Test::Send {
+            return Ok(None);
+        }
+        let length = u32::try_from(half)
+            .map_err(|_| Error::Usage(format!("a receive buffer of {half} bytes is over 4 GiB")))?;
+        Ok(Some(Receives {
+            sge: mr.sge(half, length)?,
+            depth,
+        }))
+    }
 }
 
 /// Hands out, one at a time, the [`Link`] of each local QP for its connect.
@@ -64,14 +84,31 @@ impl Links for DirectLinks<'_> {
     }
 }
 
-/// One end as the control path sees it: its device, QPs and parameters.
-pub struct End<'a> {
+/// One end as the control path sees it: its device, QPs and parameters
+/// (`Resources::end`, `VerbsResources::end`).
+pub struct End {
     /// The device.
-    pub ctx: &'a Context,
+    pub ctx: Context,
     /// The QPs, in order.
     pub qps: Vec<QpRef>,
     /// The parameters of every QP.
     pub params: ConnectParams,
+}
+
+impl End {
+    /// The end of `qps` on `ctx`, with `params` announcing `buffer`.
+    pub fn new(
+        ctx: &Context,
+        qps: Vec<QpRef>,
+        params: &ConnectParams,
+        buffer: RemoteBuffer,
+    ) -> End {
+        End {
+            ctx: ctx.clone(),
+            qps,
+            params: params.clone().with_buffer(buffer),
+        }
+    }
 }
 
 /// What connecting gave.
@@ -119,9 +156,9 @@ impl Drop for AhGuard {
 /// order on both sides, each first swapping the hello of a run of `shape`.
 pub fn connect_all(
     devs: &Devices,
-    me: &End<'_>,
+    me: &End,
     links: &mut dyn Links,
-    peer: Option<(&End<'_>, &mut dyn Links)>,
+    peer: Option<(&End, &mut dyn Links)>,
     rv: Option<&Rendezvous>,
     shape: Option<&RunShape>,
 ) -> Result<Connected> {
@@ -154,8 +191,8 @@ pub fn connect_all(
                     )
                 };
                 let (a, b) = r.map_err(|e| peer_links.cause(links.cause(e.into())))?;
-                out.handles.extend(AhGuard::of(me.ctx, &a));
-                out.handles.extend(AhGuard::of(peer.ctx, &b));
+                out.handles.extend(AhGuard::of(&me.ctx, &a));
+                out.handles.extend(AhGuard::of(&peer.ctx, &b));
                 out.conns.push(a);
                 out.peer.push(b);
             }
@@ -169,7 +206,7 @@ pub fn connect_all(
                     Connection::over(o.control, me.ctx.device(), qp, &mut *link, &me.params)
                 };
                 let c = r.map_err(|e| links.cause(e.into()))?;
-                out.handles.extend(AhGuard::of(me.ctx, &c));
+                out.handles.extend(AhGuard::of(&me.ctx, &c));
                 out.conns.push(c);
                 out.streams.push(o.stream);
             }
@@ -184,7 +221,7 @@ pub fn connect_all(
 }
 
 #[cfg(feature = "verbs")]
-pub use verbs::VerbsLinks;
+pub use verbs::{connect_verbs, VerbsLinks};
 
 #[cfg(feature = "verbs")]
 mod verbs {
@@ -228,6 +265,33 @@ mod verbs {
         }
     }
 
+    /// [`connect_all`] on libibverbs' data path: each end as the control path sees it, its
+    /// QPs and CQ claimed ([`Verbs`]), and what to post on each QP when it reaches Init — to
+    /// `peer` in this process, else through `rv` (a run of `shape`).
+    pub fn connect_verbs(
+        devs: &Devices,
+        (me, verbs, recv): (&End, &mut Verbs<'_>, Option<Receives>),
+        peer: Option<(&End, &mut Verbs<'_>, Option<Receives>)>,
+        rv: Option<&Rendezvous>,
+        shape: Option<&RunShape>,
+    ) -> Result<Connected> {
+        let mut links = VerbsLinks::new(verbs, recv);
+        match peer {
+            Some((peer, verbs, recv)) => {
+                let mut peer_links = VerbsLinks::new(verbs, recv);
+                connect_all(
+                    devs,
+                    me,
+                    &mut links,
+                    Some((peer, &mut peer_links)),
+                    None,
+                    None,
+                )
+            }
+            None => connect_all(devs, me, &mut links, None, rv, shape),
+        }
+    }
+
     /// The links of libibverbs' data path, posting receives through the claimed QPs.
     pub struct VerbsLinks<'v, 'd> {
         /// The claimed QPs and CQ.
@@ -236,6 +300,17 @@ mod verbs {
         pub recv: Option<Receives>,
         /// Why posting a receive failed (the link's error type cannot carry it).
         pub failed: Option<mlx5_hw::Error>,
+    }
+
+    impl<'v, 'd> VerbsLinks<'v, 'd> {
+        /// The links of `verbs`' QPs, posting `recv` on each when it reaches Init.
+        pub fn new(verbs: &'v mut Verbs<'d>, recv: Option<Receives>) -> VerbsLinks<'v, 'd> {
+            VerbsLinks {
+                verbs,
+                recv,
+                failed: None,
+            }
+        }
     }
 
     impl Links for VerbsLinks<'_, '_> {

@@ -183,6 +183,15 @@ impl Devices {
         }
     }
 
+    /// The verbs device of a `--path verbs` run (the software ConnectX has none:
+    /// [`Devices::check_path`] refuses it first).
+    #[cfg(feature = "verbs")]
+    pub fn verbs_device(&self) -> Result<std::sync::Arc<mlx5_hw::verbs::VerbsDevice>> {
+        self.verbs
+            .clone()
+            .ok_or_else(|| Error::Usage("--path verbs needs a verbs device".into()))
+    }
+
     /// The source GID index on `port`: `gid_index` (`-x`) when given; else on a verbs device
     /// with a RoCE port the one [`crate::gid::pick`] prefers; else 0.
     pub fn gid_index(&self, port: u8, gid_index: Option<u8>) -> Result<u8> {

@@ -8,9 +8,10 @@
 //! [`VerbsResources`], one end on any verbs device (Soft-RoCE too) for the libibverbs data path.
 
 use crate::args::DoorbellArg;
+use crate::connecting::{DirectLinks, End, Receives};
 use crate::inline::{self, InlineRequest};
 use crate::{Error, Result};
-use mlx5_connect::{qp_ref, QpRef, RemoteBuffer};
+use mlx5_connect::{qp_ref, ConnectParams, QpRef, RemoteBuffer};
 use mlx5_ctx::{Context, Cq, Mr, Pd, Qp, QpInit, Srq};
 use mlx5_hw::QpType;
 use mlx5_qp::DoorbellMode;
@@ -222,6 +223,20 @@ impl Resources {
     /// What to announce to the peer: the whole buffer.
     pub fn remote_buffer(&self) -> RemoteBuffer {
         remote_buffer(&self.mr)
+    }
+
+    /// This end as the control path sees it: every QP, with `params` announcing the whole
+    /// buffer.
+    pub fn end(&self, params: &ConnectParams) -> End {
+        let qps = (0..self.qps.len()).map(|q| self.qp_ref(q)).collect();
+        End::new(self.context(), qps, params, self.remote_buffer())
+    }
+
+    /// The QPs and the CQ as the links of their connect, posting `recv` on each QP when it
+    /// reaches Init; beside them the buffer, for the data path the run builds after.
+    pub fn links(&mut self, recv: Option<Receives>) -> (DirectLinks<'_>, &Mr) {
+        let Resources { qps, cq, mr, .. } = self;
+        (DirectLinks { qps, cq, recv }, mr)
     }
 }
 
@@ -481,5 +496,12 @@ impl VerbsResources {
     /// The device this end is on.
     pub fn context(&self) -> &Context {
         self.pd.context()
+    }
+
+    /// This end as the control path sees it: every QP, with `params` announcing the whole
+    /// buffer.
+    pub fn end(&self, params: &ConnectParams) -> End {
+        let qps = (0..self.qps.len()).map(|q| self.qp_ref(q)).collect();
+        End::new(self.context(), qps, params, self.remote_buffer())
     }
 }

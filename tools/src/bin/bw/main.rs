@@ -39,18 +39,17 @@ use clap::Parser;
 use end::{BwEnd, Flow};
 use mlx5_connect::{AbortCode, ConnectParams, Connection, ControlEvent, RemoteBuffer};
 use mlx5_hw::QpType;
-use mlx5_tools::args::{describe_doorbell, BwArgs, Length, PathKind, Test};
-use mlx5_tools::connecting::{connect_all, Connected, DirectLinks, End};
-use mlx5_tools::devices::{on_devices, Devices};
+use mlx5_tools::args::{describe_doorbell, BwArgs, PathKind, Test};
+use mlx5_tools::connecting::{connect_all, Connected};
+use mlx5_tools::devices::Devices;
 use mlx5_tools::path::{DataPath, Direct};
 use mlx5_tools::progress::Progress;
-use mlx5_tools::rendezvous::{
-    describe_endpoint, sizes_for_udp_link, Rendezvous, UdpBudget, UdpLink,
-};
+use mlx5_tools::rendezvous::{describe_endpoint, Rendezvous, UdpBudget, UdpLink};
 use mlx5_tools::report::{self, Banner};
 use mlx5_tools::resources::Resources;
 use mlx5_tools::results;
-use mlx5_tools::serve::{exit_on_failure, say, serve_until_closed};
+use mlx5_tools::run;
+use mlx5_tools::serve::{exit_on_failure, serve_until_closed};
 use mlx5_tools::{Error, Result};
 use plan::Plan;
 use std::process::ExitCode;
@@ -67,13 +66,11 @@ const UC_MAX_RX: u64 = 16000;
 fn main() -> ExitCode {
     let args = BwArgs::parse();
     mlx5_tools::log::init(args.common.verbose);
-    match run(&args) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("bw: error: {e}");
-            ExitCode::from(e.exit_code())
-        }
-    }
+    run::exit(
+        "bw",
+        plan::plan(&args)
+            .and_then(|p| run::on_run_devices("bw", &args.common, |devs| run_on(&args, &p, devs))),
+    )
 }
 
 /// Drive `a` (and in loopback `b`) until both are done; `control` is a server's control
@@ -148,30 +145,13 @@ fn banner(
     udp: Option<&UdpLink>,
 ) -> String {
     let mut extra = vec![("Doorbell".into(), doorbell.to_string())];
-    if p.events {
-        extra.push((
-            "Completions".into(),
-            "events (-e): sleeps on the CQ's completion channel".into(),
-        ));
-    }
     if p.test == Test::Send {
         extra.push(("RX depth".into(), p.rx_depth.to_string()));
     }
     if a.test != Test::Send || a.common.is_client() || p.bidirectional {
         extra.push(("CQ Moderation".into(), p.cq_mod.to_string()));
     }
-    if let Length::Duration { secs, margin } = p.length {
-        extra.push((
-            "Duration".into(),
-            format!(
-                "{secs} s, figures between {margin} s and {} s",
-                secs - margin
-            ),
-        ));
-    }
-    if let Some(u) = udp {
-        extra.push(("UDP link".into(), u.to_string()));
-    }
+    extra.extend(run::run_lines(p.events, p.length, udp));
     for (i, c) in conns.iter().enumerate().take(4) {
         extra.push((
             format!("QP {i}"),
@@ -197,29 +177,10 @@ fn banner(
     .render()
 }
 
-fn run(a: &BwArgs) -> Result<()> {
-    let p = plan::plan(a)?;
-    let c = &a.common;
-    if c.cpu_freq {
-        eprintln!(
-            "bw: note: -F changes nothing here: these tools time with the monotonic clock, \
-             not the CPU's cycle counter, and give no CPU frequency warning to silence"
-        );
-    }
-    on_devices(
-        "bw",
-        &c.device,
-        c.tap(),
-        c.loopback,
-        c.server.is_some(),
-        |devs| run_on(a, &p, devs),
-    )
-}
-
+/// The device-dependent checks, then the run on the data path `--path` names.
 fn run_on(a: &BwArgs, p: &Plan, devs: &Devices) -> Result<()> {
     let c = &a.common;
-    devs.check_port(c.ib_port)?;
-    devs.check_path(c.path)?;
+    let params = run::checked_params(devs, c, &p.params)?;
     let max_wr = devs.local.query_device()?.max_qp_wr;
     for (flag, n) in [("-t", p.depth), ("-r", p.rx_depth)] {
         if n > max_wr {
@@ -229,27 +190,7 @@ fn run_on(a: &BwArgs, p: &Plan, devs: &Devices) -> Result<()> {
             )));
         }
     }
-    let params = ConnectParams {
-        gid_index: devs.gid_index(c.ib_port, c.gid_index)?,
-        ..p.params.clone()
-    };
-    let rv = if c.loopback {
-        None
-    } else {
-        let rv = Rendezvous::new(c.server.as_deref(), c.port)?;
-        if let Rendezvous::Server(_) = &rv {
-            let line = format!(
-                " Waiting for client to connect on TCP port {} ...",
-                rv.port().unwrap_or(c.port)
-            );
-            if p.quiet() {
-                eprintln!("{line}");
-            } else {
-                say(&line);
-            }
-        }
-        Some(rv)
-    };
+    let rv = run::rendezvous(c, p.quiet())?;
     match c.path {
         PathKind::Direct => run_direct(a, p, devs, &params, rv.as_ref()),
         PathKind::Verbs => run_verbs(a, p, devs, &params, rv.as_ref()),
@@ -266,15 +207,7 @@ fn direct_end(ctx: &mlx5_ctx::Context, p: &Plan) -> Result<(Resources, u32)> {
 }
 
 fn buffers(conns: &[Connection]) -> Result<Vec<RemoteBuffer>> {
-    conns
-        .iter()
-        .map(|c| {
-            c.remote_buffer().ok_or_else(|| Error::Peer {
-                peer: format!("QP {:#x}", c.peer().qpn),
-                why: "the peer announced no buffer".into(),
-            })
-        })
-        .collect()
+    conns.iter().map(run::remote_buffer_of).collect()
 }
 
 /// UD: where each QP's SENDs go.
@@ -304,40 +237,15 @@ fn run_direct(
         ),
         (None, _) => String::new(),
     };
-    let ctx_a = me.context().clone();
-    let end_a = End {
-        ctx: &ctx_a,
-        qps: (0..me.qps.len()).map(|q| me.qp_ref(q)).collect(),
-        params: params.clone().with_buffer(me.remote_buffer()),
-    };
+    let end_a = me.end(params);
     let recv_a = p.receives(&me.mr)?;
-    let Resources { qps, cq, mr, .. } = &mut me;
-    let mut links_a = DirectLinks {
-        qps,
-        cq,
-        recv: recv_a,
-    };
+    let (mut links_a, mr) = me.links(recv_a);
     match rv {
         None => {
             let (mut peer, inline_b) = direct_end(devs.peer_or_local(), p)?;
-            let ctx_b = peer.context().clone();
-            let end_b = End {
-                ctx: &ctx_b,
-                qps: (0..peer.qps.len()).map(|q| peer.qp_ref(q)).collect(),
-                params: params.clone().with_buffer(peer.remote_buffer()),
-            };
+            let end_b = peer.end(params);
             let recv_b = p.receives(&peer.mr)?;
-            let Resources {
-                qps: qps_b,
-                cq: cq_b,
-                mr: mr_b,
-                ..
-            } = &mut peer;
-            let mut links_b = DirectLinks {
-                qps: qps_b,
-                cq: cq_b,
-                recv: recv_b,
-            };
+            let (mut links_b, mr_b) = peer.links(recv_b);
             let conn = connect_all(
                 devs,
                 &end_a,
@@ -380,16 +288,11 @@ fn usable_sizes(
     udp: Option<&UdpLink>,
 ) -> Result<(Vec<u64>, Option<UdpBudget>)> {
     let mtu = conns.first().map_or(1024, |c| c.path_mtu().bytes());
-    if p.conn == QpType::Ud {
-        if let Some(&s) = p.sizes.iter().find(|&&s| s > u64::from(mtu)) {
-            return Err(Error::Usage(format!(
-                "-s {s}: a UD message is one packet, at most the path MTU ({mtu} bytes): use -s \
-                 {mtu} or less (or -m)"
-            )));
-        }
-    }
-    let budget = udp.map(|u| u.budget(mtu));
-    let (sizes, note) = sizes_for_udp_link(&p.sizes, budget.as_ref())?;
+    let run::Sizes {
+        sizes,
+        budget,
+        note,
+    } = run::usable_sizes(p.conn, &p.sizes, mtu, udp)?;
     if let Some(b) = &budget {
         p.say(&format!(
             " note: the UDP link holds {b}: messages go fewer at a time than -t {} when \
@@ -540,9 +443,7 @@ fn run_verbs(
     _params: &ConnectParams,
     _rv: Option<&Rendezvous>,
 ) -> Result<()> {
-    Err(Error::Usage(
-        "--path verbs needs the `verbs` feature (rebuild with --features verbs)".into(),
-    ))
+    Err(run::verbs_missing())
 }
 
 /// `--path verbs`: QPs created through libibverbs on any verbs device (Soft-RoCE too), posted
@@ -555,20 +456,13 @@ fn run_verbs(
     params: &ConnectParams,
     rv: Option<&Rendezvous>,
 ) -> Result<()> {
-    use mlx5_tools::connecting::{Links, VerbsLinks};
+    use mlx5_tools::connecting::connect_verbs;
     use mlx5_tools::path::Verbs;
     use mlx5_tools::resources::VerbsResources;
-    let dev = devs
-        .verbs
-        .clone()
-        .ok_or_else(|| Error::Usage("--path verbs needs a verbs device".into()))?;
+    let dev = devs.verbs_device()?;
     let doorbell = "libibverbs' own (ibv_post_send)";
     let (me, inline_a) = VerbsResources::with_inline(&devs.local, dev.clone(), &p.cfg(), p.inline)?;
-    let end_a = End {
-        ctx: me.context(),
-        qps: (0..me.qps.len()).map(|q| me.qp_ref(q)).collect(),
-        params: params.clone().with_buffer(me.remote_buffer()),
-    };
+    let end_a = me.end(params);
     let mut va = Verbs::claim(&me)?;
     let recv_a = p.receives(&me.mr)?;
     match rv {
@@ -577,33 +471,16 @@ fn run_verbs(
             // their own GID internally).
             let (peer, inline_b) =
                 VerbsResources::with_inline(&devs.local, dev, &p.cfg(), p.inline)?;
-            let end_b = End {
-                ctx: peer.context(),
-                qps: (0..peer.qps.len()).map(|q| peer.qp_ref(q)).collect(),
-                params: params.clone().with_buffer(peer.remote_buffer()),
-            };
+            let end_b = peer.end(params);
             let mut vb = Verbs::claim(&peer)?;
             let recv_b = p.receives(&peer.mr)?;
-            let conn = {
-                let mut la = VerbsLinks {
-                    verbs: &mut va,
-                    recv: recv_a,
-                    failed: None,
-                };
-                let mut lb = VerbsLinks {
-                    verbs: &mut vb,
-                    recv: recv_b,
-                    failed: None,
-                };
-                connect_all(
-                    devs,
-                    &end_a,
-                    &mut la,
-                    Some((&end_b, &mut lb as &mut dyn Links)),
-                    None,
-                    None,
-                )?
-            };
+            let conn = connect_verbs(
+                devs,
+                (&end_a, &mut va, recv_a),
+                Some((&end_b, &mut vb, recv_b)),
+                None,
+                None,
+            )?;
             aim(&mut va, &conn.conns);
             aim(&mut vb, &conn.peer);
             let inline = inline_a.min(inline_b);
@@ -616,14 +493,13 @@ fn run_verbs(
             )
         }
         Some(rv) => {
-            let conn = {
-                let mut la = VerbsLinks {
-                    verbs: &mut va,
-                    recv: recv_a,
-                    failed: None,
-                };
-                connect_all(devs, &end_a, &mut la, None, Some(rv), Some(&p.shape))?
-            };
+            let conn = connect_verbs(
+                devs,
+                (&end_a, &mut va, recv_a),
+                None,
+                Some(rv),
+                Some(&p.shape),
+            )?;
             aim(&mut va, &conn.conns);
             let e = BwEnd::new(va, p, &me.mr, buffers(&conn.conns)?, inline_a)?;
             exit_on_failure(

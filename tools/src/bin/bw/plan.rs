@@ -152,14 +152,9 @@ impl Plan {
         }
     }
 
+    /// The receives of the SEND test, in the receive half of `mr`.
     pub(super) fn receives(&self, mr: &Mr) -> Result<Option<Receives>> {
-        if self.test != Test::Send {
-            return Ok(None);
-        }
-        Ok(Some(Receives {
-            sge: mr.sge(self.half, self.half as u32)?,
-            depth: self.rx_depth,
-        }))
+        Receives::for_test(self.test, mr, self.half, self.rx_depth)
     }
 
     pub(super) fn quiet(&self) -> bool {

@@ -37,17 +37,17 @@ mod plan;
 mod record;
 
 use clap::Parser;
-use mlx5_connect::{ConnectParams, Connection, RemoteBuffer};
-use mlx5_hw::QpType;
+use mlx5_connect::{ConnectParams, Connection};
 use mlx5_qp::DoorbellMode;
-use mlx5_tools::args::{describe_doorbell, LatArgs, Length, PathKind, Test};
-use mlx5_tools::connecting::{connect_all, Connected, DirectLinks, End};
-use mlx5_tools::devices::{on_devices, Devices};
+use mlx5_tools::args::{describe_doorbell, LatArgs, PathKind, Test};
+use mlx5_tools::connecting::{connect_all, Connected, DirectLinks};
+use mlx5_tools::devices::Devices;
 use mlx5_tools::path::{DataPath, Direct};
 use mlx5_tools::progress::Progress;
-use mlx5_tools::rendezvous::{describe_endpoint, sizes_for_udp_link, Rendezvous, UdpLink};
+use mlx5_tools::rendezvous::{describe_endpoint, Rendezvous, UdpLink};
 use mlx5_tools::report::{self, Banner};
 use mlx5_tools::resources::Resources;
+use mlx5_tools::run;
 use mlx5_tools::serve::{exit_on_failure, say, serve_until_closed};
 use mlx5_tools::timestamps;
 use mlx5_tools::{Error, Result};
@@ -63,61 +63,18 @@ const STALL: Duration = Duration::from_secs(10);
 fn main() -> ExitCode {
     let args = LatArgs::parse();
     mlx5_tools::log::init(args.common.verbose);
-    match run(&args) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("lat: error: {e}");
-            ExitCode::from(e.exit_code())
-        }
-    }
-}
-
-fn run(args: &LatArgs) -> Result<()> {
-    let p = plan::plan(args)?;
-    let c = &args.common;
-    if c.cpu_freq {
-        eprintln!(
-            "lat: note: -F changes nothing here: these tools time with the monotonic clock, \
-             not the CPU's cycle counter, and give no CPU frequency warning to silence"
-        );
-    }
-    on_devices(
+    run::exit(
         "lat",
-        &c.device,
-        c.tap(),
-        c.loopback,
-        c.server.is_some(),
-        |devs| run_on(args, &p, devs),
+        plan::plan(&args)
+            .and_then(|p| run::on_run_devices("lat", &args.common, |devs| run_on(&args, &p, devs))),
     )
 }
 
 /// The device-dependent checks, then the run on the data path `--path` names.
 fn run_on(args: &LatArgs, p: &Plan, devs: &Devices) -> Result<()> {
     let c = &args.common;
-    devs.check_port(c.ib_port)?;
-    devs.check_path(c.path)?;
-    let gid = devs.gid_index(c.ib_port, c.gid_index)?;
-    let params = ConnectParams {
-        gid_index: gid,
-        ..p.params.clone()
-    };
-    let rv = if c.loopback {
-        None
-    } else {
-        let rv = Rendezvous::new(c.server.as_deref(), c.port)?;
-        if let Rendezvous::Server(_) = &rv {
-            let line = format!(
-                " Waiting for client to connect on TCP port {} ...",
-                rv.port().unwrap_or(c.port)
-            );
-            if p.quiet {
-                eprintln!("{line}");
-            } else {
-                say(&line);
-            }
-        }
-        Some(rv)
-    };
+    let params = run::checked_params(devs, c, &p.params)?;
+    let rv = run::rendezvous(c, p.quiet)?;
     match c.path {
         PathKind::Direct => run_direct(args, p, devs, &params, rv.as_ref()),
         PathKind::Verbs => run_verbs(args, p, devs, &params, rv.as_ref()),
@@ -174,6 +131,17 @@ fn doorbell_line(p: &Plan, mode: Option<DoorbellMode>) -> String {
     }
 }
 
+/// The data path of an end's QPs and CQ; the measuring end's of a `--timestamps` run
+/// (`stamped`) reads each completion's timestamp.
+fn direct_path(links: DirectLinks<'_>, stamped: bool) -> Direct<'_> {
+    let path = Direct::new(links.qps, links.cq);
+    if stamped {
+        path.timestamped()
+    } else {
+        path
+    }
+}
+
 /// This library's data path: both ends here (`rv` is `None`) or this end of two processes.
 fn run_direct(
     args: &LatArgs,
@@ -187,39 +155,14 @@ fn run_direct(
     let (mut a, inline_a) = direct_end(&devs.local, p, clock.is_some())?;
     let doorbell = doorbell_line(p, a.doorbell_mode());
     let recv_a = p.receives(&a.mr)?;
-    let ctx_a = a.context().clone();
-    let end_a = End {
-        ctx: &ctx_a,
-        qps: vec![a.qp_ref(0)],
-        params: params.clone().with_buffer(a.remote_buffer()),
-    };
-    let Resources { qps, cq, mr, .. } = &mut a;
-    let mut links_a = DirectLinks {
-        qps,
-        cq,
-        recv: recv_a,
-    };
+    let end_a = a.end(params);
+    let (mut links_a, mr) = a.links(recv_a);
     match rv {
         None => {
             let (mut b, inline_b) = direct_end(devs.peer_or_local(), p, false)?;
             let recv_b = p.receives(&b.mr)?;
-            let ctx_b = b.context().clone();
-            let end_b = End {
-                ctx: &ctx_b,
-                qps: vec![b.qp_ref(0)],
-                params: params.clone().with_buffer(b.remote_buffer()),
-            };
-            let Resources {
-                qps: qps_b,
-                cq: cq_b,
-                mr: mr_b,
-                ..
-            } = &mut b;
-            let mut links_b = DirectLinks {
-                qps: qps_b,
-                cq: cq_b,
-                recv: recv_b,
-            };
+            let end_b = b.end(params);
+            let (mut links_b, mr_b) = b.links(recv_b);
             let conn = connect_all(
                 devs,
                 &end_a,
@@ -229,26 +172,10 @@ fn run_direct(
                 None,
             )?;
             let inline = inline_a.min(inline_b);
-            let path_a = Direct::new(links_a.qps, links_a.cq);
-            let mut pa = Pinger::new(
-                if clock.is_some() {
-                    path_a.timestamped()
-                } else {
-                    path_a
-                },
-                mr,
-                buffer_of(&conn.conns[0])?,
-                inline,
-                p,
-            );
-            pa.nic = p.nic(clock)?;
-            let pb = Pinger::new(
-                Direct::new(links_b.qps, links_b.cq),
-                mr_b,
-                buffer_of(&conn.peer[0])?,
-                inline,
-                p,
-            );
+            let path_a = direct_path(links_a, clock.is_some());
+            let pa = Pinger::new(path_a, mr, &conn.conns[0], inline, p, clock)?;
+            let path_b = direct_path(links_b, false);
+            let pb = Pinger::new(path_b, mr_b, &conn.peer[0], inline, p, None)?;
             exit_on_failure(
                 "lat",
                 devs,
@@ -257,19 +184,8 @@ fn run_direct(
         }
         Some(rv) => {
             let conn = connect_all(devs, &end_a, &mut links_a, None, Some(rv), Some(&p.shape))?;
-            let path_a = Direct::new(links_a.qps, links_a.cq);
-            let mut me = Pinger::new(
-                if clock.is_some() {
-                    path_a.timestamped()
-                } else {
-                    path_a
-                },
-                mr,
-                buffer_of(&conn.conns[0])?,
-                inline_a,
-                p,
-            );
-            me.nic = p.nic(clock)?;
+            let path_a = direct_path(links_a, clock.is_some());
+            let me = Pinger::new(path_a, mr, &conn.conns[0], inline_a, p, clock)?;
             exit_on_failure(
                 "lat",
                 devs,
@@ -277,13 +193,6 @@ fn run_direct(
             )
         }
     }
-}
-
-fn buffer_of(conn: &Connection) -> Result<RemoteBuffer> {
-    conn.remote_buffer().ok_or_else(|| Error::Peer {
-        peer: conn.peer().qpn.to_string(),
-        why: "the peer announced no buffer".into(),
-    })
 }
 
 /// UD: where the pinger's SENDs go.
@@ -296,21 +205,11 @@ fn aim<P: DataPath>(pinger: &mut Pinger<'_, P>, conn: &Connection) {
 /// The sizes this run can do: on a UD QP at most one path MTU (IBTA Vol. 1 §9.6: a UD message
 /// is one packet); over a UDP link between processes, what it holds at once.
 fn usable_sizes(p: &Plan, conn: &Connection, udp: Option<&UdpLink>) -> Result<Vec<u64>> {
-    let mtu = conn.path_mtu().bytes();
-    if p.conn == QpType::Ud {
-        if let Some(&s) = p.sizes.iter().find(|&&s| s > u64::from(mtu)) {
-            return Err(Error::Usage(format!(
-                "-s {s}: a UD message is one packet, at most the path MTU ({mtu} bytes): use -s \
-                 {mtu} or less (or -m)"
-            )));
-        }
-    }
-    let budget = udp.map(|u| u.budget(mtu));
-    let (sizes, note) = sizes_for_udp_link(&p.sizes, budget.as_ref())?;
-    if let Some(n) = note {
+    let s = run::usable_sizes(p.conn, &p.sizes, conn.path_mtu().bytes(), udp)?;
+    if let Some(n) = s.note {
         p.say(&n);
     }
-    Ok(sizes)
+    Ok(s.sizes)
 }
 
 /// Both ends here: A pings, B answers, A measures.
@@ -338,10 +237,24 @@ fn measure_loopback<P: DataPath, Q: DataPath>(
         &conn.conns[0],
         None,
     ));
+    measure(p, title, &sizes, &mut pa, Some(&mut pb))?.finish()
+}
+
+/// The measuring end's table: for each of `sizes`, the run's iterations (or its duration) of
+/// `me`'s operation, timed one by one — a READ or an atomic, or a message that `answer` (in
+/// loopback; across processes the server) waits for and sends back — then its row (and under a
+/// `--timestamps` run its NIC line). Returns the report for its last lines.
+fn measure<'p, P: DataPath, Q: DataPath>(
+    p: &'p Plan,
+    title: String,
+    sizes: &[u64],
+    me: &mut Pinger<'_, P>,
+    mut answer: Option<&mut Pinger<'_, Q>>,
+) -> Result<Reporter<'p>> {
     let mut rep = Reporter::new(p, title);
     rep.header();
     let mut stamp = 0u8;
-    for &size in &sizes {
+    for &size in sizes {
         let size = size as usize;
         let mut rec = Recorder::new(p)?;
         let total = p.length.iters().unwrap_or(0);
@@ -352,12 +265,14 @@ fn measure_loopback<P: DataPath, Q: DataPath>(
             stamp = next_stamp(stamp);
             let t0 = Instant::now();
             match p.test {
-                Test::Read | Test::Atomic => pa.one_op(p.test, p.atomic, size)?,
+                Test::Read | Test::Atomic => me.one_op(p.test, p.atomic, size)?,
                 t => {
-                    pa.post_msg(t, size, stamp)?;
-                    pb.wait_msg(t, size, stamp)?;
-                    pb.post_msg(t, size, stamp)?;
-                    pa.wait_msg(t, size, stamp)?;
+                    me.post_msg(t, size, stamp)?;
+                    if let Some(b) = answer.as_deref_mut() {
+                        b.wait_msg(t, size, stamp)?;
+                        b.post_msg(t, size, stamp)?;
+                    }
+                    me.wait_msg(t, size, stamp)?;
                 }
             }
             rec.record(t0, Instant::now());
@@ -366,14 +281,16 @@ fn measure_loopback<P: DataPath, Q: DataPath>(
         }
         let took = from.elapsed();
         drop(progress);
-        pa.settle()?;
-        pb.settle()?;
+        me.settle()?;
+        if let Some(b) = answer.as_deref_mut() {
+            b.settle()?;
+        }
         rep.row(size as u64, rec.finish(), from, took)?;
-        if let Some(nic) = pa.nic.as_mut() {
+        if let Some(nic) = me.nic.as_mut() {
             say(&nic.line(size as u64, p.halves())?);
         }
     }
-    rep.finish()
+    Ok(rep)
 }
 
 /// This end of a run across processes: the client pings and measures, the server answers
@@ -446,34 +363,7 @@ fn measure_end<P: DataPath>(
         p.say(report::RESULT_LINE);
         return Ok(());
     }
-    let mut rep = Reporter::new(p, title);
-    rep.header();
-    let mut stamp = 0u8;
-    for &size in &sizes {
-        let size = size as usize;
-        let mut rec = Recorder::new(p)?;
-        let from = Instant::now();
-        let mut i = 0;
-        while rec.more(i) {
-            stamp = next_stamp(stamp);
-            let t0 = Instant::now();
-            match p.test {
-                Test::Read | Test::Atomic => me.one_op(p.test, p.atomic, size)?,
-                t => {
-                    me.post_msg(t, size, stamp)?;
-                    me.wait_msg(t, size, stamp)?;
-                }
-            }
-            rec.record(t0, Instant::now());
-            i += 1;
-        }
-        let took = from.elapsed();
-        me.settle()?;
-        rep.row(size as u64, rec.finish(), from, took)?;
-        if let Some(nic) = me.nic.as_mut() {
-            say(&nic.line(size as u64, p.halves())?);
-        }
-    }
+    let rep = measure::<P, P>(p, title, &sizes, &mut me, None)?;
     conn.close()?;
     rep.finish()
 }
@@ -494,30 +384,13 @@ fn banner(
         ("local address".into(), describe_endpoint(conn.local())),
         ("remote address".into(), describe_endpoint(conn.peer())),
     ];
-    if p.events {
-        extra.push((
-            "Completions".into(),
-            "events (-e): sleeps on the CQ's completion channel".into(),
-        ));
-    }
     if p.timestamps {
         extra.push((
             "Timestamps".into(),
             "CQE completion timestamps on the measuring end: a NIC line under each row".into(),
         ));
     }
-    if let Length::Duration { secs, margin } = p.length {
-        extra.push((
-            "Duration".into(),
-            format!(
-                "{secs} s, figures between {margin} s and {} s",
-                secs - margin
-            ),
-        ));
-    }
-    if let Some(u) = udp {
-        extra.push(("UDP link".into(), u.to_string()));
-    }
+    extra.extend(run::run_lines(p.events, p.length, udp));
     Banner {
         title,
         device: &devs.name,
@@ -541,9 +414,7 @@ fn run_verbs(
     _params: &ConnectParams,
     _rv: Option<&Rendezvous>,
 ) -> Result<()> {
-    Err(Error::Usage(
-        "--path verbs needs the `verbs` feature (rebuild with --features verbs)".into(),
-    ))
+    Err(run::verbs_missing())
 }
 
 /// `--path verbs`: the same QPs and CQs, driven through libibverbs' `ibv_post_send`,
@@ -556,13 +427,10 @@ fn run_verbs(
     params: &ConnectParams,
     rv: Option<&Rendezvous>,
 ) -> Result<()> {
-    use mlx5_tools::connecting::{Links, VerbsLinks};
+    use mlx5_tools::connecting::connect_verbs;
     use mlx5_tools::path::Verbs;
     use mlx5_tools::resources::VerbsResources;
-    let dev = devs
-        .verbs
-        .clone()
-        .ok_or_else(|| Error::Usage("--path verbs needs a verbs device".into()))?;
+    let dev = devs.verbs_device()?;
     let doorbell = doorbell_line(p, None);
     let measuring = rv.is_none_or(|r| r.is_client());
     let clock = nic_clock(p, &devs.local, measuring)?;
@@ -572,11 +440,7 @@ fn run_verbs(
     } else {
         VerbsResources::with_inline(&devs.local, dev.clone(), &p.cfg(), p.inline)?
     };
-    let end_a = End {
-        ctx: a.context(),
-        qps: vec![a.qp_ref(0)],
-        params: params.clone().with_buffer(a.remote_buffer()),
-    };
+    let end_a = a.end(params);
     let mut va = Verbs::claim(&a)?;
     let recv_a = p.receives(&a.mr)?;
     match rv {
@@ -584,37 +448,19 @@ fn run_verbs(
             // Both ends on this device: rxe and ConnectX deliver a packet to their own GID
             // internally (loopback), so one port is enough.
             let (b, inline_b) = VerbsResources::with_inline(&devs.local, dev, &p.cfg(), p.inline)?;
-            let end_b = End {
-                ctx: b.context(),
-                qps: vec![b.qp_ref(0)],
-                params: params.clone().with_buffer(b.remote_buffer()),
-            };
+            let end_b = b.end(params);
             let mut vb = Verbs::claim(&b)?;
             let recv_b = p.receives(&b.mr)?;
-            let conn = {
-                let mut la = VerbsLinks {
-                    verbs: &mut va,
-                    recv: recv_a,
-                    failed: None,
-                };
-                let mut lb = VerbsLinks {
-                    verbs: &mut vb,
-                    recv: recv_b,
-                    failed: None,
-                };
-                connect_all(
-                    devs,
-                    &end_a,
-                    &mut la,
-                    Some((&end_b, &mut lb as &mut dyn Links)),
-                    None,
-                    None,
-                )?
-            };
+            let conn = connect_verbs(
+                devs,
+                (&end_a, &mut va, recv_a),
+                Some((&end_b, &mut vb, recv_b)),
+                None,
+                None,
+            )?;
             let inline = inline_a.min(inline_b);
-            let mut pa = Pinger::new(va, &a.mr, buffer_of(&conn.conns[0])?, inline, p);
-            pa.nic = p.nic(clock)?;
-            let pb = Pinger::new(vb, &b.mr, buffer_of(&conn.peer[0])?, inline, p);
+            let pa = Pinger::new(va, &a.mr, &conn.conns[0], inline, p, clock)?;
+            let pb = Pinger::new(vb, &b.mr, &conn.peer[0], inline, p, None)?;
             exit_on_failure(
                 "lat",
                 devs,
@@ -622,16 +468,14 @@ fn run_verbs(
             )
         }
         Some(rv) => {
-            let conn = {
-                let mut la = VerbsLinks {
-                    verbs: &mut va,
-                    recv: recv_a,
-                    failed: None,
-                };
-                connect_all(devs, &end_a, &mut la, None, Some(rv), Some(&p.shape))?
-            };
-            let mut me = Pinger::new(va, &a.mr, buffer_of(&conn.conns[0])?, inline_a, p);
-            me.nic = p.nic(clock)?;
+            let conn = connect_verbs(
+                devs,
+                (&end_a, &mut va, recv_a),
+                None,
+                Some(rv),
+                Some(&p.shape),
+            )?;
+            let me = Pinger::new(va, &a.mr, &conn.conns[0], inline_a, p, clock)?;
             exit_on_failure(
                 "lat",
                 devs,

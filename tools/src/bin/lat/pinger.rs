@@ -8,6 +8,7 @@ use mlx5_ctx::Mr;
 use mlx5_qp::{RemoteAddr, Sge};
 use mlx5_tools::args::{AtomicArg, Test};
 use mlx5_tools::path::{DataPath, Done, Op, Post};
+use mlx5_tools::run;
 use mlx5_tools::timestamps::{self, NicRecorder};
 use mlx5_tools::{Error, Result};
 use std::time::Instant;
@@ -64,11 +65,21 @@ pub(super) enum Waited {
 }
 
 impl<'a, P: DataPath> Pinger<'a, P> {
-    pub(super) fn new(path: P, mr: &'a Mr, remote: RemoteBuffer, inline: u32, p: &Plan) -> Self {
-        Pinger {
+    /// The end of `path` over `conn` (to the buffer its peer announced), sending messages of up
+    /// to `inline` bytes inline; `clock`, the NIC's clock of the measuring end of a
+    /// `--timestamps` run ([`Plan::nic`]).
+    pub(super) fn new(
+        path: P,
+        mr: &'a Mr,
+        conn: &Connection,
+        inline: u32,
+        p: &Plan,
+        clock: Option<mlx5_hw::ClockInfo>,
+    ) -> Result<Self> {
+        Ok(Pinger {
             path,
             mr,
-            remote,
+            remote: run::remote_buffer_of(conn)?,
             half: p.half,
             inline,
             payload: vec![0; inline as usize + 1],
@@ -81,8 +92,8 @@ impl<'a, P: DataPath> Pinger<'a, P> {
             done: [Done::default(); 16],
             yield_idle: false,
             watch: None,
-            nic: None,
-        }
+            nic: p.nic(clock)?,
+        })
     }
 
     pub(super) fn remote(&self, off: usize) -> RemoteAddr {

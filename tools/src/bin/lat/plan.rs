@@ -176,13 +176,7 @@ impl Plan {
 
     /// The receives of the SEND test, in the receive half of `mr`.
     pub(super) fn receives(&self, mr: &Mr) -> Result<Option<Receives>> {
-        if self.test != Test::Send {
-            return Ok(None);
-        }
-        Ok(Some(Receives {
-            sge: mr.sge(self.half, self.half as u32)?,
-            depth: self.rx_depth,
-        }))
+        Receives::for_test(self.test, mr, self.half, self.rx_depth)
     }
 
     /// How many halves of a round trip one sample is: 2 for a ping-pong, 1 for READ and

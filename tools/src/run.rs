@@ -1,0 +1,179 @@
+//! What `lat` and `bw` do alike around their runs: the process's exit status ([`exit`]), the
+//! devices the command line names ([`on_run_devices`]), the checks that need a device and the
+//! connect parameters they give ([`checked_params`]), the rendezvous of a run across processes
+//! ([`rendezvous`]), the buffer a peer announced ([`remote_buffer_of`]), the message sizes a
+//! connection carries ([`usable_sizes`]), the banner's lines about the run ([`run_lines`]) and
+//! the error of `--path verbs` in a build without libibverbs ([`verbs_missing`]).
+
+use crate::args::{Common, Length};
+use crate::devices::{on_devices, Devices};
+use crate::rendezvous::{sizes_for_udp_link, Rendezvous, UdpBudget, UdpLink};
+use crate::serve::say;
+use crate::{Error, Result};
+use mlx5_connect::{ConnectParams, Connection, RemoteBuffer};
+use mlx5_hw::QpType;
+use std::process::ExitCode;
+
+/// The exit status of `tool` after its run `r`: success, or its error printed as
+/// `tool: error: ...` and the error's status ([`Error::exit_code`]).
+pub fn exit(tool: &str, r: Result<()>) -> ExitCode {
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{tool}: error: {e}");
+            ExitCode::from(e.exit_code())
+        }
+    }
+}
+
+/// Open the devices `c` names and run `f` on them ([`on_devices`]); first, with `-F`, the note
+/// that it changes nothing here.
+pub fn on_run_devices<T>(
+    tool: &str,
+    c: &Common,
+    f: impl FnOnce(&Devices) -> Result<T>,
+) -> Result<T> {
+    if c.cpu_freq {
+        eprintln!(
+            "{tool}: note: -F changes nothing here: these tools time with the monotonic clock, \
+             not the CPU's cycle counter, and give no CPU frequency warning to silence"
+        );
+    }
+    on_devices(tool, &c.device, c.tap(), c.loopback, c.server.is_some(), f)
+}
+
+/// The checks of `c` that need the device (`-i`, `--path`), and `params` with the source GID
+/// index `-x` names (or the port's default, [`Devices::gid_index`]).
+pub fn checked_params(devs: &Devices, c: &Common, params: &ConnectParams) -> Result<ConnectParams> {
+    devs.check_port(c.ib_port)?;
+    devs.check_path(c.path)?;
+    Ok(ConnectParams {
+        gid_index: devs.gid_index(c.ib_port, c.gid_index)?,
+        ..params.clone()
+    })
+}
+
+/// Across processes (no `--loopback`), the rendezvous `c` names (`-p`, the server's address);
+/// a server first says that it waits, on standard error when `quiet` (`--output` keeps standard
+/// output to the figures).
+pub fn rendezvous(c: &Common, quiet: bool) -> Result<Option<Rendezvous>> {
+    if c.loopback {
+        return Ok(None);
+    }
+    let rv = Rendezvous::new(c.server.as_deref(), c.port)?;
+    if let Rendezvous::Server(_) = &rv {
+        let line = format!(
+            " Waiting for client to connect on TCP port {} ...",
+            rv.port().unwrap_or(c.port)
+        );
+        if quiet {
+            eprintln!("{line}");
+        } else {
+            say(&line);
+        }
+    }
+    Ok(Some(rv))
+}
+
+/// The buffer the peer of `conn` announced.
+pub fn remote_buffer_of(conn: &Connection) -> Result<RemoteBuffer> {
+    conn.remote_buffer().ok_or_else(|| Error::Peer {
+        peer: format!("QP {:#x}", conn.peer().qpn),
+        why: "the peer announced no buffer".into(),
+    })
+}
+
+/// The message sizes a run can do ([`usable_sizes`]).
+#[derive(Debug)]
+pub struct Sizes {
+    /// The sizes, in the order asked for.
+    pub sizes: Vec<u64>,
+    /// Over a UDP link between processes, what it holds.
+    pub budget: Option<UdpBudget>,
+    /// A note naming the sizes left out (they do not fit the link), to print.
+    pub note: Option<String>,
+}
+
+/// Of `sizes`, those a connection of `qp_type` with path MTU `mtu` over `udp` (a software
+/// ConnectX reaching its peer process) carries: on a UD QP every size must be at most one MTU
+/// (IBTA Vol. 1 §9.6: a UD message is one packet) or the run is refused; over a UDP link the
+/// sizes it cannot hold at once are left out ([`sizes_for_udp_link`]).
+pub fn usable_sizes(
+    qp_type: QpType,
+    sizes: &[u64],
+    mtu: u32,
+    udp: Option<&UdpLink>,
+) -> Result<Sizes> {
+    if qp_type == QpType::Ud {
+        if let Some(&s) = sizes.iter().find(|&&s| s > u64::from(mtu)) {
+            return Err(Error::Usage(format!(
+                "-s {s}: a UD message is one packet, at most the path MTU ({mtu} bytes): use -s \
+                 {mtu} or less (or -m)"
+            )));
+        }
+    }
+    let budget = udp.map(|u| u.budget(mtu));
+    let (sizes, note) = sizes_for_udp_link(sizes, budget.as_ref())?;
+    Ok(Sizes {
+        sizes,
+        budget,
+        note,
+    })
+}
+
+/// The banner's lines about the run, for [`crate::report::Banner::extra`]: how completions are
+/// waited for (`-e`), the duration of a `-D` run, the UDP link between processes.
+pub fn run_lines(events: bool, length: Length, udp: Option<&UdpLink>) -> Vec<(String, String)> {
+    let mut lines = Vec::new();
+    if events {
+        lines.push((
+            "Completions".into(),
+            "events (-e): sleeps on the CQ's completion channel".into(),
+        ));
+    }
+    if let Length::Duration { secs, margin } = length {
+        lines.push((
+            "Duration".into(),
+            format!(
+                "{secs} s, figures between {margin} s and {} s",
+                secs - margin
+            ),
+        ));
+    }
+    if let Some(u) = udp {
+        lines.push(("UDP link".into(), u.to_string()));
+    }
+    lines
+}
+
+/// The error of `--path verbs` in a build without the `verbs` feature.
+pub fn verbs_missing() -> Error {
+    Error::Usage("--path verbs needs the `verbs` feature (rebuild with --features verbs)".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_ud_size_above_the_mtu_is_refused_and_others_pass_whole() {
+        let e = usable_sizes(QpType::Ud, &[64, 4096], 1024, None).unwrap_err();
+        assert!(matches!(&e, Error::Usage(m) if m.contains("-s 4096") && m.contains("1024")));
+        for qp_type in [QpType::Rc, QpType::Uc] {
+            let s = usable_sizes(qp_type, &[2, 4096, 1 << 20], 1024, None).unwrap();
+            assert_eq!(s.sizes, [2, 4096, 1 << 20]);
+            assert!(s.budget.is_none() && s.note.is_none());
+        }
+        let s = usable_sizes(QpType::Ud, &[1024], 1024, None).unwrap();
+        assert_eq!(s.sizes, [1024]);
+    }
+
+    #[test]
+    fn the_run_lines_say_events_and_duration() {
+        assert!(run_lines(false, Length::Iters(1000), None).is_empty());
+        let lines = run_lines(true, Length::Duration { secs: 8, margin: 2 }, None);
+        let names: Vec<&str> = lines.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(names, ["Completions", "Duration"]);
+        assert_eq!(lines[1].1, "8 s, figures between 2 s and 6 s");
+    }
+}
