@@ -53,6 +53,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use mlx5_hw::device::wait_readable;
 use mlx5_hw::{ChannelId, CqId};
 
 use crate::context::Context;
@@ -293,36 +294,5 @@ impl CompChannel {
     /// channel).
     pub fn unacked(&self, cq: CqId) -> u32 {
         self.inner.lock().get(&cq).map_or(0, |a| a.unacked)
-    }
-}
-
-/// Wait until `fd` is readable or `timeout` passes (`ppoll(2)`, restarted after a signal);
-/// `true` if readable.
-pub(crate) fn wait_readable(fd: RawFd, timeout: Duration) -> Result<bool> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let ts = libc::timespec {
-            tv_sec: libc::time_t::try_from(left.as_secs()).unwrap_or(libc::time_t::MAX),
-            tv_nsec: left.subsec_nanos() as libc::c_long, // < 10^9
-        };
-        let mut p = libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd and a valid timespec for the duration of the call; no
-        // signal mask is changed (NULL).
-        let r = unsafe { libc::ppoll(&mut p, 1, &ts, std::ptr::null()) };
-        if r >= 0 {
-            return Ok(r > 0 && p.revents & libc::POLLIN != 0);
-        }
-        let e = std::io::Error::last_os_error();
-        if e.raw_os_error() != Some(libc::EINTR) {
-            return Err(Error::Io {
-                what: "ppoll on an event file descriptor",
-                source: e,
-            });
-        }
     }
 }

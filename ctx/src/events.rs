@@ -17,9 +17,9 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use mlx5_hw::device::wait_readable;
 use mlx5_hw::AsyncEvent;
 
-use crate::channel::wait_readable;
 use crate::context::Context;
 use crate::error::{Error, Result};
 

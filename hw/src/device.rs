@@ -551,9 +551,12 @@ fn no_channels(device: &str) -> crate::Error {
     crate::Error::Unsupported(format!("{device} has no completion channels"))
 }
 
-/// Waits until `fd` is readable or `timeout` passes (`ppoll(2)`, restarted after a signal);
-/// `true` if readable.
-pub(crate) fn wait_readable(fd: RawFd, timeout: Duration) -> Result<bool> {
+/// Wait until `fd` (a completion channel's or an async event queue's) is readable or `timeout`
+/// passes (`ppoll(2)`, restarted after a signal, the time left recomputed): `true` when
+/// readable, `false` when the time passed. A descriptor that is not open (`POLLNVAL`: its
+/// channel destroyed while a thread waited) and one that reports an error or a hang-up without
+/// data (`POLLERR`, `POLLHUP`: it would stay "ready" and the caller would spin) are errors.
+pub fn wait_readable(fd: RawFd, timeout: Duration) -> Result<bool> {
     let deadline = Instant::now() + timeout;
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
@@ -570,12 +573,7 @@ pub(crate) fn wait_readable(fd: RawFd, timeout: Duration) -> Result<bool> {
         // signal mask is changed (NULL).
         let r = unsafe { libc::ppoll(&mut p, 1, &ts, std::ptr::null()) };
         if r >= 0 {
-            if r > 0 && p.revents & libc::POLLNVAL != 0 {
-                return Err(crate::Error::InvalidArgument(format!(
-                    "file descriptor {fd} is not open (was its channel destroyed while waiting?)"
-                )));
-            }
-            return Ok(r > 0);
+            return readable(fd, if r > 0 { p.revents } else { 0 });
         }
         let e = std::io::Error::last_os_error();
         if e.raw_os_error() != Some(libc::EINTR) {
@@ -584,5 +582,60 @@ pub(crate) fn wait_readable(fd: RawFd, timeout: Duration) -> Result<bool> {
                 source: e,
             });
         }
+    }
+}
+
+/// What [`wait_readable`] makes of the `revents` `ppoll(2)` gave for `fd` (0: the time passed).
+fn readable(fd: RawFd, revents: libc::c_short) -> Result<bool> {
+    if revents & libc::POLLNVAL != 0 {
+        return Err(crate::Error::InvalidArgument(format!(
+            "file descriptor {fd} is not open (was its channel destroyed while waiting?)"
+        )));
+    }
+    if revents & libc::POLLIN != 0 {
+        return Ok(true);
+    }
+    if revents & (libc::POLLERR | libc::POLLHUP) != 0 {
+        return Err(crate::Error::Verbs {
+            call: "ppoll(event fd)",
+            source: std::io::Error::other(format!(
+                "file descriptor {fd} reports an error or a hang-up, not an event"
+            )),
+        });
+    }
+    Ok(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+    use std::os::fd::AsRawFd;
+
+    #[test]
+    fn each_poll_outcome_is_readable_timed_out_or_an_error() {
+        assert!(!readable(3, 0).unwrap());
+        assert!(readable(3, libc::POLLIN).unwrap());
+        // Data and a hang-up: the data first.
+        assert!(readable(3, libc::POLLIN | libc::POLLHUP).unwrap());
+        for bad in [libc::POLLNVAL, libc::POLLNVAL | libc::POLLIN] {
+            let e = readable(3, bad).unwrap_err();
+            assert!(e.to_string().contains("not open"), "{e}");
+        }
+        for bad in [libc::POLLERR, libc::POLLHUP] {
+            assert!(readable(3, bad).is_err());
+        }
+    }
+
+    #[test]
+    fn a_pipe_is_waited_for_until_written_and_a_broken_one_is_an_error() {
+        let (reader, mut writer) = std::io::pipe().unwrap();
+        let fd = reader.as_raw_fd();
+        assert!(!wait_readable(fd, Duration::from_millis(5)).unwrap());
+        writer.write_all(b"x").unwrap();
+        assert!(wait_readable(fd, Duration::from_secs(5)).unwrap());
+        // The write end, its reader gone: POLLERR and never data.
+        drop(reader);
+        assert!(wait_readable(writer.as_raw_fd(), Duration::from_secs(5)).is_err());
     }
 }
