@@ -14,6 +14,7 @@ use mlx5_hw::transition::Step;
 use mlx5_hw::QpState;
 use mlx5_qp::Wc;
 
+use crate::control::Control;
 use crate::error::Result;
 use crate::link::Link;
 use crate::params::ConnectParams;
@@ -110,19 +111,8 @@ pub fn accept_qp(
     params: &ConnectParams,
     recv: impl FnMut(&mut mlx5_qp::Qp) -> mlx5_qp::Result<()>,
 ) -> Result<Connection> {
-    let r = {
-        let ctx = qp.context().clone();
-        let qref = qp_ref(qp);
-        let mut link = OwnedLink {
-            qp: qp.data_path(),
-            recv,
-        };
-        Connection::accept(listener, ctx.device(), qref, &mut link, params).map(|mut c| {
-            c.own_ah(ctx.clone());
-            c
-        })
-    };
-    back_to_reset_on_error(qp, r)
+    let control = Control::accept(listener, params.io_timeout);
+    over_control(control, qp, params, recv)
 }
 
 /// The client side over TCP: connect to the peer's control address `addr` and connect `qp` to
@@ -133,18 +123,30 @@ pub fn connect_qp<A: ToSocketAddrs>(
     params: &ConnectParams,
     recv: impl FnMut(&mut mlx5_qp::Qp) -> mlx5_qp::Result<()>,
 ) -> Result<Connection> {
-    let r = {
+    let control = Control::connect(addr, params.io_timeout);
+    over_control(control, qp, params, recv)
+}
+
+/// [`accept_qp`] and [`connect_qp`] once the control connection is up (or failed): the
+/// handshake over it ([`Connection::over`]), the connection owning the UD peer's address
+/// handle; on failure the QP back in Reset.
+fn over_control(
+    control: Result<Control>,
+    qp: &mut Qp,
+    params: &ConnectParams,
+    recv: impl FnMut(&mut mlx5_qp::Qp) -> mlx5_qp::Result<()>,
+) -> Result<Connection> {
+    let r = control.and_then(|control| {
         let ctx = qp.context().clone();
         let qref = qp_ref(qp);
         let mut link = OwnedLink {
             qp: qp.data_path(),
             recv,
         };
-        Connection::connect(addr, ctx.device(), qref, &mut link, params).map(|mut c| {
-            c.own_ah(ctx.clone());
-            c
-        })
-    };
+        let mut c = Connection::over(control, ctx.device(), qref, &mut link, params)?;
+        c.own_ah(ctx);
+        Ok(c)
+    });
     back_to_reset_on_error(qp, r)
 }
 

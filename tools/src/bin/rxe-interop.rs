@@ -249,6 +249,25 @@ mod interop {
         Ok(())
     }
 
+    /// The 8 bytes at `off` of `mr`, as an atomic leaves them (native order).
+    fn word(mr: &mlx5_ctx::Mr, off: usize) -> R<u64> {
+        let b = mr.read(off, 8).map_err(|e| format!("read: {e}"))?;
+        Ok(u64::from_ne_bytes(
+            b.try_into().map_err(|_| "read: not 8 bytes")?,
+        ))
+    }
+
+    /// An atomic's outcome: it returned `got` (want `orig`) and left `now` at the target (want
+    /// `want`).
+    fn atomic_result(got: u64, now: u64, orig: u64, want: u64) -> R<()> {
+        if got != orig || now != want {
+            return Err(format!(
+                "returned {got:#x} (want {orig:#x}), target now {now:#x} (want {want:#x})"
+            ));
+        }
+        Ok(())
+    }
+
     // ---- the cases --------------------------------------------------------------------------
 
     fn send(env: &Env, size: usize, imm: Option<u32>, to_rxe: bool, t: QpType) -> R<()> {
@@ -431,25 +450,9 @@ mod interop {
             };
             p.s.qps[0].post(&wr.signaled()).map_err(e("sim post"))?;
             p.sim_ok("atomic")?;
-            let got = u64::from_ne_bytes(
-                p.s.mr
-                    .read(512, 8)
-                    .unwrap_or_default()
-                    .try_into()
-                    .map_err(|_| "len")?,
-            );
-            let now = u64::from_ne_bytes(
-                p.v.mr
-                    .read(256, 8)
-                    .unwrap_or_default()
-                    .try_into()
-                    .map_err(|_| "len")?,
-            );
-            if got != orig || now != want {
-                return Err(format!(
-                    "returned {got:#x} (want {orig:#x}), target now {now:#x} (want {want:#x})"
-                ));
-            }
+            let got = word(&p.s.mr, 512)?;
+            let now = word(&p.v.mr, 256)?;
+            atomic_result(got, now, orig, want)?;
         } else {
             p.s.mr.write(256, &orig.to_ne_bytes()).map_err(e("write"))?;
             let (addr, rkey) = p.sim_remote(256)?;
@@ -470,25 +473,9 @@ mod interop {
             };
             p.vpost(&VWr::new(1, op, &sge))?;
             p.rxe_ok("atomic")?;
-            let got = u64::from_ne_bytes(
-                p.v.mr
-                    .read(512, 8)
-                    .unwrap_or_default()
-                    .try_into()
-                    .map_err(|_| "len")?,
-            );
-            let now = u64::from_ne_bytes(
-                p.s.mr
-                    .read(256, 8)
-                    .unwrap_or_default()
-                    .try_into()
-                    .map_err(|_| "len")?,
-            );
-            if got != orig || now != want {
-                return Err(format!(
-                    "returned {got:#x} (want {orig:#x}), target now {now:#x} (want {want:#x})"
-                ));
-            }
+            let got = word(&p.v.mr, 512)?;
+            let now = word(&p.s.mr, 256)?;
+            atomic_result(got, now, orig, want)?;
         }
         Ok(())
     }
