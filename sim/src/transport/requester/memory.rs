@@ -45,23 +45,10 @@ pub(super) fn gather(qp: &Qp, ctx: &Ctx, data: &Gather) -> Result<Vec<u8>, WqeFa
 
 /// Check a gather list's keys, PD and bounds (LOCAL_PROT) without reading it.
 pub(super) fn check_gather(qp: &Qp, ctx: &Ctx, data: &Gather) -> Result<(), WqeFault> {
-    let Gather::Sges(sges) = data else {
-        return Ok(());
-    };
-    for (i, s) in sges.iter().enumerate() {
-        if s.len == 0 {
-            continue;
-        }
-        ctx.mrs
-            .local(s.lkey, qp.pd, s.addr, s.len as u64, false)
-            .map_err(|e| {
-                prot(format!(
-                    "gather entry {i}: lkey {:#x} addr {:#x} len {}: {e:?}",
-                    s.lkey, s.addr, s.len
-                ))
-            })?;
+    match data {
+        Gather::Sges(sges) => check_local(qp, ctx, sges, false),
+        Gather::Inline(_) => Ok(()),
     }
-    Ok(())
 }
 
 /// Read `n` bytes at byte `offset` of a gather list (one packet's payload), checking each
@@ -112,15 +99,26 @@ pub(super) fn gather_range(
 
 /// Check a local scatter list for LOCAL_WRITE.
 pub(super) fn check_scatter(qp: &Qp, ctx: &Ctx, sges: &[Sge]) -> Result<(), WqeFault> {
+    check_local(qp, ctx, sges, true)
+}
+
+/// Check every non-empty entry of `sges` against its MR: key, PD, bounds and, when `write`
+/// (a scatter list), LOCAL_WRITE; LOCAL_PROT naming the entry otherwise.
+fn check_local(qp: &Qp, ctx: &Ctx, sges: &[Sge], write: bool) -> Result<(), WqeFault> {
+    let (list, needs) = if write {
+        ("scatter", " (needs LOCAL_WRITE)")
+    } else {
+        ("gather", "")
+    };
     for (i, s) in sges.iter().enumerate() {
         if s.len == 0 {
             continue;
         }
         ctx.mrs
-            .local(s.lkey, qp.pd, s.addr, s.len as u64, true)
+            .local(s.lkey, qp.pd, s.addr, s.len as u64, write)
             .map_err(|e| {
                 prot(format!(
-                    "scatter entry {i}: lkey {:#x} addr {:#x} len {} (needs LOCAL_WRITE): {e:?}",
+                    "{list} entry {i}: lkey {:#x} addr {:#x} len {}{needs}: {e:?}",
                     s.lkey, s.addr, s.len
                 ))
             })?;
