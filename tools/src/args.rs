@@ -9,9 +9,11 @@
 //! (`docs/perftest.md` has the side-by-side table).
 
 use super::error::{Error, Result};
-use crate::hello::TestKind;
+use crate::hello::{RunShape, Sizes, TestKind, Tool};
+use crate::path::GRH;
 use crate::{limits, report};
 use clap::{Args, Parser, ValueEnum};
+use mlx5_connect::ConnectParams;
 use mlx5_hw::{Mtu, QpType};
 use mlx5_qp::DoorbellMode;
 use std::path::PathBuf;
@@ -543,6 +545,60 @@ impl Common {
         limits::check_iters("-n", n, max, why)?;
         Ok(Length::Iters(n))
     }
+
+    /// The half of every end's buffer for messages of up to the largest of `sizes` (a UD
+    /// receive starts with the 40-byte GRH, [`GRH`]), in whole 64-byte lines: the send half
+    /// starts at 0, the receive half there. The memory of both halves on every end in this
+    /// process is checked against the machine's ([`limits::check_memory`]).
+    pub fn buffer_half(&self, sizes: &[u64]) -> Result<usize> {
+        let max = sizes.iter().copied().max().unwrap_or(8) as usize;
+        let recv = if self.connection.qp_type() == QpType::Ud {
+            max + GRH
+        } else {
+            max
+        };
+        let half = recv.next_multiple_of(64);
+        let ends = if self.loopback { 2 } else { 1 };
+        limits::check_memory(
+            &format!(
+                "the buffers of {ends} end(s), 2 × {} each,",
+                limits::human(half as u64)
+            ),
+            (ends * 2 * half) as u64,
+        )?;
+        Ok(half)
+    }
+
+    /// What a server and its client must agree on ([`RunShape`]): `tool`'s `test` over the
+    /// connection type `-c`, `-a` or the first of `sizes`, the run's `length`; one QP, one
+    /// direction (`bw` sets `-q` and `-b`).
+    pub fn run_shape(&self, tool: Tool, test: Test, sizes: &[u64], length: Length) -> RunShape {
+        let which = match (self.all, sizes.first()) {
+            (false, Some(&s)) => Sizes::One(s),
+            _ => Sizes::All,
+        };
+        let mut shape = RunShape::new(tool, test.kind(), which, 0);
+        shape.conn = self.connection.qp_type();
+        match length {
+            Length::Iters(n) => shape.iters = n,
+            Length::Duration { secs, .. } => {
+                shape.iters = secs;
+                shape.duration = true;
+            }
+        }
+        shape
+    }
+
+    /// The connect parameters every QP of the run starts from: the port (`-i`), the path MTU
+    /// at most (`-m`), the local ACK timeout (`-u`).
+    pub fn connect_params(&self) -> Result<ConnectParams> {
+        Ok(ConnectParams {
+            port: self.ib_port,
+            max_mtu: self.mtu()?,
+            timeout: self.qp_timeout,
+            ..ConnectParams::default()
+        })
+    }
 }
 
 /// How long a run is.
@@ -895,5 +951,45 @@ mod tests {
     fn unknown_test_is_rejected() {
         assert!(LatArgs::try_parse_from(["lat", "atomics"]).is_err());
         assert!(LatArgs::try_parse_from(["lat", "atomic"]).is_ok());
+    }
+
+    #[test]
+    fn the_buffer_half_holds_the_largest_message_and_a_ud_grh_in_whole_lines() {
+        let common = |argv: &[&str]| LatArgs::try_parse_from(argv).unwrap().common;
+        let rc = common(&["lat", "write", "-s", "100"]);
+        assert_eq!(rc.buffer_half(&[2, 100]).unwrap(), 128);
+        let ud = common(&["lat", "send", "-c", "UD", "-s", "100"]);
+        assert_eq!(
+            ud.buffer_half(&[100]).unwrap(),
+            192,
+            "100 + the 40-byte GRH, in lines"
+        );
+        assert_eq!(ud.buffer_half(&[24]).unwrap(), 64);
+    }
+
+    #[test]
+    fn the_run_shape_names_what_both_ends_must_agree_on() {
+        let a = BwArgs::try_parse_from(["bw", "send", "-c", "UC", "-a", "-D", "6"]).unwrap();
+        let shape = a.common.run_shape(
+            Tool::Bw,
+            a.test,
+            &[2, 4],
+            Length::Duration { secs: 6, margin: 1 },
+        );
+        assert_eq!(
+            (shape.conn, shape.iters, shape.duration),
+            (QpType::Uc, 6, true)
+        );
+        assert!(matches!(shape.sizes, Sizes::All));
+        let l = LatArgs::try_parse_from(["lat", "read", "-s", "64"]).unwrap();
+        let shape = l
+            .common
+            .run_shape(Tool::Lat, l.test, &[64], Length::Iters(500));
+        assert_eq!(
+            (shape.conn, shape.iters, shape.duration),
+            (QpType::Rc, 500, false)
+        );
+        assert!(matches!(shape.sizes, Sizes::One(64)));
+        assert_eq!(shape.qps, 1);
     }
 }

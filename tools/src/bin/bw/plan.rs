@@ -8,10 +8,9 @@ use mlx5_hw::QpType;
 use mlx5_qp::DoorbellMode;
 use mlx5_tools::args::{AtomicArg, BwArgs, Length, OutputArg, Test};
 use mlx5_tools::connecting::Receives;
-use mlx5_tools::hello::{RunShape, Sizes, Tool};
+use mlx5_tools::hello::{RunShape, Tool};
 use mlx5_tools::inline::InlineRequest;
 use mlx5_tools::limits;
-use mlx5_tools::path::GRH;
 use mlx5_tools::report;
 use mlx5_tools::resources::ResourcesCfg;
 use mlx5_tools::serve::say;
@@ -59,17 +58,7 @@ pub(super) fn plan(a: &BwArgs) -> Result<Plan> {
         "perftest's limit, MAX_ITER",
     )?;
     let conn = c.connection.qp_type();
-    let max = sizes.iter().copied().max().unwrap_or(8) as usize;
-    let recv = if conn == QpType::Ud { max + GRH } else { max };
-    let half = recv.next_multiple_of(64);
-    let ends = if c.loopback { 2 } else { 1 };
-    limits::check_memory(
-        &format!(
-            "the buffers of {ends} end(s), 2 × {} each,",
-            limits::human(half as u64)
-        ),
-        (ends * 2 * half) as u64,
-    )?;
+    let half = c.buffer_half(&sizes)?;
     // perftest `force_dependecies`: no deeper queues than the run has messages, and on UC/UD
     // the default receive depth is every message of the run (at most UC_MAX_RX).
     let iters = length.iters();
@@ -86,26 +75,9 @@ pub(super) fn plan(a: &BwArgs) -> Result<Plan> {
             rx_depth = u64::from(rx_depth).min(n) as u32;
         }
     }
-    let mut shape = RunShape::new(
-        Tool::Bw,
-        a.test.kind(),
-        if c.all {
-            Sizes::All
-        } else {
-            Sizes::One(sizes[0])
-        },
-        0,
-    );
+    let mut shape = c.run_shape(Tool::Bw, a.test, &sizes, length);
     shape.qps = a.qps;
-    shape.conn = conn;
     shape.bidirectional = a.bidirectional;
-    match length {
-        Length::Iters(n) => shape.iters = n,
-        Length::Duration { secs, .. } => {
-            shape.iters = secs;
-            shape.duration = true;
-        }
-    }
     Ok(Plan {
         events: a.common.events,
         test: a.test,
@@ -123,12 +95,7 @@ pub(super) fn plan(a: &BwArgs) -> Result<Plan> {
         doorbell: c.doorbell_mode()?,
         half,
         shape,
-        params: ConnectParams {
-            port: c.ib_port,
-            max_mtu: c.mtu()?,
-            timeout: c.qp_timeout,
-            ..ConnectParams::default()
-        },
+        params: c.connect_params()?,
         output: c.output,
         gbits: a.report_gbits,
     })

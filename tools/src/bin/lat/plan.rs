@@ -8,10 +8,9 @@ use mlx5_hw::QpType;
 use mlx5_qp::DoorbellMode;
 use mlx5_tools::args::{AtomicArg, LatArgs, Length, OutputArg, Test};
 use mlx5_tools::connecting::Receives;
-use mlx5_tools::hello::{RunShape, Sizes, Tool};
+use mlx5_tools::hello::{RunShape, Tool};
 use mlx5_tools::inline::InlineRequest;
 use mlx5_tools::limits;
-use mlx5_tools::path::GRH;
 use mlx5_tools::resources::ResourcesCfg;
 use mlx5_tools::serve::say;
 use mlx5_tools::timestamps::{Marker, NicRecorder};
@@ -68,37 +67,8 @@ pub(super) fn plan(args: &LatArgs) -> Result<Plan> {
     let sizes = c.sizes(args.test, 2)?;
     let (max_iters, why) = limits::max_lat_iters();
     let length = c.length(1000, max_iters, &why)?;
-    let max = sizes.iter().copied().max().unwrap_or(2) as usize;
-    let conn = c.connection.qp_type();
-    // A UD receive starts with the 40-byte GRH.
-    let recv = if conn == QpType::Ud { max + GRH } else { max };
-    let half = recv.next_multiple_of(64);
-    let ends = if c.loopback { 2 } else { 1 };
-    limits::check_memory(
-        &format!(
-            "the buffers of {ends} end(s), 2 × {} each,",
-            limits::human(half as u64)
-        ),
-        (ends * 2 * half) as u64,
-    )?;
-    let mut shape = RunShape::new(
-        Tool::Lat,
-        args.test.kind(),
-        if c.all {
-            Sizes::All
-        } else {
-            Sizes::One(sizes[0])
-        },
-        0,
-    );
-    shape.conn = conn;
-    match length {
-        Length::Iters(n) => shape.iters = n,
-        Length::Duration { secs, .. } => {
-            shape.iters = secs;
-            shape.duration = true;
-        }
-    }
+    let half = c.buffer_half(&sizes)?;
+    let shape = c.run_shape(Tool::Lat, args.test, &sizes, length);
     let open = |flag: &str, p: &Option<std::path::PathBuf>| -> Result<Option<(File, String)>> {
         p.as_ref()
             .map(|p| Ok((limits::create_output(flag, p)?, p.display().to_string())))
@@ -127,7 +97,7 @@ pub(super) fn plan(args: &LatArgs) -> Result<Plan> {
     Ok(Plan {
         events: args.common.events,
         test: args.test,
-        conn,
+        conn: c.connection.qp_type(),
         atomic: c.atomic_type,
         sizes,
         length,
@@ -136,12 +106,7 @@ pub(super) fn plan(args: &LatArgs) -> Result<Plan> {
         half,
         rx_depth: c.rx_depth,
         shape,
-        params: ConnectParams {
-            port: c.ib_port,
-            max_mtu: c.mtu()?,
-            timeout: c.qp_timeout,
-            ..ConnectParams::default()
-        },
+        params: c.connect_params()?,
         quiet: c.output.is_some(),
         listing: if args.report_unsorted {
             Listing::Unsorted
