@@ -555,7 +555,10 @@ fn no_channels(device: &str) -> crate::Error {
 /// passes (`ppoll(2)`, restarted after a signal, the time left recomputed): `true` when
 /// readable, `false` when the time passed. A descriptor that is not open (`POLLNVAL`: its
 /// channel destroyed while a thread waited) and one that reports an error or a hang-up without
-/// data (`POLLERR`, `POLLHUP`: it would stay "ready" and the caller would spin) are errors.
+/// data are errors: the kernel's event files report `EPOLLERR` once their device is
+/// disassociated (unplugged, its driver unbound: `ib_uverbs_event_poll`,
+/// `drivers/infiniband/core/uverbs_main.c`), and such a descriptor stays "ready" for good — taken
+/// for readable, the caller would spin until its deadline.
 pub fn wait_readable(fd: RawFd, timeout: Duration) -> Result<bool> {
     let deadline = Instant::now() + timeout;
     loop {
@@ -599,7 +602,8 @@ fn readable(fd: RawFd, revents: libc::c_short) -> Result<bool> {
         return Err(crate::Error::Verbs {
             call: "ppoll(event fd)",
             source: std::io::Error::other(format!(
-                "file descriptor {fd} reports an error or a hang-up, not an event"
+                "file descriptor {fd} reports an error or a hang-up and no event (its device \
+                 gone, or the channel closed)"
             )),
         });
     }
