@@ -192,13 +192,22 @@ fn run(steps: Vec<Step>) {
     no_driver_bugs(&f);
 }
 
-proptest! {
-    #![proptest_config(Config {
-        cases: 24,
-        rng_seed: RngSeed::Fixed(0x6461_7461),
+/// 24 cases of a fixed seed by default; `DATAPATH_PROP_CASES=5000 DATAPATH_PROP_SEED=7` for a
+/// soak run (`docs/testing.md`).
+fn config() -> Config {
+    fn var<T: std::str::FromStr>(name: &str) -> Option<T> {
+        std::env::var(name).ok().and_then(|v| v.parse().ok())
+    }
+    Config {
+        cases: var("DATAPATH_PROP_CASES").unwrap_or(24),
+        rng_seed: RngSeed::Fixed(var("DATAPATH_PROP_SEED").unwrap_or(0x6461_7461)),
         failure_persistence: None,
         ..Config::default()
-    })]
+    }
+}
+
+proptest! {
+    #![proptest_config(config())]
 
     #[test]
     fn random_post_poll_on_the_software_connectx(steps in proptest::collection::vec(step(), 1..120)) {
