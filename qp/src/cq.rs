@@ -477,6 +477,7 @@ impl Cq {
                 if let Some(qp) = table.qp(qpn) {
                     if qp.complete_send_success(
                         wqe_counter,
+                        tail[0],
                         qpn,
                         u32::from_be_bytes(byte_cnt),
                         &mut wcs[n],
@@ -796,6 +797,7 @@ impl Cq {
                 };
                 let info = CqeInfo {
                     qpn,
+                    send_opcode: cqe.send_opcode(),
                     status,
                     syndrome,
                     vendor_err,

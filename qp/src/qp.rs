@@ -542,11 +542,13 @@ impl Qp {
     pub(crate) fn complete_send_success(
         &mut self,
         wqe_counter: u16,
+        send_opcode: u8,
         qpn: u32,
         byte_cnt: u32,
         out: &mut Wc,
     ) -> bool {
-        self.sq.complete_success(wqe_counter, qpn, byte_cnt, out)
+        self.sq
+            .complete_success(wqe_counter, send_opcode, qpn, byte_cnt, out)
     }
 
     /// What the lean poll reads of the send queue once per batch.

@@ -67,6 +67,11 @@ pub(crate) mod meta {
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct CqeInfo {
     pub qpn: u32,
+    /// The `MLX5_OPCODE_*` of the WQE the CQE names, from its bits 31:24 of `sop_drop_qpn`
+    /// (`s_wqe_opcode` in an error CQE): the completion's opcode, decoded from the CQE as the
+    /// lean paths decode it (rdma-core `handle_good_req`; UCX `uct_ib_mlx5_cqe_err_opcode`
+    /// reads it from error CQEs too).
+    pub send_opcode: u8,
     pub status: WcStatus,
     pub syndrome: u8,
     pub vendor_err: u8,

@@ -633,11 +633,11 @@ mod tests {
             .unwrap();
         let mut wc = Wc::default();
         assert!(
-            !qp.complete_send_success(1, 0x1234, 0, &mut wc),
+            !qp.complete_send_success(1, op::OPCODE_RDMA_WRITE, 0x1234, 0, &mut wc),
             "not the oldest"
         );
         assert_eq!(qp.sq_outstanding_wrs(), 3, "nothing retired");
-        assert!(qp.complete_send_success(0, 0x1234, 99, &mut wc));
+        assert!(qp.complete_send_success(0, op::OPCODE_SEND, 0x1234, 99, &mut wc));
         assert_eq!(
             (
                 wc.wr_id(),
@@ -648,19 +648,19 @@ mod tests {
             ),
             (10, WcOpcode::Send, 0, WcStatus::Success, 0x1234)
         );
-        assert!(qp.complete_send_success(1, 0x1234, 64, &mut wc));
+        assert!(qp.complete_send_success(1, op::OPCODE_RDMA_READ, 0x1234, 64, &mut wc));
         assert_eq!(
             (wc.wr_id(), wc.opcode(), wc.byte_len()),
             (11, WcOpcode::RdmaRead, 64)
         );
         assert!(
-            !qp.complete_send_success(2, 0x1234, 0, &mut wc),
+            !qp.complete_send_success(2, op::OPCODE_RDMA_WRITE, 0x1234, 0, &mut wc),
             "two blocks"
         );
         // A later WQE behind the two-block one: neither the oldest nor one block at `ci`.
         qp.post_send_inline(14, b"d", SendFlags::SIGNALED).unwrap();
         assert!(
-            !qp.complete_send_success(4, 0x1234, 0, &mut wc),
+            !qp.complete_send_success(4, op::OPCODE_RDMA_WRITE, 0x1234, 0, &mut wc),
             "behind an uncommon WQE"
         );
         assert_eq!(qp.sq_outstanding_wrs(), 2);
@@ -673,22 +673,28 @@ mod tests {
         f.qp.set_state(QpState::Rts);
         f.qp.post(&SendWr::new(13, fa).signaled()).unwrap();
         assert!(
-            !f.qp.complete_send_success(0, 0x1234, 0, &mut wc),
+            !f.qp
+                .complete_send_success(0, op::OPCODE_RDMA_WRITE, 0x1234, 0, &mut wc),
             "an atomic"
         );
         assert!(
-            !f.qp.complete_send_success(1, 0x1234, 0, &mut wc),
+            !f.qp
+                .complete_send_success(1, op::OPCODE_RDMA_WRITE, 0x1234, 0, &mut wc),
             "nothing outstanding there"
         );
         let mut empty = fixture(QpType::Rc, 16, 64, 1);
         empty.qp.set_state(QpState::Rts);
         assert!(
-            !empty.qp.complete_send_success(0, 0x1234, 0, &mut wc),
+            !empty
+                .qp
+                .complete_send_success(0, op::OPCODE_RDMA_WRITE, 0x1234, 0, &mut wc),
             "nothing outstanding"
         );
         for counter in [1, 5, 0xffff] {
             assert!(
-                !empty.qp.complete_send_success(counter, 0x1234, 0, &mut wc),
+                !empty
+                    .qp
+                    .complete_send_success(counter, op::OPCODE_RDMA_WRITE, 0x1234, 0, &mut wc),
                 "nothing outstanding, counter {counter}"
             );
         }
@@ -711,13 +717,14 @@ mod tests {
             .unwrap();
         assert!(!qp.sq_all_common(), "a two-block WQE");
         let mut wc = Wc::default();
-        assert!(qp.complete_send_success(0, 0x1234, 0, &mut wc));
+        assert!(qp.complete_send_success(0, op::OPCODE_RDMA_WRITE, 0x1234, 0, &mut wc));
         assert!(
             !qp.sq_all_common(),
             "the two-block WQE is still outstanding"
         );
         let info = crate::sq::CqeInfo {
             qpn: 0x1234,
+            send_opcode: op::OPCODE_RDMA_WRITE,
             status: WcStatus::Success,
             syndrome: 0,
             vendor_err: 0,

@@ -26,18 +26,23 @@ impl SendQueue {
         unsafe { *self.wr_ids.get_unchecked(slot) }
     }
 
-    /// The completion opcode of the WQE whose ctrl segment is at block `slot`: byte 3 of the
-    /// ctrl segment, which stays in the ring until the WQE is retired.
+    /// The `MLX5_OPCODE_*` of the WQE whose ctrl segment is at block `slot`: byte 3 of the
+    /// ctrl segment, which stays in the ring until the WQE is retired. The opcode of a
+    /// completion no CQE of its own names (a WQE flushed under another's CQE); a CQE's own
+    /// WQE completes with the opcode the CQE names ([`CqeInfo::send_opcode`]), as on the lean
+    /// paths, so that every path makes the same completion of a CQE.
     #[inline(always)]
-    fn opcode_at(&self, slot: usize) -> (WcOpcode, WcFlags) {
+    fn ring_opcode(&self, slot: usize) -> u8 {
         // SAFETY: `slot` < wqe_cnt: byte 3 of a block inside the ring.
-        let op = unsafe { *self.ring.start().add(slot * SEND_WQE_BB + 3) };
-        (WcOpcode::from_send_opcode(op), crate::wc::send_flags(op))
+        unsafe { *self.ring.start().add(slot * SEND_WQE_BB + 3) }
     }
 
+    /// The completion of the WQE at block `slot` with `status` (and `syndrome`): opcode and
+    /// flags from the `MLX5_OPCODE_*` `op`, the QPN, vendor syndrome and byte count from
+    /// `info`.
     #[inline(always)]
-    fn wc(&self, slot: usize, info: &CqeInfo, status: WcStatus, syndrome: u8) -> Wc {
-        let (opcode, flags) = self.opcode_at(slot);
+    fn wc(&self, slot: usize, op: u8, info: &CqeInfo, status: WcStatus, syndrome: u8) -> Wc {
+        let (opcode, flags) = (WcOpcode::from_send_opcode(op), crate::wc::send_flags(op));
         let ok = status == WcStatus::Success;
         // A READ reports the bytes read, an atomic its operand size (non-zero only for the
         // atomic opcodes, set when posting), everything else and every error 0.
@@ -116,13 +121,14 @@ impl SendQueue {
     }
 
     /// The common case of [`SendQueue::complete`], for a success CQE that names the oldest
-    /// outstanding WQE, one block, not an atomic: retire it and write its
-    /// completion to `out`. Returns false — having changed nothing — for anything
-    /// else, which [`SendQueue::complete`] handles.
+    /// outstanding WQE, one block, not an atomic: retire it and write its completion to `out`,
+    /// with the opcode the CQE names (`send_opcode`, [`CqeInfo::send_opcode`]). Returns false —
+    /// having changed nothing — for anything else, which [`SendQueue::complete`] handles.
     #[inline(always)]
     pub fn complete_success(
         &mut self,
         wqe_counter: u16,
+        send_opcode: u8,
         qpn: u32,
         byte_cnt: u32,
         out: &mut Wc,
@@ -135,7 +141,10 @@ impl SendQueue {
         if (wqe_counter != ci as u16) | (ci == self.pi) | (self.meta_at(slot) != 0) {
             return false;
         }
-        let (opcode, flags) = self.opcode_at(slot);
+        let (opcode, flags) = (
+            WcOpcode::from_send_opcode(send_opcode),
+            crate::wc::send_flags(send_opcode),
+        );
         *out = Wc::new(&WcFields {
             wr_id: self.wr_id_at(slot),
             opcode,
@@ -268,7 +277,8 @@ impl SendQueue {
                 if n == out.len() {
                     return Progress::Partial(n);
                 }
-                out[n] = self.wc(slot, info, WcStatus::WrFlushErr, SYNDROME_WR_FLUSH_ERR);
+                let op = self.ring_opcode(slot);
+                out[n] = self.wc(slot, op, info, WcStatus::WrFlushErr, SYNDROME_WR_FLUSH_ERR);
                 n += 1;
                 self.retire_one(slot, bbs);
             }
@@ -279,7 +289,7 @@ impl SendQueue {
             self.retire_until(c);
             return Progress::Partial(n);
         }
-        out[n] = self.wc(cslot, info, info.status, info.syndrome);
+        out[n] = self.wc(cslot, info.send_opcode, info, info.status, info.syndrome);
         n += 1;
         self.retire_until(c);
         self.retire_one(cslot, meta::bbs(m));
@@ -333,6 +343,7 @@ impl SendQueue {
     pub fn flush_all(&mut self, qpn: u32, out: &mut [Wc]) -> Progress {
         let info = CqeInfo {
             qpn,
+            send_opcode: 0,
             status: WcStatus::WrFlushErr,
             syndrome: SYNDROME_WR_FLUSH_ERR,
             vendor_err: 0,
@@ -351,7 +362,8 @@ impl SendQueue {
                 p = Progress::Partial(n);
                 break;
             }
-            out[n] = self.wc(slot, &info, WcStatus::WrFlushErr, SYNDROME_WR_FLUSH_ERR);
+            let op = self.ring_opcode(slot);
+            out[n] = self.wc(slot, op, &info, WcStatus::WrFlushErr, SYNDROME_WR_FLUSH_ERR);
             n += 1;
             self.retire_one(slot, bbs);
         }

@@ -6,7 +6,7 @@
 
 use crate::common;
 
-use common::{err, FakeCq, FakeQp, QpCfg};
+use common::{req_err, FakeCq, FakeQp, QpCfg};
 use mlx5_hw::{QpState, QpType};
 use mlx5_qp::{Cq, Qp, SendFlags, SendWr, UdDest, Wc, WcStatus};
 use mlx5_wqe::opcode as op;
@@ -111,8 +111,8 @@ fn flushed_sends_leave_a_uc_qp_in_error() {
         }
         // The control path moved the QP to Error; the device flushes what was outstanding.
         qp.set_state(QpState::Error);
-        fcq.push(err(mlx5_cq::CQE_REQ_ERR, QPN, 0, FLUSH, 0));
-        fcq.push(err(mlx5_cq::CQE_REQ_ERR, QPN, 1, FLUSH, 0));
+        fcq.push(req_err(QPN, 0, op::OPCODE_SEND, FLUSH, 0));
+        fcq.push(req_err(QPN, 1, op::OPCODE_SEND, FLUSH, 0));
         let mut wcs = [Wc::default(); 4];
         assert_eq!(cq.poll(&mut qp, &mut wcs).unwrap(), 2);
         assert!(wcs[..2].iter().all(|w| w.status() == WcStatus::WrFlushErr));

@@ -2,8 +2,9 @@
 //! and flush accounting, receives (RQ and SRQ), inline scatter, set_ci, arming.
 
 use crate::common;
+use mlx5_wqe::opcode as op;
 
-use common::{err, req, req_bytes, resp, FakeCq, FakeQp, FakeSrq, QpCfg};
+use common::{err, req, req_bytes, req_err, resp, FakeCq, FakeQp, FakeSrq, QpCfg};
 use mlx5_cq::*;
 use mlx5_hw::QpState;
 use mlx5_qp::{
@@ -156,8 +157,14 @@ fn error_then_flush_accounts_for_every_wr() {
         let wr = SendWr::send(100 + i as u64).inline(b"x");
         qp.post(&if *sig { wr.signaled() } else { wr }).unwrap();
     }
-    fcq.push(err(CQE_REQ_ERR, QPN, 2, SYNDROME_REMOTE_ACCESS_ERR, 0x42));
-    fcq.push(err(CQE_REQ_ERR, QPN, 4, SYNDROME_WR_FLUSH_ERR, 0));
+    fcq.push(req_err(
+        QPN,
+        2,
+        op::OPCODE_SEND,
+        SYNDROME_REMOTE_ACCESS_ERR,
+        0x42,
+    ));
+    fcq.push(req_err(QPN, 4, op::OPCODE_SEND, SYNDROME_WR_FLUSH_ERR, 0));
     let mut wcs = [Wc::default(); 8];
     let n = c.poll(&mut qp, &mut wcs).unwrap();
     let got: Vec<_> = wcs[..n].iter().map(|w| (w.wr_id(), w.status())).collect();
@@ -196,7 +203,7 @@ fn a_first_flush_error_reports_the_earlier_unsignaled_wrs() {
         let wr = SendWr::send(i).inline(b"x");
         qp.post(&if i == 3 { wr.signaled() } else { wr }).unwrap();
     }
-    fcq.push(err(CQE_REQ_ERR, QPN, 3, SYNDROME_WR_FLUSH_ERR, 0));
+    fcq.push(req_err(QPN, 3, op::OPCODE_SEND, SYNDROME_WR_FLUSH_ERR, 0));
     // A one-entry array: the run is reported across four polls, the CQE consumed last.
     let mut one = [Wc::default(); 1];
     let mut ids = Vec::new();

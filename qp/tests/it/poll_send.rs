@@ -5,8 +5,9 @@
 //! QP polled with `poll`.
 
 use crate::common;
+use mlx5_wqe::opcode as op;
 
-use common::{err, req, FakeCq, FakeQp, QpCfg};
+use common::{req, req_err, FakeCq, FakeQp, QpCfg};
 use mlx5_hw::{QpState, QpType};
 use mlx5_qp::{Cq, Error, Qp, RemoteAddr, SendFlags, SendWr, Wc, WcOpcode, WcStatus};
 use proptest::prelude::*;
@@ -164,8 +165,8 @@ fn errors_and_flushes_reach_the_callback_in_order() {
         write8(&mut qp, id);
     }
     fcq.push(req(QPN, 0, 0x08));
-    fcq.push(err(mlx5_cq::CQE_REQ_ERR, QPN, 1, LOCAL_PROT, 0x33));
-    fcq.push(err(mlx5_cq::CQE_REQ_ERR, QPN, 3, FLUSH, 0));
+    fcq.push(req_err(QPN, 1, op::OPCODE_RDMA_WRITE, LOCAL_PROT, 0x33));
+    fcq.push(req_err(QPN, 3, op::OPCODE_RDMA_WRITE, FLUSH, 0));
     // The good one first, alone: the run stops at the error CQE.
     let (r, other) = poll_send(&mut cq, &mut qp, 8);
     assert_eq!((r.unwrap(), other.len()), (vec![1], 0));
@@ -286,6 +287,50 @@ fn step() -> impl Strategy<Value = Step> {
     ]
 }
 
+/// A requester CQE's completion takes its opcode from the CQE (its `s_wqe_opcode`, which
+/// rdma-core's `handle_good_req` and UCX's error log read), whichever path serves it: the lean
+/// flush run behind `Cq::poll` and the full path behind `Cq::poll_send` made different
+/// completions of one flush CQE when the full path took the opcode from the ring instead (the
+/// property test below found it under another seed). The CQEs here name another opcode than
+/// the WQEs', so that where the opcode comes from shows.
+#[test]
+fn every_path_takes_a_completion_opcode_from_its_cqe() {
+    let cfg = QpCfg {
+        qp_type: QpType::Rc,
+        sq_bbs: 8,
+        sig_all: true,
+        ..QpCfg::default()
+    };
+    let (mut a, mut b) = (Twin::new(&cfg, 16, 64), Twin::new(&cfg, 16, 64));
+    let (mut ga, mut gb) = (Got::default(), Got::default());
+    for t in [&mut a, &mut b] {
+        for id in 0..5 {
+            write8(&mut t.qp, id);
+        }
+        for pi in 0..3 {
+            t.fcq.push(req(QPN, pi, op::OPCODE_SEND));
+        }
+        t.fcq.push(req_err(QPN, 3, op::OPCODE_SEND, LOCAL_PROT, 0));
+        t.fcq.push(req_err(QPN, 4, op::OPCODE_SEND, FLUSH, 0));
+    }
+    drain_poll(&mut a, 4, &mut ga);
+    drain_poll_send(&mut b, 4, &mut gb);
+    assert_eq!(ga, gb);
+    assert_eq!(ga.ok, [0, 1, 2]);
+    let errors: Vec<_> = ga
+        .other
+        .iter()
+        .map(|w| (w.wr_id(), w.status(), w.opcode()))
+        .collect();
+    assert_eq!(
+        errors,
+        [
+            (3, WcStatus::LocProtErr, WcOpcode::Send),
+            (4, WcStatus::WrFlushErr, WcOpcode::Send)
+        ]
+    );
+}
+
 struct Twin {
     fake: FakeQp,
     fcq: FakeCq,
@@ -368,8 +413,9 @@ proptest! {
         let cfg = QpCfg { qp_type: QpType::Rc, sq_bbs, sig_all, ..QpCfg::default() };
         let (mut a, mut b) = (Twin::new(&cfg, cqes, size), Twin::new(&cfg, cqes, size));
         let (mut ga, mut gb) = (Got::default(), Got::default());
-        // The device's view: outstanding WQEs (first block, blocks, signaled), in order.
-        let mut wqes: VecDeque<(u16, u16, bool)> = VecDeque::new();
+        // The device's view: outstanding WQEs (first block, blocks, signaled, opcode), in
+        // order.
+        let mut wqes: VecDeque<(u16, u16, bool, u8)> = VecDeque::new();
         let payload = [0x5au8; 120];
         for (id, s) in steps.into_iter().enumerate() {
             let id = id as u64;
@@ -386,7 +432,8 @@ proptest! {
                     prop_assert_eq!(&ra, &rb);
                     if ra.is_ok() {
                         let bbs = a.qp.sq_pi().wrapping_sub(pi);
-                        wqes.push_back((pi, bbs, signaled || sig_all));
+                        let op = if send { op::OPCODE_SEND } else { op::OPCODE_RDMA_WRITE };
+                        wqes.push_back((pi, bbs, signaled || sig_all, op));
                     }
                 }
                 Step::Complete(n) => {
@@ -394,10 +441,10 @@ proptest! {
                         if (a.fcq.hw_pi - a.cq.ci()) as usize + 1 >= cqes as usize {
                             break;
                         }
-                        let Some((pi, _, signaled)) = wqes.pop_front() else { break };
+                        let Some((pi, _, signaled, op)) = wqes.pop_front() else { break };
                         if signaled {
                             for t in [&mut a, &mut b] {
-                                t.fcq.push(req(QPN, pi, 0x08));
+                                t.fcq.push(req(QPN, pi, op));
                             }
                         }
                     }
@@ -405,10 +452,10 @@ proptest! {
                 Step::Fail(flushed) => {
                     let n = wqes.len().min(flushed + 1);
                     if n != 0 && room + n < cqes as usize {
-                        for (i, (pi, _, _)) in wqes.drain(..n).enumerate() {
+                        for (i, (pi, _, _, op)) in wqes.drain(..n).enumerate() {
                             let synd = if i == 0 { LOCAL_PROT } else { FLUSH };
                             for t in [&mut a, &mut b] {
-                                t.fcq.push(err(mlx5_cq::CQE_REQ_ERR, QPN, pi, synd, 0));
+                                t.fcq.push(req_err(QPN, pi, op, synd, 0));
                             }
                         }
                         drain_poll(&mut a, 4, &mut ga);

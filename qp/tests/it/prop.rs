@@ -6,9 +6,10 @@
 //! signaled ones), and the QP is in Error.
 
 use crate::common;
+use mlx5_wqe::opcode as op;
 
-use common::{err, req, FakeCq, FakeQp, QpCfg};
-use mlx5_cq::{CQE_REQ_ERR, SYNDROME_REMOTE_ACCESS_ERR, SYNDROME_WR_FLUSH_ERR};
+use common::{req, req_err, FakeCq, FakeQp, QpCfg};
+use mlx5_cq::{SYNDROME_REMOTE_ACCESS_ERR, SYNDROME_WR_FLUSH_ERR};
 use mlx5_hw::QpState;
 use mlx5_qp::{Cq, Error, Qp, SendWr, Sge, SqLimit, Wc, WcStatus};
 use proptest::prelude::*;
@@ -186,12 +187,22 @@ impl Model {
             return;
         }
         let p = &self.posted[self.exec];
-        self.fcq
-            .push(err(CQE_REQ_ERR, QPN, p.pi, SYNDROME_REMOTE_ACCESS_ERR, 0));
+        self.fcq.push(req_err(
+            QPN,
+            p.pi,
+            op::OPCODE_SEND,
+            SYNDROME_REMOTE_ACCESS_ERR,
+            0,
+        ));
         for p in &self.posted[self.exec + 1..] {
             if flush_every || p.signaled {
-                self.fcq
-                    .push(err(CQE_REQ_ERR, QPN, p.pi, SYNDROME_WR_FLUSH_ERR, 0));
+                self.fcq.push(req_err(
+                    QPN,
+                    p.pi,
+                    op::OPCODE_SEND,
+                    SYNDROME_WR_FLUSH_ERR,
+                    0,
+                ));
             }
         }
         self.failed = Some(self.exec);

@@ -4,8 +4,8 @@
 
 use crate::common;
 
-use common::{err, req, FakeCq, FakeQp, QpCfg};
-use mlx5_cq::{CQE_REQ_ERR, SYNDROME_REMOTE_ACCESS_ERR};
+use common::{req, req_err, FakeCq, FakeQp, QpCfg};
+use mlx5_cq::SYNDROME_REMOTE_ACCESS_ERR;
 use mlx5_hw::{QpState, QpType};
 use mlx5_qp::{Cq, Error, Qp, RemoteAddr, SendFlags, SendWr, Sge, SqLimit, Wc, WcStatus};
 use mlx5_wqe::opcode as op;
@@ -185,7 +185,13 @@ fn errors_and_flushes_return_wr_credits_and_reset_restores_them() {
         write8(&mut qp, id, SendFlags::empty()).unwrap();
     }
     // A non-flush error at WR 4: the four before it had completed, WR 4 fails.
-    fcq.push(err(CQE_REQ_ERR, QPN, 4, SYNDROME_REMOTE_ACCESS_ERR, 0));
+    fcq.push(req_err(
+        QPN,
+        4,
+        op::OPCODE_RDMA_WRITE,
+        SYNDROME_REMOTE_ACCESS_ERR,
+        0,
+    ));
     let mut wcs = [Wc::default(); 16];
     assert_eq!(cq.poll(&mut qp, &mut wcs), Ok(1));
     assert_eq!(wcs[0].status(), WcStatus::RemAccessErr);

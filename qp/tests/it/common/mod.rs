@@ -259,6 +259,19 @@ pub fn err(opcode: u8, qpn: u32, wqe_counter: u16, syndrome: u8, vendor: u8) -> 
     Cqe64::from_bytes(&b)
 }
 
+/// A requester error CQE as the device writes it: the failing (or flushed) WQE's
+/// `MLX5_OPCODE_*` in `s_wqe_opcode` (bits 31:24 of the word before the WQE counter, where UCX's
+/// `uct_ib_mlx5_cqe_err_opcode` reads it), its `wqe_counter`, `syndrome` and `vendor` syndrome.
+pub fn req_err(qpn: u32, wqe_counter: u16, send_opcode: u8, syndrome: u8, vendor: u8) -> Cqe64 {
+    err(
+        mlx5_cq::CQE_REQ_ERR,
+        (send_opcode as u32) << 24 | qpn,
+        wqe_counter,
+        syndrome,
+        vendor,
+    )
+}
+
 /// A responder CQE.
 pub fn resp(opcode: u8, qpn: u32, wqe_counter: u16, byte_cnt: u32, imm: u32) -> Cqe64 {
     Cqe64 {
