@@ -969,4 +969,6 @@ fn sop_word(tail: u64) -> u32 {
 }
 
 #[cfg(test)]
+mod prop;
+#[cfg(test)]
 mod tests;

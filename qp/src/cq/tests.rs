@@ -28,7 +28,7 @@ fn page() -> Box<Page> {
     Box::new(Page([0; 4096]))
 }
 
-const QPN: u32 = 0x42;
+pub(super) const QPN: u32 = 0x42;
 
 fn build(m: &mut Mem) -> (Qp, Cq) {
     for i in 0..64 {
@@ -221,23 +221,23 @@ fn the_one_entry_poll_stays_fast_across_the_wqe_counter_wrap() {
 /// The device of the path tests: two QPs on one CQ of `cnt` CQEs of `size` bytes, the
 /// CQEs written as the device writes them (every byte, then `op_own` with the owner bit
 /// of the lap).
-struct Dev {
+pub(super) struct Dev {
     _pages: Vec<Box<Page>>,
     _cq: Box<CqBuf>,
     cq_buf: *mut u8,
     size: usize,
     cnt: u32,
-    hw_pi: u32,
+    pub(super) hw_pi: u32,
 }
 
-const QPN_B: u32 = 0x1_0042;
+pub(super) const QPN_B: u32 = 0x1_0042;
 
 /// 64 CQEs of 128 bytes at most.
 #[repr(C, align(4096))]
 struct CqBuf([u8; 8192]);
 
 impl Dev {
-    fn new(size: u32) -> (Dev, QpTable, Cq) {
+    pub(super) fn new(size: u32) -> (Dev, QpTable, Cq) {
         Dev::typed(size, QpType::Rc)
     }
 
@@ -310,7 +310,7 @@ impl Dev {
         (dev, table, cq)
     }
 
-    fn push(&mut self, cqe: Cqe64) {
+    pub(super) fn push(&mut self, cqe: Cqe64) {
         let slot = (self.hw_pi & (self.cnt - 1)) as usize * self.size + self.size - 64;
         let owner = ((self.hw_pi / self.cnt) & 1) as u8;
         let b = cqe.as_bytes();
@@ -324,7 +324,7 @@ impl Dev {
     }
 }
 
-fn req_cqe(qpn: u32, pi: u16, send_opcode: u8, byte_cnt: u32) -> Cqe64 {
+pub(super) fn req_cqe(qpn: u32, pi: u16, send_opcode: u8, byte_cnt: u32) -> Cqe64 {
     Cqe64 {
         sop_drop_qpn: U32::new((send_opcode as u32) << 24 | qpn),
         wqe_counter: U16::new(pi),
@@ -334,7 +334,7 @@ fn req_cqe(qpn: u32, pi: u16, send_opcode: u8, byte_cnt: u32) -> Cqe64 {
     }
 }
 
-fn resp_cqe(opcode: u8, qpn: u32, counter: u16, byte_cnt: u32, imm: u32) -> Cqe64 {
+pub(super) fn resp_cqe(opcode: u8, qpn: u32, counter: u16, byte_cnt: u32, imm: u32) -> Cqe64 {
     Cqe64 {
         sop_drop_qpn: U32::new(qpn),
         wqe_counter: U16::new(counter),
@@ -360,19 +360,19 @@ fn err_cqe(opcode: u8, send_opcode: u8, qpn: u32, counter: u16, syndrome: u8) ->
     Cqe64::from_bytes(&b)
 }
 
-fn req_err(qpn: u32, counter: u16, send_opcode: u8, syndrome: u8) -> Cqe64 {
+pub(super) fn req_err(qpn: u32, counter: u16, send_opcode: u8, syndrome: u8) -> Cqe64 {
     err_cqe(CQE_REQ_ERR, send_opcode, qpn, counter, syndrome)
 }
 
-fn resp_err(qpn: u32, counter: u16, syndrome: u8) -> Cqe64 {
+pub(super) fn resp_err(qpn: u32, counter: u16, syndrome: u8) -> Cqe64 {
     err_cqe(CQE_RESP_ERR, 0, qpn, counter, syndrome)
 }
 
 /// Every poll call's result: its completions or its error.
-type Calls = Vec<Result<Vec<Wc>, String>>;
+pub(super) type Calls = Vec<Result<Vec<Wc>, String>>;
 
 /// Poll until empty with room for `room`.
-fn drain(cq: &mut Cq, table: &mut QpTable, room: usize) -> Calls {
+pub(super) fn drain(cq: &mut Cq, table: &mut QpTable, room: usize) -> Calls {
     let mut got = Vec::new();
     let mut wcs = [Wc::default(); 16];
     for _ in 0..10_000 {
@@ -388,7 +388,7 @@ fn drain(cq: &mut Cq, table: &mut QpTable, room: usize) -> Calls {
 /// Run `script` (which posts, pushes CQEs and drains through the closure it is given)
 /// with the fast paths on and off; returns both results and the path counts of the fast
 /// run.
-fn both(
+pub(super) fn both(
     size: u32,
     script: &dyn Fn(&mut Dev, &mut QpTable, &mut Cq) -> Calls,
 ) -> (Calls, Calls, [u32; 4]) {
@@ -418,8 +418,8 @@ fn flat(r: &[Result<Vec<Wc>, String>]) -> Vec<Wc> {
         .collect()
 }
 
-const R: RemoteAddr = RemoteAddr::new(0x1000, 5);
-const SGE: [Sge; 1] = [Sge {
+pub(super) const R: RemoteAddr = RemoteAddr::new(0x1000, 5);
+pub(super) const SGE: [Sge; 1] = [Sge {
     addr: 0x9000,
     length: 16,
     lkey: 3,
@@ -525,7 +525,7 @@ fn alternating_qps_complete_the_same_on_both_paths() {
 }
 
 /// The flush syndrome (`MLX5_CQE_SYNDROME_WR_FLUSH_ERR`).
-const FLUSH: u8 = mlx5_cq::SYNDROME_WR_FLUSH_ERR;
+pub(super) const FLUSH: u8 = mlx5_cq::SYNDROME_WR_FLUSH_ERR;
 
 /// WQE opcode, WR id and completion opcode of the sends the flush tests post.
 const FLUSHED: [(u8, u64, WcOpcode); 6] = [
