@@ -1,14 +1,18 @@
 //! Random device scripts on memory standing in for the device, polled with the fast paths on
 //! and off (`paths::FAST_OFF`): every call must return the same completions, or the same
-//! error, either way. Two RC QPs share the CQ; the device completes, fails and flushes their
+//! error, either way. Two QPs share the CQ (A an RC QP, B an RC, UC or UD QP); the device completes, fails and flushes their
 //! WQEs in order, and writes CQEs no device would (another QPN, a counter off the outstanding
 //! range, an opcode the WQE did not have), which every path must treat alike.
 
 use super::tests::{
-    both, drain, req_cqe, req_err, resp_cqe, resp_err, Calls, Dev, FLUSH, QPN, QPN_B, R, SGE,
+    both_typed, drain, req_cqe, req_err, resp_cqe, resp_err, Calls, Dev, FLUSH, QPN, QPN_B, R, SGE,
 };
 use crate::{Cq, QpTable, SendWr};
-use mlx5_cq::{CQE_REQ, CQE_REQ_ERR, CQE_RESP_ERR, CQE_RESP_SEND, CQE_RESP_SEND_IMM};
+use mlx5_cq::{
+    CQE_REQ, CQE_REQ_ERR, CQE_RESP_ERR, CQE_RESP_SEND, CQE_RESP_SEND_IMM, CQE_RESP_SEND_INV,
+    CQE_RESP_WR_IMM,
+};
+use mlx5_hw::{QpState, QpType};
 use mlx5_wqe::opcode as op;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngSeed};
@@ -28,9 +32,13 @@ enum Step {
     /// The oldest send WQE fails; the QP's other WQEs are flushed (with `every`, each send
     /// WQE gets a CQE; else only the signaled ones), and its receives.
     Fail { b: bool, every: bool },
-    /// A CQE no device would write for this state.
+    /// The control path takes the QP through Error and Reset back to RTS: its WQEs are gone,
+    /// their CQEs not yet polled stay in the CQ.
+    Reset { b: bool },
+    /// A CQE no device would write for this state (`se`: with the solicited-event bit).
     Garbage {
         opcode: u8,
+        se: bool,
         qpn: u8,
         off: u16,
         send_opcode: u8,
@@ -48,14 +56,18 @@ fn step() -> impl Strategy<Value = Step> {
         4 => (any::<bool>(), 1usize..6).prop_map(|(b, n)| Step::Complete { b, n }),
         2 => (any::<bool>(), 1usize..4).prop_map(|(b, n)| Step::Deliver { b, n }),
         1 => (any::<bool>(), any::<bool>()).prop_map(|(b, every)| Step::Fail { b, every }),
+        1 => any::<bool>().prop_map(|b| Step::Reset { b }),
         2 => (
             prop::sample::select(vec![
                 CQE_REQ,
                 CQE_REQ_ERR,
                 CQE_RESP_SEND,
                 CQE_RESP_SEND_IMM,
+                CQE_RESP_SEND_INV,
+                CQE_RESP_WR_IMM,
                 CQE_RESP_ERR,
             ]),
+            prop::bool::weighted(0.2),
             0u8..3,
             prop_oneof![3 => Just(0u16), 1 => 1u16..6],
             prop::sample::select(vec![
@@ -67,8 +79,9 @@ fn step() -> impl Strategy<Value = Step> {
             ]),
             prop::sample::select(vec![FLUSH, 0x04, 0x13, 0x22]),
         )
-            .prop_map(|(opcode, qpn, off, send_opcode, syndrome)| Step::Garbage {
+            .prop_map(|(opcode, se, qpn, off, send_opcode, syndrome)| Step::Garbage {
                 opcode,
+                se,
                 qpn,
                 off,
                 send_opcode,
@@ -168,8 +181,18 @@ fn run(steps: &[Step], dev: &mut Dev, table: &mut QpTable, cq: &mut Cq) -> Calls
                     }
                 }
             }
+            Step::Reset { b } => {
+                let qp = table.qp_at(b as usize).unwrap();
+                for state in [QpState::Error, QpState::Reset, QpState::Init, QpState::Rtr] {
+                    qp.set_state(state);
+                }
+                qp.set_state(QpState::Rts);
+                // Reset starts both queues over (rdma-core `mlx5_init_qp_indices`).
+                q[b as usize] = Queues::default();
+            }
             Step::Garbage {
                 opcode,
+                se,
                 qpn: which,
                 off,
                 send_opcode,
@@ -202,6 +225,10 @@ fn run(steps: &[Step], dev: &mut Dev, table: &mut QpTable, cq: &mut Cq) -> Calls
                         resp_cqe(kind, n, c.wrapping_add(off), 5, 7)
                     }
                 };
+                let mut cqe = cqe;
+                if se {
+                    cqe.op_own |= 2;
+                }
                 dev.push(cqe);
             }
             Step::Poll(r) => calls.extend(drain(cq, table, r)),
@@ -222,9 +249,10 @@ proptest! {
     #[test]
     fn random_device_scripts_complete_the_same_on_every_path(
         size in prop_oneof![Just(64u32), Just(128)],
+        b in prop::sample::select(vec![QpType::Rc, QpType::Uc, QpType::Ud]),
         steps in proptest::collection::vec(step(), 1..80),
     ) {
-        let (slow, fast, _) = both(size, &|dev, table, cq| run(&steps, dev, table, cq));
+        let (slow, fast, _) = both_typed(size, b, &|dev, table, cq| run(&steps, dev, table, cq));
         prop_assert_eq!(fast, slow);
     }
 }

@@ -242,7 +242,7 @@ impl Dev {
     }
 
     /// As [`Dev::new`], QP B of type `b`.
-    fn typed(size: u32, b: QpType) -> (Dev, QpTable, Cq) {
+    pub(super) fn typed(size: u32, b: QpType) -> (Dev, QpTable, Cq) {
         let cnt = 64u32;
         let mut pages: Vec<Box<Page>> = (0..12).map(|_| page()).collect();
         let mut cq_mem = Box::new(CqBuf([0; 8192]));
@@ -392,10 +392,19 @@ pub(super) fn both(
     size: u32,
     script: &dyn Fn(&mut Dev, &mut QpTable, &mut Cq) -> Calls,
 ) -> (Calls, Calls, [u32; 4]) {
+    both_typed(size, QpType::Rc, script)
+}
+
+/// [`both`] with QP B of type `b`.
+pub(super) fn both_typed(
+    size: u32,
+    b: QpType,
+    script: &dyn Fn(&mut Dev, &mut QpTable, &mut Cq) -> Calls,
+) -> (Calls, Calls, [u32; 4]) {
     let mut out = Vec::new();
     let mut counts = [0; 4];
     for off in [true, false] {
-        let (mut dev, mut table, mut cq) = Dev::new(size);
+        let (mut dev, mut table, mut cq) = Dev::typed(size, b);
         paths::FAST_OFF.with(|f| f.set(off));
         paths::SERVED.with(|c| c.set([0; 4]));
         out.push(script(&mut dev, &mut table, &mut cq));
