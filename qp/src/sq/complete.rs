@@ -343,6 +343,7 @@ impl SendQueue {
     pub fn flush_all(&mut self, qpn: u32, out: &mut [Wc]) -> Progress {
         let info = CqeInfo {
             qpn,
+            // No CQE: every completion takes its WQE's opcode from the ring.
             send_opcode: 0,
             status: WcStatus::WrFlushErr,
             syndrome: SYNDROME_WR_FLUSH_ERR,
