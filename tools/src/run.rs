@@ -1,4 +1,4 @@
-//! What `lat` and `bw` do alike around their runs: the process's exit status ([`exit`]), the
+//! What `lat` and `bw` do alike around their runs: the process's exit status ([`exit_code`]), the
 //! devices the command line names ([`on_run_devices`]), the checks that need a device and the
 //! connect parameters they give ([`checked_params`]), the rendezvous of a run across processes
 //! ([`rendezvous`]), the buffer a peer announced ([`remote_buffer_of`]), the message sizes a
@@ -16,7 +16,7 @@ use std::process::ExitCode;
 
 /// The exit status of `tool` after its run `r`: success, or its error printed as
 /// `tool: error: ...` and the error's status ([`Error::exit_code`]).
-pub fn exit(tool: &str, r: Result<()>) -> ExitCode {
+pub fn exit_code(tool: &str, r: Result<()>) -> ExitCode {
     match r {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -66,7 +66,7 @@ const UC_MAX_RX: u64 = 16000;
 fn main() -> ExitCode {
     let args = BwArgs::parse();
     mlx5_tools::log::init(args.common.verbose);
-    run::exit(
+    run::exit_code(
         "bw",
         plan::plan(&args)
             .and_then(|p| run::on_run_devices("bw", &args.common, |devs| run_on(&args, &p, devs))),

@@ -63,7 +63,7 @@ const STALL: Duration = Duration::from_secs(10);
 fn main() -> ExitCode {
     let args = LatArgs::parse();
     mlx5_tools::log::init(args.common.verbose);
-    run::exit(
+    run::exit_code(
         "lat",
         plan::plan(&args)
             .and_then(|p| run::on_run_devices("lat", &args.common, |devs| run_on(&args, &p, devs))),
