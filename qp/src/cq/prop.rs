@@ -206,7 +206,7 @@ fn run(steps: &[Step], dev: &mut Dev, table: &mut QpTable, cq: &mut Cq) -> Calls
                     1 => (QPN_B, &q[1]),
                     _ => (0x77, &q[0]),
                 };
-                let cqe = match opcode {
+                let mut cqe = match opcode {
                     CQE_REQ | CQE_REQ_ERR => {
                         let base = k.sends.front().map_or(0, |w| w.0);
                         let c = base.wrapping_add(off);
@@ -225,7 +225,6 @@ fn run(steps: &[Step], dev: &mut Dev, table: &mut QpTable, cq: &mut Cq) -> Calls
                         resp_cqe(kind, n, c.wrapping_add(off), 5, 7)
                     }
                 };
-                let mut cqe = cqe;
                 if se {
                     cqe.op_own |= 2;
                 }

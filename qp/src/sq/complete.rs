@@ -42,7 +42,7 @@ impl SendQueue {
     /// `info`.
     #[inline(always)]
     fn wc(&self, slot: usize, op: u8, info: &CqeInfo, status: WcStatus, syndrome: u8) -> Wc {
-        let (opcode, flags) = (WcOpcode::from_send_opcode(op), crate::wc::send_flags(op));
+        let (opcode, flags) = completion_opcode(op);
         let ok = status == WcStatus::Success;
         // A READ reports the bytes read, an atomic its operand size (non-zero only for the
         // atomic opcodes, set when posting), everything else and every error 0.
@@ -141,10 +141,7 @@ impl SendQueue {
         if (wqe_counter != ci as u16) | (ci == self.pi) | (self.meta_at(slot) != 0) {
             return false;
         }
-        let (opcode, flags) = (
-            WcOpcode::from_send_opcode(send_opcode),
-            crate::wc::send_flags(send_opcode),
-        );
+        let (opcode, flags) = completion_opcode(send_opcode);
         *out = Wc::new(&WcFields {
             wr_id: self.wr_id_at(slot),
             opcode,
@@ -428,4 +425,11 @@ impl SendQueue {
         // SAFETY: `dbrec` is the live SQ doorbell record.
         unsafe { mmio::write_dbrec(self.dbrec, 0) };
     }
+}
+
+/// A send completion's opcode and flags (the immediate an `_IMM` opcode carries) from the
+/// `MLX5_OPCODE_*` `op` of its WQE.
+#[inline(always)]
+fn completion_opcode(op: u8) -> (WcOpcode, WcFlags) {
+    (WcOpcode::from_send_opcode(op), crate::wc::send_flags(op))
 }

@@ -183,7 +183,7 @@ fn atomic(env: &Env, cas: bool, on_rxe: bool) -> R<()> {
     let (arg, cmp) = (0x1111_0000_2222_0000u64, orig);
     let want = if cas { arg } else { orig.wrapping_add(arg) };
     if on_rxe {
-        p.v.mr.write(256, &orig.to_ne_bytes()).map_err(e("write"))?;
+        p.v.mr.write_u64(256, orig).map_err(e("write"))?;
         let ra = p.rxe_remote(256)?;
         let local = p.sim_sge(512, 8);
         let wr = if cas {
@@ -193,11 +193,11 @@ fn atomic(env: &Env, cas: bool, on_rxe: bool) -> R<()> {
         };
         p.s.qps[0].post(&wr.signaled()).map_err(e("sim post"))?;
         p.sim_ok("atomic")?;
-        let got = word(&p.s.mr, 512)?;
-        let now = word(&p.v.mr, 256)?;
+        let got = p.s.mr.read_u64(512).map_err(e("read"))?;
+        let now = p.v.mr.read_u64(256).map_err(e("read"))?;
         atomic_result(got, now, orig, want)?;
     } else {
-        p.s.mr.write(256, &orig.to_ne_bytes()).map_err(e("write"))?;
+        p.s.mr.write_u64(256, orig).map_err(e("write"))?;
         let (addr, rkey) = p.sim_remote(256)?;
         let sge = [p.rxe_sge(512, 8)];
         let op = if cas {
@@ -216,8 +216,8 @@ fn atomic(env: &Env, cas: bool, on_rxe: bool) -> R<()> {
         };
         p.vpost(&VWr::new(1, op, &sge))?;
         p.rxe_ok("atomic")?;
-        let got = word(&p.v.mr, 512)?;
-        let now = word(&p.s.mr, 256)?;
+        let got = p.v.mr.read_u64(512).map_err(e("read"))?;
+        let now = p.s.mr.read_u64(256).map_err(e("read"))?;
         atomic_result(got, now, orig, want)?;
     }
     Ok(())

@@ -231,14 +231,6 @@ pub(super) fn check(what: &str, got: &[u8], want: &[u8]) -> R<()> {
     Ok(())
 }
 
-/// The 8 bytes at `off` of `mr`, as an atomic leaves them (native order).
-pub(super) fn word(mr: &mlx5_ctx::Mr, off: usize) -> R<u64> {
-    let b = mr.read(off, 8).map_err(|e| format!("read: {e}"))?;
-    Ok(u64::from_ne_bytes(
-        b.try_into().map_err(|_| "read: not 8 bytes")?,
-    ))
-}
-
 /// An atomic's outcome: it returned `got` (want `orig`) and left `now` at the target (want
 /// `want`).
 pub(super) fn atomic_result(got: u64, now: u64, orig: u64, want: u64) -> R<()> {
