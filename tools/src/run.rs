@@ -2,16 +2,23 @@
 //! devices the command line names ([`on_run_devices`]), the checks that need a device and the
 //! connect parameters they give ([`checked_params`]), the rendezvous of a run across processes
 //! ([`rendezvous`]), the buffer a peer announced ([`remote_buffer_of`]), the message sizes a
-//! connection carries ([`usable_sizes`]), the banner's lines about the run ([`run_lines`]) and
-//! the error of `--path verbs` in a build without libibverbs ([`verbs_missing`]).
+//! connection carries ([`usable_sizes`]), the banner's lines about the run ([`run_lines`]), the
+//! error of `--path verbs` in a build without libibverbs ([`verbs_missing`]), and the part of a
+//! run's plan the common arguments make ([`RunPlan`]).
 
-use crate::args::{Common, Length};
+use crate::args::{AtomicArg, Common, Length, Test};
+use crate::connecting::Receives;
 use crate::devices::{on_devices, Devices};
+use crate::hello::{RunShape, Tool};
+use crate::inline::InlineRequest;
 use crate::rendezvous::{sizes_for_udp_link, Rendezvous, UdpBudget, UdpLink};
+use crate::resources::ResourcesCfg;
 use crate::serve::say;
 use crate::{Error, Result};
 use mlx5_connect::{ConnectParams, Connection, RemoteBuffer};
+use mlx5_ctx::Mr;
 use mlx5_hw::QpType;
+use mlx5_qp::DoorbellMode;
 use std::process::ExitCode;
 
 /// The exit status of `tool` after its run `r`: success, or its error printed as
@@ -151,6 +158,103 @@ pub fn verbs_missing() -> Error {
     Error::Usage("--path verbs needs the `verbs` feature (rebuild with --features verbs)".into())
 }
 
+/// What `lat` and `bw` plan alike from the common arguments, checked before any device is
+/// opened; each tool's own plan holds it beside what is the tool's alone.
+#[derive(Debug)]
+pub struct RunPlan {
+    /// `-e`: wait on a completion channel.
+    pub events: bool,
+    /// The test.
+    pub test: Test,
+    /// The connection type (`-c`).
+    pub conn: QpType,
+    /// The atomic of the atomic test (`-A`).
+    pub atomic: AtomicArg,
+    /// The message sizes, in the order they run.
+    pub sizes: Vec<u64>,
+    /// `-n` iterations or a `-D` duration.
+    pub length: Length,
+    /// What to ask the device for (READ, atomics: nothing).
+    pub inline: InlineRequest,
+    /// `--doorbell` (direct path only).
+    pub doorbell: Option<DoorbellMode>,
+    /// Offset of the receive half of every end's buffer (the send half starts at 0,
+    /// [`Common::buffer_half`]).
+    pub half: usize,
+    /// Receives kept posted on each QP (the SEND test; `bw` derives it from `-r`).
+    pub rx_depth: u32,
+    /// What the peer process must have been started for.
+    pub shape: RunShape,
+    /// Connection parameters every QP starts from.
+    pub params: ConnectParams,
+    /// `--output`: standard output holds the figure only.
+    pub quiet: bool,
+}
+
+impl RunPlan {
+    /// The plan `c` makes for `tool`'s `test` of `sizes` ([`Common::sizes`]) and `length`
+    /// ([`Common::length`]), each tool having checked those its own way: the buffer halves
+    /// (their memory checked), the run's shape, the inline request, the doorbell mode and the
+    /// connect parameters.
+    pub fn new(
+        c: &Common,
+        tool: Tool,
+        test: Test,
+        sizes: Vec<u64>,
+        length: Length,
+    ) -> Result<RunPlan> {
+        let half = c.buffer_half(&sizes)?;
+        let shape = c.run_shape(tool, test, &sizes, length);
+        Ok(RunPlan {
+            events: c.events,
+            test,
+            conn: c.connection.qp_type(),
+            atomic: c.atomic_type,
+            sizes,
+            length,
+            inline: InlineRequest::new(c.inline, test.default_inline(c.connection)),
+            doorbell: c.doorbell_mode()?,
+            half,
+            rx_depth: c.rx_depth,
+            shape,
+            params: c.connect_params()?,
+            quiet: c.output.is_some(),
+        })
+    }
+
+    /// What each end of the run creates: `qps` QPs of `sq_depth` send WRs, receive queues of
+    /// [`RunPlan::rx_depth`] for the SEND test (of one WR otherwise), the inline bytes asked
+    /// for, both halves of the buffer.
+    pub fn cfg(&self, qps: u32, sq_depth: u32) -> ResourcesCfg {
+        ResourcesCfg {
+            qp_type: self.conn,
+            qps,
+            sq_depth,
+            rq_depth: if self.test == Test::Send {
+                self.rx_depth
+            } else {
+                1
+            },
+            inline: self.inline.bytes,
+            buf_len: 2 * self.half,
+            srq: None,
+            events: self.events,
+        }
+    }
+
+    /// The receives of the SEND test, in the receive half of `mr` (`None` for the others).
+    pub fn receives(&self, mr: &Mr) -> Result<Option<Receives>> {
+        Receives::for_test(self.test, mr, self.half, self.rx_depth)
+    }
+
+    /// Say a line of the report, unless `--output` asks for the figure only.
+    pub fn say(&self, line: &str) {
+        if !self.quiet {
+            say(line);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -175,5 +279,31 @@ mod tests {
         let names: Vec<&str> = lines.iter().map(|(k, _)| k.as_str()).collect();
         assert_eq!(names, ["Completions", "Duration"]);
         assert_eq!(lines[1].1, "8 s, figures between 2 s and 6 s");
+    }
+
+    #[test]
+    fn a_run_plan_sizes_the_ends_from_the_common_arguments() {
+        use crate::args::LatArgs;
+        use clap::Parser;
+        let a =
+            LatArgs::try_parse_from(["lat", "send", "-c", "UD", "-s", "100", "-r", "7"]).unwrap();
+        let c = &a.common;
+        let sizes = c.sizes(a.test, 2).unwrap();
+        let length = c.length(1000, 10_000, "the test's limit").unwrap();
+        let p = RunPlan::new(c, Tool::Lat, a.test, sizes, length).unwrap();
+        assert_eq!((p.test, p.conn, p.rx_depth), (Test::Send, QpType::Ud, 7));
+        assert_eq!(p.sizes, [100]);
+        // 100 bytes and the 40-byte GRH of a UD receive, in whole lines.
+        assert_eq!(p.half, 192);
+        assert!(!p.quiet && !p.events);
+        let cfg = p.cfg(3, 64);
+        assert_eq!((cfg.qps, cfg.sq_depth, cfg.rq_depth), (3, 64, 7));
+        assert_eq!(cfg.buf_len, 2 * 192);
+        // Only the SEND test posts receives; the others keep a receive queue of one WR.
+        let w = LatArgs::try_parse_from(["lat", "write", "--output", "latency"]).unwrap();
+        let c = &w.common;
+        let p = RunPlan::new(c, Tool::Lat, w.test, vec![2], Length::Iters(10)).unwrap();
+        assert!(p.quiet);
+        assert_eq!(p.cfg(1, 128).rq_depth, 1);
     }
 }

@@ -38,7 +38,7 @@ impl Flow {
     pub(super) fn new(p: &Plan, size: u64, depth: u32) -> Flow {
         let now = Instant::now();
         let n = p.qps as usize;
-        let (stop, window) = match p.length {
+        let (stop, window) = match p.run.length {
             Length::Iters(_) => (None, None),
             Length::Duration { secs, margin } => (
                 Some(now + Duration::from_secs(secs)),
@@ -53,7 +53,7 @@ impl Flow {
             size,
             depth,
             cq_mod: p.cq_mod.min(depth),
-            iters: p.length.iters(),
+            iters: p.run.length.iters(),
             posted: vec![0; n],
             done: vec![0; n],
             completed: 0,
@@ -160,10 +160,10 @@ impl Sink {
     pub(super) fn new(p: &Plan) -> Sink {
         let n = p.qps as usize;
         Sink {
-            iters: p.length.iters(),
-            rx_depth: u64::from(p.rx_depth),
+            iters: p.run.length.iters(),
+            rx_depth: u64::from(p.run.rx_depth),
             received: vec![0; n],
-            posted: vec![u64::from(p.rx_depth); n],
+            posted: vec![u64::from(p.run.rx_depth); n],
             last_arrival: Instant::now(),
         }
     }
@@ -219,15 +219,15 @@ impl<'a, P: DataPath> BwEnd<'a, P> {
     ) -> Result<Self> {
         Ok(BwEnd {
             path,
-            test: p.test,
-            atomic: p.atomic,
+            test: p.run.test,
+            atomic: p.run.atomic,
             sge: mr.sge(0, 8)?,
-            recv_sge: mr.sge(p.half, p.half as u32)?,
+            recv_sge: mr.sge(p.run.half, p.run.half as u32)?,
             payload: Vec::new(),
             inline,
             peers,
-            remote_off: if matches!(p.test, Test::Atomic) {
-                p.half as u64
+            remote_off: if matches!(p.run.test, Test::Atomic) {
+                p.run.half as u64
             } else {
                 0
             },

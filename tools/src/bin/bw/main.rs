@@ -82,7 +82,7 @@ fn drive<P: DataPath, Q: DataPath>(
     mut control: Option<&mut Connection>,
     progress: &mut Progress,
 ) -> Result<bool> {
-    let lossy = matches!(p.conn, QpType::Uc | QpType::Ud) || p.length.iters().is_none();
+    let lossy = matches!(p.run.conn, QpType::Uc | QpType::Ud) || p.run.length.iters().is_none();
     let mut spins = 0u32;
     loop {
         let mut busy = a.step()?;
@@ -145,13 +145,13 @@ fn banner(
     udp: Option<&UdpLink>,
 ) -> String {
     let mut extra = vec![("Doorbell".into(), doorbell.to_string())];
-    if p.test == Test::Send {
-        extra.push(("RX depth".into(), p.rx_depth.to_string()));
+    if p.run.test == Test::Send {
+        extra.push(("RX depth".into(), p.run.rx_depth.to_string()));
     }
     if a.test != Test::Send || a.common.is_client() || p.bidirectional {
         extra.push(("CQ Moderation".into(), p.cq_mod.to_string()));
     }
-    extra.extend(run::run_lines(p.events, p.length, udp));
+    extra.extend(run::run_lines(p.run.events, p.run.length, udp));
     for (i, c) in conns.iter().enumerate().take(4) {
         extra.push((
             format!("QP {i}"),
@@ -162,12 +162,12 @@ fn banner(
             ),
         ));
     }
-    let title = p.test.title(true, p.atomic, p.bidirectional);
+    let title = p.run.test.title(true, p.run.atomic, p.bidirectional);
     Banner {
         title: &title,
         device: &devs.name,
         path: a.common.path.describe(),
-        connection: p.conn.name(),
+        connection: p.run.conn.name(),
         qps: p.qps,
         inline,
         tx_depth: p.depth,
@@ -180,9 +180,9 @@ fn banner(
 /// The device-dependent checks, then the run on the data path `--path` names.
 fn run_on(a: &BwArgs, p: &Plan, devs: &Devices) -> Result<()> {
     let c = &a.common;
-    let params = run::checked_params(devs, c, &p.params)?;
+    let params = run::checked_params(devs, c, &p.run.params)?;
     let max_wr = devs.local.query_device()?.max_qp_wr;
-    for (flag, n) in [("-t", p.depth), ("-r", p.rx_depth)] {
+    for (flag, n) in [("-t", p.depth), ("-r", p.run.rx_depth)] {
         if n > max_wr {
             return Err(Error::Usage(format!(
                 "{flag} {n}: {} holds at most {max_wr} WRs per queue",
@@ -190,7 +190,7 @@ fn run_on(a: &BwArgs, p: &Plan, devs: &Devices) -> Result<()> {
             )));
         }
     }
-    let rv = run::rendezvous(c, p.quiet())?;
+    let rv = run::rendezvous(c, p.run.quiet)?;
     match c.path {
         PathKind::Direct => run_direct(a, p, devs, &params, rv.as_ref()),
         PathKind::Verbs => run_verbs(a, p, devs, &params, rv.as_ref()),
@@ -199,8 +199,8 @@ fn run_on(a: &BwArgs, p: &Plan, devs: &Devices) -> Result<()> {
 
 /// One end on this library's data path, with the doorbell mode `--doorbell` asks for.
 fn direct_end(ctx: &mlx5_ctx::Context, p: &Plan) -> Result<(Resources, u32)> {
-    let (mut r, inline) = Resources::with_inline(ctx, &p.cfg(), p.inline)?;
-    if let Some(mode) = p.doorbell {
+    let (mut r, inline) = Resources::with_inline(ctx, &p.cfg(), p.run.inline)?;
+    if let Some(mode) = p.run.doorbell {
         r.set_doorbell_mode(mode)?;
     }
     Ok((r, inline))
@@ -229,22 +229,22 @@ fn run_direct(
 ) -> Result<()> {
     let (mut me, inline_a) = direct_end(&devs.local, p)?;
     let doorbell = match (me.doorbell_mode(), me.other_doorbell_modes()) {
-        (Some(m), 0) => describe_doorbell(m, p.doorbell.is_some()),
+        (Some(m), 0) => describe_doorbell(m, p.run.doorbell.is_some()),
         (Some(m), k) => format!(
             "{}; {k} of {} QPs on shared BlueFlame registers: 8-byte doorbell",
-            describe_doorbell(m, p.doorbell.is_some()),
+            describe_doorbell(m, p.run.doorbell.is_some()),
             me.qps.len()
         ),
         (None, _) => String::new(),
     };
     let end_a = me.end(params);
-    let recv_a = p.receives(&me.mr)?;
+    let recv_a = p.run.receives(&me.mr)?;
     let (mut links_a, mr) = me.links(recv_a);
     match rv {
         None => {
             let (mut peer, inline_b) = direct_end(devs.peer_or_local(), p)?;
             let end_b = peer.end(params);
-            let recv_b = p.receives(&peer.mr)?;
+            let recv_b = p.run.receives(&peer.mr)?;
             let (mut links_b, mr_b) = peer.links(recv_b);
             let conn = connect_all(
                 devs,
@@ -268,7 +268,14 @@ fn run_direct(
             )
         }
         Some(rv) => {
-            let conn = connect_all(devs, &end_a, &mut links_a, None, Some(rv), Some(&p.shape))?;
+            let conn = connect_all(
+                devs,
+                &end_a,
+                &mut links_a,
+                None,
+                Some(rv),
+                Some(&p.run.shape),
+            )?;
             let mut da = Direct::new(links_a.qps, links_a.cq);
             aim(&mut da, &conn.conns);
             let e = BwEnd::new(da, p, mr, buffers(&conn.conns)?, inline_a)?;
@@ -292,16 +299,16 @@ fn usable_sizes(
         sizes,
         budget,
         note,
-    } = run::usable_sizes(p.conn, &p.sizes, mtu, udp)?;
+    } = run::usable_sizes(p.run.conn, &p.run.sizes, mtu, udp)?;
     if let Some(b) = &budget {
-        p.say(&format!(
+        p.run.say(&format!(
             " note: the UDP link holds {b}: messages go fewer at a time than -t {} when \
              -t of them would not fit",
             p.depth
         ));
     }
     if let Some(n) = note {
-        p.say(&n);
+        p.run.say(&n);
     }
     Ok((sizes, budget))
 }
@@ -312,11 +319,11 @@ fn loss_note<P: DataPath>(p: &Plan, e: &BwEnd<'_, P>) {
     if let Some(s) = &e.sink {
         if let Some(t) = s.total() {
             if s.got() < t {
-                p.say(&format!(
+                p.run.say(&format!(
                     " note: {} of {t} messages arrived: {} drops a message that finds no \
                      receive posted",
                     s.got(),
-                    p.conn.name()
+                    p.run.conn.name()
                 ));
             }
         }
@@ -334,9 +341,10 @@ fn measure_loopback<P: DataPath, Q: DataPath>(
     (inline, doorbell): (u32, &str),
 ) -> Result<()> {
     (ea.yield_idle, eb.yield_idle) = (devs.software, devs.software);
-    p.say(&banner(a, p, devs, inline, doorbell, &conn.conns, None));
+    p.run
+        .say(&banner(a, p, devs, inline, doorbell, &conn.conns, None));
     let (sizes, _) = usable_sizes(p, &conn.conns, None)?;
-    p.say(report::bw_header(p.gbits));
+    p.run.say(report::bw_header(p.gbits));
     for &size in &sizes {
         ea.start(p, size, p.depth, true, p.receives_sends(true))?;
         eb.start(p, size, p.depth, p.bidirectional, p.receives_sends(false))?;
@@ -354,7 +362,7 @@ fn measure_loopback<P: DataPath, Q: DataPath>(
             p.row(&s);
         }
     }
-    p.say(report::RESULT_LINE);
+    p.run.say(report::RESULT_LINE);
     Ok(())
 }
 
@@ -377,18 +385,19 @@ fn measure_end<P: DataPath>(
         mut streams,
         ..
     } = conn;
-    p.say(&banner(a, p, devs, inline, doorbell, &conns, udp.as_ref()));
+    p.run
+        .say(&banner(a, p, devs, inline, doorbell, &conns, udp.as_ref()));
     let (sizes, budget) = usable_sizes(p, &conns, udp.as_ref())?;
     let sends = p.sends(client);
     let recvs = p.receives_sends(client);
     if !sends && !recvs {
         // The server of a one-sided test only serves; the client closes when done.
         serve_until_closed(&mut conns)?;
-        p.say(report::RESULT_LINE);
+        p.run.say(report::RESULT_LINE);
         return Ok(());
     }
     if client || p.bidirectional {
-        p.say(report::bw_header(p.gbits));
+        p.run.say(report::bw_header(p.gbits));
     }
     let mut goodbye = false;
     for &size in &sizes {
@@ -413,7 +422,7 @@ fn measure_end<P: DataPath>(
                 let stream = streams.first_mut().ok_or_else(|| {
                     Error::Usage("no control connection to swap the results on".into())
                 })?;
-                let theirs = results::swap(stream, &mine, p.params.io_timeout)?;
+                let theirs = results::swap(stream, &mine, p.run.params.io_timeout)?;
                 mine.plus(&theirs)
             } else {
                 mine
@@ -424,7 +433,7 @@ fn measure_end<P: DataPath>(
             break;
         }
     }
-    p.say(report::RESULT_LINE);
+    p.run.say(report::RESULT_LINE);
     if client {
         for c in conns {
             c.close()?;
@@ -461,19 +470,20 @@ fn run_verbs(
     use mlx5_tools::resources::VerbsResources;
     let dev = devs.verbs_device()?;
     let doorbell = "libibverbs' own (ibv_post_send)";
-    let (me, inline_a) = VerbsResources::with_inline(&devs.local, dev.clone(), &p.cfg(), p.inline)?;
+    let (me, inline_a) =
+        VerbsResources::with_inline(&devs.local, dev.clone(), &p.cfg(), p.run.inline)?;
     let end_a = me.end(params);
     let mut va = Verbs::claim(&me)?;
-    let recv_a = p.receives(&me.mr)?;
+    let recv_a = p.run.receives(&me.mr)?;
     match rv {
         None => {
             // Loopback: the other end on the same device (rxe and ConnectX deliver packets to
             // their own GID internally).
             let (peer, inline_b) =
-                VerbsResources::with_inline(&devs.local, dev, &p.cfg(), p.inline)?;
+                VerbsResources::with_inline(&devs.local, dev, &p.cfg(), p.run.inline)?;
             let end_b = peer.end(params);
             let mut vb = Verbs::claim(&peer)?;
-            let recv_b = p.receives(&peer.mr)?;
+            let recv_b = p.run.receives(&peer.mr)?;
             let conn = connect_verbs(
                 devs,
                 (&end_a, &mut va, recv_a),
@@ -498,7 +508,7 @@ fn run_verbs(
                 (&end_a, &mut va, recv_a),
                 None,
                 Some(rv),
-                Some(&p.shape),
+                Some(&p.run.shape),
             )?;
             aim(&mut va, &conn.conns);
             let e = BwEnd::new(va, p, &me.mr, buffers(&conn.conns)?, inline_a)?;

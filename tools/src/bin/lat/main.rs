@@ -73,8 +73,8 @@ fn main() -> ExitCode {
 /// The device-dependent checks, then the run on the data path `--path` names.
 fn run_on(args: &LatArgs, p: &Plan, devs: &Devices) -> Result<()> {
     let c = &args.common;
-    let params = run::checked_params(devs, c, &p.params)?;
-    let rv = run::rendezvous(c, p.quiet)?;
+    let params = run::checked_params(devs, c, &p.run.params)?;
+    let rv = run::rendezvous(c, p.run.quiet)?;
     match c.path {
         PathKind::Direct => run_direct(args, p, devs, &params, rv.as_ref()),
         PathKind::Verbs => run_verbs(args, p, devs, &params, rv.as_ref()),
@@ -85,12 +85,12 @@ fn run_on(args: &LatArgs, p: &Plan, devs: &Devices) -> Result<()> {
 /// measuring end of a `--timestamps` run (`stamped`) on a CQ with completion timestamps.
 fn direct_end(ctx: &mlx5_ctx::Context, p: &Plan, stamped: bool) -> Result<(Resources, u32)> {
     let (mut r, inline) = if stamped {
-        Resources::with_inline_timestamped(ctx, &p.cfg(), p.inline)
+        Resources::with_inline_timestamped(ctx, &p.cfg(), p.run.inline)
             .map_err(|e| timestamps_refused(ctx.name(), e))?
     } else {
-        Resources::with_inline(ctx, &p.cfg(), p.inline)?
+        Resources::with_inline(ctx, &p.cfg(), p.run.inline)?
     };
-    if let Some(mode) = p.doorbell {
+    if let Some(mode) = p.run.doorbell {
         r.set_doorbell_mode(mode)?;
     }
     Ok((r, inline))
@@ -126,7 +126,7 @@ fn timestamps_refused(device: &str, e: Error) -> Error {
 /// default), or libibverbs' own.
 fn doorbell_line(p: &Plan, mode: Option<DoorbellMode>) -> String {
     match mode {
-        Some(m) => describe_doorbell(m, p.doorbell.is_some()),
+        Some(m) => describe_doorbell(m, p.run.doorbell.is_some()),
         None => "libibverbs' own (ibv_post_send)".into(),
     }
 }
@@ -154,13 +154,13 @@ fn run_direct(
     let clock = nic_clock(p, &devs.local, measuring)?;
     let (mut a, inline_a) = direct_end(&devs.local, p, clock.is_some())?;
     let doorbell = doorbell_line(p, a.doorbell_mode());
-    let recv_a = p.receives(&a.mr)?;
+    let recv_a = p.run.receives(&a.mr)?;
     let end_a = a.end(params);
     let (mut links_a, mr) = a.links(recv_a);
     match rv {
         None => {
             let (mut b, inline_b) = direct_end(devs.peer_or_local(), p, false)?;
-            let recv_b = p.receives(&b.mr)?;
+            let recv_b = p.run.receives(&b.mr)?;
             let end_b = b.end(params);
             let (mut links_b, mr_b) = b.links(recv_b);
             let conn = connect_all(
@@ -183,7 +183,14 @@ fn run_direct(
             )
         }
         Some(rv) => {
-            let conn = connect_all(devs, &end_a, &mut links_a, None, Some(rv), Some(&p.shape))?;
+            let conn = connect_all(
+                devs,
+                &end_a,
+                &mut links_a,
+                None,
+                Some(rv),
+                Some(&p.run.shape),
+            )?;
             let path_a = direct_path(links_a, clock.is_some());
             let me = Pinger::new(path_a, mr, &conn.conns[0], inline_a, p, clock)?;
             exit_on_failure(
@@ -205,9 +212,9 @@ fn aim<P: DataPath>(pinger: &mut Pinger<'_, P>, conn: &Connection) {
 /// The sizes this run can do: on a UD QP at most one path MTU (IBTA Vol. 1 §9.6: a UD message
 /// is one packet); over a UDP link between processes, what it holds at once.
 fn usable_sizes(p: &Plan, conn: &Connection, udp: Option<&UdpLink>) -> Result<Vec<u64>> {
-    let s = run::usable_sizes(p.conn, &p.sizes, conn.path_mtu().bytes(), udp)?;
+    let s = run::usable_sizes(p.run.conn, &p.run.sizes, conn.path_mtu().bytes(), udp)?;
     if let Some(n) = s.note {
-        p.say(&n);
+        p.run.say(&n);
     }
     Ok(s.sizes)
 }
@@ -226,8 +233,8 @@ fn measure_loopback<P: DataPath, Q: DataPath>(
     aim(&mut pa, &conn.conns[0]);
     aim(&mut pb, &conn.peer[0]);
     let sizes = usable_sizes(p, &conn.conns[0], None)?;
-    let title = args.test.title(false, p.atomic, false);
-    p.say(&banner(
+    let title = args.test.title(false, p.run.atomic, false);
+    p.run.say(&banner(
         args,
         p,
         &title,
@@ -257,15 +264,15 @@ fn measure<'p, P: DataPath, Q: DataPath>(
     for &size in sizes {
         let size = size as usize;
         let mut rec = Recorder::new(p)?;
-        let total = p.length.iters().unwrap_or(0);
+        let total = p.run.length.iters().unwrap_or(0);
         let mut progress = Progress::new(format!("{size} bytes"), total);
         let from = Instant::now();
         let mut i = 0;
         while rec.more(i) {
             stamp = next_stamp(stamp);
             let t0 = Instant::now();
-            match p.test {
-                Test::Read | Test::Atomic => me.one_op(p.test, p.atomic, size)?,
+            match p.run.test {
+                Test::Read | Test::Atomic => me.one_op(p.run.test, p.run.atomic, size)?,
                 t => {
                     me.post_msg(t, size, stamp)?;
                     if let Some(b) = answer.as_deref_mut() {
@@ -311,8 +318,8 @@ fn measure_end<P: DataPath>(
     }
     let mut conn = conns.remove(0);
     aim(&mut me, &conn);
-    let title = args.test.title(false, p.atomic, false);
-    p.say(&banner(
+    let title = args.test.title(false, p.run.atomic, false);
+    p.run.say(&banner(
         args,
         p,
         &title,
@@ -324,7 +331,7 @@ fn measure_end<P: DataPath>(
     ));
     // Both ends leave out the same sizes, so they stay in step.
     let sizes = usable_sizes(p, &conn, udp.as_ref())?;
-    let passive = matches!(p.test, Test::Read | Test::Atomic);
+    let passive = matches!(p.run.test, Test::Read | Test::Atomic);
     if !client {
         let mut stopped = false;
         if !passive {
@@ -333,13 +340,13 @@ fn measure_end<P: DataPath>(
             'sizes: for &size in &sizes {
                 let size = size as usize;
                 let mut i = 0u64;
-                while p.length.iters().is_none_or(|n| i < n) {
+                while p.run.length.iters().is_none_or(|n| i < n) {
                     stamp = next_stamp(stamp);
-                    if me.wait_msg(p.test, size, stamp)? == Waited::Stopped {
+                    if me.wait_msg(p.run.test, size, stamp)? == Waited::Stopped {
                         stopped = true;
                         break 'sizes;
                     }
-                    me.post_msg(p.test, size, stamp)?;
+                    me.post_msg(p.run.test, size, stamp)?;
                     i += 1;
                 }
                 me.settle()?;
@@ -348,7 +355,7 @@ fn measure_end<P: DataPath>(
                 .watch
                 .take()
                 .ok_or_else(|| Error::Usage("the control connection went missing".into()))?;
-            if stopped && p.length.iters().is_some() {
+            if stopped && p.run.length.iters().is_some() {
                 return Err(Error::Peer {
                     peer: "the client".into(),
                     why: "it said goodbye before the last iteration".into(),
@@ -360,7 +367,7 @@ fn measure_end<P: DataPath>(
         if !stopped {
             serve_until_closed(std::slice::from_mut(&mut conn))?;
         }
-        p.say(report::RESULT_LINE);
+        p.run.say(report::RESULT_LINE);
         return Ok(());
     }
     let rep = measure::<P, P>(p, title, &sizes, &mut me, None)?;
@@ -390,12 +397,12 @@ fn banner(
             "CQE completion timestamps on the measuring end: a NIC line under each row".into(),
         ));
     }
-    extra.extend(run::run_lines(p.events, p.length, udp));
+    extra.extend(run::run_lines(p.run.events, p.run.length, udp));
     Banner {
         title,
         device: &devs.name,
         path: args.common.path.describe(),
-        connection: p.conn.name(),
+        connection: p.run.conn.name(),
         qps: 1,
         inline,
         tx_depth: 1,
@@ -435,22 +442,23 @@ fn run_verbs(
     let measuring = rv.is_none_or(|r| r.is_client());
     let clock = nic_clock(p, &devs.local, measuring)?;
     let (a, inline_a) = if clock.is_some() {
-        VerbsResources::with_inline_timestamped(&devs.local, dev.clone(), &p.cfg(), p.inline)
+        VerbsResources::with_inline_timestamped(&devs.local, dev.clone(), &p.cfg(), p.run.inline)
             .map_err(|e| timestamps_refused(&devs.name, e))?
     } else {
-        VerbsResources::with_inline(&devs.local, dev.clone(), &p.cfg(), p.inline)?
+        VerbsResources::with_inline(&devs.local, dev.clone(), &p.cfg(), p.run.inline)?
     };
     let end_a = a.end(params);
     let mut va = Verbs::claim(&a)?;
-    let recv_a = p.receives(&a.mr)?;
+    let recv_a = p.run.receives(&a.mr)?;
     match rv {
         None => {
             // Both ends on this device: rxe and ConnectX deliver a packet to their own GID
             // internally (loopback), so one port is enough.
-            let (b, inline_b) = VerbsResources::with_inline(&devs.local, dev, &p.cfg(), p.inline)?;
+            let (b, inline_b) =
+                VerbsResources::with_inline(&devs.local, dev, &p.cfg(), p.run.inline)?;
             let end_b = b.end(params);
             let mut vb = Verbs::claim(&b)?;
-            let recv_b = p.receives(&b.mr)?;
+            let recv_b = p.run.receives(&b.mr)?;
             let conn = connect_verbs(
                 devs,
                 (&end_a, &mut va, recv_a),
@@ -473,7 +481,7 @@ fn run_verbs(
                 (&end_a, &mut va, recv_a),
                 None,
                 Some(rv),
-                Some(&p.shape),
+                Some(&p.run.shape),
             )?;
             let me = Pinger::new(va, &a.mr, &conn.conns[0], inline_a, p, clock)?;
             exit_on_failure(

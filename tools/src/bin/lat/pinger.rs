@@ -80,7 +80,7 @@ impl<'a, P: DataPath> Pinger<'a, P> {
             path,
             mr,
             remote: run::remote_buffer_of(conn)?,
-            half: p.half,
+            half: p.run.half,
             inline,
             payload: vec![0; inline as usize + 1],
             next_wr: 0,

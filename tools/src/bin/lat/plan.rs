@@ -2,48 +2,26 @@
 //! device is opened.
 
 use super::pinger::Nic;
-use mlx5_connect::ConnectParams;
-use mlx5_ctx::Mr;
-use mlx5_hw::QpType;
-use mlx5_qp::DoorbellMode;
-use mlx5_tools::args::{AtomicArg, LatArgs, Length, OutputArg, Test};
-use mlx5_tools::connecting::Receives;
-use mlx5_tools::hello::{RunShape, Tool};
-use mlx5_tools::inline::InlineRequest;
+use mlx5_tools::args::{LatArgs, Length, OutputArg, Test};
+use mlx5_tools::hello::Tool;
 use mlx5_tools::limits;
 use mlx5_tools::resources::ResourcesCfg;
-use mlx5_tools::serve::say;
+use mlx5_tools::run::RunPlan;
 use mlx5_tools::timestamps::{Marker, NicRecorder};
 use mlx5_tools::{Error, Result};
 use std::fs::File;
 
+/// Send WRs of each end's QP.
+const SQ_DEPTH: u32 = 128;
+
 /// Signaled sends a pinger leaves outstanding before it drains: well under the SQ depth
-/// (128 WRs) and the CQ the ends are created with.
+/// ([`SQ_DEPTH`]) and the CQ the ends are created with.
 pub(super) const MAX_OUTSTANDING_SENDS: u64 = 64;
 
 /// The run's plan, from the arguments, checked before any device is opened.
 pub(super) struct Plan {
-    /// `-e`: wait on a completion channel.
-    pub(super) events: bool,
-    pub(super) test: Test,
-    pub(super) conn: QpType,
-    pub(super) atomic: AtomicArg,
-    pub(super) sizes: Vec<u64>,
-    pub(super) length: Length,
-    /// What to ask the device for (READ, atomics: nothing).
-    pub(super) inline: InlineRequest,
-    /// `--doorbell` (direct path only).
-    pub(super) doorbell: Option<DoorbellMode>,
-    /// Offset of the receive half of both buffers (the send half starts at 0).
-    pub(super) half: usize,
-    /// Receives kept posted (SEND).
-    pub(super) rx_depth: u32,
-    /// What the peer process must have been started for.
-    pub(super) shape: RunShape,
-    /// Connection parameters every QP starts from.
-    pub(super) params: ConnectParams,
-    /// `--output`: only the number.
-    pub(super) quiet: bool,
+    /// What `bw` plans alike.
+    pub(super) run: RunPlan,
     /// `-H` / `-U`.
     pub(super) listing: Listing,
     /// `--histogram`, `--hlog`, opened before the run.
@@ -67,8 +45,7 @@ pub(super) fn plan(args: &LatArgs) -> Result<Plan> {
     let sizes = c.sizes(args.test, 2)?;
     let (max_iters, why) = limits::max_lat_iters();
     let length = c.length(1000, max_iters, &why)?;
-    let half = c.buffer_half(&sizes)?;
-    let shape = c.run_shape(Tool::Lat, args.test, &sizes, length);
+    let run = RunPlan::new(c, Tool::Lat, args.test, sizes, length)?;
     let open = |flag: &str, p: &Option<std::path::PathBuf>| -> Result<Option<(File, String)>> {
         p.as_ref()
             .map(|p| Ok((limits::create_output(flag, p)?, p.display().to_string())))
@@ -95,19 +72,7 @@ pub(super) fn plan(args: &LatArgs) -> Result<Plan> {
     let svg = open("--histogram", &args.histogram)?;
     let hlog = open("--hlog", &args.hlog)?;
     Ok(Plan {
-        events: args.common.events,
-        test: args.test,
-        conn: c.connection.qp_type(),
-        atomic: c.atomic_type,
-        sizes,
-        length,
-        inline: InlineRequest::new(c.inline, args.test.default_inline(c.connection)),
-        doorbell: c.doorbell_mode()?,
-        half,
-        rx_depth: c.rx_depth,
-        shape,
-        params: c.connect_params()?,
-        quiet: c.output.is_some(),
+        run,
         listing: if args.report_unsorted {
             Listing::Unsorted
         } else if args.report_histogram {
@@ -123,31 +88,13 @@ pub(super) fn plan(args: &LatArgs) -> Result<Plan> {
 
 impl Plan {
     pub(super) fn cfg(&self) -> ResourcesCfg {
-        ResourcesCfg {
-            qp_type: self.conn,
-            qps: 1,
-            sq_depth: 128,
-            rq_depth: if self.test == Test::Send {
-                self.rx_depth
-            } else {
-                1
-            },
-            inline: self.inline.bytes,
-            buf_len: 2 * self.half,
-            srq: None,
-            events: self.events,
-        }
-    }
-
-    /// The receives of the SEND test, in the receive half of `mr`.
-    pub(super) fn receives(&self, mr: &Mr) -> Result<Option<Receives>> {
-        Receives::for_test(self.test, mr, self.half, self.rx_depth)
+        self.run.cfg(1, SQ_DEPTH)
     }
 
     /// How many halves of a round trip one sample is: 2 for a ping-pong, 1 for READ and
     /// atomics (perftest's `rtt_factor`).
     pub(super) fn halves(&self) -> u32 {
-        match self.test {
+        match self.run.test {
             Test::Write | Test::Send => 2,
             Test::Read | Test::Atomic => 1,
         }
@@ -155,7 +102,7 @@ impl Plan {
 
     /// Which completion ends an iteration on the measuring end (`--timestamps`).
     pub(super) fn marker(&self) -> Marker {
-        match self.test {
+        match self.run.test {
             Test::Send => Marker::Receive,
             Test::Write | Test::Read | Test::Atomic => Marker::Send,
         }
@@ -166,16 +113,9 @@ impl Plan {
         match clock {
             Some(clock) if self.timestamps => Ok(Some(Nic {
                 clock,
-                rec: NicRecorder::new(self.marker(), self.length.iters().unwrap_or(0))?,
+                rec: NicRecorder::new(self.marker(), self.run.length.iters().unwrap_or(0))?,
             })),
             _ => Ok(None),
-        }
-    }
-
-    /// Say a line of the report, unless `--output` asks for the number only.
-    pub(super) fn say(&self, line: &str) {
-        if !self.quiet {
-            say(line);
         }
     }
 }

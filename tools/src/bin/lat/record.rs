@@ -42,7 +42,7 @@ impl Recorder {
     pub(super) fn new(p: &Plan) -> Result<Recorder> {
         let now = Instant::now();
         let mut r = Recorder {
-            length: p.length,
+            length: p.run.length,
             halves: p.halves(),
             samples: Vec::new(),
             histogram: None,
@@ -52,7 +52,7 @@ impl Recorder {
             last: now,
             iterations: 0,
         };
-        match p.length {
+        match p.run.length {
             Length::Iters(n) => {
                 let n = usize::try_from(n).unwrap_or(usize::MAX);
                 r.samples.try_reserve_exact(n).map_err(|_| {
@@ -138,11 +138,11 @@ impl<'p> Reporter<'p> {
     }
 
     pub(super) fn header(&self) {
-        let h = match self.p.length {
+        let h = match self.p.run.length {
             Length::Iters(_) => report::LAT_HEADER,
             Length::Duration { .. } => report::LAT_DUR_HEADER,
         };
-        self.p.say(h);
+        self.p.run.say(h);
     }
 
     /// The row (and listing) of one size that started at `from` and took `took`.
@@ -159,7 +159,7 @@ impl<'p> Reporter<'p> {
         match m {
             Measured::Samples(mut samples) => {
                 if p.listing == Listing::Unsorted {
-                    p.say(&report::sample_listing(&samples));
+                    p.run.say(&report::sample_listing(&samples));
                 }
                 let hist = if keep {
                     stats::histogram_of(&samples)
@@ -170,11 +170,11 @@ impl<'p> Reporter<'p> {
                     return Ok(());
                 };
                 if p.listing != Listing::None {
-                    p.say(&report::sample_listing(&samples));
-                    p.say(report::RESULT_LINE);
-                    p.say(report::LAT_HEADER);
+                    p.run.say(&report::sample_listing(&samples));
+                    p.run.say(report::RESULT_LINE);
+                    p.run.say(report::LAT_HEADER);
                 }
-                if p.quiet {
+                if p.run.quiet {
                     say(&format!("{:.6}", s.avg));
                 } else {
                     say(&report::lat_row(&s));
@@ -183,7 +183,7 @@ impl<'p> Reporter<'p> {
                     self.intervals.push((size, h.clone(), start, took));
                     self.last = Some((s, h));
                 }
-                if !p.quiet && p.sizes.len() == 1 {
+                if !p.run.quiet && p.run.sizes.len() == 1 {
                     say(report::RESULT_LINE);
                     say(&report::lat_percentiles(size, &samples));
                 }
@@ -202,11 +202,11 @@ impl<'p> Reporter<'p> {
                 }
                 let d = DurationStats::new(size, iterations, span, p.halves());
                 if p.listing != Listing::None {
-                    p.say(&report::histogram_listing(&histogram));
-                    p.say(report::RESULT_LINE);
-                    p.say(report::LAT_DUR_HEADER);
+                    p.run.say(&report::histogram_listing(&histogram));
+                    p.run.say(report::RESULT_LINE);
+                    p.run.say(report::LAT_DUR_HEADER);
                 }
-                if p.quiet {
+                if p.run.quiet {
                     say(&format!("{:.6}", d.avg));
                 } else {
                     say(&report::lat_dur_row(&d));
@@ -234,7 +234,7 @@ impl<'p> Reporter<'p> {
     /// The end of the report, and the files.
     pub(super) fn finish(self) -> Result<()> {
         let p = self.p;
-        if !(p.quiet || p.sizes.len() == 1 && matches!(p.length, Length::Iters(_))) {
+        if !(p.run.quiet || p.run.sizes.len() == 1 && matches!(p.run.length, Length::Iters(_))) {
             say(report::RESULT_LINE);
         }
         let io = |path: &str, source| Error::Io {
@@ -245,7 +245,7 @@ impl<'p> Reporter<'p> {
             let mut f = file;
             f.write_all(svg::histogram_svg(&self.title, s, h).as_bytes())
                 .map_err(|e| io(path, e))?;
-            p.say(&format!(" histogram written to {path}"));
+            p.run.say(&format!(" histogram written to {path}"));
         }
         if let Some((file, path)) = &p.hlog {
             let intervals: Vec<hlog::Interval<'_>> = self
@@ -262,7 +262,7 @@ impl<'p> Reporter<'p> {
             hlog::write(&mut w, &self.title, self.started, &intervals)
                 .and_then(|()| w.flush())
                 .map_err(|e| io(path, e))?;
-            p.say(&format!(" HdrHistogram log written to {path}"));
+            p.run.say(&format!(" HdrHistogram log written to {path}"));
         }
         Ok(())
     }
