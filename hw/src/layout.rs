@@ -112,16 +112,31 @@ pub struct SrqLayout {
     pub max_sge: u32,
 }
 
-// SAFETY: the layouts are plain descriptions of device-shared memory; they carry no thread
-// affinity. Whoever dereferences the pointers (the `qp` crate, the sim) upholds the aliasing
-// rules documented there.
+// The layouts are plain descriptions of device-shared memory; they carry no thread affinity.
+// Whoever dereferences the pointers (the `qp` crate, the sim) upholds the aliasing rules
+// documented there.
+// SAFETY: `WqLayout` is a ring base pointer and two counts into device-shared memory, with no
+// thread affinity; nothing here dereferences the pointer.
 unsafe impl Send for WqLayout {}
+// SAFETY: as for `Send` above: a `&WqLayout` only reads the pointer value and the counts.
 unsafe impl Sync for WqLayout {}
+// SAFETY: as for WqLayout above: a plain pointer to a UAR register, no thread affinity; which
+// threads may ring it is the `qp` crate's concern (`shared`).
 unsafe impl Send for BfLayout {}
+// SAFETY: as for WqLayout above: a `&BfLayout` only reads the pointer value and the flags.
 unsafe impl Sync for BfLayout {}
+// SAFETY: as for WqLayout above: plain pointers to device-shared memory (the doorbell record
+// and the `WqLayout`/`BfLayout` fields), no thread affinity.
 unsafe impl Send for QpLayout {}
+// SAFETY: as for WqLayout above: a `&QpLayout` only reads pointer values and counts.
 unsafe impl Sync for QpLayout {}
+// SAFETY: as for WqLayout above: plain pointers to device-shared memory (CQE buffer, doorbell
+// record, UAR page), no thread affinity.
 unsafe impl Send for CqLayout {}
+// SAFETY: as for WqLayout above: a `&CqLayout` only reads pointer values and counts.
 unsafe impl Sync for CqLayout {}
+// SAFETY: as for WqLayout above: plain pointers to device-shared memory (WQE buffer, doorbell
+// record), no thread affinity.
 unsafe impl Send for SrqLayout {}
+// SAFETY: as for WqLayout above: a `&SrqLayout` only reads pointer values and indices.
 unsafe impl Sync for SrqLayout {}

@@ -388,9 +388,13 @@ impl Cq {
             // `room.lap() - 1` more of this lap after it, `tail` its bytes 56..64 read after
             // the barrier, `o` has `room.out` entries.
             let k = match unsafe { owned_cqe(table, cqe) } {
+                // SAFETY: as above; `cqe` is an error CQE of this lap (`flush`), and `lap`
+                // (at least 1) is at most `room.out` entries of `o` and the CQEs left in the lap.
                 (tail, Some(qp)) if flush => unsafe {
                     flush_run::<SHIFT>(qp, cqe, tail, op_own, lap, o)
                 },
+                // SAFETY: as above; `cqe` is a good responder CQE of this lap, and `lap` (at
+                // least 1) is at most `room.out` entries of `o` and the CQEs left in the lap.
                 (tail, Some(qp)) => unsafe { recv_run::<SHIFT>(qp, cqe, tail, op_own, lap, o) },
                 (_, None) => 0,
             };

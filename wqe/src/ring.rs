@@ -281,6 +281,8 @@ mod tests {
     #[test]
     fn wraps_segments_and_inline() {
         let mut r = Ring([0xee; 256]);
+        // SAFETY: `r` is 64-byte aligned (`Ring`), 256 bytes = 4 blocks (a power of two), and
+        // outlives `ring` and every writer made from it.
         let ring = unsafe { SqRing::new(r.0.as_mut_ptr(), 4) };
         // Start in the last block: ctrl at 192, raddr at 208, inline header at 224.
         let mut w = WqeWriter::new(&ring, 3, 1008);
@@ -319,6 +321,8 @@ mod tests {
         let all: [u8; 64] = core::array::from_fn(|i| i as u8);
         for (pi, len, next_at, ds) in cases {
             let mut r = Ring([0xee; 256]);
+            // SAFETY: `r` is 64-byte aligned (`Ring`), 256 bytes = 4 blocks (a power of two), and
+            // outlives `ring` and every writer made from it.
             let ring = unsafe { SqRing::new(r.0.as_mut_ptr(), 4) };
             let mut w = WqeWriter::new(&ring, pi, 1008);
             w.push(&RaddrSeg::new(0x1122, 7)).unwrap();
@@ -354,6 +358,8 @@ mod tests {
     #[test]
     fn masked_atomic_second_half_wraps() {
         let mut r = Ring([0; 256]);
+        // SAFETY: `r` is 64-byte aligned (`Ring`), 256 bytes = 4 blocks (a power of two), and
+        // outlives `ring` and every writer made from it.
         let ring = unsafe { SqRing::new(r.0.as_mut_ptr(), 4) };
         let mut w = WqeWriter::new(&ring, 3, 1008);
         w.push(&RaddrSeg::new(0, 0)).unwrap();
@@ -369,6 +375,8 @@ mod tests {
     fn the_limit_is_inclusive_and_accessors_say_the_ring() {
         let mut r = Ring([0; 256]);
         let base = r.0.as_mut_ptr();
+        // SAFETY: `base` is `r`'s 64-byte aligned 256 bytes = 4 blocks (a power of two); `r`
+        // outlives `ring` and every writer made from it.
         let ring = unsafe { SqRing::new(base, 4) };
         assert_eq!(ring.wqe_cnt(), 4);
         assert_eq!(ring.start(), base);
@@ -400,6 +408,8 @@ mod tests {
     #[test]
     fn too_large_is_an_error() {
         let mut r = Ring([0; 256]);
+        // SAFETY: `r` is 64-byte aligned (`Ring`) with room for the 1 block (a power of two),
+        // and outlives `ring` and every writer made from it.
         let ring = unsafe { SqRing::new(r.0.as_mut_ptr(), 1) };
         let mut w = WqeWriter::new(&ring, 0, 1008);
         w.push(&RaddrSeg::new(0, 0)).unwrap();

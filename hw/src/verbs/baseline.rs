@@ -505,9 +505,12 @@ impl<'d> BaselineCq<'d> {
                     byte_len: w.byte_len,
                     qp_num: w.qp_num,
                     src_qp: w.src_qp,
-                    // SAFETY: with IBV_WC_WITH_IMM the union holds the immediate (network order).
                     imm: with_imm.then(|| {
-                        u32::from_be(unsafe { w.imm_data_invalidated_rkey_union.imm_data })
+                        // SAFETY: with IBV_WC_WITH_IMM the union holds the immediate (network
+                        // order); both members are plain `u32`, so the read is of initialised
+                        // memory either way.
+                        let imm = unsafe { w.imm_data_invalidated_rkey_union.imm_data };
+                        u32::from_be(imm)
                     }),
                     vendor_err: w.vendor_err,
                 };

@@ -1195,12 +1195,9 @@ fn completion_channel_shared_by_two_cqs() {
         events: libc::POLLIN,
         revents: 0,
     };
-    // SAFETY: one valid pollfd.
-    assert_eq!(
-        unsafe { libc::poll(&mut p, 1, 0) },
-        0,
-        "fd readable with nothing queued"
-    );
+    // SAFETY: `p` is one valid, writable pollfd (nfds 1), timeout 0: no blocking.
+    let ready = unsafe { libc::poll(&mut p, 1, 0) };
+    assert_eq!(ready, 0, "fd readable with nothing queued");
     assert_eq!(ok(&mut cr, "receive").wr_id, 3);
     assert_eq!(ok(&mut cs, "send").wr_id, 13);
     ok(&mut ca, "send");
@@ -1224,11 +1221,9 @@ fn completion_channel_shared_by_two_cqs() {
     b.dev.destroy_comp_channel(ch).unwrap();
     // The async event fd is non-blocking and empty.
     let afd = b.dev.async_event_fd().unwrap();
-    // SAFETY: fcntl on an open descriptor, reading its flags only.
-    assert_ne!(
-        unsafe { libc::fcntl(afd, libc::F_GETFL) } & libc::O_NONBLOCK,
-        0
-    );
+    // SAFETY: fcntl on an open descriptor (the context's async fd), reading its flags only.
+    let flags = unsafe { libc::fcntl(afd, libc::F_GETFL) };
+    assert_ne!(flags & libc::O_NONBLOCK, 0);
     assert_eq!(b.dev.poll_async_event(), None);
 }
 

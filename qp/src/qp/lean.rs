@@ -119,7 +119,7 @@ pub(super) unsafe fn write_inline(ring: &SqRing, ctrl: *mut u8, offset: usize, d
     if len == 0 {
         return;
     }
-    // SAFETY (the block): the caller reserved the WQE's blocks; the header is in its first
+    // SAFETY: (the whole block) the caller reserved the WQE's blocks; the header is in its first
     // block; the payload runs to the ring end and continues at the start.
     unsafe {
         let seg = ctrl.add(offset);

@@ -38,7 +38,9 @@ fn srq_shared_by_several_qps() {
         .unwrap();
     // SAFETY: the CQs, SRQ and QPs are never destroyed while the test runs.
     let mut cq_a = unsafe { Cq::from_layout(&cqa.layout) }.unwrap();
+    // SAFETY: as above: CQ `cqb` stays alive for the whole test and only `cq_b` consumes it.
     let mut cq_b = unsafe { Cq::from_layout(&cqb.layout) }.unwrap();
+    // SAFETY: as above: the SRQ stays alive for the whole test and only `srq` posts to it.
     let srq = unsafe { Srq::from_layout(&srq_info.layout) }.unwrap();
     let srqn = srq_info.layout.srqn;
     let mut ta = QpTable::new();
@@ -77,6 +79,8 @@ fn srq_shared_by_several_qps() {
             .unwrap();
         // SAFETY: as above.
         let qa = unsafe { Qp::from_layout(&ia.layout, None) }.unwrap();
+        // SAFETY: as above: QP `ib` stays alive for the whole test, `qb` alone posts to it, and
+        // it receives through the SRQ `srqn`, which `tb` holds.
         let qb = unsafe { Qp::from_layout(&ib.layout, Some(srqn)) }.unwrap();
         let mut sa = Side {
             dev: da.clone(),
@@ -182,6 +186,7 @@ fn one_cq_shared_by_many_rc_qps() {
         let (cqa, cqb) = (da.create_cq(&attr).unwrap(), db.create_cq(&attr).unwrap());
         // SAFETY: the CQs and QPs are never destroyed while the test runs.
         let mut cq_a = unsafe { Cq::from_layout(&cqa.layout) }.unwrap();
+        // SAFETY: as above: CQ `cqb` stays alive for the whole test and only `cq_b` consumes it.
         let mut cq_b = unsafe { Cq::from_layout(&cqb.layout) }.unwrap();
         let (mut ta, mut tb) = (QpTable::new(), QpTable::new());
         let buf_a = Buf::new(&da, pa, 1 << 16, all_access());
@@ -200,6 +205,7 @@ fn one_cq_shared_by_many_rc_qps() {
             let ib = db.create_qp(pb, &init(cqb.id)).unwrap();
             // SAFETY: as above.
             let qa = unsafe { Qp::from_layout(&ia.layout, None) }.unwrap();
+            // SAFETY: as above: QP `ib` stays alive for the whole test and `qb` alone posts to it.
             let qb = unsafe { Qp::from_layout(&ib.layout, None) }.unwrap();
             let side = |dev: &mlx5_sim::SimDevice, pd, cq_id, info, qp| Side {
                 dev: dev.clone(),

@@ -434,11 +434,16 @@ fn one_cq_serves_many_qps_and_an_srq() {
     let fsrq = FakeSrq::new(8, 64, 0x55);
     let mut table = QpTable::new();
     for f in &fakes {
+        // SAFETY: `fakes` is declared before `table`, so each fake QP's memory outlives the
+        // `Qp` the table holds; one `Qp` per fake, receiving through SRQ 0x55 (`fsrq`).
         let mut qp = unsafe { Qp::from_layout(&f.layout, Some(0x55)) }.unwrap();
         qp.set_state(QpState::Rts);
         table.insert_qp(qp);
     }
-    let srq_pos = table.insert_srq(unsafe { Srq::from_layout(&fsrq.layout) }.unwrap());
+    // SAFETY: `fsrq` is declared before `table`, so its memory outlives the `Srq` the table
+    // holds; only that `Srq` posts to it.
+    let srq = unsafe { Srq::from_layout(&fsrq.layout) }.unwrap();
+    let srq_pos = table.insert_srq(srq);
     let mut fcq = FakeCq::new(64, 64, true);
     let mut c = cq(&fcq);
     // A send on QP #17, three receives on the SRQ completing out of order on QPs 3, 9, 40.
@@ -546,6 +551,7 @@ fn arming_writes_the_record_and_the_uar() {
 #[test]
 fn srq_free_list_is_maintained() {
     let fsrq = FakeSrq::new(4, 32, 9);
+    // SAFETY: `fsrq` outlives the SRQ, and only `srq` posts to it.
     let mut srq = unsafe { Srq::from_layout(&fsrq.layout) }.unwrap();
     assert_eq!(srq.capacity(), 3);
     let sg = [Sge {
@@ -567,6 +573,7 @@ fn srq_free_list_is_maintained() {
         uses_srq: true,
         ..QpCfg::default()
     });
+    // SAFETY: `fake` outlives the QP, which receives through SRQ 9 (`fsrq`).
     let mut qp = unsafe { Qp::from_layout(&fake.layout, Some(9)) }.unwrap();
     qp.set_state(QpState::Rts);
     let mut fcq = FakeCq::new(8, 64, false);

@@ -160,6 +160,8 @@ fn inline_wraps_at_the_ring_end_and_blueflame_copies_the_logical_wqe() {
         qp.post(&SendWr::send(i).inline(b"z")).unwrap();
     }
     let mut cq = common::FakeCq::new(8, 64, false);
+    // SAFETY: `cq` (the fake CQ's memory) is declared before `c` and outlives it; `c` is its
+    // only consumer.
     let mut c = unsafe { mlx5_qp::Cq::from_layout(&cq.layout) }.unwrap();
     cq.push(common::req(0x1234, 2, 0x0a));
     let mut wcs = [mlx5_qp::Wc::default(); 4];
@@ -196,6 +198,8 @@ fn masked_atomic_wqe_wraps_to_the_ring_start() {
         qp.post(&SendWr::send(i).inline(b"z")).unwrap();
     }
     let mut cq = common::FakeCq::new(8, 64, false);
+    // SAFETY: `cq` (the fake CQ's memory) is declared before `c` and outlives it; `c` is its
+    // only consumer.
     let mut c = unsafe { mlx5_qp::Cq::from_layout(&cq.layout) }.unwrap();
     cq.push(common::req(0x1234, 2, 0x0a));
     c.poll(&mut qp, &mut [mlx5_qp::Wc::default(); 1]).unwrap();
@@ -449,6 +453,7 @@ fn misuse_is_an_error_and_writes_nothing() {
         max_inline: 64,
         ..QpCfg::default()
     });
+    // SAFETY: `fake` outlives the QP.
     let mut qp = unsafe { Qp::from_layout(&fake.layout, None) }.unwrap();
     let sg = [Sge {
         addr: 0,
@@ -660,6 +665,7 @@ fn receive_queue_writes_segments_and_terminator() {
         max_recv_sge: 4,
         ..QpCfg::default()
     });
+    // SAFETY: `fake` outlives the QP.
     let mut qp = unsafe { Qp::from_layout(&fake.layout, None) }.unwrap();
     let sg = [
         Sge {
@@ -721,21 +727,21 @@ fn receive_queue_writes_segments_and_terminator() {
 fn layouts_are_validated() {
     let mut fake = FakeQp::new(&QpCfg::default());
     fake.layout.sq.wqe_cnt = 12;
-    assert!(matches!(
-        unsafe { Qp::from_layout(&fake.layout, None) },
-        Err(Error::BadLayout(_))
-    ));
+    // SAFETY: `fake`'s memory is mapped and outlives the call; the bad layout (12 blocks, not a
+    // power of two) is refused before anything is touched.
+    let r = unsafe { Qp::from_layout(&fake.layout, None) };
+    assert!(matches!(r, Err(Error::BadLayout(_))));
     fake.layout.sq.wqe_cnt = 16;
     fake.layout.sq.stride = 32;
-    assert!(matches!(
-        unsafe { Qp::from_layout(&fake.layout, None) },
-        Err(Error::BadLayout(_))
-    ));
+    // SAFETY: as above; a 32-byte SQ stride is refused.
+    let r = unsafe { Qp::from_layout(&fake.layout, None) };
+    assert!(matches!(r, Err(Error::BadLayout(_))));
     fake.layout.sq.stride = 64;
-    assert!(matches!(
-        unsafe { Qp::from_layout(&fake.layout, Some(3)) },
-        Err(Error::BadLayout(_))
-    ));
+    // SAFETY: as above; an SRQ number for a QP whose layout has its own RQ is refused.
+    let r = unsafe { Qp::from_layout(&fake.layout, Some(3)) };
+    assert!(matches!(r, Err(Error::BadLayout(_))));
+    // SAFETY: `fake` outlives the QP (dropped at the end of the statement) and nothing else
+    // posts to it.
     assert!(unsafe { Qp::from_layout(&fake.layout, None) }.is_ok());
 }
 

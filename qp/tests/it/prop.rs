@@ -49,10 +49,12 @@ struct Posted {
 }
 
 struct Model {
-    fake: FakeQp,
-    fcq: FakeCq,
+    // `qp` and `cq` before the fakes they were made from: fields drop in declaration order,
+    // so the fakes' memory outlives them (`Qp::from_layout`, `Cq::from_layout`).
     qp: Qp,
     cq: Cq,
+    fake: FakeQp,
+    fcq: FakeCq,
     posted: Vec<Posted>,
     /// Next WQE the device executes.
     exec: usize,
@@ -72,9 +74,13 @@ impl Model {
             ..QpCfg::default()
         });
         let fcq = FakeCq::new(32, 64, false);
-        // SAFETY: the fakes live in the same struct as the objects and are dropped after.
+        // SAFETY: the fakes move into the same `Model` as the objects made from them, declared
+        // after them so that they drop after them: their memory stays valid for as long as
+        // `qp` and `cq` live. Only `qp` posts to the fake QP.
         let mut qp = unsafe { Qp::from_layout(&fake.layout, None) }.unwrap();
         qp.set_state(QpState::Rts);
+        // SAFETY: as above, for `fcq`: it lives in the `Model` after `cq`, the CQ's only
+        // consumer.
         let cq = unsafe { Cq::from_layout(&fcq.layout) }.unwrap();
         Model {
             fake,

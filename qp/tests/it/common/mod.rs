@@ -108,8 +108,9 @@ impl FakeQp {
                 wqe_cnt: if c.uses_srq { 0 } else { c.rq_cnt },
                 stride: c.rq_stride,
             },
-            // SAFETY: BF_OFF + 2 halves fit the 4 KiB page.
             bf: BfLayout {
+                // SAFETY: `uar` is a 4 KiB allocation and BF_OFF (0x800) + 2 halves of 256 bytes
+                // fit in it, so the offset pointer stays inside it.
                 reg: unsafe { uar.ptr().add(BF_OFF) },
                 size: c.bf_size,
                 shared: c.bf_shared,
