@@ -9,6 +9,11 @@ fn main() {
     println!("cargo:rerun-if-changed=oracle/oracle.c");
     println!("cargo:rerun-if-changed=oracle/probe.c");
     println!("cargo:rerun-if-changed=oracle/verbs_table.h");
+    // The installed headers too: built before `libibverbs-dev` was installed, the crate would
+    // otherwise keep its `oracle_missing` build after the install. (A path that does not exist
+    // makes cargo rerun this script on every build: a probe of one small file.)
+    println!("cargo:rerun-if-changed=/usr/include/infiniband/mlx5dv.h");
+    println!("cargo:rerun-if-changed=/usr/include/infiniband/verbs.h");
     println!("cargo:rustc-check-cfg=cfg(oracle_missing)");
 
     let header_found = cc::Build::new()
