@@ -305,27 +305,166 @@ pub struct AhInfo {
     pub av: [u8; 48],
 }
 
-/// Asynchronous events (`enum ibv_event_type`, the ones a QP library must handle).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Asynchronous events: one variant for every value of rdma-core 44's `enum ibv_event_type`
+/// (`libibverbs/verbs.h`; the meaning of each from `man ibv_get_async_event`), and
+/// [`AsyncEvent::Unknown`] for a value a newer kernel may add. Affiliated events name the
+/// object they concern by its device handle; port events the port (1-based); the device event
+/// nothing.
+///
+/// `#[non_exhaustive]`: verbs.h grows, and a new event becomes a new variant.
+#[non_exhaustive]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum AsyncEvent {
-    /// `IBV_EVENT_QP_FATAL`: the QP went to Error on its own.
-    QpFatal(QpId),
-    /// `IBV_EVENT_QP_REQ_ERR`: an invalid request arrived at the QP.
-    QpRequestError(QpId),
-    /// `IBV_EVENT_QP_ACCESS_ERR`: a remote access violation at the QP.
-    QpAccessError(QpId),
-    /// `IBV_EVENT_SQ_DRAINED`: the SQ of a QP in SQD has drained.
-    SqDrained(QpId),
-    /// `IBV_EVENT_QP_LAST_WQE_REACHED`: a QP on an SRQ in Error will consume no more WQEs.
-    QpLastWqeReached(QpId),
-    /// `IBV_EVENT_CQ_ERR`: CQ overrun or access error.
+    /// `IBV_EVENT_CQ_ERR`: CQ overrun or access error; the CQ is unusable.
     CqError(CqId),
+    /// `IBV_EVENT_QP_FATAL`: an error occurred on the QP and it moved to Error on its own.
+    QpFatal(QpId),
+    /// `IBV_EVENT_QP_REQ_ERR`: an invalid request arrived at the QP (invalid request local
+    /// work queue error); the QP moved to Error.
+    QpRequestError(QpId),
+    /// `IBV_EVENT_QP_ACCESS_ERR`: a remote access violation at the QP (local access violation
+    /// work queue error); the QP moved to Error.
+    QpAccessError(QpId),
+    /// `IBV_EVENT_COMM_EST`: communication established — the first packet arrived at a
+    /// connected QP still in RTR (IBA Vol 1 §11.6.3, affiliated asynchronous events; a
+    /// connection manager moves the QP to RTS on it when the peer's ready-to-use message was
+    /// lost).
+    CommEstablished(QpId),
+    /// `IBV_EVENT_SQ_DRAINED`: the SQ of a QP in SQD has no message in progress any more.
+    SqDrained(QpId),
+    /// `IBV_EVENT_PATH_MIG`: the connection migrated to its alternate path.
+    PathMigrated(QpId),
+    /// `IBV_EVENT_PATH_MIG_ERR`: the connection failed to migrate to its alternate path.
+    PathMigrationError(QpId),
+    /// `IBV_EVENT_DEVICE_FATAL`: the adapter is in a fatal state ("CA is in FATAL state"): it
+    /// moves no data any more, and new objects are refused until the device is reopened.
+    DeviceFatal,
+    /// `IBV_EVENT_PORT_ACTIVE`: the link of the port became active.
+    PortActive(u8),
+    /// `IBV_EVENT_PORT_ERR`: the link of the port became unavailable.
+    PortError(u8),
+    /// `IBV_EVENT_LID_CHANGE`: the port's LID changed.
+    LidChange(u8),
+    /// `IBV_EVENT_PKEY_CHANGE`: the port's P_Key table changed.
+    PkeyChange(u8),
+    /// `IBV_EVENT_SM_CHANGE`: the subnet manager of the port changed.
+    SmChange(u8),
+    /// `IBV_EVENT_SRQ_ERR`: an error occurred on the SRQ (a catastrophic error: it hands out
+    /// no more receive WQEs).
+    SrqError(SrqId),
     /// `IBV_EVENT_SRQ_LIMIT_REACHED`: an armed SRQ dropped below its limit.
     SrqLimitReached(SrqId),
-    /// `IBV_EVENT_PORT_ACTIVE`
-    PortActive(u8),
-    /// `IBV_EVENT_PORT_ERR`
-    PortError(u8),
+    /// `IBV_EVENT_QP_LAST_WQE_REACHED`: a QP on an SRQ, in Error, will consume no more WQEs
+    /// from the SRQ.
+    QpLastWqeReached(QpId),
+    /// `IBV_EVENT_CLIENT_REREGISTER`: the subnet manager asked the port to re-register its
+    /// subscriptions (multicast joins, event subscriptions).
+    ClientReregister(u8),
+    /// `IBV_EVENT_GID_CHANGE`: the port's GID table changed.
+    GidChange(u8),
+    /// `IBV_EVENT_WQ_FATAL`: an error occurred on a work queue (`ibv_create_wq`) and it moved
+    /// to Error. The device contract creates no WQs, so no object is named.
+    WqFatal,
+    /// An event type rdma-core 44 does not define (a newer kernel's), as its number.
+    Unknown {
+        /// The `ibv_event_type` value.
+        event_type: u32,
+    },
+}
+
+impl AsyncEvent {
+    /// The name of the event's `ibv_event_type` (`IBV_EVENT_QP_FATAL`), or `IBV_EVENT_UNKNOWN`.
+    pub const fn name(&self) -> &'static str {
+        match self {
+            AsyncEvent::CqError(_) => "IBV_EVENT_CQ_ERR",
+            AsyncEvent::QpFatal(_) => "IBV_EVENT_QP_FATAL",
+            AsyncEvent::QpRequestError(_) => "IBV_EVENT_QP_REQ_ERR",
+            AsyncEvent::QpAccessError(_) => "IBV_EVENT_QP_ACCESS_ERR",
+            AsyncEvent::CommEstablished(_) => "IBV_EVENT_COMM_EST",
+            AsyncEvent::SqDrained(_) => "IBV_EVENT_SQ_DRAINED",
+            AsyncEvent::PathMigrated(_) => "IBV_EVENT_PATH_MIG",
+            AsyncEvent::PathMigrationError(_) => "IBV_EVENT_PATH_MIG_ERR",
+            AsyncEvent::DeviceFatal => "IBV_EVENT_DEVICE_FATAL",
+            AsyncEvent::PortActive(_) => "IBV_EVENT_PORT_ACTIVE",
+            AsyncEvent::PortError(_) => "IBV_EVENT_PORT_ERR",
+            AsyncEvent::LidChange(_) => "IBV_EVENT_LID_CHANGE",
+            AsyncEvent::PkeyChange(_) => "IBV_EVENT_PKEY_CHANGE",
+            AsyncEvent::SmChange(_) => "IBV_EVENT_SM_CHANGE",
+            AsyncEvent::SrqError(_) => "IBV_EVENT_SRQ_ERR",
+            AsyncEvent::SrqLimitReached(_) => "IBV_EVENT_SRQ_LIMIT_REACHED",
+            AsyncEvent::QpLastWqeReached(_) => "IBV_EVENT_QP_LAST_WQE_REACHED",
+            AsyncEvent::ClientReregister(_) => "IBV_EVENT_CLIENT_REREGISTER",
+            AsyncEvent::GidChange(_) => "IBV_EVENT_GID_CHANGE",
+            AsyncEvent::WqFatal => "IBV_EVENT_WQ_FATAL",
+            AsyncEvent::Unknown { .. } => "IBV_EVENT_UNKNOWN",
+        }
+    }
+
+    /// The QP the event concerns, for the QP events.
+    pub const fn qp(&self) -> Option<QpId> {
+        match *self {
+            AsyncEvent::QpFatal(q)
+            | AsyncEvent::QpRequestError(q)
+            | AsyncEvent::QpAccessError(q)
+            | AsyncEvent::CommEstablished(q)
+            | AsyncEvent::SqDrained(q)
+            | AsyncEvent::PathMigrated(q)
+            | AsyncEvent::PathMigrationError(q)
+            | AsyncEvent::QpLastWqeReached(q) => Some(q),
+            _ => None,
+        }
+    }
+
+    /// The port the event concerns, for the port events.
+    pub const fn port(&self) -> Option<u8> {
+        match *self {
+            AsyncEvent::PortActive(p)
+            | AsyncEvent::PortError(p)
+            | AsyncEvent::LidChange(p)
+            | AsyncEvent::PkeyChange(p)
+            | AsyncEvent::SmChange(p)
+            | AsyncEvent::ClientReregister(p)
+            | AsyncEvent::GidChange(p) => Some(p),
+            _ => None,
+        }
+    }
+
+    /// Whether the event reports an error (the object it names, or the whole device, no longer
+    /// works as before) rather than a change of state a program may act on or ignore
+    /// (communication established, SQ drained, a path migrated, a port up, a table changed,
+    /// the SRQ limit or the last WQE reached).
+    pub const fn is_error(&self) -> bool {
+        matches!(
+            self,
+            AsyncEvent::CqError(_)
+                | AsyncEvent::QpFatal(_)
+                | AsyncEvent::QpRequestError(_)
+                | AsyncEvent::QpAccessError(_)
+                | AsyncEvent::PathMigrationError(_)
+                | AsyncEvent::DeviceFatal
+                | AsyncEvent::PortError(_)
+                | AsyncEvent::SrqError(_)
+                | AsyncEvent::WqFatal
+        )
+    }
+}
+
+impl std::fmt::Display for AsyncEvent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())?;
+        match *self {
+            AsyncEvent::CqError(c) => write!(f, " on CQ {:#x}", c.0),
+            AsyncEvent::SrqError(s) | AsyncEvent::SrqLimitReached(s) => {
+                write!(f, " on SRQ {:#x}", s.0)
+            }
+            AsyncEvent::Unknown { event_type } => write!(f, " (type {event_type})"),
+            e => match (e.qp(), e.port()) {
+                (Some(q), _) => write!(f, " on QP {:#x}", q.0),
+                (_, Some(p)) => write!(f, " on port {p}"),
+                _ => Ok(()),
+            },
+        }
+    }
 }
 
 /// One named hardware counter (`/sys/class/infiniband/<dev>/ports/<p>/hw_counters/<name>`).
@@ -560,23 +699,49 @@ fn no_channels(device: &str) -> crate::Error {
 /// `drivers/infiniband/core/uverbs_main.c`), and such a descriptor stays "ready" for good — taken
 /// for readable, the caller would spin until its deadline.
 pub fn wait_readable(fd: RawFd, timeout: Duration) -> Result<bool> {
+    Ok(!wait_any_readable(&[fd], timeout)?.is_empty())
+}
+
+/// [`wait_readable`] on several descriptors at once (one `ppoll(2)`): the positions in `fds`
+/// of those that are readable, in order, as soon as one is; empty when `timeout` passed first.
+/// A descriptor that is not open, or reports an error or a hang-up without data, is an error
+/// as in [`wait_readable`]. This is the one sleep of an event-driven program that waits for
+/// completions (a completion channel's fd), asynchronous events (the device's event fd) and
+/// its peers' control messages (a connection's control socket) at once.
+pub fn wait_any_readable(fds: &[RawFd], timeout: Duration) -> Result<Vec<usize>> {
     let deadline = Instant::now() + timeout;
+    let mut p: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|&fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
         let ts = libc::timespec {
             tv_sec: libc::time_t::try_from(left.as_secs()).unwrap_or(libc::time_t::MAX),
             tv_nsec: left.subsec_nanos() as libc::c_long, // < 10^9
         };
-        let mut p = libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
+        // SAFETY: `p` is a valid array of `p.len()` pollfds and `ts` a valid timespec for the
+        // duration of the call; no signal mask is changed (NULL).
+        let r = unsafe {
+            libc::ppoll(
+                p.as_mut_ptr(),
+                p.len() as libc::nfds_t,
+                &ts,
+                std::ptr::null(),
+            )
         };
-        // SAFETY: one valid pollfd and a valid timespec for the duration of the call; no
-        // signal mask is changed (NULL).
-        let r = unsafe { libc::ppoll(&mut p, 1, &ts, std::ptr::null()) };
         if r >= 0 {
-            return readable(fd, if r > 0 { p.revents } else { 0 });
+            let mut ready = Vec::new();
+            for (i, q) in p.iter().enumerate() {
+                if readable(q.fd, if r > 0 { q.revents } else { 0 })? {
+                    ready.push(i);
+                }
+            }
+            return Ok(ready);
         }
         let e = std::io::Error::last_os_error();
         if e.raw_os_error() != Some(libc::EINTR) {
@@ -641,5 +806,24 @@ mod tests {
         // The write end, its reader gone: POLLERR and never data.
         drop(reader);
         assert!(wait_readable(writer.as_raw_fd(), Duration::from_secs(5)).is_err());
+    }
+
+    #[test]
+    fn several_descriptors_are_waited_for_at_once() {
+        let (r1, _w1) = std::io::pipe().unwrap();
+        let (r2, mut w2) = std::io::pipe().unwrap();
+        let fds = [r1.as_raw_fd(), r2.as_raw_fd()];
+        assert!(wait_any_readable(&fds, Duration::from_millis(5))
+            .unwrap()
+            .is_empty());
+        w2.write_all(b"x").unwrap();
+        assert_eq!(
+            wait_any_readable(&fds, Duration::from_secs(5)).unwrap(),
+            [1]
+        );
+        // No descriptor at all: the time passes.
+        assert!(wait_any_readable(&[], Duration::from_millis(1))
+            .unwrap()
+            .is_empty());
     }
 }

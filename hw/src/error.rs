@@ -269,13 +269,28 @@ pub enum Error {
     /// The object is still in use (a CQ with QPs attached, a PD with MRs, ...).
     #[error("busy: {0}")]
     Busy(String),
+    /// The device reported a fatal error (`IBV_EVENT_DEVICE_FATAL`) and refuses the call: after
+    /// an internal error mlx5 answers every firmware command that creates, modifies or queries
+    /// an object with an error (EIO) and every destroy with success
+    /// (`mlx5_internal_err_ret_value`, drivers/net/ethernet/mellanox/mlx5/core/cmd.c).
+    #[error(
+        "{device}: {call} refused: the device reported a fatal error (IBV_EVENT_DEVICE_FATAL) \
+         and creates or changes nothing any more; destroy its objects and open it again"
+    )]
+    DeviceFatal {
+        /// The device's name.
+        device: String,
+        /// The call refused.
+        call: &'static str,
+    },
 }
 
 impl Error {
     /// The errno a verbs call answering this error returns (Linux values): the class of a
     /// refused modify ([`ModifyError::errno`]), the errno of a failed verbs call, and for the
     /// other kinds EINVAL (invalid argument, unknown handle), EOPNOTSUPP (unsupported), ENOMEM
-    /// (out of resources), EBUSY (in use) and ENODEV (no device).
+    /// (out of resources), EBUSY (in use), ENODEV (no device) and EIO (a device in a fatal
+    /// state).
     pub fn errno(&self) -> i32 {
         match self {
             Error::Modify(e) => e.errno().raw(),
@@ -285,6 +300,7 @@ impl Error {
             Error::Resources(_) => Errno::NoMem.raw(),
             Error::Busy(_) => libc::EBUSY,
             Error::NoDevice { .. } => libc::ENODEV,
+            Error::DeviceFatal { .. } => libc::EIO,
         }
     }
 }

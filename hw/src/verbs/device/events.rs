@@ -1,91 +1,117 @@
 //! Asynchronous events and completion channels.
 
-use std::ffi::{c_int, c_void};
+use std::ffi::c_void;
 use std::os::fd::RawFd;
 
 use super::*;
 
-/// The raw `ibv_async_event`: the element union read by hand, the type as a plain number (the
-/// `rdma-sys` type is a Rust enum, and a value a newer kernel adds would be undefined
-/// behaviour there).
-#[repr(C)]
-struct RawAsyncEvent {
-    element: RawElement,
-    event_type: u32,
+/// What the `element` union of an `ibv_async_event` holds for an event type, and how the
+/// event is reported: libibverbs `ibv_get_async_event` (`libibverbs/device.c`) stores the CQ
+/// for `IBV_EVENT_CQ_ERR`, the QP for the eight QP events, the SRQ for the two SRQ events,
+/// the WQ for `IBV_EVENT_WQ_FATAL` and a port number for every other type.
+enum Element {
+    Cq(fn(CqId) -> AsyncEvent),
+    Qp(fn(QpId) -> AsyncEvent),
+    Srq(fn(SrqId) -> AsyncEvent),
+    Port(fn(u8) -> AsyncEvent),
+    /// The whole device, or a WQ (the contract creates none): nothing to look up.
+    None(AsyncEvent),
 }
 
-#[repr(C)]
-#[derive(Clone, Copy)]
-union RawElement {
-    ptr: *mut c_void,
-    port_num: c_int,
+/// [`Element`] of every `enum ibv_event_type` value of rdma-core 44 (`libibverbs/verbs.h`), by
+/// its named constant; a value the header does not define is [`AsyncEvent::Unknown`].
+fn element_of(event_type: ibv::ibv_event_type::Type) -> Element {
+    use ibv::ibv_event_type::*;
+    match event_type {
+        IBV_EVENT_CQ_ERR => Element::Cq(AsyncEvent::CqError),
+        IBV_EVENT_QP_FATAL => Element::Qp(AsyncEvent::QpFatal),
+        IBV_EVENT_QP_REQ_ERR => Element::Qp(AsyncEvent::QpRequestError),
+        IBV_EVENT_QP_ACCESS_ERR => Element::Qp(AsyncEvent::QpAccessError),
+        IBV_EVENT_COMM_EST => Element::Qp(AsyncEvent::CommEstablished),
+        IBV_EVENT_SQ_DRAINED => Element::Qp(AsyncEvent::SqDrained),
+        IBV_EVENT_PATH_MIG => Element::Qp(AsyncEvent::PathMigrated),
+        IBV_EVENT_PATH_MIG_ERR => Element::Qp(AsyncEvent::PathMigrationError),
+        IBV_EVENT_DEVICE_FATAL => Element::None(AsyncEvent::DeviceFatal),
+        IBV_EVENT_PORT_ACTIVE => Element::Port(AsyncEvent::PortActive),
+        IBV_EVENT_PORT_ERR => Element::Port(AsyncEvent::PortError),
+        IBV_EVENT_LID_CHANGE => Element::Port(AsyncEvent::LidChange),
+        IBV_EVENT_PKEY_CHANGE => Element::Port(AsyncEvent::PkeyChange),
+        IBV_EVENT_SM_CHANGE => Element::Port(AsyncEvent::SmChange),
+        IBV_EVENT_SRQ_ERR => Element::Srq(AsyncEvent::SrqError),
+        IBV_EVENT_SRQ_LIMIT_REACHED => Element::Srq(AsyncEvent::SrqLimitReached),
+        IBV_EVENT_QP_LAST_WQE_REACHED => Element::Qp(AsyncEvent::QpLastWqeReached),
+        IBV_EVENT_CLIENT_REREGISTER => Element::Port(AsyncEvent::ClientReregister),
+        IBV_EVENT_GID_CHANGE => Element::Port(AsyncEvent::GidChange),
+        IBV_EVENT_WQ_FATAL => Element::None(AsyncEvent::WqFatal),
+        other => Element::None(AsyncEvent::Unknown { event_type: other }),
+    }
 }
 
 impl VerbsDevice {
-    /// The next async event this contract reports, acknowledging every event read
-    /// (`ibv_get_async_event` on the non-blocking async fd, then `ibv_ack_async_event`).
+    /// The next async event, acknowledging every event read (`ibv_get_async_event` on the
+    /// non-blocking async fd, then `ibv_ack_async_event`). Every event type is reported; an
+    /// affiliated event whose object is not in this device's tables (which cannot happen:
+    /// every object is created through them, and destroying one waits for its events to be
+    /// acknowledged) is logged at WARN and skipped, since it names nothing the caller knows.
     pub(super) fn next_async_event(&self) -> Option<AsyncEvent> {
         loop {
-            let mut ev = RawAsyncEvent {
-                element: RawElement {
-                    ptr: std::ptr::null_mut(),
+            let mut ev = ibv::ibv_async_event {
+                element: ibv::ibv_async_event_element_t {
+                    cq: std::ptr::null_mut(),
                 },
                 event_type: 0,
             };
-            // SAFETY: the async fd is non-blocking (set at open); `RawAsyncEvent` has the
-            // layout of `struct ibv_async_event` (a pointer-sized union, then an enum).
-            let ret = unsafe {
-                ibv::ibv_get_async_event(self.ctx, (&mut ev as *mut RawAsyncEvent).cast())
-            };
+            // SAFETY: the async fd is non-blocking (set at open), so this returns at once;
+            // `ev` is a live `struct ibv_async_event`.
+            let ret = unsafe { ibv::ibv_get_async_event(self.ctx, &mut ev) };
             if ret != 0 {
                 return None; // EAGAIN: nothing pending
             }
             let mapped = {
                 let objs = self.lock();
-                // SAFETY: reading the union as a pointer is valid for every event type (a
-                // port event leaves the upper bytes as written, and the pointer is only
-                // compared, never dereferenced).
-                let p = unsafe { ev.element.ptr };
-                // SAFETY: for port events the union holds `port_num`.
+                // SAFETY: every member of the union is a pointer but `port_num`; reading it as
+                // one pointer is valid for every event type (a port event leaves the upper
+                // bytes as written: zero, from the initialisation above), and the pointer is
+                // only compared, never dereferenced.
+                let p = unsafe { ev.element.cq }.cast::<c_void>();
+                // SAFETY: any bit pattern is a valid `c_int`; it is used for port events only,
+                // for which libibverbs stored `port_num`.
                 let port = unsafe { ev.element.port_num };
-                let qp = || {
-                    objs.qps
-                        .iter()
-                        .find(|(_, e)| e.qp.cast::<c_void>() == p)
-                        .map(|(id, _)| QpId(id))
-                };
-                let port_u8 = u8::try_from(port).unwrap_or(0);
-                match ev.event_type {
-                    0 => objs
+                match element_of(ev.event_type) {
+                    Element::Cq(f) => objs
                         .cqs
                         .iter()
                         .find(|(_, e)| e.cq.cast::<c_void>() == p)
-                        .map(|(id, _)| AsyncEvent::CqError(CqId(id))),
-                    1 => qp().map(AsyncEvent::QpFatal),
-                    2 => qp().map(AsyncEvent::QpRequestError),
-                    3 => qp().map(AsyncEvent::QpAccessError),
-                    5 => qp().map(AsyncEvent::SqDrained),
-                    9 => Some(AsyncEvent::PortActive(port_u8)),
-                    10 => Some(AsyncEvent::PortError(port_u8)),
-                    15 => objs
+                        .map(|(id, _)| f(CqId(id))),
+                    Element::Qp(f) => objs
+                        .qps
+                        .iter()
+                        .find(|(_, e)| e.qp.cast::<c_void>() == p)
+                        .map(|(id, _)| f(QpId(id))),
+                    Element::Srq(f) => objs
                         .srqs
                         .iter()
                         .find(|(_, e)| e.srq.cast::<c_void>() == p)
-                        .map(|(id, _)| AsyncEvent::SrqLimitReached(SrqId(id))),
-                    16 => qp().map(AsyncEvent::QpLastWqeReached),
-                    _ => None,
+                        .map(|(id, _)| f(SrqId(id))),
+                    // Ports are 1-based and at most 255 (`ibv_device_attr.phys_port_cnt`).
+                    Element::Port(f) => Some(f(u8::try_from(port).unwrap_or(0))),
+                    Element::None(e) => Some(e),
                 }
             };
             // SAFETY: `ev` was filled by `ibv_get_async_event`; every event is acked once
             // (destroying its object waits for the ack).
-            unsafe { ibv::ibv_ack_async_event((&mut ev as *mut RawAsyncEvent).cast()) };
+            unsafe { ibv::ibv_ack_async_event(&mut ev) };
             match mapped {
                 Some(e) => {
-                    tracing::debug!(device = %self.name, event = ?e, "async event");
+                    if e == AsyncEvent::DeviceFatal {
+                        tracing::error!(device = %self.name, "the device reported a fatal error (IBV_EVENT_DEVICE_FATAL)");
+                    } else {
+                        tracing::debug!(device = %self.name, event = %e, "async event");
+                    }
                     return Some(e);
                 }
                 None => {
-                    tracing::debug!(device = %self.name, event_type = ev.event_type, "async event not reported (type not in the contract or object unknown)");
+                    tracing::warn!(device = %self.name, event_type = ev.event_type, "async event for an object this device does not hold; skipped");
                 }
             }
         }
@@ -207,5 +233,84 @@ impl VerbsDevice {
     pub(super) fn async_fd(&self) -> RawFd {
         // SAFETY: `ctx` is open for the device's lifetime.
         unsafe { (*self.ctx).async_fd }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every `ibv_event_type` constant of verbs.h maps to the variant of its name, with the
+    /// element libibverbs stores for it.
+    #[test]
+    fn every_event_type_is_mapped_by_its_name() {
+        use ibv::ibv_event_type::*;
+        let all = [
+            (IBV_EVENT_CQ_ERR, "IBV_EVENT_CQ_ERR"),
+            (IBV_EVENT_QP_FATAL, "IBV_EVENT_QP_FATAL"),
+            (IBV_EVENT_QP_REQ_ERR, "IBV_EVENT_QP_REQ_ERR"),
+            (IBV_EVENT_QP_ACCESS_ERR, "IBV_EVENT_QP_ACCESS_ERR"),
+            (IBV_EVENT_COMM_EST, "IBV_EVENT_COMM_EST"),
+            (IBV_EVENT_SQ_DRAINED, "IBV_EVENT_SQ_DRAINED"),
+            (IBV_EVENT_PATH_MIG, "IBV_EVENT_PATH_MIG"),
+            (IBV_EVENT_PATH_MIG_ERR, "IBV_EVENT_PATH_MIG_ERR"),
+            (IBV_EVENT_DEVICE_FATAL, "IBV_EVENT_DEVICE_FATAL"),
+            (IBV_EVENT_PORT_ACTIVE, "IBV_EVENT_PORT_ACTIVE"),
+            (IBV_EVENT_PORT_ERR, "IBV_EVENT_PORT_ERR"),
+            (IBV_EVENT_LID_CHANGE, "IBV_EVENT_LID_CHANGE"),
+            (IBV_EVENT_PKEY_CHANGE, "IBV_EVENT_PKEY_CHANGE"),
+            (IBV_EVENT_SM_CHANGE, "IBV_EVENT_SM_CHANGE"),
+            (IBV_EVENT_SRQ_ERR, "IBV_EVENT_SRQ_ERR"),
+            (IBV_EVENT_SRQ_LIMIT_REACHED, "IBV_EVENT_SRQ_LIMIT_REACHED"),
+            (
+                IBV_EVENT_QP_LAST_WQE_REACHED,
+                "IBV_EVENT_QP_LAST_WQE_REACHED",
+            ),
+            (IBV_EVENT_CLIENT_REREGISTER, "IBV_EVENT_CLIENT_REREGISTER"),
+            (IBV_EVENT_GID_CHANGE, "IBV_EVENT_GID_CHANGE"),
+            (IBV_EVENT_WQ_FATAL, "IBV_EVENT_WQ_FATAL"),
+        ];
+        // The header's 20 values, 0..=19, each once.
+        let mut values: Vec<u32> = all.iter().map(|&(v, _)| v).collect();
+        values.sort_unstable();
+        assert_eq!(values, (0..20).collect::<Vec<u32>>());
+        for (v, name) in all {
+            let (e, element) = match element_of(v) {
+                Element::Cq(f) => (f(CqId(7)), "cq"),
+                Element::Qp(f) => (f(QpId(7)), "qp"),
+                Element::Srq(f) => (f(SrqId(7)), "srq"),
+                Element::Port(f) => (f(1), "port"),
+                Element::None(e) => (e, "none"),
+            };
+            assert_eq!(e.name(), name, "{v}");
+            // What ibv_get_async_event stores in the union for this type.
+            let expected = match name {
+                "IBV_EVENT_CQ_ERR" => "cq",
+                "IBV_EVENT_SRQ_ERR" | "IBV_EVENT_SRQ_LIMIT_REACHED" => "srq",
+                "IBV_EVENT_DEVICE_FATAL" | "IBV_EVENT_WQ_FATAL" => "none",
+                "IBV_EVENT_PORT_ACTIVE"
+                | "IBV_EVENT_PORT_ERR"
+                | "IBV_EVENT_LID_CHANGE"
+                | "IBV_EVENT_PKEY_CHANGE"
+                | "IBV_EVENT_SM_CHANGE"
+                | "IBV_EVENT_CLIENT_REREGISTER"
+                | "IBV_EVENT_GID_CHANGE" => "port",
+                _ => "qp",
+            };
+            assert_eq!(element, expected, "{name}");
+        }
+        assert_eq!(
+            element_of(20).name_of_none(),
+            Some(AsyncEvent::Unknown { event_type: 20 })
+        );
+    }
+
+    impl Element {
+        fn name_of_none(self) -> Option<AsyncEvent> {
+            match self {
+                Element::None(e) => Some(e),
+                _ => None,
+            }
+        }
     }
 }
