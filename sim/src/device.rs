@@ -10,8 +10,8 @@ use mlx5_hw::{
     AccessFlags, AhAttr, AhId, AhInfo, AsyncEvent, AttrMask, BfLayout, ChannelId, ClockInfo,
     Counter, CqId, CqInfo, CqInitAttr, CqLayout, Device, DeviceAttr, Error, Gid, LinkLayer, MrId,
     MrInfo, Mtu, PdId, PortAttr, PortState, QpAttr, QpCreateFlags, QpId, QpInfo, QpInitAttr,
-    QpInitEx, QpLayout, QpType, Result, SrqId, SrqInfo, SrqInitAttr, SrqLayout, TimestampFormat,
-    WqLayout, XrcSrqInitAttr, XrcdId,
+    QpInitEx, QpLayout, QpState, QpType, Result, SrqId, SrqInfo, SrqInitAttr, SrqLayout,
+    TimestampFormat, WqLayout, XrcSrqInitAttr, XrcdId,
 };
 
 use crate::bugs::DriverBug;
@@ -244,9 +244,15 @@ impl SimDevice {
         self.with(|d| Ok(d.counters.by_name(name))).unwrap_or(0)
     }
 
-    /// Take port 1 up or down.
+    /// Take port 1 up or down, raising `IBV_EVENT_PORT_ACTIVE` or `IBV_EVENT_PORT_ERR` when
+    /// its state changes (as the kernel does for a link that comes up or goes down: mlx5
+    /// `mlx5_ib_handle_event` on a port change event, rxe `rxe_port_up` / `rxe_port_down`).
+    /// A device in its fatal state keeps its port down.
     pub fn set_port_state(&self, state: PortState) {
         let _ = self.with(|d| {
+            if d.fatal {
+                return Ok(());
+            }
             let was = d.port.state;
             d.port.state = state;
             if was != state {
@@ -258,6 +264,85 @@ impl SimDevice {
             }
             Ok(())
         });
+    }
+
+    /// Refuse `call` on a device in its fatal state ([`Error::DeviceFatal`]): mlx5 answers
+    /// every firmware command that creates, modifies or queries an object with EIO after an
+    /// internal error, and every destroy with success (`mlx5_internal_err_ret_value`,
+    /// drivers/net/ethernet/mellanox/mlx5/core/cmd.c).
+    fn alive(&self, call: &'static str) -> Result<()> {
+        self.with(|d| {
+            if d.fatal {
+                Err(Error::DeviceFatal {
+                    device: d.name.clone(),
+                    call,
+                })
+            } else {
+                Ok(())
+            }
+        })
+    }
+
+    /// Whether the device is in its fatal state ([`crate::faults::Faults::device_fatal`]).
+    pub fn is_fatal(&self) -> bool {
+        self.with(|d| Ok(d.fatal)).unwrap_or(true)
+    }
+
+    /// [`crate::faults::Faults::device_fatal`]: the device stops. Every QP moves to Error and
+    /// what it holds is flushed (CQEs written, armed CQs fire); `IBV_EVENT_DEVICE_FATAL` is
+    /// raised; from then on the device reads no doorbell, sends and receives nothing, fires no
+    /// timer, and refuses every call that creates, modifies (but to Reset or Error) or queries
+    /// an object ([`Error::DeviceFatal`]); destroying objects still works. Nothing brings it
+    /// back: the program closes the device and opens a new one. A second call does nothing.
+    pub(crate) fn inject_fatal_error(&self) {
+        let mut w = self.inner.lock();
+        let now = w.now;
+        let Some(d) = w.devs.get_mut(self.idx) else {
+            return;
+        };
+        if d.fatal {
+            return;
+        }
+        tracing::error!(device = %d.name, "fault: the device enters its fatal state (IBV_EVENT_DEVICE_FATAL)");
+        d.fatal = true;
+        // Nothing enters or leaves the port any more (the port's events are not raised: the
+        // device reports one event, its own).
+        d.port.state = PortState::Down;
+        let qpns: Vec<u32> = d.qps.keys().copied().collect();
+        let mut out = Vec::new();
+        for qpn in qpns {
+            d.with_qp(qpn, now, &mut out, |qp, ctx| {
+                if qp.state() == QpState::Error {
+                    return;
+                }
+                qp.attr.qp_state = QpState::Error;
+                qp.attr.cur_qp_state = QpState::Error;
+                // The QP raises no event of its own (LAST_WQE_REACHED included): the device
+                // reports one, DEVICE_FATAL.
+                qp.last_wqe_sent = true;
+                crate::engine::flush(qp, ctx);
+            });
+        }
+        d.events.push_back(AsyncEvent::DeviceFatal);
+        drop(w);
+        self.inner.waker.kick();
+    }
+
+    /// [`crate::faults::Faults::srq_error`]: SRQ `srq` hands out no more receive WQEs and
+    /// `IBV_EVENT_SRQ_ERR` is raised.
+    pub(crate) fn inject_srq_error(&self, srq: SrqId) -> Result<()> {
+        self.with(|d| {
+            let s = d.srqs.get_mut(&srq.0).ok_or(Error::UnknownHandle {
+                kind: "SRQ",
+                id: srq.0,
+            })?;
+            if !s.error {
+                tracing::warn!(device = %d.name, srqn = srq.0, "fault: SRQ catastrophic error (IBV_EVENT_SRQ_ERR)");
+                s.error = true;
+                d.events.push_back(AsyncEvent::SrqError(srq));
+            }
+            Ok(())
+        })
     }
 
     fn pd_exists(d: &Dev, pd: PdId) -> Result<()> {
@@ -273,6 +358,7 @@ impl SimDevice {
 
     /// `create_cq`, with completion timestamps if `timestamps`.
     fn create_cq_inner(&self, attr: &CqInitAttr, timestamps: bool) -> Result<CqInfo> {
+        self.alive("create_cq")?;
         if attr.cqe_size != 64 && attr.cqe_size != 128 {
             return Err(Error::InvalidArgument(format!(
                 "cqe_size {} (must be 64 or 128)",
@@ -402,6 +488,7 @@ impl Device for SimDevice {
     }
 
     fn query_port(&self, port: u8) -> Result<PortAttr> {
+        self.alive("query_port")?;
         if port != 1 {
             return Err(Error::InvalidArgument(format!(
                 "port {port}: the device has port 1 only"
@@ -434,6 +521,7 @@ impl Device for SimDevice {
     }
 
     fn alloc_pd(&self) -> Result<PdId> {
+        self.alive("alloc_pd")?;
         self.with(|d| {
             let id = d.alloc_id();
             d.pds.insert(id);
@@ -466,6 +554,7 @@ impl Device for SimDevice {
         len: usize,
         access: AccessFlags,
     ) -> Result<MrInfo> {
+        self.alive("reg_mr")?;
         // ibv_reg_mr(3): remote write or atomic access requires local write.
         if access.intersects(AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC)
             && !access.contains(AccessFlags::LOCAL_WRITE)
@@ -515,6 +604,7 @@ impl Device for SimDevice {
     }
 
     fn create_qp_ex(&self, pd: PdId, attr: &QpInitAttr, ex: &QpInitEx) -> Result<QpInfo> {
+        self.alive("create_qp_ex")?;
         if let Some(x) = ex.xrcd {
             if attr.qp_type != QpType::XrcRecv || !ex.create_flags.is_empty() {
                 return Err(Error::InvalidArgument(format!(
@@ -550,6 +640,7 @@ impl Device for SimDevice {
     }
 
     fn attach_mcast(&self, qp: QpId, gid: &Gid, lid: u16) -> Result<()> {
+        self.alive("attach_mcast")?;
         let _ = lid; // RoCE ignores the multicast LID (Linux `is_valid_mcast_lid`).
         self.check_mcast(qp, gid, "attach_mcast")?;
         self.with(|d| {
@@ -575,6 +666,7 @@ impl Device for SimDevice {
     }
 
     fn open_xrcd(&self) -> Result<XrcdId> {
+        self.alive("open_xrcd")?;
         self.with(|d| {
             let id = d.alloc_id();
             d.xrc.xrcds.insert(id, Default::default());
@@ -587,6 +679,7 @@ impl Device for SimDevice {
     }
 
     fn create_srq_xrc(&self, pd: PdId, attr: &XrcSrqInitAttr) -> Result<SrqInfo> {
+        self.alive("create_srq_xrc")?;
         self.with(|d| {
             crate::xrc::check_srq(d, attr)?;
             Ok(())
@@ -640,6 +733,7 @@ impl Device for SimDevice {
     }
 
     fn create_srq(&self, pd: PdId, attr: &SrqInitAttr) -> Result<SrqInfo> {
+        self.alive("create_srq")?;
         let g = srq_geometry(attr.max_wr, attr.max_sge).map_err(sizing_err)?;
         self.with(|d| {
             Self::pd_exists(d, pd)?;
@@ -664,6 +758,7 @@ impl Device for SimDevice {
     }
 
     fn arm_srq_limit(&self, srq: SrqId, limit: u32) -> Result<()> {
+        self.alive("arm_srq_limit")?;
         self.with(|d| {
             let s = d.srqs.get_mut(&srq.0).ok_or(Error::UnknownHandle {
                 kind: "SRQ",
@@ -700,6 +795,7 @@ impl Device for SimDevice {
     }
 
     fn create_qp(&self, pd: PdId, attr: &QpInitAttr) -> Result<QpInfo> {
+        self.alive("create_qp")?;
         crate::transport::xrc::check_plain_create(attr)?;
         // An XRC initiator has no receive side (rdma-core creates no RQ for IBV_QPT_XRC_SEND).
         let no_rq = attr.srq.is_some() || attr.qp_type == QpType::XrcSend;
@@ -786,11 +882,18 @@ impl Device for SimDevice {
     }
 
     fn modify_qp(&self, qp: QpId, attr: &QpAttr, mask: AttrMask) -> Result<()> {
+        // After an internal error mlx5 completes 2RST_QP and 2ERR_QP and fails the others.
+        let to_reset_or_error = mask.contains(AttrMask::STATE)
+            && matches!(attr.qp_state, QpState::Reset | QpState::Error);
+        if !to_reset_or_error {
+            self.alive("modify_qp")?;
+        }
         let link_layer = self.link_layer();
         self.with_world(|w| modify_qp(w, self.idx, qp.0, attr, mask, link_layer))
     }
 
     fn query_qp(&self, qp: QpId) -> Result<QpAttr> {
+        self.alive("query_qp")?;
         self.with_world(|w| query_qp(w, self.idx, qp.0))
     }
 
@@ -934,6 +1037,7 @@ impl Device for SimDevice {
     }
 
     fn counters(&self, port: u8) -> Result<Vec<Counter>> {
+        self.alive("counters")?;
         if port != 1 {
             return Err(Error::InvalidArgument(format!(
                 "port {port}: the device has port 1 only"

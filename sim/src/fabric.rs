@@ -521,4 +521,44 @@ impl Faults {
     pub fn from_device(&self, dev: &SimDevice) -> FaultTarget {
         self.target(Scope::FromDevice(dev.ipv4()))
     }
+
+    /// Take the port of device `dev` down, as a cable pulled at the adapter: nothing enters or
+    /// leaves it and the device raises `IBV_EVENT_PORT_ERR` ([`SimDevice::set_port_state`]).
+    /// A [`FaultTarget::down`] link is a path through the fabric that loses every frame, with
+    /// both ports still up and no event; this is the port itself.
+    pub fn port_down(&self, dev: &SimDevice) {
+        dev.set_port_state(PortState::Down);
+    }
+
+    /// Bring the port of device `dev` back ([`Faults::port_down`]): `IBV_EVENT_PORT_ACTIVE`.
+    pub fn port_up(&self, dev: &SimDevice) {
+        dev.set_port_state(PortState::Active);
+    }
+
+    /// Put device `dev` in its fatal state (`IBV_EVENT_DEVICE_FATAL`, a catastrophic error of
+    /// the adapter: firmware or hardware gone): every QP moves to Error and what it holds is
+    /// flushed, the event is raised, and from then on the device moves no data and refuses
+    /// every call that creates, modifies (but to Reset or Error) or queries an object, as mlx5
+    /// does after an internal error; objects can still be destroyed. Nothing brings it back.
+    ///
+    /// On a ConnectX the same error leaves user-space CQs without flush CQEs (libmlx5 makes
+    /// none; the kernel makes software completions for its own QPs only, `mlx5_ib_poll_sw_comp`,
+    /// and wakes the CQs of QPs with work outstanding, `mlx5_ib_handle_internal_error`): a
+    /// program learns of it from the event, which is why the waiting helpers of `mlx5-ctx`
+    /// watch for it rather than for completions.
+    pub fn device_fatal(&self, dev: &SimDevice) {
+        dev.inject_fatal_error();
+    }
+
+    /// Inject an SRQ catastrophic error on SRQ `srq` of device `dev` (`IBV_EVENT_SRQ_ERR`): the
+    /// SRQ hands out no more receive WQEs (a message that needs one is answered RNR NAK, as
+    /// rxe answers for an SRQ in error) and keeps those posted until it is destroyed. ConnectX
+    /// raises this event from its SRQ catastrophic-error event only
+    /// (`MLX5_EVENT_TYPE_SRQ_CATAS_ERROR`, kernel `drivers/infiniband/hw/mlx5/srq.c`), an
+    /// internal failure no WQE a program writes can cause (a malformed receive WQE completes
+    /// with an error CQE on the QP that took it): so the software ConnectX raises it only when
+    /// injected. Fails for an SRQ the device does not hold.
+    pub fn srq_error(&self, dev: &SimDevice, srq: mlx5_hw::SrqId) -> mlx5_hw::Result<()> {
+        dev.inject_srq_error(srq)
+    }
 }

@@ -88,6 +88,8 @@ pub struct Qp {
     pub sqd_notify: bool,
     /// The last-WQE-reached event was raised (QP on an SRQ in Error).
     pub last_wqe_sent: bool,
+    /// The communication-established event was raised in this stay in RTR.
+    pub comm_est: bool,
     /// XRC target: its XRC domain ([`crate::transport::xrc`]).
     pub xrcd: Option<u32>,
 }
@@ -136,6 +138,7 @@ impl Qp {
             resp: Responder::default(),
             sqd_notify: false,
             last_wqe_sent: false,
+            comm_est: false,
             xrcd: None,
         };
         qp.db.poison(&qp.uar);
@@ -209,6 +212,7 @@ impl Qp {
         self.path = None;
         self.sqd_notify = false;
         self.last_wqe_sent = false;
+        self.comm_est = false;
     }
 
     /// RQ WQEs posted and not consumed (0 with a driver-bug report if the record is garbage).

@@ -68,6 +68,9 @@ pub struct Srq {
     pub users: u32,
     /// XRC SRQ: its XRC domain and the CQ its receive completions go to.
     pub xrc: Option<(u32, u32)>,
+    /// A catastrophic error was injected ([`crate::faults::Faults::srq_error`]): the SRQ hands
+    /// out no more WQEs.
+    pub error: bool,
 }
 
 impl Srq {
@@ -90,11 +93,16 @@ impl Srq {
             limit,
             users: 0,
             xrc: None,
+            error: false,
         })
     }
 
-    /// WQEs posted and not yet consumed.
+    /// WQEs posted and not yet consumed (none once the SRQ is in error: it hands out nothing,
+    /// as rxe's `get_srq_wqe` answers RNR for an SRQ marked in error).
     pub fn available(&self, dev: &str, bugs: &mut BugLog) -> u32 {
+        if self.error {
+            return 0;
+        }
         let posted = self.dbrec.read_be32(0) as u16;
         let n = posted.wrapping_sub(self.consumed) as u32;
         if n >= self.geom.wqe_cnt {

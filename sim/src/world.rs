@@ -104,6 +104,9 @@ pub struct Dev {
     pub xrc: crate::transport::xrc::XrcState,
     /// BlueFlame registers: dedicated ones in use, shared ones ([`crate::doorbell::shared`]).
     pub bfregs: crate::doorbell::shared::Bfregs,
+    /// The device is in its fatal state ([`crate::faults::Faults::device_fatal`]): it does
+    /// nothing any more.
+    pub fatal: bool,
 }
 
 impl Dev {
@@ -130,6 +133,7 @@ impl Dev {
             mcast: crate::mcast::Groups::default(),
             xrc: crate::transport::xrc::XrcState::default(),
             bfregs: crate::doorbell::shared::Bfregs::default(),
+            fatal: false,
         }
     }
 
@@ -209,6 +213,18 @@ impl std::fmt::Debug for World {
     }
 }
 
+/// `IBV_EVENT_COMM_EST` for the first request packet a connected QP receives in RTR (IBA Vol 1
+/// §11.6.3, affiliated asynchronous events; suppressed for UD, o11-5.1.1), once per stay in
+/// RTR: mlx5 raises it from the hardware's communication-established event
+/// (`MLX5_EVENT_TYPE_COMM_EST`, kernel `drivers/infiniband/hw/mlx5/qp.c` `mlx5_ib_qp_event`).
+fn comm_established(qp: &mut Qp, ctx: &mut Ctx) {
+    if qp.state() == mlx5_hw::QpState::Rtr && qp.qp_type != mlx5_hw::QpType::Ud && !qp.comm_est {
+        qp.comm_est = true;
+        ctx.events
+            .push_back(mlx5_hw::AsyncEvent::CommEstablished(mlx5_hw::QpId(qp.qpn)));
+    }
+}
+
 /// Frame length in the 4-octet units of the IBTA data counters.
 fn words(len: usize) -> u64 {
     len.div_ceil(4) as u64
@@ -248,6 +264,11 @@ impl World {
         let mut inbound = Vec::new();
         for d in &mut self.devs {
             let mut out = Vec::new();
+            if d.fatal {
+                // A device in its fatal state reads no doorbell and fires no timer.
+                outs.push(out);
+                continue;
+            }
             work |= crate::doorbell::shared::scan(
                 &mut d.bfregs,
                 &mut d.qps,
@@ -490,6 +511,7 @@ impl World {
             if f.pkt.bth.opcode.is_response() {
                 requester::on_response(qp, ctx, &f);
             } else {
+                comm_established(qp, ctx);
                 responder::on_request(qp, ctx, &f);
             }
         });

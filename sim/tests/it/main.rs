@@ -1,6 +1,7 @@
 //! The integration tests of this crate, one test binary (link time dominates on small
 //! machines): one module per area.
 
+mod async_events;
 mod bounded;
 mod common;
 mod doorbell;

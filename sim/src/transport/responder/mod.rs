@@ -149,7 +149,7 @@ fn recv_ready(qp: &Qp, ctx: &mut Ctx) -> bool {
     match qp.srq {
         Some(s) => ctx.srqs.get(&s).is_some_and(|srq| {
             let posted = srq.dbrec.read_be32(0) as u16;
-            posted != srq.consumed
+            posted != srq.consumed && !srq.error
         }),
         None => qp.geom.rq_wqe_cnt > 0 && qp.rq_dbr() != qp.rq_ci,
     }
