@@ -18,6 +18,10 @@
 //! those CQs disarmed, clear the readiness, and poll again. A CQ stays armed until its event is
 //! taken, so no CQ is armed twice for one event and none is left unarmed while the task sleeps.
 //!
+//! The sleep also watches the context's wake-up descriptors: a device that reports
+//! `IBV_EVENT_DEVICE_FATAL` ends every wait at once with [`Error::DeviceFatal`]
+//! ([`crate::events`]).
+//!
 //! ## Cancellation
 //!
 //! Dropping a `next` future loses nothing. Completions are taken from a CQ only in a
@@ -36,8 +40,9 @@
 
 use std::collections::VecDeque;
 use std::fmt;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::Ordering;
+use std::task::Poll;
 
 use mlx5_hw::{AsyncEvent, CqId};
 use mlx5_qp::{Resolve, Wc};
@@ -84,6 +89,9 @@ struct Slot {
 pub struct AsyncChannel {
     // Declared first: deregistered from the reactor before the CQs and the channel go.
     fd: AsyncFd<ChannelFd>,
+    /// Copies of the context's wake-up descriptors ([`crate::events`]): readable when the
+    /// device may have died, so a sleeping task wakes and fails rather than sleep for good.
+    wake: Vec<AsyncFd<OwnedFd>>,
     cqs: Vec<Option<Slot>>,
     /// Completions taken from the CQs and not yet handed out, oldest first.
     ready: VecDeque<(usize, Wc)>,
@@ -115,11 +123,11 @@ fn register<T: AsRawFd>(inner: T, what: &'static str) -> Result<AsyncFd<T>> {
     // tokio panics instead of failing when the runtime has no I/O driver; the panic is caught
     // here (the value registered is dropped with it) and becomes an error.
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        // SAFETY: `inner` is a `ChannelFd` or an `AsyncEvents`: its fd is the device's
-        // channel fd or async event fd, open for as long as `inner` lives (the channel is
-        // destroyed, and the device closed, only when the handle `inner` holds is dropped,
-        // which `AsyncFd` does after deregistering), and `as_raw_fd` returns that same fd
-        // every time.
+        // SAFETY: `inner` is a `ChannelFd`, an `AsyncEvents` or an `OwnedFd`: its fd is the
+        // device's channel fd or async event fd, open for as long as `inner` lives (the
+        // channel is destroyed, and the device closed, only when the handle `inner` holds is
+        // dropped, which `AsyncFd` does after deregistering), or a descriptor `inner` owns
+        // and closes when dropped; `as_raw_fd` returns that same fd every time.
         unsafe { AsyncFd::register_with_interest(inner, Interest::READABLE) }
     }));
     match r {
@@ -157,8 +165,14 @@ impl AsyncChannel {
         }
         // On failure the `ChannelFd` is dropped, which gives the channel back.
         let fd = register(ChannelFd(channel.clone()), "an AsyncChannel")?;
+        let wake = ctx
+            .wake_fds_owned()
+            .into_iter()
+            .map(|w| register(w, "an AsyncChannel"))
+            .collect::<Result<Vec<_>>>()?;
         Ok(AsyncChannel {
             fd,
+            wake,
             cqs: Vec::new(),
             ready: VecDeque::new(),
             busy_polls: 0,
@@ -328,6 +342,8 @@ impl AsyncChannel {
             if !self.ready.is_empty() || self.poll_all(table)? > 0 {
                 return Ok(());
             }
+            // A dead device completes nothing more (`crate::events`).
+            self.channel().context().check_alive(&[])?;
             if idle < self.busy_polls {
                 idle += 1;
                 std::hint::spin_loop();
@@ -351,11 +367,33 @@ impl AsyncChannel {
     /// Await the fd, then take every queued event. The `.await` takes nothing, so dropping the
     /// future there loses nothing; what follows it is synchronous.
     async fn sleep(&mut self) -> Result<()> {
-        let AsyncChannel { fd, cqs, .. } = self;
-        let mut guard = fd.readable().await.map_err(|source| Error::Io {
+        let AsyncChannel { fd, cqs, wake, .. } = self;
+        let (fd, wake) = (&*fd, &*wake);
+        // The channel's fd, or a wake-up fd (the device may have died: the caller looks).
+        let woke = std::future::poll_fn(move |cx| {
+            if let Poll::Ready(r) = fd.poll_read_ready(cx) {
+                return Poll::Ready(r.map(Some));
+            }
+            for w in wake {
+                if let Poll::Ready(r) = w.poll_read_ready(cx) {
+                    return Poll::Ready(r.map(|mut g| {
+                        g.clear_ready();
+                        None
+                    }));
+                }
+            }
+            Poll::Pending
+        })
+        .await
+        .map_err(|source| Error::Io {
             what: "await the completion channel's fd",
             source,
         })?;
+        let Some(mut guard) = woke else {
+            // Events the context takes itself while nobody else does (`crate::events`).
+            self.channel().context().take_events();
+            return Ok(());
+        };
         let ch = &guard.get_inner().0;
         while let Some(id) = ch.take_event()? {
             // An event of a CQ not served here (created on the channel, never added) only

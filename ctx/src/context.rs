@@ -2,7 +2,8 @@
 //! needs, kept alive by every object made from it.
 
 use std::fmt;
-use std::sync::atomic::AtomicBool;
+use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use mlx5_hw::{CqInitAttr, Device, DeviceAttr, PortAttr};
@@ -10,7 +11,7 @@ use mlx5_hw::{CqInitAttr, Device, DeviceAttr, PortAttr};
 use crate::channel::CompChannel;
 use crate::cq::{Cq, CqInit};
 use crate::error::{Error, Result};
-use crate::events::AsyncEvents;
+use crate::events::{AsyncEvents, Watch};
 use crate::pd::Pd;
 
 /// An open device: the software ConnectX ([`Context::sim`], [`SimFabric`]), a ConnectX
@@ -30,6 +31,8 @@ pub(crate) struct ContextInner {
     sim: Option<(mlx5_sim::SimDevice, SimFabric)>,
     /// An [`AsyncEvents`] is taking the device's asynchronous events (one consumer).
     pub(crate) async_events_taken: AtomicBool,
+    /// Whether the device died, and the events the helpers took ([`crate::events`]).
+    pub(crate) watch: Watch,
 }
 
 impl fmt::Debug for Context {
@@ -74,6 +77,7 @@ impl Context {
                 #[cfg(feature = "sim")]
                 sim: None,
                 async_events_taken: AtomicBool::new(false),
+                watch: Watch::new(),
             }),
         }
     }
@@ -153,20 +157,71 @@ impl Context {
         false
     }
 
-    /// Why a wait on this device may not end, for timeout messages: a deterministic software
-    /// ConnectX that nobody steps, or nothing.
-    pub(crate) fn stall_hint(&self) -> &'static str {
-        #[cfg(feature = "sim")]
-        if let Some((_, f)) = &self.inner.sim {
-            return if f.is_threaded() {
-                "the software ConnectX's thread is running; the peer may not have posted, or \
-                 the QP may not be in RTS"
-            } else {
-                "the software ConnectX is deterministic: it moves only when stepped \
-                 (Context::progress, Fabric::run_until_idle, Fabric::advance for timers)"
-            };
+    /// Why a wait on this device may not end whatever the peer does, for timeout messages: a
+    /// deterministic software ConnectX that nobody steps.
+    pub(crate) fn stall_hint(&self) -> Option<&'static str> {
+        self.is_stepped().then_some(
+            "the software ConnectX is deterministic: it moves only when stepped \
+             (Context::progress, Fabric::run_until_idle, Fabric::advance for timers)",
+        )
+    }
+
+    /// Whether the device reported a fatal error (`IBV_EVENT_DEVICE_FATAL`): it completes and
+    /// creates nothing any more; destroy its objects and open it again. Known as soon as the
+    /// event is taken, by an [`AsyncEvents`] or, while none exists, by this call or a waiting
+    /// helper ([`crate::events`]).
+    pub fn is_fatal(&self) -> bool {
+        self.take_events();
+        self.inner.watch.is_fatal()
+    }
+
+    /// While no [`AsyncEvents`] takes the device's events, take them here (kept for the next
+    /// one), so a dead device is noticed.
+    pub(crate) fn take_events(&self) {
+        if self.inner.async_events_taken.load(Ordering::Acquire) {
+            return;
         }
-        "the device reported nothing in time"
+        let dev = self.device();
+        while let Some(e) = dev.poll_async_event() {
+            self.inner.watch.saw(&e, dev.name());
+            self.inner.watch.keep(e, dev.name());
+        }
+    }
+
+    /// [`Error::DeviceFatal`] (with `completions`) once the device is dead.
+    pub(crate) fn check_alive(&self, completions: &[mlx5_qp::Wc]) -> Result<()> {
+        if self.is_fatal() {
+            return Err(Error::DeviceFatal {
+                device: self.name().to_string(),
+                completions: completions.to_vec(),
+            });
+        }
+        Ok(())
+    }
+
+    /// The descriptors a waiting helper sleeps on besides its own, so that a dead device wakes
+    /// it: the context's wake-up socket, and the device's event fd while no [`AsyncEvents`]
+    /// takes the events (else that consumer's taking the event wakes the socket).
+    /// Copies of the context's wake-up socket and of the device's event fd, for a reactor to
+    /// own ([`Context::wake_fds`]; the `tokio` feature's `AsyncChannel`).
+    #[cfg(feature = "tokio")]
+    pub(crate) fn wake_fds_owned(&self) -> Vec<std::os::fd::OwnedFd> {
+        let mut fds: Vec<std::os::fd::OwnedFd> =
+            self.inner.watch.wake_clone().into_iter().collect();
+        if let Ok(fd) = self.device().async_event_fd() {
+            fds.extend(crate::events::dup_event_fd(self, fd));
+        }
+        fds
+    }
+
+    pub(crate) fn wake_fds(&self) -> Vec<RawFd> {
+        let mut fds: Vec<RawFd> = self.inner.watch.wake_fd().into_iter().collect();
+        if !self.inner.async_events_taken.load(Ordering::Acquire) {
+            if let Ok(fd) = self.device().async_event_fd() {
+                fds.push(fd);
+            }
+        }
+        fds
     }
 
     /// Allocate a protection domain.
@@ -211,9 +266,10 @@ impl Context {
         Cq::new(self, init, Some(channel))
     }
 
-    /// The device's asynchronous events (QP fatal, last WQE reached, SRQ limit, port up and
-    /// down, CQ error) with their own fd ([`crate::events`]). One consumer at a time: a second
-    /// call while the first is alive is refused.
+    /// The device's asynchronous events (every `ibv_event_type`: QP fatal, communication
+    /// established, last WQE reached, SRQ error and limit, port up and down, CQ error, device
+    /// fatal, ...) with their own fd ([`crate::events`]). One consumer at a time: a second call
+    /// while the first is alive is refused.
     pub fn async_events(&self) -> Result<AsyncEvents> {
         AsyncEvents::new(self)
     }
@@ -321,6 +377,7 @@ mod sim {
                     dev: Arc::new(dev.clone()),
                     sim: Some((dev, self.clone())),
                     async_events_taken: AtomicBool::new(false),
+                    watch: Watch::new(),
                 }),
             }
         }

@@ -10,10 +10,15 @@ use std::time::{Duration, Instant};
 use mlx5_hw::{CqId, CqInitAttr};
 use mlx5_qp::{Resolve, Wc};
 
+use std::os::fd::AsRawFd;
+
+use mlx5_hw::device::wait_any_readable;
+
 use crate::channel::CompChannel;
 use crate::context::Context;
 use crate::datapath;
 use crate::error::{Error, Result};
+use crate::wait::{stall_detail, Idle};
 
 /// How to create a CQ: the device attributes ([`CqInitAttr`]: size, CQE size, overrun).
 #[derive(Clone, Copy, Debug, Default)]
@@ -139,6 +144,14 @@ impl Cq {
         self.obj.chan.as_ref().map(|(c, _)| c)
     }
 
+    /// The CQ's channel when the CQ may take its events itself: no other CQ on it and no
+    /// `AsyncChannel` serving it ([`crate::channel`], one consumer per channel).
+    pub(crate) fn own_channel(&self) -> Option<CompChannel> {
+        self.channel()
+            .filter(|ch| ch.cq_count() == 1 && !ch.inner.served.load(Ordering::Acquire))
+            .cloned()
+    }
+
     /// Request a completion event on the CQ's channel for the next completion
     /// (`solicited_only = false`) or the next solicited or error completion
     /// (`ibv_req_notify_cq`). First brings the data path's arm sequence number up to the
@@ -168,7 +181,8 @@ impl Cq {
     /// those another CQ's consumer waits for ([`crate::channel`], one consumer per channel);
     /// serve a shared channel from one place with [`CompChannel::get_event`] (or the
     /// `tokio` feature's `AsyncChannel`). Steps a deterministic software ConnectX while
-    /// waiting.
+    /// waiting. A device that reports a fatal error ends the wait at once with
+    /// [`Error::DeviceFatal`] ([`crate::events`]).
     pub fn poll_blocking<R: Resolve + ?Sized>(
         &mut self,
         table: &mut R,
@@ -217,8 +231,15 @@ impl Cq {
             }
             let left = deadline.saturating_duration_since(Instant::now());
             // Any event ends the sleep; a stale one (from an arm whose completion was polled
-            // before its event was taken) only costs another round.
-            if ch.wait_event(left)?.is_none() && left.is_zero() {
+            // before its event was taken) only costs another round. A dead device ends it too
+            // (`crate::events`), with an error rather than at the deadline.
+            self.obj.ctx.check_alive(&[])?;
+            let mut fds = self.obj.ctx.wake_fds();
+            fds.push(ch.as_raw_fd());
+            let woke = wait_any_readable(&fds, left)?;
+            if woke.contains(&(fds.len() - 1)) {
+                while ch.get_event()?.is_some() {}
+            } else if left.is_zero() {
                 self.obj.ctx.progress();
                 return self.dp.poll(table, wcs).map_err(Into::into);
             }
@@ -228,6 +249,12 @@ impl Cq {
     /// Poll completions of the QPs (and SRQs) in `table` until `done` accepts one, or until
     /// `timeout`; returns every completion polled, in order (the accepted one last), so nothing
     /// is lost. Steps a deterministic software ConnectX ([`Context::progress`]) while waiting.
+    ///
+    /// Between polls that find nothing it sleeps rather than spins: on the CQ's completion
+    /// channel when the CQ has one of its own, else with a bounded backoff ([`crate::wait`]).
+    /// A device that reports a fatal error ends the wait at once with [`Error::DeviceFatal`]
+    /// (carrying the completions polled); a timeout says what each QP of `table` had
+    /// outstanding.
     pub fn poll_until<R: Resolve + ?Sized>(
         &mut self,
         table: &mut R,
@@ -248,6 +275,7 @@ impl Cq {
         let mut got = Vec::new();
         let mut wcs = [Wc::default(); 16];
         let batch = batch.clamp(1, wcs.len());
+        let mut idle = Idle::new();
         loop {
             self.obj.ctx.progress();
             let n = self.dp.poll(table, &mut wcs[..batch])?;
@@ -267,11 +295,11 @@ impl Cq {
                         detail: format!(
                             "{} completion(s) polled meanwhile; {}",
                             got.len(),
-                            self.obj.ctx.stall_hint()
+                            stall_detail(table, &self.obj.ctx)
                         ),
                     });
                 }
-                std::thread::yield_now();
+                idle.pause(self, start + timeout, &got)?;
             }
         }
     }

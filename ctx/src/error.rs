@@ -75,6 +75,15 @@ pub enum Error {
         /// The error the system returned.
         source: std::io::Error,
     },
+    /// The device reported a fatal error (`IBV_EVENT_DEVICE_FATAL`) while a helper waited on
+    /// it: nothing more will complete ([`Context::is_fatal`](crate::Context::is_fatal)).
+    #[error("device {device} reported a fatal error (IBV_EVENT_DEVICE_FATAL): nothing more completes on it ({} completion(s) polled before); destroy its objects and open the device again", .completions.len())]
+    DeviceFatal {
+        /// The device's name.
+        device: String,
+        /// The completions polled before the wait noticed, in order (none is lost).
+        completions: Vec<mlx5_qp::Wc>,
+    },
     /// A wait reached its deadline.
     #[error("gave up after {waited:?} waiting for {what}: {detail}")]
     Timeout {

@@ -106,6 +106,7 @@ mod pd;
 mod qp;
 mod srq;
 mod timestamp;
+pub mod wait;
 pub mod xrc;
 
 pub use ah::Ah;

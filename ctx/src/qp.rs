@@ -195,6 +195,9 @@ impl Resolve for Qp {
     fn qp(&mut self, qpn: u32) -> Option<&mut mlx5_qp::Qp> {
         self.dp.qp(qpn)
     }
+    fn for_each_qp(&self, f: &mut dyn FnMut(&mlx5_qp::Qp)) {
+        f(&self.dp)
+    }
 }
 
 impl Qp {

@@ -13,3 +13,4 @@ mod shared_bfregs;
 mod sqe_recovery;
 mod support;
 mod verbs_xrc;
+mod waiting;

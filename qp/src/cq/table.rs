@@ -23,12 +23,24 @@ pub trait Resolve {
         let _ = srqn;
         None
     }
+    /// Call `f` on every QP the table holds, for diagnosis (what a wait that timed out was
+    /// waiting on); never on the hot path. A table that cannot list its QPs lists none.
+    fn for_each_qp(&self, f: &mut dyn FnMut(&Qp)) {
+        let _ = f;
+    }
+    /// Call `f` on every SRQ the table holds ([`Resolve::for_each_qp`]).
+    fn for_each_srq(&self, f: &mut dyn FnMut(&Srq)) {
+        let _ = f;
+    }
 }
 
 impl Resolve for Qp {
     #[inline(always)]
     fn qp(&mut self, qpn: u32) -> Option<&mut Qp> {
         (self.qpn() == qpn).then_some(self)
+    }
+    fn for_each_qp(&self, f: &mut dyn FnMut(&Qp)) {
+        f(self)
     }
     #[inline(always)]
     fn qp_of_cqe(&mut self, sop_drop_qpn: u32) -> Option<&mut Qp> {
@@ -46,6 +58,9 @@ impl<Q: BorrowMut<Qp>> Resolve for [Q] {
         self.iter_mut()
             .map(BorrowMut::borrow_mut)
             .find(|q| q.qpn() == qpn)
+    }
+    fn for_each_qp(&self, f: &mut dyn FnMut(&Qp)) {
+        self.iter().for_each(|q| f(q.borrow()))
     }
 }
 
@@ -65,6 +80,12 @@ impl<A: Resolve + ?Sized, S: BorrowMut<Srq>> Resolve for (&mut A, &mut [S]) {
             .iter_mut()
             .map(BorrowMut::borrow_mut)
             .find(|s| s.srqn() == srqn)
+    }
+    fn for_each_qp(&self, f: &mut dyn FnMut(&Qp)) {
+        self.0.for_each_qp(f)
+    }
+    fn for_each_srq(&self, f: &mut dyn FnMut(&Srq)) {
+        self.1.iter().for_each(|s| f(s.borrow()))
     }
 }
 
@@ -255,5 +276,11 @@ impl Resolve for QpTable {
     #[inline]
     fn srq(&mut self, srqn: u32) -> Option<&mut Srq> {
         self.srqs.iter_mut().find(|s| s.srqn() == srqn)
+    }
+    fn for_each_qp(&self, f: &mut dyn FnMut(&Qp)) {
+        self.qps.iter().for_each(f)
+    }
+    fn for_each_srq(&self, f: &mut dyn FnMut(&Srq)) {
+        self.srqs.iter().for_each(f)
     }
 }
