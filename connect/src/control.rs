@@ -3,11 +3,14 @@
 
 use super::error::{ConnectError, Result};
 use super::wire::{Message, HEADER_LEN, MAX_MESSAGE_LEN};
+use mlx5_hw::device::wait_readable;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::time::{Duration, Instant};
 
-/// How often a deadline-bounded accept or connect retries.
+/// How often a deadline-bounded connect retries a refused connection (the peer may not listen
+/// yet: nothing signals when it starts to).
 const RETRY_EVERY: Duration = Duration::from_millis(2);
 
 /// A control connection to the peer.
@@ -40,13 +43,18 @@ impl Control {
                 Err(e)
                     if e.kind() == ErrorKind::WouldBlock || e.kind() == ErrorKind::Interrupted =>
                 {
-                    if Instant::now() >= deadline {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
                         break Err(ConnectError::Timeout {
                             waiting_for: "a peer to connect",
                             after: timeout,
                         });
                     }
-                    std::thread::sleep(RETRY_EVERY);
+                    // Asleep until a peer connects (the listener becomes readable) or the
+                    // deadline: no polling.
+                    if let Err(e) = wait_readable(listener.as_raw_fd(), left) {
+                        break Err(e.into());
+                    }
                 }
                 Err(e) => break Err(ConnectError::io(during(), e)),
             }
@@ -117,6 +125,15 @@ impl Control {
         })
     }
 
+    /// A descriptor of its own for the control socket (`dup`), for a reactor to register
+    /// (the `tokio` feature's `AsyncConnection`).
+    pub fn try_clone_fd(&self) -> Result<std::os::fd::OwnedFd> {
+        self.stream
+            .try_clone()
+            .map(Into::into)
+            .map_err(|e| ConnectError::io("duplicate the control socket", e))
+    }
+
     /// The peer's address.
     pub fn peer_addr(&self) -> SocketAddr {
         self.peer
@@ -164,7 +181,10 @@ impl Control {
         }
     }
 
-    /// Returns a message if one has fully arrived, without waiting.
+    /// Returns a message if one has fully arrived, without waiting. `None` means the socket
+    /// has nothing more now (it was read until it would block): the descriptor
+    /// ([`AsFd`]) becomes readable again only when the peer sends more, so an event loop
+    /// calls this on readiness until `None`, level- or edge-triggered alike.
     pub fn try_recv(&mut self) -> Result<Option<Message>> {
         if let Some(m) = self.take_message()? {
             return Ok(Some(m));
@@ -172,15 +192,28 @@ impl Control {
         self.stream
             .set_nonblocking(true)
             .map_err(|e| ConnectError::io("poll the control connection", e))?;
-        let r = self.fill("a control message");
+        // Read until a whole message is in or the socket would block (a message may arrive
+        // in pieces; reading stops at its end, so what the kernel still holds keeps the
+        // descriptor readable).
+        let r = loop {
+            match self.fill("a control message") {
+                Ok(true) => match self.take_message() {
+                    Ok(None) => continue,
+                    other => break other,
+                },
+                Ok(false) => break Ok(None),
+                Err(e) => break Err(e),
+            }
+        };
         let restore = self.stream.set_nonblocking(false);
-        r?;
+        let m = r?;
         restore.map_err(|e| ConnectError::io("poll the control connection", e))?;
-        self.take_message()
+        Ok(m)
     }
 
-    /// Reads what is available (one read call) into the buffer, never past one message.
-    fn fill(&mut self, waiting_for: &'static str) -> Result<()> {
+    /// Reads what is available (one read call) into the buffer, never past one message;
+    /// `false` when nothing was there (the read would block or timed out).
+    fn fill(&mut self, waiting_for: &'static str) -> Result<bool> {
         let need = if self.buf.len() < HEADER_LEN {
             HEADER_LEN
         } else {
@@ -193,12 +226,13 @@ impl Control {
             Ok(0) => Err(ConnectError::PeerClosed { waiting_for }),
             Ok(n) => {
                 self.buf.extend_from_slice(&chunk[..n]);
-                Ok(())
+                Ok(true)
             }
             Err(e) if e.kind() == ErrorKind::WouldBlock || e.kind() == ErrorKind::TimedOut => {
-                Ok(())
+                Ok(false)
             }
-            Err(e) if e.kind() == ErrorKind::Interrupted => Ok(()),
+            // Interrupted by a signal: read again.
+            Err(e) if e.kind() == ErrorKind::Interrupted => Ok(true),
             Err(e) => Err(ConnectError::io(format!("read from {}", self.peer), e)),
         }
     }
@@ -217,6 +251,23 @@ impl Control {
         self.buf.drain(..len);
         tracing::debug!(target: "mlx5_connect", kind = m.kind_name(), generation = m.generation(), peer = %self.peer, "received");
         Ok(Some(m))
+    }
+}
+
+/// The control socket: readable when the peer sent something (a rebuild request, an abort,
+/// its goodbye) or closed the connection. Sleep on it with `poll(2)`, epoll or a reactor
+/// together with the completion channel's and the device's event fds (one wait for
+/// everything), then call [`Control::try_recv`] (or `Connection::poll_control`) until it
+/// returns `None`. Only this `Control` reads it.
+impl AsFd for Control {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.stream.as_fd()
+    }
+}
+
+impl AsRawFd for Control {
+    fn as_raw_fd(&self) -> RawFd {
+        self.stream.as_raw_fd()
     }
 }
 
@@ -247,6 +298,42 @@ mod tests {
         b.send(&m).unwrap();
         assert_eq!(a.recv("test").unwrap(), m);
         assert_eq!(a.recv("test").unwrap(), m);
+    }
+
+    #[test]
+    fn try_recv_takes_a_whole_message_in_one_call_and_none_means_nothing_is_left() {
+        let (mut a, mut b) = pair();
+        let m = Message::Abort {
+            generation: 3,
+            code: AbortCode::Shutdown,
+        };
+        let bytes = m.encode().unwrap();
+        // In two pieces, the second a moment later: the first call sees half a message and
+        // nothing more to read.
+        b.stream.write_all(&bytes[..5]).unwrap();
+        let fd = [a.as_raw_fd()];
+        assert_eq!(wait_any(&fd), [0]);
+        assert_eq!(a.try_recv().unwrap(), None);
+        assert!(
+            mlx5_hw::device::wait_any_readable(&fd, Duration::ZERO)
+                .unwrap()
+                .is_empty(),
+            "None: the socket was read to the end"
+        );
+        b.stream.write_all(&bytes[5..]).unwrap();
+        assert_eq!(wait_any(&fd), [0]);
+        assert_eq!(a.try_recv().unwrap(), Some(m));
+        // Two whole messages: one call each, the descriptor readable until both are taken.
+        b.send(&m).unwrap();
+        b.send(&m).unwrap();
+        assert_eq!(wait_any(&fd), [0]);
+        assert_eq!(a.try_recv().unwrap(), Some(m));
+        assert_eq!(a.try_recv().unwrap(), Some(m));
+        assert_eq!(a.try_recv().unwrap(), None);
+    }
+
+    fn wait_any(fds: &[RawFd]) -> Vec<usize> {
+        mlx5_hw::device::wait_any_readable(fds, Duration::from_secs(10)).unwrap()
     }
 
     #[test]

@@ -10,6 +10,11 @@
 //!   over, and the rebuild announces its QPN to the peer);
 //! - [`diag`]: readable dumps of a QP, the device counters and an error completion.
 //!
+//! The control socket is a descriptor ([`Connection::control_fd`], [`Control`] is `AsFd`), so
+//! an event-driven server sleeps on its completions, the device's events and its peers'
+//! rebuild requests at once; with the `tokio` feature, `Connection::into_async` gives an
+//! `AsyncConnection` whose `next_control().await` wakes for the peer's next message.
+//!
 //! Only [`mlx5_hw::Device`] and [`mlx5_hw::transition`] are used to reach the device, so the
 //! same code connects QPs of the software ConnectX and of a ConnectX. The data path is reached
 //! through a [`Link`] ([`QpLink`] for this crate's [`mlx5_qp::Qp`] and [`mlx5_qp::Cq`]).
@@ -30,6 +35,8 @@
 //! # Ok(()) }
 //! ```
 
+#[cfg(feature = "tokio")]
+mod async_control;
 mod control;
 pub mod diag;
 mod error;
@@ -42,6 +49,8 @@ mod plan;
 mod session;
 pub mod wire;
 
+#[cfg(feature = "tokio")]
+pub use async_control::AsyncConnection;
 pub use control::Control;
 pub use error::{ConnectError, Result};
 pub use link::{ControlOnly, Link, QpLink};

@@ -6,6 +6,8 @@
 //!   them, with the index the CQ was added under.
 //! - [`AsyncCq`]: the same for a CQ alone on its channel.
 //! - [`AsyncEventStream`]: the device's asynchronous events ([`AsyncEvents::into_async`]).
+//! - [`AsyncReadable`]: any other descriptor the task waits on too (a connection's control
+//!   socket), so one task sleeps on completions, events and its peers' messages at once.
 //!
 //! ## The wait
 //!
@@ -558,5 +560,60 @@ impl AsyncEventStream {
     /// Back to the synchronous queue.
     pub fn into_inner(self) -> AsyncEvents {
         self.fd.into_inner()
+    }
+}
+
+/// Any descriptor a task awaits next to its completions and events: a connection's control
+/// socket (mlx5-connect's `AsyncConnection`), a pipe, a socket of the program's own. It owns
+/// the descriptor (a `dup` of the caller's, so the caller's blocking or non-blocking mode is
+/// untouched: nothing is read through this one) and registers it with the current runtime.
+pub struct AsyncReadable {
+    fd: AsyncFd<OwnedFd>,
+}
+
+impl fmt::Debug for AsyncReadable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AsyncReadable")
+            .field("fd", &self.fd.get_ref().as_raw_fd())
+            .finish()
+    }
+}
+
+impl AsyncReadable {
+    /// Await `fd` (readable) on the current tokio runtime, which must have I/O enabled.
+    pub fn new(fd: OwnedFd) -> Result<AsyncReadable> {
+        Ok(AsyncReadable {
+            fd: register(fd, "an AsyncReadable")?,
+        })
+    }
+
+    /// The next thing `try_take` takes from the descriptor: `try_take` is called first, and
+    /// again each time the descriptor becomes readable, until it returns something.
+    /// `try_take` must read without blocking and return `Ok(None)` only when the descriptor
+    /// has nothing more for it now (it read until `EWOULDBLOCK`): the readiness is then
+    /// cleared, and the task sleeps until new data arrives. An error of `try_take` is returned
+    /// inside; the outer error is the reactor's. Cancellation-safe when `try_take` is (the
+    /// `.await` takes nothing).
+    pub async fn next<T, E>(
+        &self,
+        mut try_take: impl FnMut() -> std::result::Result<Option<T>, E>,
+    ) -> Result<std::result::Result<T, E>> {
+        loop {
+            match try_take() {
+                Ok(Some(v)) => return Ok(Ok(v)),
+                Ok(None) => {}
+                Err(e) => return Ok(Err(e)),
+            }
+            let mut guard = self.fd.readable().await.map_err(|source| Error::Io {
+                what: "await a descriptor's readiness",
+                source,
+            })?;
+            match try_take() {
+                Ok(Some(v)) => return Ok(Ok(v)),
+                // Drained to EWOULDBLOCK: data arriving from now on is new readiness.
+                Ok(None) => guard.clear_ready(),
+                Err(e) => return Ok(Err(e)),
+            }
+        }
     }
 }

@@ -111,7 +111,7 @@ pub mod xrc;
 
 pub use ah::Ah;
 #[cfg(feature = "tokio")]
-pub use async_cq::{AsyncChannel, AsyncCq, AsyncEventStream};
+pub use async_cq::{AsyncChannel, AsyncCq, AsyncEventStream, AsyncReadable};
 pub use channel::CompChannel;
 pub use context::Context;
 #[cfg(feature = "sim")]

@@ -42,6 +42,7 @@ use mlx5_cq::WcStatus;
 use mlx5_hw::{AhInfo, Device, Mtu, PdId, QpId, QpInfo, QpState, QpType};
 use mlx5_qp::Wc;
 use std::net::{TcpListener, ToSocketAddrs};
+use std::os::fd::{AsFd, BorrowedFd};
 
 /// The control path's name for a QP: its device handle, number and type.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -312,8 +313,26 @@ impl Connection {
         &self.params
     }
 
+    /// The control connection to the peer (none for an in-process pair).
+    pub fn control(&self) -> Option<&Control> {
+        self.control.as_ref()
+    }
+
+    /// The control socket's descriptor (none for an in-process pair): readable when the peer
+    /// sent something or closed the connection. An event-driven program sleeps on it together
+    /// with its completion channel's fd and the device's event fd (`mlx5_ctx::CompChannel`,
+    /// `mlx5_ctx::AsyncEvents`, all `AsFd`; `mlx5_hw::device::wait_any_readable` waits on
+    /// several), and on readiness calls [`Connection::poll_control`] until it returns `None`:
+    /// a rebuild request wakes it at once, with no polling interval.
+    pub fn control_fd(&self) -> Option<BorrowedFd<'_>> {
+        self.control.as_ref().map(AsFd::as_fd)
+    }
+
     /// Checks, without waiting, whether the peer sent something: a rebuild request (then
-    /// call [`Connection::rebuild`]) or an abort.
+    /// call [`Connection::rebuild`]) or an abort. `None` means nothing more is there now (the
+    /// socket was read until it would block, [`Control::try_recv`]), so the control
+    /// descriptor ([`Connection::control_fd`]) is readable again only when the peer sends.
+    /// A rebuild request is returned again by every call until [`Connection::rebuild`] runs.
     pub fn poll_control(&mut self) -> Result<Option<ControlEvent>> {
         if let Some((_, reason, generation)) = self.pending_rebuild {
             return Ok(Some(ControlEvent::RebuildRequested { reason, generation }));

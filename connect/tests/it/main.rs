@@ -5,6 +5,7 @@ mod connect_doc;
 mod connect_sim;
 mod connect_support;
 mod connect_two_process;
+mod control_fd;
 mod fuzz_replay;
 mod owned;
 mod recovery_destroyed_peer;

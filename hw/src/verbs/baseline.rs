@@ -525,19 +525,29 @@ impl<'d> BaselineCq<'d> {
 
     /// Polls until `n` completions arrived or `timeout` passed; returns what arrived.
     ///
-    /// A convenience for tests and examples: it allocates the result and spins with
-    /// `yield_now`; latency loops call [`BaselineCq::poll`] directly.
+    /// A convenience for tests and examples: it allocates the result, and between empty polls
+    /// yields the core for 50 µs, then sleeps with a backoff of 10 µs doubling to 1 ms (so a
+    /// long wait costs little CPU, as `mlx5_ctx`'s waiting helpers do); latency loops call
+    /// [`BaselineCq::poll`] directly.
     pub fn wait(&mut self, n: usize, timeout: Duration) -> Result<Vec<Completion>> {
-        let deadline = Instant::now() + timeout;
+        let start = Instant::now();
+        let deadline = start + timeout;
         let mut got = vec![Completion::default(); n];
         let mut have = 0;
+        let mut backoff = Duration::from_micros(10);
         while have < n {
             have += self.poll(&mut got[have..])?;
             if have < n {
-                if Instant::now() >= deadline {
+                let now = Instant::now();
+                if now >= deadline {
                     break;
                 }
-                std::thread::yield_now();
+                if now.duration_since(start) < Duration::from_micros(50) {
+                    std::thread::yield_now();
+                } else {
+                    std::thread::sleep(backoff.min(deadline - now));
+                    backoff = (backoff * 2).min(Duration::from_millis(1));
+                }
             }
         }
         got.truncate(have);
