@@ -14,7 +14,7 @@
 //!   after a long wait is seen).
 //!
 //! Either sleep also watches the context's wake-up descriptors ([`crate::events`]), so a
-//! device that reports `IBV_EVENT_DEVICE_FATAL` ends it at once with [`Error::DeviceFatal`]
+//! device that reports `IBV_EVENT_DEVICE_FATAL` ends it at once with [`Error::DeviceFatal`](crate::Error::DeviceFatal)
 //! rather than at the deadline. A 1-second wait so costs well under a tenth of the waiting
 //! thread's CPU without a channel (one wake-up per millisecond) and next to nothing on a
 //! channel (`ctx/tests/it/waiting.rs` measures it), where yielding in a loop cost a whole
