@@ -14,6 +14,7 @@ mod objects;
 mod pcap_roundtrip;
 mod pcap_tshark;
 mod rc_ops;
+mod rnr_loss;
 mod shared_bfregs;
 mod state;
 mod tap;
