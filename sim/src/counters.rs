@@ -112,6 +112,10 @@ counters! {
     RxWriteRequests = "rx_write_requests",
     /// Frames whose ICRC check failed.
     RxIcrcEncapsulated = "rx_icrc_encapsulated",
+    /// CQs that entered their error state by an overrun (mlx5's vport debug counter
+    /// `cq_overrun`, "number of times CQ entered an error state due to an overflow": kernel
+    /// commit 3e94e61bd44d, "net/mlx5: Add HW definitions of vport debug counters").
+    CqOverrun = "cq_overrun",
     /// Software ConnectX: a packet for a QP that does not exist or cannot receive in its state,
     /// or of a transport the QP does not run.
     RxDropped = "rx_dropped",

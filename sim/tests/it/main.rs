@@ -3,6 +3,7 @@
 
 mod bounded;
 mod common;
+mod cq_overrun;
 mod doorbell;
 mod errors;
 mod events;
