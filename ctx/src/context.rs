@@ -1,11 +1,12 @@
 //! The device context: which device, and (for the software ConnectX) the fabric and thread it
 //! needs, kept alive by every object made from it.
 
+use std::collections::VecDeque;
 use std::fmt;
-use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 
-use mlx5_hw::{CqInitAttr, Device, DeviceAttr, PortAttr};
+use mlx5_hw::{AsyncEvent, CqId, CqInitAttr, Device, DeviceAttr, PortAttr};
 
 use crate::channel::CompChannel;
 use crate::cq::{Cq, CqInit};
@@ -30,6 +31,33 @@ pub(crate) struct ContextInner {
     sim: Option<(mlx5_sim::SimDevice, SimFabric)>,
     /// An [`AsyncEvents`] is taking the device's asynchronous events (one consumer).
     pub(crate) async_events_taken: AtomicBool,
+    /// What the context saw of those events ([`AsyncSeen`]).
+    pub(crate) async_seen: Mutex<AsyncSeen>,
+}
+
+/// Most events a CQ wait keeps for the next [`AsyncEvents`] (a device raising events nobody
+/// reads cannot grow it without bound; beyond it the oldest are dropped, logged).
+const PENDING_EVENTS: usize = 1024;
+
+/// What a context saw of its device's asynchronous events.
+#[derive(Debug, Default)]
+pub(crate) struct AsyncSeen {
+    /// Events a CQ wait took from the device while no [`AsyncEvents`] held its queue (it
+    /// looked for a CQ error), kept in order for the next one: an event taken from the device
+    /// is gone from it.
+    pending: VecDeque<AsyncEvent>,
+    /// CQs the device reported in error (`IBV_EVENT_CQ_ERR`), until they are destroyed.
+    cq_errors: Vec<CqId>,
+}
+
+impl AsyncSeen {
+    fn note(&mut self, e: &AsyncEvent) {
+        if let AsyncEvent::CqError(cq) = *e {
+            if !self.cq_errors.contains(&cq) {
+                self.cq_errors.push(cq);
+            }
+        }
+    }
 }
 
 impl fmt::Debug for Context {
@@ -74,6 +102,7 @@ impl Context {
                 #[cfg(feature = "sim")]
                 sim: None,
                 async_events_taken: AtomicBool::new(false),
+                async_seen: Mutex::default(),
             }),
         }
     }
@@ -155,6 +184,51 @@ impl Context {
 
     /// Why a wait on this device may not end, for timeout messages: a deterministic software
     /// ConnectX that nobody steps, or nothing.
+    fn async_seen(&self) -> MutexGuard<'_, AsyncSeen> {
+        // Nothing in it can be left half-updated by a panic: keep using it.
+        self.inner
+            .async_seen
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The next asynchronous event: one a CQ wait kept first, then the device's
+    /// ([`AsyncEvents::next_event`]); a CQ error is noted for [`Context::cq_in_error`].
+    pub(crate) fn take_async_event(&self) -> Option<AsyncEvent> {
+        let mut seen = self.async_seen();
+        if let Some(e) = seen.pending.pop_front() {
+            return Some(e);
+        }
+        let e = self.device().poll_async_event()?;
+        seen.note(&e);
+        Some(e)
+    }
+
+    /// Whether the device reported CQ `cq` in error (`IBV_EVENT_CQ_ERR`, the event a ConnectX
+    /// raises when a CQ overruns). The events are the only report a device gives of it, on a
+    /// ConnectX as on the software ConnectX: while an [`AsyncEvents`] holds the queue, its
+    /// reads note them; while none does, this reads the device's queue itself and keeps what
+    /// it takes for the next [`AsyncEvents`], in order.
+    pub(crate) fn cq_in_error(&self, cq: CqId) -> bool {
+        let mut seen = self.async_seen();
+        if !self.inner.async_events_taken.load(Ordering::Acquire) {
+            while let Some(e) = self.device().poll_async_event() {
+                seen.note(&e);
+                if seen.pending.len() == PENDING_EVENTS {
+                    let old = seen.pending.pop_front();
+                    tracing::warn!(target: "mlx5_ctx", device = self.name(), event = ?old, "asynchronous event dropped: nobody reads the device's events (Context::async_events)");
+                }
+                seen.pending.push_back(e);
+            }
+        }
+        seen.cq_errors.contains(&cq)
+    }
+
+    /// A destroyed CQ: its handle may name another CQ later.
+    pub(crate) fn forget_cq(&self, cq: CqId) {
+        self.async_seen().cq_errors.retain(|c| *c != cq);
+    }
+
     pub(crate) fn stall_hint(&self) -> &'static str {
         #[cfg(feature = "sim")]
         if let Some((_, f)) = &self.inner.sim {
@@ -321,6 +395,7 @@ mod sim {
                     dev: Arc::new(dev.clone()),
                     sim: Some((dev, self.clone())),
                     async_events_taken: AtomicBool::new(false),
+                    async_seen: Mutex::default(),
                 }),
             }
         }

@@ -43,8 +43,14 @@ impl Drop for CqObj {
         if let Err(e) = r {
             tracing::warn!(target: "mlx5_ctx", cq = self.id.0, error = %e, "destroy_cq failed");
         }
+        self.ctx.forget_cq(self.id);
     }
 }
+
+/// How often a wait that finds no completion asks whether the device reported the CQ in
+/// error, and the longest it sleeps on a completion channel between two such looks (a CQ
+/// error fires no completion event).
+const ERROR_CHECK: Duration = Duration::from_millis(10);
 
 /// A completion queue: the data-path consumer ([`mlx5_qp::Cq`], reached through `Deref`) and
 /// the device CQ, destroyed when this and every QP reporting to it are gone.
@@ -134,6 +140,24 @@ impl Cq {
         &self.obj.ctx
     }
 
+    /// Whether the device reported this CQ in error (`IBV_EVENT_CQ_ERR`: it overran, and
+    /// takes no completion any more). A CQ error has no CQE and fires no completion event: a
+    /// device reports it only among its asynchronous events, on a ConnectX as on the software
+    /// ConnectX. This reads them while no [`crate::AsyncEvents`] does (keeping them for it)
+    /// and otherwise relies on its reads, so it costs a system call on a ConnectX: the waits
+    /// below ask at most every 10 ms, and the data path's own poll ([`mlx5_qp::Cq::poll`],
+    /// through `Deref`) never does.
+    pub fn in_error(&self) -> bool {
+        self.obj.ctx.cq_in_error(self.obj.id)
+    }
+
+    fn error(&self, completions: Vec<Wc>) -> Error {
+        Error::CqError {
+            cqn: self.dp.cqn(),
+            completions,
+        }
+    }
+
     /// The completion channel the CQ reports its events to, if any.
     pub fn channel(&self) -> Option<&CompChannel> {
         self.obj.chan.as_ref().map(|(c, _)| c)
@@ -168,7 +192,8 @@ impl Cq {
     /// those another CQ's consumer waits for ([`crate::channel`], one consumer per channel);
     /// serve a shared channel from one place with [`CompChannel::get_event`] (or the
     /// `tokio` feature's `AsyncChannel`). Steps a deterministic software ConnectX while
-    /// waiting.
+    /// waiting. A CQ in error fires no completion event: before each sleep (of at most 10 ms)
+    /// it asks [`Cq::in_error`], and a CQ in error is [`Error::CqError`].
     pub fn poll_blocking<R: Resolve + ?Sized>(
         &mut self,
         table: &mut R,
@@ -215,10 +240,14 @@ impl Cq {
             if n > 0 {
                 return Ok(n);
             }
+            // A CQ in error fires no event: look before sleeping, and sleep in slices.
+            if self.in_error() {
+                return Err(self.error(Vec::new()));
+            }
             let left = deadline.saturating_duration_since(Instant::now());
             // Any event ends the sleep; a stale one (from an arm whose completion was polled
             // before its event was taken) only costs another round.
-            if ch.wait_event(left)?.is_none() && left.is_zero() {
+            if ch.wait_event(left.min(ERROR_CHECK))?.is_none() && left.is_zero() {
                 self.obj.ctx.progress();
                 return self.dp.poll(table, wcs).map_err(Into::into);
             }
@@ -228,6 +257,8 @@ impl Cq {
     /// Poll completions of the QPs (and SRQs) in `table` until `done` accepts one, or until
     /// `timeout`; returns every completion polled, in order (the accepted one last), so nothing
     /// is lost. Steps a deterministic software ConnectX ([`Context::progress`]) while waiting.
+    /// A CQ the device put in error ([`Cq::in_error`]: it overran) ends the wait with
+    /// [`Error::CqError`] once its ring is empty, carrying the completions polled before.
     pub fn poll_until<R: Resolve + ?Sized>(
         &mut self,
         table: &mut R,
@@ -248,6 +279,7 @@ impl Cq {
         let mut got = Vec::new();
         let mut wcs = [Wc::default(); 16];
         let batch = batch.clamp(1, wcs.len());
+        let mut next_check = start;
         loop {
             self.obj.ctx.progress();
             let n = self.dp.poll(table, &mut wcs[..batch])?;
@@ -260,6 +292,14 @@ impl Cq {
                 }
             }
             if n == 0 {
+                // Nothing left in the ring: a CQ in error will never have more.
+                let now = Instant::now();
+                if now >= next_check {
+                    next_check = now + ERROR_CHECK;
+                    if self.in_error() {
+                        return Err(self.error(got));
+                    }
+                }
                 if start.elapsed() >= timeout {
                     return Err(Error::Timeout {
                         what: format!("a completion on CQ {:#x}", self.dp.cqn()),
@@ -279,7 +319,8 @@ impl Cq {
     /// Wait up to `timeout` for the completion of WR `wr_id` of a QP in `table`, and return it
     /// if it succeeded. A failed completion is [`Error::Failed`]; a completion of another WR
     /// arriving first is [`Error::Unexpected`] (carrying every completion polled, so none is
-    /// lost): for several outstanding WRs use [`Cq::poll_until`].
+    /// lost): for several outstanding WRs use [`Cq::poll_until`]. A CQ in error is
+    /// [`Error::CqError`].
     pub fn wait_for<R: Resolve + ?Sized>(
         &mut self,
         table: &mut R,

@@ -93,9 +93,10 @@ impl AsyncEvents {
     }
 
     /// The next pending event, without blocking (and without stepping a deterministic
-    /// software ConnectX: [`AsyncEvents::wait_event`] does).
+    /// software ConnectX: [`AsyncEvents::wait_event`] does). Events a CQ wait took from the
+    /// device before this [`AsyncEvents`] existed come first ([`crate::Cq::poll_until`]).
     pub fn next_event(&self) -> Option<AsyncEvent> {
-        self.ctx.device().poll_async_event()
+        self.ctx.take_async_event()
     }
 
     /// The next event, waiting up to `timeout` for the fd to become readable (`poll(2)`);
