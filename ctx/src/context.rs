@@ -6,7 +6,7 @@ use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use mlx5_hw::{CqInitAttr, Device, DeviceAttr, PortAttr};
+use mlx5_hw::{CqId, CqInitAttr, Device, DeviceAttr, PortAttr};
 
 use crate::channel::CompChannel;
 use crate::cq::{Cq, CqInit};
@@ -155,6 +155,21 @@ impl Context {
             return !f.is_threaded();
         }
         false
+    }
+
+    /// Whether the device reported CQ `cq` in error (`IBV_EVENT_CQ_ERR`, the event a ConnectX
+    /// raises when a CQ overruns). The events are the only report a device gives of it, on a
+    /// ConnectX as on the software ConnectX: while an [`AsyncEvents`] holds the queue, its
+    /// reads note them; while none does, this reads the device's queue itself and keeps what
+    /// it takes for the next [`AsyncEvents`], in order ([`crate::events`]).
+    pub(crate) fn cq_in_error(&self, cq: CqId) -> bool {
+        self.take_events();
+        self.inner.watch.cq_in_error(cq)
+    }
+
+    /// A destroyed CQ: its handle may name another CQ later.
+    pub(crate) fn forget_cq(&self, cq: CqId) {
+        self.inner.watch.forget_cq(cq);
     }
 
     /// Why a wait on this device may not end whatever the peer does, for timeout messages: a

@@ -48,8 +48,14 @@ impl Drop for CqObj {
         if let Err(e) = r {
             tracing::warn!(target: "mlx5_ctx", cq = self.id.0, error = %e, "destroy_cq failed");
         }
+        self.ctx.forget_cq(self.id);
     }
 }
+
+/// How often a wait that finds no completion asks whether the device reported the CQ in
+/// error, and the longest it sleeps on a completion channel between two such looks (a CQ
+/// error fires no completion event).
+const ERROR_CHECK: Duration = Duration::from_millis(10);
 
 /// A completion queue: the data-path consumer ([`mlx5_qp::Cq`], reached through `Deref`) and
 /// the device CQ, destroyed when this and every QP reporting to it are gone.
@@ -139,6 +145,24 @@ impl Cq {
         &self.obj.ctx
     }
 
+    /// Whether the device reported this CQ in error (`IBV_EVENT_CQ_ERR`: it overran, and
+    /// takes no completion any more). A CQ error has no CQE and fires no completion event: a
+    /// device reports it only among its asynchronous events, on a ConnectX as on the software
+    /// ConnectX. This reads them while no [`crate::AsyncEvents`] does (keeping them for it)
+    /// and otherwise relies on its reads, so it costs a system call on a ConnectX: the waits
+    /// below ask at most every 10 ms, and the data path's own poll ([`mlx5_qp::Cq::poll`],
+    /// through `Deref`) never does.
+    pub fn in_error(&self) -> bool {
+        self.obj.ctx.cq_in_error(self.obj.id)
+    }
+
+    fn error(&self, completions: Vec<Wc>) -> Error {
+        Error::CqError {
+            cqn: self.dp.cqn(),
+            completions,
+        }
+    }
+
     /// The completion channel the CQ reports its events to, if any.
     pub fn channel(&self) -> Option<&CompChannel> {
         self.obj.chan.as_ref().map(|(c, _)| c)
@@ -182,7 +206,9 @@ impl Cq {
     /// serve a shared channel from one place with [`CompChannel::get_event`] (or the
     /// `tokio` feature's `AsyncChannel`). Steps a deterministic software ConnectX while
     /// waiting. A device that reports a fatal error ends the wait at once with
-    /// [`Error::DeviceFatal`] ([`crate::events`]).
+    /// [`Error::DeviceFatal`] ([`crate::events`]). A CQ in error fires no completion event:
+    /// before each sleep (of at most 10 ms) it asks [`Cq::in_error`], and a CQ in error is
+    /// [`Error::CqError`].
     pub fn poll_blocking<R: Resolve + ?Sized>(
         &mut self,
         table: &mut R,
@@ -229,14 +255,20 @@ impl Cq {
             if n > 0 {
                 return Ok(n);
             }
+            // A CQ in error fires no event: look before sleeping, and sleep in slices.
+            if self.in_error() {
+                return Err(self.error(Vec::new()));
+            }
             let left = deadline.saturating_duration_since(Instant::now());
             // Any event ends the sleep; a stale one (from an arm whose completion was polled
-            // before its event was taken) only costs another round. A dead device ends it too
+            // before its event was taken) only costs another round; the sleep is sliced, since
+            // a CQ error wakes nothing here while an `AsyncEvents` takes the events. A dead
+            // device ends it too
             // (`crate::events`), with an error rather than at the deadline.
             self.obj.ctx.check_alive(&[])?;
             let mut fds = self.obj.ctx.wake_fds();
             fds.push(ch.as_raw_fd());
-            let woke = wait_any_readable(&fds, left)?;
+            let woke = wait_any_readable(&fds, left.min(ERROR_CHECK))?;
             if woke.contains(&(fds.len() - 1)) {
                 while ch.get_event()?.is_some() {}
             } else if left.is_zero() {
@@ -255,6 +287,8 @@ impl Cq {
     /// A device that reports a fatal error ends the wait at once with [`Error::DeviceFatal`]
     /// (carrying the completions polled); a timeout says what each QP of `table` had
     /// outstanding.
+    /// A CQ the device put in error ([`Cq::in_error`]: it overran) ends the wait with
+    /// [`Error::CqError`] once its ring is empty, carrying the completions polled before.
     pub fn poll_until<R: Resolve + ?Sized>(
         &mut self,
         table: &mut R,
@@ -276,6 +310,7 @@ impl Cq {
         let mut wcs = [Wc::default(); 16];
         let batch = batch.clamp(1, wcs.len());
         let mut idle = Idle::new();
+        let mut next_check = start;
         loop {
             self.obj.ctx.progress();
             let n = self.dp.poll(table, &mut wcs[..batch])?;
@@ -288,6 +323,14 @@ impl Cq {
                 }
             }
             if n == 0 {
+                // Nothing left in the ring: a CQ in error will never have more.
+                let now = Instant::now();
+                if now >= next_check {
+                    next_check = now + ERROR_CHECK;
+                    if self.in_error() {
+                        return Err(self.error(got));
+                    }
+                }
                 if start.elapsed() >= timeout {
                     return Err(Error::Timeout {
                         what: format!("a completion on CQ {:#x}", self.dp.cqn()),
@@ -307,7 +350,8 @@ impl Cq {
     /// Wait up to `timeout` for the completion of WR `wr_id` of a QP in `table`, and return it
     /// if it succeeded. A failed completion is [`Error::Failed`]; a completion of another WR
     /// arriving first is [`Error::Unexpected`] (carrying every completion polled, so none is
-    /// lost): for several outstanding WRs use [`Cq::poll_until`].
+    /// lost): for several outstanding WRs use [`Cq::poll_until`]. A CQ in error is
+    /// [`Error::CqError`].
     pub fn wait_for<R: Resolve + ?Sized>(
         &mut self,
         table: &mut R,

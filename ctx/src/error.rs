@@ -84,6 +84,26 @@ pub enum Error {
         /// The completions polled before the wait noticed, in order (none is lost).
         completions: Vec<mlx5_qp::Wc>,
     },
+    /// The device put the CQ in its error state (`IBV_EVENT_CQ_ERR`; on a ConnectX the cause
+    /// is an overrun: more completions came than the CQ has entries before they were polled).
+    /// It takes no completion any more: each QP completing into it goes to Error
+    /// (`IBV_EVENT_QP_FATAL`) and the completions of its WRs are lost. Reported by the waits of
+    /// [`crate::Cq`] once the CQ holds nothing more; recover by moving those QPs to Error (or
+    /// reading their state), retiring their WRs with [`mlx5_qp::Qp::flush_outstanding`] and
+    /// rebuilding the CQ larger (`docs/troubleshooting.md`).
+    #[error(
+        "CQ {cqn:#x} is in error (IBV_EVENT_CQ_ERR): it overran, more completions came than \
+         it has entries before they were polled, and it takes none any more; its QPs go to \
+         Error as they complete (IBV_EVENT_QP_FATAL): retire their WRs with \
+         Qp::flush_outstanding and recreate the CQ larger ({} completion(s) polled before)",
+        .completions.len()
+    )]
+    CqError {
+        /// The CQ number.
+        cqn: u32,
+        /// The completions polled by this call before the error was seen, in order.
+        completions: Vec<mlx5_qp::Wc>,
+    },
     /// A wait reached its deadline.
     #[error("gave up after {waited:?} waiting for {what}: {detail}")]
     Timeout {

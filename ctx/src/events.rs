@@ -35,7 +35,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use mlx5_hw::device::wait_readable;
-use mlx5_hw::AsyncEvent;
+use mlx5_hw::{AsyncEvent, CqId};
 
 use crate::context::Context;
 use crate::error::{Error, Result};
@@ -151,6 +151,8 @@ pub const BACKLOG_CAP: usize = 4096;
 pub(crate) struct Watch {
     fatal: AtomicBool,
     backlog: Mutex<VecDeque<AsyncEvent>>,
+    /// CQs the device reported in error (`IBV_EVENT_CQ_ERR`), until they are destroyed.
+    cq_errors: Mutex<Vec<CqId>>,
     /// (read end, write end); `None` if the process is out of descriptors (the helpers then
     /// sleep in bounded slices).
     wake: Option<(UnixStream, UnixStream)>,
@@ -164,6 +166,7 @@ impl Watch {
         Watch {
             fatal: AtomicBool::new(false),
             backlog: Mutex::new(VecDeque::new()),
+            cq_errors: Mutex::new(Vec::new()),
             wake,
         }
     }
@@ -175,6 +178,12 @@ impl Watch {
 
     /// Record an event taken from the device (by [`AsyncEvents`] or a helper).
     pub(crate) fn saw(&self, e: &AsyncEvent, device: &str) {
+        if let AsyncEvent::CqError(cq) = *e {
+            let mut errs = self.cq_errors();
+            if !errs.contains(&cq) {
+                errs.push(cq);
+            }
+        }
         if *e == AsyncEvent::DeviceFatal && !self.fatal.swap(true, Ordering::AcqRel) {
             tracing::error!(target: "mlx5_ctx", device, "the device reported a fatal error (IBV_EVENT_DEVICE_FATAL): every wait on it ends");
             if let Some((_, w)) = &self.wake {
@@ -192,6 +201,21 @@ impl Watch {
             tracing::warn!(target: "mlx5_ctx", device, ?lost, "{BACKLOG_CAP} asynchronous events kept and none taken (Context::async_events): the oldest is dropped");
         }
         q.push_back(e);
+    }
+
+    fn cq_errors(&self) -> MutexGuard<'_, Vec<CqId>> {
+        // Every update is one push or retain: a poisoned lock still holds a valid list.
+        self.cq_errors.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether an event reported CQ `cq` in error ([`Watch::saw`]).
+    pub(crate) fn cq_in_error(&self, cq: CqId) -> bool {
+        self.cq_errors().contains(&cq)
+    }
+
+    /// A destroyed CQ: its handle may name another CQ later.
+    pub(crate) fn forget_cq(&self, cq: CqId) {
+        self.cq_errors().retain(|c| *c != cq);
     }
 
     fn pop(&self) -> Option<AsyncEvent> {

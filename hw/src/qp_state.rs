@@ -11,16 +11,30 @@
 //! same facts, not a copy of its code.)
 //!
 //! **Per kernel version** ([`KernelVersion`]). The RC/UC/UD cells differ between releases only
-//! in `IBV_QP_RATE_LIMIT`:
+//! in `IBV_QP_RATE_LIMIT` (each commit is in Linus' tree through the rdma pull request of the
+//! merge window named; `docs/state-machine.md` lists them with the driver changes around them):
 //!
 //! - [`KernelVersion::Linux6_1`] (6.1 up to 6.19): no RC/UC/UD cell lists it (only raw-packet
-//!   QPs take it), so the table refuses it for every QP type here;
+//!   QPs take it), so the table refuses it for every QP type here. Before the table, the
+//!   drivers' own first check refuses it too, with EOPNOTSUPP: every driver but mlx5 (rxe,
+//!   Soft-RoCE, included) starts `modify_qp` with `attr_mask & ~IB_QP_ATTR_STANDARD_BITS` →
+//!   `-EOPNOTSUPP` (commit 26e990badde40b2fb824bfa3cb9d4288a79584bc "RDMA: Check attr_mask
+//!   during modify_qp", 5.11; `drivers/infiniband/sw/rxe/rxe_verbs.c` `rxe_modify_qp`), and on
+//!   Soft-RoCE rdma-core refuses it even before the kernel (its rxe provider sends the legacy
+//!   command: `libibverbs/cmd.c` `ibv_cmd_modify_qp`, "Starting with IBV_QP_RATE_LIMIT the
+//!   attribute must go through the _ex path", EOPNOTSUPP). So 6.1 answers EOPNOTSUPP, and so
+//!   does [`validate_for`] under this version ([`KernelVersion::refused_before_table`]); the
+//!   exception is mlx5, whose `mlx5_ib_modify_qp` admits the bit (`~(IB_QP_ATTR_STANDARD_BITS |
+//!   IB_QP_RATE_LIMIT)`) and then fails the table with EINVAL.
 //! - [`KernelVersion::Linux7_0`] (7.0, 7.1): optional for RC at Init→RTR, RTR→RTS and RTS→RTS
-//!   (commit 42e3aac65c1c "IB/core: Extend rate limit support for RC QPs", 7.0 merge window);
+//!   (commit 42e3aac65c1c9eb36cdee0d8312a326196e0822f "IB/core: Extend rate limit support for
+//!   RC QPs", `drivers/infiniband/core/verbs.c` `qp_state_table`; pull "RDMA v7.0 merge
+//!   window");
 //! - [`KernelVersion::Linux7_2`] (7.2 and later, the newest): no cell lists it and
 //!   `ib_modify_qp_is_ok` lets it through on every legal transition, the driver deciding
-//!   (commit 8b0c66fa058b "IB/core: Delegate IB_QP_RATE_LIMIT validation to drivers", 7.2
-//!   merge window).
+//!   (commit 8b0c66fa058b34015fcc7cafc9dea86dd91d8db9 "IB/core: Delegate IB_QP_RATE_LIMIT
+//!   validation to drivers", `drivers/infiniband/core/verbs.c` `qp_state_table` and
+//!   `ib_modify_qp_is_ok`; pull "RDMA v7.2 merge window").
 //!
 //! **The project models Linux 7.2, the newest table ([`KernelVersion::DEFAULT`])**: [`rule`],
 //! [`check_modify`], [`validate`] and [`DeviceLimits::from_attrs`] use it, and the software
@@ -71,14 +85,15 @@ use crate::error::ModifyError;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum KernelVersion {
     /// Linux 6.1 up to 6.19: `IB_QP_RATE_LIMIT` is in no RC/UC/UD cell (the table lists it
-    /// only for raw-packet QPs at RTR→RTS and RTS→RTS).
+    /// only for raw-packet QPs at RTR→RTS and RTS→RTS), and the drivers refuse it before the
+    /// table with EOPNOTSUPP ([`KernelVersion::refused_before_table`]).
     Linux6_1,
     /// Linux 7.0 and 7.1: `IB_QP_RATE_LIMIT` optional for RC at Init→RTR, RTR→RTS and RTS→RTS
-    /// ("IB/core: Extend rate limit support for RC QPs").
+    /// (commit 42e3aac65c1c "IB/core: Extend rate limit support for RC QPs").
     Linux7_0,
     /// Linux 7.2 and later: `IB_QP_RATE_LIMIT` is in no cell and `ib_modify_qp_is_ok` accepts
     /// it on every legal transition, leaving the decision to the driver ("IB/core: Delegate
-    /// IB_QP_RATE_LIMIT validation to drivers"). The newest table, and the default.
+    /// IB_QP_RATE_LIMIT validation to drivers", commit 8b0c66fa058b). The newest table, and the default.
     Linux7_2,
 }
 
@@ -131,6 +146,19 @@ impl KernelVersion {
     pub const fn passes_through(self) -> AttrMask {
         match self {
             KernelVersion::Linux7_2 => AttrMask::RATE_LIMIT,
+            _ => AttrMask::empty(),
+        }
+    }
+
+    /// Bits refused with EOPNOTSUPP before the table looks at them, on every transition:
+    /// `IBV_QP_RATE_LIMIT` in 6.1, where the drivers' first check (`attr_mask &
+    /// ~IB_QP_ATTR_STANDARD_BITS`, commit 26e990badde4, rxe `rxe_modify_qp`) and, on
+    /// Soft-RoCE, rdma-core's legacy modify command (`libibverbs/cmd.c` `ibv_cmd_modify_qp`)
+    /// refuse it (see the module documentation for the mlx5 exception); nothing from 7.0, where
+    /// a driver that paces some QP (bnxt_re in 7.0, mlx5) lets it reach the table.
+    pub const fn refused_before_table(self) -> AttrMask {
+        match self {
+            KernelVersion::Linux6_1 => AttrMask::RATE_LIMIT,
             _ => AttrMask::empty(),
         }
     }
@@ -973,7 +1001,9 @@ pub fn validate(
 }
 
 /// Everything that can be checked before a modify reaches a device, for a QP now in `cur`,
-/// under `kernel`'s table: undefined mask bits ([`check_known_bits`]), `IBV_QP_CUR_STATE` (if
+/// under `kernel`'s table: undefined mask bits ([`check_known_bits`]), the bits that kernel
+/// refuses before its table ([`KernelVersion::refused_before_table`], EOPNOTSUPP),
+/// `IBV_QP_CUR_STATE` (if
 /// given) equal to `cur`, the transition to [`target_state`] through [`check_modify_for`] with
 /// the mask uverbs hands the table ([`uverbs_view`]: `IBV_QP_PORT` added to an `IBV_QP_AV`
 /// outside Init→RTR), and the values through [`check_values`]. Returns the state the modify
@@ -990,6 +1020,16 @@ pub fn validate_for(
     qp_type: QpType,
 ) -> Result<QpState, ModifyError> {
     check_known_bits(mask)?;
+    if mask.intersects(kernel.refused_before_table()) {
+        return Err(ModifyError::Unsupported {
+            attr: "IBV_QP_RATE_LIMIT",
+            why: format!(
+                "{kernel} has no rate limit for {qp_type} QPs (only raw-packet QPs are paced); \
+                 the driver refuses the attribute before its state table (`attr_mask & \
+                 ~IB_QP_ATTR_STANDARD_BITS`, EOPNOTSUPP)"
+            ),
+        });
+    }
     if mask.contains(AttrMask::CUR_STATE) && attr.cur_qp_state != cur {
         return Err(ModifyError::CurrentStateMismatch {
             claimed: attr.cur_qp_state,

@@ -45,8 +45,6 @@ pub enum DriverBugKind {
     /// A CQ arm doorbell whose sequence number is not the number of completion events taken
     /// from the CQ modulo 4 (rdma-core advances it once per event taken, `mlx5_cq_event`).
     CqArmSequence,
-    /// The CQ overran: the consumer index (`dbrec[0]`) was not advanced in time.
-    CqOverrun,
     /// A WQE without CQ_UPDATE on a QP created with `sq_sig_all` (rdma-core ORs CQ_UPDATE
     /// into every WQE of such a QP, `qp->sq_signal_bits`; hardware only reads the WQE).
     SqSigAllNotApplied,

@@ -4,10 +4,24 @@
 //!
 //! The mlx5 `hw_counters` names are the Linux kernel's (`drivers/infiniband/hw/mlx5/counters.c`:
 //! `basic_q_cnts`, `out_of_seq_q_cnts`, `retrans_q_cnts`, `extended_err_cnts`,
-//! `ext_ppcnt_cnts`); the port counters are IBTA PortCounters as sysfs `counters/` spells them
+//! `ext_ppcnt_cnts`; `req_transport_retries_exceeded` and `req_rnr_retries_exceeded` came with
+//! "RDMA/mlx5: Add Qcounters req_transport_retries_exceeded/req_rnr_retries_exceeded",
+//! lore.kernel.org/r/250466af94f4989d638fab168e246035530e912f.1718301543.git.leon@kernel.org);
+//! the port counters are IBTA PortCounters as sysfs `counters/` spells them
 //! (data counters in units of 4 octets). The software ConnectX's own counters (no mlx5
 //! equivalent) come last. Not modelled: `roce_adp_retrans*`, `roce_slow_restart*` (adaptive
 //! retransmission) and the congestion counters.
+//!
+//! The requester's retry counters count events (the rules that spend and restore `retry_cnt`
+//! and `rnr_retry` are in `transport/requester/retry.rs`): `packet_seq_err` every NAK sequence
+//! error received, `local_ack_timeout_err` every ACK timer expiry, `rnr_nak_retry_err` every
+//! RNR NAK received (mlx5's descriptions: "received NAK sequence error packets", "times QP's
+//! ack timer expired", "received RNR NAK packets"; NVIDIA, "Understanding mlx5 Linux Counters
+//! and Status Parameters"). The event that finds its retry count used up is counted there too
+//! and, once, in `req_transport_retries_exceeded` / `req_rnr_retries_exceeded`. NVIDIA's
+//! descriptions add "the QP retry limit was not exceeded", which can be read as leaving that
+//! last event out; no public source says which firmware does which, so this model keeps the
+//! plain count of events.
 //!
 //! Every packet the transport drops without answering it is counted by one of them:
 //! `duplicate_request`, `duplicate_request_no_replay`, `out_of_sequence`, `out_of_buffer`,
@@ -53,13 +67,16 @@ counters! {
     /// Responder: a request PSN after the expected one (RC NAKs it once, UC gives up the
     /// message in progress); requester: a READ response after a missing one.
     OutOfSequence = "out_of_sequence",
-    /// Requester: NAK sequence errors received.
+    /// Requester: NAK sequence errors received (each one retransmits, unless an RNR wait runs;
+    /// the one that finds no transport retry left too).
     PacketSeqErr = "packet_seq_err",
     /// Responder: a request PSN before the expected one (RC answers it again, UC drops it).
     DuplicateRequest = "duplicate_request",
-    /// Requester: ACK timer expiries.
+    /// Requester: ACK timer expiries (each one retransmits; the one that finds no transport
+    /// retry left too).
     LocalAckTimeoutErr = "local_ack_timeout_err",
-    /// Requester: RNR NAKs received.
+    /// Requester: RNR NAKs received (each one waits the RNR timer and retransmits; the one
+    /// that finds no RNR retry left too).
     RnrNakRetryErr = "rnr_nak_retry_err",
     /// Responder: a SEND or WRITE with immediate found no receive WQE.
     OutOfBuffer = "out_of_buffer",
@@ -73,6 +90,12 @@ counters! {
     ReqRemoteAccessErrors = "req_remote_access_errors",
     /// Requester: invalid request NAKs.
     ReqRemoteInvalidRequest = "req_remote_invalid_request",
+    /// Requester: transport retries exceeded (a timeout, NAK sequence error or implied NAK
+    /// with no `retry_cnt` left: RETRY_EXC_ERR).
+    ReqTransportRetriesExceeded = "req_transport_retries_exceeded",
+    /// Requester: RNR retries exceeded (an RNR NAK with no `rnr_retry` left:
+    /// RNR_RETRY_EXC_ERR).
+    ReqRnrRetriesExceeded = "req_rnr_retries_exceeded",
     /// Responder error completions other than flushes.
     RespCqeError = "resp_cqe_error",
     /// Responder flush completions.
@@ -89,6 +112,10 @@ counters! {
     RxWriteRequests = "rx_write_requests",
     /// Frames whose ICRC check failed.
     RxIcrcEncapsulated = "rx_icrc_encapsulated",
+    /// CQs that entered their error state by an overrun (mlx5's vport debug counter
+    /// `cq_overrun`, "number of times CQ entered an error state due to an overflow": kernel
+    /// commit 3e94e61bd44d, "net/mlx5: Add HW definitions of vport debug counters").
+    CqOverrun = "cq_overrun",
     /// Software ConnectX: a packet for a QP that does not exist or cannot receive in its state,
     /// or of a transport the QP does not run.
     RxDropped = "rx_dropped",

@@ -7,8 +7,34 @@
 //! - The owner bit of the CQE written at producer index `pi` is the lap parity
 //!   `(pi >> log2(cqe_cnt)) & 1`, and `op_own` is written last (rdma-core `get_sw_cqe`).
 //! - `dbrec[0]` is the 24-bit consumer index (set_ci); a CQE that would land on an entry the
-//!   consumer has not released is an overrun: the CQ stops and `IBV_EVENT_CQ_ERR` is raised,
-//!   unless the CQ was created with `IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN` (`docs/sources.md` §10).
+//!   consumer has not released is an overrun, unless the CQ was created with
+//!   `IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN` (`docs/sources.md` §10).
+//!
+//! CQ overrun. A program provokes it by giving a CQ fewer entries than the completions its
+//! QPs have outstanding and polling too late; it is device behaviour with a defined report,
+//! not a driver mistake, and is modelled as a ConnectX does it:
+//! - The CQ enters its error state and the device raises the CQ error event once: IBTA Vol 1
+//!   §11.6.3 (affiliated asynchronous errors: "CQ Error", caused by a CQ overrun or a CQ
+//!   protection error; CQEs can no longer be written to the CQ); mlx5 reports it as an EQE of
+//!   type `MLX5_EVENT_TYPE_CQ_ERROR` (kernel `drivers/net/ethernet/mellanox/mlx5/core/eq.c`
+//!   `cq_err_event_notifier`: "CQ error on CQN ..."), which `mlx5_ib_cq_event`
+//!   (`drivers/infiniband/hw/mlx5/cq.c`) passes on as `IB_EVENT_CQ_ERR`, and rdma-core as
+//!   `IBV_EVENT_CQ_ERR` ("CQ is in error (CQ overrun)", `ibv_get_async_event(3)`); mlx5
+//!   counts it in its `cq_overrun` debug counter ("number of times CQ entered an error state
+//!   due to an overflow", kernel commit 3e94e61bd44d).
+//! - The CQE that overran, and every later one, is not written; the CQEs already in the ring
+//!   stay there and can still be polled (IBTA only says they may not be: the software
+//!   ConnectX keeps them). No completion event fires any more.
+//! - A QP whose work queue then has a completion for the CQ (the one that overran it
+//!   included) cannot report it: IBTA's "Local Work Queue Catastrophic Error" (§11.6.3),
+//!   `IBV_EVENT_QP_FATAL`, and the QP moves to Error (`crate::ctx::qp_cqe`). Its flush CQEs
+//!   for the dead CQ are lost too; those for a healthy CQ (the other of its two) are written.
+//!   A QP that completes nothing into the CQ stays as it is until it does.
+//!
+//! What a program sees, on a ConnectX and here alike: `IBV_EVENT_CQ_ERR` for the CQ, then
+//! `IBV_EVENT_QP_FATAL` for each QP as it next completes into it, `ibv_query_qp` answering
+//! `IBV_QPS_ERR`, and no completion at all for the WRs whose CQEs were lost: those it retires
+//! itself (`mlx5_qp::Qp::flush_outstanding` for a QP in Error); `docs/troubleshooting.md`.
 //! - Arming: `dbrec[1] = sn << 28 | cmd | ci`, then the same word and the CQN as a 64-bit write
 //!   at UAR + 0x20 (rdma-core `mlx5_arm_cq`, kernel `mlx5_cq_arm`). `cmd` is `REQ_NOT` (0,
 //!   any completion) or `REQ_NOT_SOL` (1 << 24); bits 31:30 and 27:25 are not used by either
@@ -152,7 +178,7 @@ pub struct Cq {
     pub ignore_overrun: bool,
     /// Producer index (free running).
     pub pi: u32,
-    /// The CQ overran and stopped.
+    /// The CQ overran and is in its error state: it takes no more CQEs.
     pub errored: bool,
     /// Pending arm request.
     pub arm: Option<Arm>,
@@ -186,14 +212,15 @@ pub fn device_clock(now_ns: u64) -> u64 {
     (now_ns as u128 * CORE_CLOCK_KHZ as u128 / 1_000_000) as u64
 }
 
-/// Why a CQE was not written.
+/// What became of a CQE.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CqeOutcome {
     /// Written.
     Written,
-    /// The CQ overran now (the caller raises `IBV_EVENT_CQ_ERR`).
+    /// Not written: the CQ overran now and entered its error state (the caller raises
+    /// `IBV_EVENT_CQ_ERR`).
     Overrun,
-    /// The CQ is in error; the CQE was dropped.
+    /// Not written: the CQ is in its error state since an earlier overrun.
     Dropped,
 }
 

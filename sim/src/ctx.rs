@@ -20,7 +20,7 @@ use mlx5_cq::{
 };
 use mlx5_hw::{AsyncEvent, CqId, Gid, Mtu, PortState, QpId, QpState};
 
-use crate::bugs::{BugLog, DriverBugKind};
+use crate::bugs::BugLog;
 use crate::counters::{CounterId, Counters};
 use crate::cq::{Cq, CqeOutcome, CqeSpec};
 use crate::mr::MrTable;
@@ -98,30 +98,63 @@ pub struct Ctx<'a> {
 }
 
 impl Ctx<'_> {
-    /// Write a CQE to CQ `cqn`, raising `IBV_EVENT_CQ_ERR` on overrun.
-    pub fn cqe(&mut self, cqn: u32, spec: &CqeSpec) {
+    /// Write a CQE to CQ `cqn`; returns whether the CQ took it. A CQ that overruns now enters
+    /// its error state and raises `IBV_EVENT_CQ_ERR` (once); a CQ in error takes nothing more
+    /// ([`crate::cq`] has the rules and their sources). The QP whose CQE it was cannot report
+    /// its completions: the QP-level writers ([`send_cqe`], [`recv_err_cqe`],
+    /// [`qp_cqe`]) move it to Error.
+    pub fn cqe(&mut self, cqn: u32, spec: &CqeSpec) -> bool {
         let Some(cq) = self.cqs.get_mut(&cqn) else {
-            return;
+            return true;
         };
-        if cq.push_at(spec, self.now) == CqeOutcome::Overrun {
-            let ci = cq.consumer_index();
-            self.bugs.report(
-                self.dev,
-                cqn,
-                DriverBugKind::CqOverrun,
-                format!(
-                    "CQ of {} entries overran: producer {} but consumer index (dbrec[0]) {ci}",
-                    cq.cqe_cnt, cq.pi
-                ),
-            );
-            self.events.push_back(AsyncEvent::CqError(CqId(cqn)));
+        match cq.push_at(spec, self.now) {
+            CqeOutcome::Written => true,
+            CqeOutcome::Overrun => {
+                tracing::warn!(
+                    device = self.dev,
+                    cqn,
+                    entries = cq.cqe_cnt,
+                    producer = cq.pi,
+                    consumer = cq.consumer_index(),
+                    "CQ overrun: the CQ enters its error state (IBV_EVENT_CQ_ERR)"
+                );
+                self.counters.inc(CounterId::CqOverrun);
+                self.events.push_back(AsyncEvent::CqError(CqId(cqn)));
+                false
+            }
+            CqeOutcome::Dropped => false,
         }
     }
 }
 
+/// Write a CQE of `qp` to CQ `cqn`. When the CQ cannot take it (it overran now, or is in error
+/// since an earlier overrun), the QP's work queue cannot report completions: a Local Work
+/// Queue Catastrophic Error (IBTA Vol 1 §11.6.3, the affiliated asynchronous errors): the QP
+/// moves to Error with `IBV_EVENT_QP_FATAL` (mlx5 `MLX5_EVENT_TYPE_WQ_CATAS_ERROR`, kernel
+/// `drivers/infiniband/hw/mlx5/qp.c` `mlx5_ib_qp_event`) and is flushed: the flush CQEs reach
+/// its other CQ if that one is healthy, and are lost with this one.
+pub fn qp_cqe(qp: &mut Qp, ctx: &mut Ctx, cqn: u32, spec: &CqeSpec) {
+    if !ctx.cqe(cqn, spec) {
+        lost_completion(qp, ctx, cqn);
+    }
+}
+
+fn lost_completion(qp: &mut Qp, ctx: &mut Ctx, cqn: u32) {
+    if qp.state() == QpState::Error {
+        return;
+    }
+    tracing::warn!(
+        device = ctx.dev,
+        qpn = qp.qpn,
+        cqn,
+        "a completion could not be written: the CQ is in error; the QP moves to ERR (IBV_EVENT_QP_FATAL)"
+    );
+    fail_qp(qp, ctx, Some(AsyncEvent::QpFatal(QpId(qp.qpn))));
+}
+
 /// A send completion: success (`syndrome` None) or error.
 pub fn send_cqe(
-    qp: &Qp,
+    qp: &mut Qp,
     ctx: &mut Ctx,
     index: u16,
     opcode: u8,
@@ -160,11 +193,12 @@ pub fn send_cqe(
             }
         }
     };
-    ctx.cqe(qp.send_cq, &spec);
+    let cq = qp.send_cq;
+    qp_cqe(qp, ctx, cq, &spec);
 }
 
 /// A receive error completion.
-pub fn recv_err_cqe(qp: &Qp, ctx: &mut Ctx, counter: u16, srqn: Option<u32>, syndrome: u8) {
+pub fn recv_err_cqe(qp: &mut Qp, ctx: &mut Ctx, counter: u16, srqn: Option<u32>, syndrome: u8) {
     ctx.counters.inc(match syndrome {
         SYNDROME_WR_FLUSH_ERR => CounterId::RespCqeFlushError,
         _ => CounterId::RespCqeError,
@@ -181,7 +215,8 @@ pub fn recv_err_cqe(qp: &Qp, ctx: &mut Ctx, counter: u16, srqn: Option<u32>, syn
         vendor_syndrome: vendor_syndrome(syndrome),
         ..Default::default()
     };
-    ctx.cqe(qp.recv_cq, &spec);
+    let cq = qp.recv_cq;
+    qp_cqe(qp, ctx, cq, &spec);
 }
 
 /// Move a QP to Error on its own (a failed WQE or a responder error) and flush it. `event` is
@@ -263,6 +298,10 @@ pub fn flush_sq(qp: &mut Qp, ctx: &mut Ctx) -> bool {
 /// Error": the send queue stops and is flushed, the receive queue keeps working; `SQE → RTS`
 /// recovers it).
 pub fn enter_sqe(qp: &mut Qp, ctx: &mut Ctx) {
+    if qp.state() == QpState::Error {
+        // Its error CQE could not be written (the CQ is in error): it is in Error already.
+        return;
+    }
     tracing::warn!(device = ctx.dev, qpn = qp.qpn, "QP moves to SQE");
     qp.attr.qp_state = QpState::Sqe;
     flush_sq(qp, ctx);

@@ -5,11 +5,17 @@
 //! (`KernelVersion::DEFAULT`, Linux 7.2: the kernel's `qp_state_table` and
 //! `ib_modify_qp_is_ok`, what uverbs and `_ib_modify_qp` check before them — undefined mask
 //! bits, the `IBV_QP_PORT` uverbs adds to an `IBV_QP_AV`, a RoCE address without a GRH,
-//! `IBV_QP_ALT_PATH` on RoCE — plus the device's limits). Then, as `mlx5_ib_modify_qp` does:
-//! `IBV_QP_RATE_LIMIT`, which the 7.2 table lets through, is refused with EOPNOTSUPP (except
-//! in Reset→Reset, for which the driver returns success before looking) (`__mlx5_ib_modify_qp`: mlx5 paces raw-packet QPs, and
-//! UD/UC QPs only where the device reports `packet_pacing_req_ud`/`_uc`; the software
-//! ConnectX has neither); the attributes in the mask — and the port uverbs added — are stored
+//! `IBV_QP_ALT_PATH` on RoCE — plus the device's limits). Then, as the 7.2 `mlx5_ib_modify_qp`
+//! does with `IBV_QP_RATE_LIMIT`, which the 7.2 table lets through (kernel commit
+//! 8b0c66fa058b34015fcc7cafc9dea86dd91d8db9): mlx5 paces raw-packet QPs, and UD/UC QPs only
+//! where the device reports `packet_pacing_req_ud`/`_uc` (`drivers/infiniband/hw/mlx5/qp.c`
+//! `qp_rl_parse`, commit 29e0a014ddfbdbd6b02684304dddbcf9161034ae "RDMA/mlx5: Add support for
+//! rate limit in UD and UC QPs"); the software ConnectX has neither, so the driver answers
+//! EOPNOTSUPP — for a mask of `IBV_QP_RATE_LIMIT` alone on a QP not in RTS at once, before the
+//! state table (the deferred rate limit of commit 915bbc8578e3f784b35bd9e5fa06a3b0720eb292
+//! "RDMA/mlx5: Support deferred rate limit configuration"), otherwise in
+//! `__mlx5_ib_modify_qp`, which a Reset→Reset modify never reaches (`mlx5_ib_modify_qp`
+//! returns 0 for it first, so it succeeds); the attributes in the mask — and the port uverbs added — are stored
 //! (query returns what was set; the alternate path and the path-migration state too, on an
 //! InfiniBand port, though the device never migrates); Reset zeroes the
 //! doorbell record and the ring indexes (rdma-core `mlx5_modify_qp`); RTR resolves the path's
@@ -173,6 +179,21 @@ pub fn modify_qp(
         link_layer,
         kernel: KernelVersion::DEFAULT,
     };
+    // 7.2 `mlx5_ib_modify_qp`: a rate limit alone, outside RTS, is parsed (to be applied at the
+    // next move to RTS) before the state table is asked; no QP of this device is paced.
+    if mask == AttrMask::RATE_LIMIT && cur != QpState::Rts {
+        return Err(ModifyError::Unsupported {
+            attr: "IBV_QP_RATE_LIMIT",
+            why: format!(
+                "mlx5 paces raw-packet QPs, and UD/UC QPs only on devices that report \
+                 packet_pacing_req_ud/_uc (Linux 7.2); this device paces none of its QPs, this \
+                 {} QP included (a rate limit alone in {cur} is parsed for later by \
+                 mlx5_ib_modify_qp, which answers EOPNOTSUPP)",
+                qp.qp_type
+            ),
+        }
+        .into());
+    }
     let next = validate_with_limits(cur, attr, mask, qp.qp_type, &limits)?;
     // What uverbs hands the driver: IBV_QP_PORT added to an IBV_QP_AV outside Init->RTR.
     let (attr, mask) = uverbs_view(attr, mask);
@@ -192,8 +213,8 @@ pub fn modify_qp(
         }
         .into());
     }
-    // `mlx5_ib_modify_qp` returns 0 for Reset->Reset before the device code that refuses the
-    // rate limit runs (rdma-core still resets the rings afterwards, below).
+    // `mlx5_ib_modify_qp` returns 0 for Reset->Reset before `__mlx5_ib_modify_qp`, where the
+    // rate limit is refused (rdma-core still resets the rings afterwards, below).
     let reset_to_reset = cur == QpState::Reset && next == QpState::Reset;
     if mask.contains(AttrMask::RATE_LIMIT) && !reset_to_reset {
         return Err(ModifyError::Unsupported {

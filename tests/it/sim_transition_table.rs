@@ -17,7 +17,8 @@
 //! (EOPNOTSUPP, uverbs); `IB_QP_PORT` added to an `IB_QP_AV` outside INIT->RTR (uverbs
 //! `modify_qp`); `IB_QP_ALT_PATH` refused on the RoCE port (EINVAL, `_ib_modify_qp`); and
 //! `IB_QP_RATE_LIMIT`, which the 7.2 table passes through, refused by the device (EOPNOTSUPP,
-//! `__mlx5_ib_modify_qp`) except in RESET->RESET, which the driver answers before looking.
+//! `__mlx5_ib_modify_qp`) except in RESET->RESET, which the driver answers before looking, and
+//! refused before the table when it is the whole mask outside RTS (7.2's deferred rate limit).
 //! Every refusal's errno class is checked.
 
 use mlx5_direct::hw::qp_state::KernelVersion;
@@ -112,6 +113,14 @@ fn expect(
     let defined = KERNEL_BITS.iter().fold(0, |a, (_, b)| a | b);
     if mask & !defined != 0 {
         return Expect::Refused(EOPNOTSUPP, vec!["attr_mask".into()]);
+    }
+    // 7.2 `mlx5_ib_modify_qp`: a rate limit alone outside RTS is parsed before the table
+    // (commit 915bbc8578e3, "deferred rate limit"); this device paces no RC/UC/UD QP.
+    if mask == RATE_LIMIT && cur != QpState::Rts {
+        return Expect::Refused(
+            EOPNOTSUPP,
+            vec!["IBV_QP_RATE_LIMIT".into(), "not supported".into()],
+        );
     }
     if mask & ALT_PATH != 0 {
         return Expect::Refused(EINVAL, vec!["IBV_QP_ALT_PATH".into(), "RoCE".into()]);
@@ -776,5 +785,18 @@ fn the_rate_limit_is_unsupported_by_the_device() {
         b.dev
             .modify_qp(fresh.id, &r, AttrMask::STATE | AttrMask::RATE_LIMIT)
             .unwrap();
+        // Without IBV_QP_STATE the 7.2 driver takes a rate limit outside RTS as one to apply
+        // later and parses it before anything else (commit 915bbc8578e3): EOPNOTSUPP here, in
+        // Reset and in RTR alike (RTR→RTR is no transition at all, but the table is not asked).
+        for s in [QpState::Reset, QpState::Rtr] {
+            let q = b.qp(ty, s);
+            let e = b
+                .dev
+                .modify_qp(q.id, &attrs(ty, s, s, b.peer_gid, 1), AttrMask::RATE_LIMIT)
+                .unwrap_err();
+            assert_eq!(e.errno(), EOPNOTSUPP, "{ty} {s}: {e}");
+            assert!(e.to_string().contains("IBV_QP_RATE_LIMIT"), "{e}");
+            assert_eq!(b.dev.query_qp(q.id).unwrap().qp_state, s);
+        }
     }
 }

@@ -4,8 +4,8 @@
 //! `IBV_QP_ALT_PATH` on RoCE) and the errno class of every refusal.
 
 use mlx5_hw::qp_state::{
-    check_limits, check_port_protocol, check_values, uverbs_adds_port, uverbs_view, validate,
-    validate_for, validate_with_limits, DeviceLimits, KernelVersion,
+    check_limits, check_modify_for, check_port_protocol, check_values, uverbs_adds_port,
+    uverbs_view, validate, validate_for, validate_with_limits, DeviceLimits, KernelVersion,
 };
 use mlx5_hw::{
     AhAttr, AttrMask, Errno, Error, GlobalRoute, LinkLayer, MigState, ModifyError, Mtu, QpAttr,
@@ -544,6 +544,78 @@ fn validate_with_limits_follows_the_limits_kernel() {
         validate(QpState::Rts, &a, m, QpType::Rc).is_ok(),
         "default 7.2"
     );
+}
+
+/// Issue 28: under 6.1 every modify carrying `IBV_QP_RATE_LIMIT` is EOPNOTSUPP, as Linux 6.1
+/// answers it (the driver's `attr_mask & ~IB_QP_ATTR_STANDARD_BITS` check before its state
+/// table; on Soft-RoCE rdma-core's legacy command even before the kernel) — on every
+/// transition, legal or not, with the rest of the mask right or wrong. 7.0 and 7.2 leave it
+/// to their tables: the same modifies without the bit get the same verdict there.
+#[test]
+fn linux_6_1_refuses_the_rate_limit_with_eopnotsupp_before_its_table() {
+    let types = [
+        QpType::Rc,
+        QpType::Uc,
+        QpType::Ud,
+        QpType::XrcSend,
+        QpType::XrcRecv,
+    ];
+    let masks = [
+        AttrMask::RATE_LIMIT,
+        AttrMask::STATE | AttrMask::RATE_LIMIT,
+        AttrMask::STATE | AttrMask::RATE_LIMIT | AttrMask::SQ_PSN,
+        AttrMask::STATE | AttrMask::RATE_LIMIT | AttrMask::QKEY | AttrMask::CUR_STATE,
+    ];
+    let mut cases = 0;
+    for ty in types {
+        for cur in QpState::ALL {
+            for next in QpState::ALL {
+                for m in masks {
+                    let a = QpAttr {
+                        qp_state: next,
+                        cur_qp_state: cur,
+                        rate_limit: 1000,
+                        ..QpAttr::default()
+                    };
+                    let e = validate_for(KernelVersion::Linux6_1, cur, &a, m, ty).unwrap_err();
+                    assert!(
+                        matches!(
+                            e,
+                            ModifyError::Unsupported {
+                                attr: "IBV_QP_RATE_LIMIT",
+                                ..
+                            }
+                        ),
+                        "{ty} {cur}->{next} {m:?}: {e}"
+                    );
+                    assert_eq!(e.errno(), Errno::OpNotSupp, "{e}");
+                    assert_eq!(Error::from(e).errno(), libc::EOPNOTSUPP);
+                    // The table itself still says EINVAL (ib_modify_qp_is_ok), and 7.0 / 7.2
+                    // judge the bit there.
+                    if let Err(t) = check_modify_for(KernelVersion::Linux6_1, cur, next, ty, m) {
+                        assert_eq!(t.errno(), Errno::Inval, "{t}");
+                    }
+                    for k in [KernelVersion::Linux7_0, KernelVersion::Linux7_2] {
+                        if let Err(e) = validate_for(k, cur, &a, m, ty) {
+                            assert!(!matches!(e, ModifyError::Unsupported { .. }), "{k}: {e}");
+                        }
+                    }
+                    cases += 1;
+                }
+            }
+        }
+    }
+    assert_eq!(cases, 5 * 7 * 7 * 4);
+    // Undefined bits still come first (uverbs), as in every version.
+    let e = validate_for(
+        KernelVersion::Linux6_1,
+        QpState::Rts,
+        &QpAttr::default(),
+        AttrMask::RATE_LIMIT | AttrMask::from_bits_retain(1 << 22),
+        QpType::Rc,
+    )
+    .unwrap_err();
+    assert!(matches!(e, ModifyError::UnknownAttributes { .. }), "{e}");
 }
 
 #[test]

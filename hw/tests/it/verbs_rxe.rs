@@ -747,8 +747,8 @@ fn kernel_verdicts_match_the_state_table() {
         }
         // IBV_QP_RATE_LIMIT: rxe refuses it before any table (rdma-core's rxe provider sends
         // the legacy modify command, which cannot carry bit 25, and rxe_modify_qp refuses bits
-        // beyond IB_QP_ATTR_STANDARD_BITS): EOPNOTSUPP. Under 6.1's table the library refuses
-        // it too (EINVAL, as mlx5 would answer); under 7.0 (RC) and 7.2 it lets it through.
+        // beyond IB_QP_ATTR_STANDARD_BITS): EOPNOTSUPP. Under 6.1 the library answers the same
+        // (KernelVersion::refused_before_table); under 7.0 (RC) and 7.2 it lets it through.
         put_in(QpState::Rts, &a, &b);
         let attr = QpAttr {
             rate_limit: 1000,
@@ -769,6 +769,10 @@ fn kernel_verdicts_match_the_state_table() {
                 && (t == QpType::Rc || kernel == KernelVersion::Linux7_2),
             "{t} {kernel}: {ours:?}"
         );
+        if kernel == KernelVersion::Linux6_1 {
+            let e = ours.as_ref().unwrap_err();
+            assert_eq!(e.errno().raw(), libc::EOPNOTSUPP, "{t}: {e}");
+        }
         assert_eq!(a.state(), QpState::Rts);
     }
     eprintln!(

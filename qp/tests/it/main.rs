@@ -20,6 +20,7 @@ mod poll_send;
 mod post;
 mod post_raw;
 mod prop;
+mod scatter_cqe;
 mod timestamps;
 mod wr_limit;
 mod xrc;

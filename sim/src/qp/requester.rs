@@ -123,10 +123,12 @@ pub struct Requester {
     pub rnr_left: u8,
     /// Waiting out an RNR NAK: (until, PSN to resend from).
     pub rnr_until: Option<(u64, Psn)>,
-    /// The PSN the last NAK-triggered retry resent from, until progress or a timeout: a
-    /// second NAK for the same PSN (a duplicated NAK, or one for packets already in flight)
-    /// does not start another retry (as rxe's completer ignores NAKs while a retry is under
-    /// way, `rxe_comp.c` `started_retry`).
+    /// The PSN the last retry resent from, until progress, an RNR NAK or a timeout starts a
+    /// new round: an implied NAK for the same PSN in the same round (every later ACK of the
+    /// round implies it again) does not start another retry (as rxe's completer ignores them
+    /// while a retry is under way, `rxe_comp.c` `started_retry`, and qib while it waits for the
+    /// restarted READ, `qib_rc.c` `RVT_R_RDMAR_SEQ`). A NAK sequence error always retries
+    /// (`transport/requester/retry.rs`).
     pub retrying_from: Option<Psn>,
 }
 

@@ -254,6 +254,7 @@ fn retry_exhaustion_fails_the_oldest_and_flushes_the_rest() {
     assert_eq!(state(&p.a), QpState::Error);
     let a = &p.a.dev;
     assert_eq!(a.counter("local_ack_timeout_err"), 8);
+    assert_eq!(a.counter("req_transport_retries_exceeded"), 1, "the 8th");
     assert_eq!(a.counter("req_cqe_error"), 1);
     assert_eq!(a.counter("req_cqe_flush_error"), 2);
     assert_eq!(f.stats().link_down_dropped, 8 * 3, "3 requests, 8 times");
@@ -376,6 +377,8 @@ fn rnr_retries_run_out_and_everything_after_is_flushed() {
         3,
         "the try and 2 retries"
     );
+    assert_eq!(p.a.dev.counter("req_rnr_retries_exceeded"), 1, "the third");
+    assert_eq!(p.a.dev.counter("req_transport_retries_exceeded"), 0);
     assert_eq!(state(&p.a), QpState::Error);
     p.assert_no_bugs();
 }

@@ -4,6 +4,7 @@
 mod async_events;
 mod bounded;
 mod common;
+mod cq_overrun;
 mod doorbell;
 mod errors;
 mod events;
@@ -15,6 +16,7 @@ mod objects;
 mod pcap_roundtrip;
 mod pcap_tshark;
 mod rc_ops;
+mod rnr_loss;
 mod shared_bfregs;
 mod state;
 mod tap;

@@ -8,7 +8,7 @@ use mlx5_cq::{
 use mlx5_hw::QpState;
 
 use super::memory::scatter;
-use super::retry::{fail_pending, retry};
+use super::retry::{fail_pending, retry, Cause};
 use super::segment::pump;
 use super::{restart_timer, retire, Expect};
 use crate::counters::CounterId;
@@ -61,9 +61,10 @@ pub fn on_response(qp: &mut Qp, ctx: &mut Ctx, frame: &Frame) {
 }
 
 /// An RNR NAK (IBTA Vol 1 §9.7.5.2.8): what precedes its PSN is acknowledged; the requester
-/// waits the timer it names and resends from it, up to `rnr_retry` times (7: forever).
+/// waits the timer it names and resends from it, up to `rnr_retry` times (7: forever). It
+/// answers the request at its PSN, so the transport retries are whole again (`retry.rs`).
 pub(super) fn rnr_nak(qp: &mut Qp, ctx: &mut Ctx, psn: Psn, timer: RnrTimer) {
-    // mlx5 `rnr_nak_retry_err`: RNR NAKs received.
+    // mlx5 `rnr_nak_retry_err`: RNR NAKs received (the one that exceeds `rnr_retry` too).
     ctx.counters.inc(CounterId::RnrNakRetryErr);
     ack_upto(qp, ctx, psn.sub(1));
     if qp.state() == QpState::Error {
@@ -71,11 +72,14 @@ pub(super) fn rnr_nak(qp: &mut Qp, ctx: &mut Ctx, psn: Psn, timer: RnrTimer) {
     }
     if qp.attr.rnr_retry != 7 {
         if qp.req.rnr_left == 0 {
+            ctx.counters.inc(CounterId::ReqRnrRetriesExceeded);
             fail_pending(qp, ctx, psn, SYNDROME_RNR_RETRY_EXC_ERR);
             return;
         }
         qp.req.rnr_left -= 1;
     }
+    qp.req.retries_left = qp.attr.retry_cnt;
+    qp.req.retrying_from = None;
     qp.req.timer = None;
     qp.req.rnr_until = Some((ctx.now + timer.duration().as_nanos() as u64, psn));
 }
@@ -89,10 +93,11 @@ pub(super) fn nak(qp: &mut Qp, ctx: &mut Ctx, psn: Psn, code: NakCode) {
     }
     let syndrome = match code {
         NakCode::PsnSequenceError => {
-            // mlx5 `packet_seq_err`: NAK sequence errors received.
+            // mlx5 `packet_seq_err`: NAK sequence errors received (also those an RNR wait
+            // makes the requester ignore).
             ctx.counters.inc(CounterId::PacketSeqErr);
             if qp.req.rnr_until.is_none() && !resent {
-                retry(qp, ctx, psn);
+                retry(qp, ctx, psn, Cause::SeqNak);
             }
             return;
         }
@@ -201,7 +206,7 @@ pub(super) fn ack_upto(qp: &mut Qp, ctx: &mut Ctx, upto: Psn) -> bool {
     }
     if let Some(first) = implied {
         ctx.counters.inc(CounterId::ImpliedNakSeqErr);
-        retry(qp, ctx, first);
+        retry(qp, ctx, first, Cause::Implied);
     }
     implied.is_some()
 }
@@ -242,7 +247,7 @@ pub(super) fn read_response(qp: &mut Qp, ctx: &mut Ctx, frame: &Frame) {
         // A middle response (no AETH, so it acknowledges nothing) past an unanswered
         // READ/atomic: the same implied NAK (IBTA Vol 1 §9.7.5.1.5).
         ctx.counters.inc(CounterId::ImpliedNakSeqErr);
-        retry(qp, ctx, from);
+        retry(qp, ctx, from, Cause::Implied);
         return;
     }
     let Some(pos) = pending_at(qp, psn) else {
@@ -267,7 +272,7 @@ pub(super) fn read_response(qp: &mut Qp, ctx: &mut Ctx, frame: &Frame) {
             ctx.counters.inc(CounterId::OutOfSequence);
             if !qp.req.outstanding[pos].gap_resent {
                 qp.req.outstanding[pos].gap_resent = true;
-                retry(qp, ctx, first);
+                retry(qp, ctx, first, Cause::Implied);
             }
         }
         return;

@@ -1,6 +1,41 @@
 //! Retransmission (IBTA Vol 1 §9.7.6): resending from a PSN after a NAK, an implied NAK or a
 //! READ response gap, the local ACK timeout and the RNR wait, and failing the oldest request
 //! when the retries are used up.
+//!
+//! Which events spend and which restore the two retry counters of the QP context
+//! (`ibv_qp_attr.retry_cnt` and `rnr_retry`, 3 bits each):
+//!
+//! - **Spend one of `retry_cnt`**: every retransmission the requester starts on its own
+//!   account: the local ACK timer expiring (IBTA Vol 1 §9.7.6.1.3, the transport timer), a NAK
+//!   PSN sequence error (§9.7.5.2.1), an implied NAK (§9.7.5.1.5) and a gap in a READ's
+//!   responses. With none left, the oldest request completes with RETRY_EXC_ERR (0x15) and
+//!   the QP moves to Error. The same events retry in rxe (`rxe_comp.c` `rxe_completer`,
+//!   `COMPST_ERROR_RETRY`) and qib (`qib_rc.c` `qib_restart_rc`).
+//! - **Spend one of `rnr_retry`**: an RNR NAK (§9.7.5.2.8), except when `rnr_retry` is 7
+//!   (forever); with none left, RNR_RETRY_EXC_ERR (0x16). An RNR NAK spends no transport retry
+//!   (`rxe_comp.c` `COMPST_RNR_RETRY`, `qib_rc.c` `do_rc_ack`).
+//! - **Restore both**: a response that makes progress, an ACK, READ response or atomic ACK
+//!   that acknowledges or completes something new (rxe `reset_retry_counters`, qib
+//!   `do_rc_ack` / `do_rc_completion`).
+//! - **Restore `retry_cnt`**: an RNR NAK. It is the responder's answer to the request at its
+//!   PSN (the request arrived and found no receive WQE), so the retransmissions made for that
+//!   request were answered; `retry_cnt` bounds retransmissions nothing answers (a lost path or
+//!   a dead peer, §9.7.6.1.3), and how long an RNR wait may last is `rnr_retry`'s alone
+//!   (§9.7.5.2.8: 7 waits forever). Without this, scattered losses during a long RNR wait
+//!   would add up to RETRY_EXC_ERR though every one of them was answered (issue 28: four XRC
+//!   initiators on a small SRQ with 1 % loss, RETRY_EXC_ERR after 270 ms of RNR). rxe and qib
+//!   do not give the retries back here; qib gives them back on every sequence NAK instead
+//!   (`do_rc_ack`, after `qib_restart_rc`), which lets a path that always loses the same
+//!   packet retry forever.
+//!
+//! A NAK sequence error always resends, once per NAK (unless the RNR timer runs: the RNR NAK
+//! asked for the wait). The responder NAKs a gap once and then stays silent until the NAK'd
+//! PSN arrives again (§9.7.5.2.1; `responder/mod.rs`), so a second NAK for the same PSN means
+//! the responder saw that PSN again and could not take it: the RNR NAK it answered with was
+//! lost, and only this NAK tells the requester to go on. Implied NAKs are different: every
+//! later ACK of one round implies the same NAK, so one round retries once
+//! ([`crate::qp::requester::Requester::retrying_from`], as qib's `RVT_R_RDMAR_SEQ` and rxe's
+//! `started_retry`), until progress, an RNR NAK or a timeout starts a new round.
 
 use mlx5_cq::SYNDROME_TRANSPORT_RETRY_EXC_ERR;
 use mlx5_hw::{AsyncEvent, QpId, QpState};
@@ -12,16 +47,26 @@ use crate::ctx::{fail_qp, send_cqe, Ctx};
 use crate::qp::Qp;
 use crate::wire::Psn;
 
-/// Resend from `from` after a NAK, an implied NAK or a READ response gap; each such retry
-/// without progress in between uses one of `retry_cnt` (as rxe's completer does for sequence
-/// errors, `rxe_comp.c`), so a path that keeps losing the same packet ends in RETRY_EXC_ERR
-/// instead of looping.
-pub(super) fn retry(qp: &mut Qp, ctx: &mut Ctx, from: Psn) {
-    if qp.req.retrying_from == Some(from) {
+/// What made the requester resend.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Cause {
+    /// A NAK PSN sequence error: the responder's answer to one round, acted on every time.
+    SeqNak,
+    /// An implied NAK (a later response past an unanswered READ/atomic) or a gap in a READ's
+    /// responses: every later response of the round implies it again, so a round retries
+    /// once.
+    Implied,
+}
+
+/// Resend from `from` (module docs: one of `retry_cnt` spent, RETRY_EXC_ERR when none is
+/// left).
+pub(super) fn retry(qp: &mut Qp, ctx: &mut Ctx, from: Psn, cause: Cause) {
+    if cause == Cause::Implied && qp.req.retrying_from == Some(from) {
         return;
     }
     qp.req.retrying_from = Some(from);
     if qp.req.retries_left == 0 {
+        ctx.counters.inc(CounterId::ReqTransportRetriesExceeded);
         fail_pending(qp, ctx, from, SYNDROME_TRANSPORT_RETRY_EXC_ERR);
         return;
     }
@@ -80,6 +125,8 @@ pub fn timers(qp: &mut Qp, ctx: &mut Ctx) -> bool {
     if let Some((until, psn)) = qp.req.rnr_until {
         if ctx.now >= until {
             qp.req.rnr_until = None;
+            // A new round: the RNR NAK answered the last one.
+            qp.req.retrying_from = None;
             resend_from(qp, ctx, psn);
             return true;
         }
@@ -101,6 +148,7 @@ pub fn timers(qp: &mut Qp, ctx: &mut Ctx) -> bool {
             .find(|p| !p.done)
             .map(|p| p.first_psn)
             .unwrap_or(qp.req.psn);
+        ctx.counters.inc(CounterId::ReqTransportRetriesExceeded);
         fail_pending(qp, ctx, at, SYNDROME_TRANSPORT_RETRY_EXC_ERR);
         return true;
     }

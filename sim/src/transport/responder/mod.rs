@@ -48,11 +48,11 @@ mod write;
 pub use crate::qp::responder::{InMsg, RdAtomic, ReadOut, Responder, Tx};
 pub use read::pump;
 
-use mlx5_hw::{AccessFlags, AsyncEvent, QpId, QpType};
+use mlx5_hw::{AccessFlags, AsyncEvent, QpId, QpState, QpType};
 
 use crate::counters::CounterId;
 use crate::cq::CqeSpec;
-use crate::ctx::{fail_qp, Ctx};
+use crate::ctx::{fail_qp, qp_cqe, Ctx};
 use crate::qp::{Qp, RecvWqe};
 use crate::transport::Frame;
 use crate::wire::{
@@ -184,7 +184,7 @@ fn capacity(w: &RecvWqe) -> u64 {
 }
 
 fn recv_cqe(
-    qp: &Qp,
+    qp: &mut Qp,
     ctx: &mut Ctx,
     w: &RecvWqe,
     opcode: u8,
@@ -204,7 +204,8 @@ fn recv_cqe(
         se: pkt.bth.solicited,
         ..Default::default()
     };
-    ctx.cqe(qp.recv_cq, &spec);
+    let cq = qp.recv_cq;
+    qp_cqe(qp, ctx, cq, &spec);
 }
 
 /// Handle a request packet addressed to this QP.
@@ -331,7 +332,9 @@ fn data_packet(qp: &mut Qp, ctx: &mut Ctx, frame: &Frame) {
     } else {
         return class_c(qp, ctx, pkt, NakCode::InvalidRequest, "unexpected opcode");
     };
-    if delivered && qp.qp_type.is_reliable() {
+    // A QP that could not write the message's completion (its CQ is in error) went to Error
+    // delivering it, and answers nothing more.
+    if delivered && qp.qp_type.is_reliable() && qp.state() != QpState::Error {
         qp.resp.epsn = pkt.bth.psn.next();
         if pkt.bth.ack_req || op.position().ends_message() {
             ack(qp, ctx, pkt, pkt.bth.psn);
