@@ -509,13 +509,22 @@ fn bad_cqes_are_errors_after_the_good_ones() {
     fcq.push(Cqe64::from_bytes(&b));
     let mut wcs = [Wc::default(); 4];
     assert_eq!(c.poll(&mut qp, &mut wcs).unwrap(), 1, "the good one first");
+    let unknown = Err(Error::UnknownQpn {
+        cqn: 0x77,
+        qpn: 0x999,
+    });
+    assert_eq!(c.poll(&mut qp, &mut wcs), unknown);
+    assert!(unknown.unwrap_err().leaves_cqe());
     assert_eq!(
-        c.poll(&mut qp, &mut wcs),
-        Err(Error::UnknownQpn {
-            cqn: 0x77,
-            qpn: 0x999
-        })
+        (c.ci(), fcq.set_ci()),
+        (1, 1),
+        "another QP's CQE stays in the CQ"
     );
+    assert_eq!(c.poll(&mut qp, &mut wcs), unknown, "met again");
+    let gone = c
+        .discard_next()
+        .expect("the stale CQE, taken out on purpose");
+    assert_eq!((gone.qpn(), gone.wqe_counter()), (0x999, 0));
     assert!(matches!(
         c.poll(&mut qp, &mut wcs),
         Err(Error::BadCqe { wqe_counter: 5, .. })
@@ -525,7 +534,15 @@ fn bad_cqes_are_errors_after_the_good_ones() {
         Err(Error::UnsupportedCqe { format: 3, .. })
     ));
     assert_eq!(c.poll(&mut qp, &mut wcs).unwrap(), 0);
-    assert_eq!(fcq.set_ci(), 4, "bad CQEs are consumed");
+    assert_eq!(
+        fcq.set_ci(),
+        4,
+        "the bad CQEs are consumed, the unknown one discarded"
+    );
+    assert!(
+        c.discard_next().is_none(),
+        "an empty CQ has nothing to discard"
+    );
 }
 
 #[test]
