@@ -84,6 +84,21 @@ pub enum ConnectError {
         /// Why it does not fit.
         why: String,
     },
+    /// A rebuild's drain met a completion of the QP that the link cannot place (a receive
+    /// through an SRQ the link was not given): it stays in the CQ, nothing was consumed, and
+    /// the QP stays in Error — a Reset would leave the CQE behind to complete a WQE posted
+    /// later. Give the link what it lacks (`QpLink::srq`) and rebuild again.
+    #[error(
+        "rebuild of QP {qpn:#x}: the CQ holds a completion of this QP that the link cannot \
+         place ({source}); nothing was consumed and the QP stays in Error: give the link its \
+         SRQ (QpLink::srq) and rebuild again"
+    )]
+    Undrained {
+        /// The QP being rebuilt.
+        qpn: u32,
+        /// The poll's error.
+        source: mlx5_qp::Error,
+    },
     /// The QP is not in a state the operation can start from.
     #[error("cannot {op}: the QP is in {state} ({hint})")]
     WrongState {

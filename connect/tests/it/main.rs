@@ -8,5 +8,6 @@ mod connect_two_process;
 mod fuzz_replay;
 mod owned;
 mod recovery_destroyed_peer;
+mod recovery_shared;
 mod recovery_sim;
 mod two_process_support;
