@@ -3,6 +3,7 @@
 
 mod constants;
 mod dump;
+mod flush_in_error;
 mod helpers;
 mod layout;
 mod verbs;

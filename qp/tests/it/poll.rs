@@ -180,14 +180,19 @@ fn error_then_flush_accounts_for_every_wr() {
     assert_eq!(wcs[0].vendor_err(), 0x42);
     assert_eq!(wcs[0].syndrome_name(), Some("REMOTE_ACCESS_ERR"));
     assert_eq!(wcs[0].status().name(), "IBV_WC_REM_ACCESS_ERR");
-    // The error completion moved the data path to Error by itself: posting is refused.
+    // The error completion moved the data path to Error by itself.
     assert_eq!(qp.state(), QpState::Error);
-    assert!(qp.post(&SendWr::send(9).inline(b"x")).is_err());
-    // WR 105 got no CQE (this fake device flushes nothing more): the caller flushes the rest.
-    assert_eq!(qp.flush_outstanding(&mut wcs).unwrap(), 1);
+    // WR 105 got no CQE yet (this fake device flushes nothing by itself): the caller could
+    // flush it. A send posted now is accepted, and the device flushes it with the CQE a
+    // ConnectX writes for it (its WQE index, syndrome WR_FLUSH_ERR): that CQE names an
+    // outstanding WQE, so the poll retires 105 and 9, one flush each.
+    qp.post(&SendWr::send(9).inline(b"x")).unwrap();
+    fcq.push(req_err(QPN, 6, op::OPCODE_SEND, SYNDROME_WR_FLUSH_ERR, 0));
+    let n = c.poll(&mut qp, &mut wcs).unwrap();
+    let got: Vec<_> = wcs[..n].iter().map(|w| (w.wr_id(), w.status())).collect();
     assert_eq!(
-        (wcs[0].wr_id(), wcs[0].status()),
-        (105, WcStatus::WrFlushErr)
+        got,
+        vec![(105, WcStatus::WrFlushErr), (9, WcStatus::WrFlushErr)]
     );
     assert_eq!(qp.sq_outstanding_bbs(), 0);
     assert_eq!(qp.flush_outstanding(&mut wcs).unwrap(), 0);
