@@ -6,4 +6,5 @@ mod dump;
 mod flush_in_error;
 mod helpers;
 mod layout;
+mod rerun;
 mod verbs;
