@@ -262,8 +262,24 @@ fn srq_server() {
         out.contains("done: 240 requests through one SRQ of 64 receives"),
         "{out}"
     );
+    // Client 3's bad rkey: its pair recovered on the shared CQ and SRQ; the drain gave back
+    // the server QP's 10 requests of that round (their receives into the pool again, the
+    // requests sent again) and left the other clients' for the server.
     assert!(
-        out.contains("(240 receives put back into the pool)"),
+        out.contains(
+            "recovery  client 3's WRITE with a wrong rkey failed with IBV_WC_REM_ACCESS_ERR"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains(
+            "the drain returned 10 SRQ receive(s) of the server QP and left the other clients' \
+             requests in the shared CQ; 10 request(s) to send again"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains("(250 receives put back into the pool, all 64 posted at the end)"),
         "{out}"
     );
 }
@@ -273,6 +289,7 @@ fn srq_server_single_client() {
     let out = run_ok("srq_server", &["1", "5"]);
     assert!(out.contains("1 client on 1 device (10.0.0.2)"), "{out}");
     assert!(out.contains("done: 5 requests"), "{out}");
+    assert!(out.contains("one pair recovered on the shared CQ"), "{out}");
 }
 
 #[test]

@@ -7,6 +7,7 @@ mod connect_support;
 mod connect_two_process;
 mod fuzz_replay;
 mod owned;
+mod recover_tcp;
 mod recovery_destroyed_peer;
 mod recovery_shared;
 mod recovery_sim;

@@ -285,3 +285,131 @@ pub(crate) fn traffic_after(fabric: &SimFabric, s: &mut Server, clients: &mut [C
         (s.qps[BAD].qpn(), WcOpcode::Recv, WcStatus::Success)
     );
 }
+
+/// The same scenario recovered on the owning objects in one call (`recover_pair`): the
+/// server's QP with the shared CQ and SRQ, the client's with its receives posted again.
+#[test]
+fn recover_pair_on_the_owning_objects_loses_nothing() {
+    use mlx5_connect::{recover_pair, Recover};
+    let fabric = SimFabric::deterministic();
+    let (mut s, mut clients, mut conns) = setup(&fabric);
+    let posted = traffic(&fabric, &mut s, &mut clients);
+    let qpn = s.qps[BAD].qpn();
+    let bad = &mut clients[BAD];
+    let (sconn, cconn) = &mut conns[BAD];
+    let cmr = &bad.mr;
+    let repost = |qp: &mut mlx5_qp::Qp| {
+        for k in 0..4u64 {
+            let at = 4 * SLOT + k as usize * SLOT;
+            qp.post_recv(1000 + k, &[cmr.sge(at, SLOT as u32).unwrap()])?;
+        }
+        Ok(())
+    };
+    let (rs, rc) = recover_pair(
+        (
+            sconn,
+            Recover::new(&mut s.qps[BAD], &mut s.cq).srq(&mut s.srq),
+        ),
+        (
+            cconn,
+            Recover::new(&mut bad.qp, &mut bad.cq).receives(repost),
+        ),
+        WcStatus::RemAccessErr,
+    )
+    .unwrap();
+    assert!(
+        rs.drained.iter().all(|w| w.qp_num() == qpn),
+        "{:?}",
+        rs.drained
+    );
+    assert!(
+        rc.drained
+            .iter()
+            .any(|w| w.wr_id() == 77 && w.status() == WcStatus::RemAccessErr),
+        "the client's drain has the failed WRITE: {:?}",
+        rc.drained
+    );
+    assert_eq!(
+        bad.qp.rq_outstanding(),
+        4,
+        "the client's receives posted again"
+    );
+    let polled = poll_all(&mut s);
+    check_every_wr_once(&s, &posted, rs.drained.iter().chain(&polled));
+    traffic_after(&fabric, &mut s, &mut clients);
+}
+
+/// `Recover` takes the QP's own objects only, checked before anything is touched: another
+/// connection's QP, a CQ the QP does not complete on, its SRQ missing or another one.
+#[test]
+fn recover_refuses_objects_that_are_not_the_qps() {
+    use mlx5_connect::{recover_pair, ConnectError, Recover};
+    let fabric = SimFabric::deterministic();
+    let (mut s, mut clients, mut conns) = setup(&fabric);
+    let other_srq_pd = s.ctx.alloc_pd().unwrap();
+    let mut other_srq = other_srq_pd.create_srq(4, 1).unwrap();
+    let mut other_cq = s.ctx.create_cq(8).unwrap();
+    let (first, rest) = conns.split_at_mut(1);
+    let (c0, _) = &mut first[0];
+    let (c1, cc1) = &mut rest[0];
+    let (q0, qs) = s.qps.split_at_mut(1);
+    fn expect<T: std::fmt::Debug>(r: mlx5_connect::Result<T>, what: &str) {
+        match r {
+            Err(ConnectError::WrongObjects { why, .. }) => assert!(why.contains(what), "{why}"),
+            other => panic!("{other:?}"),
+        }
+    }
+    let cl = &mut clients[1];
+    // Connection 1 with QP 0.
+    expect(
+        recover_pair(
+            (c1, Recover::new(&mut q0[0], &mut s.cq).srq(&mut s.srq)),
+            (cc1, Recover::new(&mut cl.qp, &mut cl.cq)),
+            WcStatus::Success,
+        ),
+        "recover it with its own QP",
+    );
+    // QP 1 with a CQ it does not report to, without its SRQ, with another SRQ.
+    expect(
+        c1.recover(
+            Recover::new(&mut qs[0], &mut other_cq).srq(&mut s.srq),
+            WcStatus::Success,
+        ),
+        "its sends complete on CQ",
+    );
+    expect(
+        c1.recover(Recover::new(&mut qs[0], &mut s.cq), WcStatus::Success),
+        "give it with Recover::srq",
+    );
+    expect(
+        c1.recover(
+            Recover::new(&mut qs[0], &mut s.cq).srq(&mut other_srq),
+            WcStatus::Success,
+        ),
+        "not the SRQ",
+    );
+    // The client's QP has its own receive queue: an SRQ is refused, and so is a receive CQ
+    // it does not use.
+    let mut ccq2 = cl.ctx.create_cq(8).unwrap();
+    let cpd = cl.qp.pd().clone();
+    let mut csrq = cpd.create_srq(4, 1).unwrap();
+    expect(
+        cc1.recover(
+            Recover::new(&mut cl.qp, &mut cl.cq).srq(&mut csrq),
+            WcStatus::Success,
+        ),
+        "a receive queue of its own",
+    );
+    expect(
+        cc1.recover(
+            Recover::new(&mut cl.qp, &mut cl.cq).recv_cq(&mut ccq2),
+            WcStatus::Success,
+        ),
+        "its receives complete on CQ",
+    );
+    // Nothing was touched: every QP is still in RTS.
+    for qp in q0.iter().chain(qs.iter()) {
+        assert_eq!(qp.query().unwrap().qp_state, QpState::Rts);
+    }
+    let _ = c0;
+}
