@@ -226,15 +226,20 @@ impl Cq {
     }
 
     /// Poll completions of the QPs (and SRQs) in `table` until `done` accepts one, or until
-    /// `timeout`; returns every completion polled, in order (the accepted one last), so nothing
-    /// is lost. Steps a deterministic software ConnectX ([`Context::progress`]) while waiting.
+    /// `timeout`; returns every completion polled, in order, the accepted one last: nothing is
+    /// lost, and nothing beyond the accepted completion is taken from the CQ — the completions
+    /// after it stay there for the next poll (this polls one completion per call to
+    /// [`mlx5_qp::Cq::poll`]). Steps a deterministic software ConnectX ([`Context::progress`])
+    /// while waiting.
     pub fn poll_until<R: Resolve + ?Sized>(
         &mut self,
         table: &mut R,
         timeout: Duration,
         done: impl FnMut(&Wc) -> bool,
     ) -> Result<Vec<Wc>> {
-        self.poll_loop(table, timeout, 16, done)
+        // One completion per poll: the accepted one ends the wait, and what follows it stays
+        // in the CQ (a batch would have taken it too).
+        self.poll_loop(table, timeout, 1, done)
     }
 
     fn poll_loop<R: Resolve + ?Sized>(

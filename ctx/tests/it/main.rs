@@ -8,6 +8,7 @@ mod channel;
 mod drop_order;
 mod mr_midstream;
 mod optional_attrs;
+mod poll_until;
 mod prop;
 mod shared_bfregs;
 mod sqe_recovery;
