@@ -5,6 +5,5 @@ mod docs_paths;
 mod examples_run;
 mod fuzz_replay;
 mod mmio_fences;
-mod pingpong;
 mod sim_transition_table;
 mod tools_count_instructions;

@@ -9,7 +9,7 @@
 //! UDP link between two processes ([`rendezvous`]), which source GID a RoCE port uses by default
 //! ([`gid`]), what `-I` asks of the device ([`inline`]), what `lat` and `bw` do alike around a run
 //! ([`run`]), the edges of a run ([`serve`]), the log every program installs ([`log`]), what the
-//! `rc_pingpong` and `ud_pingpong` examples share ([`pingpong`]) and the NIC's figures of `lat
+//! `rc_pingpong` and `ud_pingpong` binaries share ([`pingpong`]) and the NIC's figures of `lat
 //! --timestamps` ([`timestamps`]).
 //!
 //! The tools print the same columns as perftest's `ib_write_lat` / `ib_write_bw`
