@@ -1,5 +1,6 @@
-//! The perftest-compatible tools `lat` and `bw` and the ping-pong tools `rc_pingpong` and `ud_pingpong`, built on the library's
-//! public API (`mlx5-ctx` owning objects, `mlx5-connect`): command-line arguments ([`args`]) and
+//! The perftest-compatible tools `lat` and `bw` and the ping-pong tools `rc_pingpong` and
+//! `ud_pingpong`, built on the library's public API (`mlx5-ctx` owning objects,
+//! `mlx5-connect`): command-line arguments ([`args`]) and
 //! their limits ([`limits`]), the devices of a run ([`devices`]) and one end's resources on them
 //! ([`resources`]), connecting their QPs ([`connecting`]), the post/poll path under measurement
 //! ([`path`]), statistics ([`stats`]), perftest-style report lines ([`report`]), the latency
