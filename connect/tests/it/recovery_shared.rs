@@ -413,3 +413,54 @@ fn recover_refuses_objects_that_are_not_the_qps() {
     }
     let _ = c0;
 }
+
+/// A link to a QP that receives through an SRQ, given without it, could not give the QP's
+/// receives back: the rebuild stops before anything is consumed (`Undrained`), the QP in
+/// Error; with the SRQ the same rebuild then succeeds and loses nothing.
+#[test]
+fn a_link_without_the_qps_srq_stops_the_rebuild_and_consumes_nothing() {
+    use mlx5_connect::ConnectError;
+    let fabric = SimFabric::deterministic();
+    let (mut s, mut clients, mut conns) = setup(&fabric);
+    let posted = traffic(&fabric, &mut s, &mut clients);
+    let (server_dev, client_dev) = (s.ctx.clone(), clients[BAD].ctx.clone());
+    let ci_before = s.cq.ci();
+    let (sconn, cconn) = &mut conns[BAD];
+    let bad = &mut clients[BAD];
+    {
+        let mut ls = QpLink::new(&mut s.qps[BAD], &mut s.cq, |_: &mut mlx5_qp::Qp| Ok(()));
+        let mut lc = QpLink::new(&mut bad.qp, &mut bad.cq, |_: &mut mlx5_qp::Qp| Ok(()));
+        let e = rebuild_pair(
+            server_dev.device(),
+            sconn,
+            &mut ls,
+            client_dev.device(),
+            cconn,
+            &mut lc,
+            WcStatus::RemAccessErr,
+        )
+        .unwrap_err();
+        assert!(matches!(e, ConnectError::Undrained { .. }), "{e}");
+        assert!(e.to_string().contains("QpLink::srq"), "{e}");
+    }
+    assert_eq!(s.cq.ci(), ci_before, "nothing consumed from the shared CQ");
+    assert_eq!(s.qps[BAD].query().unwrap().qp_state, QpState::Error);
+    // Again, with the SRQ.
+    let (rs, _) = {
+        let mut ls =
+            QpLink::new(&mut s.qps[BAD], &mut s.cq, |_: &mut mlx5_qp::Qp| Ok(())).srq(&mut s.srq);
+        let mut lc = QpLink::new(&mut bad.qp, &mut bad.cq, |_: &mut mlx5_qp::Qp| Ok(()));
+        rebuild_pair(
+            server_dev.device(),
+            sconn,
+            &mut ls,
+            client_dev.device(),
+            cconn,
+            &mut lc,
+            WcStatus::RemAccessErr,
+        )
+        .unwrap()
+    };
+    let polled = poll_all(&mut s);
+    check_every_wr_once(&s, &posted, rs.drained.iter().chain(&polled));
+}
