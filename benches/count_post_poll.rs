@@ -1,10 +1,11 @@
 //! The program `benches/count-instructions.sh` runs under `valgrind --tool=callgrind`: it posts
 //! N inline 8-byte RDMA WRITEs through BlueFlame and polls their N CQEs on rings in ordinary
-//! memory (`support/ram_rings.rs`), each through one `#[inline(never)]` function whose name the
-//! script gives callgrind's `--toggle-collect`, so that only the post (or the poll) is counted.
+//! memory (the `mlx5-ram-rings` crate, `benches/rings/src/lib.rs`), each through one
+//! `#[inline(never)]` function whose name the script gives callgrind's `--toggle-collect`, so
+//! that only the post (or the poll) is counted.
 //!
 //! A bench target (`harness = false`), not an example: building data-path objects over memory
-//! that no device owns takes `unsafe` (in `support/ram_rings.rs`), which has no place in the
+//! that no device owns takes `unsafe` (in `benches/rings/src/lib.rs`), which has no place in the
 //! examples people copy. The script builds it with
 //! `cargo build --release --bench count_post_poll`; `cargo bench` runs it once natively (it
 //! ignores the `--bench` flag cargo passes) as a smoke test of its own checks.

@@ -17,17 +17,17 @@
 //! request. `--loopback` runs the server and the clients on two software ConnectX devices of one
 //! fabric in this process and exits 0 once every reply was checked. As a server and a client,
 //! each process has its own software ConnectX and the frames travel between them over UDP (the
-//! addresses are swapped on each client's control connection, as `rc_pingpong` does).
-
-use mlx5_tools::devices::Devices;
-use mlx5_tools::rendezvous::Rendezvous;
+//! addresses are swapped on each client's control connection first, [`linked_control`]).
 
 use mlx5_direct::connect::{
-    connect_qps_with, qp_ref, ConnectParams, Connection, QpLink, RemoteBuffer,
+    connect_qps_with, qp_ref, ConnectParams, Connection, Control, QpLink, RemoteBuffer,
 };
 use mlx5_direct::ctx::{AsyncChannel, AsyncCq};
 use mlx5_direct::qp::{RemoteAddr, SendWr, Wc, WcOpcode};
-use mlx5_direct::{Context, Cq, Mr, Pd, Qp, QpInit};
+use mlx5_direct::sim::DeviceConfig;
+use mlx5_direct::{Context, Cq, Mr, Pd, Qp, QpInit, SimFabric};
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -467,22 +467,93 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'sta
     tokio::task::spawn_blocking(f).await?
 }
 
+/// The software ConnectX of the server process and of the client process: each process has
+/// its own, on a threaded fabric of its own; their frames travel over UDP.
+const SERVER_IP: [u8; 4] = [10, 0, 0, 1];
+const CLIENT_IP: [u8; 4] = [10, 0, 0, 2];
+
+/// This process's own software ConnectX, `ip`, named `name`: the fabric (keep it alive) and
+/// the device's context.
+fn own_device(ip: [u8; 4], name: &str) -> Result<(SimFabric, Context)> {
+    let fabric = SimFabric::threaded()?;
+    let ctx = fabric.add_device_with(DeviceConfig::new(ip).name(name));
+    Ok((fabric, ctx))
+}
+
+/// A control connection whose first bytes link this process's software ConnectX to the peer
+/// process's: each side binds its device's UDP socket (once) on the connection's local address
+/// and sends one line, `IPV4 UDP_ADDRESS`; each adds the other's device as a UDP peer. Then
+/// the connection carries the QP endpoints as usual ([`Connection::over`]). The peer's line is
+/// read byte by byte, so that nothing of what follows it is read ahead. `udp` keeps the
+/// address the device was bound to, for the next connection.
+fn linked_control(
+    mut stream: TcpStream,
+    ctx: &Context,
+    udp: &mut Option<SocketAddr>,
+    timeout: Duration,
+) -> Result<Control> {
+    let sim = ctx.sim_device().ok_or("not a software ConnectX")?;
+    let udp = match *udp {
+        Some(a) => a,
+        None => *udp.insert(sim.bind_udp(SocketAddr::new(stream.local_addr()?.ip(), 0))?),
+    };
+    stream.set_read_timeout(Some(timeout))?;
+    writeln!(stream, "{} {udp}", sim.ipv4())?;
+    let mut line = Vec::new();
+    let mut byte = [0u8; 1];
+    while line.len() < 128 {
+        stream.read_exact(&mut byte)?;
+        if byte[0] == b'\n' {
+            break;
+        }
+        line.push(byte[0]);
+    }
+    let line = String::from_utf8_lossy(&line).into_owned();
+    let (ip, addr) = line
+        .split_once(' ')
+        .and_then(|(ip, a)| Some((ip.parse::<Ipv4Addr>().ok()?, a.parse::<SocketAddr>().ok()?)))
+        .ok_or_else(|| format!("the peer sent {line:?}, not its device's address"))?;
+    sim.add_udp_peer(ip.octets(), addr)?;
+    let peer = stream.peer_addr()?;
+    Ok(Control::from_stream(stream, peer, timeout)?)
+}
+
+/// Connect to the server at `host:port`, retrying while it is not listening yet (up to
+/// `timeout`).
+fn connect_retrying(host: &str, port: u16, timeout: Duration) -> Result<TcpStream> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        match TcpStream::connect((host, port)) {
+            Ok(s) => return Ok(s),
+            Err(e) if Instant::now() < deadline => {
+                if e.kind() != std::io::ErrorKind::ConnectionRefused {
+                    return Err(format!("connect to {host}:{port}: {e}").into());
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Err(e) => return Err(format!("connect to {host}:{port}: {e}").into()),
+        }
+    }
+}
+
 /// The server as a process of its own: accept `clients` control connections, connect a QP for
 /// each, then serve.
 async fn server_process(o: &Opts) -> Result<()> {
     let (clients, port) = (o.clients, o.port);
     let (devs, side, ch, conns, links) = blocking(move || {
-        let devs = Devices::sim_process(false)?;
-        let rv = Rendezvous::new(None, port)?;
+        let devs = own_device(SERVER_IP, "sim0")?;
+        let listener = TcpListener::bind(("0.0.0.0", port))?;
         println!("async_server: listening on TCP port {port} for {clients} client(s)");
-        let ctx = devs.local.clone();
+        let ctx = devs.1.clone();
         let side = ServerSide::new(ctx.clone(), clients)?;
         let ch = ctx.create_comp_channel()?;
         let mut conns = Vec::new();
         let mut links = Vec::new();
+        let mut udp = None;
         for c in 0..clients {
             let params = ConnectParams::default();
-            let (control, _) = rv.control(&devs, params.io_timeout)?;
+            let (stream, _) = listener.accept()?;
+            let control = linked_control(stream, &ctx, &mut udp, params.io_timeout)?;
             let (mut qp, mut cq) = side.qp_for(&ch)?;
             let qref = qp_ref(&qp);
             let sges = (0..WINDOW as usize)
@@ -519,16 +590,17 @@ async fn server_process(o: &Opts) -> Result<()> {
 async fn client_process(o: &Opts, host: &str) -> Result<()> {
     let (clients, port, host) = (o.clients, o.port, host.to_string());
     let (devs, cls, links) = blocking(move || {
-        let devs = Devices::sim_process(true)?;
-        let rv = Rendezvous::new(Some(&host), port)?;
-        let ctx = devs.local.clone();
+        let devs = own_device(CLIENT_IP, "sim1")?;
+        let ctx = devs.1.clone();
         let pd = ctx.alloc_pd()?;
         let mut cls = Vec::new();
         let mut links = Vec::new();
+        let mut udp = None;
         for c in 0..clients {
             let mut cl = Client::new(&ctx, &pd, c)?;
             let params = ConnectParams::default().with_buffer(remote_buffer(&cl.replies));
-            let (control, _) = rv.control(&devs, params.io_timeout)?;
+            let stream = connect_retrying(&host, port, params.io_timeout)?;
+            let control = linked_control(stream, &ctx, &mut udp, params.io_timeout)?;
             let qref = qp_ref(&cl.qp);
             let sge = cl.scratch.sge(0, SLOT as u32)?;
             let conn = {

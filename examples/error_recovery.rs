@@ -11,12 +11,12 @@
 //! IBTA Vol. 1 §9.7.6.1.3) until `retry_cnt` is used up, and completes with
 //! `IBV_WC_RETRY_EXC_ERR`; A's QP is in Error and every WR behind it is flushed with
 //! `IBV_WC_WR_FLUSH_ERR` (IBTA Vol. 1 §10.3.1, Error state). Both QPs are rebuilt
-//! Error → Reset → Init → RTR → RTS with fresh PSNs (`rebuild_pair`, the in-process twin of
-//! `Connection::rebuild`), the fault is removed, the failed WRITE and the ones flushed behind
+//! Error → Reset → Init → RTR → RTS with fresh PSNs (`recover_pair` on the owning objects, the
+//! in-process twin of `Connection::recover`), the fault is removed, the failed WRITE and the ones flushed behind
 //! it are posted again, and B's memory is checked byte for byte.
 
 use clap::Parser;
-use mlx5_direct::connect::{connect_qps, rebuild_pair, ConnectParams, QpLink};
+use mlx5_direct::connect::{connect_qps, recover_pair, ConnectParams, Recover};
 use mlx5_direct::hw::QpState;
 use mlx5_direct::qp::{SendWr, Wc, WcStatus};
 use mlx5_direct::sim::Rate;
@@ -210,22 +210,13 @@ fn run() -> Result<()> {
         BEFORE + DURING
     );
 
-    // Rebuild both QPs. The rebuild drains what is left and flushes the rest.
-    let (rep_a, rep_b) = {
-        let (dev_a, dev_b) = (a.ctx.device(), b.ctx.device());
-        let no_receives = |_: &mut mlx5_direct::qp::Qp| Ok(());
-        let mut la = QpLink::new(&mut a.qp, &mut a.cq, no_receives);
-        let mut lb = QpLink::new(&mut b.qp, &mut b.cq, no_receives);
-        rebuild_pair(
-            dev_a,
-            &mut ca,
-            &mut la,
-            dev_b,
-            &mut cb,
-            &mut lb,
-            WcStatus::RetryExcErr,
-        )?
-    };
+    // Rebuild both QPs, in one call on the objects that own them. The rebuild drains what is
+    // left of each QP's completions and flushes the rest.
+    let (rep_a, rep_b) = recover_pair(
+        (&mut ca, Recover::new(&mut a.qp, &mut a.cq)),
+        (&mut cb, Recover::new(&mut b.qp, &mut b.cq)),
+        WcStatus::RetryExcErr,
+    )?;
     // Every WR posted during the fault is accounted for exactly once: the error completion
     // above, and a flush (now or in the rebuild's drain) for each one behind it.
     let mut retired: Vec<u64> = seen.iter().map(|w| w.wr_id()).collect();

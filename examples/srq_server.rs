@@ -13,13 +13,22 @@
 //! receives. The server checks every request (its client, its number, its bytes); each client
 //! checks every answer.
 //!
+//! In one round a client (the middle one) also sends an RDMA WRITE with a wrong rkey: the
+//! server's QP for it NAKs (remote access error) and both QPs of that pair go to Error, while
+//! the other clients' requests and the server's answers to them sit in the same CQ. The server
+//! recovers that one pair in one call (`recover_pair`, `Recover::new(qp, cq).srq(srq)`): the
+//! drain takes only the failed QP's completions — its requests still in the SRQ come back with
+//! their WR ids and go back into the pool — and leaves the other QPs' in the CQ for the
+//! server's next poll. The client sends the requests whose answers were lost again. Nothing is
+//! lost: every request is served, every answer checked, every receive put back.
+//!
 //! The fabric is deterministic (`SimFabric::deterministic`): the program steps it between the
 //! phases of a round, so every run takes the same rounds. `RUST_LOG=mlx5=info` logs every QP
 //! transition. Exit status 2 for bad arguments, 1 if anything went wrong.
 
 use clap::Parser;
-use mlx5_direct::connect::{connect_qps, ConnectParams};
-use mlx5_direct::qp::{SendWr, Wc};
+use mlx5_direct::connect::{connect_qps, recover_pair, ConnectParams, Recover};
+use mlx5_direct::qp::{RemoteAddr, SendWr, Wc, WcStatus};
 use mlx5_direct::sim::DeviceConfig;
 use mlx5_direct::{Context, Cq, Mr, Qp, QpInit, SimFabric};
 use std::process::ExitCode;
@@ -85,6 +94,9 @@ struct Client {
     sent: u64,
     answered: u64,
 }
+
+/// The WR id of the WRITE with a wrong rkey.
+const BAD_WRITE: u64 = u64::MAX;
 
 fn run(clients: usize, per: u64) -> Result<()> {
     let window = (SRQ_DEPTH as u64 / clients as u64)
@@ -160,6 +172,9 @@ fn run(clients: usize, per: u64) -> Result<()> {
     let mut served = vec![0u64; clients];
     let mut wcs = [Wc::default(); 16];
     let (mut replies, mut rounds, mut reposted) = (0u64, 0u64, 0u64);
+    // The round in which the middle client also sends a WRITE with a wrong rkey.
+    let (bad, bad_round) = (clients / 2, if per > window { 2 } else { 1 });
+    let mut recovered = 0u64;
     while cl.iter().any(|c| c.answered < per) {
         rounds += 1;
         // Every client sends its next window of requests.
@@ -172,8 +187,78 @@ fn run(clients: usize, per: u64) -> Result<()> {
                 client.qp.post(&SendWr::send(k).sges(&sge).signaled())?;
             }
             client.sent = upto;
+            if c == bad && rounds == bad_round {
+                let sge = [client.mr.sge(0, 8)?];
+                let wrong = RemoteAddr::new(mr.addr(), mr.rkey() ^ 0x5a5a);
+                let wr = SendWr::write(BAD_WRITE, wrong).sges(&sge).signaled();
+                client.qp.post(&wr)?;
+            }
         }
         fabric.fabric().run_until_idle();
+        // The clients see their requests complete; one whose QP failed asks the server to
+        // recover the pair (over TCP, `Connection::rebuild` sends the peer a REBUILD and its
+        // `poll_control` reports it; here, in one process, the set of failed pairs).
+        let mut failed = Vec::new();
+        for (c, client) in cl.iter_mut().enumerate() {
+            if let Some(why) = client_poll(c, client, window, &mut wcs)? {
+                failed.push((c, why));
+            }
+        }
+
+        // The server recovers each failed pair in one call, on the shared CQ and SRQ, before
+        // it serves: the CQ holds the requests of every client, and the drain takes only the
+        // failed QP's (their receives come back with their WR ids) and leaves the others'.
+        for &(c, why) in &failed {
+            let (server_conn, client_conn) = &mut conns[c];
+            let client = &mut cl[c];
+            let cmr = &client.mr;
+            let repost = |qp: &mut mlx5_direct::qp::Qp| {
+                for k in 0..window {
+                    let sge = cmr
+                        .sge((window + k) as usize * SLOT, SLOT as u32)
+                        .map_err(|_| mlx5_direct::qp::Error::BadLayout("the client's buffer"))?;
+                    qp.post_recv(k, &[sge])?;
+                }
+                Ok(())
+            };
+            let (rs, _) = recover_pair(
+                (
+                    server_conn,
+                    Recover::new(&mut qps[c], &mut cq).srq(&mut srq),
+                ),
+                (
+                    client_conn,
+                    Recover::new(&mut client.qp, &mut client.cq).receives(repost),
+                ),
+                why,
+            )?;
+            if rs.drained.iter().any(|w| w.qp_num() != qps[c].qpn()) {
+                return Err("the drain took another QP's completion".into());
+            }
+            // The failed QP's requests come back from the drain: their receives go back into
+            // the pool, and the client, which got no answer, sends the requests again.
+            let mut returned = 0;
+            for w in rs.drained.iter().filter(|w| w.opcode().is_recv()) {
+                let slot = w.wr_id() as usize;
+                srq.post_recv(w.wr_id(), &[mr.sge(slot * SLOT, SLOT as u32)?])?;
+                returned += 1;
+            }
+            reposted += returned;
+            let again = client.sent - client.answered;
+            client.sent = client.answered;
+            served[c] = client.answered;
+            recovered += 1;
+            println!(
+                "  recovery  client {c}'s WRITE with a wrong rkey failed with {}: server QPN \
+                 {:#x} and client QPN {:#x} rebuilt (generation {}); the drain returned \
+                 {returned} SRQ receive(s) of the server QP and left the other clients' requests \
+                 in the shared CQ; {again} request(s) to send again",
+                why.name(),
+                qps[c].qpn(),
+                client.qp.qpn(),
+                rs.generation,
+            );
+        }
 
         // The server takes the requests from the shared pool, checks each, answers on the QP
         // it came in on and puts the receive back into the pool.
@@ -222,34 +307,16 @@ fn run(clients: usize, per: u64) -> Result<()> {
 
         // Every client checks its answers and reposts its receives.
         for (c, client) in cl.iter_mut().enumerate() {
-            loop {
-                let n = client.cq.poll(&mut client.qp, &mut wcs)?;
-                if n == 0 {
-                    break;
-                }
-                for wc in &wcs[..n] {
-                    if !wc.is_ok() {
-                        let (op, st) = (wc.opcode().name(), wc.status().name());
-                        return Err(format!("client {c}: {op} completed with {st}").into());
-                    }
-                    if !wc.opcode().is_recv() {
-                        continue;
-                    }
-                    let k = client.answered;
-                    let off = (window + wc.wr_id()) as usize * SLOT;
-                    if client.mr.read(off, SLOT)? != answer(c, k) {
-                        return Err(format!("client {c}: answer {k} is not its own").into());
-                    }
-                    client.answered += 1;
-                    client
-                        .qp
-                        .post_recv(wc.wr_id(), &[client.mr.sge(off, SLOT as u32)?])?;
-                }
+            if let Some(why) = client_poll(c, client, window, &mut wcs)? {
+                return Err(format!("client {c}: a completion failed with {why}").into());
             }
         }
-        if rounds > per + 1 {
+        if rounds > per + 2 {
             return Err("no progress: some requests were never answered".into());
         }
+    }
+    if recovered != 1 {
+        return Err(format!("{recovered} pairs recovered, want the one that failed").into());
     }
     for (c, client) in cl.iter().enumerate() {
         if client.answered != per || served[c] != per {
@@ -271,14 +338,61 @@ fn run(clients: usize, per: u64) -> Result<()> {
     if !bugs.is_empty() {
         return Err(format!("driver bugs: {bugs:?}").into());
     }
+    if srq.outstanding() != SRQ_DEPTH {
+        return Err(format!(
+            "{} receives in the pool at the end, want all {SRQ_DEPTH}",
+            srq.outstanding()
+        )
+        .into());
+    }
     let total = clients as u64 * per;
     println!(
         "done: {total} requests through one SRQ of {SRQ_DEPTH} receives in {} \
-         ({reposted} receives put back into the pool), every request and every answer checked",
+         ({reposted} receives put back into the pool, all {SRQ_DEPTH} posted at the end), one \
+         pair recovered on the shared CQ, every request and every answer checked",
         plural(rounds as usize, "round")
     );
     drop(conns);
     Ok(())
+}
+
+/// Everything ready on a client's CQ: its requests' completions, and its answers, each checked
+/// (the answer to its next request) and its receive posted again. The status of the first
+/// completion that failed, if one did (its QP is in Error: the rest are flushes).
+fn client_poll(
+    c: usize,
+    client: &mut Client,
+    window: u64,
+    wcs: &mut [Wc],
+) -> Result<Option<WcStatus>> {
+    let mut failed = None;
+    loop {
+        let n = client.cq.poll(&mut client.qp, wcs)?;
+        if n == 0 {
+            return Ok(failed);
+        }
+        for wc in &wcs[..n] {
+            if !wc.is_ok() {
+                failed = failed.or(Some(wc.status()));
+                continue;
+            }
+            if wc.wr_id() == BAD_WRITE {
+                return Err(format!("client {c}: the WRITE with a wrong rkey succeeded").into());
+            }
+            if !wc.opcode().is_recv() {
+                continue;
+            }
+            let k = client.answered;
+            let off = (window + wc.wr_id()) as usize * SLOT;
+            if client.mr.read(off, SLOT)? != answer(c, k) {
+                return Err(format!("client {c}: answer {k} is not its own").into());
+            }
+            client.answered += 1;
+            client
+                .qp
+                .post_recv(wc.wr_id(), &[client.mr.sge(off, SLOT as u32)?])?;
+        }
+    }
 }
 
 /// The IPv4 address of a software ConnectX.

@@ -38,6 +38,14 @@
 //! MR its PD, everything its context), so they may be dropped in any order; no `unsafe` is
 //! needed to use the library.
 //!
+//! A QP that failed is recovered in one call on the objects that own it, its CQs and SRQ
+//! shared with other QPs or not: [`connect::Connection::recover`] over TCP,
+//! [`connect::recover_pair`] in one process ([`connect::Recover`] names the objects). Only that
+//! QP's completions are drained — the other QPs' stay in a shared CQ for their next poll, its
+//! SRQ receives come back with their WR ids — so every WR of every QP completes exactly once
+//! (`examples/srq_server.rs` recovers one client of a server whose QPs share one CQ and one
+//! SRQ; `examples/error_recovery.rs` recovers a pair after RETRY_EXC_ERR).
+//!
 //! This facade crate re-exports the workspace's library crates:
 //!
 //! - [`wqe`]: send / receive / SRQ WQE segment layouts, opcodes, and the WQE writer over a

@@ -72,7 +72,10 @@ pub enum ConnectError {
     #[error("incompatible endpoints: {0}")]
     Incompatible(String),
     /// An operation that needs a control connection on an in-process connection.
-    #[error("this connection has no control channel (in-process pair): use rebuild_pair")]
+    #[error(
+        "this connection has no control channel (in-process pair): use recover_pair (owning \
+         QPs) or rebuild_pair"
+    )]
     NoControlChannel,
     /// [`super::Connection::replace_qp`] was given a QP that cannot replace the current one.
     #[error("cannot replace QP {old_qpn:#x} with QP {new_qpn:#x}: {why}")]
@@ -82,6 +85,30 @@ pub enum ConnectError {
         /// The QP offered as the replacement.
         new_qpn: u32,
         /// Why it does not fit.
+        why: String,
+    },
+    /// A rebuild's drain met a completion of the QP that the link cannot place (a receive
+    /// through an SRQ the link was not given): it stays in the CQ, nothing was consumed, and
+    /// the QP stays in Error — a Reset would leave the CQE behind to complete a WQE posted
+    /// later. Give the link what it lacks (`QpLink::srq`) and rebuild again.
+    #[error(
+        "rebuild of QP {qpn:#x}: the CQ holds a completion of this QP that the link cannot \
+         place ({source}); nothing was consumed and the QP stays in Error: give the link its \
+         SRQ (QpLink::srq) and rebuild again"
+    )]
+    Undrained {
+        /// The QP being rebuilt.
+        qpn: u32,
+        /// The poll's error.
+        source: mlx5_qp::Error,
+    },
+    /// [`crate::Recover`] was given objects that are not the QP's: another connection's QP,
+    /// a CQ or SRQ the QP does not report to, or none where it has one.
+    #[error("cannot recover QP {qpn:#x} with these objects: {why}")]
+    WrongObjects {
+        /// The QP given.
+        qpn: u32,
+        /// What does not fit.
         why: String,
     },
     /// The QP is not in a state the operation can start from.

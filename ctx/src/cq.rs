@@ -279,23 +279,27 @@ impl Cq {
     }
 
     /// Poll completions of the QPs (and SRQs) in `table` until `done` accepts one, or until
-    /// `timeout`; returns every completion polled, in order (the accepted one last), so nothing
-    /// is lost. Steps a deterministic software ConnectX ([`Context::progress`]) while waiting.
+    /// `timeout`; returns every completion polled, in order, the accepted one last: nothing is
+    /// lost, and nothing beyond the accepted completion is taken from the CQ — the completions
+    /// after it stay there for the next poll (this polls one completion per call to
+    /// [`mlx5_qp::Cq::poll`]). Steps a deterministic software ConnectX ([`Context::progress`])
+    /// while waiting.
     ///
     /// Between polls that find nothing it sleeps rather than spins: on the CQ's completion
     /// channel when the CQ has one of its own, else with a bounded backoff ([`crate::wait`]).
     /// A device that reports a fatal error ends the wait at once with [`Error::DeviceFatal`]
     /// (carrying the completions polled); a timeout says what each QP of `table` had
-    /// outstanding.
-    /// A CQ the device put in error ([`Cq::in_error`]: it overran) ends the wait with
-    /// [`Error::CqError`] once its ring is empty, carrying the completions polled before.
+    /// outstanding. A CQ the device put in error ([`Cq::in_error`]: it overran) ends the wait
+    /// with [`Error::CqError`] once its ring is empty, carrying the completions polled before.
     pub fn poll_until<R: Resolve + ?Sized>(
         &mut self,
         table: &mut R,
         timeout: Duration,
         done: impl FnMut(&Wc) -> bool,
     ) -> Result<Vec<Wc>> {
-        self.poll_loop(table, timeout, 16, done)
+        // One completion per poll: the accepted one ends the wait, and what follows it stays
+        // in the CQ (a batch would have taken it too).
+        self.poll_loop(table, timeout, 1, done)
     }
 
     fn poll_loop<R: Resolve + ?Sized>(

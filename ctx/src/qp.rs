@@ -128,9 +128,9 @@ pub(crate) struct QpObj {
     // The device QP is destroyed (Drop) before these are released: a QP never outlives its
     // CQs, SRQ or PD on the device.
     pd: Pd,
-    _send_cq: Arc<CqObj>,
-    _recv_cq: Arc<CqObj>,
-    _srq: Option<Arc<SrqObj>>,
+    send_cq: Arc<CqObj>,
+    recv_cq: Arc<CqObj>,
+    srq: Option<Arc<SrqObj>>,
 }
 
 impl Drop for QpObj {
@@ -227,9 +227,9 @@ impl Qp {
             qp_type: init.qp_type,
             cap: info.cap,
             pd: pd.clone(),
-            _send_cq: init.send_cq.obj().clone(),
-            _recv_cq: init.recv_cq.obj().clone(),
-            _srq: init.srq.map(|s| s.obj().clone()),
+            send_cq: init.send_cq.obj().clone(),
+            recv_cq: init.recv_cq.obj().clone(),
+            srq: init.srq.map(|s| s.obj().clone()),
         });
         // On failure `obj` is dropped here and destroys the QP.
         let dp = datapath::qp(&info.layout, init.srq.map(|s| s.srqn()))?;
@@ -254,6 +254,22 @@ impl Qp {
     /// The PD the QP belongs to.
     pub fn pd(&self) -> &Pd {
         &self.obj.pd
+    }
+
+    /// The CQ the QP's send completions go to ([`Cq::id`]).
+    pub fn send_cq_id(&self) -> mlx5_hw::CqId {
+        self.obj.send_cq.id
+    }
+
+    /// The CQ the QP's receive completions go to (the send CQ unless
+    /// [`QpInit::recv_cq`] named another).
+    pub fn recv_cq_id(&self) -> mlx5_hw::CqId {
+        self.obj.recv_cq.id
+    }
+
+    /// The SRQ the QP receives through, if any ([`Srq::id`]).
+    pub fn srq_id(&self) -> Option<mlx5_hw::SrqId> {
+        self.obj.srq.as_ref().map(|s| s.id())
     }
 
     /// The context the QP belongs to.

@@ -17,6 +17,13 @@ pub(crate) struct SrqObj {
     pd: Pd,
 }
 
+impl SrqObj {
+    /// The device handle.
+    pub(crate) fn id(&self) -> SrqId {
+        self.id
+    }
+}
+
 impl Drop for SrqObj {
     fn drop(&mut self) {
         if let Err(e) = self.pd.context().device().destroy_srq(self.id) {

@@ -6,11 +6,16 @@
 //! QPN's low bits: constant time for any number of QPs, no hashing and no allocation on the
 //! hot path), or anything implementing the trait.
 //!
+//! A CQE the table cannot place stays in the CQ ([`Cq::poll`], **Errors**): nothing is
+//! consumed that no completion accounts for.
+//!
 //! Here: the [`Cq`], its batch loop (runs of common CQEs inline, the rest through the full
 //! path, CQE by CQE) and [`Cq::poll_send`]. Beside it: `table` (the [`Resolve`] tables),
 //! `single` (the one-entry poll), `runs` (the runs of one QP and the loop over CQEs of many),
+//! `own` (one owner's CQEs of a shared CQ: [`Cq::poll_own`], [`Cq::discard_next`]),
 //! `timestamp` (completion timestamps), `tests`.
 
+mod own;
 mod runs;
 mod single;
 mod table;
@@ -190,14 +195,23 @@ impl Cq {
     /// copied into the receive buffers (or a READ/atomic's local buffer) before the
     /// completion is returned.
     ///
-    /// **Errors.** A CQE for a QPN or SRQ not in `table`, one naming no outstanding WQE, or an
-    /// unsupported kind (compressed, resize, signature) is consumed and returned as an error
-    /// — but only when it is the first CQE of a call: completions already written are returned
-    /// first, and the bad CQE is reported by the next call. A receive CQE naming a later WQE
-    /// than the oldest outstanding one (the device broke the in-order receive contract) is
-    /// [`Error::RecvOutOfOrder`], reported the same way but left in the CQ: the next call
-    /// delivers its completion (the WR id of the WQE it names), and the WQEs it skipped stay
-    /// outstanding; nothing is flushed on their behalf.
+    /// **Errors**, each reported only when it is the first CQE of a call (completions already
+    /// written are returned first, and the next call reports it):
+    /// - a CQE `table` cannot place — of a QP not in `table` ([`Error::UnknownQpn`]), or a
+    ///   receive through an SRQ not in it ([`Error::UnknownSrqn`]) — is **left in the CQ**,
+    ///   untouched: a poll with a table that holds its QP (and SRQ) completes it. A CQ shared
+    ///   by several owners is polled with every QP of it in one table, or each owner takes
+    ///   its own with [`Cq::poll_own`]; a destroyed QP's stale CQE is taken out with
+    ///   [`Cq::discard_next`];
+    /// - a receive CQE naming a later WQE than the oldest outstanding one (the device broke
+    ///   the in-order receive contract) is [`Error::RecvOutOfOrder`], also left in the CQ:
+    ///   the next call delivers its completion (the WR id of the WQE it names), and the WQEs
+    ///   it skipped stay outstanding; nothing is flushed on their behalf;
+    /// - a CQE naming no outstanding WQE of its QP ([`Error::BadCqe`]) or of a kind the data
+    ///   path does not handle (compressed, resize, signature: [`Error::UnsupportedCqe`]) is
+    ///   consumed: it completes nothing.
+    ///
+    /// [`Error::leaves_cqe`] tells the two apart.
     #[inline(always)]
     pub fn poll<R: Resolve + ?Sized>(&mut self, table: &mut R, wcs: &mut [Wc]) -> Result<usize> {
         #[cfg(test)]
@@ -511,8 +525,10 @@ impl Cq {
                 }
                 Err(e) => {
                     if n == 0 {
-                        // A receive out of order stays in the CQ: the next call delivers it.
-                        if !matches!(e, Error::RecvOutOfOrder { .. }) {
+                        // A CQE the table cannot place (another QP's, an SRQ not in the
+                        // table) stays in the CQ for a poll with a table that can; a receive
+                        // out of order stays too: the next call delivers it.
+                        if !e.leaves_cqe() {
                             self.ci = self.ci.wrapping_add(1);
                         }
                         err = Some(e);
@@ -564,9 +580,9 @@ impl Cq {
     /// (a READ, an atomic, a WR retiring unsignaled ones before it) to `wr_ids`, the rest to
     /// `other`.
     ///
-    /// Errors are those of [`Cq::poll`] (a CQE of another QP, one naming no outstanding WQE,
-    /// an unsupported format), reported by the call that meets them first. An empty
-    /// `wr_ids` polls nothing.
+    /// Errors are those of [`Cq::poll`] (a CQE of another QP, left in the CQ; one naming no
+    /// outstanding WQE, an unsupported format), reported by the call that meets them first.
+    /// An empty `wr_ids` polls nothing.
     ///
     /// ```no_run
     /// # fn f(cq: &mut mlx5_qp::Cq, qp: &mut mlx5_qp::Qp) -> mlx5_qp::Result<()> {
@@ -848,21 +864,30 @@ impl Cq {
                     // An XRC target has no data path: its receives belong to the XRC SRQ.
                     return crate::xrc::complete_on_srq(table, cqe, wc, inline, out, cqn);
                 };
-                if !wc.is_ok() {
-                    qp.follow_error_completion(false);
-                }
                 match qp.srqn() {
-                    None => qp
-                        .complete_recv(cqe.wqe_counter(), wc, inline, out, first)
-                        .map_err(|expected| Error::RecvOutOfOrder {
-                            cqn,
-                            qpn,
-                            wqe_counter: cqe.wqe_counter(),
-                            expected,
-                        }),
+                    None => {
+                        if !wc.is_ok() {
+                            qp.follow_error_completion(false);
+                        }
+                        qp.complete_recv(cqe.wqe_counter(), wc, inline, out, first)
+                            .map_err(|expected| Error::RecvOutOfOrder {
+                                cqn,
+                                qpn,
+                                wqe_counter: cqe.wqe_counter(),
+                                expected,
+                            })
+                    }
                     Some(srqn) => {
+                        // The SRQ first: a CQE it cannot place changes nothing (it stays in
+                        // the CQ, `Cq::poll_rest`), not even the QP's state.
                         let srq = table.srq(srqn).ok_or(Error::UnknownSrqn { cqn, srqn })?;
-                        Ok(srq.complete(cqe.wqe_counter(), wc, inline, out))
+                        let p = srq.complete(cqe.wqe_counter(), wc, inline, out);
+                        if !wc.is_ok() {
+                            if let Some(qp) = table.qp(qpn) {
+                                qp.follow_error_completion(false);
+                            }
+                        }
+                        Ok(p)
                     }
                 }
             }

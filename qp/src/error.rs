@@ -149,10 +149,14 @@ pub enum Error {
     /// A caller-built WQE that cannot be posted.
     #[error("raw WQE rejected: {0}")]
     BadRawWqe(&'static str),
-    /// A CQE names a QP that was not registered with the poller.
+    /// A CQE names a QP that is not in the table passed to the poll. The CQE stays in the CQ
+    /// (nothing is lost): poll with a table that holds the QP (a CQ shared by several QPs is
+    /// polled with all of them, or each owner takes its own with [`crate::Cq::poll_own`]), or,
+    /// for a destroyed QP's stale CQE, take it out with [`crate::Cq::discard_next`].
     #[error(
-        "CQ {cqn}: completion for QPN {qpn:#x}, which is not in the table passed to poll \
-         (a destroyed QP's stale CQE, or a QP missing from the table)"
+        "CQ {cqn}: completion for QPN {qpn:#x}, which is not in the table passed to poll; the \
+         CQE stays in the CQ: poll with a table that holds the QP (Cq::poll_own takes only the \
+         table's own), or Cq::discard_next for a destroyed QP's stale CQE"
     )]
     UnknownQpn {
         /// The CQ number.
@@ -160,8 +164,13 @@ pub enum Error {
         /// The QPN in the CQE.
         qpn: u32,
     },
-    /// A receive completion on an SRQ that was not registered with the poller.
-    #[error("CQ {cqn}: receive completion on SRQ {srqn:#x}, which is not in the table")]
+    /// A receive completion on an SRQ that is not in the table passed to the poll. The CQE
+    /// stays in the CQ, as for [`Error::UnknownQpn`]: the receive's WR id is the SRQ's to
+    /// give back.
+    #[error(
+        "CQ {cqn}: receive completion on SRQ {srqn:#x}, which is not in the table passed to \
+         poll; the CQE stays in the CQ: poll with a table that holds the SRQ"
+    )]
     UnknownSrqn {
         /// The CQ number.
         cqn: u32,
@@ -217,4 +226,17 @@ pub enum Error {
         /// CQE format (3 = compressed).
         format: u8,
     },
+}
+
+impl Error {
+    /// Whether a poll that returned this error left the CQE it names in the CQ (the next poll
+    /// meets it again): a CQE the table cannot place ([`Error::UnknownQpn`],
+    /// [`Error::UnknownSrqn`]) and a receive out of order ([`Error::RecvOutOfOrder`]). Every
+    /// other poll error consumed its CQE.
+    pub fn leaves_cqe(&self) -> bool {
+        matches!(
+            self,
+            Error::UnknownQpn { .. } | Error::UnknownSrqn { .. } | Error::RecvOutOfOrder { .. }
+        )
+    }
 }

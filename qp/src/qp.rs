@@ -238,8 +238,12 @@ impl Qp {
 
     /// Recompute the lean entry points' limits and gates (after a state change).
     fn update_fast_limits(&mut self) {
-        let postable = matches!(self.state, QpState::Rts | QpState::Sqd)
-            && matches!(self.qp_type, QpType::Rc | QpType::Uc);
+        // The states `check_send_state` accepts: a WQE posted in SQE or Error is the
+        // device's to flush.
+        let postable = matches!(
+            self.state,
+            QpState::Rts | QpState::Sqd | QpState::Sqe | QpState::Error
+        ) && matches!(self.qp_type, QpType::Rc | QpType::Uc);
         // A lean WQE must fit the blocks the lean gate guarantees (`SendQueue::wr_bbs`);
         // within the caps it always does (`wr_limit`), the clamp makes that local.
         let max_inline =
@@ -439,6 +443,20 @@ impl Qp {
     /// [`Qp::post_write`], [`Qp::post_send_inline`], [`Qp::post_send`]), which do exactly what
     /// the generic path does in fewer instructions; when the WR is built at the call site the
     /// compiler resolves this choice and only the lean path remains.
+    ///
+    /// **States.** A send is accepted in RTS and SQD, and also in SQE and Error: the device
+    /// completes work posted to a queue in error with `IBV_WC_WR_FLUSH_ERR`, one completion per
+    /// WR, signaled or not (IBTA Vol. 1 §10.3.1, the SQE and Error states; release 1.2
+    /// compliance statement C10-96, which the Linux kernel's software devices follow:
+    /// `drivers/infiniband/sw/rdmavt/qp.c` `ib_rvt_state_ops` accepts sends in SQE and Error
+    /// and receives in Error, and flushes them). libmlx5 checks no state at all
+    /// (rdma-core v44 `providers/mlx5/qp.c` `_mlx5_post_send`, `mlx5_post_recv`), and the
+    /// kernel's `ib_drain_sq` / `ib_drain_rq` (`drivers/infiniband/core/verbs.c`) rely on the
+    /// device flushing a WR posted after the move to Error. So the poll accepts the flush CQE
+    /// of such a WR like any other. Reset, Init and RTR refuse a send with
+    /// [`Error::WrongState`], as the spec's immediate error (the kernel's rxe,
+    /// `drivers/infiniband/sw/rxe/rxe_verbs.c` `rxe_post_send`, and rdmavt return `EINVAL`
+    /// there); receives ([`Qp::post_recv`]) are refused in Reset only.
     #[inline(always)]
     pub fn post(&mut self, wr: &SendWr<'_>) -> Result<()> {
         if wr.ud.is_none() && wr.xrc.is_none() {

@@ -32,7 +32,7 @@ pub(crate) fn complete_on_srq<R: Resolve + ?Sized>(
     cqn: u32,
 ) -> Result<Progress> {
     let (qpn, srqn) = (cqe.qpn(), cqe.srqn());
-    match table.srq(srqn) {
+    match table.xrc_srq(srqn) {
         Some(srq) if srqn != 0 => Ok(srq.complete(cqe.wqe_counter(), wc, inline, out)),
         _ => Err(Error::UnknownQpn { cqn, qpn }),
     }

@@ -1,6 +1,7 @@
 //! Every example runs to completion on the software ConnectX and checks its own results (each
 //! exits non-zero on any wrong byte, unexpected completion or driver bug); here we run the
-//! example binaries themselves and check their exit status and key lines.
+//! example binaries themselves and check their exit status and key lines (and those of the
+//! bench program `thread_scaling`, which has a `main` of its own).
 //!
 //! `cargo test` builds the examples next to the tests (`target/<profile>/examples/`); when a
 //! test is run alone and the example is not there yet, it is built with cargo first.
@@ -11,12 +12,52 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 fn example(name: &str) -> PathBuf {
+    if BENCH_PROGRAMS.contains(&name) {
+        return bench(name);
+    }
     mlx5_testkit::process::example(
         env!("CARGO"),
         env!("CARGO_MANIFEST_DIR"),
         "mlx5-direct",
         name,
     )
+}
+
+/// Programs with a `main` of their own that are bench targets, not examples (they build the
+/// data path over RAM rings, with `unsafe` no example has): run here like the examples.
+const BENCH_PROGRAMS: &[&str] = &["thread_scaling"];
+
+/// The bench program `name` of this package, built by cargo in the profile of this test (a
+/// no-op when it is fresh); cargo's artifact report names the executable, whose file name
+/// carries a hash (`target/<profile>/deps/NAME-HASH`).
+fn bench(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("test path");
+    let release = exe
+        .parent()
+        .and_then(|d| d.parent())
+        .is_some_and(|p| p.ends_with("release"));
+    let mut cmd = Command::new(env!("CARGO"));
+    cmd.args(["build", "-p", "mlx5-direct", "--bench", name])
+        .args(["--message-format", "json-render-diagnostics"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"));
+    if release {
+        cmd.arg("--release");
+    }
+    let out = cmd.output().expect("run cargo");
+    assert!(
+        out.status.success(),
+        "building the {name} bench failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .rev()
+        .find_map(|l| {
+            let at = l.find("\"executable\":\"")? + "\"executable\":\"".len();
+            let path = &l[at..at + l[at..].find('"')?];
+            path.contains(name).then(|| PathBuf::from(path))
+        })
+        .unwrap_or_else(|| panic!("cargo reported no {name} executable"))
 }
 
 /// How long one example run may take before the test kills it and fails (they take well
@@ -262,8 +303,24 @@ fn srq_server() {
         out.contains("done: 240 requests through one SRQ of 64 receives"),
         "{out}"
     );
+    // Client 3's bad rkey: its pair recovered on the shared CQ and SRQ; the drain gave back
+    // the server QP's 10 requests of that round (their receives into the pool again, the
+    // requests sent again) and left the other clients' for the server.
     assert!(
-        out.contains("(240 receives put back into the pool)"),
+        out.contains(
+            "recovery  client 3's WRITE with a wrong rkey failed with IBV_WC_REM_ACCESS_ERR"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains(
+            "the drain returned 10 SRQ receive(s) of the server QP and left the other clients' \
+             requests in the shared CQ; 10 request(s) to send again"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains("(250 receives put back into the pool, all 64 posted at the end)"),
         "{out}"
     );
 }
@@ -273,6 +330,7 @@ fn srq_server_single_client() {
     let out = run_ok("srq_server", &["1", "5"]);
     assert!(out.contains("1 client on 1 device (10.0.0.2)"), "{out}");
     assert!(out.contains("done: 5 requests"), "{out}");
+    assert!(out.contains("one pair recovered on the shared CQ"), "{out}");
 }
 
 #[test]
@@ -421,4 +479,55 @@ fn async_server_loopback_checks_every_reply() {
         out.contains("150 replies checked (3 clients × 50 requests)"),
         "{out}"
     );
+}
+
+/// The examples use only the library's public API (README): the facade `mlx5_direct` and no
+/// other crate of the workspace, and no `unsafe` (outside comments). Programs that need more
+/// are tools (`tools/src/bin/`) or bench targets (`benches/`).
+#[test]
+fn examples_use_only_the_public_api() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples");
+    let internal = [
+        "mlx5_wqe",
+        "mlx5_cq",
+        "mlx5_hw",
+        "mlx5dv_sys",
+        "mlx5_qp",
+        "mlx5_sim",
+        "mlx5_ctx",
+        "mlx5_connect",
+        "mlx5_decode",
+        "mlx5_tools",
+        "mlx5_ram_rings",
+        "mlx5_testkit",
+    ];
+    let mut n = 0;
+    for e in std::fs::read_dir(&dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_none_or(|x| x != "rs") {
+            continue;
+        }
+        n += 1;
+        let text = std::fs::read_to_string(&p).unwrap();
+        for (i, line) in text.lines().enumerate() {
+            let code = line.split("//").next().unwrap_or("");
+            let at = format!("{}:{}", p.display(), i + 1);
+            for c in internal {
+                let named = code.match_indices(c).any(|(k, _)| {
+                    !code[..k].ends_with(|ch: char| ch == '_' || ch.is_alphanumeric())
+                        && code[k + c.len()..].starts_with("::")
+                        || code.trim_start().starts_with(&format!("use {c}"))
+                });
+                assert!(!named, "{at}: uses {c}, not the public API: {line}");
+            }
+            let words: Vec<&str> = code
+                .split(|ch: char| !(ch == '_' || ch.is_alphanumeric()))
+                .collect();
+            assert!(
+                !words.contains(&"unsafe"),
+                "{at}: unsafe in an example: {line}"
+            );
+        }
+    }
+    assert!(n >= 8, "only {n} examples found");
 }

@@ -1,9 +1,9 @@
 //! The integration tests of this crate, one test binary (link time dominates on small
 //! machines): one module per area.
 
+mod docs_paths;
 mod examples_run;
 mod fuzz_replay;
 mod mmio_fences;
-mod pingpong;
 mod sim_transition_table;
 mod tools_count_instructions;

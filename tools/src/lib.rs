@@ -1,5 +1,6 @@
-//! The perftest-compatible tools `lat` and `bw` and the ping-pong examples, built on the library's
-//! public API (`mlx5-ctx` owning objects, `mlx5-connect`): command-line arguments ([`args`]) and
+//! The perftest-compatible tools `lat` and `bw` and the ping-pong tools `rc_pingpong` and
+//! `ud_pingpong`, built on the library's public API (`mlx5-ctx` owning objects,
+//! `mlx5-connect`): command-line arguments ([`args`]) and
 //! their limits ([`limits`]), the devices of a run ([`devices`]) and one end's resources on them
 //! ([`resources`]), connecting their QPs ([`connecting`]), the post/poll path under measurement
 //! ([`path`]), statistics ([`stats`]), perftest-style report lines ([`report`]), the latency
@@ -9,7 +10,7 @@
 //! UDP link between two processes ([`rendezvous`]), which source GID a RoCE port uses by default
 //! ([`gid`]), what `-I` asks of the device ([`inline`]), what `lat` and `bw` do alike around a run
 //! ([`run`]), the edges of a run ([`serve`]), the log every program installs ([`log`]), what the
-//! `rc_pingpong` and `ud_pingpong` examples share ([`pingpong`]) and the NIC's figures of `lat
+//! `rc_pingpong` and `ud_pingpong` binaries share ([`pingpong`]) and the NIC's figures of `lat
 //! --timestamps` ([`timestamps`]).
 //!
 //! The tools print the same columns as perftest's `ib_write_lat` / `ib_write_bw`

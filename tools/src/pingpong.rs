@@ -1,4 +1,4 @@
-//! What the `rc_pingpong` and `ud_pingpong` examples share: `ibv_rc_pingpong`'s and
+//! What the `rc_pingpong` and `ud_pingpong` binaries share: `ibv_rc_pingpong`'s and
 //! `ibv_ud_pingpong`'s flags (rdma-core `libibverbs/examples/rc_pingpong.c`,
 //! `ud_pingpong.c`, `usage`: `-p -d -i -g -s -m -r -n -e -l`), parsed with clap ([`parse`]);
 //! the three ways to run — a server process (no address), a client process (the server's

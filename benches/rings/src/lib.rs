@@ -6,7 +6,7 @@
 //! gets its credits back.
 //!
 //! Shared by the criterion benchmarks (`benches/post_poll.rs`), the instruction-count program
-//! (`benches/count_post_poll.rs`) and `examples/thread_scaling.rs`. Not published: a test
+//! (`benches/count_post_poll.rs`) and `benches/thread_scaling.rs`. Not published: a test
 //! device, whose `unsafe` (building the data path over memory this crate owns) lives here so
 //! that the programs using it need none.
 // A test device's helpers: `len` without `is_empty`, constructors without `Default`.

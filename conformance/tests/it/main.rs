@@ -3,6 +3,8 @@
 
 mod constants;
 mod dump;
+mod flush_in_error;
 mod helpers;
 mod layout;
+mod rerun;
 mod verbs;

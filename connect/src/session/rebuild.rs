@@ -253,7 +253,7 @@ pub(super) fn reset(
         link.set_state(cur);
     }
     let drained = if cur == QpState::Error {
-        drain(dev, qp, link, params, generation)
+        drain(dev, qp, link, params, generation)?
     } else {
         Vec::new()
     };
@@ -302,19 +302,23 @@ pub(super) fn retire(
             link.set_state(QpState::Error);
         }
     }
-    Ok(drain(dev, qp, link, params, generation))
+    drain(dev, qp, link, params, generation)
 }
 
-/// Polls until the CQ has been empty for a few rounds (or the I/O timeout passes), then
-/// flushes what the data path still holds. Errors from polling are logged, not fatal: the
-/// goal is to account for every WR before the Reset forgets them.
+/// Polls until the CQ has held nothing of this QP for a few rounds (or the I/O timeout
+/// passes), then flushes what the data path still holds: every WR is accounted for before the
+/// Reset forgets them. The link takes only this QP's CQEs ([`Link::poll`]); other QPs' stay
+/// in a shared CQ for their owner. A CQE the poll consumed without a completion (one naming
+/// no outstanding WQE) is logged and the drain goes on; one it left in the CQ because the
+/// link cannot place it (a receive through an SRQ the link lacks) stops the rebuild with the
+/// QP still in Error: a Reset would leave it behind, stale, to complete a WQE posted later.
 pub(super) fn drain(
     dev: &dyn Device,
     qp: &QpRef,
     link: &mut dyn Link,
     params: &ConnectParams,
     generation: u32,
-) -> Vec<Wc> {
+) -> Result<Vec<Wc>> {
     const EMPTY_ROUNDS: u32 = 3;
     let deadline = Instant::now() + params.io_timeout;
     let mut out = Vec::new();
@@ -327,6 +331,18 @@ pub(super) fn drain(
             Ok(n) => {
                 empty = 0;
                 out.extend_from_slice(&buf[..n]);
+            }
+            // Delivered by the next poll.
+            Err(e @ mlx5_qp::Error::RecvOutOfOrder { .. }) => {
+                tracing::warn!(target: "mlx5_connect", qpn = qp.qpn, error = %e, "rebuild: receive out of order while draining");
+            }
+            Err(e) if e.leaves_cqe() => {
+                tracing::warn!(target: "mlx5_connect", qpn = qp.qpn, generation, error = %e,
+                    "rebuild: a completion of this QP stays in the CQ; the QP stays in Error");
+                return Err(ConnectError::Undrained {
+                    qpn: qp.qpn,
+                    source: e,
+                });
             }
             Err(e) => {
                 tracing::warn!(target: "mlx5_connect", qpn = qp.qpn, error = %e, "rebuild: poll error while draining");
@@ -358,5 +374,5 @@ pub(super) fn drain(
         first_error_wr_id = first_error.map_or(0, |w| w.wr_id()),
         "rebuild: CQ drained"
     );
-    out
+    Ok(out)
 }

@@ -8,6 +8,8 @@ mod connect_two_process;
 mod control_fd;
 mod fuzz_replay;
 mod owned;
+mod recover_tcp;
 mod recovery_destroyed_peer;
+mod recovery_shared;
 mod recovery_sim;
 mod two_process_support;

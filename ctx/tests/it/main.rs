@@ -9,6 +9,7 @@ mod cq_overrun;
 mod drop_order;
 mod mr_midstream;
 mod optional_attrs;
+mod poll_until;
 mod prop;
 mod shared_bfregs;
 mod sqe_recovery;

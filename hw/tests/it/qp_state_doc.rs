@@ -5,7 +5,7 @@
 use mlx5_hw::qp_state::rule;
 use mlx5_hw::{AttrMask, QpState, QpType};
 
-const BEGIN: &str = "<!-- BEGIN GENERATED: qp_state tables (hw/tests/qp_state_doc.rs) -->";
+const BEGIN: &str = "<!-- BEGIN GENERATED: qp_state tables (hw/tests/it/qp_state_doc.rs) -->";
 const END: &str = "<!-- END GENERATED -->";
 
 fn names(m: AttrMask) -> String {

@@ -32,6 +32,14 @@ pub trait Resolve {
     fn for_each_srq(&self, f: &mut dyn FnMut(&Srq)) {
         let _ = f;
     }
+    /// The SRQ that takes a receive CQE naming a QP this table does not hold: an XRC target
+    /// QP has no data path, its receives are completed by the XRC SRQ the CQE names
+    /// (rdma-core `get_resp_ctx_v1`). [`Resolve::srq`] by default; a table that must take
+    /// only its own QPs' completions — one QP's drain on a CQ whose SRQ other QPs receive
+    /// through too — returns `None`, and such a CQE stays in the CQ for its owner.
+    fn xrc_srq(&mut self, srqn: u32) -> Option<&mut Srq> {
+        self.srq(srqn)
+    }
 }
 
 impl Resolve for Qp {

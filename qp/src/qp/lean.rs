@@ -749,13 +749,15 @@ mod tests {
     }
 
     #[test]
-    fn the_lean_gates_open_for_rc_and_uc_in_rts_and_sqd_only() {
+    fn the_lean_gates_open_for_rc_and_uc_in_the_states_that_take_sends() {
         use QpState::*;
         for qp_type in [QpType::Rc, QpType::Uc, QpType::Ud, QpType::XrcSend] {
             for state in [Reset, Init, Rtr, Rts, Sqd, Sqe, Error] {
                 let mut f = fixture(qp_type, 16, 64, 1);
                 f.qp.set_state(state);
-                let open = matches!(state, Rts | Sqd) && matches!(qp_type, QpType::Rc | QpType::Uc);
+                // SQE and Error take sends too: the device flushes them.
+                let open = matches!(state, Rts | Sqd | Sqe | Error)
+                    && matches!(qp_type, QpType::Rc | QpType::Uc);
                 let qp = &f.qp;
                 assert_eq!(
                     qp.sq.lean_open(qp.sq.fast),

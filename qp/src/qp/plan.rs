@@ -58,20 +58,18 @@ const _: () = assert!(
 );
 
 impl Qp {
+    /// Sends are accepted in RTS and SQD, and in SQE and Error, where the device flushes them
+    /// ([`Qp::post`], **States**); Reset, Init and RTR refuse them.
     #[inline(always)]
     pub(super) fn check_send_state(&self) -> Result<()> {
         match self.state {
-            QpState::Rts | QpState::Sqd => Ok(()),
-            QpState::Sqe | QpState::Error => Err(Error::WrongState {
-                op: "post a send",
-                state: self.state,
-                hint: "poll the CQ for the error completions, then recover the QP \
-                       (Error -> Reset -> Init -> RTR -> RTS)",
-            }),
+            QpState::Rts | QpState::Sqd | QpState::Sqe | QpState::Error => Ok(()),
             _ => Err(Error::WrongState {
                 op: "post a send",
                 state: self.state,
-                hint: "move the QP to RTS first (and report it with Qp::set_state)",
+                hint: "sends may be posted from RTS on (IBTA Vol. 1 §10.3.1: Reset, Init and \
+                       RTR refuse send work requests with an immediate error); move the QP to \
+                       RTS first (and report it with Qp::set_state)",
             }),
         }
     }

@@ -5,24 +5,28 @@ use super::*;
 impl Qp {
     /// Post one receive WR. Its buffers must stay valid and registered until its completion
     /// is polled. Not available when the QP receives through an SRQ (post there).
+    ///
+    /// Accepted from Init on, Error included: a receive posted to a QP in Error is flushed by
+    /// the device (one `IBV_WC_WR_FLUSH_ERR` completion; [`crate::Qp::post`] has the rule and
+    /// its sources). Refused in Reset ([`Error::WrongState`]), where the IB spec requires an
+    /// immediate error.
     #[inline]
     pub fn post_recv(&mut self, wr_id: u64, sges: &[Sge]) -> Result<()> {
         self.post_recv_list(&[RecvWr { wr_id, sges }])
     }
 
     /// Post several receive WRs with one doorbell-record update; all are checked before any is
-    /// written (all or nothing).
+    /// written (all or nothing). The states as for [`Qp::post_recv`].
     #[inline]
     pub fn post_recv_list(&mut self, wrs: &[RecvWr<'_>]) -> Result<()> {
-        match self.state {
-            QpState::Reset | QpState::Error => {
-                return Err(Error::WrongState {
-                    op: "post a receive",
-                    state: self.state,
-                    hint: "receives may be posted from Init on, and not in Error",
-                })
-            }
-            _ => {}
+        if self.state == QpState::Reset {
+            return Err(Error::WrongState {
+                op: "post a receive",
+                state: self.state,
+                hint: "receives may be posted from Init on (IBTA Vol. 1 §10.3.1, Reset: work \
+                       requests are refused with an immediate error); in Error they are \
+                       accepted and flushed",
+            });
         }
         let srq = self.srqn.is_some();
         match self.rq_mut() {

@@ -69,8 +69,47 @@ fn expect_failure(
         .filter(|w| w.wr_id() > first_id)
         .all(|w| w.status() == WcStatus::WrFlushErr));
     assert_eq!(side.qp.sq_outstanding_bbs(), 0);
-    // Posting now is refused with a clear error, and the ring is left alone.
-    assert!(side.qp.post(&SendWr::send(0)).is_err());
+    posted_in_error_is_flushed(side, f, first_id);
+}
+
+/// A QP in Error takes new work, and the device flushes it (IBTA Vol. 1 §10.3.1; libmlx5
+/// checks no state, `mlx5_post_send` / `mlx5_post_recv`): an unsignaled send, a signaled one
+/// and a receive, each completed once with WR_FLUSH_ERR and its own opcode, in order; the
+/// poll accepts the CQEs the device writes for them; nothing is left outstanding.
+fn posted_in_error_is_flushed(side: &mut Side, f: &mut mlx5_sim::Fabric, first_id: u64) {
+    use mlx5_qp::WcOpcode;
+    let (s1, s2, r) = (first_id + 100, first_id + 101, first_id + 200);
+    side.qp.post(&SendWr::send(s1).inline(b"late")).unwrap();
+    side.qp
+        .post(
+            &SendWr::write(s2, RemoteAddr::new(0, 0))
+                .inline(b"w")
+                .signaled(),
+        )
+        .unwrap();
+    side.qp.post_recv(r, &[side.buf.sge(0, 8)]).unwrap();
+    let mut late = drain(f, &mut side.cq, &mut side.qp);
+    late.sort_by_key(|w| w.wr_id());
+    let got: Vec<(u64, WcStatus, WcOpcode)> = late
+        .iter()
+        .map(|w| (w.wr_id(), w.status(), w.opcode()))
+        .collect();
+    let flush = WcStatus::WrFlushErr;
+    assert_eq!(
+        got,
+        vec![
+            (s1, flush, WcOpcode::Send),
+            (s2, flush, WcOpcode::RdmaWrite),
+            (r, flush, WcOpcode::Recv)
+        ]
+    );
+    assert_eq!(
+        (side.qp.sq_outstanding_bbs(), side.qp.rq_outstanding()),
+        (0, 0)
+    );
+    let mut wcs = [Wc::default(); 4];
+    assert_eq!(side.qp.flush_outstanding(&mut wcs).unwrap(), 0);
+    no_driver_bugs(f);
 }
 
 fn post_tail(side: &mut Side, first_id: u64) {

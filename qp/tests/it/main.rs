@@ -16,6 +16,7 @@ mod lean;
 mod mcast;
 mod mmio_trace;
 mod poll;
+mod poll_own;
 mod poll_send;
 mod post;
 mod post_raw;

@@ -180,14 +180,19 @@ fn error_then_flush_accounts_for_every_wr() {
     assert_eq!(wcs[0].vendor_err(), 0x42);
     assert_eq!(wcs[0].syndrome_name(), Some("REMOTE_ACCESS_ERR"));
     assert_eq!(wcs[0].status().name(), "IBV_WC_REM_ACCESS_ERR");
-    // The error completion moved the data path to Error by itself: posting is refused.
+    // The error completion moved the data path to Error by itself.
     assert_eq!(qp.state(), QpState::Error);
-    assert!(qp.post(&SendWr::send(9).inline(b"x")).is_err());
-    // WR 105 got no CQE (this fake device flushes nothing more): the caller flushes the rest.
-    assert_eq!(qp.flush_outstanding(&mut wcs).unwrap(), 1);
+    // WR 105 got no CQE yet (this fake device flushes nothing by itself): the caller could
+    // flush it. A send posted now is accepted, and the device flushes it with the CQE a
+    // ConnectX writes for it (its WQE index, syndrome WR_FLUSH_ERR): that CQE names an
+    // outstanding WQE, so the poll retires 105 and 9, one flush each.
+    qp.post(&SendWr::send(9).inline(b"x")).unwrap();
+    fcq.push(req_err(QPN, 6, op::OPCODE_SEND, SYNDROME_WR_FLUSH_ERR, 0));
+    let n = c.poll(&mut qp, &mut wcs).unwrap();
+    let got: Vec<_> = wcs[..n].iter().map(|w| (w.wr_id(), w.status())).collect();
     assert_eq!(
-        (wcs[0].wr_id(), wcs[0].status()),
-        (105, WcStatus::WrFlushErr)
+        got,
+        vec![(105, WcStatus::WrFlushErr), (9, WcStatus::WrFlushErr)]
     );
     assert_eq!(qp.sq_outstanding_bbs(), 0);
     assert_eq!(qp.flush_outstanding(&mut wcs).unwrap(), 0);
@@ -509,13 +514,23 @@ fn bad_cqes_are_errors_after_the_good_ones() {
     fcq.push(Cqe64::from_bytes(&b));
     let mut wcs = [Wc::default(); 4];
     assert_eq!(c.poll(&mut qp, &mut wcs).unwrap(), 1, "the good one first");
+    let unknown = Error::UnknownQpn {
+        cqn: 0x77,
+        qpn: 0x999,
+    };
+    assert!(unknown.leaves_cqe());
+    let unknown = Err(unknown);
+    assert_eq!(c.poll(&mut qp, &mut wcs), unknown);
     assert_eq!(
-        c.poll(&mut qp, &mut wcs),
-        Err(Error::UnknownQpn {
-            cqn: 0x77,
-            qpn: 0x999
-        })
+        (c.ci(), fcq.set_ci()),
+        (1, 1),
+        "another QP's CQE stays in the CQ"
     );
+    assert_eq!(c.poll(&mut qp, &mut wcs), unknown, "met again");
+    let gone = c
+        .discard_next()
+        .expect("the stale CQE, taken out on purpose");
+    assert_eq!((gone.qpn(), gone.wqe_counter()), (0x999, 0));
     assert!(matches!(
         c.poll(&mut qp, &mut wcs),
         Err(Error::BadCqe { wqe_counter: 5, .. })
@@ -525,7 +540,15 @@ fn bad_cqes_are_errors_after_the_good_ones() {
         Err(Error::UnsupportedCqe { format: 3, .. })
     ));
     assert_eq!(c.poll(&mut qp, &mut wcs).unwrap(), 0);
-    assert_eq!(fcq.set_ci(), 4, "bad CQEs are consumed");
+    assert_eq!(
+        fcq.set_ci(),
+        4,
+        "the bad CQEs are consumed, the unknown one discarded"
+    );
+    assert!(
+        c.discard_next().is_none(),
+        "an empty CQ has nothing to discard"
+    );
 }
 
 #[test]

@@ -3,7 +3,8 @@
 //! The model executes posted WQEs in order, writes a CQE for each signaled one (reading its
 //! `wqe_index` back from the ring), never overruns the CQ, and can fail a WQE: then it writes
 //! the error CQE and flushes the rest (a CQE for every remaining WQE, or only for the
-//! signaled ones), and the QP is in Error.
+//! signaled ones), and the QP is in Error. WQEs posted to the QP in Error are accepted and
+//! flushed the same way (IBTA Vol. 1 §10.3.1; libmlx5 checks no state).
 
 use crate::common;
 use mlx5_wqe::opcode as op;
@@ -60,6 +61,8 @@ struct Model {
     exec: usize,
     /// Index of the WQE that failed.
     failed: Option<usize>,
+    /// After the failure: the device writes a flush CQE for every WQE, not only the signaled.
+    flush_every: bool,
     reported: HashMap<u64, (WcStatus, u32)>,
     next_id: u64,
 }
@@ -90,6 +93,7 @@ impl Model {
             posted: Vec::new(),
             exec: 0,
             failed: None,
+            flush_every: false,
             reported: HashMap::new(),
             next_id: 0,
         }
@@ -154,13 +158,29 @@ impl Model {
                 assert_eq!(free_wrs, 0);
                 assert_eq!(self.qp.sq_outstanding_wrs(), self.qp.max_send_wr());
             }
-            Err(Error::WrongState { .. }) => assert!(self.failed.is_some()),
             Err(e) => panic!("unexpected {e}"),
         }
     }
 
     fn execute(&mut self, n: usize) {
         if self.failed.is_some() {
+            // In Error: WQEs posted since are flushed, as the failure flushed the rest.
+            for _ in 0..n {
+                if self.exec == self.posted.len() || !self.cq_room() {
+                    return;
+                }
+                let p = &self.posted[self.exec];
+                if self.flush_every || p.signaled {
+                    self.fcq.push(req_err(
+                        QPN,
+                        p.pi,
+                        op::OPCODE_SEND,
+                        SYNDROME_WR_FLUSH_ERR,
+                        0,
+                    ));
+                }
+                self.exec += 1;
+            }
             return;
         }
         for _ in 0..n {
@@ -212,6 +232,7 @@ impl Model {
             }
         }
         self.failed = Some(self.exec);
+        self.flush_every = flush_every;
         self.exec = self.posted.len();
         self.qp.set_state(QpState::Error);
     }

@@ -7,13 +7,14 @@
 //! `mlx5_qp` data path: every object owns whole cache lines).
 //!
 //! ```text
-//! cargo run --release --example thread_scaling -- [THREADS 1..=64] [--msgs M]
+//! cargo bench --bench thread_scaling -- [THREADS 1..=64] [--msgs M]
 //! ```
 //! THREADS defaults to 2 (this machine's cores), M (messages per thread) to 2000000.
 //!
 //! A measurement program, not a usage example: building data-path objects over memory that
-//! no device owns takes `unsafe`, which lives in the benchmarks' RAM-ring support
-//! (`benches/support/ram_rings.rs`, shared with the criterion and callgrind benchmarks).
+//! no device owns takes `unsafe`, which lives in the benchmarks' RAM-ring support (the
+//! `mlx5-ram-rings` crate, `benches/rings/src/lib.rs`, shared with the criterion and callgrind
+//! benchmarks), so it is a bench target (`harness = false`: its own `main`), not an example.
 //! Exit status 2 for bad arguments, 1 if a post or poll went wrong.
 
 use mlx5_ram_rings as ram_rings;
@@ -35,6 +36,9 @@ struct Args {
     /// Messages each thread posts and polls.
     #[arg(long, default_value_t = 2_000_000, value_parser = clap::value_parser!(u64).range(1..=1_000_000_000))]
     msgs: u64,
+    /// Passed by `cargo bench` to every bench target; ignored.
+    #[arg(long, hide = true)]
+    bench: bool,
 }
 
 /// Post and poll `n` WRITEs on a QP and CQ of this thread's own; the time it took.

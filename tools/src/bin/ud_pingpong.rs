@@ -2,9 +2,9 @@
 //! addressed with an address handle for the peer's port, the peer's QPN and its Q_Key.
 //!
 //! ```text
-//! cargo run --release --example ud_pingpong                 server, on the software ConnectX
-//! cargo run --release --example ud_pingpong -- 127.0.0.1    client, in another terminal
-//! cargo run --release --example ud_pingpong -- --loopback   both ends in one process
+//! cargo run --release --bin ud_pingpong                 server, on the software ConnectX
+//! cargo run --release --bin ud_pingpong -- 127.0.0.1    client, in another terminal
+//! cargo run --release --bin ud_pingpong -- --loopback   both ends in one process
 //! ```
 //!
 //! Flags as `ibv_ud_pingpong` (`--help`): `-p -d -i -g -s -m -r -n -e -l`; `-s` defaults to
@@ -16,8 +16,8 @@
 //! datagram is checked byte for byte, and its source QPN against the peer's.
 #![forbid(unsafe_code)]
 
-use mlx5_direct::connect::{Connection, QpLink};
-use mlx5_direct::qp::{SendWr, Wc, WcFlags};
+use mlx5_connect::{Connection, QpLink};
+use mlx5_qp::{SendWr, Wc, WcFlags};
 use mlx5_tools::path::GRH;
 use mlx5_tools::pingpong::{self, drain_sends, finish, Kind, Outcome, Setup, STALL};
 use mlx5_tools::resources::Resources;
@@ -57,16 +57,12 @@ fn ud_side(mut s: Resources, st: &Setup<'_>) -> Result<Outcome> {
     let (qp_ref, ctx) = (s.qp_ref(0), s.context().clone());
     let depth = st.opts.rx_depth;
     let conn = {
-        let mut link = QpLink::new(
-            &mut s.qps[0],
-            &mut s.cq,
-            move |qp: &mut mlx5_direct::qp::Qp| {
-                for i in 0..u64::from(depth) {
-                    qp.post_recv(i, std::slice::from_ref(&recv))?;
-                }
-                Ok(())
-            },
-        );
+        let mut link = QpLink::new(&mut s.qps[0], &mut s.cq, move |qp: &mut mlx5_qp::Qp| {
+            for i in 0..u64::from(depth) {
+                qp.post_recv(i, std::slice::from_ref(&recv))?;
+            }
+            Ok(())
+        });
         Connection::over(control, ctx.device(), qp_ref, &mut link, &st.params)?
     };
     let peer = *conn

@@ -1,12 +1,12 @@
-//! The ping-pong examples speak `ibv_rc_pingpong` / `ibv_ud_pingpong`: they run in one process
+//! The ping-pong tools speak `ibv_rc_pingpong` / `ibv_ud_pingpong`: they run in one process
 //! (`--loopback`) and as a server and a client process (each with its own software ConnectX),
 //! print `ibv_rc_pingpong`'s address and result lines, take its flags, answer `--help` on
 //! standard output with status 0, and end every bad command line — overflowing, zero,
 //! negative or non-numeric numbers, unknown flags, a client with no server, a server port in
 //! use — with status 1 or 2 and a message, under a timeout.
 //!
-//! `cargo test` builds the examples next to the tests (`target/<profile>/examples/`); when a
-//! test is run alone and the example is not there yet, it is built with cargo first.
+//! They are binaries of this crate (`src/bin/rc_pingpong.rs`, `src/bin/ud_pingpong.rs`), which
+//! cargo builds for these tests.
 
 use mlx5_testkit::process;
 
@@ -15,21 +15,22 @@ use std::path::PathBuf;
 use std::process::{Command, Output};
 use std::time::Duration;
 
-fn example(name: &str) -> PathBuf {
-    mlx5_testkit::process::example(
-        env!("CARGO"),
-        env!("CARGO_MANIFEST_DIR"),
-        "mlx5-direct",
-        name,
-    )
+/// The ping-pong binary `name` of this crate (cargo builds a package's binaries for its
+/// integration tests).
+fn program(name: &str) -> PathBuf {
+    PathBuf::from(match name {
+        "rc_pingpong" => env!("CARGO_BIN_EXE_rc_pingpong"),
+        "ud_pingpong" => env!("CARGO_BIN_EXE_ud_pingpong"),
+        other => panic!("no ping-pong binary {other}"),
+    })
 }
 
 fn run(name: &str, args: &[&str]) -> Output {
-    Command::new(example(name))
+    Command::new(program(name))
         .args(args)
         .env_remove("RUST_LOG")
         .output()
-        .expect("run example")
+        .expect("run the program")
 }
 
 fn run_ok(name: &str, args: &[&str]) -> String {
@@ -37,7 +38,7 @@ fn run_ok(name: &str, args: &[&str]) -> String {
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),
-        "example {name} {args:?} failed: {}\n{stdout}\n{}",
+        "{name} {args:?} failed: {}\n{stdout}\n{}",
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );
@@ -89,11 +90,11 @@ fn ud_pingpong_loopback_defaults_to_the_path_mtu() {
     check_result_lines(&out, 1024, 20);
 }
 
-/// The server and the client of a ping-pong example as two processes, each with its own
+/// The server and the client of a ping-pong tool as two processes, each with its own
 /// software ConnectX (see [`process::two_processes`]).
 fn two_processes(name: &str, args: &[&str]) -> (String, String) {
     process::two_processes(
-        &example(name),
+        &program(name),
         args,
         "server waiting for a client on TCP port ",
         Duration::from_secs(60),
@@ -194,7 +195,7 @@ fn pingpong_mistakes_are_clear_errors() {
 
 /// `name args` ends within `limit` with 1 or 2 and a message.
 fn bounded(name: &str, args: &[String], limit: Duration) -> std::result::Result<(), String> {
-    let (code, e) = process::run_bounded(&example(name), args, limit)?;
+    let (code, e) = process::run_bounded(&program(name), args, limit)?;
     match code {
         Some(1 | 2) if !e.trim().is_empty() && !e.contains("panicked") => Ok(()),
         code => Err(format!("{name} {args:?}: exit {code:?}: {e}")),
@@ -202,7 +203,7 @@ fn bounded(name: &str, args: &[String], limit: Duration) -> std::result::Result<
 }
 
 #[test]
-fn bad_arguments_never_crash_the_pingpong_examples() {
+fn bad_arguments_never_crash_the_pingpong_tools() {
     let taken = TcpListener::bind("0.0.0.0:0").expect("bind");
     let port = taken.local_addr().unwrap().port().to_string();
     let free = TcpListener::bind("127.0.0.1:0")

@@ -2,11 +2,11 @@
 //! exchange their QP endpoints over TCP, then bounce a message back and forth.
 //!
 //! ```text
-//! cargo run --release --example rc_pingpong                 server, on the software ConnectX
-//! cargo run --release --example rc_pingpong -- 127.0.0.1    client, in another terminal
-//! cargo run --release --example rc_pingpong -- --loopback   both ends in one process
-//! cargo run --release --features verbs --example rc_pingpong -- -d mlx5_0            (server on a NIC)
-//! cargo run --release --features verbs --example rc_pingpong -- -d mlx5_0 192.0.2.1  (client)
+//! cargo run --release --bin rc_pingpong                 server, on the software ConnectX
+//! cargo run --release --bin rc_pingpong -- 127.0.0.1    client, in another terminal
+//! cargo run --release --bin rc_pingpong -- --loopback   both ends in one process
+//! cargo run --release --features verbs --bin rc_pingpong -- -d mlx5_0            (server on a NIC)
+//! cargo run --release --features verbs --bin rc_pingpong -- -d mlx5_0 192.0.2.1  (client)
 //! ```
 //!
 //! Flags as `ibv_rc_pingpong` (`--help`): `-p PORT` (default 18515; `-p 0` lets the server
@@ -19,8 +19,8 @@
 //! all arrived intact. The last two lines are `ibv_rc_pingpong`'s.
 #![forbid(unsafe_code)]
 
-use mlx5_direct::connect::{Connection, QpLink};
-use mlx5_direct::qp::{SendWr, Wc};
+use mlx5_connect::{Connection, QpLink};
+use mlx5_qp::{SendWr, Wc};
 use mlx5_tools::pingpong::{self, drain_sends, finish, Kind, Outcome, Setup, STALL};
 use mlx5_tools::resources::Resources;
 use mlx5_tools::{Error, Result};
@@ -58,16 +58,12 @@ fn rc_side(mut s: Resources, st: &Setup<'_>) -> Result<Outcome> {
     let (qp_ref, ctx) = (s.qp_ref(0), s.context().clone());
     let depth = st.opts.rx_depth;
     let conn = {
-        let mut link = QpLink::new(
-            &mut s.qps[0],
-            &mut s.cq,
-            move |qp: &mut mlx5_direct::qp::Qp| {
-                for i in 0..u64::from(depth) {
-                    qp.post_recv(i, std::slice::from_ref(&recv))?;
-                }
-                Ok(())
-            },
-        );
+        let mut link = QpLink::new(&mut s.qps[0], &mut s.cq, move |qp: &mut mlx5_qp::Qp| {
+            for i in 0..u64::from(depth) {
+                qp.post_recv(i, std::slice::from_ref(&recv))?;
+            }
+            Ok(())
+        });
         Connection::over(control, ctx.device(), qp_ref, &mut link, &st.params)?
     };
     st.address("local address: ", conn.local());
