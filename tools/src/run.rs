@@ -153,11 +153,6 @@ pub fn run_lines(events: bool, length: Length, udp: Option<&UdpLink>) -> Vec<(St
     lines
 }
 
-/// The error of `--path verbs` in a build without the `verbs` feature.
-pub fn verbs_missing() -> Error {
-    Error::Usage("--path verbs needs the `verbs` feature (rebuild with --features verbs)".into())
-}
-
 /// What `lat` and `bw` plan alike from the common arguments, checked before any device is
 /// opened; each tool's own plan holds it beside what is the tool's alone.
 #[derive(Debug)]

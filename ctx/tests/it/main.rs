@@ -7,6 +7,7 @@ mod async_cq;
 mod channel;
 mod drop_order;
 mod mr_midstream;
+mod open;
 mod optional_attrs;
 mod prop;
 mod shared_bfregs;

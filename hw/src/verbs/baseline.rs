@@ -14,7 +14,7 @@ use std::ffi::{c_int, CStr};
 use std::time::{Duration, Instant};
 
 use super::device::VerbsDevice;
-use super::ffi::{ibv, status_io_error};
+use super::ffi::{ibv, status_io_error, RdmaCore};
 use crate::attr::QpType;
 use crate::device::{AhId, CqId, QpId};
 use crate::error::{Error, Result};
@@ -344,10 +344,18 @@ impl Completion {
         self.status == ibv::ibv_wc_status::IBV_WC_SUCCESS
     }
 
-    /// libibverbs' name of the status (`ibv_wc_status_str`: "success", "remote access error", ...).
+    /// libibverbs' name of the status (`ibv_wc_status_str`: "success", "remote access error",
+    /// ...). Without rdma-core (a completion built by hand on a host without it) the verbs.h
+    /// name of the value (`IBV_WC_REM_ACCESS_ERR`), or its number.
     pub fn status_str(&self) -> String {
+        let Ok(rdma) = RdmaCore::get() else {
+            return u8::try_from(self.status)
+                .ok()
+                .and_then(mlx5_cq::WcStatus::from_u8)
+                .map_or_else(|| format!("status {}", self.status), |s| s.name().into());
+        };
         // SAFETY: returns a pointer to a static string for any value ("unknown" otherwise).
-        let p = unsafe { ibv::ibv_wc_status_str(self.status) };
+        let p = unsafe { rdma.ibv_wc_status_str(self.status) };
         if p.is_null() {
             return format!("status {}", self.status);
         }

@@ -17,7 +17,6 @@
 //! netdev has joined the IP group, none after `ibv_detach_mcast`); the Error → Reset → Init →
 //! RTR → RTS recovery with traffic afterwards; and that every XRC call is refused with an
 //! error naming the verb (rxe has no XRC: `ibv_open_xrcd` answers EOPNOTSUPP).
-#![cfg(feature = "verbs")]
 
 use std::net::{Ipv4Addr, UdpSocket};
 use std::time::Duration;
