@@ -88,15 +88,15 @@ fn check_signatures() {
     let (canary_ok, canary_output) = compile_check(&out, "signatures_canary", &canary);
     let rs = format!(
         "/// The check of every declaration compiled without error.\n\
-         pub const CHECK_OK: bool = {ok};\n\
+         pub static CHECK_OK: bool = {ok};\n\
          /// The compiler's output for it (empty when it passed).\n\
-         pub const CHECK_OUTPUT: &str = {output:?};\n\
+         pub static CHECK_OUTPUT: &str = {output:?};\n\
          /// How many declarations it checked.\n\
-         pub const CHECKED: usize = {};\n\
+         pub static CHECKED: usize = {};\n\
          /// The canary of three wrong declarations compiled (it must not).\n\
-         pub const CANARY_OK: bool = {canary_ok};\n\
+         pub static CANARY_OK: bool = {canary_ok};\n\
          /// The compiler's output for the canary.\n\
-         pub const CANARY_OUTPUT: &str = {canary_output:?};\n",
+         pub static CANARY_OUTPUT: &str = {canary_output:?};\n",
         decls.len()
     );
     std::fs::write(out.join("signatures.rs"), rs).expect("write signatures.rs");
