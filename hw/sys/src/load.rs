@@ -337,8 +337,10 @@ impl Handle {
         // Without glibc's dlvsym (musl has no symbol versioning): the default version.
         #[cfg(not(target_env = "gnu"))]
         // SAFETY: a live handle and a NUL-terminated static string.
-        let p = unsafe { libc::dlsym(self.ptr, name.as_ptr().cast::<c_char>()) };
-        let _ = version;
+        let p = unsafe {
+            let _ = version;
+            libc::dlsym(self.ptr, name.as_ptr().cast::<c_char>())
+        };
         p
     }
 }
