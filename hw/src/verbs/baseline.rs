@@ -599,12 +599,23 @@ mod tests {
     fn status_strings_come_from_libibverbs() {
         let ok = Completion::default();
         assert!(ok.is_success());
-        assert_eq!(ok.status_str(), "success");
         let e = Completion {
             status: ibv::ibv_wc_status::IBV_WC_REM_ACCESS_ERR,
             ..Default::default()
         };
         assert!(!e.is_success());
-        assert!(e.status_str().contains("access"), "{}", e.status_str());
+        let odd = Completion {
+            status: 200,
+            ..Default::default()
+        };
+        if RdmaCore::get().is_ok() {
+            assert_eq!(ok.status_str(), "success");
+            assert!(e.status_str().contains("access"), "{}", e.status_str());
+        } else {
+            // No rdma-core on this host: verbs.h's names.
+            assert_eq!(ok.status_str(), "IBV_WC_SUCCESS");
+            assert_eq!(e.status_str(), "IBV_WC_REM_ACCESS_ERR");
+            assert_eq!(odd.status_str(), "status 200");
+        }
     }
 }
