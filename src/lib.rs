@@ -52,7 +52,8 @@
 //!   circular ring of 64-byte basic blocks;
 //! - [`cq`]: CQE layouts, the ownership rule, syndromes and CQ doorbell encodings;
 //! - [`hw`]: MMIO primitives (doorbell record, 8-byte doorbell, BlueFlame copy, barriers), the
-//!   device contract (the control path) and its libibverbs + mlx5dv backend (feature `verbs`);
+//!   device contract (the control path) and its libibverbs + mlx5dv backend (in every build:
+//!   rdma-core is loaded at run time, when a hardware device is first opened);
 //! - [`qp`]: the data path (post, ring, poll) that runs unchanged on every device;
 //! - [`ctx`]: owning objects (context, PD, memory region, CQ, QP, SRQ, AH) that destroy their
 //!   device objects in the right order, re-exported at the top of this crate;

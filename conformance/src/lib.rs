@@ -9,11 +9,18 @@
 //! (`mlx5dv_sys::ibv`, table `oracle/verbs_table.h`). The tests in `tests/` compare bytes,
 //! sizes, offsets and constants.
 //!
-//! If the header is not installed, the crate still builds (`cfg(oracle_missing)`), but every
-//! function of [`oracle`] panics with the install command, so every test fails loudly.
+//! `build.rs` also checks the signature of every exported function `mlx5dv-sys` loads at run
+//! time (`mlx5dv_sys::RdmaCore::SYMBOLS`) against the header's prototype, with a C
+//! translation unit from [`signature`]; the test `signatures::` reports the result.
+//!
+//! If the header is not installed (no libibverbs-dev), the crate still builds
+//! (`cfg(oracle_missing)`): the tests are skipped, which the build warns about and one ignored
+//! test names; every function of [`oracle`] would panic with [`INSTALL_HINT`]. With
+//! `MLX5_CONFORMANCE_REQUIRED=1` the build fails instead.
 #![deny(missing_docs)]
 
 pub mod oracle;
+pub mod signature;
 
 /// The message every test fails with when the header is not installed.
 pub const INSTALL_HINT: &str =

@@ -15,7 +15,8 @@ use crate::events::{AsyncEvents, Watch};
 use crate::pd::Pd;
 
 /// An open device: the software ConnectX ([`Context::sim`], [`SimFabric`]), a ConnectX
-/// (`mlx5_N`, feature `verbs`), or any [`Device`] ([`Context::from_device`]).
+/// (`mlx5_N`, through rdma-core loaded at run time), or any [`Device`]
+/// ([`Context::from_device`]).
 ///
 /// Cloning gives another handle to the same device. The device is closed when the last handle
 /// and the last object made from it (PD, MR, CQ, QP, ...) are gone.
@@ -45,28 +46,18 @@ impl fmt::Debug for Context {
 
 impl Context {
     /// Open a device by name: `sim` is a software ConnectX on a fabric of its own, on its own
-    /// thread ([`Context::sim`]); anything else is a verbs device (`mlx5_0`), which needs the
-    /// `verbs` feature.
+    /// thread ([`Context::sim`]); anything else is a verbs device (`mlx5_0`, `rxe0`), opened
+    /// through rdma-core's libibverbs and libmlx5, which the first such open of the process
+    /// loads ([`mlx5_hw::verbs::VerbsDevice::open`]). Every build has both: a host without
+    /// rdma-core still opens `sim`, and opening a verbs device there fails with an error
+    /// naming the packages to install ([`mlx5_hw::Error::RdmaCore`]).
     pub fn open(name: &str) -> Result<Context> {
         #[cfg(feature = "sim")]
         if name == "sim" {
             return Context::sim();
         }
-        Self::open_verbs(name)
-    }
-
-    #[cfg(feature = "verbs")]
-    fn open_verbs(name: &str) -> Result<Context> {
         let dev = mlx5_hw::verbs::VerbsDevice::open(name)?;
         Ok(Context::from_device(Arc::new(dev)))
-    }
-
-    #[cfg(not(feature = "verbs"))]
-    fn open_verbs(name: &str) -> Result<Context> {
-        Err(Error::NoDevice(format!(
-            "device {name:?}: this build has no verbs backend; rebuild with the `verbs` feature \
-             (needs libibverbs-dev) to open a ConnectX, or open \"sim\" for the software ConnectX"
-        )))
     }
 
     /// A context over any device implementation.

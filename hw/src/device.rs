@@ -1,5 +1,5 @@
 //! The device contract: the control path every backend implements (the software ConnectX in
-//! `mlx5-sim`, libibverbs + mlx5dv in `verbs` with the `verbs` feature).
+//! `mlx5-sim`, libibverbs + mlx5dv in `verbs`).
 //!
 //! Objects are named by small copyable handles. Creating a CQ, QP or SRQ returns its
 //! [`crate::layout`] record, from which the `qp` crate builds the data path with no trait

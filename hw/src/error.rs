@@ -249,6 +249,15 @@ pub enum Error {
         /// What went wrong, with a hint.
         why: String,
     },
+    /// rdma-core's libraries could not be loaded (not installed, or older than this crate
+    /// needs), so no hardware device can be listed or opened; the error says what to install.
+    #[error("{}{source}", .device.as_ref().map(|d| format!("device {d}: ")).unwrap_or_default())]
+    RdmaCore {
+        /// The device being opened, if any (`None` when listing devices).
+        device: Option<String>,
+        /// What the loader found ([`mlx5dv_sys::LoadError`]).
+        source: mlx5dv_sys::LoadError,
+    },
     /// The operation is not available on this device or build.
     #[error("unsupported: {0}")]
     Unsupported(String),
@@ -289,8 +298,9 @@ impl Error {
     /// The errno a verbs call answering this error returns (Linux values): the class of a
     /// refused modify ([`ModifyError::errno`]), the errno of a failed verbs call, and for the
     /// other kinds EINVAL (invalid argument, unknown handle), EOPNOTSUPP (unsupported), ENOMEM
-    /// (out of resources), EBUSY (in use), ENODEV (no device) and EIO (a device in a fatal
-    /// state).
+    /// (out of resources), EBUSY (in use), ENODEV (no device), EIO (a device in a fatal
+    /// state) and, when rdma-core cannot be loaded, ELIBACC (no library) or ENOSYS (a function
+    /// missing).
     pub fn errno(&self) -> i32 {
         match self {
             Error::Modify(e) => e.errno().raw(),
@@ -301,6 +311,7 @@ impl Error {
             Error::Busy(_) => libc::EBUSY,
             Error::NoDevice { .. } => libc::ENODEV,
             Error::DeviceFatal { .. } => libc::EIO,
+            Error::RdmaCore { source, .. } => source.errno(),
         }
     }
 }

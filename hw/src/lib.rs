@@ -13,7 +13,8 @@
 //!   validate every modify before it reaches a device, and by the software ConnectX.
 //! - [`mcast`]: UD multicast group addresses;
 //! - [`timestamp`]: CQE completion timestamps and the device clock;
-//! - `verbs` (feature `verbs`): libibverbs + mlx5dv backend.
+//! - [`verbs`]: the libibverbs + mlx5dv backend, in every build: rdma-core's libraries are
+//!   loaded at run time, when a hardware device is first listed or opened.
 //!
 //! Each item is documented once, in its module; the crate root re-exports the attribute,
 //! device-contract and layout types by name.
@@ -27,7 +28,6 @@ pub mod mmio;
 pub mod qp_state;
 pub mod timestamp;
 pub mod transition;
-#[cfg(feature = "verbs")]
 pub mod verbs;
 
 pub use attr::{

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# perf-tools.sh LAT BW -- run the perftest-compatible tools `lat` and `bw` (built with
-# `--features verbs`) on Soft-RoCE and check what they print. Runs INSIDE the rxe-vm guest
+# perf-tools.sh LAT BW -- run the perftest-compatible tools `lat` and `bw` (any build: the
+# verbs backend is always in) on Soft-RoCE and check what they print. Runs INSIDE the rxe-vm guest
 # (run-verbs-tests.sh passes it to run.sh together with the verbs tests, in the same boot).
 #
 # Checked, each run bounded by `timeout`:

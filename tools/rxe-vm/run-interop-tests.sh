@@ -3,7 +3,7 @@
 #
 #   tools/rxe-vm/run-interop-tests.sh
 #
-# 1. builds `lat`, `bw` and `rxe-interop` of mlx5-tools with `--features verbs`;
+# 1. builds `lat`, `bw` and `rxe-interop` of mlx5-tools (the verbs backend is in every build);
 # 2. boots the Soft-RoCE VM once (run.sh, without its veth devices);
 # 3. inside it (interop-guest.sh): creates tap0 (192.168.77.1/24) with Soft-RoCE `rxe_tap` bound
 #    to it; the software ConnectX opens tap0 as 192.168.77.2 and speaks native RoCEv2 (Ethernet,
@@ -23,11 +23,11 @@ root=$(cd "$here/../.." && pwd)
 cd "$root"
 say() { printf 'run-interop-tests: %s\n' "$*" >&2; }
 "$here/setup.sh" || { say "FAILED: the VM could not be prepared (tools/rxe-vm/setup.sh)"; exit 2; }
-say "building lat, bw and rxe-interop (cargo build -p mlx5-tools --features verbs)"
+say "building lat, bw and rxe-interop (cargo build -p mlx5-tools)"
 json=$(mktemp); trap 'rm -f "$json"' EXIT
-if ! cargo build -p mlx5-tools --features verbs --message-format=json \
+if ! cargo build -p mlx5-tools --message-format=json \
     --bin lat --bin bw --bin rxe-interop >"$json"; then
-  say "FAILED: cargo could not build the tools with --features verbs"; exit 2
+  say "FAILED: cargo could not build the tools"; exit 2
 fi
 mapfile -t bins < <(python3 - "$json" <<'PY'
 import json, sys

@@ -251,8 +251,8 @@ impl Test {
 pub struct Common {
     /// The server's address: given, this side is the client; omitted, the server.
     pub server: Option<String>,
-    /// Device: `sim` (the software ConnectX) or a verbs device such as `mlx5_0` (needs the
-    /// `verbs` feature).
+    /// Device: `sim` (the software ConnectX) or a verbs device such as `mlx5_0` or `rxe0`
+    /// (through rdma-core's libibverbs, loaded when the device is opened).
     #[arg(short = 'd', long = "ib-dev", default_value = "sim")]
     pub device: String,
     /// Device port.
@@ -632,7 +632,7 @@ impl Length {
     name = "lat",
     version,
     about = "Latency of RDMA WRITE, SEND, READ and atomics, perftest style",
-    after_help = "Examples:\n  lat write                     server, software ConnectX (-d sim)\n  lat write 127.0.0.1           client, another process\n  lat write --loopback -n 1000  both ends in one process\n  lat atomic -A CMP_AND_SWAP --loopback\n  lat send -c UD --loopback -s 512\n  lat send -d mlx5_0            server on a ConnectX (--features verbs)\n  lat send -d mlx5_0 192.0.2.1  client\n\nRUST_LOG=mlx5=info (or -v) logs every QP state transition on standard error."
+    after_help = "Examples:\n  lat write                     server, software ConnectX (-d sim)\n  lat write 127.0.0.1           client, another process\n  lat write --loopback -n 1000  both ends in one process\n  lat atomic -A CMP_AND_SWAP --loopback\n  lat send -c UD --loopback -s 512\n  lat send -d mlx5_0            server on a ConnectX\n  lat send -d mlx5_0 192.0.2.1  client\n\nRUST_LOG=mlx5=info (or -v) logs every QP state transition on standard error."
 )]
 pub struct LatArgs {
     /// Which latency test.

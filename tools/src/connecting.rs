@@ -220,10 +220,8 @@ pub fn connect_all(
     Ok(out)
 }
 
-#[cfg(feature = "verbs")]
 pub use verbs::{connect_verbs, VerbsLinks};
 
-#[cfg(feature = "verbs")]
 mod verbs {
     use super::*;
     use crate::path::Verbs;

@@ -1,6 +1,7 @@
 //! Which devices a run uses, opened as [`mlx5_ctx::Context`]s: the software ConnectX (two on
 //! one fabric for `--loopback`, else one per process that reaches its peer process over UDP)
-//! or a verbs device (feature `verbs`), and the checks that depend on the device: the data
+//! or a verbs device (`mlx5_0`, `rxe0`: rdma-core, loaded when it is first opened), and the
+//! checks that depend on the device: the data
 //! path it has ([`Devices::check_path`]) and the source GID a RoCE port uses
 //! ([`Devices::gid_index`]).
 //!
@@ -34,7 +35,6 @@ pub struct Devices {
     /// of spinning.
     pub software: bool,
     /// The verbs device, for the libibverbs baseline path (`--path verbs`).
-    #[cfg(feature = "verbs")]
     pub verbs: Option<std::sync::Arc<mlx5_hw::verbs::VerbsDevice>>,
 }
 
@@ -54,7 +54,6 @@ impl Devices {
             peer: Some(b),
             udp: OnceLock::new(),
             software: true,
-            #[cfg(feature = "verbs")]
             verbs: None,
             name: "sim0 + sim1 (software ConnectX, one process)".into(),
         })
@@ -77,7 +76,6 @@ impl Devices {
             peer: None,
             udp: OnceLock::new(),
             software: true,
-            #[cfg(feature = "verbs")]
             verbs: None,
             name: format!(
                 "{name} (software ConnectX {}, frames to the peer process over UDP)",
@@ -107,7 +105,6 @@ impl Devices {
             peer: None,
             udp: OnceLock::new(),
             software: true,
-            #[cfg(feature = "verbs")]
             verbs: None,
             name: format!(
                 "{name} (software ConnectX {}, native RoCEv2 on TAP {tap})",
@@ -167,8 +164,7 @@ impl Devices {
         match path {
             PathKind::Verbs if self.is_sim() => Err(Error::Usage(
                 "--path verbs needs a verbs device: the software ConnectX has no libibverbs \
-                 data path. Use -d mlx5_N or -d rxe0 (built with --features verbs), or \
-                 --path direct"
+                 data path. Use -d mlx5_N or -d rxe0, or --path direct"
                     .into(),
             )),
             PathKind::Direct if !self.local.query_device()?.direct_path => {
@@ -185,7 +181,6 @@ impl Devices {
 
     /// The verbs device of a `--path verbs` run (the software ConnectX has none:
     /// [`Devices::check_path`] refuses it first).
-    #[cfg(feature = "verbs")]
     pub fn verbs_device(&self) -> Result<std::sync::Arc<mlx5_hw::verbs::VerbsDevice>> {
         self.verbs
             .clone()
@@ -211,7 +206,6 @@ impl Devices {
             }
             return Ok(x);
         }
-        #[cfg(feature = "verbs")]
         if let Some(v) = &self.verbs {
             return auto_gid_index(v, port);
         }
@@ -238,7 +232,6 @@ impl Devices {
 
 /// The GID index [`crate::gid::pick`] chooses on a verbs device's RoCE port (0 on
 /// InfiniBand, where the path needs no GRH).
-#[cfg(feature = "verbs")]
 fn auto_gid_index(v: &mlx5_hw::verbs::VerbsDevice, port: u8) -> Result<u8> {
     use crate::gid::{pick, GidEntry};
     use mlx5_hw::{Device, LinkLayer};
@@ -301,7 +294,8 @@ pub fn on_devices<T>(
 
 /// Open the device named on the command line: `sim` is the software ConnectX (with `loopback`
 /// two devices in this process, else one that reaches the peer process over UDP; `client`
-/// says which end this is); anything else is a verbs device, which needs the `verbs` feature.
+/// says which end this is); anything else is a verbs device, opened through rdma-core (loaded
+/// at this first open; a host without it gets an error naming the packages to install).
 pub fn open_devices(name: &str, loopback: bool, client: bool) -> Result<Devices> {
     open_devices_on(name, None, loopback, client)
 }
@@ -386,7 +380,6 @@ fn tap_from_env() -> Result<Option<(String, [u8; 4])>> {
     Ok(Some((name, ip)))
 }
 
-#[cfg(feature = "verbs")]
 fn open_verbs(name: &str, loopback: bool) -> Result<Devices> {
     use std::sync::Arc;
     let verbs = Arc::new(mlx5_hw::verbs::VerbsDevice::open(name)?);
@@ -406,12 +399,4 @@ fn open_verbs(name: &str, loopback: bool) -> Result<Devices> {
         name: name.to_string(),
         udp: OnceLock::new(),
     })
-}
-
-#[cfg(not(feature = "verbs"))]
-fn open_verbs(name: &str, _loopback: bool) -> Result<Devices> {
-    Err(Error::Usage(format!(
-        "device {name:?}: this build has no verbs backend. Rebuild with `--features verbs` \
-         (needs libibverbs-dev) to use a ConnectX, or use -d sim for the software ConnectX"
-    )))
 }

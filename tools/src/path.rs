@@ -1,6 +1,6 @@
 //! The post/poll path a run measures, behind one small interface ([`DataPath`]) so that `lat`
-//! and `bw` drive this library's data path ([`Direct`]) and libibverbs' (`Verbs`, feature
-//! `verbs`, `--path verbs`) with the same loops: post one WR of an [`Op`], post a receive,
+//! and `bw` drive this library's data path ([`Direct`]) and libibverbs' ([`Verbs`],
+//! `--path verbs`) with the same loops: post one WR of an [`Op`], post a receive,
 //! poll completions as [`Done`]s.
 
 use crate::{Error, Result};
@@ -210,10 +210,8 @@ impl DataPath for Direct<'_> {
 /// `ibv_ud_pingpong` posts receives 40 bytes longer than the message).
 pub const GRH: usize = 40;
 
-#[cfg(feature = "verbs")]
 pub use verbs::Verbs;
 
-#[cfg(feature = "verbs")]
 mod verbs {
     use super::*;
     use mlx5_hw::verbs::baseline::{

@@ -39,8 +39,8 @@ pub struct Opts {
     /// Listen on / connect to TCP port PORT (0: the server picks one and prints it).
     #[arg(short = 'p', long = "port", default_value_t = 18515)]
     pub port: u16,
-    /// Use device DEV: `sim` (the software ConnectX) or a verbs device such as mlx5_0 (needs
-    /// the `verbs` feature).
+    /// Use device DEV: `sim` (the software ConnectX) or a verbs device such as mlx5_0 (through
+    /// rdma-core's libibverbs, loaded when the device is opened).
     #[arg(short = 'd', long = "ib-dev", default_value = "sim")]
     pub device: String,
     /// Use port PORT of the device.

@@ -4,7 +4,7 @@
 //! its memory, whatever the run's outcome (a timeout, an error completion, a panic).
 //!
 //! Also the checks of what the device grants a run: [`Resources::with_inline`] (`-I`) and
-//! [`Resources::set_doorbell_mode`] (`--doorbell`); and with the `verbs` feature
+//! [`Resources::set_doorbell_mode`] (`--doorbell`); and
 //! [`VerbsResources`], one end on any verbs device (Soft-RoCE too) for the libibverbs data path.
 
 use crate::args::DoorbellArg;
@@ -279,7 +279,6 @@ fn refuse_inline(cause: Error, ctx: &Context, cfg: &ResourcesCfg, asked: u32) ->
 /// device). Posting and polling go through `mlx5_hw::verbs::baseline` handles claimed from it
 /// ([`crate::path::Verbs::claim`]). The QPs and the CQ are destroyed when this is dropped, before
 /// the PD goes.
-#[cfg(feature = "verbs")]
 pub struct VerbsResources {
     /// The QPs, in creation order, with the capabilities the device granted.
     pub qps: Vec<mlx5_hw::verbs::VerbsQp>,
@@ -297,7 +296,6 @@ pub struct VerbsResources {
     pub channel: Option<mlx5_hw::ChannelId>,
 }
 
-#[cfg(feature = "verbs")]
 impl Drop for VerbsResources {
     fn drop(&mut self) {
         use mlx5_hw::Device;
@@ -318,7 +316,6 @@ impl Drop for VerbsResources {
     }
 }
 
-#[cfg(feature = "verbs")]
 impl VerbsResources {
     /// Create everything on `verbs` (whose context is `ctx`; `cfg.srq` is not supported here).
     pub fn new(

@@ -2,9 +2,8 @@
 //! devices the command line names ([`on_run_devices`]), the checks that need a device and the
 //! connect parameters they give ([`checked_params`]), the rendezvous of a run across processes
 //! ([`rendezvous`]), the buffer a peer announced ([`remote_buffer_of`]), the message sizes a
-//! connection carries ([`usable_sizes`]), the banner's lines about the run ([`run_lines`]), the
-//! error of `--path verbs` in a build without libibverbs ([`verbs_missing`]), and the part of a
-//! run's plan the common arguments make ([`RunPlan`]).
+//! connection carries ([`usable_sizes`]), the banner's lines about the run ([`run_lines`]), and
+//! the part of a run's plan the common arguments make ([`RunPlan`]).
 
 use crate::args::{AtomicArg, Common, Length, Test};
 use crate::connecting::Receives;
@@ -151,11 +150,6 @@ pub fn run_lines(events: bool, length: Length, udp: Option<&UdpLink>) -> Vec<(St
         lines.push(("UDP link".into(), u.to_string()));
     }
     lines
-}
-
-/// The error of `--path verbs` in a build without the `verbs` feature.
-pub fn verbs_missing() -> Error {
-    Error::Usage("--path verbs needs the `verbs` feature (rebuild with --features verbs)".into())
 }
 
 /// What `lat` and `bw` plan alike from the common arguments, checked before any device is

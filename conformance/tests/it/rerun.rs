@@ -36,6 +36,8 @@ fn build(root: &Path, scratch: &Path) -> Vec<String> {
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .env("CARGO_TARGET_DIR", scratch)
         .env("MLX5_CONFORMANCE_INCLUDE", root)
+        // A build without the headers must skip, not fail (tools/test.sh requires them).
+        .env_remove("MLX5_CONFORMANCE_REQUIRED")
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);

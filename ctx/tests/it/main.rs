@@ -8,6 +8,7 @@ mod channel;
 mod cq_overrun;
 mod drop_order;
 mod mr_midstream;
+mod open;
 mod optional_attrs;
 mod poll_until;
 mod prop;

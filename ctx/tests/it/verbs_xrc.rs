@@ -4,10 +4,9 @@
 //! runs mlx5-hw's tests); run by hand with
 //!
 //! ```text
-//! cargo test -p mlx5-ctx --features verbs --test it --no-run   # note the binary
+//! cargo test -p mlx5-ctx --test it --no-run   # note the binary
 //! MLX5_HW_RXE_VM=1 RXE_VM_ENV=MLX5_HW_RXE_VM tools/rxe-vm/run.sh 'BINARY verbs_xrc:: --include-ignored'
 //! ```
-#![cfg(feature = "verbs")]
 
 use mlx5_ctx::{Context, Error};
 

@@ -1,11 +1,15 @@
 //! The two FFI surfaces this backend uses, and how their errors become [`Error`]s.
 //!
-//! - `mlx5dv_sys::ibv` (hand-written, aliased `ibv`): the exported libibverbs functions, plus
-//!   Rust versions of the `static inline` ones (`ibv_post_send`, `ibv_poll_cq`,
-//!   `ibv_create_cq_ex`, `ibv_alloc_td`, ...), which dispatch through the provider's ops table
-//!   exactly as `<infiniband/verbs.h>` does. No C shim, no bindgen.
-//! - `mlx5dv_sys` (aliased `dv`): `mlx5dv_*`, taking the same verbs types (`dv::ibv_qp` is
-//!   `ibv::ibv_qp`), so the pointer casts at the call sites are identities.
+//! - `mlx5dv_sys::RdmaCore`: rdma-core's `libibverbs.so.1` and `libmlx5.so.1`, loaded with
+//!   `dlopen` when a device is first listed or opened ([`RdmaCore::get`], kept in
+//!   [`super::VerbsDevice`]); every exported function (`ibv_open_device`, `ibv_create_qp`,
+//!   `mlx5dv_init_obj`, ...) is a method of it. Nothing is linked at build time.
+//! - `mlx5dv_sys::ibv` (hand-written, aliased `ibv`): the verbs types, and Rust versions of
+//!   the `static inline` functions (`ibv_post_send`, `ibv_poll_cq`, `ibv_create_cq_ex`,
+//!   `ibv_alloc_td`, ...), which dispatch through the provider's ops table exactly as
+//!   `<infiniband/verbs.h>` does, without the loaded table. No C shim, no bindgen.
+//! - `mlx5dv_sys` (aliased `dv`): the mlx5dv types, taking the same verbs types (`dv::ibv_qp`
+//!   is `ibv::ibv_qp`), so the pointer casts at the call sites are identities.
 
 use std::ffi::c_int;
 use std::io;
@@ -14,6 +18,7 @@ use crate::error::Error;
 
 pub(super) use mlx5dv_sys as dv;
 pub(super) use mlx5dv_sys::ibv;
+pub(super) use mlx5dv_sys::RdmaCore;
 
 /// The `errno` a failed verbs call left behind, as an [`io::Error`].
 pub(super) fn errno() -> io::Error {

@@ -2,7 +2,7 @@
 
 use std::ffi::CStr;
 
-use super::ffi::{dv, ibv, null_error};
+use super::ffi::{dv, ibv, null_error, RdmaCore};
 use crate::error::{Error, Result};
 
 /// One RDMA device as `ibv_get_device_list` reports it.
@@ -19,30 +19,38 @@ pub struct DeviceInfo {
 
 /// The `ibv_get_device_list` array, freed on drop.
 pub(super) struct DeviceList {
+    /// The loaded libraries (the first list of the process loads them).
+    pub(super) rdma: &'static RdmaCore,
     list: *mut *mut ibv::ibv_device,
     len: usize,
 }
 
 impl DeviceList {
-    /// Asks libibverbs for the device list.
+    /// Asks libibverbs for the device list, loading rdma-core first if this is the first
+    /// call of the process ([`RdmaCore::get`]; a host without it is [`Error::RdmaCore`]).
     ///
     /// A machine without RDMA support in the kernel (no `/sys/class/infiniband`) makes
     /// libibverbs fail with `ENOSYS`; that is an empty list here, not an error.
     pub(super) fn get() -> Result<DeviceList> {
+        let rdma = RdmaCore::get().map_err(|source| Error::RdmaCore {
+            device: None,
+            source,
+        })?;
         let mut n: std::ffi::c_int = 0;
         // SAFETY: `n` is a valid out-pointer; the returned array (or NULL) is owned by us until
         // `ibv_free_device_list`, which `Drop` calls.
-        let list = unsafe { ibv::ibv_get_device_list(&mut n) };
+        let list = unsafe { rdma.ibv_get_device_list(&mut n) };
         if list.is_null() {
             let e = super::ffi::errno();
             return match e.raw_os_error() {
                 Some(libc::ENOSYS) | Some(libc::ENOENT) | Some(0) | None => {
-                    Ok(DeviceList { list, len: 0 })
+                    Ok(DeviceList { rdma, list, len: 0 })
                 }
                 _ => Err(null_error("ibv_get_device_list")),
             };
         }
         Ok(DeviceList {
+            rdma,
             list,
             len: usize::try_from(n).unwrap_or(0),
         })
@@ -58,11 +66,11 @@ impl DeviceList {
     }
 
     /// What is known about one device of this list.
-    pub(super) fn info(dev: *mut ibv::ibv_device) -> DeviceInfo {
+    pub(super) fn info(&self, dev: *mut ibv::ibv_device) -> DeviceInfo {
         // SAFETY: `dev` comes from a live device list; `ibv_get_device_name` returns a
         // NUL-terminated string owned by the device, copied out at once.
         let name = unsafe {
-            let p = ibv::ibv_get_device_name(dev);
+            let p = self.rdma.ibv_get_device_name(dev);
             if p.is_null() {
                 String::from("?")
             } else {
@@ -72,8 +80,8 @@ impl DeviceList {
         // SAFETY: as above; both calls only read the device structure.
         let (guid, mlx5) = unsafe {
             (
-                ibv::ibv_get_device_guid(dev),
-                dv::mlx5dv_is_supported(dev.cast::<dv::ibv_device>()),
+                self.rdma.ibv_get_device_guid(dev),
+                self.rdma.mlx5dv_is_supported(dev.cast::<dv::ibv_device>()),
             )
         };
         DeviceInfo {
@@ -87,7 +95,7 @@ impl DeviceList {
     pub(super) fn find(&self, name: &str) -> Result<*mut ibv::ibv_device> {
         let mut seen = Vec::new();
         for d in self.devices() {
-            let info = Self::info(d);
+            let info = self.info(d);
             if info.name == name {
                 return Ok(d);
             }
@@ -102,7 +110,7 @@ impl Drop for DeviceList {
         if !self.list.is_null() {
             // SAFETY: `list` came from `ibv_get_device_list` and is freed exactly once; contexts
             // opened from it stay valid after the free (libibverbs refcounts devices).
-            unsafe { ibv::ibv_free_device_list(self.list) };
+            unsafe { self.rdma.ibv_free_device_list(self.list) };
         }
     }
 }
@@ -127,10 +135,11 @@ pub(super) fn no_device(name: &str, found: &[String]) -> Error {
     }
 }
 
-/// Every RDMA device on this machine (empty when the kernel has no RDMA support).
+/// Every RDMA device on this machine (empty when the kernel has no RDMA support), loading
+/// rdma-core at the first call ([`Error::RdmaCore`] when it is not installed).
 pub fn list_devices() -> Result<Vec<DeviceInfo>> {
     let list = DeviceList::get()?;
-    Ok(list.devices().map(DeviceList::info).collect())
+    Ok(list.devices().map(|d| list.info(d)).collect())
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 
 use std::ffi::c_int;
 
-use super::ffi::{check, dv, ibv, null_error};
+use super::ffi::{check, dv, ibv, null_error, RdmaCore};
 use crate::attr::QpCap;
 use crate::device::{CqInitAttr, QpInitAttr};
 use crate::error::{Error, Result};
@@ -16,11 +16,11 @@ use crate::layout::{BfLayout, CqLayout, QpLayout, SrqLayout, WqLayout};
 /// then the answer is "yes unless `MLX5_SHUT_UP_BF` is set to something other than `0`", the
 /// variable with which libmlx5 maps the doorbell page uncached (DPDK doc/guides/nics/mlx5.rst,
 /// `tx_db_nc`). The per-QP truth is always `QpLayout::bf.size`.
-pub(super) fn blueflame_expected(ctx: *mut ibv::ibv_context) -> bool {
+pub(super) fn blueflame_expected(rdma: &RdmaCore, ctx: *mut ibv::ibv_context) -> bool {
     let mut c = dv::mlx5dv_context::default();
     // SAFETY: `ctx` is an open mlx5 context; `c` is a v44-sized struct and comp_mask 0 asks
     // for no optional field.
-    let ret = unsafe { dv::mlx5dv_query_device(ctx.cast::<dv::ibv_context>(), &mut c) };
+    let ret = unsafe { rdma.mlx5dv_query_device(ctx.cast::<dv::ibv_context>(), &mut c) };
     if ret == 0 && c.flags & dv::MLX5DV_CONTEXT_FLAGS_BLUEFLAME != 0 {
         return true;
     }
@@ -30,6 +30,7 @@ pub(super) fn blueflame_expected(ctx: *mut ibv::ibv_context) -> bool {
 /// `mlx5dv_create_cq` with the CQE size and, if asked, `IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN`
 /// (`docs/sources.md` §11).
 pub(super) fn create_cq(
+    rdma: &RdmaCore,
     ctx: *mut ibv::ibv_context,
     attr: &CqInitAttr,
     channel: *mut ibv::ibv_comp_channel,
@@ -55,7 +56,7 @@ pub(super) fn create_cq(
     // SAFETY: `ctx` is an open mlx5 context; both attribute structs are valid for the call;
     // the verbs pointers are cast to mlx5dv-sys's opaque types of the same C structs.
     let cq = unsafe {
-        dv::mlx5dv_create_cq(
+        rdma.mlx5dv_create_cq(
             ctx.cast::<dv::ibv_context>(),
             (&mut a as *mut ibv::ibv_cq_init_attr_ex).cast::<dv::ibv_cq_init_attr_ex>(),
             &mut d,
@@ -70,7 +71,11 @@ pub(super) fn create_cq(
 }
 
 /// The CQ's ring, doorbell record and UAR from `mlx5dv_init_obj(MLX5DV_OBJ_CQ)`.
-pub(super) fn cq_layout(cq: *mut ibv::ibv_cq, ignore_overrun: bool) -> Result<CqLayout> {
+pub(super) fn cq_layout(
+    rdma: &RdmaCore,
+    cq: *mut ibv::ibv_cq,
+    ignore_overrun: bool,
+) -> Result<CqLayout> {
     // SAFETY: all-zero is a valid `mlx5dv_cq` (pointers and integers).
     let mut out: dv::mlx5dv_cq = unsafe { std::mem::zeroed() };
     let mut obj = dv::mlx5dv_obj::default();
@@ -78,7 +83,7 @@ pub(super) fn cq_layout(cq: *mut ibv::ibv_cq, ignore_overrun: bool) -> Result<Cq
     obj.cq.out = &mut out;
     // SAFETY: `cq` is a live mlx5 CQ; `obj` points at `out`, which outlives the call.
     check("mlx5dv_init_obj(CQ)", unsafe {
-        dv::mlx5dv_init_obj(&mut obj, dv::MLX5DV_OBJ_CQ)
+        rdma.mlx5dv_init_obj(&mut obj, dv::MLX5DV_OBJ_CQ)
     })?;
     Ok(CqLayout {
         buf: out.buf.cast::<u8>(),
@@ -92,7 +97,11 @@ pub(super) fn cq_layout(cq: *mut ibv::ibv_cq, ignore_overrun: bool) -> Result<Cq
 }
 
 /// The SRQ's ring and doorbell record from `mlx5dv_init_obj(MLX5DV_OBJ_SRQ)`.
-pub(super) fn srq_layout(srq: *mut ibv::ibv_srq, max_sge: u32) -> Result<SrqLayout> {
+pub(super) fn srq_layout(
+    rdma: &RdmaCore,
+    srq: *mut ibv::ibv_srq,
+    max_sge: u32,
+) -> Result<SrqLayout> {
     // SAFETY: all-zero is a valid `mlx5dv_srq`.
     let mut out: dv::mlx5dv_srq = unsafe { std::mem::zeroed() };
     out.comp_mask = dv::MLX5DV_SRQ_MASK_SRQN;
@@ -101,7 +110,7 @@ pub(super) fn srq_layout(srq: *mut ibv::ibv_srq, max_sge: u32) -> Result<SrqLayo
     obj.srq.out = &mut out;
     // SAFETY: `srq` is a live mlx5 SRQ; `out` outlives the call.
     check("mlx5dv_init_obj(SRQ)", unsafe {
-        dv::mlx5dv_init_obj(&mut obj, dv::MLX5DV_OBJ_SRQ)
+        rdma.mlx5dv_init_obj(&mut obj, dv::MLX5DV_OBJ_SRQ)
     })?;
     if out.comp_mask & dv::MLX5DV_SRQ_MASK_SRQN == 0 {
         return Err(Error::Unsupported(
@@ -128,6 +137,7 @@ pub(super) fn srq_layout(srq: *mut ibv::ibv_srq, max_sge: u32) -> Result<SrqLayo
 /// Returns the QP, its parent domain and its thread domain; `a.cap` is updated with the
 /// capabilities granted.
 pub(super) fn create_qp(
+    rdma: &RdmaCore,
     ctx: *mut ibv::ibv_context,
     pd: *mut ibv::ibv_pd,
     a: &mut ibv::ibv_qp_init_attr_ex,
@@ -162,7 +172,7 @@ pub(super) fn create_qp(
     // SAFETY: `ctx` is open; `a` and `d` are valid for the call; the verbs pointer types are
     // cast to mlx5dv-sys's opaque types of the same C structs.
     let qp = unsafe {
-        dv::mlx5dv_create_qp(
+        rdma.mlx5dv_create_qp(
             ctx.cast::<dv::ibv_context>(),
             (a as *mut ibv::ibv_qp_init_attr_ex).cast::<dv::ibv_qp_init_attr_ex>(),
             &mut d,
@@ -171,7 +181,7 @@ pub(super) fn create_qp(
     if qp.is_null() {
         let e = null_error("mlx5dv_create_qp");
         // SAFETY: both domains were allocated above and no QP uses them.
-        unsafe { dealloc_domains(parent, td) };
+        unsafe { dealloc_domains(rdma, parent, td) };
         return Err(e);
     }
     Ok((qp.cast::<ibv::ibv_qp>(), parent, td))
@@ -182,10 +192,14 @@ pub(super) fn create_qp(
 ///
 /// # Safety
 /// Each pointer is NULL or a live domain that no object uses any more.
-pub(super) unsafe fn dealloc_domains(parent: *mut ibv::ibv_pd, td: *mut ibv::ibv_td) {
+pub(super) unsafe fn dealloc_domains(
+    rdma: &RdmaCore,
+    parent: *mut ibv::ibv_pd,
+    td: *mut ibv::ibv_td,
+) {
     if !parent.is_null() {
         // SAFETY: guaranteed by the caller.
-        let r: c_int = unsafe { ibv::ibv_dealloc_pd(parent) };
+        let r: c_int = unsafe { rdma.ibv_dealloc_pd(parent) };
         if r != 0 {
             tracing::warn!(ret = r, "ibv_dealloc_pd(parent domain) failed");
         }
@@ -201,7 +215,12 @@ pub(super) unsafe fn dealloc_domains(parent: *mut ibv::ibv_pd, td: *mut ibv::ibv
 
 /// The QP's rings, doorbell record and BlueFlame register from
 /// `mlx5dv_init_obj(MLX5DV_OBJ_QP)`.
-pub(super) fn qp_layout(qp: *mut ibv::ibv_qp, attr: &QpInitAttr, cap: &QpCap) -> Result<QpLayout> {
+pub(super) fn qp_layout(
+    rdma: &RdmaCore,
+    qp: *mut ibv::ibv_qp,
+    attr: &QpInitAttr,
+    cap: &QpCap,
+) -> Result<QpLayout> {
     // SAFETY: all-zero is a valid `mlx5dv_qp`; comp_mask 0 asks for no optional field.
     let mut out: dv::mlx5dv_qp = unsafe { std::mem::zeroed() };
     let mut obj = dv::mlx5dv_obj::default();
@@ -209,7 +228,7 @@ pub(super) fn qp_layout(qp: *mut ibv::ibv_qp, attr: &QpInitAttr, cap: &QpCap) ->
     obj.qp.out = &mut out;
     // SAFETY: `qp` is a live mlx5 QP; `out` outlives the call.
     check("mlx5dv_init_obj(QP)", unsafe {
-        dv::mlx5dv_init_obj(&mut obj, dv::MLX5DV_OBJ_QP)
+        rdma.mlx5dv_init_obj(&mut obj, dv::MLX5DV_OBJ_QP)
     })?;
     // SAFETY: `qp` is live.
     let qpn = unsafe { (*qp).qp_num };
@@ -246,7 +265,7 @@ pub(super) fn qp_layout(qp: *mut ibv::ibv_qp, attr: &QpInitAttr, cap: &QpCap) ->
 }
 
 /// The AH's 48-byte address vector from `mlx5dv_init_obj(MLX5DV_OBJ_AH)` (`mlx5dv_ah.av`).
-pub(super) fn ah_av(ah: *mut ibv::ibv_ah) -> Result<[u8; 48]> {
+pub(super) fn ah_av(rdma: &RdmaCore, ah: *mut ibv::ibv_ah) -> Result<[u8; 48]> {
     // SAFETY: all-zero is a valid `mlx5dv_ah`.
     let mut out: dv::mlx5dv_ah = unsafe { std::mem::zeroed() };
     let mut obj = dv::mlx5dv_obj::default();
@@ -254,7 +273,7 @@ pub(super) fn ah_av(ah: *mut ibv::ibv_ah) -> Result<[u8; 48]> {
     obj.ah.out = &mut out;
     // SAFETY: `ah` is a live mlx5 AH; `out` outlives the call.
     check("mlx5dv_init_obj(AH)", unsafe {
-        dv::mlx5dv_init_obj(&mut obj, dv::MLX5DV_OBJ_AH)
+        rdma.mlx5dv_init_obj(&mut obj, dv::MLX5DV_OBJ_AH)
     })?;
     if out.av.is_null() {
         return Err(Error::Unsupported(

@@ -1,4 +1,10 @@
-//! The libibverbs + mlx5dv backend of the device contract (feature `verbs`).
+//! The libibverbs + mlx5dv backend of the device contract.
+//!
+//! Compiled into every build: nothing is linked. The first [`list_devices`] or
+//! [`VerbsDevice::open`] of the process loads rdma-core's `libibverbs.so.1` and `libmlx5.so.1`
+//! with `dlopen` (`mlx5dv_sys::RdmaCore`); a host without them gets
+//! [`crate::Error::RdmaCore`] naming the packages to install, and the software ConnectX never
+//! needs them.
 //!
 //! - [`list_devices`] and [`VerbsDevice::open`]: find and open a device; a missing device is
 //!   [`crate::Error::NoDevice`] naming the devices that exist.

@@ -83,7 +83,7 @@ pub struct mlx5dv_dc_init_attr {
     pub u: mlx5dv_dc_init_attr_u,
 }
 
-/// `struct mlx5dv_qp_init_attr` (40 bytes), the mlx5 part of [`crate::mlx5dv_create_qp`].
+/// `struct mlx5dv_qp_init_attr` (40 bytes), the mlx5 part of [`crate::RdmaCore::mlx5dv_create_qp`].
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct mlx5dv_qp_init_attr {
@@ -117,7 +117,7 @@ pub const MLX5DV_CQE_RES_FORMAT_CSUM: u8 = 1 << 1;
 /// `cqe_comp_res_format`: checksum and stride index (`MLX5DV_CQE_RES_FORMAT_CSUM_STRIDX`).
 pub const MLX5DV_CQE_RES_FORMAT_CSUM_STRIDX: u8 = 1 << 2;
 
-/// `struct mlx5dv_cq_init_attr` (24 bytes), the mlx5 part of [`crate::mlx5dv_create_cq`].
+/// `struct mlx5dv_cq_init_attr` (24 bytes), the mlx5 part of [`crate::RdmaCore::mlx5dv_create_cq`].
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct mlx5dv_cq_init_attr {

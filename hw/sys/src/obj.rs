@@ -208,7 +208,7 @@ impl<I, O> Default for mlx5dv_obj_pair<I, O> {
     }
 }
 
-/// `struct mlx5dv_obj`: the argument of [`crate::mlx5dv_init_obj`].
+/// `struct mlx5dv_obj`: the argument of [`crate::RdmaCore::mlx5dv_init_obj`].
 ///
 /// Defined with the `devx` pair that rdma-core added after v44, so it is 128 bytes; the v44
 /// header's struct is 112 bytes. Both are safe to pass: the library touches only the pairs whose

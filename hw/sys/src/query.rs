@@ -136,7 +136,7 @@ pub struct mlx5dv_crypto_caps {
 /// `struct mlx5dv_context` exactly as in rdma-core 44 (152 bytes on LP64).
 ///
 /// Set `comp_mask` to the optional fields wanted (within [`MLX5DV_CONTEXT_MASK_V44_ALL`])
-/// before calling [`crate::mlx5dv_query_device`]; on return it holds the ones filled.
+/// before calling [`crate::RdmaCore::mlx5dv_query_device`]; on return it holds the ones filled.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct mlx5dv_context {

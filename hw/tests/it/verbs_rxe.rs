@@ -20,7 +20,6 @@
 //! asynchronous events rxe really raises: PORT_ERR and PORT_ACTIVE when its netdev goes down
 //! and up (on a Soft-RoCE device and veth pair of the test's own), and no COMM_EST for a
 //! message received in RTR.
-#![cfg(feature = "verbs")]
 
 use std::net::{Ipv4Addr, UdpSocket};
 use std::time::Duration;

@@ -5,8 +5,8 @@
 //! cargo run --release --bin rc_pingpong                 server, on the software ConnectX
 //! cargo run --release --bin rc_pingpong -- 127.0.0.1    client, in another terminal
 //! cargo run --release --bin rc_pingpong -- --loopback   both ends in one process
-//! cargo run --release --features verbs --bin rc_pingpong -- -d mlx5_0            (server on a NIC)
-//! cargo run --release --features verbs --bin rc_pingpong -- -d mlx5_0 192.0.2.1  (client)
+//! cargo run --release --bin rc_pingpong -- -d mlx5_0            (server on a NIC)
+//! cargo run --release --bin rc_pingpong -- -d mlx5_0 192.0.2.1  (client)
 //! ```
 //!
 //! Flags as `ibv_rc_pingpong` (`--help`): `-p PORT` (default 18515; `-p 0` lets the server

@@ -18,7 +18,7 @@ impl Device for VerbsDevice {
         // SAFETY: all-zero is a valid `ibv_port_attr`.
         let mut p: ibv::ibv_port_attr = unsafe { std::mem::zeroed() };
         // SAFETY: `ctx` is open; `p` is a valid out-pointer of the size passed along.
-        let ret = unsafe { ibv::___ibv_query_port(self.ctx, port, &mut p) };
+        let ret = unsafe { self.rdma.___ibv_query_port(self.ctx, port, &mut p) };
         if ret != 0 {
             let e = status_io_error(ret);
             return Err(if e.raw_os_error() == Some(libc::EINVAL) {
@@ -38,7 +38,7 @@ impl Device for VerbsDevice {
             .map_err(|_| Error::InvalidArgument(format!("GID index {index} is too large")))?;
         let mut g = ibv::ibv_gid { raw: [0; 16] };
         // SAFETY: `ctx` is open; `g` is a valid out-pointer.
-        let ret = unsafe { ibv::ibv_query_gid(self.ctx, port, idx, &mut g) };
+        let ret = unsafe { self.rdma.ibv_query_gid(self.ctx, port, idx, &mut g) };
         if ret != 0 {
             return Err(Error::InvalidArgument(format!(
                 "ibv_query_gid({}, port {port}, index {index}) failed: {}",
@@ -53,7 +53,7 @@ impl Device for VerbsDevice {
     fn alloc_pd(&self) -> Result<PdId> {
         let mut objs = self.lock();
         // SAFETY: `ctx` is open.
-        let pd = unsafe { ibv::ibv_alloc_pd(self.ctx) };
+        let pd = unsafe { self.rdma.ibv_alloc_pd(self.ctx) };
         if pd.is_null() {
             return Err(null_error("ibv_alloc_pd"));
         }
@@ -74,7 +74,7 @@ impl Device for VerbsDevice {
             )));
         }
         // SAFETY: `p` is live and unused.
-        check("ibv_dealloc_pd", unsafe { ibv::ibv_dealloc_pd(p) })?;
+        check("ibv_dealloc_pd", unsafe { self.rdma.ibv_dealloc_pd(p) })?;
         objs.pds.remove(pd.0)?;
         Ok(())
     }
@@ -90,7 +90,10 @@ impl Device for VerbsDevice {
         let p = Self::pd_ptr(&objs, pd)?;
         // SAFETY: `p` is a live PD; the caller guarantees the memory stays valid until
         // `dereg_mr` (this function's contract).
-        let mr = unsafe { ibv::ibv_reg_mr(p, addr.cast(), len, access.bits() as c_int) };
+        let mr = unsafe {
+            self.rdma
+                .ibv_reg_mr(p, addr.cast(), len, access.bits() as c_int)
+        };
         if mr.is_null() {
             return Err(null_error("ibv_reg_mr"));
         }
@@ -111,7 +114,7 @@ impl Device for VerbsDevice {
         let mut objs = self.lock();
         let m = objs.mrs.get(mr.0)?.mr;
         // SAFETY: `m` is live.
-        check("ibv_dereg_mr", unsafe { ibv::ibv_dereg_mr(m) })?;
+        check("ibv_dereg_mr", unsafe { self.rdma.ibv_dereg_mr(m) })?;
         objs.mrs.remove(mr.0)?;
         Ok(())
     }
@@ -132,7 +135,10 @@ impl Device for VerbsDevice {
         let mut a: ibv::ibv_device_attr_ex = unsafe { std::mem::zeroed() };
         // SAFETY: `ctx` is open; a NULL input is what verbs.h documents for "no input"; `a` is
         // a valid out-pointer of the size the call is told.
-        let r = unsafe { ibv::ibv_query_device_ex(self.ctx, std::ptr::null(), &mut a) };
+        let r = unsafe {
+            self.rdma
+                .ibv_query_device_ex(self.ctx, std::ptr::null(), &mut a)
+        };
         check("ibv_query_device_ex", r)?;
         if a.hca_core_clock == 0 {
             return Err(Error::Unsupported(format!(
@@ -202,7 +208,7 @@ impl Device for VerbsDevice {
             )));
         }
         // SAFETY: `e.cq` is live, unused, and has no unacknowledged event.
-        check("ibv_destroy_cq", unsafe { ibv::ibv_destroy_cq(e.cq) })?;
+        check("ibv_destroy_cq", unsafe { self.rdma.ibv_destroy_cq(e.cq) })?;
         objs.cqs.remove(cq.0)?;
         Ok(())
     }
@@ -221,7 +227,7 @@ impl Device for VerbsDevice {
     fn arm_srq_limit(&self, srq: SrqId, limit: u32) -> Result<()> {
         let objs = self.lock();
         let s = objs.srqs.get(srq.0)?.srq;
-        modify_srq_limit(s, limit)
+        modify_srq_limit(self.rdma, s, limit)
     }
 
     fn destroy_srq(&self, srq: SrqId) -> Result<()> {
@@ -234,7 +240,7 @@ impl Device for VerbsDevice {
             )));
         }
         // SAFETY: `s` is live and unused.
-        check("ibv_destroy_srq", unsafe { ibv::ibv_destroy_srq(s) })?;
+        check("ibv_destroy_srq", unsafe { self.rdma.ibv_destroy_srq(s) })?;
         objs.srqs.remove(srq.0)?;
         Ok(())
     }
@@ -260,11 +266,11 @@ impl Device for VerbsDevice {
         let limits = self.limits_for(attr, mask)?;
         let objs = self.lock();
         let e = objs.qps.get(qp.0)?;
-        let cur = Self::current_state(e.qp)?;
+        let cur = self.current_state(e.qp)?;
         let next = qp_state::validate_with_limits(cur, attr, mask, e.qp_type, &limits)?;
         let mut a = qp_attr_to_ibv(attr);
         // SAFETY: `e.qp` is live (the lock is held); `a` outlives the call.
-        let ret = unsafe { ibv::ibv_modify_qp(e.qp, &mut a, mask.bits() as c_int) };
+        let ret = unsafe { self.rdma.ibv_modify_qp(e.qp, &mut a, mask.bits() as c_int) };
         check("ibv_modify_qp", ret)?;
         // SAFETY: `e.qp` is live.
         let qpn = unsafe { (*e.qp).qp_num };
@@ -299,7 +305,10 @@ impl Device for VerbsDevice {
         // SAFETY: all-zero is a valid `ibv_qp_init_attr`.
         let mut init: ibv::ibv_qp_init_attr = unsafe { std::mem::zeroed() };
         // SAFETY: `e.qp` is live; out-pointers are valid.
-        let ret = unsafe { ibv::ibv_query_qp(e.qp, &mut a, QUERY_MASK.bits() as c_int, &mut init) };
+        let ret = unsafe {
+            self.rdma
+                .ibv_query_qp(e.qp, &mut a, QUERY_MASK.bits() as c_int, &mut init)
+        };
         check("ibv_query_qp", ret)?;
         Ok(qp_attr_from_ibv(&a))
     }
@@ -322,7 +331,7 @@ impl Device for VerbsDevice {
             )));
         }
         // SAFETY: `e.qp` is live and unclaimed; its domains are its own.
-        let r = unsafe { destroy_qp_and_domains(e.qp, e.parent, e.td) };
+        let r = unsafe { destroy_qp_and_domains(self.rdma, e.qp, e.parent, e.td) };
         check("ibv_destroy_qp", r)?;
         objs.qps.remove(qp.0)?;
         Ok(())
@@ -343,7 +352,7 @@ impl Device for VerbsDevice {
         let mut objs = self.lock();
         let a = objs.ahs.get(ah.0)?.ah;
         // SAFETY: `a` is live; posts that use it hold the lock (`with_ah`).
-        check("ibv_destroy_ah", unsafe { ibv::ibv_destroy_ah(a) })?;
+        check("ibv_destroy_ah", unsafe { self.rdma.ibv_destroy_ah(a) })?;
         objs.ahs.remove(ah.0)?;
         Ok(())
     }

@@ -63,7 +63,7 @@ impl VerbsDevice {
             };
             // SAFETY: the async fd is non-blocking (set at open), so this returns at once;
             // `ev` is a live `struct ibv_async_event`.
-            let ret = unsafe { ibv::ibv_get_async_event(self.ctx, &mut ev) };
+            let ret = unsafe { self.rdma.ibv_get_async_event(self.ctx, &mut ev) };
             if ret != 0 {
                 return None; // EAGAIN: nothing pending
             }
@@ -100,7 +100,7 @@ impl VerbsDevice {
             };
             // SAFETY: `ev` was filled by `ibv_get_async_event`; every event is acked once
             // (destroying its object waits for the ack).
-            unsafe { ibv::ibv_ack_async_event(&mut ev) };
+            unsafe { self.rdma.ibv_ack_async_event(&mut ev) };
             match mapped {
                 Some(e) => {
                     if e == AsyncEvent::DeviceFatal {
@@ -122,7 +122,7 @@ impl VerbsDevice {
     pub(super) fn create_channel(&self) -> Result<ChannelId> {
         let mut objs = self.lock();
         // SAFETY: `ctx` is open.
-        let ch = unsafe { ibv::ibv_create_comp_channel(self.ctx) };
+        let ch = unsafe { self.rdma.ibv_create_comp_channel(self.ctx) };
         if ch.is_null() {
             return Err(null_error("ibv_create_comp_channel"));
         }
@@ -133,7 +133,7 @@ impl VerbsDevice {
             Ok(id) => Ok(ChannelId(id)),
             Err(e) => {
                 // SAFETY: no CQ uses the channel yet.
-                unsafe { ibv::ibv_destroy_comp_channel(ch) };
+                unsafe { self.rdma.ibv_destroy_comp_channel(ch) };
                 Err(e)
             }
         }
@@ -159,7 +159,7 @@ impl VerbsDevice {
         }
         // SAFETY: `ch` is live and no CQ uses it.
         check("ibv_destroy_comp_channel", unsafe {
-            ibv::ibv_destroy_comp_channel(ch)
+            self.rdma.ibv_destroy_comp_channel(ch)
         })?;
         objs.channels.remove(channel.0)?;
         Ok(())
@@ -183,7 +183,7 @@ impl VerbsDevice {
             let mut got: *mut ibv::ibv_cq = std::ptr::null_mut();
             let mut ctx: *mut c_void = std::ptr::null_mut();
             // SAFETY: `ch` is live; its fd is non-blocking, so this returns at once.
-            let ret = unsafe { ibv::ibv_get_cq_event(ch, &mut got, &mut ctx) };
+            let ret = unsafe { self.rdma.ibv_get_cq_event(ch, &mut got, &mut ctx) };
             if ret != 0 {
                 let e = errno();
                 return match e.raw_os_error() {
@@ -223,7 +223,7 @@ impl VerbsDevice {
         }
         if n > 0 {
             // SAFETY: `e.cq` is live; `n` events were taken from it and not acknowledged.
-            unsafe { ibv::ibv_ack_cq_events(e.cq, n) };
+            unsafe { self.rdma.ibv_ack_cq_events(e.cq, n) };
             e.unacked -= n;
         }
         Ok(())

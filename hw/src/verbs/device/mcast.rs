@@ -15,12 +15,12 @@ impl VerbsDevice {
             // SAFETY: `e.qp` is a live QP of this context (the table holds it until destroy,
             // under the lock held here); `g` is valid for the call.
             ("ibv_attach_mcast", unsafe {
-                ibv::ibv_attach_mcast(e.qp, &g, lid)
+                self.rdma.ibv_attach_mcast(e.qp, &g, lid)
             })
         } else {
             // SAFETY: as above.
             ("ibv_detach_mcast", unsafe {
-                ibv::ibv_detach_mcast(e.qp, &g, lid)
+                self.rdma.ibv_detach_mcast(e.qp, &g, lid)
             })
         };
         check(call, r)

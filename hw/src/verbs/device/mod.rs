@@ -20,7 +20,7 @@ use super::convert::{
     zeroed_qp_attr,
 };
 use super::counters::{read_counters, SYSFS_INFINIBAND};
-use super::ffi::{check, classify, errno, ibv, null_error, status_io_error};
+use super::ffi::{check, classify, errno, ibv, null_error, status_io_error, RdmaCore};
 use super::list::DeviceList;
 use super::mlx5;
 use super::table::Table;
@@ -201,6 +201,8 @@ struct Objects {
 /// completion channels, MRs, PDs) and closes the context.
 pub struct VerbsDevice {
     name: String,
+    /// rdma-core, loaded at the first open of the process.
+    rdma: &'static RdmaCore,
     ctx: *mut ibv::ibv_context,
     mlx5: bool,
     /// `IBV_DEVICE_XRC` in the device's `device_cap_flags` (mlx5 with the `xrc` capability;
@@ -249,17 +251,26 @@ const QUERY_MASK: AttrMask = AttrMask::STATE
     .union(AttrMask::DEST_QPN);
 
 impl VerbsDevice {
-    /// Opens the device called `name` (`mlx5_0`, `rxe0`).
+    /// Opens the device called `name` (`mlx5_0`, `rxe0`). The first open of the process loads
+    /// rdma-core's `libibverbs.so.1` and `libmlx5.so.1` ([`RdmaCore::get`]).
     ///
-    /// Fails with [`Error::NoDevice`] (listing the devices that do exist, with a hint) when
-    /// there is no such device or it cannot be opened.
+    /// Fails with [`Error::RdmaCore`] when rdma-core is not installed (or too old), naming
+    /// what to install, and with [`Error::NoDevice`] (listing the devices that do exist, with
+    /// a hint) when there is no such device or it cannot be opened.
     pub fn open(name: &str) -> Result<VerbsDevice> {
-        let list = DeviceList::get()?;
+        let list = DeviceList::get().map_err(|e| match e {
+            Error::RdmaCore { source, .. } => Error::RdmaCore {
+                device: Some(name.to_string()),
+                source,
+            },
+            e => e,
+        })?;
+        let rdma = list.rdma;
         let dev = list.find(name)?;
-        let info = DeviceList::info(dev);
+        let info = list.info(dev);
         // SAFETY: `dev` is an entry of the live list; the context keeps its own reference to
         // the device, so the list may be freed afterwards.
-        let ctx = unsafe { ibv::ibv_open_device(dev) };
+        let ctx = unsafe { rdma.ibv_open_device(dev) };
         if ctx.is_null() {
             let e = errno();
             return Err(Error::NoDevice {
@@ -275,6 +286,7 @@ impl VerbsDevice {
         // From here on `dev` owns `ctx`: an early return closes it through `Drop`.
         let mut dev = VerbsDevice {
             name: name.to_string(),
+            rdma,
             ctx,
             mlx5: info.mlx5,
             xrc: false,
@@ -295,7 +307,13 @@ impl VerbsDevice {
         set_nonblocking(async_fd)?;
         dev.attr = dev.query_device_uncached()?;
         dev.xrc = dev.xrc_capable()?;
-        tracing::debug!(device = name, mlx5 = dev.mlx5, "opened RDMA device");
+        tracing::debug!(
+            device = name,
+            mlx5 = dev.mlx5,
+            libibverbs = rdma.libibverbs_path(),
+            libmlx5 = rdma.libmlx5_path(),
+            "opened RDMA device"
+        );
         Ok(dev)
     }
 
@@ -324,7 +342,7 @@ impl VerbsDevice {
         let mut a: ibv::ibv_device_attr = unsafe { std::mem::zeroed() };
         // SAFETY: `ctx` is open; `a` is a valid out-pointer.
         check("ibv_query_device", unsafe {
-            ibv::ibv_query_device(self.ctx, &mut a)
+            self.rdma.ibv_query_device(self.ctx, &mut a)
         })?;
         // SAFETY: the kernel NUL-terminates `fw_ver` inside its 64 bytes; the array is ours.
         let fw_ver = unsafe { CStr::from_ptr(a.fw_ver.as_ptr()) }
@@ -348,7 +366,7 @@ impl VerbsDevice {
             max_srq: u(a.max_srq),
             max_srq_wr: u(a.max_srq_wr),
             direct_path: self.mlx5,
-            blueflame: self.mlx5 && mlx5::blueflame_expected(self.ctx),
+            blueflame: self.mlx5 && mlx5::blueflame_expected(self.rdma, self.ctx),
         })
     }
 
@@ -412,18 +430,18 @@ impl VerbsDevice {
             None => std::ptr::null_mut(),
         };
         let created = if self.mlx5 {
-            mlx5::create_cq(self.ctx, attr, channel, poll.wc_flags())
+            mlx5::create_cq(self.rdma, self.ctx, attr, channel, poll.wc_flags())
         } else {
             self.create_cq_plain(attr, channel, poll)
         };
         let cq = created?;
         let layout = if self.mlx5 {
-            match mlx5::cq_layout(cq, attr.ignore_overrun) {
+            match mlx5::cq_layout(self.rdma, cq, attr.ignore_overrun) {
                 Ok(l) => Some(l),
                 Err(e) => {
                     // SAFETY: the CQ was created above, nothing else references it, and no
                     // event was taken from it.
-                    unsafe { destroy_cq_logged(cq) };
+                    unsafe { destroy_cq_logged(self.rdma, cq) };
                     return Err(e);
                 }
             }
@@ -458,7 +476,10 @@ impl VerbsDevice {
         let timestamps = poll == CqPoll::Timestamps;
         if !attr.ignore_overrun && poll == CqPoll::Plain {
             // SAFETY: `ctx` is open; `channel` is NULL or a live channel of this context.
-            let cq = unsafe { ibv::ibv_create_cq(self.ctx, cqe, std::ptr::null_mut(), channel, 0) };
+            let cq = unsafe {
+                self.rdma
+                    .ibv_create_cq(self.ctx, cqe, std::ptr::null_mut(), channel, 0)
+            };
             return if cq.is_null() {
                 Err(null_error("ibv_create_cq"))
             } else {
@@ -511,16 +532,16 @@ impl VerbsDevice {
         a.attr.max_wr = attr.max_wr;
         a.attr.max_sge = attr.max_sge;
         // SAFETY: `pd_ptr` is a live PD of this context; `a` outlives the call.
-        let srq = unsafe { ibv::ibv_create_srq(pd_ptr, &mut a) };
+        let srq = unsafe { self.rdma.ibv_create_srq(pd_ptr, &mut a) };
         if srq.is_null() {
             return Err(null_error("ibv_create_srq"));
         }
         let layout = if self.mlx5 {
-            match mlx5::srq_layout(srq, attr.max_sge) {
+            match mlx5::srq_layout(self.rdma, srq, attr.max_sge) {
                 Ok(l) => Some(l),
                 Err(e) => {
                     // SAFETY: created above, not referenced elsewhere.
-                    unsafe { ibv::ibv_destroy_srq(srq) };
+                    unsafe { self.rdma.ibv_destroy_srq(srq) };
                     return Err(e);
                 }
             }
@@ -528,9 +549,9 @@ impl VerbsDevice {
             None
         };
         if attr.srq_limit > 0 {
-            if let Err(e) = modify_srq_limit(srq, attr.srq_limit) {
+            if let Err(e) = modify_srq_limit(self.rdma, srq, attr.srq_limit) {
                 // SAFETY: created above, not referenced elsewhere.
-                unsafe { ibv::ibv_destroy_srq(srq) };
+                unsafe { self.rdma.ibv_destroy_srq(srq) };
                 return Err(e);
             }
         }
@@ -569,12 +590,13 @@ impl VerbsDevice {
         a.pd = pd_ptr;
 
         let (qp, parent, td) = if self.mlx5 {
-            mlx5::create_qp(self.ctx, pd_ptr, &mut a)?
+            mlx5::create_qp(self.rdma, self.ctx, pd_ptr, &mut a)?
         } else {
             // SAFETY: `ibv_qp_init_attr` is the leading part of `ibv_qp_init_attr_ex` (verbs.h
             // declares the _ex struct as its extension), and `a` is valid for the call.
             let qp = unsafe {
-                ibv::ibv_create_qp(pd_ptr, (&mut a as *mut ibv::ibv_qp_init_attr_ex).cast())
+                self.rdma
+                    .ibv_create_qp(pd_ptr, (&mut a as *mut ibv::ibv_qp_init_attr_ex).cast())
             };
             if qp.is_null() {
                 return Err(null_error("ibv_create_qp"));
@@ -583,11 +605,11 @@ impl VerbsDevice {
         };
         let cap = cap_from_ibv(&a.cap);
         let layout = if self.mlx5 {
-            match mlx5::qp_layout(qp, attr, &cap) {
+            match mlx5::qp_layout(self.rdma, qp, attr, &cap) {
                 Ok(l) => Some(l),
                 Err(e) => {
                     // SAFETY: created above, not referenced elsewhere.
-                    unsafe { destroy_qp_and_domains(qp, parent, td) };
+                    unsafe { destroy_qp_and_domains(self.rdma, qp, parent, td) };
                     return Err(e);
                 }
             }
@@ -618,13 +640,15 @@ impl VerbsDevice {
     }
 
     /// The state the QP is in now, as the device reports it (`ibv_query_qp`).
-    fn current_state(qp: *mut ibv::ibv_qp) -> Result<QpState> {
+    fn current_state(&self, qp: *mut ibv::ibv_qp) -> Result<QpState> {
         let mut a = zeroed_qp_attr();
         // SAFETY: all-zero is a valid `ibv_qp_init_attr`.
         let mut init: ibv::ibv_qp_init_attr = unsafe { std::mem::zeroed() };
         // SAFETY: `qp` is live; `a` and `init` are valid out-pointers.
-        let ret =
-            unsafe { ibv::ibv_query_qp(qp, &mut a, AttrMask::STATE.bits() as c_int, &mut init) };
+        let ret = unsafe {
+            self.rdma
+                .ibv_query_qp(qp, &mut a, AttrMask::STATE.bits() as c_int, &mut init)
+        };
         check("ibv_query_qp", ret)?;
         u8::try_from(a.qp_state)
             .ok()
@@ -671,7 +695,7 @@ impl VerbsDevice {
         let e = objs.qps.get(qp.0)?;
         let mut a = qp_attr_to_ibv(attr);
         // SAFETY: `e.qp` is live (the table lock is held); `a` outlives the call.
-        let ret = unsafe { ibv::ibv_modify_qp(e.qp, &mut a, mask.bits() as c_int) };
+        let ret = unsafe { self.rdma.ibv_modify_qp(e.qp, &mut a, mask.bits() as c_int) };
         Ok(if ret == 0 {
             Ok(())
         } else {
@@ -693,16 +717,16 @@ impl VerbsDevice {
         let pd_ptr = Self::pd_ptr(&objs, pd)?;
         let mut a = super::convert::ah_to_ibv(attr);
         // SAFETY: `pd_ptr` is a live PD; `a` outlives the call.
-        let ah = unsafe { ibv::ibv_create_ah(pd_ptr, &mut a) };
+        let ah = unsafe { self.rdma.ibv_create_ah(pd_ptr, &mut a) };
         if ah.is_null() {
             return Err(null_error("ibv_create_ah"));
         }
         let av = if self.mlx5 {
-            match mlx5::ah_av(ah) {
+            match mlx5::ah_av(self.rdma, ah) {
                 Ok(av) => Some(av),
                 Err(e) => {
                     // SAFETY: created above, not referenced elsewhere.
-                    unsafe { ibv::ibv_destroy_ah(ah) };
+                    unsafe { self.rdma.ibv_destroy_ah(ah) };
                     return Err(e);
                 }
             }
@@ -790,7 +814,7 @@ fn set_nonblocking(fd: RawFd) -> Result<()> {
     Ok(())
 }
 
-fn modify_srq_limit(srq: *mut ibv::ibv_srq, limit: u32) -> Result<()> {
+fn modify_srq_limit(rdma: &RdmaCore, srq: *mut ibv::ibv_srq, limit: u32) -> Result<()> {
     let mut a = ibv::ibv_srq_attr {
         max_wr: 0,
         max_sge: 0,
@@ -798,7 +822,7 @@ fn modify_srq_limit(srq: *mut ibv::ibv_srq, limit: u32) -> Result<()> {
     };
     // SAFETY: `srq` is live; `a` outlives the call.
     let ret = unsafe {
-        ibv::ibv_modify_srq(
+        rdma.ibv_modify_srq(
             srq,
             &mut a,
             ibv::ibv_srq_attr_mask::IBV_SRQ_LIMIT.0 as c_int,
@@ -811,9 +835,9 @@ fn modify_srq_limit(srq: *mut ibv::ibv_srq, limit: u32) -> Result<()> {
 ///
 /// # Safety
 /// `cq` is live, no QP uses it and every event taken from it was acknowledged.
-unsafe fn destroy_cq_logged(cq: *mut ibv::ibv_cq) {
+unsafe fn destroy_cq_logged(rdma: &RdmaCore, cq: *mut ibv::ibv_cq) {
     // SAFETY: guaranteed by the caller.
-    let r = unsafe { ibv::ibv_destroy_cq(cq) };
+    let r = unsafe { rdma.ibv_destroy_cq(cq) };
     if r != 0 {
         tracing::warn!(err = %status_io_error(r), "ibv_destroy_cq failed");
     }
@@ -824,17 +848,18 @@ unsafe fn destroy_cq_logged(cq: *mut ibv::ibv_cq) {
 /// # Safety
 /// `qp` is live and unused; `parent`/`td` are NULL or the domains only this QP uses.
 unsafe fn destroy_qp_and_domains(
+    rdma: &RdmaCore,
     qp: *mut ibv::ibv_qp,
     parent: *mut ibv::ibv_pd,
     td: *mut ibv::ibv_td,
 ) -> c_int {
     // SAFETY: guaranteed by the caller.
-    let r = unsafe { ibv::ibv_destroy_qp(qp) };
+    let r = unsafe { rdma.ibv_destroy_qp(qp) };
     if r != 0 {
         return r;
     }
     // SAFETY: guaranteed by the caller; the QP that used the domains is gone.
-    unsafe { mlx5::dealloc_domains(parent, td) };
+    unsafe { mlx5::dealloc_domains(rdma, parent, td) };
     0
 }
 
@@ -844,18 +869,18 @@ impl Drop for VerbsDevice {
         // Dependency order: AHs and QPs reference PDs/CQs/SRQs; SRQs and MRs reference PDs.
         for (_, e) in objs.ahs.drain_newest_first() {
             // SAFETY: `e.ah` is live and nothing can use it any more (`&mut self`).
-            unsafe { ibv::ibv_destroy_ah(e.ah) };
+            unsafe { self.rdma.ibv_destroy_ah(e.ah) };
         }
         for (id, e) in objs.qps.drain_newest_first() {
             // SAFETY: as above; baseline handles borrow the device, so none is alive.
-            let r = unsafe { destroy_qp_and_domains(e.qp, e.parent, e.td) };
+            let r = unsafe { destroy_qp_and_domains(self.rdma, e.qp, e.parent, e.td) };
             if r != 0 {
                 tracing::warn!(qp = id, err = %status_io_error(r), "ibv_destroy_qp failed on drop");
             }
         }
         for (_, e) in objs.srqs.drain_newest_first() {
             // SAFETY: no QP is left to use it.
-            unsafe { ibv::ibv_destroy_srq(e.srq) };
+            unsafe { self.rdma.ibv_destroy_srq(e.srq) };
         }
         for (id, e) in objs.xrcds.drain_newest_first() {
             // SAFETY: every XRC SRQ and target QP of the domain is gone.
@@ -868,28 +893,28 @@ impl Drop for VerbsDevice {
             if e.unacked > 0 {
                 // SAFETY: `e.cq` is live; these events were taken and not acknowledged, and
                 // `ibv_destroy_cq` would wait for them forever.
-                unsafe { ibv::ibv_ack_cq_events(e.cq, e.unacked) };
+                unsafe { self.rdma.ibv_ack_cq_events(e.cq, e.unacked) };
             }
             // SAFETY: no QP is left to use it; every event taken is acknowledged.
-            unsafe { destroy_cq_logged(e.cq) };
+            unsafe { destroy_cq_logged(self.rdma, e.cq) };
         }
         for (_, e) in objs.channels.drain_newest_first() {
             // SAFETY: every CQ is gone, so no CQ uses the channel.
-            let r = unsafe { ibv::ibv_destroy_comp_channel(e.ch) };
+            let r = unsafe { self.rdma.ibv_destroy_comp_channel(e.ch) };
             if r != 0 {
                 tracing::warn!(err = %status_io_error(r), "ibv_destroy_comp_channel failed");
             }
         }
         for (_, e) in objs.mrs.drain_newest_first() {
             // SAFETY: `e.mr` is live.
-            unsafe { ibv::ibv_dereg_mr(e.mr) };
+            unsafe { self.rdma.ibv_dereg_mr(e.mr) };
         }
         for (_, e) in objs.pds.drain_newest_first() {
             // SAFETY: every object on the PD is gone.
-            unsafe { ibv::ibv_dealloc_pd(e.pd) };
+            unsafe { self.rdma.ibv_dealloc_pd(e.pd) };
         }
         // SAFETY: every object of the context is gone; the context is closed exactly once.
-        let r = unsafe { ibv::ibv_close_device(self.ctx) };
+        let r = unsafe { self.rdma.ibv_close_device(self.ctx) };
         if r != 0 {
             tracing::warn!(device = %self.name, err = %status_io_error(r), "ibv_close_device failed");
         }

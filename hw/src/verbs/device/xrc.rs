@@ -25,7 +25,7 @@ impl VerbsDevice {
         let mut a: ibv::ibv_device_attr = unsafe { std::mem::zeroed() };
         // SAFETY: `ctx` is open; `a` is a valid out-pointer.
         check("ibv_query_device", unsafe {
-            ibv::ibv_query_device(self.ctx, &mut a)
+            self.rdma.ibv_query_device(self.ctx, &mut a)
         })?;
         Ok(a.device_cap_flags & ibv::ibv_device_cap_flags::IBV_DEVICE_XRC.0 != 0)
     }
@@ -171,13 +171,13 @@ impl VerbsDevice {
         a.cq = cq;
         // SAFETY: `ctx` is open; the PD, domain and CQ are live objects of it; `a` outlives
         // the call.
-        let srq = match unsafe { ibv::ibv_create_srq_ex(self.ctx, &mut a) } {
+        let srq = match unsafe { self.rdma.ibv_create_srq_ex(self.ctx, &mut a) } {
             Some(s) if !s.is_null() => s,
             _ => return Err(null_error("ibv_create_srq_ex(IBV_SRQT_XRC)")),
         };
         let destroy = |e: Error| {
             // SAFETY: created above, not referenced elsewhere.
-            unsafe { ibv::ibv_destroy_srq(srq) };
+            unsafe { self.rdma.ibv_destroy_srq(srq) };
             e
         };
         let mut num = 0u32;
@@ -186,7 +186,7 @@ impl VerbsDevice {
             ibv::ibv_get_srq_num(srq, &mut num)
         })
         .map_err(destroy)?;
-        let layout = mlx5::srq_layout(srq, attr.attr.max_sge).map_err(destroy)?;
+        let layout = mlx5::srq_layout(self.rdma, srq, attr.attr.max_sge).map_err(destroy)?;
         if layout.srqn != num {
             return Err(destroy(Error::Verbs {
                 call: "mlx5dv_init_obj(SRQ)",
@@ -200,7 +200,7 @@ impl VerbsDevice {
             }));
         }
         if attr.attr.srq_limit > 0 {
-            modify_srq_limit(srq, attr.attr.srq_limit).map_err(destroy)?;
+            modify_srq_limit(self.rdma, srq, attr.attr.srq_limit).map_err(destroy)?;
         }
         let id = objs.srqs.insert(SrqEntry {
             srq,
@@ -225,7 +225,7 @@ impl VerbsDevice {
         a.comp_mask = ibv::ibv_qp_init_attr_mask::IBV_QP_INIT_ATTR_XRCD.0;
         a.xrcd = x;
         // SAFETY: `ctx` is open; `x` is a live domain of it; `a` outlives the call.
-        let qp = match unsafe { ibv::ibv_create_qp_ex(self.ctx, &mut a) } {
+        let qp = match unsafe { self.rdma.ibv_create_qp_ex(self.ctx, &mut a) } {
             Some(q) if !q.is_null() => q,
             _ => return Err(null_error("ibv_create_qp_ex(IBV_QPT_XRC_RECV)")),
         };

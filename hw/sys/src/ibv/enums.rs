@@ -48,6 +48,15 @@ macro_rules! value_enum {
                 #[doc = concat!("`", stringify!($c), "` (verbs.h).")]
                 pub const $c: Type = $v;
             )*
+
+            /// The verbs.h name of the enumerator with value `v`, if there is one.
+            #[allow(unreachable_patterns)]
+            pub fn name(v: Type) -> Option<&'static str> {
+                match v {
+                    $($c => Some(stringify!($c)),)*
+                    _ => None,
+                }
+            }
         }
     };
 }

@@ -1,5 +1,12 @@
-//! The libibverbs functions: the exported ones (`libibverbs.so.1`), then Rust versions of the
-//! header's `static inline` ones.
+//! Rust versions of the header's `static inline` libibverbs functions. (The exported ones are
+//! methods of [`crate::RdmaCore`], loaded at run time.)
+//!
+//! Most of them only dispatch through the provider's ops (`context->ops`, the `verbs_context`
+//! ops, the `ibv_cq_ex` ops) and are free functions: they need nothing from the loaded
+//! libraries, so the data path (`ibv_post_send`, `ibv_poll_cq`, ...) costs what it did when
+//! the library was linked. The four whose header version falls back to an exported function
+//! (`___ibv_query_port`, `ibv_query_device_ex`, `ibv_create_srq_ex`, `ibv_create_qp_ex`) are
+//! methods of [`crate::RdmaCore`].
 //!
 //! The inline functions follow verbs.h branch for branch. The ones that create an object
 //! through an extended op return `Option`: `None` where the header sets `errno = EOPNOTSUPP`
@@ -9,145 +16,13 @@
 //! answered with `EOPNOTSUPP` instead of a crash; libibverbs fills every `ops` entry
 //! (`libibverbs/dummy_ops.c`), so on a real context the provider's function is always called.
 
-use core::ffi::{c_char, c_int, c_uint, c_void};
+use core::ffi::{c_int, c_uint};
 use core::ptr;
 
 use super::context::ibv_context;
 use super::enums::{ibv_qp_init_attr_mask, ibv_srq_init_attr_mask, ibv_srq_type};
 use super::types::*;
-
-#[cfg_attr(all(feature = "link", not(docsrs)), link(name = "ibverbs"))]
-extern "C" {
-    /// NULL-terminated array of the RDMA devices; `num_devices` (optional) gets the count.
-    /// Free with [`ibv_free_device_list`].
-    pub fn ibv_get_device_list(num_devices: *mut c_int) -> *mut *mut ibv_device;
-    /// Free a list from [`ibv_get_device_list`].
-    pub fn ibv_free_device_list(list: *mut *mut ibv_device);
-    /// Kernel device name (`mlx5_0`).
-    pub fn ibv_get_device_name(device: *mut ibv_device) -> *const c_char;
-    /// Node GUID, big-endian.
-    pub fn ibv_get_device_guid(device: *mut ibv_device) -> u64;
-    /// Open a device; NULL and `errno` on failure.
-    pub fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_context;
-    /// Close a device.
-    pub fn ibv_close_device(context: *mut ibv_context) -> c_int;
-    /// Next async event (blocks unless the async fd is non-blocking); ack it with
-    /// [`ibv_ack_async_event`].
-    pub fn ibv_get_async_event(context: *mut ibv_context, event: *mut ibv_async_event) -> c_int;
-    /// Acknowledge an async event.
-    pub fn ibv_ack_async_event(event: *mut ibv_async_event);
-    /// Device attributes.
-    pub fn ibv_query_device(context: *mut ibv_context, device_attr: *mut ibv_device_attr) -> c_int;
-    /// The exported legacy port query (what verbs.h's [`___ibv_query_port`] falls back to).
-    pub fn ibv_query_port(
-        context: *mut ibv_context,
-        port_num: u8,
-        port_attr: *mut _compat_ibv_port_attr,
-    ) -> c_int;
-    /// One GID table entry.
-    pub fn ibv_query_gid(
-        context: *mut ibv_context,
-        port_num: u8,
-        index: c_int,
-        gid: *mut ibv_gid,
-    ) -> c_int;
-    /// One P_Key table entry (big-endian).
-    pub fn ibv_query_pkey(
-        context: *mut ibv_context,
-        port_num: u8,
-        index: c_int,
-        pkey: *mut u16,
-    ) -> c_int;
-    /// Allocate a protection domain.
-    pub fn ibv_alloc_pd(context: *mut ibv_context) -> *mut ibv_pd;
-    /// Free a protection domain (also frees a parent domain).
-    pub fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int;
-    /// Register memory. The exported symbol forwards to [`ibv_reg_mr_iova2`] with
-    /// `iova = addr` (rdma-core `libibverbs/verbs.c`), which is also where verbs.h's
-    /// `ibv_reg_mr` macro sends a non-constant `access`.
-    pub fn ibv_reg_mr(
-        pd: *mut ibv_pd,
-        addr: *mut c_void,
-        length: usize,
-        access: c_int,
-    ) -> *mut ibv_mr;
-    /// Register memory at an I/O virtual address; optional access bits are dropped on kernels
-    /// that do not support them.
-    pub fn ibv_reg_mr_iova2(
-        pd: *mut ibv_pd,
-        addr: *mut c_void,
-        length: usize,
-        iova: u64,
-        access: c_uint,
-    ) -> *mut ibv_mr;
-    /// Deregister memory.
-    pub fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int;
-    /// Create a completion channel.
-    pub fn ibv_create_comp_channel(context: *mut ibv_context) -> *mut ibv_comp_channel;
-    /// Destroy a completion channel (EBUSY while CQs use it).
-    pub fn ibv_destroy_comp_channel(channel: *mut ibv_comp_channel) -> c_int;
-    /// Create a CQ.
-    pub fn ibv_create_cq(
-        context: *mut ibv_context,
-        cqe: c_int,
-        cq_context: *mut c_void,
-        channel: *mut ibv_comp_channel,
-        comp_vector: c_int,
-    ) -> *mut ibv_cq;
-    /// Resize a CQ.
-    pub fn ibv_resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_int;
-    /// Destroy a CQ (waits for every completion event to be acknowledged).
-    pub fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int;
-    /// Next completion event of a channel.
-    pub fn ibv_get_cq_event(
-        channel: *mut ibv_comp_channel,
-        cq: *mut *mut ibv_cq,
-        cq_context: *mut *mut c_void,
-    ) -> c_int;
-    /// Acknowledge `nevents` completion events of `cq`.
-    pub fn ibv_ack_cq_events(cq: *mut ibv_cq, nevents: c_uint);
-    /// Create an SRQ.
-    pub fn ibv_create_srq(pd: *mut ibv_pd, srq_init_attr: *mut ibv_srq_init_attr) -> *mut ibv_srq;
-    /// Modify an SRQ (`IBV_SRQ_*` mask).
-    pub fn ibv_modify_srq(
-        srq: *mut ibv_srq,
-        srq_attr: *mut ibv_srq_attr,
-        srq_attr_mask: c_int,
-    ) -> c_int;
-    /// Query an SRQ.
-    pub fn ibv_query_srq(srq: *mut ibv_srq, srq_attr: *mut ibv_srq_attr) -> c_int;
-    /// Destroy an SRQ.
-    pub fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int;
-    /// Create a QP.
-    pub fn ibv_create_qp(pd: *mut ibv_pd, qp_init_attr: *mut ibv_qp_init_attr) -> *mut ibv_qp;
-    /// Modify a QP (`IBV_QP_*` mask); returns 0 or an errno value.
-    pub fn ibv_modify_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, attr_mask: c_int) -> c_int;
-    /// Query a QP.
-    pub fn ibv_query_qp(
-        qp: *mut ibv_qp,
-        attr: *mut ibv_qp_attr,
-        attr_mask: c_int,
-        init_attr: *mut ibv_qp_init_attr,
-    ) -> c_int;
-    /// Destroy a QP.
-    pub fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int;
-    /// Create an address handle.
-    pub fn ibv_create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) -> *mut ibv_ah;
-    /// Destroy an address handle.
-    pub fn ibv_destroy_ah(ah: *mut ibv_ah) -> c_int;
-    /// Attach a UD QP to a multicast group (`lid` in host order).
-    pub fn ibv_attach_mcast(qp: *mut ibv_qp, gid: *const ibv_gid, lid: u16) -> c_int;
-    /// Detach a UD QP from a multicast group.
-    pub fn ibv_detach_mcast(qp: *mut ibv_qp, gid: *const ibv_gid, lid: u16) -> c_int;
-    /// Static description of a work-completion status.
-    pub fn ibv_wc_status_str(status: super::enums::ibv_wc_status::Type) -> *const c_char;
-    /// Static description of an async event type.
-    pub fn ibv_event_type_str(event: super::enums::ibv_event_type::Type) -> *const c_char;
-    /// Static description of a port state.
-    pub fn ibv_port_state_str(port_state: super::enums::ibv_port_state::Type) -> *const c_char;
-    /// Make libibverbs' memory fork-safe.
-    pub fn ibv_fork_init() -> c_int;
-}
+use crate::RdmaCore;
 
 /// Sets `errno` (the header's `errno = EOPNOTSUPP`).
 fn set_errno(e: c_int) {
@@ -281,40 +156,6 @@ pub unsafe fn ibv_create_cq_ex(
     }
 }
 
-/// `___ibv_query_port` (what verbs.h's `ibv_query_port` macro expands to): the extended
-/// `query_port` op with `sizeof(struct ibv_port_attr)`, or, without it, the exported legacy
-/// [`ibv_query_port`] on a zeroed `port_attr`.
-///
-/// # Safety
-///
-/// `context` is a live context; `port_attr` writable.
-#[inline]
-pub unsafe fn ___ibv_query_port(
-    context: *mut ibv_context,
-    port_num: u8,
-    port_attr: *mut ibv_port_attr,
-) -> c_int {
-    // SAFETY: live context (caller).
-    match unsafe { crate::verbs_get_ctx_op!(context, query_port) } {
-        // SAFETY: the provider's op, told the size of the caller's struct.
-        Some(f) => unsafe {
-            f(
-                context,
-                port_num,
-                port_attr,
-                core::mem::size_of::<ibv_port_attr>(),
-            )
-        },
-        None => {
-            // SAFETY: `port_attr` is writable (caller); zero is valid for every field.
-            unsafe {
-                ptr::write_bytes(port_attr, 0, 1);
-                ibv_query_port(context, port_num, port_attr.cast())
-            }
-        }
-    }
-}
-
 /// `ibv_open_xrcd` through `verbs_get_ctx_op(context, open_xrcd)`.
 ///
 /// # Safety
@@ -354,40 +195,6 @@ pub unsafe fn ibv_close_xrcd(xrcd: *mut ibv_xrcd) -> c_int {
     }
 }
 
-/// `ibv_create_srq_ex`: a basic SRQ whose `comp_mask` holds nothing but `PD` (and `TYPE` =
-/// `IBV_SRQT_BASIC`) goes to [`ibv_create_srq`]; anything else to the `create_srq_ex` op.
-///
-/// # Safety
-///
-/// `context` is a live context; `srq_init_attr_ex` valid.
-#[inline]
-pub unsafe fn ibv_create_srq_ex(
-    context: *mut ibv_context,
-    srq_init_attr_ex: *mut ibv_srq_init_attr_ex,
-) -> Option<*mut ibv_srq> {
-    // SAFETY: valid attributes (caller).
-    let a = unsafe { &*srq_init_attr_ex };
-    let pd = ibv_srq_init_attr_mask::IBV_SRQ_INIT_ATTR_PD.0;
-    let ty = ibv_srq_init_attr_mask::IBV_SRQ_INIT_ATTR_TYPE.0;
-    let mask = a.comp_mask;
-    if mask & !(pd | ty) == 0
-        && mask & pd != 0
-        && (mask & ty == 0 || a.srq_type == ibv_srq_type::IBV_SRQT_BASIC)
-    {
-        // SAFETY: `ibv_srq_init_attr_ex` starts with the fields of `ibv_srq_init_attr`.
-        return Some(unsafe { ibv_create_srq(a.pd, srq_init_attr_ex.cast()) });
-    }
-    // SAFETY: live context (caller).
-    match unsafe { crate::verbs_get_ctx_op!(context, create_srq_ex) } {
-        // SAFETY: the provider's op.
-        Some(f) => Some(unsafe { f(context, srq_init_attr_ex) }),
-        None => {
-            set_errno(libc::EOPNOTSUPP);
-            None
-        }
-    }
-}
-
 /// `ibv_get_srq_num` through `verbs_get_ctx_op(srq->context, get_srq_num)` (`EOPNOTSUPP`
 /// without it).
 ///
@@ -403,34 +210,6 @@ pub unsafe fn ibv_get_srq_num(srq: *mut ibv_srq, srq_num: *mut u32) -> c_int {
         // SAFETY: the provider's op.
         Some(f) => unsafe { f(srq, srq_num) },
         None => libc::EOPNOTSUPP,
-    }
-}
-
-/// `ibv_create_qp_ex`: `comp_mask == IBV_QP_INIT_ATTR_PD` goes to [`ibv_create_qp`], anything
-/// else to the `create_qp_ex` op.
-///
-/// # Safety
-///
-/// `context` is a live context; `qp_init_attr_ex` valid.
-#[inline]
-pub unsafe fn ibv_create_qp_ex(
-    context: *mut ibv_context,
-    qp_init_attr_ex: *mut ibv_qp_init_attr_ex,
-) -> Option<*mut ibv_qp> {
-    // SAFETY: valid attributes (caller).
-    let a = unsafe { &*qp_init_attr_ex };
-    if a.comp_mask == ibv_qp_init_attr_mask::IBV_QP_INIT_ATTR_PD.0 {
-        // SAFETY: `ibv_qp_init_attr_ex` starts with the fields of `ibv_qp_init_attr`.
-        return Some(unsafe { ibv_create_qp(a.pd, qp_init_attr_ex.cast()) });
-    }
-    // SAFETY: live context (caller).
-    match unsafe { crate::verbs_get_ctx_op!(context, create_qp_ex) } {
-        // SAFETY: the provider's op.
-        Some(f) => Some(unsafe { f(context, qp_init_attr_ex) }),
-        None => {
-            set_errno(libc::EOPNOTSUPP);
-            None
-        }
     }
 }
 
@@ -518,46 +297,6 @@ pub unsafe fn ibv_alloc_parent_domain(
 /// `ibv_query_rt_values_ex` through `verbs_get_ctx_op(context, query_rt_values)`
 /// (`EOPNOTSUPP` without it).
 ///
-/// `ibv_query_device_ex` (verbs.h `static inline`): the provider's `query_device_ex` when it has
-/// one and supports it, else the legacy `ibv_query_device` into `orig_attr` with the rest zeroed
-/// (the header's fallback on `EOPNOTSUPP` / `ENOSYS`); `EINVAL` for an input with a comp_mask.
-///
-/// # Safety
-///
-/// `context` is a live context; `input` is NULL or valid; `attr` is valid for writes.
-#[inline]
-pub unsafe fn ibv_query_device_ex(
-    context: *mut ibv_context,
-    input: *const ibv_query_device_ex_input,
-    attr: *mut ibv_device_attr_ex,
-) -> c_int {
-    // `struct ibv_query_device_ex_input` is one u32 comp_mask.
-    // SAFETY: a non-NULL `input` is valid (caller).
-    if !input.is_null() && unsafe { *(input as *const u32) } != 0 {
-        return libc::EINVAL;
-    }
-    // SAFETY: live context (caller).
-    if let Some(f) = unsafe { crate::verbs_get_ctx_op!(context, query_device_ex) } {
-        // SAFETY: the provider's op with the size of the struct it may fill.
-        let r = unsafe {
-            f(
-                context,
-                input,
-                attr,
-                core::mem::size_of::<ibv_device_attr_ex>(),
-            )
-        };
-        if r != libc::EOPNOTSUPP && r != libc::ENOSYS {
-            return r;
-        }
-    }
-    // SAFETY: `attr` is valid for writes (caller); all-zero is a valid value of every field.
-    unsafe {
-        core::ptr::write_bytes(attr, 0, 1);
-        ibv_query_device(context, core::ptr::addr_of_mut!((*attr).orig_attr))
-    }
-}
-
 /// # Safety
 ///
 /// `context` is a live context; `values` valid.
@@ -677,3 +416,147 @@ wc_reader!(
     /// (`IBV_WC_EX_WITH_COMPLETION_TIMESTAMP`).
     ibv_wc_read_completion_ts, read_completion_ts, u64
 );
+
+/// The `static inline` functions of verbs.h that fall back to an exported function, which
+/// they call through the loaded library.
+impl RdmaCore {
+    /// `___ibv_query_port` (what verbs.h's `ibv_query_port` macro expands to): the extended
+    /// `query_port` op with `sizeof(struct ibv_port_attr)`, or, without it, the exported legacy
+    /// [`RdmaCore::ibv_query_port`] on a zeroed `port_attr`.
+    ///
+    /// # Safety
+    ///
+    /// `context` is a live context; `port_attr` writable.
+    #[inline]
+    pub unsafe fn ___ibv_query_port(
+        &self,
+        context: *mut ibv_context,
+        port_num: u8,
+        port_attr: *mut ibv_port_attr,
+    ) -> c_int {
+        // SAFETY: live context (caller).
+        match unsafe { crate::verbs_get_ctx_op!(context, query_port) } {
+            // SAFETY: the provider's op, told the size of the caller's struct.
+            Some(f) => unsafe {
+                f(
+                    context,
+                    port_num,
+                    port_attr,
+                    core::mem::size_of::<ibv_port_attr>(),
+                )
+            },
+            None => {
+                // SAFETY: `port_attr` is writable (caller); zero is valid for every field.
+                unsafe {
+                    ptr::write_bytes(port_attr, 0, 1);
+                    self.ibv_query_port(context, port_num, port_attr.cast())
+                }
+            }
+        }
+    }
+
+    /// `ibv_query_device_ex` (verbs.h `static inline`): the provider's `query_device_ex` when it has
+    /// one and supports it, else the legacy [`RdmaCore::ibv_query_device`] into `orig_attr` with the rest zeroed
+    /// (the header's fallback on `EOPNOTSUPP` / `ENOSYS`); `EINVAL` for an input with a comp_mask.
+    ///
+    /// # Safety
+    ///
+    /// `context` is a live context; `input` is NULL or valid; `attr` is valid for writes.
+    #[inline]
+    pub unsafe fn ibv_query_device_ex(
+        &self,
+        context: *mut ibv_context,
+        input: *const ibv_query_device_ex_input,
+        attr: *mut ibv_device_attr_ex,
+    ) -> c_int {
+        // `struct ibv_query_device_ex_input` is one u32 comp_mask.
+        // SAFETY: a non-NULL `input` is valid (caller).
+        if !input.is_null() && unsafe { *(input as *const u32) } != 0 {
+            return libc::EINVAL;
+        }
+        // SAFETY: live context (caller).
+        if let Some(f) = unsafe { crate::verbs_get_ctx_op!(context, query_device_ex) } {
+            // SAFETY: the provider's op with the size of the struct it may fill.
+            let r = unsafe {
+                f(
+                    context,
+                    input,
+                    attr,
+                    core::mem::size_of::<ibv_device_attr_ex>(),
+                )
+            };
+            if r != libc::EOPNOTSUPP && r != libc::ENOSYS {
+                return r;
+            }
+        }
+        // SAFETY: `attr` is valid for writes (caller); all-zero is a valid value of every field.
+        unsafe {
+            core::ptr::write_bytes(attr, 0, 1);
+            self.ibv_query_device(context, core::ptr::addr_of_mut!((*attr).orig_attr))
+        }
+    }
+
+    /// `ibv_create_srq_ex`: a basic SRQ whose `comp_mask` holds nothing but `PD` (and `TYPE` =
+    /// `IBV_SRQT_BASIC`) goes to [`RdmaCore::ibv_create_srq`]; anything else to the `create_srq_ex` op.
+    ///
+    /// # Safety
+    ///
+    /// `context` is a live context; `srq_init_attr_ex` valid.
+    #[inline]
+    pub unsafe fn ibv_create_srq_ex(
+        &self,
+        context: *mut ibv_context,
+        srq_init_attr_ex: *mut ibv_srq_init_attr_ex,
+    ) -> Option<*mut ibv_srq> {
+        // SAFETY: valid attributes (caller).
+        let a = unsafe { &*srq_init_attr_ex };
+        let pd = ibv_srq_init_attr_mask::IBV_SRQ_INIT_ATTR_PD.0;
+        let ty = ibv_srq_init_attr_mask::IBV_SRQ_INIT_ATTR_TYPE.0;
+        let mask = a.comp_mask;
+        if mask & !(pd | ty) == 0
+            && mask & pd != 0
+            && (mask & ty == 0 || a.srq_type == ibv_srq_type::IBV_SRQT_BASIC)
+        {
+            // SAFETY: `ibv_srq_init_attr_ex` starts with the fields of `ibv_srq_init_attr`.
+            return Some(unsafe { self.ibv_create_srq(a.pd, srq_init_attr_ex.cast()) });
+        }
+        // SAFETY: live context (caller).
+        match unsafe { crate::verbs_get_ctx_op!(context, create_srq_ex) } {
+            // SAFETY: the provider's op.
+            Some(f) => Some(unsafe { f(context, srq_init_attr_ex) }),
+            None => {
+                set_errno(libc::EOPNOTSUPP);
+                None
+            }
+        }
+    }
+
+    /// `ibv_create_qp_ex`: `comp_mask == IBV_QP_INIT_ATTR_PD` goes to [`RdmaCore::ibv_create_qp`], anything
+    /// else to the `create_qp_ex` op.
+    ///
+    /// # Safety
+    ///
+    /// `context` is a live context; `qp_init_attr_ex` valid.
+    #[inline]
+    pub unsafe fn ibv_create_qp_ex(
+        &self,
+        context: *mut ibv_context,
+        qp_init_attr_ex: *mut ibv_qp_init_attr_ex,
+    ) -> Option<*mut ibv_qp> {
+        // SAFETY: valid attributes (caller).
+        let a = unsafe { &*qp_init_attr_ex };
+        if a.comp_mask == ibv_qp_init_attr_mask::IBV_QP_INIT_ATTR_PD.0 {
+            // SAFETY: `ibv_qp_init_attr_ex` starts with the fields of `ibv_qp_init_attr`.
+            return Some(unsafe { self.ibv_create_qp(a.pd, qp_init_attr_ex.cast()) });
+        }
+        // SAFETY: live context (caller).
+        match unsafe { crate::verbs_get_ctx_op!(context, create_qp_ex) } {
+            // SAFETY: the provider's op.
+            Some(f) => Some(unsafe { f(context, qp_init_attr_ex) }),
+            None => {
+                set_errno(libc::EOPNOTSUPP);
+                None
+            }
+        }
+    }
+}

@@ -9,7 +9,7 @@
 //! bw send -c UD --loopback -s 1024        UD datagrams; the receiver reposts its receives
 //! bw send -b --loopback                   both directions at once, the sum reported
 //! bw atomic -A CMP_AND_SWAP --loopback    64-bit atomics
-//! bw write -d mlx5_0 -q 4 192.0.2.1       client on a ConnectX (--features verbs)
+//! bw write -d mlx5_0 -q 4 192.0.2.1       client on a ConnectX
 //! ```
 //!
 //! The sender keeps up to `-t` WRs in flight on every QP, asks for a completion every `-Q`
@@ -444,20 +444,8 @@ fn measure_end<P: DataPath>(
     Ok(())
 }
 
-#[cfg(not(feature = "verbs"))]
-fn run_verbs(
-    _a: &BwArgs,
-    _p: &Plan,
-    _devs: &Devices,
-    _params: &ConnectParams,
-    _rv: Option<&Rendezvous>,
-) -> Result<()> {
-    Err(run::verbs_missing())
-}
-
 /// `--path verbs`: QPs created through libibverbs on any verbs device (Soft-RoCE too), posted
 /// with `ibv_post_send` and polled with `ibv_poll_cq`.
-#[cfg(feature = "verbs")]
 fn run_verbs(
     a: &BwArgs,
     p: &Plan,

@@ -8,7 +8,7 @@
 //! lat send -c UD --loopback -s 512      UD datagrams (one MTU at most)
 //! lat atomic -A CMP_AND_SWAP --loopback 64-bit atomics
 //! lat write --loopback -D 5             for 5 seconds instead of -n iterations
-//! lat send -d mlx5_0                    server on a ConnectX (--features verbs)
+//! lat send -d mlx5_0                    server on a ConnectX
 //! lat send -d mlx5_0 --path verbs ...   the same through libibverbs, for comparison
 //! ```
 //!
@@ -412,21 +412,8 @@ fn banner(
     .render()
 }
 
-/// `--path verbs` needs the `verbs` feature.
-#[cfg(not(feature = "verbs"))]
-fn run_verbs(
-    _args: &LatArgs,
-    _p: &Plan,
-    _devs: &Devices,
-    _params: &ConnectParams,
-    _rv: Option<&Rendezvous>,
-) -> Result<()> {
-    Err(run::verbs_missing())
-}
-
 /// `--path verbs`: the same QPs and CQs, driven through libibverbs' `ibv_post_send`,
 /// `ibv_post_recv` and `ibv_poll_cq` (`mlx5_hw::verbs::baseline`), as perftest drives them.
-#[cfg(feature = "verbs")]
 fn run_verbs(
     args: &LatArgs,
     p: &Plan,

@@ -17,12 +17,9 @@
 //! Here: the command line and the run; beside it `pair` (the devices, one connected pair, the
 //! checks) and `cases` (the cases and their order).
 
-#[cfg(feature = "verbs")]
 mod cases;
-#[cfg(feature = "verbs")]
 mod pair;
 
-#[cfg(feature = "verbs")]
 mod run {
     use std::process::ExitCode;
     use std::sync::Arc;
@@ -132,13 +129,6 @@ mod run {
     }
 }
 
-#[cfg(feature = "verbs")]
 fn main() -> std::process::ExitCode {
     run::main()
-}
-
-#[cfg(not(feature = "verbs"))]
-fn main() -> std::process::ExitCode {
-    eprintln!("rxe-interop needs the verbs backend: build with --features verbs");
-    std::process::ExitCode::from(2)
 }
