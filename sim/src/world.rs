@@ -104,6 +104,9 @@ pub struct Dev {
     pub xrc: crate::transport::xrc::XrcState,
     /// BlueFlame registers: dedicated ones in use, shared ones ([`crate::doorbell::shared`]).
     pub bfregs: crate::doorbell::shared::Bfregs,
+    /// UAR pages several CQs ring their arm doorbell on, by number ([`crate::cq_uar`]; user
+    /// contexts only, `crate::kernel`).
+    pub cq_arm_pages: BTreeMap<u32, crate::cq_uar::CqArmPage>,
 }
 
 impl Dev {
@@ -130,6 +133,7 @@ impl Dev {
             mcast: crate::mcast::Groups::default(),
             xrc: crate::transport::xrc::XrcState::default(),
             bfregs: crate::doorbell::shared::Bfregs::default(),
+            cq_arm_pages: BTreeMap::new(),
         }
     }
 
@@ -314,6 +318,8 @@ impl World {
         // at once, the race the arm's consumer index exists for (a doorbell still in flight
         // while the device writes a CQE), so deterministic runs exercise it too.
         for d in &mut self.devs {
+            work |=
+                crate::cq_uar::forward(d.cq_arm_pages.values(), &mut d.cqs, &d.name, &mut d.bugs);
             for cq in d.cqs.values_mut() {
                 work |= cq.scan_arm(&d.name, &mut d.bugs);
             }
