@@ -60,32 +60,32 @@ impl Resp {
 /// The kernel's sizes of a legacy command: the core request (with `response`, if any) and the
 /// core response (0: no response).
 fn legacy_sizes(n: u32) -> Option<(usize, usize)> {
+    use crate::abi::*;
+    use std::mem::size_of as sz;
+    // With a response: `u64 response` and the struct after it.
+    let r = 8;
     Some(match n {
-        cmd::GET_CONTEXT => (8, 8),
-        cmd::QUERY_DEVICE => (8, 176),
-        cmd::QUERY_PORT => (16, 40),
-        cmd::ALLOC_PD => (8, 4),
-        cmd::DEALLOC_PD => (4, 0),
-        cmd::CREATE_AH => (56, 4),
-        cmd::DESTROY_AH => (4, 0),
-        cmd::REG_MR => (48, 12),
-        cmd::DEREG_MR => (4, 0),
-        cmd::CREATE_COMP_CHANNEL => (8, 4),
-        cmd::CREATE_CQ => (32, 8),
-        cmd::DESTROY_CQ => (16, 8),
-        cmd::CREATE_QP => (56, 32),
-        cmd::QUERY_QP => (16, 128),
-        cmd::MODIFY_QP => (112, 0),
-        cmd::DESTROY_QP => (16, 4),
-        cmd::ATTACH_MCAST | cmd::DETACH_MCAST => (24, 0),
-        cmd::CREATE_SRQ => (32, 16),
-        cmd::MODIFY_SRQ => (16, 0),
-        cmd::QUERY_SRQ => (16, 16),
-        cmd::DESTROY_SRQ => (16, 4),
-        cmd::OPEN_XRCD => (16, 4),
-        cmd::CLOSE_XRCD => (4, 0),
-        cmd::CREATE_XSRQ => (48, 16),
-        cmd::OPEN_QP => (32, 32),
+        cmd::GET_CONTEXT => (r, sz::<GetContextResp>()),
+        cmd::QUERY_DEVICE => (r, sz::<QueryDeviceResp>()),
+        cmd::QUERY_PORT => (r + sz::<QueryPort>(), sz::<QueryPortResp>()),
+        cmd::ALLOC_PD => (r, sz::<Handle>()),
+        cmd::DEALLOC_PD | cmd::DESTROY_AH | cmd::DEREG_MR | cmd::CLOSE_XRCD => (sz::<Handle>(), 0),
+        cmd::CREATE_AH => (r + sz::<CreateAh>(), sz::<Handle>()),
+        cmd::REG_MR => (r + sz::<RegMr>(), sz::<RegMrResp>()),
+        cmd::CREATE_COMP_CHANNEL => (r, sz::<CompChannelResp>()),
+        cmd::CREATE_CQ => (r + sz::<CreateCq>(), sz::<CreateCqResp>()),
+        cmd::DESTROY_CQ => (r + sz::<DestroyObj>(), sz::<DestroyCqResp>()),
+        cmd::CREATE_QP => (r + sz::<CreateQp>(), sz::<CreateQpResp>()),
+        cmd::QUERY_QP => (r + sz::<QueryQp>(), sz::<QueryQpResp>()),
+        cmd::MODIFY_QP => (sz::<ModifyQp>(), 0),
+        cmd::DESTROY_QP | cmd::DESTROY_SRQ => (r + sz::<DestroyObj>(), sz::<EventsReported>()),
+        cmd::ATTACH_MCAST | cmd::DETACH_MCAST => (sz::<Mcast>(), 0),
+        cmd::CREATE_SRQ => (r + sz::<CreateSrq>(), sz::<CreateSrqResp>()),
+        cmd::MODIFY_SRQ => (sz::<ModifySrq>(), 0),
+        cmd::QUERY_SRQ => (r + sz::<DestroyObj>(), sz::<QuerySrqResp>()),
+        cmd::OPEN_XRCD => (r + sz::<OpenXrcd>(), sz::<Handle>()),
+        cmd::CREATE_XSRQ => (r + sz::<CreateXsrq>(), sz::<CreateSrqResp>()),
+        cmd::OPEN_QP => (r + sz::<OpenQp>(), sz::<CreateQpResp>()),
         _ => return None,
     })
 }
@@ -218,6 +218,15 @@ fn respond(
 }
 
 fn dispatch(emu: &mut Emu, node: &Node, fd: i32, n: u32, req: &Req) -> Result<Resp, i32> {
+    let r = run(emu, node, fd, n, req);
+    match &r {
+        Ok(_) => tracing::debug!(fd, command = n, ex = req.ex, "command done"),
+        Err(e) => tracing::debug!(fd, command = n, ex = req.ex, errno = e, "command refused"),
+    }
+    r
+}
+
+fn run(emu: &mut Emu, node: &Node, fd: i32, n: u32, req: &Req) -> Result<Resp, i32> {
     use objects::{ah, cq, device, mr, qp, srq};
     match n {
         cmd::GET_CONTEXT => device::get_context(emu, node, fd, req),

@@ -163,8 +163,15 @@ impl Node {
         }
     }
 
-    /// Stop the fabric thread and flush the capture (at exit).
+    /// Let the frames already on the wire leave (the last ACK of a program that exits as soon
+    /// as it saw its last completion is sent in the device's next step; without it the peer
+    /// would retry into RETRY_EXC_ERR), then stop the fabric thread and flush the capture (at
+    /// exit).
     pub fn stop(&self) {
+        let end = std::time::Instant::now() + DRAIN;
+        while self.fabric.in_flight() > 0 && std::time::Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(1));
+        }
         let t = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take();
         drop(t);
         let _ = self.fabric.stop_capture();
@@ -216,6 +223,9 @@ pub fn apply_faults(fabric: &Fabric, spec: &Spec) {
         };
     }
 }
+
+/// How long the exit waits for the frames on the wire to leave.
+pub const DRAIN: Duration = Duration::from_millis(200);
 
 /// How often the control file is looked at.
 pub const CONTROL_POLL: Duration = Duration::from_millis(100);

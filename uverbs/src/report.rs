@@ -31,6 +31,12 @@ pub fn text(node: &Node) -> String {
     let _ = writeln!(s, "doorbells {}", db.doorbells);
     let _ = writeln!(s, "bf_verified {}", db.bf_verified);
     let _ = writeln!(s, "malformed_frames {}", node.fabric.malformed_frames());
+    let f = node.fabric.faults().stats();
+    let _ = writeln!(s, "fault_dropped {}", f.dropped);
+    let _ = writeln!(s, "fault_link_down_dropped {}", f.link_down_dropped);
+    let _ = writeln!(s, "fault_duplicated {}", f.duplicated);
+    let _ = writeln!(s, "fault_corrupted {}", f.corrupted);
+    let _ = writeln!(s, "fault_delayed {}", f.delayed);
     for (name, v) in node.counters() {
         let _ = writeln!(s, "{name} {v}");
     }

@@ -87,7 +87,7 @@ pub fn errno() -> c_int {
 }
 
 macro_rules! forward {
-    ($slot:ident, fn($($a:ident: $t:ty),*) -> $r:ty, $fail:expr) => {{
+    ($slot:ident, fn($($a:ident: $t:ty),* $(,)?) -> $r:ty, $fail:expr $(,)?) => {{
         let f = $slot.get();
         if f == 0 {
             missing($slot.name);

@@ -2,4 +2,5 @@
 //! and UCX run on the software ConnectX, each bounded by a timeout and its output checked.
 
 mod discovery;
+mod pingpong;
 mod support;

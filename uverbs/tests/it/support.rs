@@ -13,9 +13,47 @@ pub fn launcher() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_mlx5sim"))
 }
 
-/// The preload library next to it.
+/// The preload library next to it, built from the current sources: cargo builds a package's
+/// binaries for its integration tests but not its `cdylib`, so the first caller builds it
+/// (`cargo build -p mlx5-sim-uverbs --lib`, same profile and target directory; quick when it
+/// is current) and every test then runs the library of the sources under test.
 pub fn library() -> PathBuf {
-    launcher().with_file_name("libmlx5sim.so")
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let exe = launcher();
+            let profile_dir = exe.parent().expect("target/<profile>");
+            let profile = profile_dir
+                .file_name()
+                .and_then(|n| n.to_str())
+                .expect("a profile directory");
+            let target = profile_dir.parent().expect("the target directory");
+            let mut cmd = Command::new(env!("CARGO"));
+            cmd.args([
+                "build",
+                "--quiet",
+                "-p",
+                "mlx5-sim-uverbs",
+                "--lib",
+                "--target-dir",
+            ])
+            .arg(target);
+            match profile {
+                "debug" => {}
+                "release" => {
+                    cmd.arg("--release");
+                }
+                p => {
+                    cmd.args(["--profile", p]);
+                }
+            }
+            let st = cmd.status().expect("cargo to build libmlx5sim.so");
+            assert!(st.success(), "cargo build -p mlx5-sim-uverbs --lib failed");
+            let lib = exe.with_file_name("libmlx5sim.so");
+            assert!(lib.is_file(), "{} was not built", lib.display());
+            lib
+        })
+        .clone()
 }
 
 /// Whether a program is installed (the tests need Debian's ibverbs-utils, perftest,
@@ -96,6 +134,7 @@ pub struct Run {
 /// `opts`.
 pub fn start(opts: &[&str], program: &str, args: &[&str], env: &[(&str, &str)]) -> Run {
     let prog = need(program);
+    library();
     let mut cmd = Command::new(launcher());
     cmd.args(opts)
         .arg("--")
@@ -194,6 +233,27 @@ impl Run {
 /// Run a program to its end.
 pub fn run(opts: &[&str], program: &str, args: &[&str], limit: Duration) -> Output {
     start(opts, program, args, &[]).finish(limit)
+}
+
+/// Wait (at most `limit`) until something listens on TCP port `port` (the server's rendezvous:
+/// its output is block-buffered into the pipe, so its lines come only at exit).
+pub fn wait_listen(port: u16, limit: Duration) {
+    let end = Instant::now() + limit;
+    let hex = format!(":{port:04X} ");
+    while Instant::now() < end {
+        for f in ["/proc/net/tcp", "/proc/net/tcp6"] {
+            let t = std::fs::read_to_string(f).unwrap_or_default();
+            // sl local_address rem_address st ...: state 0A is LISTEN.
+            if t.lines().skip(1).any(|l| {
+                let c: Vec<&str> = l.split_whitespace().collect();
+                c.len() > 3 && format!("{} ", c[1]).ends_with(&hex) && c[3] == "0A"
+            }) {
+                return;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("nothing listens on TCP port {port} after {limit:?}");
 }
 
 /// A TCP port no other test of this binary uses at the same time (the programs' own
