@@ -2,5 +2,6 @@
 //! and UCX run on the software ConnectX, each bounded by a timeout and its output checked.
 
 mod discovery;
+mod perftest;
 mod pingpong;
 mod support;
