@@ -108,8 +108,14 @@ pub fn new_async_file(emu: &mut Emu, ctx_fd: i32) -> Result<i32, i32> {
 
 /// A new completion channel; its descriptor.
 pub fn new_channel(emu: &mut Emu, node: &Node) -> Result<i32, i32> {
-    let id = node.dev.create_comp_channel().map_err(|e| e.errno())?;
-    let fd = node.dev.comp_channel_fd(id).map_err(|e| e.errno())?;
+    let id = node
+        .dev
+        .create_comp_channel()
+        .map_err(crate::objects::errno)?;
+    let fd = node
+        .dev
+        .comp_channel_fd(id)
+        .map_err(crate::objects::errno)?;
     if !crate::fds::set_event(fd, true) {
         let _ = node.dev.destroy_comp_channel(id);
         return Err(libc::EMFILE);

@@ -34,13 +34,16 @@ pub fn create(emu: &mut Emu, node: &Node, fd: i32, req: &Req) -> Result<Resp, i3
         port_num: 1,
         grh: Some(mlx5_hw::GlobalRoute {
             dgid: Gid(c.attr.dgid),
-            flow_label: c.attr.flow_label,
+            flow_label: crate::objects::qp::flow_label(c.attr.flow_label),
             sgid_index: c.attr.sgid_index,
             hop_limit: c.attr.hop_limit,
             traffic_class: c.attr.traffic_class,
         }),
     };
-    let ah = node.dev.create_ah(pd, &attr).map_err(|e| e.errno())?;
+    let ah = node
+        .dev
+        .create_ah(pd, &attr)
+        .map_err(crate::objects::errno)?;
     let h = u.insert(Object::Ah(Ah {
         id: ah.id,
         pd: c.pd_handle,
@@ -63,7 +66,7 @@ pub fn destroy(emu: &mut Emu, node: &Node, fd: i32, req: &Req) -> Result<Resp, i
     let (h, _) = take::<Handle>(req.core);
     let u = uctx(emu, fd)?;
     let id: AhId = u.get(h.handle, context::ah)?.id;
-    node.dev.destroy_ah(id).map_err(|e| e.errno())?;
+    node.dev.destroy_ah(id).map_err(crate::objects::errno)?;
     u.objects.remove(&h.handle);
     Ok(Resp::default())
 }
@@ -80,6 +83,6 @@ pub fn attach(emu: &mut Emu, node: &Node, fd: i32, req: &Req, on: bool) -> Resul
     } else {
         node.dev.detach_mcast(QpId(qpn), &gid, m.mlid)
     };
-    r.map_err(|e| e.errno())?;
+    r.map_err(crate::objects::errno)?;
     Ok(Resp::default())
 }

@@ -114,7 +114,7 @@ pub fn create(emu: &mut Emu, node: &Node, fd: i32, req: &Req) -> Result<Resp, i3
             ignore_overrun: flags & CQ_FLAGS_IGNORE_OVERRUN != 0,
             timestamps: flags & CQ_FLAGS_TIMESTAMP != 0,
         })
-        .map_err(|e| e.errno())?;
+        .map_err(crate::objects::errno)?;
     let h = u.insert(Object::Cq(Cq {
         cqn,
         user_handle,
@@ -148,7 +148,9 @@ pub fn destroy(emu: &mut Emu, node: &Node, fd: i32, req: &Req) -> Result<Resp, i
     let cq = u.get(d.handle, context::cq)?;
     let (cqn, chan) = (cq.cqn, cq.channel_fd);
     busy(u, d.handle)?;
-    node.dev.destroy_cq_user(CqId(cqn)).map_err(|e| e.errno())?;
+    node.dev
+        .destroy_cq_user(CqId(cqn))
+        .map_err(crate::objects::errno)?;
     let Some(Object::Cq(cq)) = u.objects.remove(&d.handle) else {
         return Err(libc::EINVAL);
     };

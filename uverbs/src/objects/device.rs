@@ -71,7 +71,10 @@ pub fn get_context(emu: &mut Emu, node: &Node, fd: i32, req: &Req) -> Result<Res
     let memfd = unsafe { BorrowedFd::borrow_raw(fd) };
     let uars = Uars::new(memfd, r.total_num_bfregs, r.num_low_latency_bfregs)?;
     let page0 = uars.page(0).ok_or(libc::ENOMEM)?.clone();
-    let arm_page = node.dev.add_cq_arm_page(page0).map_err(|e| e.errno())?;
+    let arm_page = node
+        .dev
+        .add_cq_arm_page(page0)
+        .map_err(crate::objects::errno)?;
     let async_fd = match crate::events::new_async_file(emu, fd) {
         Ok(a) => a,
         Err(e) => {
@@ -109,7 +112,7 @@ pub fn get_context(emu: &mut Emu, node: &Node, fd: i32, req: &Req) -> Result<Res
 }
 
 fn base_attrs(node: &Node) -> Result<QueryDeviceResp, i32> {
-    let a = node.dev.query_device().map_err(|e| e.errno())?;
+    let a = node.dev.query_device().map_err(crate::objects::errno)?;
     let (major, minor, sub) = fw_parts(FW_VER);
     let guid = a.node_guid.to_be();
     let max_qp = a.max_qp;
@@ -206,7 +209,7 @@ pub fn query_port(node: &Node, req: &Req) -> Result<Resp, i32> {
     if q.port_num != 1 {
         return Err(libc::EINVAL);
     }
-    let p = node.dev.query_port(1).map_err(|e| e.errno())?;
+    let p = node.dev.query_port(1).map_err(crate::objects::errno)?;
     // `enum ib_port_state` and the physical state (3 Disabled, 4 PortConfigurationTraining,
     // 5 LinkUp; IBTA Vol 1 §14.2.5.6 PortInfo).
     let (state, phys) = match p.state {

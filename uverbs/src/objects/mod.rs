@@ -90,3 +90,9 @@ pub fn teardown(emu: &mut Emu, c: Context) {
         }
     }
 }
+
+/// The errno of a device refusal, the refusal's reason logged (`MLX5SIM_LOG=debug`).
+pub fn errno(e: mlx5_hw::Error) -> i32 {
+    tracing::debug!(error = %e, errno = e.errno(), "the device refused");
+    e.errno()
+}

@@ -13,7 +13,7 @@ use crate::objects::{busy, uctx};
 /// `ALLOC_PD`: the PD's handle, and its number in mlx5's driver data (`pdn`).
 pub fn alloc_pd(emu: &mut Emu, node: &Node, fd: i32, _req: &Req) -> Result<Resp, i32> {
     let u = uctx(emu, fd)?;
-    let id = node.dev.alloc_pd().map_err(|e| e.errno())?;
+    let id = node.dev.alloc_pd().map_err(crate::objects::errno)?;
     let h = u.insert(Object::Pd(Pd { id }));
     Ok(Resp::of(
         Handle { handle: h }.as_bytes(),
@@ -28,7 +28,7 @@ pub fn dealloc_pd(emu: &mut Emu, node: &Node, fd: i32, req: &Req) -> Result<Resp
     let u = uctx(emu, fd)?;
     let id = u.get(h.handle, context::pd)?.id;
     busy(u, h.handle)?;
-    node.dev.dealloc_pd(id).map_err(|e| e.errno())?;
+    node.dev.dealloc_pd(id).map_err(crate::objects::errno)?;
     u.objects.remove(&h.handle);
     Ok(Resp::default())
 }
@@ -72,7 +72,7 @@ pub fn reg_mr(emu: &mut Emu, node: &Node, fd: i32, req: &Req) -> Result<Resp, i3
         node.dev
             .reg_mr(pd, r.start as usize as *mut u8, r.length as usize, access)
     }
-    .map_err(|e| e.errno())?;
+    .map_err(crate::objects::errno)?;
     let h = u.insert(Object::Mr(Mr {
         id: mr.id,
         pd: r.pd_handle,
@@ -93,7 +93,7 @@ pub fn dereg_mr(emu: &mut Emu, node: &Node, fd: i32, req: &Req) -> Result<Resp, 
     let (h, _) = take::<Handle>(req.core);
     let u = uctx(emu, fd)?;
     let id: MrId = u.get(h.handle, context::mr)?.id;
-    node.dev.dereg_mr(id).map_err(|e| e.errno())?;
+    node.dev.dereg_mr(id).map_err(crate::objects::errno)?;
     u.objects.remove(&h.handle);
     Ok(Resp::default())
 }

@@ -86,7 +86,10 @@ pub fn create(emu: &mut Emu, node: &Node, fd: i32, req: &Req) -> Result<Resp, i3
     if t == QpType::XrcRecv {
         // The `pd_handle` field names the XRC domain (kernel `create_qp`, IB_QPT_XRC_TGT).
         let x = u.get(c.pd_handle, context::xrcd)?.id;
-        let qpn = node.dev.create_xrc_target(x).map_err(|e| e.errno())?;
+        let qpn = node
+            .dev
+            .create_xrc_target(x)
+            .map_err(crate::objects::errno)?;
         let h = u.insert(Object::Qp(Qp {
             qpn,
             user_handle: c.user_handle,
@@ -174,7 +177,7 @@ pub fn create(emu: &mut Emu, node: &Node, fd: i32, req: &Req) -> Result<Resp, i3
         Ok(q) => q,
         Err(e) => {
             u.uars.free(n);
-            return Err(e.errno());
+            return Err(crate::objects::errno(e));
         }
     };
     let h = u.insert(Object::Qp(Qp {
@@ -275,7 +278,7 @@ pub fn open(emu: &mut Emu, node: &Node, fd: i32, req: &Req) -> Result<Resp, i32>
     }
     let u = uctx(emu, fd)?;
     let x = u.get(o.pd_handle, context::xrcd)?.id;
-    let id = node.dev.open_qp(x, o.qpn).map_err(|e| e.errno())?;
+    let id = node.dev.open_qp(x, o.qpn).map_err(crate::objects::errno)?;
     let h = u.insert(Object::Qp(Qp {
         qpn: id.0,
         user_handle: o.user_handle,
@@ -298,6 +301,14 @@ pub fn open(emu: &mut Emu, node: &Node, fd: i32, req: &Req) -> Result<Resp, i32>
     Ok(Resp::of(base.as_bytes(), &[]))
 }
 
+/// The flow label as the device keeps it: `mlx5_ib` writes the 20-bit `flow_label` field of
+/// the QP's address path (`drivers/infiniband/hw/mlx5/qp.c` `mlx5_set_path`, `MLX5_SET` keeps
+/// the field's low bits) and uverbs checks nothing before it; UCX passes 0xffffffff for its
+/// automatic label (`UCX_IB_FLOW_LABEL=auto`).
+pub fn flow_label(v: u32) -> u32 {
+    v & 0x000f_ffff
+}
+
 fn dest_to_ah(d: &QpDest) -> AhAttr {
     AhAttr {
         dlid: d.dlid,
@@ -307,7 +318,7 @@ fn dest_to_ah(d: &QpDest) -> AhAttr {
         port_num: d.port_num,
         grh: (d.is_global != 0).then_some(GlobalRoute {
             dgid: Gid(d.dgid),
-            flow_label: d.flow_label,
+            flow_label: flow_label(d.flow_label),
             sgid_index: d.sgid_index,
             hop_limit: d.hop_limit,
             traffic_class: d.traffic_class,
@@ -394,7 +405,7 @@ pub fn modify(emu: &mut Emu, node: &Node, fd: i32, req: &Req) -> Result<Resp, i3
     a.rate_limit = rate_limit.unwrap_or(0);
     node.dev
         .modify_qp(QpId(qpn), &a, mask)
-        .map_err(|e| e.errno())?;
+        .map_err(crate::objects::errno)?;
     if req.ex {
         let r = ExModifyQpResp {
             comp_mask: 0,
@@ -410,7 +421,10 @@ pub fn query(emu: &mut Emu, node: &Node, fd: i32, req: &Req) -> Result<Resp, i32
     let (q, _) = take::<QueryQp>(req.core);
     let u = uctx(emu, fd)?;
     let o = u.get(q.qp_handle, context::qp)?;
-    let a = node.dev.query_qp(QpId(o.qpn)).map_err(|e| e.errno())?;
+    let a = node
+        .dev
+        .query_qp(QpId(o.qpn))
+        .map_err(crate::objects::errno)?;
     let r = QueryQpResp {
         dest: ah_to_dest(&a.ah_attr),
         alt_dest: ah_to_dest(&a.alt_ah_attr),
@@ -452,7 +466,9 @@ pub fn destroy(emu: &mut Emu, node: &Node, fd: i32, req: &Req) -> Result<Resp, i
     let (d, _) = take::<DestroyObj>(req.core);
     let u = uctx(emu, fd)?;
     let qpn = u.get(d.handle, context::qp)?.qpn;
-    node.dev.destroy_qp_user(QpId(qpn)).map_err(|e| e.errno())?;
+    node.dev
+        .destroy_qp_user(QpId(qpn))
+        .map_err(crate::objects::errno)?;
     let Some(Object::Qp(q)) = u.objects.remove(&d.handle) else {
         return Err(libc::EINVAL);
     };

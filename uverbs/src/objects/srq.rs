@@ -128,7 +128,7 @@ pub fn create(emu: &mut Emu, node: &Node, fd: i32, req: &Req, n: u32) -> Result<
                 xrc: xrc_attr,
             },
         )
-        .map_err(|e| e.errno())?;
+        .map_err(crate::objects::errno)?;
     let h = u.insert(Object::Srq(Srq {
         srqn,
         user_handle,
@@ -168,7 +168,7 @@ pub fn modify(emu: &mut Emu, node: &Node, fd: i32, req: &Req) -> Result<Resp, i3
     if m.attr_mask & SRQ_LIMIT != 0 {
         node.dev
             .arm_srq_limit(SrqId(s.srqn), m.srq_limit)
-            .map_err(|e| e.errno())?;
+            .map_err(crate::objects::errno)?;
         s.limit = m.srq_limit;
     }
     Ok(Resp::default())
@@ -196,7 +196,7 @@ pub fn destroy(emu: &mut Emu, node: &Node, fd: i32, req: &Req) -> Result<Resp, i
     busy(u, d.handle)?;
     node.dev
         .destroy_srq_user(SrqId(srqn))
-        .map_err(|e| e.errno())?;
+        .map_err(crate::objects::errno)?;
     let Some(Object::Srq(s)) = u.objects.remove(&d.handle) else {
         return Err(libc::EINVAL);
     };
@@ -239,7 +239,7 @@ pub fn open_xrcd(emu: &mut Emu, node: &Node, fd: i32, req: &Req) -> Result<Resp,
             if inode.is_some() && oflags & libc::O_CREAT == 0 {
                 return Err(libc::EINVAL);
             }
-            let id = node.dev.open_xrcd().map_err(|e| e.errno())?;
+            let id = node.dev.open_xrcd().map_err(crate::objects::errno)?;
             if let Some(k) = inode {
                 emu.xrcd_inodes.insert(k, (id, 1));
             }
@@ -280,5 +280,5 @@ pub fn release_xrcd(
             emu.xrcd_inodes.remove(&k);
         }
     }
-    node.dev.close_xrcd(id).map_err(|e| e.errno())
+    node.dev.close_xrcd(id).map_err(crate::objects::errno)
 }

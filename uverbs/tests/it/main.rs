@@ -5,3 +5,4 @@ mod discovery;
 mod perftest;
 mod pingpong;
 mod support;
+mod ucx;
