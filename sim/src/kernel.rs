@@ -320,11 +320,16 @@ impl SimDevice {
     /// [`create_xrc_target`](Self::create_xrc_target): after this the device touches none of
     /// its memory.
     pub fn destroy_qp_user(&self, qp: QpId) -> Result<()> {
-        let cqs = self.with(|d| {
-            Ok(d.qps
-                .get(&qp.0)
-                .map(|q| [q.send_cq, q.recv_cq])
-                .unwrap_or_default())
+        let (cqs, db) = self.with(|d| {
+            let mut s = crate::doorbell::DoorbellStats::default();
+            let cqs = match d.qps.get(&qp.0) {
+                Some(q) => {
+                    s.add(&q.db);
+                    [q.send_cq, q.recv_cq]
+                }
+                None => [0, 0],
+            };
+            Ok((cqs, s))
         })?;
         mlx5_hw::Device::destroy_qp(self, qp)?;
         self.with(|d| {
@@ -333,8 +338,28 @@ impl SimDevice {
                     t.remove_qp(qp.0);
                 }
             }
+            let r = &mut d.retired_doorbells;
+            r.doorbells += db.doorbells;
+            r.bf_verified += db.bf_verified;
+            r.bf_verified_late += db.bf_verified_late;
+            r.db8 += db.db8;
+            r.unjudged += db.unjudged;
             Ok(())
         })
+    }
+
+    /// What the doorbell scanners saw since the device was made: its QPs' counts
+    /// ([`SimDevice::doorbell_stats`]) and those of the QPs destroyed through
+    /// [`destroy_qp_user`](Self::destroy_qp_user).
+    pub fn doorbell_stats_total(&self) -> crate::doorbell::DoorbellStats {
+        let mut s = self.doorbell_stats();
+        let r = self.with(|d| Ok(d.retired_doorbells)).unwrap_or_default();
+        s.doorbells += r.doorbells;
+        s.bf_verified += r.bf_verified;
+        s.bf_verified_late += r.bf_verified_late;
+        s.db8 += r.db8;
+        s.unjudged += r.unjudged;
+        s
     }
 
     /// Create an SRQ (or an XRC SRQ) on the driver's memory; returns its SRQN (also its

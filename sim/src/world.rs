@@ -107,6 +107,9 @@ pub struct Dev {
     /// UAR pages several CQs ring their arm doorbell on, by number ([`crate::cq_uar`]; user
     /// contexts only, `crate::kernel`).
     pub cq_arm_pages: BTreeMap<u32, crate::cq_uar::CqArmPage>,
+    /// What the doorbell scanners saw on QPs destroyed through `crate::kernel` (whose counts
+    /// would otherwise go with them).
+    pub retired_doorbells: crate::doorbell::DoorbellStats,
 }
 
 impl Dev {
@@ -134,6 +137,7 @@ impl Dev {
             xrc: crate::transport::xrc::XrcState::default(),
             bfregs: crate::doorbell::shared::Bfregs::default(),
             cq_arm_pages: BTreeMap::new(),
+            retired_doorbells: Default::default(),
         }
     }
 

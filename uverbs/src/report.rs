@@ -27,7 +27,7 @@ pub fn text(node: &Node) -> String {
         node.ip
     );
     let _ = writeln!(s, "driver_bugs {}", bugs.len());
-    let db = node.dev.doorbell_stats();
+    let db = node.dev.doorbell_stats_total();
     let _ = writeln!(s, "doorbells {}", db.doorbells);
     let _ = writeln!(s, "bf_verified {}", db.bf_verified);
     let _ = writeln!(s, "malformed_frames {}", node.fabric.malformed_frames());

@@ -2,6 +2,8 @@
 //! and UCX run on the software ConnectX, each bounded by a timeout and its output checked.
 
 mod discovery;
+mod driver_bugs;
+mod faults;
 mod perftest;
 mod pingpong;
 mod support;

@@ -133,12 +133,17 @@ pub struct Run {
 /// Start `program args` under `mlx5sim` with extra environment `env` and launcher options
 /// `opts`.
 pub fn start(opts: &[&str], program: &str, args: &[&str], env: &[(&str, &str)]) -> Run {
-    let prog = need(program);
+    start_path(opts, &need(program), args, env)
+}
+
+/// [`start`] of a program named by its path.
+pub fn start_path(opts: &[&str], prog: &Path, args: &[&str], env: &[(&str, &str)]) -> Run {
+    let program = prog.display().to_string();
     library();
     let mut cmd = Command::new(launcher());
     cmd.args(opts)
         .arg("--")
-        .arg(&prog)
+        .arg(prog)
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -233,6 +238,11 @@ impl Run {
 /// Run a program to its end.
 pub fn run(opts: &[&str], program: &str, args: &[&str], limit: Duration) -> Output {
     start(opts, program, args, &[]).finish(limit)
+}
+
+/// [`run`] of a program named by its path.
+pub fn run_path(opts: &[&str], program: &Path, args: &[&str], limit: Duration) -> Output {
+    start_path(opts, program, args, &[]).finish(limit)
 }
 
 /// Wait (at most `limit`) until something listens on TCP port `port` (the server's rendezvous:
