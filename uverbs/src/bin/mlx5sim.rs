@@ -75,15 +75,48 @@ Examples:
 Programs started another way: set LD_PRELOAD=/path/to/libmlx5sim.so and the MLX5SIM_*
 variables (docs/rdma-core-on-the-software-connectx.md).";
 
-/// `libmlx5sim.so` next to this executable.
+/// `libmlx5sim.so` next to this executable. Started by `cargo run` (cargo builds a package's
+/// binaries for it, not its `cdylib`), the launcher first has cargo build the library of the
+/// same profile, so `cargo run --bin mlx5sim -- PROGRAM` always runs the current one.
 fn library() -> Result<PathBuf, String> {
     let exe = std::env::current_exe().map_err(|e| format!("cannot find this executable: {e}"))?;
     let dir = exe.parent().unwrap_or(Path::new("."));
+    let profile = dir.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    let ours = std::env::var_os("CARGO_MANIFEST_DIR")
+        .is_some_and(|m| Path::new(&m).join("src/bin/mlx5sim.rs").is_file());
+    if let (Some(cargo), true, Some(target)) = (std::env::var_os("CARGO"), ours, dir.parent()) {
+        let mut c = std::process::Command::new(cargo);
+        c.args([
+            "build",
+            "--quiet",
+            "-p",
+            "mlx5-sim-uverbs",
+            "--lib",
+            "--target-dir",
+        ])
+        .arg(target);
+        match profile {
+            "debug" => {}
+            "release" => {
+                c.arg("--release");
+            }
+            p => {
+                c.args(["--profile", p]);
+            }
+        }
+        if !c.status().map(|s| s.success()).unwrap_or(false) {
+            return Err(format!("cargo could not build {LIB} (see above)"));
+        }
+    }
     let lib = dir.join(LIB);
     if lib.is_file() {
         return Ok(lib);
     }
-    let profile = dir.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    // Cargo keeps its own copy in deps/ (and copies it up only when it rebuilds it).
+    let kept = dir.join("deps").join(LIB);
+    if kept.is_file() {
+        return Ok(kept);
+    }
     let flag = if profile == "release" {
         " --release"
     } else {
