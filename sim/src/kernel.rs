@@ -221,6 +221,19 @@ impl SimDevice {
     /// Destroy a CQ made by [`create_cq_user`](Self::create_cq_user) (refused while QPs or an
     /// XRC SRQ use it, or events taken from it are unacknowledged, as `Device::destroy_cq`).
     pub fn destroy_cq_user(&self, cq: CqId) -> Result<()> {
+        // An arm the driver wrote before the destroy command is the CQ's: the device takes it
+        // now (a ConnectX has long seen it), so it cannot later name a CQ that is gone.
+        self.with(|d| {
+            let Dev {
+                name,
+                cqs,
+                bugs,
+                cq_arm_pages,
+                ..
+            } = d;
+            crate::cq_uar::forward(cq_arm_pages.values(), cqs, name, bugs);
+            Ok(())
+        })?;
         mlx5_hw::Device::destroy_cq(self, cq)?;
         self.with(|d| {
             for p in d.cq_arm_pages.values_mut() {

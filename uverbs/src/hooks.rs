@@ -389,7 +389,10 @@ pub unsafe extern "C" fn hook_mmap(
     if !fds::is_command(fd) || Busy::active() {
         return sys::mmap(addr, len, prot, flags, fd, off);
     }
-    match emu::mmap_offset(fd, len, off as i64) {
+    // `off_t` is 64 bits here, 32 on 32-bit targets.
+    #[allow(clippy::unnecessary_cast)]
+    let off = off as i64;
+    match emu::mmap_offset(fd, len, off) {
         Ok(o) => sys::mmap(addr, len, prot, flags, fd, o as libc::off_t),
         Err(e) => {
             sys::set_errno(e);

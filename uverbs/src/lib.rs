@@ -52,7 +52,9 @@ mod sys;
 mod sysfs;
 mod uar;
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
+#[cfg(not(test))]
+use std::sync::atomic::Ordering;
 
 /// Set in a child after `fork`: the parent's device is not its own (no thread runs it), so the
 /// child gets no emulation and must not remove the parent's tree at exit.

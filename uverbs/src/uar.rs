@@ -158,7 +158,7 @@ impl Uars {
     /// The file offset an `mmap` of `len` bytes at `offset` maps (see the module doc), or the
     /// kernel's errno.
     pub fn mmap_offset(&self, len: usize, offset: i64) -> Result<i64, i32> {
-        if offset < 0 || offset as usize % PAGE != 0 {
+        if offset < 0 || !(offset as usize).is_multiple_of(PAGE) {
             return Err(libc::EINVAL);
         }
         let pgoff = offset as u64 / PAGE as u64;

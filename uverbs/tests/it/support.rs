@@ -132,7 +132,6 @@ pub struct Run {
     lines: mpsc::Receiver<String>,
     stdout: Vec<String>,
     stderr: std::thread::JoinHandle<String>,
-    what: String,
 }
 
 /// Start `program args` under `mlx5sim` with extra environment `env` and launcher options
@@ -143,7 +142,7 @@ pub fn start(opts: &[&str], program: &str, args: &[&str], env: &[(&str, &str)]) 
 
 /// [`start`] of a program named by its path.
 pub fn start_path(opts: &[&str], prog: &Path, args: &[&str], env: &[(&str, &str)]) -> Run {
-    let program = prog.display().to_string();
+    let program = prog.display();
     library();
     let mut cmd = Command::new(launcher());
     cmd.args(opts)
@@ -179,39 +178,10 @@ pub fn start_path(opts: &[&str], prog: &Path, args: &[&str], env: &[(&str, &str)
         lines,
         stdout: Vec::new(),
         stderr,
-        what: format!("{program} {}", args.join(" ")),
     }
 }
 
 impl Run {
-    /// Wait (at most `limit`) for a line of standard output containing `text`; panics with
-    /// what was printed if it does not come.
-    pub fn wait_for(&mut self, text: &str, limit: Duration) {
-        let end = Instant::now() + limit;
-        loop {
-            if self.stdout.iter().any(|l| l.contains(text)) {
-                return;
-            }
-            let left = end.saturating_duration_since(Instant::now());
-            match self
-                .lines
-                .recv_timeout(left.min(Duration::from_millis(100)))
-            {
-                Ok(l) => self.stdout.push(l),
-                Err(mpsc::RecvTimeoutError::Timeout) if Instant::now() < end => {}
-                _ => {
-                    let _ = self.child.kill();
-                    let _ = self.child.wait();
-                    panic!(
-                        "{} never printed '{text}':\n{}",
-                        self.what,
-                        self.stdout.join("\n")
-                    );
-                }
-            }
-        }
-    }
-
     /// Wait for the program to end, killing it after `limit`.
     pub fn finish(mut self, limit: Duration) -> Output {
         let end = Instant::now() + limit;
