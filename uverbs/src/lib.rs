@@ -30,6 +30,9 @@
 //!   descriptor's objects), [`uar`] (UAR pages and BlueFlame registers), [`events`]
 //!   (completion channels, asynchronous events), [`objects`] (one module per object family).
 
+// The library has no Rust API (a cdylib): its documentation is about its modules, which are
+// private, and links to them.
+#![allow(rustdoc::private_intra_doc_links)]
 // Unit tests build without the hooks, which call most of the rest.
 #![cfg_attr(test, allow(dead_code))]
 
