@@ -35,6 +35,13 @@ fn a_corrupted_blueflame_copy_is_reported_and_a_faithful_one_is_not() {
             "{}",
             o.stdout
         );
+        // The asynchronous event of the QP's fall into Error, read from the context's
+        // descriptor; destroying the QP then waits for nothing (the event was acknowledged).
+        assert!(
+            o.stdout.contains("async event local work queue catastrophic error on the QP"),
+            "{}",
+            o.stdout
+        );
         let r = report(&rep);
         assert_eq!(r["driver_bugs"], bugs.to_string(), "{mode}: {r:?}");
         if bugs > 0 {

@@ -6,11 +6,13 @@
  * without a word; the software ConnectX reports the mismatch (BlueFlameMismatch). The QP is
  * connected to a QP number nobody has, so the WRITE stays in flight (retried until
  * RETRY_EXC_ERR, half a second) while the device looks at the copy. Built and run by the mlx5-sim-uverbs
- * tests (tests/it/driver_bugs.rs). Exit 0 once the WRITE completed with that error.
+ * tests (tests/it/driver_bugs.rs). Exit 0 once the WRITE completed with that error (and the
+ * QP's asynchronous event came).
  */
 #include <infiniband/mlx5dv.h>
 #include <infiniband/verbs.h>
 #include <endian.h>
+#include <poll.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -131,6 +133,16 @@ int main(int argc, char **argv) {
 		}
 	}
 	printf("completion status %d (%s)\n", wc.status, ibv_wc_status_str(wc.status));
+	/* The QP went to Error on its own: the asynchronous event says so, for this QP. */
+	struct pollfd pfd = { .fd = ctx->async_fd, .events = POLLIN };
+	if (poll(&pfd, 1, 10000) != 1)
+		return fail("no asynchronous event");
+	struct ibv_async_event ev;
+	if (ibv_get_async_event(ctx, &ev))
+		return fail("ibv_get_async_event");
+	printf("async event %s%s\n", ibv_event_type_str(ev.event_type),
+	       ev.element.qp == qp ? " on the QP" : "");
+	ibv_ack_async_event(&ev);
 	ibv_destroy_qp(qp);
 	ibv_destroy_cq(cq);
 	ibv_dereg_mr(mr);
