@@ -192,7 +192,14 @@ pub fn execute(emu: &mut Emu, fd: i32, bytes: &[u8]) -> Result<usize, i32> {
     };
     let resp = dispatch(emu, &node, fd, n, &req)?;
     if resp_size > 0 {
-        respond(response, resp_size, &resp.core, udata_out, &resp.udata)?;
+        if let Err(e) = respond(response, resp_size, &resp.core, udata_out, &resp.udata) {
+            if n == cmd::GET_CONTEXT {
+                // The kernel frees a context it could not report (`ib_uverbs_get_context`):
+                // the program may ask again.
+                objects::device::undo_context(emu, &node, fd);
+            }
+            return Err(e);
+        }
     }
     Ok(bytes.len())
 }

@@ -111,6 +111,18 @@ pub fn get_context(emu: &mut Emu, node: &Node, fd: i32, req: &Req) -> Result<Res
     Ok(Resp::of(core.as_bytes(), drv.as_bytes()))
 }
 
+/// Take back a context whose response could not be written: its async descriptor closed, its
+/// arm page forgotten (it holds no object yet).
+pub fn undo_context(emu: &mut Emu, node: &Node, fd: i32) {
+    let Some(u) = emu.contexts.get_mut(&fd).and_then(|c| c.u.take()) else {
+        return;
+    };
+    let _ = node.dev.remove_cq_arm_page(u.arm_page);
+    if let Some(a) = u.async_fd {
+        let _ = crate::events::close(emu, a);
+    }
+}
+
 fn base_attrs(node: &Node) -> Result<QueryDeviceResp, i32> {
     let a = node.dev.query_device().map_err(crate::objects::errno)?;
     let (major, minor, sub) = fw_parts(FW_VER);

@@ -77,3 +77,26 @@ fn without_the_library_there_is_no_device_and_a_bad_setting_is_said() {
     );
     assert!(!o.stdout.contains("mlx5_0"), "{}", o.stdout);
 }
+
+/// A program that reads `/sys/class/infiniband` itself (as UCX does, with a fixed `/sys`) reads
+/// the device's tree: its GID and its counters.
+#[test]
+fn a_fixed_sys_path_reads_the_emulated_tree() {
+    let o = run(
+        &["--ip", "127.77.200.9"],
+        "cat",
+        &[
+            "/sys/class/infiniband/mlx5_0/ports/1/gids/0",
+            "/sys/class/infiniband/mlx5_0/ports/1/gid_attrs/types/0",
+            "/sys/class/infiniband/mlx5_0/ports/1/counters/port_xmit_packets",
+            "/sys/class/infiniband/mlx5_0/ports/1/hw_counters/out_of_sequence",
+            "/sys/class/infiniband_verbs/uverbs0/ibdev",
+        ],
+        LIMIT,
+    )
+    .ok("cat of the tree");
+    assert_eq!(
+        o.stdout,
+        "0000:0000:0000:0000:0000:ffff:7f4d:c809\nRoCE v2\n0\n0\nmlx5_0"
+    );
+}

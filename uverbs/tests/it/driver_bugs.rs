@@ -38,7 +38,8 @@ fn a_corrupted_blueflame_copy_is_reported_and_a_faithful_one_is_not() {
         // The asynchronous event of the QP's fall into Error, read from the context's
         // descriptor; destroying the QP then waits for nothing (the event was acknowledged).
         assert!(
-            o.stdout.contains("async event local work queue catastrophic error on the QP"),
+            o.stdout
+                .contains("async event local work queue catastrophic error on the QP"),
             "{}",
             o.stdout
         );

@@ -3,6 +3,7 @@
 
 mod discovery;
 mod driver_bugs;
+mod errno;
 mod faults;
 mod perftest;
 mod pingpong;
