@@ -15,7 +15,9 @@ cd "$(dirname "$0")/.."
 export MLX5_CONFORMANCE_REQUIRED=1
 need=()
 have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
-for p in libibverbs-dev gcc tshark valgrind; do
+# ibverbs-utils, ibverbs-providers, perftest and ucx-utils: the unmodified programs the preload
+# library of uverbs/ (mlx5-sim-uverbs) runs on the software ConnectX (uverbs/tests/it).
+for p in libibverbs-dev gcc tshark valgrind ibverbs-utils ibverbs-providers perftest ucx-utils; do
   have_pkg "$p" || need+=("$p")
 done
 if [ ${#need[@]} -gt 0 ]; then

@@ -199,6 +199,9 @@ pub struct Cq {
     /// Created with completion timestamps (`IBV_WC_EX_WITH_COMPLETION_TIMESTAMP`): good CQEs
     /// carry the device clock ([`device_clock`]).
     pub timestamps: bool,
+    /// CQE version 1: the user indexes written into `srqn_uidx` instead of the SRQN
+    /// ([`crate::uidx`]); `None` for version 0 (the project's own contexts).
+    pub user_index: Option<crate::uidx::UserIndex>,
 }
 
 /// Frequency of the software ConnectX's HCA core clock, in kHz as `hca_core_clock` reports it
@@ -258,6 +261,7 @@ impl Cq {
             solicited_pi: None,
             users: 0,
             timestamps: false,
+            user_index: None,
         })
     }
 
@@ -291,7 +295,14 @@ impl Cq {
         }
         let slot = (self.pi & (self.cqe_cnt - 1)) as usize;
         let owner = ((self.pi & self.cqe_cnt) != 0) as u8;
-        let bytes = spec.encode(owner);
+        let bytes = match &self.user_index {
+            Some(u) => CqeSpec {
+                srqn: u.field(spec.qpn, spec.srqn),
+                ..*spec
+            }
+            .encode(owner),
+            None => spec.encode(owner),
+        };
         let base = slot * self.cqe_size as usize + if self.cqe_size == 128 { 64 } else { 0 };
         if self.cqe_size == 128 {
             self.buf.fill(slot * 128, 64, 0);

@@ -70,7 +70,7 @@ impl SimDevice {
     /// Run `f` on the device under the fabric's lock, then wake a sleeping fabric thread: a
     /// device call often comes with doorbells the thread should see soon
     /// ([`crate::fabric`]).
-    fn with<R>(&self, f: impl FnOnce(&mut Dev) -> Result<R>) -> Result<R> {
+    pub(crate) fn with<R>(&self, f: impl FnOnce(&mut Dev) -> Result<R>) -> Result<R> {
         let r = {
             let mut w = self.inner.lock();
             match w.devs.get_mut(self.idx) {
@@ -999,8 +999,13 @@ impl Device for SimDevice {
             // before an event is taken (a ConnectX has long seen them), so each arm's
             // sequence number is judged against the events taken when it was written.
             let Dev {
-                name, cqs, bugs, ..
+                name,
+                cqs,
+                bugs,
+                cq_arm_pages,
+                ..
             } = d;
+            crate::cq_uar::forward(cq_arm_pages.values(), cqs, name, bugs);
             for cq in cqs.values_mut() {
                 if cq.channel_id() == Some(channel.0) {
                     cq.scan_arm(name, bugs);

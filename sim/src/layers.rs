@@ -12,12 +12,14 @@ const LAYERS: &[&str] = &[
     "notify",
     "pcap",
     "sizing",
+    "uidx",
     "wire",
     "tap_port",
     "udp_port",
     "mr",
     "srq",
     "cq",
+    "cq_uar",
     "mcast",
     "wqe",
     // The QP with its doorbell state (`qp::db`, data only), then the doorbell scanners.
@@ -35,6 +37,7 @@ const LAYERS: &[&str] = &[
     "modify",
     "xrc",
     "device",
+    "kernel",
     "fabric",
 ];
 

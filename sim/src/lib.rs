@@ -34,9 +34,11 @@
 //! by a unit test, `layers.rs`, which lists every module in one such order), bottom to top:
 //!
 //! 1. **wire and leaves**: [`wire`] (frames, headers, PSNs, timers), [`bugs`], [`counters`],
-//!    [`mem`], [`notify`], [`pcap`], [`sizing`], the ports [`tap_port`] and [`udp_port`];
-//! 2. **device memory objects and tables**: [`mr`], [`srq`], [`cq`], the multicast groups
-//!    ([`mcast`], data only), and [`wqe`] (decoding send WQEs);
+//!    [`mem`], [`notify`], [`pcap`], [`sizing`], [`uidx`] (CQE version 1 user indexes), the
+//!    ports [`tap_port`] and [`udp_port`];
+//! 2. **device memory objects and tables**: [`mr`], [`srq`], [`cq`], [`cq_uar`] (a UAR page
+//!    several CQs arm on), the multicast groups ([`mcast`], data only), and [`wqe`] (decoding
+//!    send WQEs);
 //! 3. **the QP**: [`qp`] with its transport state ([`qp::path`], [`qp::requester`],
 //!    [`qp::responder`]) and its doorbell register and detection state ([`qp::db`]), all data
 //!    only; above it the doorbell detection ([`doorbell`]: the deterministic, threaded and
@@ -52,13 +54,16 @@
 //!    (`shared`), and the fault controls [`faults`] ([`Faults`], [`faults::FaultTarget`]),
 //!    which lock the world to add rules and read what they did;
 //! 8. **the control path**: [`modify`] (the QP state machine), [`xrc`] (XRC objects), then
-//!    [`device`] ([`SimDevice`], the `mlx5_hw::Device` implementation) and, on top, [`fabric`]
-//!    ([`Fabric`], [`DeviceConfig`], the threads, and the fault controls that name devices).
+//!    [`device`] ([`SimDevice`], the `mlx5_hw::Device` implementation), [`kernel`] (objects on
+//!    memory the driver allocated and UAR pages the program maps: what an emulation of the
+//!    kernel side under rdma-core's `libmlx5` needs) and, on top, [`fabric`] ([`Fabric`],
+//!    [`DeviceConfig`], the threads, and the fault controls that name devices).
 #![deny(missing_docs)]
 
 pub mod bugs;
 pub mod counters;
 pub mod cq;
+pub mod cq_uar;
 pub mod ctx;
 pub mod device;
 pub mod doorbell;
@@ -66,6 +71,7 @@ pub mod engine;
 pub mod fabric;
 mod fault_rules;
 pub mod faults;
+pub mod kernel;
 pub mod mcast;
 pub mod mem;
 pub mod modify;
@@ -79,6 +85,7 @@ pub mod srq;
 pub mod tap_port;
 pub mod transport;
 pub mod udp_port;
+pub mod uidx;
 pub mod wire;
 pub mod world;
 pub mod wqe;

@@ -14,6 +14,15 @@
 //! - [`Region`]: memory the *application* registered with `reg_mr`; the device touches it only
 //!   through a bounds-checked window, so no byte outside a registered region is ever accessed.
 //!
+//! Under rdma-core the driver allocates the rings and doorbell records itself and hands their
+//! addresses to the kernel, which pins them (`ib_umem_get` in the kernel's mlx5 `create_user_qp`,
+//! `create_cq_user`, `create_srq_user`); and the UAR pages are pages of the device that the
+//! program maps from its command file descriptor. A [`DmaBuf`] can therefore also be a window
+//! on memory the device does not own: [`DmaBuf::user`] (the emulation's umem, whose creator
+//! vouches for the memory until the object is destroyed, as the kernel's pin does) and
+//! [`DmaBuf::map_shared`] (a page of a file the program maps too, mapped again for the device).
+//! Every access still goes through the same bounds-checked volatile accessors.
+//!
 //! The driver writes these bytes concurrently (threaded mode) as it would with DMA memory, so
 //! all accesses are volatile byte/word accesses: the device never forms a Rust reference to
 //! shared memory. This is the only module with `unsafe` in the crate, apart from the
@@ -27,15 +36,19 @@ pub const PAGE_SIZE: usize = 4096;
 /// The alignment of every device allocation's start: a send basic block, a CQE.
 pub const DMA_ALIGN: usize = 64;
 
-/// A zeroed allocation owned by the device and shared with the driver, followed at once by a
-/// guard page that faults on any access.
+/// Memory shared between the device and the driver: a zeroed allocation owned by the device
+/// and followed at once by a guard page that faults on any access ([`DmaBuf::new`]), or a
+/// window on the driver's own memory ([`DmaBuf::user`]) or on a shared file mapping
+/// ([`DmaBuf::map_shared`]).
 #[derive(Debug)]
 pub struct DmaBuf {
     ptr: NonNull<u8>,
     len: usize,
-    /// The mapping: `map_len` bytes from `map`, the last page the guard.
-    map: NonNull<u8>,
-    map_len: usize,
+    /// The mapping to undo on drop: `map_len` bytes from `map` (for [`DmaBuf::new`] the last
+    /// page is the guard); `None` for memory the device does not own ([`DmaBuf::user`]).
+    map: Option<(NonNull<u8>, usize)>,
+    /// For a [`DmaBuf::window`]: the buffer it is a window on, kept alive with it.
+    _parent: Option<std::sync::Arc<DmaBuf>>,
 }
 
 // SAFETY: the buffer is plain memory; every access goes through volatile reads/writes below,
@@ -84,8 +97,87 @@ impl DmaBuf {
         Some(DmaBuf {
             ptr,
             len,
-            map,
-            map_len,
+            map: Some((map, map_len)),
+            _parent: None,
+        })
+    }
+
+    /// A window on `len` bytes of the driver's memory at `addr` (a ring or doorbell record the
+    /// driver allocated and named in a create command): the device reads and writes it through
+    /// the same checked accessors and never frees it. `None` for a null address, an empty or
+    /// wrapping range, or an address not aligned to 4 bytes (a doorbell record is read with
+    /// 32-bit loads).
+    ///
+    /// # Safety
+    /// `[addr, addr + len)` must stay valid for reads and writes until the returned buffer is
+    /// dropped: the caller pins it as the kernel's `ib_umem_get` does, and drops the buffer
+    /// (destroys the object) before the driver frees the memory.
+    pub unsafe fn user(addr: u64, len: usize) -> Option<DmaBuf> {
+        if len == 0 || !addr.is_multiple_of(4) || addr.checked_add(len as u64).is_none() {
+            return None;
+        }
+        let ptr = NonNull::new(addr as usize as *mut u8)?;
+        Some(DmaBuf {
+            ptr,
+            len,
+            map: None,
+            _parent: None,
+        })
+    }
+
+    /// The `len` bytes of `parent` from offset `off`, as a buffer of their own that keeps
+    /// `parent` alive; `None` if they are not all inside `parent` or `off` is not 8-byte
+    /// aligned.
+    pub fn window(parent: &std::sync::Arc<DmaBuf>, off: usize, len: usize) -> Option<DmaBuf> {
+        if len == 0 || !off.is_multiple_of(8) || !parent.in_bounds(off, len) {
+            return None;
+        }
+        // SAFETY: `off + len <= parent.len`, so the pointer stays inside the parent's memory.
+        let ptr = NonNull::new(unsafe { parent.ptr.as_ptr().add(off) })?;
+        Some(DmaBuf {
+            ptr,
+            len,
+            map: None,
+            _parent: Some(parent.clone()),
+        })
+    }
+
+    /// Map `len` bytes of the file `fd` at `offset` (page-aligned) shared and writable: the
+    /// device's own view of pages the program maps from the same file (a UAR page of the
+    /// command file descriptor), so both see every store. The mapping is undone on drop.
+    pub fn map_shared(
+        fd: std::os::fd::BorrowedFd<'_>,
+        offset: u64,
+        len: usize,
+    ) -> std::io::Result<DmaBuf> {
+        use std::os::fd::AsRawFd;
+        if len == 0 || !offset.is_multiple_of(PAGE_SIZE as u64) {
+            return Err(std::io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        let off = libc::off_t::try_from(offset)
+            .map_err(|_| std::io::Error::from_raw_os_error(libc::EOVERFLOW))?;
+        // SAFETY: a new shared mapping of a file the caller keeps open; no existing memory is
+        // touched, and the mapping is owned by the returned buffer.
+        let map = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                off,
+            )
+        };
+        if map == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        let map = NonNull::new(map as *mut u8)
+            .ok_or_else(|| std::io::Error::from_raw_os_error(libc::ENOMEM))?;
+        Ok(DmaBuf {
+            ptr: map,
+            len,
+            map: Some((map, len)),
+            _parent: None,
         })
     }
 
@@ -94,7 +186,7 @@ impl DmaBuf {
         self.ptr.as_ptr()
     }
 
-    /// Length in bytes (the requested length rounded up to [`DMA_ALIGN`]).
+    /// Length in bytes (for [`DmaBuf::new`] the requested length rounded up to [`DMA_ALIGN`]).
     pub fn len(&self) -> usize {
         self.len
     }
@@ -147,8 +239,8 @@ impl DmaBuf {
     /// torn: a byte-wise read of a record moving from 0x01ff to 0x0200 could yield 0x02ff, WQEs
     /// that were never posted.
     pub fn read_be32(&self, off: usize) -> u32 {
-        if off.is_multiple_of(4) && self.in_bounds(off, 4) {
-            // SAFETY: in bounds and 4-byte aligned (the buffer is 64-byte aligned).
+        if (self.ptr.as_ptr() as usize + off).is_multiple_of(4) && self.in_bounds(off, 4) {
+            // SAFETY: in bounds and 4-byte aligned (every buffer starts 4-byte aligned).
             let v = unsafe { std::ptr::read_volatile(self.ptr.as_ptr().add(off) as *const u32) };
             return u32::from_be(v);
         }
@@ -159,7 +251,7 @@ impl DmaBuf {
 
     /// Write a big-endian u32 (one 32-bit store at an aligned offset).
     pub fn write_be32(&self, off: usize, v: u32) -> bool {
-        if off.is_multiple_of(4) && self.in_bounds(off, 4) {
+        if (self.ptr.as_ptr() as usize + off).is_multiple_of(4) && self.in_bounds(off, 4) {
             // SAFETY: in bounds and 4-byte aligned.
             unsafe { std::ptr::write_volatile(self.ptr.as_ptr().add(off) as *mut u32, v.to_be()) };
             return true;
@@ -172,10 +264,10 @@ impl DmaBuf {
     /// misaligned. A 64-bit store of the driver (an 8-byte doorbell, one word of a BlueFlame
     /// copy) is seen whole or not at all.
     pub fn load_word(&self, off: usize) -> u64 {
-        if !off.is_multiple_of(8) || !self.in_bounds(off, 8) {
+        if !(self.ptr.as_ptr() as usize + off).is_multiple_of(8) || !self.in_bounds(off, 8) {
             return 0;
         }
-        // SAFETY: in bounds and 8-byte aligned (the buffer is 64-byte aligned); the driver
+        // SAFETY: in bounds and 8-byte aligned (checked on the address); the driver
         // writes this word with whole 64-bit stores or bytes, never through a Rust reference,
         // so an atomic view of it is sound: a concurrent store is no data race.
         let a =
@@ -186,7 +278,7 @@ impl DmaBuf {
     /// Store 8 bytes at an 8-byte aligned offset with one 64-bit store; `false` (nothing
     /// written) if out of bounds or misaligned.
     pub fn store_word(&self, off: usize, v: u64) -> bool {
-        if !off.is_multiple_of(8) || !self.in_bounds(off, 8) {
+        if !(self.ptr.as_ptr() as usize + off).is_multiple_of(8) || !self.in_bounds(off, 8) {
             return false;
         }
         // SAFETY: in bounds and 8-byte aligned; an atomic view as in `load_word`.
@@ -227,8 +319,11 @@ impl DmaBuf {
 
 impl Drop for DmaBuf {
     fn drop(&mut self) {
-        // SAFETY: mapped in `new` with exactly this length; unmapped once.
-        unsafe { libc::munmap(self.map.as_ptr() as *mut libc::c_void, self.map_len) };
+        if let Some((map, map_len)) = self.map {
+            // SAFETY: mapped in `new` or `map_shared` with exactly this length; unmapped once.
+            // A `user` buffer has no mapping and leaves the driver's memory alone.
+            unsafe { libc::munmap(map.as_ptr() as *mut libc::c_void, map_len) };
+        }
     }
 }
 

@@ -12,6 +12,12 @@
 //! A peer's MAC address is the default of [`crate::DeviceConfig`] (`02:00:a:b:c:d` from its
 //! IPv4 address) unless given, and its GID is the IPv4-mapped one, so `modify_qp(RTR)` and
 //! `create_ah` resolve a remote GID as they resolve a local one.
+//!
+//! Peers by convention ([`UdpPort::set_peer_port`]): when every software ConnectX binds its
+//! socket to its own IPv4 address on one agreed port, an address alone names the socket, so
+//! any address missing from the table is taken to be such a device. Two programs that only
+//! exchange GIDs (as `ibv_rc_pingpong` and perftest do) then reach each other with no peer
+//! configured.
 
 use std::collections::BTreeMap;
 use std::io;
@@ -71,6 +77,8 @@ pub struct UdpPeer {
 pub struct UdpPort {
     socket: UdpSocket,
     peers: BTreeMap<Ipv4Addr, UdpPeer>,
+    /// Peers by convention: an address not in `peers` is a device bound on this port.
+    peer_port: Option<u16>,
 }
 
 impl std::os::fd::AsRawFd for UdpPort {
@@ -89,7 +97,15 @@ impl UdpPort {
         Ok(UdpPort {
             socket,
             peers: BTreeMap::new(),
+            peer_port: None,
         })
+    }
+
+    /// Take every IPv4 address missing from the peer table to be a device whose socket is bound
+    /// to that address on `port` (with the default MAC derived from the address); `None` turns
+    /// the convention off.
+    pub fn set_peer_port(&mut self, port: Option<u16>) {
+        self.peer_port = port;
     }
 
     /// The address the socket is bound to.
@@ -127,22 +143,38 @@ impl UdpPort {
         self.peers.insert(ip, peer);
     }
 
-    /// Copy the peer table into another port (rebinding keeps the peers).
+    /// Copy the peer table (and the peer convention) into another port (rebinding keeps the
+    /// peers).
     pub fn copy_peers_to(&self, other: &mut UdpPort) {
         for (ip, p) in &self.peers {
             other.peers.insert(*ip, *p);
         }
+        other.peer_port = self.peer_port;
     }
 
-    /// The peer owning `ip`.
-    pub fn peer(&self, ip: Ipv4Addr) -> Option<&UdpPeer> {
-        self.peers.get(&ip)
+    /// The peer owning `ip`: from the table, else by the convention of
+    /// [`set_peer_port`](Self::set_peer_port) (never this socket's own address, nor a multicast
+    /// or unspecified one).
+    pub fn peer(&self, ip: Ipv4Addr) -> Option<UdpPeer> {
+        if let Some(p) = self.peers.get(&ip) {
+            return Some(*p);
+        }
+        let port = self.peer_port?;
+        let own = self.socket.local_addr().ok().map(|a| a.ip());
+        if ip.is_multicast() || ip.is_unspecified() || ip.is_broadcast() || own == Some(ip.into()) {
+            return None;
+        }
+        let o = ip.octets();
+        Some(UdpPeer {
+            addr: SocketAddr::new(ip.into(), port),
+            mac: MacAddr([0x02, 0x00, o[0], o[1], o[2], o[3]]),
+        })
     }
 
     /// Send a frame to the peer owning `ip`; false if there is none or the send failed (a
     /// full socket buffer is a loss, as on a congested link).
     pub fn send(&self, ip: Ipv4Addr, frame: &[u8]) -> bool {
-        let Some(p) = self.peers.get(&ip) else {
+        let Some(p) = self.peer(ip) else {
             return false;
         };
         match self.socket.send_to(frame, p.addr) {

@@ -107,6 +107,12 @@ pub struct Dev {
     /// The device is in its fatal state ([`crate::faults::Faults::device_fatal`]): it does
     /// nothing any more.
     pub fatal: bool,
+    /// UAR pages several CQs ring their arm doorbell on, by number ([`crate::cq_uar`]; user
+    /// contexts only, `crate::kernel`).
+    pub cq_arm_pages: BTreeMap<u32, crate::cq_uar::CqArmPage>,
+    /// What the doorbell scanners saw on QPs destroyed through `crate::kernel` (whose counts
+    /// would otherwise go with them).
+    pub retired_doorbells: crate::doorbell::DoorbellStats,
 }
 
 impl Dev {
@@ -134,6 +140,8 @@ impl Dev {
             xrc: crate::transport::xrc::XrcState::default(),
             bfregs: crate::doorbell::shared::Bfregs::default(),
             fatal: false,
+            cq_arm_pages: BTreeMap::new(),
+            retired_doorbells: Default::default(),
         }
     }
 
@@ -335,6 +343,8 @@ impl World {
         // at once, the race the arm's consumer index exists for (a doorbell still in flight
         // while the device writes a CQE), so deterministic runs exercise it too.
         for d in &mut self.devs {
+            work |=
+                crate::cq_uar::forward(d.cq_arm_pages.values(), &mut d.cqs, &d.name, &mut d.bugs);
             for cq in d.cqs.values_mut() {
                 work |= cq.scan_arm(&d.name, &mut d.bugs);
             }

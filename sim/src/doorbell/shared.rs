@@ -192,6 +192,38 @@ impl Bfregs {
         })
     }
 
+    /// Put QP `qpn` on the register at `off` of `page` (`bf.size` `size`), a page mapped by
+    /// the caller: a UAR page of a user context whose registers the caller hands out as the
+    /// kernel's `alloc_bfreg` does (`crate::kernel`). QPs adopted onto the same page and offset
+    /// share the register. [`Bfregs::assign`] may also pick an adopted register for a QP of
+    /// its own; a device serves one kind of context or the other.
+    pub fn adopt(&mut self, qpn: u32, page: &Arc<DmaBuf>, off: usize, size: u32) -> Assigned {
+        let n = match self
+            .regs
+            .iter()
+            .position(|r| Arc::ptr_eq(&r.page, page) && r.off == off)
+        {
+            Some(n) => n,
+            None => {
+                poison(page, off);
+                self.regs.push(SharedReg {
+                    page: page.clone(),
+                    off,
+                    size,
+                    users: BTreeSet::new(),
+                    halves: Default::default(),
+                });
+                self.regs.len() - 1
+            }
+        };
+        let r = &mut self.regs[n];
+        r.users.insert(qpn);
+        Assigned {
+            class: BfClass::Shared(n),
+            page: Some((r.page.clone(), r.off, r.size)),
+        }
+    }
+
     /// A QP is destroyed: its register is free again (kernel `free_bfreg`).
     pub fn release(&mut self, class: BfClass, qpn: u32) {
         match class {

@@ -29,7 +29,7 @@ mod segments;
 
 pub use atomic::{AtomicEndianness, AtomicOp};
 pub use ctrl::Ctrl;
-pub use segments::{Gather, Raddr, UdDest};
+pub use segments::{Gather, Piece, Raddr, UdDest};
 
 use mlx5_cq::{SYNDROME_LOCAL_LENGTH_ERR, SYNDROME_LOCAL_QP_OP_ERR};
 use mlx5_hw::QpType;

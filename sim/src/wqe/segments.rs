@@ -43,6 +43,35 @@ pub enum Gather {
     Inline(Vec<u8>),
     /// Gather list.
     Sges(Vec<Sge>),
+    /// Inline segments and data segments in one WQE, in their order (UCX puts an active
+    /// message's header inline before the data segments of its payload, `rc_mlx5.inl`
+    /// `uct_rc_mlx5_txqp_dptr_post_iov`, `ud_mlx5.c` `uct_ud_mlx5_ep_am_bcopy`; a ConnectX
+    /// takes the WQE's data segments of either kind in any order).
+    Mixed(Vec<Piece>),
+}
+
+/// One data segment of a [`Gather::Mixed`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Piece {
+    /// Inline bytes.
+    Inline(Vec<u8>),
+    /// A gather entry.
+    Sge(Sge),
+}
+
+impl Piece {
+    /// Bytes it carries.
+    pub fn len(&self) -> u64 {
+        match self {
+            Piece::Inline(v) => v.len() as u64,
+            Piece::Sge(s) => s.len as u64,
+        }
+    }
+
+    /// Whether it carries none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 impl Gather {
@@ -51,6 +80,7 @@ impl Gather {
         match self {
             Gather::Inline(v) => v.len() as u64,
             Gather::Sges(s) => s.iter().map(|s| s.len as u64).sum(),
+            Gather::Mixed(p) => p.iter().map(Piece::len).sum(),
         }
     }
 
@@ -134,25 +164,19 @@ impl<'a> Reader<'a> {
         Ok(r)
     }
 
-    /// The data: one inline segment (`struct mlx5_wqe_inline_seg`, its length with
-    /// `MLX5_INLINE_SEG` set, padded to 16 bytes) or data segments (`struct mlx5_wqe_data_seg`)
-    /// filling the rest of the WQE; `no_inline` for READ and atomics.
+    /// The data: inline segments (`struct mlx5_wqe_inline_seg`, each its length with
+    /// `MLX5_INLINE_SEG` set, padded to 16 bytes) and data segments (`struct
+    /// mlx5_wqe_data_seg`) filling the rest of the WQE; `no_inline` for READ and atomics.
     pub(super) fn data(&self, no_inline: bool, max_send_sge: u32) -> Result<Gather, WqeFault> {
         let rest = &self.b[self.off..];
-        if !rest.is_empty() && be32(rest, 0) & INLINE_SEG != 0 {
+        let has_inline = rest
+            .chunks(16)
+            .any(|c| c.len() >= 4 && be32(c, 0) & INLINE_SEG != 0);
+        if has_inline {
             if no_inline {
                 return Err(op_err("inline data on a READ or atomic WQE".into()));
             }
-            let len = (be32(rest, 0) & !INLINE_SEG) as usize;
-            let seg = (4 + len).div_ceil(16) * 16;
-            if seg != rest.len() {
-                return Err(op_err(format!(
-                    "inline segment of {len} bytes needs {} DS but the WQE leaves {} DS for it",
-                    seg / 16,
-                    rest.len() / 16
-                )));
-            }
-            return Ok(Gather::Inline(rest[4..4 + len].to_vec()));
+            return mixed(rest);
         }
         let n = rest.len() / 16;
         if n as u32 > max_send_sge.max(1) {
@@ -174,5 +198,101 @@ impl<'a> Reader<'a> {
             });
         }
         Ok(Gather::Sges(sges))
+    }
+}
+
+/// Segments of which at least one is inline: the pieces in order; one inline segment alone is
+/// [`Gather::Inline`].
+fn mixed(rest: &[u8]) -> Result<Gather, WqeFault> {
+    let mut pieces = Vec::new();
+    let mut at = 0;
+    while at < rest.len() {
+        let w = be32(rest, at);
+        if w & INLINE_SEG != 0 {
+            let len = (w & !INLINE_SEG) as usize;
+            let seg = (4 + len).div_ceil(16) * 16;
+            if at + seg > rest.len() {
+                return Err(op_err(format!(
+                    "inline segment of {len} bytes needs {} DS but the WQE leaves {} DS for it",
+                    seg / 16,
+                    (rest.len() - at) / 16
+                )));
+            }
+            pieces.push(Piece::Inline(rest[at + 4..at + 4 + len].to_vec()));
+            at += seg;
+        } else {
+            let d = &rest[at..at + 16];
+            pieces.push(Piece::Sge(Sge {
+                len: w,
+                lkey: be32(d, 4),
+                addr: be64(d, 8),
+            }));
+            at += 16;
+        }
+    }
+    if let [Piece::Inline(v)] = pieces.as_slice() {
+        return Ok(Gather::Inline(v.clone()));
+    }
+    Ok(Gather::Mixed(pieces))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn wqe(segs: &[[u8; 16]]) -> Vec<u8> {
+        let mut b = vec![0u8; 16];
+        for s in segs {
+            b.extend_from_slice(s);
+        }
+        b
+    }
+
+    fn inline(bytes: &[u8]) -> [u8; 16] {
+        let mut s = [0u8; 16];
+        s[..4].copy_from_slice(&(INLINE_SEG | bytes.len() as u32).to_be_bytes());
+        s[4..4 + bytes.len()].copy_from_slice(bytes);
+        s
+    }
+
+    fn dptr(len: u32, lkey: u32, addr: u64) -> [u8; 16] {
+        let mut s = [0u8; 16];
+        s[..4].copy_from_slice(&len.to_be_bytes());
+        s[4..8].copy_from_slice(&lkey.to_be_bytes());
+        s[8..].copy_from_slice(&addr.to_be_bytes());
+        s
+    }
+
+    #[test]
+    fn an_inline_header_before_data_segments_is_one_gather() {
+        // UCX's active message: 8 header bytes inline, the payload by pointer.
+        let b = wqe(&[inline(&[1, 2, 3, 4, 5, 6, 7, 8]), dptr(100, 7, 0x1000)]);
+        let g = Reader::new(&b).data(false, 1).unwrap();
+        assert_eq!(g.len(), 108);
+        assert_eq!(
+            g,
+            Gather::Mixed(vec![
+                Piece::Inline(vec![1, 2, 3, 4, 5, 6, 7, 8]),
+                Piece::Sge(Sge {
+                    len: 100,
+                    lkey: 7,
+                    addr: 0x1000
+                })
+            ])
+        );
+        // Inline alone stays Inline; an inline segment longer than the WQE is refused.
+        let b = wqe(&[inline(&[9; 12])]);
+        assert_eq!(
+            Reader::new(&b).data(false, 1).unwrap(),
+            Gather::Inline(vec![9; 12])
+        );
+        let mut long = inline(&[0; 4]);
+        long[..4].copy_from_slice(&(INLINE_SEG | 40).to_be_bytes());
+        let b = wqe(&[long]);
+        assert!(Reader::new(&b).data(false, 1).is_err());
+        assert!(
+            Reader::new(&wqe(&[inline(&[1])])).data(true, 1).is_err(),
+            "READ"
+        );
     }
 }

@@ -6,7 +6,7 @@ use mlx5_cq::SYNDROME_LOCAL_PROT_ERR;
 use crate::ctx::Ctx;
 use crate::qp::Qp;
 use crate::srq::Sge;
-use crate::wqe::{Gather, WqeFault};
+use crate::wqe::{Gather, Piece, WqeFault};
 
 pub(super) fn prot(why: String) -> WqeFault {
     WqeFault {
@@ -19,6 +19,7 @@ pub(super) fn prot(why: String) -> WqeFault {
 pub(super) fn gather(qp: &Qp, ctx: &Ctx, data: &Gather) -> Result<Vec<u8>, WqeFault> {
     match data {
         Gather::Inline(v) => Ok(v.clone()),
+        Gather::Mixed(_) => gather_range(qp, ctx, data, 0, data.len() as usize),
         Gather::Sges(sges) => {
             let mut out = Vec::with_capacity(data.len() as usize);
             for (i, s) in sges.iter().enumerate() {
@@ -48,6 +49,16 @@ pub(super) fn check_gather(qp: &Qp, ctx: &Ctx, data: &Gather) -> Result<(), WqeF
     match data {
         Gather::Sges(sges) => check_local(qp, ctx, sges, false),
         Gather::Inline(_) => Ok(()),
+        Gather::Mixed(p) => {
+            let sges: Vec<Sge> = p
+                .iter()
+                .filter_map(|p| match p {
+                    Piece::Sge(s) => Some(*s),
+                    Piece::Inline(_) => None,
+                })
+                .collect();
+            check_local(qp, ctx, &sges, false)
+        }
     }
 }
 
@@ -67,6 +78,7 @@ pub(super) fn gather_range(
             return Ok(v[start..end].to_vec());
         }
         Gather::Sges(s) => s,
+        Gather::Mixed(p) => return mixed_range(qp, ctx, p, offset, n),
     };
     let mut out = Vec::with_capacity(n);
     for (i, s) in sges.iter().enumerate() {
@@ -92,6 +104,49 @@ pub(super) fn gather_range(
         let start = out.len();
         out.resize(start + take, 0);
         mr.region.read(addr, &mut out[start..]);
+        offset = 0;
+    }
+    Ok(out)
+}
+
+/// [`gather_range`] of inline and gather pieces (`Gather::Mixed`).
+fn mixed_range(
+    qp: &Qp,
+    ctx: &Ctx,
+    pieces: &[Piece],
+    mut offset: u64,
+    n: usize,
+) -> Result<Vec<u8>, WqeFault> {
+    let mut out = Vec::with_capacity(n);
+    for (i, p) in pieces.iter().enumerate() {
+        if out.len() == n {
+            break;
+        }
+        let len = p.len();
+        if offset >= len {
+            offset -= len;
+            continue;
+        }
+        let take = ((len - offset) as usize).min(n - out.len());
+        match p {
+            Piece::Inline(v) => out.extend_from_slice(&v[offset as usize..offset as usize + take]),
+            Piece::Sge(s) => {
+                let addr = s.addr + offset;
+                let mr = ctx
+                    .mrs
+                    .local(s.lkey, qp.pd, addr, take as u64, false)
+                    .map_err(|e| {
+                        prot(format!(
+                            "data segment {i}: lkey {:#x} addr {addr:#x} len {take} at send \
+                             time: {e:?}",
+                            s.lkey
+                        ))
+                    })?;
+                let start = out.len();
+                out.resize(start + take, 0);
+                mr.region.read(addr, &mut out[start..]);
+            }
+        }
         offset = 0;
     }
     Ok(out)

@@ -1,0 +1,134 @@
+//! Faults and capture for an unmodified program: the rules of `--faults` (`MLX5SIM_FAULTS`) and
+//! of the control file act on the frames the device sends, the report counts what they did,
+//! and `--pcap` writes a capture tshark decodes as RoCE.
+
+use std::process::Command;
+
+use crate::pingpong::pair;
+use crate::support::Scratch;
+
+fn n(r: &std::collections::BTreeMap<String, String>, k: &str) -> u64 {
+    r[k].parse().unwrap_or_else(|_| panic!("{k} in {r:?}"))
+}
+
+/// A counted rule: exactly the first ten data packets the server sends are lost, and RC
+/// delivers everything anyway.
+#[test]
+fn a_counted_loss_rule_drops_exactly_its_frames() {
+    let p = pair(
+        "faults-count",
+        "ibv_rc_pingpong",
+        &["-g", "0", "-n", "40", "-e"],
+        &["--faults", "only=data times=10 loss=100%"],
+    );
+    assert_eq!(
+        n(&p.server_report, "fault_dropped"),
+        10,
+        "{:?}",
+        p.server_report
+    );
+    assert_eq!(
+        n(&p.client_report, "fault_dropped"),
+        10,
+        "{:?}",
+        p.client_report
+    );
+    assert!(
+        p.client.stdout.contains("40 iters in"),
+        "{}",
+        p.client.stdout
+    );
+}
+
+/// Duplication, reordering and corruption together: the receiver drops the corrupted frames
+/// on their ICRC and the duplicates as duplicates, and the ping-pong completes.
+#[test]
+fn duplication_reordering_and_corruption() {
+    let p = pair(
+        "faults-mix",
+        "ibv_rc_pingpong",
+        &["-g", "0", "-n", "100", "-e", "-s", "2048"],
+        &["--faults", "seed=11,dup=5%,reorder=30us,corrupt=2%"],
+    );
+    let (s, c) = (&p.server_report, &p.client_report);
+    assert!(n(s, "fault_duplicated") + n(c, "fault_duplicated") > 0);
+    assert!(n(s, "fault_delayed") + n(c, "fault_delayed") > 0);
+    let corrupted = n(s, "fault_corrupted") + n(c, "fault_corrupted");
+    assert!(corrupted > 0);
+    // A corrupted frame that reaches the other end fails its ICRC check (one sent after the
+    // other end finished reaches nobody).
+    let icrc = n(s, "rx_icrc_encapsulated") + n(c, "rx_icrc_encapsulated");
+    assert!(icrc > 0 && icrc <= corrupted, "{s:?} {c:?}");
+    assert!(n(s, "duplicate_request") + n(c, "duplicate_request") > 0);
+}
+
+/// The control file's rules apply as well (read when the device starts and whenever it
+/// changes).
+#[test]
+fn the_control_file_sets_the_rules() {
+    let s = Scratch::new("faults-control");
+    let ctl = s.path("control");
+    std::fs::write(
+        &ctl,
+        "# five data packets lost\nonly=data\ntimes=5 loss=100%\n",
+    )
+    .unwrap();
+    let p = pair(
+        "faults-control-run",
+        "ibv_rc_pingpong",
+        &["-g", "0", "-n", "20", "-e"],
+        &["--control", ctl.to_str().unwrap()],
+    );
+    assert_eq!(
+        n(&p.server_report, "fault_dropped"),
+        5,
+        "{:?}",
+        p.server_report
+    );
+}
+
+/// The capture holds the RoCE v2 frames the device sent, as tshark reads them.
+#[test]
+fn the_capture_decodes_as_roce() {
+    let s = Scratch::new("pcap");
+    let cap = s.path("server-%p.pcap");
+    let p = pair(
+        "pcap-run",
+        "ibv_rc_pingpong",
+        &["-g", "0", "-n", "10", "-e"],
+        &["--pcap", cap.to_str().unwrap()],
+    );
+    let files: Vec<_> = std::fs::read_dir(&s.0)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|f| f.extension().is_some_and(|x| x == "pcap"))
+        .collect();
+    assert_eq!(files.len(), 2, "one capture per process (%p): {files:?}");
+    let sent = n(&p.server_report, "port_xmit_packets") + n(&p.client_report, "port_xmit_packets");
+    let mut frames = 0;
+    for f in &files {
+        let out = Command::new("tshark")
+            .arg("-r")
+            .arg(f)
+            .args(["-T", "fields", "-e", "infiniband.bth.opcode"])
+            .output()
+            .expect("tshark (Debian: tshark)");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = String::from_utf8_lossy(&out.stdout);
+        // Every frame decodes as InfiniBand over UDP: SEND (0..5) and ACK (17) opcodes.
+        for l in text.lines() {
+            let op: u32 = l
+                .trim()
+                .parse()
+                .unwrap_or_else(|_| panic!("not RoCE: '{l}'"));
+            assert!(op <= 5 || op == 17, "opcode {op}");
+            frames += 1;
+        }
+    }
+    assert_eq!(frames as u64, sent, "every frame sent is in a capture");
+}

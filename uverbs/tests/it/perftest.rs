@@ -1,0 +1,93 @@
+//! perftest 4.5 (Debian's `perftest`) between two processes: the latency tests print their
+//! `t_min ... t_avg` table and the bandwidth tests their `BW average` table for the iterations
+//! asked.
+
+use crate::pingpong::pair;
+
+/// The table's data row: the line after the header containing `head`, starting with `bytes`
+/// and `iters`; its numbers.
+fn row(out: &str, head: &str, bytes: u32, iters: u32) -> Vec<f64> {
+    let mut lines = out.lines().skip_while(|l| !l.contains(head));
+    assert!(lines.next().is_some(), "no table with '{head}':\n{out}");
+    let r = lines
+        .next()
+        .unwrap_or_else(|| panic!("a table without a row:\n{out}"));
+    let v: Vec<f64> = r
+        .split_whitespace()
+        .map(|x| x.parse().unwrap_or(f64::NAN))
+        .collect();
+    assert!(
+        v.len() >= 3 && v[0] == bytes as f64 && v[1] == iters as f64,
+        "row '{r}' is not {bytes} bytes × {iters} iterations"
+    );
+    v
+}
+
+fn lat(program: &str, bytes: u32, extra: &[&str]) {
+    let n = "200";
+    let s = bytes.to_string();
+    let mut args = vec!["-n", n, "-s", &s];
+    args.extend_from_slice(extra);
+    let p = pair(program, program, &args, &[]);
+    // Both ends measure a ping-pong (WRITE, SEND); READ and atomics only the client.
+    let mut ends = vec![&p.client.stdout];
+    if program == "ib_write_lat" || program == "ib_send_lat" {
+        ends.push(&p.server.stdout);
+    }
+    for o in ends {
+        let v = row(o, "t_avg[usec]", bytes, 200);
+        // t_min ≤ t_typical, t_avg ≤ t_max, every one a positive time.
+        assert!(
+            v[2] > 0.0 && v[2] <= v[3] && v[2] <= v[5] && v[5] <= v[3],
+            "{v:?}"
+        );
+    }
+}
+
+fn bw(program: &str, extra: &[&str]) {
+    let mut args = vec!["-n", "200", "-s", "4096"];
+    args.extend_from_slice(extra);
+    let p = pair(program, program, &args, &[]);
+    let v = row(&p.client.stdout, "BW average[MB/sec]", 4096, 200);
+    assert!(v[3] > 0.0, "no bandwidth: {v:?}");
+    assert!(
+        p.server.stdout.contains("BW average[MB/sec]"),
+        "server:\n{}",
+        p.server.stdout
+    );
+}
+
+#[test]
+fn ib_write_lat() {
+    lat("ib_write_lat", 2, &[]);
+}
+
+#[test]
+fn ib_send_lat() {
+    lat("ib_send_lat", 2, &[]);
+}
+
+#[test]
+fn ib_read_lat() {
+    lat("ib_read_lat", 2, &[]);
+}
+
+#[test]
+fn ib_atomic_lat() {
+    lat("ib_atomic_lat", 8, &[]);
+}
+
+#[test]
+fn ib_write_bw() {
+    bw("ib_write_bw", &[]);
+}
+
+#[test]
+fn ib_send_bw() {
+    bw("ib_send_bw", &[]);
+}
+
+#[test]
+fn ib_read_bw() {
+    bw("ib_read_bw", &[]);
+}
