@@ -6,7 +6,8 @@
 //! histogram as an SVG picture ([`svg`]) and as an HdrHistogram log ([`hlog`]), terminal progress
 //! ([`progress`]), errors ([`error`]), what a server and its client tell each other before they
 //! connect ([`hello`]) and after a bidirectional run ([`results`]), the control connection and the
-//! UDP link between two processes ([`rendezvous`]), which source GID a RoCE port uses by default
+//! UDP link between two processes ([`rendezvous`]), perftest's own exchange for runs against
+//! stock perftest ([`perftest`]), which source GID a RoCE port uses by default
 //! ([`gid`]), what `-I` asks of the device ([`inline`]), what `lat` and `bw` do alike around a run
 //! ([`run`]), the edges of a run ([`serve`]), the log every program installs ([`log`]), what the
 //! `rc_pingpong` and `ud_pingpong` examples share ([`pingpong`]) and the NIC's figures of `lat
@@ -30,6 +31,7 @@ pub mod inline;
 pub mod limits;
 pub mod log;
 pub mod path;
+pub mod perftest;
 pub mod pingpong;
 pub mod progress;
 pub mod rendezvous;
