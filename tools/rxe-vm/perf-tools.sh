@@ -180,7 +180,7 @@ expect "$work/lat-ud.out" lat 512 20
 one bw-send "$bw" send "${v[@]}" -d rxe0 --loopback -n 200 -s 2048
 expect "$work/bw-send.out" bw 2048 200
 one bw-bidir "$bw" write -b "${v[@]}" -d rxe0 --loopback -n 100 -s 1024
-expect "$work/bw-bidir.out" bw 1024 200
+expect "$work/bw-bidir.out" bw 1024 100
 
 two lat-write2 "$lat" write "${v[@]}" -n 50 -s 32
 expect "$work/lat-write2-client.out" lat 32 50

@@ -332,6 +332,15 @@ pub struct Common {
     /// With --tap: the software ConnectX's IPv4 address on the TAP link [default: 192.168.77.2].
     #[arg(long = "tap-ip", value_name = "IPV4", requires = "tap")]
     pub tap_ip: Option<std::net::Ipv4Addr>,
+    /// Speak perftest's exchange to the peer even when it is another lat/bw (without it the
+    /// exchange is chosen by the peer: these tools recognise each other in their first 16
+    /// bytes and speak perftest's to stock perftest, ib_write_lat, ib_send_bw, ...).
+    #[arg(long)]
+    pub perftest: bool,
+    /// perftest's --dont_xchg_versions: exchange no versions, system data or MTU (implies
+    /// --perftest; stock perftest 4.5 and 26.04 exit at once with it, see docs/perftest.md).
+    #[arg(long = "dont_xchg_versions", alias = "dont-xchg-versions")]
+    pub dont_xchg_versions: bool,
     /// Log more on standard error (-v: every QP state transition; -vv debug; -vvv trace).
     /// RUST_LOG, when set, decides instead (e.g. RUST_LOG=mlx5=info).
     #[arg(short = 'v', long = "verbose", action = clap::ArgAction::Count)]
@@ -388,6 +397,11 @@ impl Common {
         }
     }
 
+    /// Whether perftest's exchange is asked for (`--perftest`, `--dont_xchg_versions`).
+    pub fn plain_perftest(&self) -> bool {
+        self.perftest || self.dont_xchg_versions
+    }
+
     /// Whether this process measures: the client, or both ends here.
     pub fn is_client(&self) -> bool {
         self.loopback || self.server.is_some()
@@ -417,6 +431,17 @@ impl Common {
             return Err(Error::Usage(
                 "--loopback runs both ends here: give no server address".into(),
             ));
+        }
+        if self.loopback && (self.perftest || self.dont_xchg_versions) {
+            return Err(Error::Usage(format!(
+                "{}: --loopback runs both ends in this process, with no exchange on a socket; \
+                 perftest's exchange is for a server and a client process",
+                if self.perftest {
+                    "--perftest"
+                } else {
+                    "--dont_xchg_versions"
+                }
+            )));
         }
         if let Some(t) = &self.tap {
             if self.loopback {

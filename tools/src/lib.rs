@@ -2,7 +2,7 @@
 //! public API (`mlx5-ctx` owning objects, `mlx5-connect`): command-line arguments ([`args`]) and
 //! their limits ([`limits`]), the devices of a run ([`devices`]) and one end's resources on them
 //! ([`resources`]), connecting their QPs ([`connecting`]), the post/poll path under measurement
-//! ([`path`]), statistics ([`stats`]), perftest-style report lines ([`report`]), the latency
+//! ([`path`]), how long a wait may last ([`patience`]), statistics ([`stats`]), perftest-style report lines ([`report`]), the latency
 //! histogram as an SVG picture ([`svg`]) and as an HdrHistogram log ([`hlog`]), terminal progress
 //! ([`progress`]), errors ([`error`]), what a server and its client tell each other before they
 //! connect ([`hello`]) and after a bidirectional run ([`results`]), the control connection and the
@@ -31,6 +31,7 @@ pub mod inline;
 pub mod limits;
 pub mod log;
 pub mod path;
+pub mod patience;
 pub mod perftest;
 pub mod pingpong;
 pub mod progress;

@@ -311,11 +311,8 @@ where
         say(&format!(
             "{name}: server and client in one process, control connection on 127.0.0.1:{port}"
         ));
-        let server_rv = Rendezvous::Server(listener);
-        let client_rv = Rendezvous::Client {
-            host: "127.0.0.1".into(),
-            port,
-        };
+        let server_rv = Rendezvous::server(listener);
+        let client_rv = Rendezvous::client("127.0.0.1", port);
         let setup = |rv, tag| Setup {
             devs,
             rv,
@@ -348,7 +345,7 @@ where
     }
     let me = Resources::new(&devs.local, &cfg)?;
     let rv = Rendezvous::new(o.server.as_deref(), o.port)?;
-    if let Rendezvous::Server(_) = &rv {
+    if !rv.is_client() {
         say(&format!(
             "{name}: server waiting for a client on TCP port {}",
             rv.port().unwrap_or(o.port)

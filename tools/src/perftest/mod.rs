@@ -58,7 +58,9 @@ pub struct Ours {
     /// The port's MTU in bytes (capped by `-m`).
     pub mtu: u32,
     /// The run, for a peer that negotiates.
-    pub negotiation: Negotiation,
+    pub facts: RunFacts,
+    /// This side's device, for a peer that negotiates.
+    pub device: DeviceSummary,
 }
 
 /// What the prelude settled.
@@ -105,7 +107,12 @@ pub fn prelude(s: &mut Session, ours: &Ours, timeout: Duration) -> Result<Agreed
     if ours.dont_xchg_versions {
         return Ok(agreed);
     }
-    agreed.peer_version = Some(s.versions(timeout)?);
+    // The greeting of the control connection (`crate::rendezvous::greet`) may have read the
+    // version already.
+    if s.peer_version.is_none() {
+        s.versions(timeout)?;
+    }
+    agreed.peer_version = s.peer_version.clone();
     let (cycle, _cache) = s.sys_data(CYCLE_BUFFER, CACHE_LINE, timeout)?;
     if cycle > 1 << 30 {
         return Err(Error::Peer {
@@ -116,7 +123,9 @@ pub fn prelude(s: &mut Session, ours: &Ours, timeout: Duration) -> Result<Agreed
     agreed.cycle_buffer = CYCLE_BUFFER.max(cycle);
     agreed.mtu = ours.mtu.min(s.mtu(ours.mtu, timeout)?);
     if s.peer_value() >= NEGOTIATE_FROM {
-        agreed.peer = Some(s.negotiate(&ours.negotiation, timeout)?);
+        // perftest negotiates after check_mtu, with the size it may have lowered to the MTU.
+        let mine = negotiation(&ours.facts, agreed.mtu, ours.device);
+        agreed.peer = Some(s.negotiate(&mine, timeout)?);
     }
     Ok(agreed)
 }

@@ -124,7 +124,19 @@ fn walk(shape: &Shape, s: TcpStream) -> Result<()> {
     let ours = Ours {
         dont_xchg_versions: false,
         mtu: 1024,
-        negotiation: wire::Negotiation::default(),
+        facts: RunFacts {
+            program: shape.program,
+            conn: QpType::Rc,
+            atomic: AtomicArg::FetchAndAdd,
+            all: shape.all,
+            size: 2,
+            size_given: false,
+            iters: Some(1000),
+            duration: None,
+            qps: 1,
+            gbits: false,
+        },
+        device: DeviceSummary::default(),
     };
     let agreed = prelude(&mut session, &ours, t)?;
     assert_eq!((agreed.mtu, agreed.cycle_buffer), (1024, 4096));

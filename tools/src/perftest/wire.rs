@@ -24,6 +24,8 @@ pub const MIN_PEER_VERSION: f64 = 5.70;
 
 /// From this version on both ends swap [`Negotiation`] after the MTU (`negotiate_params`:
 /// skipped when `atof(rem_version) < 6.28`; 6.28 itself negotiates unconditionally).
+// A version number, not τ.
+#[allow(clippy::approx_constant)]
 pub const NEGOTIATE_FROM: f64 = 6.28;
 
 /// Peers before this version write `"done"` after the closing handshake (`ctx_close_connection`;

@@ -161,13 +161,13 @@ fn every_bandwidth_test_on_every_connection_perftest_allows() {
             &["write", "-b", "-n", "200", "-s", "1024"],
             "RDMA_Write Bidirectional BW Test",
             1024.0,
-            400.0,
+            200.0,
         ),
         (
             &["send", "-b", "-n", "100", "-s", "1024", "-q", "2"],
             "Send Bidirectional BW Test",
             1024.0,
-            400.0,
+            200.0,
         ),
     ] {
         let out = ok(BW, &[args, &["--loopback"]].concat());

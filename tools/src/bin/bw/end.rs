@@ -151,9 +151,13 @@ pub(super) struct Sink {
     /// Messages per QP to expect (`None`: until told to stop).
     pub(super) iters: Option<u64>,
     pub(super) rx_depth: u64,
+    /// Messages received this size, per QP.
     pub(super) received: Vec<u64>,
-    pub(super) posted: Vec<u64>,
+    /// Receives posted and not consumed yet, per QP (the connect posted `rx_depth` of them).
+    pub(super) outstanding: Vec<u64>,
     pub(super) last_arrival: Instant,
+    /// When this size's first message arrived.
+    pub(super) first_arrival: Option<Instant>,
 }
 
 impl Sink {
@@ -163,8 +167,9 @@ impl Sink {
             iters: p.run.length.iters(),
             rx_depth: u64::from(p.run.rx_depth),
             received: vec![0; n],
-            posted: vec![u64::from(p.run.rx_depth); n],
+            outstanding: vec![u64::from(p.run.rx_depth); n],
             last_arrival: Instant::now(),
+            first_arrival: None,
         }
     }
 
@@ -180,12 +185,37 @@ impl Sink {
         self.total().is_some_and(|t| self.got() >= t)
     }
 
+    /// The receives QP `q` wants posted at the start of a size: up to `-r`, or the size's
+    /// messages if fewer, less those still posted from the last size (perftest posts `-r`
+    /// receives for every size, `ctx_set_recv_wqes`).
+    pub(super) fn top_up(&self, q: usize) -> u64 {
+        let want = self.iters.map_or(self.rx_depth, |n| self.rx_depth.min(n));
+        want.saturating_sub(self.outstanding[q])
+    }
+
+    /// One message arrived on QP `q` at `now`: whether to post its receive again (while the
+    /// receives posted do not cover the rest of the size's messages).
+    pub(super) fn arrived(&mut self, q: usize, now: Instant) -> bool {
+        self.received[q] += 1;
+        self.outstanding[q] = self.outstanding[q].saturating_sub(1);
+        self.last_arrival = now;
+        self.first_arrival.get_or_insert(now);
+        let again = self
+            .iters
+            .is_none_or(|n| self.received[q] + self.outstanding[q] < n);
+        if again {
+            self.outstanding[q] += 1;
+        }
+        again
+    }
+
     /// Prepare for the next size: the receives still posted carry over.
     pub(super) fn next_size(&mut self) {
-        for (r, p) in self.received.iter_mut().zip(self.posted.iter_mut()) {
-            *p = p.saturating_sub(*r).max(self.rx_depth.min(*p));
+        for r in &mut self.received {
             *r = 0;
         }
+        self.first_arrival = None;
+        self.last_arrival = Instant::now();
     }
 }
 
@@ -269,6 +299,17 @@ impl<'a, P: DataPath> BwEnd<'a, P> {
             (s, true) => *s = Some(Sink::new(p)),
             (s, false) => *s = None,
         }
+        if let Some(s) = &mut self.sink {
+            // Every message of the size finds a receive: what the last size consumed is
+            // posted again now (a SEND that finds none waits for RNR retries on RC, and is
+            // dropped on UC and UD).
+            for q in 0..s.outstanding.len() {
+                for _ in 0..s.top_up(q) {
+                    self.path.post_recv(q, 0, self.recv_sge)?;
+                    s.outstanding[q] += 1;
+                }
+            }
+        }
         self.last_progress = Instant::now();
         Ok(())
     }
@@ -329,11 +370,8 @@ impl<'a, P: DataPath> BwEnd<'a, P> {
                         d.wr_id
                     )));
                 };
-                s.received[d.qp] += 1;
-                s.last_arrival = now;
-                if s.iters.is_none_or(|n| s.posted[d.qp] < n) {
+                if s.arrived(d.qp, now) {
                     self.path.post_recv(d.qp, d.wr_id, self.recv_sge)?;
-                    s.posted[d.qp] += 1;
                 }
             } else if let Some(f) = &mut self.flow {
                 f.retire(d.qp, d.wr_id, now);

@@ -33,6 +33,7 @@
 #![forbid(unsafe_code)]
 
 mod end;
+mod perftest;
 mod plan;
 
 use clap::Parser;
@@ -190,7 +191,13 @@ fn run_on(a: &BwArgs, p: &Plan, devs: &Devices) -> Result<()> {
             )));
         }
     }
+    run::check_perftest(c, devs)?;
     let rv = run::rendezvous(c, p.run.quiet)?;
+    if let Some(rv) = &rv {
+        if let Some(session) = run::first_contact(rv, c, devs, params.io_timeout)? {
+            return perftest::run(a, p, devs, &params, session);
+        }
+    }
     match c.path {
         PathKind::Direct => run_direct(a, p, devs, &params, rv.as_ref()),
         PathKind::Verbs => run_verbs(a, p, devs, &params, rv.as_ref()),
@@ -199,11 +206,33 @@ fn run_on(a: &BwArgs, p: &Plan, devs: &Devices) -> Result<()> {
 
 /// One end on this library's data path, with the doorbell mode `--doorbell` asks for.
 fn direct_end(ctx: &mlx5_ctx::Context, p: &Plan) -> Result<(Resources, u32)> {
-    let (mut r, inline) = Resources::with_inline(ctx, &p.cfg(), p.run.inline)?;
+    direct_end_with(ctx, p, &p.cfg())
+}
+
+/// [`direct_end`] of the shape `cfg`.
+fn direct_end_with(
+    ctx: &mlx5_ctx::Context,
+    p: &Plan,
+    cfg: &mlx5_tools::resources::ResourcesCfg,
+) -> Result<(Resources, u32)> {
+    let (mut r, inline) = Resources::with_inline(ctx, cfg, p.run.inline)?;
     if let Some(mode) = p.run.doorbell {
         r.set_doorbell_mode(mode)?;
     }
     Ok((r, inline))
+}
+
+/// The banner's doorbell line of an end on this library's data path.
+fn doorbell_of(p: &Plan, me: &Resources) -> String {
+    match (me.doorbell_mode(), me.other_doorbell_modes()) {
+        (Some(m), 0) => describe_doorbell(m, p.run.doorbell.is_some()),
+        (Some(m), k) => format!(
+            "{}; {k} of {} QPs on shared BlueFlame registers: 8-byte doorbell",
+            describe_doorbell(m, p.run.doorbell.is_some()),
+            me.qps.len()
+        ),
+        (None, _) => String::new(),
+    }
 }
 
 fn buffers(conns: &[Connection]) -> Result<Vec<RemoteBuffer>> {
@@ -228,15 +257,7 @@ fn run_direct(
     rv: Option<&Rendezvous>,
 ) -> Result<()> {
     let (mut me, inline_a) = direct_end(&devs.local, p)?;
-    let doorbell = match (me.doorbell_mode(), me.other_doorbell_modes()) {
-        (Some(m), 0) => describe_doorbell(m, p.run.doorbell.is_some()),
-        (Some(m), k) => format!(
-            "{}; {k} of {} QPs on shared BlueFlame registers: 8-byte doorbell",
-            describe_doorbell(m, p.run.doorbell.is_some()),
-            me.qps.len()
-        ),
-        (None, _) => String::new(),
-    };
+    let doorbell = doorbell_of(p, &me);
     let end_a = me.end(params);
     let recv_a = p.run.receives(&me.mr)?;
     let (mut links_a, mr) = me.links(recv_a);

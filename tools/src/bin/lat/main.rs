@@ -32,6 +32,7 @@
 //! samples and the report).
 #![forbid(unsafe_code)]
 
+mod perftest;
 mod pinger;
 mod plan;
 mod record;
@@ -74,7 +75,13 @@ fn main() -> ExitCode {
 fn run_on(args: &LatArgs, p: &Plan, devs: &Devices) -> Result<()> {
     let c = &args.common;
     let params = run::checked_params(devs, c, &p.run.params)?;
+    run::check_perftest(c, devs)?;
     let rv = run::rendezvous(c, p.run.quiet)?;
+    if let Some(rv) = &rv {
+        if let Some(session) = run::first_contact(rv, c, devs, params.io_timeout)? {
+            return perftest::run(args, p, devs, &params, session);
+        }
+    }
     match c.path {
         PathKind::Direct => run_direct(args, p, devs, &params, rv.as_ref()),
         PathKind::Verbs => run_verbs(args, p, devs, &params, rv.as_ref()),
