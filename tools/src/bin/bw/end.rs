@@ -2,12 +2,13 @@
 //! reaps), the receiver's sink, and the end that drives them over its data path.
 
 use super::plan::Plan;
-use super::{LOSS_GRACE, STALL};
+use super::LOSS_GRACE;
 use mlx5_connect::RemoteBuffer;
 use mlx5_ctx::Mr;
 use mlx5_qp::{RemoteAddr, Sge};
 use mlx5_tools::args::{AtomicArg, Length, Test};
 use mlx5_tools::path::{DataPath, Done, Op, Post};
+use mlx5_tools::patience::{self, Pace, Patience};
 use mlx5_tools::stats::BwStats;
 use mlx5_tools::{Error, Result};
 use std::time::{Duration, Instant};
@@ -237,6 +238,12 @@ pub(super) struct BwEnd<'a, P> {
     pub(super) yield_idle: bool,
     pub(super) mr: &'a Mr,
     pub(super) last_progress: Instant,
+    /// The device's slowest legitimate pace ([`Pace::of`]; the caller sets it).
+    pub(super) pace: Pace,
+    /// The transport's retry budget and how a user names it.
+    pub(super) budget: (Option<Duration>, String),
+    /// How long a wait of the current size may go without a completion ([`BwEnd::start`]).
+    pub(super) patience: Patience,
 }
 
 impl<'a, P: DataPath> BwEnd<'a, P> {
@@ -267,6 +274,15 @@ impl<'a, P: DataPath> BwEnd<'a, P> {
             yield_idle: false,
             mr,
             last_progress: Instant::now(),
+            pace: Pace::SOFTWARE_VERBS,
+            budget: (
+                patience::retry_budget(p.run.conn, p.run.params.timeout, p.run.params.retry_cnt),
+                patience::describe_budget(p.run.conn, p.run.params.timeout, p.run.params.retry_cnt),
+            ),
+            patience: Patience {
+                limit: patience::MIN_PATIENCE,
+                why: String::new(),
+            },
         })
     }
 
@@ -294,6 +310,17 @@ impl<'a, P: DataPath> BwEnd<'a, P> {
             self.mr.fill(0, size as usize, 0xa5)?;
         }
         self.flow = sends.then(|| Flow::new(p, size, depth));
+        // Between two completions at most a window of messages on every QP moves: what that
+        // takes at the device's slowest pace, and the transport's retries.
+        let window = u64::from(depth.max(1)).saturating_mul(self.peers.len().max(1) as u64);
+        self.patience = Patience::for_work(
+            self.pace,
+            size.saturating_mul(window),
+            window,
+            Duration::ZERO,
+            self.budget.0,
+            &self.budget.1,
+        );
         match (&mut self.sink, recvs) {
             (Some(s), true) => s.next_size(),
             (s, true) => *s = Some(Sink::new(p)),
@@ -403,16 +430,53 @@ impl<'a, P: DataPath> BwEnd<'a, P> {
         }
     }
 
+    /// An error when this end waits for something (its flow's completions, its sink's
+    /// messages) and nothing came for longer than the size's patience; `Ok` otherwise (an end
+    /// with nothing to wait for never stalls, however long the run).
     pub(super) fn stalled(&self) -> Result<()> {
-        if self.last_progress.elapsed() > STALL {
-            let what = if self.flow_done() {
-                "the peer's SENDs"
-            } else {
-                "send completions"
-            };
-            return Err(Error::stalled(what, STALL.as_secs()));
+        let flow = self.flow.as_ref().filter(|f| !f.is_done());
+        let sink = self.sink.as_ref().filter(|s| !s.is_done());
+        if (flow.is_none() && sink.is_none()) || self.last_progress.elapsed() <= self.patience.limit
+        {
+            return Ok(());
         }
-        Ok(())
+        let name = match self.test {
+            Test::Write => "RDMA WRITE",
+            Test::Send => "SEND",
+            Test::Read => "RDMA READ",
+            Test::Atomic => "atomic",
+        };
+        let (what, doing) = match (flow, sink) {
+            (Some(f), _) => {
+                let out: u64 = f.posted.iter().zip(&f.done).map(|(p, d)| p - d).sum();
+                (
+                    "send completions",
+                    format!(
+                        "{out} {name}(s) of {} were outstanding on {} QP(s) ({} of {} done)",
+                        mlx5_tools::limits::human(f.size),
+                        f.posted.len(),
+                        f.completed,
+                        f.total()
+                            .map_or_else(|| "a timed run".into(), |t| t.to_string())
+                    ),
+                )
+            }
+            (None, Some(s)) => (
+                "the peer's SENDs",
+                format!(
+                    "this side waited for SENDs ({} received{})",
+                    s.got(),
+                    s.total().map_or_else(String::new, |t| format!(" of {t}"))
+                ),
+            ),
+            (None, None) => ("nothing", String::new()),
+        };
+        Err(Error::stuck(
+            what,
+            self.patience.limit,
+            &doing,
+            &self.patience.why,
+        ))
     }
 
     pub(super) fn idle(&self) {
