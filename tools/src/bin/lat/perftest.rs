@@ -305,14 +305,7 @@ fn drive<P: DataPath>(
         .render(),
     );
     let whole = peer_run(p, devs, &s);
-    me.patience = Patience::for_work(
-        Pace::of(devs),
-        s.sizes.iter().copied().max().unwrap_or(8).saturating_mul(2),
-        2,
-        Duration::ZERO,
-        patience::retry_budget(p.run.conn, s.params.timeout, s.params.retry_cnt),
-        &patience::describe_budget(p.run.conn, s.params.timeout, s.params.retry_cnt),
-    );
+    me.pace(Pace::of(devs), p, &s.params);
     let mut rep = Reporter::new(p, title);
     rep.iterations = p.run.length.iters();
     if reports {

@@ -2,17 +2,16 @@
 //! channel and the NIC's timestamps.
 
 use super::plan::{Plan, MAX_OUTSTANDING_SENDS};
-use super::STALL;
 use mlx5_connect::{AbortCode, Connection, ControlEvent, RemoteBuffer};
 use mlx5_ctx::Mr;
 use mlx5_qp::{RemoteAddr, Sge};
 use mlx5_tools::args::{AtomicArg, Test};
 use mlx5_tools::path::{DataPath, Done, Op, Post};
-use mlx5_tools::patience::Patience;
+use mlx5_tools::patience::{self, Pace, Patience};
 use mlx5_tools::run;
 use mlx5_tools::timestamps::{self, NicRecorder};
 use mlx5_tools::{Error, Result};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// `--timestamps` on the measuring end: the device clock and the markers' stamps.
 pub(super) struct Nic {
@@ -111,10 +110,28 @@ impl<'a, P: DataPath> Pinger<'a, P> {
             remote_off: p.run.half,
             deadline: None,
             patience: Patience {
-                limit: STALL,
-                why: "a fixed limit".into(),
+                limit: mlx5_tools::patience::MIN_PATIENCE,
+                why: String::new(),
             },
         })
+    }
+
+    /// Give every wait the time a ping-pong of the run's largest message takes at `pace`
+    /// (and the peer's report between two sizes: sorting its samples), with the transport's
+    /// retries (`mlx5_tools::patience`).
+    pub(super) fn pace(&mut self, pace: Pace, p: &Plan, params: &mlx5_connect::ConnectParams) {
+        let max = p.run.sizes.iter().copied().max().unwrap_or(8);
+        let n = p.run.length.iters().unwrap_or(0);
+        // Sorting n samples: about 200 ns each, n log n at most.
+        let report = Duration::from_nanos(n.saturating_mul(200));
+        self.patience = Patience::for_work(
+            pace,
+            max.saturating_mul(2),
+            2,
+            report,
+            patience::retry_budget(p.run.conn, params.timeout, params.retry_cnt),
+            &patience::describe_budget(p.run.conn, params.timeout, params.retry_cnt),
+        );
     }
 
     pub(super) fn remote(&self, off: usize) -> RemoteAddr {
@@ -226,7 +243,19 @@ impl<'a, P: DataPath> Pinger<'a, P> {
                     return Ok(Waited::Stopped);
                 }
                 if start.elapsed() > self.patience.limit {
-                    return Err(Error::stalled(what, self.patience.limit.as_secs()));
+                    let doing = format!(
+                        "{} of this side's {} send(s) were outstanding and {} receive(s) had \
+                         completed",
+                        self.sends_posted - self.sends_done,
+                        self.sends_posted,
+                        self.recvs
+                    );
+                    return Err(Error::stuck(
+                        what,
+                        self.patience.limit,
+                        &doing,
+                        &self.patience.why,
+                    ));
                 }
             }
             if self.yield_idle {
