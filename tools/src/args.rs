@@ -9,7 +9,7 @@
 //! (`docs/perftest.md` has the side-by-side table).
 
 use super::error::{Error, Result};
-use crate::hello::{RunShape, Sizes, TestKind, Tool};
+use crate::hello::{AtomicOp, RunShape, Sizes, TestKind, Tool};
 use crate::path::GRH;
 use crate::{limits, report};
 use clap::{Args, Parser, ValueEnum};
@@ -604,11 +604,16 @@ impl Common {
         };
         let mut shape = RunShape::new(tool, test.kind(), which, 0);
         shape.conn = self.connection.qp_type();
+        shape.atomic = (test == Test::Atomic).then_some(match self.atomic_type {
+            AtomicArg::CmpAndSwap => AtomicOp::CmpAndSwap,
+            AtomicArg::FetchAndAdd => AtomicOp::FetchAndAdd,
+        });
         match length {
             Length::Iters(n) => shape.iters = n,
-            Length::Duration { secs, .. } => {
+            Length::Duration { secs, margin } => {
                 shape.iters = secs;
                 shape.duration = true;
+                shape.margin = margin;
             }
         }
         shape
