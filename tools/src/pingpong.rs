@@ -507,6 +507,34 @@ mod tests {
     }
 
     #[test]
+    fn a_wait_for_a_message_follows_its_size() {
+        // `rc_pingpong --loopback -s 1073741824 -n 2` failed at a fixed 10 s: filling,
+        // moving and checking a gigabyte takes longer. The wait's limit is what that takes at
+        // the software ConnectX's slowest pace (`crate::patience`).
+        let devs = crate::devices::Devices::sim_pair(false).unwrap();
+        let rv = Rendezvous::client("127.0.0.1", 1);
+        let o = opts(&["--loopback"]);
+        let setup = |size: usize| Setup {
+            devs: &devs,
+            rv: &rv,
+            opts: &o,
+            size,
+            params: ConnectParams::default(),
+            tag: "",
+        };
+        let small = setup(4096).patience();
+        assert!(small.limit < Duration::from_secs(12), "{small:?}");
+        let big = setup(1 << 30).patience();
+        // 2 GiB moved at 1 MiB/s, 2 GiB of pattern at 32 MiB/s.
+        assert!(big.limit > Duration::from_secs(2048 + 64), "{big:?}");
+        assert!(
+            big.why.contains("2.0 GiB") && big.why.contains("the software ConnectX"),
+            "{}",
+            big.why
+        );
+    }
+
+    #[test]
     fn ibv_pingpong_flags_parse_and_are_checked() {
         let o = opts(&[
             "-p", "1", "-d", "mlx5_0", "-i", "1", "-g", "3", "-s", "64", "-m", "2048", "-r", "16",

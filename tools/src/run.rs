@@ -40,6 +40,9 @@ pub fn on_run_devices<T>(
     c: &Common,
     f: impl FnOnce(&Devices) -> Result<T>,
 ) -> Result<T> {
+    for n in c.notes() {
+        eprintln!("{tool}: note: {n}");
+    }
     if c.cpu_freq {
         eprintln!(
             "{tool}: note: -F changes nothing here: these tools time with the monotonic clock, \
@@ -260,7 +263,10 @@ impl RunPlan {
             atomic: c.atomic_type,
             sizes,
             length,
-            inline: InlineRequest::new(c.inline, test.default_inline(c.connection)),
+            inline: InlineRequest::new(
+                c.inline,
+                test.default_inline(c.connection, tool == Tool::Bw),
+            ),
             doorbell: c.doorbell_mode()?,
             half,
             rx_depth: c.rx_depth,

@@ -42,6 +42,18 @@ pub struct LatencyStats {
     pub p999: f64,
 }
 
+/// The median of sorted samples as perftest takes it (`get_median`, `src/perftest_parameters.c`):
+/// the middle sample of an odd count, the mean of the two middle ones of an even count. Both
+/// `t_typical` and the `p50` of the percentile line are this one value.
+pub fn median_of_sorted(sorted: &[u64]) -> f64 {
+    let n = sorted.len();
+    match n {
+        0 => 0.0,
+        _ if n.is_multiple_of(2) => (sorted[n / 2 - 1] as f64 + sorted[n / 2] as f64) / 2.0,
+        _ => sorted[n / 2] as f64,
+    }
+}
+
 /// The sample at `quantile` (0..=1) of sorted samples, perftest's way: index ⌈n × q⌉, at most
 /// the last.
 pub fn quantile_of_sorted(sorted: &[u64], quantile: f64) -> u64 {
@@ -69,12 +81,7 @@ impl LatencyStats {
             .map(|&s| (s as f64 - mean) * (s as f64 - mean))
             .sum::<f64>()
             / n as f64;
-        // perftest `get_median`: the mean of the two middle samples of an even count.
-        let median = if n.is_multiple_of(2) {
-            (sorted[n / 2 - 1] as f64 + sorted[n / 2] as f64) / 2.0
-        } else {
-            sorted[n / 2] as f64
-        };
+        let median = median_of_sorted(sorted);
         Some(LatencyStats {
             bytes,
             iterations: n as u64,

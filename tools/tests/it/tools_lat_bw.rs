@@ -620,6 +620,15 @@ fn server_and_client_of_different_runs_name_every_difference() {
         assert!(server.contains(want), "server: {server}");
         assert!(client.contains(want), "client: {client}");
     }
+    // -A is SYMMETRIC in perftest: an atomic server and a CMP_AND_SWAP client both ran.
+    let (server, client) = refused_pair(
+        (lat, &["atomic", "-n", "40"]),
+        (lat, &["atomic", "-n", "40", "-A", "CMP_AND_SWAP"]),
+        Duration::from_secs(8),
+    );
+    let want = "client -A CMP_AND_SWAP, server -A FETCH_AND_ADD: start both with the same -A";
+    assert!(server.contains(want), "server: {server}");
+    assert!(client.contains(want), "client: {client}");
     // A lat client at a bw server's port: the tool differs, nothing else.
     let (server, client) = refused_pair(
         (bw, &["write", "-n", "40", "-s", "32"]),

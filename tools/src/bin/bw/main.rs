@@ -386,9 +386,16 @@ fn loss_note<P: DataPath>(p: &Plan, e: &BwEnd<'_, P>) {
     if let Some(s) = &e.sink {
         if let Some(t) = s.total() {
             if s.got() < t {
+                // What the receiving device counted meanwhile says which loss it was.
+                let seen = e.loss_counters_since();
+                let why = if seen.is_empty() {
+                    "its device counted no dropped packet".to_string()
+                } else {
+                    format!("its device counted {}", seen.join(", "))
+                };
                 p.run.say(&format!(
-                    " note: {} of {t} messages arrived: {} drops a message that finds no \
-                     receive posted",
+                    " note: {} of {t} messages arrived ({} drops a message that finds no \
+                     receive posted, or one of whose packets was lost; {why})",
                     s.got(),
                     p.run.conn.name()
                 ));

@@ -403,8 +403,7 @@ fn one_size<P: DataPath>(
             (Some(_), Some(end)) => Instant::now() >= end,
             // A lost UC/UD message never comes: once messages came, a pause ends the wait.
             (Some(k), None) => {
-                k.is_done()
-                    || (lossy && k.got() > 0 && k.last_arrival.elapsed() > super::LOSS_GRACE)
+                k.is_done() || (lossy && k.got() > 0 && k.last_arrival.elapsed() > e.loss_grace())
             }
         };
         if e.flow_done() && sink_done {
