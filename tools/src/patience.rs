@@ -42,17 +42,36 @@ impl Pace {
         what: "an RDMA NIC",
     };
 
-    /// The pace of the device of `devs`.
+    /// The pace of the device of `devs`, its floor overridden by [`MIN_BPS_ENV`] when set.
     pub fn of(devs: &Devices) -> Pace {
-        if devs.is_sim() {
+        let pace = if devs.is_sim() {
             Pace::SOFTWARE_CONNECTX
         } else if devs.software {
             Pace::SOFTWARE_VERBS
         } else {
             Pace::NIC
+        };
+        pace.overridden(std::env::var(MIN_BPS_ENV).ok().as_deref())
+    }
+
+    /// This pace with the floor `value` names (bytes per second, a positive number), when
+    /// it names one.
+    pub fn overridden(self, value: Option<&str>) -> Pace {
+        match value.and_then(|v| v.trim().parse::<u64>().ok()) {
+            Some(bps) if bps > 0 => Pace {
+                floor_bps: bps,
+                what: "the device (at the pace MLX5_TOOLS_MIN_BPS sets)",
+                ..self
+            },
+            _ => self,
         }
     }
 }
+
+/// The environment variable that sets the slowest pace, in bytes per second, the tools
+/// assume a device keeps: a machine slower than the defaults gives it less, a test of the
+/// timeout path more (then a wait gives up sooner).
+pub const MIN_BPS_ENV: &str = "MLX5_TOOLS_MIN_BPS";
 
 /// What the transport spends retrying before it reports an error: an RC requester waits the
 /// local ACK timeout (4.096 µs × 2^`timeout`, IBTA Vol. 1 §9.7.6.1.3) for each of its
@@ -143,7 +162,7 @@ impl Patience {
             human(pace.per_op),
             pace.what
         );
-        if !extra.is_zero() {
+        if extra >= Duration::from_millis(1) {
             why.push_str(&format!(", {} of run time", human(extra)));
         }
         why.push_str(&format!(
@@ -157,6 +176,17 @@ impl Patience {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_floor_can_be_set() {
+        let p = Pace::SOFTWARE_CONNECTX;
+        assert_eq!(p.overridden(None), p);
+        assert_eq!(p.overridden(Some("x")), p);
+        assert_eq!(p.overridden(Some("0")), p);
+        let fast = p.overridden(Some("1000000000"));
+        assert_eq!((fast.floor_bps, fast.per_op), (1_000_000_000, p.per_op));
+        assert!(fast.what.contains("MLX5_TOOLS_MIN_BPS"));
+    }
 
     #[test]
     fn the_retry_budget_is_the_transports() {

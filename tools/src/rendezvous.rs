@@ -1,13 +1,18 @@
 //! The control connection between a server and its client, and how much the UDP link between
-//! two processes' software ConnectX holds. Before the endpoint exchange of `mlx5_connect`
-//! takes the control socket over, both ends swap a hello on it (`super::hello`): the run each
-//! was started for, and a software ConnectX's UDP address and receive buffer, from which both
-//! ends compute how much the link holds at once ([`UdpBudget`]).
+//! two processes' software ConnectX holds. Every control connection starts with the greeting
+//! ([`greet`]): perftest's 16-byte version field (`exchange_versions`, perftest
+//! `src/perftest_communication.c`), which these tools mark as theirs after its NUL. So a server
+//! learns from its client's first bytes, and a client from the reply, whether the peer is stock
+//! perftest ([`Rendezvous::first`]: the run goes on with perftest's exchange,
+//! `crate::perftest`) or another of these tools: then both swap a hello (`super::hello`): the
+//! run each was started for, and a software ConnectX's UDP address and receive buffer, from
+//! which both ends compute how much the link holds at once ([`UdpBudget`]), before the endpoint
+//! exchange of `mlx5_connect` takes the control socket over.
 //!
 //! [`accept`] and [`connect`] open the control socket the way the tools want it: the server
 //! waits for its client as long as it takes (perftest's servers do), the client retries a
 //! refused connection until the server listens or the deadline passes; [`Rendezvous`] does
-//! both and swaps the hello.
+//! both, greets and swaps the hello.
 
 use super::error::{Error, Result};
 use crate::devices::Devices;
@@ -630,6 +635,38 @@ mod tests {
             e.contains("208 KiB") && e.contains("net.core.rmem_max") && e.contains("--loopback"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn greetings_tell_these_tools_from_perftest() {
+        let ours = greeting(false);
+        assert_eq!(&ours[..5], b"6.29\0", "perftest reads a version");
+        assert_eq!(read_greeting(&ours), Ok(Greeted::Ours));
+        let plain = greeting(true);
+        assert!(matches!(read_greeting(&plain), Ok(Greeted::Perftest(v)) if v.text == "6.29"));
+        let stock = wire::encode_version("6.06");
+        assert!(matches!(read_greeting(&stock), Ok(Greeted::Perftest(v)) if v.value == 6.06));
+        // An older build of these tools starts with its hello.
+        let mut old = [0u8; GREETING_LEN];
+        old[..5].copy_from_slice(b"MX5S\x03");
+        assert!(read_greeting(&old).unwrap_err().contains("older build"));
+        let http = *b"GET / HTTP/1.1\r\n";
+        assert!(read_greeting(&http)
+            .unwrap_err()
+            .contains("no perftest version"));
+        // Over a socket: both ends greet; --perftest takes any peer for perftest.
+        for (plain_client, want) in [(false, true), (true, false)] {
+            let l = listen(0).unwrap();
+            let port = l.local_addr().unwrap().port();
+            let server = std::thread::spawn(move || {
+                let (mut s, _) = accept(&l).unwrap();
+                greet(&mut s, false, false, Duration::from_secs(5)).unwrap()
+            });
+            let (mut c, _) = connect("127.0.0.1", port, Duration::from_secs(5)).unwrap();
+            let g = greet(&mut c, true, plain_client, Duration::from_secs(5)).unwrap();
+            assert_eq!(g == Greeted::Ours, want);
+            assert_eq!(server.join().unwrap() == Greeted::Ours, want);
+        }
     }
 
     #[test]
