@@ -1,4 +1,4 @@
-//! Walking a perftest run's steps ([`super::script`]) over its [`Session`]: the endpoint
+//! Walking a perftest run's steps ([`super::script()`]) over its [`Session`]: the endpoint
 //! handshakes and the connect of every QP (the phases of `mlx5_connect`'s out-of-band
 //! connect, with perftest's messages between them), then what the run does around its traffic.
 

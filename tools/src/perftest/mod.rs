@@ -13,7 +13,7 @@
 //!    both ends when their runs differ;
 //! 2. per QP an endpoint message ([`wire::Dest`]: LID, outstanding reads, QPN, PSN, rkey,
 //!    address, GID, SRQN as colon-separated hex text, 108 bytes on RoCE), the connect, and
-//!    synchronising handshakes, in each program's order ([`script`]);
+//!    synchronising handshakes, in each program's order ([`script()`]);
 //! 3. the runs, the bandwidth reports of `ib_*_bw` (5 fields of 8 bytes) and the closing
 //!    handshake.
 //!
