@@ -481,8 +481,19 @@ impl FabricThread {
     }
 }
 
+/// How long a stopping fabric thread lets the frames already on the wire leave.
+const DRAIN_ON_STOP: Duration = Duration::from_millis(200);
+
 impl Drop for FabricThread {
+    /// Lets the frames already on the wire leave (bounded by [`DRAIN_ON_STOP`]), as a NIC
+    /// sends what it has queued whatever its process does next: a program that exits right
+    /// after its last completion would otherwise take its last ACK or NAK with it, and its
+    /// peer would retry into RETRY_EXC_ERR. Then stops the thread.
     fn drop(&mut self) {
+        let end = Instant::now() + DRAIN_ON_STOP;
+        while self.inner.lock().wire.len() > 0 && Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(1));
+        }
         self.stop.store(true, Ordering::SeqCst);
         self.inner.waker.force();
         if let Some(h) = self.handle.take() {

@@ -85,6 +85,12 @@ pair bw-read-16384-sim-client rxe bw read -s 16384 -n $n
 # sim answers at most 16 response packets a step, so the oldest READ's response starts at
 # once and rxe's ACK timer (-u 14: 67 ms) is re-armed by each packet it takes.
 pair bw-read-16384-rxe-client sim bw read -s 16384 -n $n
+# Stock perftest on rxe_tap against lat/bw on the software ConnectX, each way.
+"$(dirname "$0")/perftest-interop.sh" tap "$lat" "$bw" >"$work/perftest.out" 2>&1
+grep -vE '^perftest-interop: ' "$work/perftest.out"
+pass=$((pass + $(grep -c '^ok ' "$work/perftest.out")))
+failn=$((failn + $(grep -c '^FAIL ' "$work/perftest.out")))
+grep -q '^perftest-interop: ' "$work/perftest.out" || bad perftest-interop "did not finish"
 }
 
 # The interop cases, in one process holding the tap for the whole run: a capture is taken on

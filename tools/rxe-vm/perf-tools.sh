@@ -17,7 +17,10 @@
 #   -I above what rxe grants: refused naming the largest size ibv_create_qp grants, and a run
 #     with -I (and -s) of exactly that size works;
 #   a bw server with -q 2 and a client with -q 1 (rxe0, rxe1): both exit 1 at connect naming
-#     both values.
+#     both values;
+#   against stock perftest (perftest-interop.sh rxe): lat and bw on one rxe device, Debian's
+#     ib_write_lat, ib_send_bw, ... on the other, each as the server and as the client
+#     (RXE_VM_PERFTEST=0 leaves it out).
 # Every run must exit 0 (the refusals 2, the mismatched pair 1) and the two-process runs must show the IPv4 RoCE v2
 # GIDs of rxe0 (192.0.2.1) and rxe1 (192.0.2.2) crosswise, else the script stops there with
 # exit 1 after printing what the tools printed; at the end every measuring run's output must
@@ -180,7 +183,7 @@ expect "$work/lat-ud.out" lat 512 20
 one bw-send "$bw" send "${v[@]}" -d rxe0 --loopback -n 200 -s 2048
 expect "$work/bw-send.out" bw 2048 200
 one bw-bidir "$bw" write -b "${v[@]}" -d rxe0 --loopback -n 100 -s 1024
-expect "$work/bw-bidir.out" bw 1024 200
+expect "$work/bw-bidir.out" bw 1024 100
 
 two lat-write2 "$lat" write "${v[@]}" -n 50 -s 32
 expect "$work/lat-write2-client.out" lat 32 50
@@ -211,4 +214,8 @@ grep -qF "Max inline data: ${max}[B]" "$work/lat-inline-max.out" \
   || fail "lat-inline-max: the banner does not show -I $max"
 expect "$work/lat-inline-max.out" lat "$max" 20
 check_all || { say "FAILED: output checks (above)"; exit 1; }
+# Against stock perftest (ib_write_lat, ib_send_bw, ... on the other rxe device), each way.
+if [ "${RXE_VM_PERFTEST:-1}" != 0 ]; then
+  "$(dirname "$0")/perftest-interop.sh" rxe "$lat" "$bw" || fail "lat/bw against stock perftest (above)"
+fi
 say "passed ($((SECONDS - start)) s)"

@@ -8,7 +8,9 @@
 # 3. inside it (interop-guest.sh): creates tap0 (192.168.77.1/24) with Soft-RoCE `rxe_tap` bound
 #    to it; the software ConnectX opens tap0 as 192.168.77.2 and speaks native RoCEv2 (Ethernet,
 #    IPv4, UDP 4791, BTH..., ICRC) to rxe. Cases: lat and bw with `--path direct` on the
-#    software ConnectX against `--path verbs` on rxe (both roles), then rxe-interop's cases
+#    software ConnectX against `--path verbs` on rxe (both roles), against stock perftest
+#    (ib_write_lat, ib_send_bw, ... on rxe; perftest-interop.sh tap, both roles), then
+#    rxe-interop's cases
 #    (RC SEND/SEND_IMM/WRITE/WRITE_IMM/READ/CAS/FAA both ways, UD and UC both ways, RNR and RNR
 #    exhaustion, loss recovered both ways, PSN wrap, masked atomics refused), ARP, every frame
 #    of the software ConnectX accepted by rxe (its counters), a capture on tap0 decoded by
@@ -48,7 +50,7 @@ for b in "${bins[@]}"; do
 done
 [ -n "$lat" ] && [ -n "$bw" ] && [ -n "$peer" ] || { say "FAILED: binaries not found in cargo's output"; exit 2; }
 export RXE_VM_NDEV=0 RXE_VM_TIMEOUT=${RXE_VM_TIMEOUT:-900}
-export RXE_VM_ENV="INTEROP_ITERS INTEROP_ONLY INTEROP_SKIP_TOOLS RUST_BACKTRACE ${RXE_VM_ENV:-}"
+export RXE_VM_ENV="INTEROP_ITERS INTEROP_ONLY INTEROP_SKIP_TOOLS PERFTEST_INTEROP_ITERS PERFTEST_INTEROP_KEEP RUST_BACKTRACE ${RXE_VM_ENV:-}"
 say "booting the Soft-RoCE VM (about 8 s under TCG) and running the interop suite inside"
 set +e
 "$here/run.sh" "$(printf '%q ' "$here/interop-guest.sh" "$lat" "$bw" "$peer")"

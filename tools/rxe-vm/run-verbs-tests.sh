@@ -74,7 +74,7 @@ fi
 args=
 [ $# -eq 0 ] || args=$(printf ' %q' "$@")
 export MLX5_HW_RXE_VM=1 RUST_BACKTRACE=${RUST_BACKTRACE:-1}
-export RXE_VM_ENV="MLX5_HW_RXE_VM RUST_BACKTRACE ${RXE_VM_ENV:-}"
+export RXE_VM_ENV="MLX5_HW_RXE_VM RUST_BACKTRACE RXE_VM_PERFTEST PERFTEST_INTEROP_ITERS PERFTEST_INTEROP_KEEP ${RXE_VM_ENV:-}"
 say "booting the Soft-RoCE VM (TCG: about 8 s) and running the tests inside"
 start=$SECONDS
 set +e

@@ -9,7 +9,7 @@
 //! (`docs/perftest.md` has the side-by-side table).
 
 use super::error::{Error, Result};
-use crate::hello::{RunShape, Sizes, TestKind, Tool};
+use crate::hello::{AtomicOp, RunShape, Sizes, TestKind, Tool};
 use crate::path::GRH;
 use crate::{limits, report};
 use clap::{Args, Parser, ValueEnum};
@@ -234,13 +234,16 @@ impl Test {
         }
     }
 
-    /// The inline size asked for without `-I` (perftest `DEF_INLINE_WRITE`,
-    /// `DEF_INLINE_SEND_RC_UC`, `DEF_INLINE_SEND_UD`; READ and atomics send nothing inline).
-    pub fn default_inline(self, c: ConnArg) -> u32 {
-        match (self, c) {
-            (Test::Write, _) => 220,
-            (Test::Send, ConnArg::Ud) => 188,
-            (Test::Send, _) => 236,
+    /// The inline size asked for without `-I`, perftest's (`ctx_set_max_inline`): for the
+    /// latency tests (`bw` false) `DEF_INLINE_WRITE`, `DEF_INLINE_SEND_RC_UC`,
+    /// `DEF_INLINE_SEND_UD` (READ and atomics send nothing inline); for the bandwidth tests 0,
+    /// so that small-message figures compare with `ib_*_bw`'s (`-I` asks for more).
+    pub fn default_inline(self, c: ConnArg, bw: bool) -> u32 {
+        match (self, c, bw) {
+            (_, _, true) => 0,
+            (Test::Write, _, _) => 220,
+            (Test::Send, ConnArg::Ud, _) => 188,
+            (Test::Send, _, _) => 236,
             _ => 0,
         }
     }
@@ -265,8 +268,9 @@ pub struct Common {
     /// TCP port of the endpoint exchange (0: the server picks a free one and prints it).
     #[arg(short = 'p', long = "port", default_value_t = 18515)]
     pub port: u16,
-    /// Message size in bytes, 1 to 1 GiB [default: lat 2, bw 65536; atomic: 8, the only size].
-    #[arg(short = 's', long = "size")]
+    /// Message size in bytes, 1 to 1 GiB, as perftest reads it: decimal, 0x hexadecimal, with a
+    /// K or M suffix (64K, 0x10M) [default: lat 2, bw 65536; atomic: 8, the only size].
+    #[arg(short = 's', long = "size", value_parser = parse_size)]
     pub size: Option<u64>,
     /// Iterations per message size [default: lat 1000; bw write 5000, others 1000].
     #[arg(short = 'n', long = "iters")]
@@ -297,7 +301,8 @@ pub struct Common {
     #[arg(short = 'u', long = "qp-timeout", default_value_t = 14)]
     pub qp_timeout: u8,
     /// Largest message sent inline (copied into the WQE). Refused when the device grants a
-    /// QP less [default: write 220, send 236, UD send 188, or what the QP grants if less].
+    /// QP less [default, perftest's: lat write 220, lat send 236, UD 188, or what the QP
+    /// grants if less; bw 0].
     #[arg(short = 'I', long = "inline_size")]
     pub inline: Option<u32>,
     /// Sleep on completion events (the CQ's completion channel) instead of busy-polling.
@@ -332,10 +337,55 @@ pub struct Common {
     /// With --tap: the software ConnectX's IPv4 address on the TAP link [default: 192.168.77.2].
     #[arg(long = "tap-ip", value_name = "IPV4", requires = "tap")]
     pub tap_ip: Option<std::net::Ipv4Addr>,
+    /// Speak perftest's exchange to the peer even when it is another lat/bw (without it the
+    /// exchange is chosen by the peer: these tools recognise each other in their first 16
+    /// bytes and speak perftest's to stock perftest, ib_write_lat, ib_send_bw, ...).
+    #[arg(long)]
+    pub perftest: bool,
+    /// perftest's --dont_xchg_versions: exchange no versions, system data or MTU (implies
+    /// --perftest; stock perftest 4.5 and 26.04 exit at once with it, see docs/perftest.md).
+    #[arg(long = "dont_xchg_versions", alias = "dont-xchg-versions")]
+    pub dont_xchg_versions: bool,
     /// Log more on standard error (-v: every QP state transition; -vv debug; -vvv trace).
     /// RUST_LOG, when set, decides instead (e.g. RUST_LOG=mlx5=info).
     #[arg(short = 'v', long = "verbose", action = clap::ArgAction::Count)]
     pub verbose: u8,
+}
+
+/// `-s`: a size as perftest reads it (`strtol(optarg, NULL, 0)` times 1024 for a `K` suffix,
+/// 1048576 for `M`: `src/perftest_parameters.c`, `parser`): decimal, or hexadecimal after
+/// `0x`. A leading 0 before more digits, which perftest reads as octal (`-s 010` is 8 bytes),
+/// is refused rather than read either way; so is any other suffix.
+pub fn parse_size(text: &str) -> std::result::Result<u64, String> {
+    let t = text.trim();
+    let forms = "perftest's forms: 4096, 0x1000, 4K, 1M, 0x10K";
+    let (num, factor) = match t.as_bytes().last() {
+        Some(b'K') => (&t[..t.len() - 1], 1u64 << 10),
+        Some(b'M') => (&t[..t.len() - 1], 1u64 << 20),
+        _ => (t, 1),
+    };
+    let v = if let Some(hex) = num.strip_prefix("0x").or_else(|| num.strip_prefix("0X")) {
+        if hex.is_empty() || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(format!("{text:?} is not a size ({forms})"));
+        }
+        u64::from_str_radix(hex, 16).map_err(|_| format!("{text:?} is too large"))?
+    } else {
+        if num.is_empty() || !num.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(format!("{text:?} is not a size ({forms})"));
+        }
+        if num.len() > 1 && num.starts_with('0') {
+            return Err(format!(
+                "{text:?}: perftest reads a leading 0 as octal ({} bytes), most people as \
+                 decimal: write it without the 0, or in hexadecimal with 0x",
+                u64::from_str_radix(num, 8)
+                    .map_or_else(|_| "not an octal number".into(), |v| v.to_string())
+            ));
+        }
+        num.parse::<u64>()
+            .map_err(|_| format!("{text:?} is too large"))?
+    };
+    v.checked_mul(factor)
+        .ok_or_else(|| format!("{text:?} is too large"))
 }
 
 /// `--tap NAME`: a name Linux accepts for a network interface (`dev_valid_name`,
@@ -388,6 +438,23 @@ impl Common {
         }
     }
 
+    /// What the command line asks that the run will not do, for the user to know: `-n` with
+    /// `-D` (the duration wins, as perftest's: `force_dependecies` sets the iterations to 0).
+    pub fn notes(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if let (Some(n), Some(d)) = (self.iters, self.duration) {
+            out.push(format!(
+                "-n {n} is ignored: -D {d} runs for a time (as perftest: the duration wins)"
+            ));
+        }
+        out
+    }
+
+    /// Whether perftest's exchange is asked for (`--perftest`, `--dont_xchg_versions`).
+    pub fn plain_perftest(&self) -> bool {
+        self.perftest || self.dont_xchg_versions
+    }
+
     /// Whether this process measures: the client, or both ends here.
     pub fn is_client(&self) -> bool {
         self.loopback || self.server.is_some()
@@ -417,6 +484,17 @@ impl Common {
             return Err(Error::Usage(
                 "--loopback runs both ends here: give no server address".into(),
             ));
+        }
+        if self.loopback && (self.perftest || self.dont_xchg_versions) {
+            return Err(Error::Usage(format!(
+                "{}: --loopback runs both ends in this process, with no exchange on a socket; \
+                 perftest's exchange is for a server and a client process",
+                if self.perftest {
+                    "--perftest"
+                } else {
+                    "--dont_xchg_versions"
+                }
+            )));
         }
         if let Some(t) = &self.tap {
             if self.loopback {
@@ -484,10 +562,10 @@ impl Common {
                     "-D {d}: the duration is 1 to 86400 seconds"
                 )));
             }
-            if self.iters.is_some() || self.all {
+            if self.all {
                 return Err(Error::Usage(
-                    "-D runs for a time: leave out -n and -a (perftest: duration mode does not \
-                     run all sizes)"
+                    "-D runs one size for a time: leave out -a (perftest: \"Duration mode \
+                     currently doesn't support running on all sizes\")"
                         .into(),
                 ));
             }
@@ -579,11 +657,16 @@ impl Common {
         };
         let mut shape = RunShape::new(tool, test.kind(), which, 0);
         shape.conn = self.connection.qp_type();
+        shape.atomic = (test == Test::Atomic).then_some(match self.atomic_type {
+            AtomicArg::CmpAndSwap => AtomicOp::CmpAndSwap,
+            AtomicArg::FetchAndAdd => AtomicOp::FetchAndAdd,
+        });
         match length {
             Length::Iters(n) => shape.iters = n,
-            Length::Duration { secs, .. } => {
+            Length::Duration { secs, margin } => {
                 shape.iters = secs;
                 shape.duration = true;
+                shape.margin = margin;
             }
         }
         shape
@@ -887,10 +970,17 @@ mod tests {
             &["lat", "write", "-D", "2", "-f", "1"],
             "more than twice the margin",
         );
-        refused(
-            &["lat", "write", "-D", "4", "-n", "5"],
-            "leave out -n and -a",
+        refused(&["lat", "write", "-D", "4", "-a"], "leave out -a");
+        // -D with -n: the duration wins, as perftest's (force_dependecies sets iters to 0).
+        let dn = LatArgs::try_parse_from(["lat", "write", "-D", "4", "-n", "5"]).unwrap();
+        dn.common
+            .check(dn.test, &[OutputArg::Latency], "lat")
+            .unwrap();
+        assert_eq!(
+            dn.common.length(1000, 10, "").unwrap(),
+            Length::Duration { secs: 4, margin: 1 }
         );
+        assert!(dn.common.notes()[0].contains("-n 5 is ignored"));
         refused(&["lat", "write", "-f", "1"], "for runs of a duration");
         refused(
             &["lat", "write", "--output", "bandwidth"],
@@ -945,6 +1035,40 @@ mod tests {
         assert_eq!(none.common.doorbell_mode().unwrap(), None);
         assert!(describe_doorbell(DoorbellMode::BfPost, false).ends_with("the QP's default"));
         assert!(LatArgs::try_parse_from(["lat", "write", "--doorbell", "BF_POST"]).is_err());
+    }
+
+    #[test]
+    fn sizes_take_perftests_forms() {
+        for (text, want) in [
+            ("4096", 4096),
+            ("0x1000", 4096),
+            ("0X10", 16),
+            ("64K", 65536),
+            ("1M", 1 << 20),
+            ("0x10K", 16 << 10),
+            ("2", 2),
+            ("0", 0),
+        ] {
+            assert_eq!(parse_size(text), Ok(want), "{text}");
+        }
+        for (text, why) in [
+            ("010", "octal (8 bytes)"),
+            ("64k", "not a size"),
+            ("1G", "not a size"),
+            ("0x", "not a size"),
+            ("-1", "not a size"),
+            ("K", "not a size"),
+            ("18446744073709551615K", "too large"),
+            ("99999999999999999999", "too large"),
+        ] {
+            let e = parse_size(text).unwrap_err();
+            assert!(e.contains(why), "{text}: {e}");
+        }
+        let a = LatArgs::try_parse_from(["lat", "write", "-s", "4K"]).unwrap();
+        assert_eq!(a.common.size, Some(4096));
+        // 0 parses; the run refuses it with the range.
+        let z = LatArgs::try_parse_from(["lat", "write", "-s", "0"]).unwrap();
+        assert!(z.common.sizes(Test::Write, 2).is_err());
     }
 
     #[test]

@@ -82,15 +82,17 @@ impl Error {
         }
     }
 
-    /// The usual stall of a run: nothing for `secs` seconds while waiting for `what`.
-    pub fn stalled(what: &'static str, secs: u64) -> Error {
+    /// A wait of a run that ran out of patience: nothing happened for `waited` while waiting
+    /// for `what`, though `doing` (what was outstanding) should have taken at most that:
+    /// `why` says what the limit is made of (`crate::patience`).
+    pub fn stuck(what: &'static str, waited: std::time::Duration, doing: &str, why: &str) -> Error {
         Error::Timeout {
             what,
-            secs,
-            hint: "is the peer running and connected? (The software ConnectX of a debug build \
-                   moves a few tens of MB per second: a large -s takes long; use a smaller -s \
-                   or a release build)"
-                .into(),
+            secs: waited.as_secs(),
+            hint: format!(
+                "nothing happened in that time while {doing}; the limit allows for {why}. The \
+                 peer stopped answering, or the device is stuck"
+            ),
         }
     }
 }

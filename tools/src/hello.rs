@@ -13,30 +13,38 @@
 //! kernel gave the sender's UDP socket, from which both ends compute how much the link holds at
 //! once (`rendezvous::UdpBudget`).
 //!
-//! Wire format, version 3 (big-endian):
+//! Every control connection starts with the greeting (`crate::rendezvous::greet`: perftest's
+//! 16-byte version field, marked as these tools'), then this hello.
+//!
+//! Wire format, version 4 (big-endian):
 //!
 //! ```text
 //!  0..4   magic "MX5S"
-//!  4      version (2)
+//!  4      version (4)
 //!  5      UDP receive buffer in 64 KiB units (0: not announced)
 //!  6..8   UDP port                  \
 //!  8..12  device IPv4 address        > the software ConnectX; zero without one
 //! 12..28  UDP IP (IPv6, IPv4-mapped) /
 //! 28      flags: 1 software ConnectX present, 2 run shape present, 4 bidirectional (-b),
-//!         8 a duration (-D) in place of iterations
+//!         8 a duration (-D) in place of iterations, 16 --report_gbits
 //! 29      tool (1 lat, 2 bw)
 //! 30      test (1 write, 2 send, 3 read, 4 atomic)
 //! 31      connection type (-c: 0 or 1 RC, 2 UC, 3 UD)
 //! 32..36  QPs (-q)
 //! 36..44  message size (-s; 0: every size, -a)
 //! 44..52  iterations (-n), or seconds (-D) with flag 8
+//! 52      atomic operation (-A: 0 none, the test is not atomic; 1 CMP_AND_SWAP;
+//!         2 FETCH_AND_ADD)
+//! 53..56  zero
+//! 56..64  margin of a -D run in seconds (-f, or its default), 0 without -D
 //! ```
 //!
-//! Version 3 added the atomic test, the connection type and the flags 4 and 8 (version 2 had
-//! byte 31 reserved).
+//! Version 4 added the atomic operation, the margin and flag 16 (what else perftest marks
+//! SYMMETRIC: `-A`, `-f`, and its negotiation's report format); version 3 the atomic test, the
+//! connection type and the flags 4 and 8 (version 2 had byte 31 reserved).
 //!
 //! Version 1 was the first 28 bytes alone, sent only by a software ConnectX. A version 1 peer
-//! reads 28 bytes of this message, finds version 3 and stops with "version 3, this build speaks
+//! reads 28 bytes of this message, finds version 4 and stops with "version 4, this build speaks
 //! version 1: run the same build on both ends"; this build reads the first 28 bytes before the
 //! rest, so it stops on a version 1 peer at once too, and on a peer that went straight to the
 //! endpoint exchange (an older build on a verbs device, whose first bytes are `mlx5_qp`'s
@@ -50,11 +58,11 @@ use std::time::Duration;
 /// The first bytes of a [`Hello`].
 pub const MAGIC: [u8; 4] = *b"MX5S";
 /// The format version this build speaks. Version 2 added the run's shape and the flags.
-pub const VERSION: u8 = 3;
+pub const VERSION: u8 = 4;
 /// Bytes of a version 1 message, the prefix every version starts with.
 pub const V1_LEN: usize = 28;
 /// Bytes of an encoded [`Hello`].
-pub const HELLO_LEN: usize = V1_LEN + 24;
+pub const HELLO_LEN: usize = V1_LEN + 36;
 /// The first bytes of `mlx5_connect`'s messages (`mlx5_connect::wire::MAGIC`).
 const ENDPOINT_MAGIC: [u8; 4] = *b"M5QP";
 /// Unit of the receive buffer in a [`SimHello`].
@@ -67,6 +75,8 @@ const FLAG_SHAPE: u8 = 1 << 1;
 const FLAG_BIDIR: u8 = 1 << 2;
 /// Flag: the iterations field holds a duration in seconds.
 const FLAG_DURATION: u8 = 1 << 3;
+/// Flag: `--report_gbits`.
+const FLAG_GBITS: u8 = 1 << 4;
 
 /// What one software ConnectX tells the other: where its frames go.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -112,6 +122,25 @@ pub enum TestKind {
     Atomic,
 }
 
+/// The atomic operation of an atomic test (`-A`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AtomicOp {
+    /// Compare and swap.
+    CmpAndSwap,
+    /// Fetch and add.
+    FetchAndAdd,
+}
+
+impl AtomicOp {
+    /// perftest's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            AtomicOp::CmpAndSwap => "CMP_AND_SWAP",
+            AtomicOp::FetchAndAdd => "FETCH_AND_ADD",
+        }
+    }
+}
+
 /// The message sizes of a run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Sizes {
@@ -140,6 +169,12 @@ pub struct RunShape {
     pub bidirectional: bool,
     /// `iters` is a duration in seconds (`-D`).
     pub duration: bool,
+    /// The atomic test's operation (`-A`); `None` in the other tests.
+    pub atomic: Option<AtomicOp>,
+    /// A `-D` run's margin in seconds (`-f`); 0 without `-D`.
+    pub margin: u64,
+    /// `--report_gbits` (`bw`).
+    pub gbits: bool,
 }
 
 impl RunShape {
@@ -154,6 +189,9 @@ impl RunShape {
             conn: mlx5_hw::QpType::Rc,
             bidirectional: false,
             duration: false,
+            atomic: None,
+            margin: 0,
+            gbits: false,
         }
     }
 
@@ -239,6 +277,29 @@ impl RunShape {
                 s.conn.name()
             ));
         }
+        if c.atomic != s.atomic && c.test == s.test {
+            let a = |o: Option<AtomicOp>| o.map_or("none", AtomicOp::name);
+            why.push(format!(
+                "client -A {}, server -A {}: start both with the same -A",
+                a(c.atomic),
+                a(s.atomic)
+            ));
+        }
+        if c.margin != s.margin && c.duration && s.duration {
+            why.push(format!(
+                "client -f {}, server -f {}: start both with the same -f (perftest: the \
+                 margins of a -D run)",
+                c.margin, s.margin
+            ));
+        }
+        if c.gbits != s.gbits {
+            let on = |b: bool| if b { "with --report_gbits" } else { "without" };
+            why.push(format!(
+                "client {}, server {}: start both with --report_gbits, or both without",
+                on(c.gbits),
+                on(s.gbits)
+            ));
+        }
         if c.bidirectional != s.bidirectional {
             let on = |b: bool| if b { "with -b" } else { "without -b" };
             why.push(format!(
@@ -314,6 +375,15 @@ impl Hello {
             if s.duration {
                 flags |= FLAG_DURATION;
             }
+            if s.gbits {
+                flags |= FLAG_GBITS;
+            }
+            b[52] = match s.atomic {
+                None => 0,
+                Some(AtomicOp::CmpAndSwap) => 1,
+                Some(AtomicOp::FetchAndAdd) => 2,
+            };
+            b[56..64].copy_from_slice(&s.margin.to_be_bytes());
             b[32..36].copy_from_slice(&s.qps.to_be_bytes());
             let size = match s.sizes {
                 Sizes::One(n) => n,
@@ -362,7 +432,7 @@ impl Hello {
     pub fn decode(b: &[u8; HELLO_LEN], from: &str) -> Result<Hello> {
         Hello::check_prefix(b, from)?;
         let flags = b[28];
-        if flags & !(FLAG_SIM | FLAG_SHAPE | FLAG_BIDIR | FLAG_DURATION) != 0 {
+        if flags & !(FLAG_SIM | FLAG_SHAPE | FLAG_BIDIR | FLAG_DURATION | FLAG_GBITS) != 0 {
             return Err(peer_error(
                 from,
                 format!(
@@ -498,6 +568,19 @@ fn decode_shape(b: &[u8; HELLO_LEN], from: &str) -> Result<RunShape> {
         },
         bidirectional: b[28] & FLAG_BIDIR != 0,
         duration: b[28] & FLAG_DURATION != 0,
+        atomic: match b[52] {
+            0 => None,
+            1 => Some(AtomicOp::CmpAndSwap),
+            2 => Some(AtomicOp::FetchAndAdd),
+            a => {
+                return Err(peer_error(
+                    from,
+                    format!("its hello names an unknown atomic operation {a}"),
+                ))
+            }
+        },
+        margin: be64(56),
+        gbits: b[28] & FLAG_GBITS != 0,
     })
 }
 
@@ -569,6 +652,9 @@ mod tests {
             conn: mlx5_hw::QpType::Rc,
             bidirectional: false,
             duration: false,
+            atomic: None,
+            margin: 0,
+            gbits: false,
         }
     }
 
@@ -595,7 +681,10 @@ mod tests {
                 iters: u64::MAX,
                 conn: mlx5_hw::QpType::Rc,
                 bidirectional: false,
-                duration: false,
+                duration: true,
+                atomic: Some(AtomicOp::CmpAndSwap),
+                margin: 7,
+                gbits: true,
             }),
         };
         assert_eq!(Hello::decode(&verbs.encode(), "t").unwrap(), verbs);
@@ -611,7 +700,7 @@ mod tests {
         let b = hello("127.0.0.1:4791").encode();
         // Version 1's prefix, with the version byte moved on.
         assert_eq!(&b[..4], b"MX5S");
-        assert_eq!(b[4], 3);
+        assert_eq!(b[4], 4);
         assert_eq!(b[5], 128, "8 MiB in 64 KiB units");
         assert_eq!(&b[6..8], &4791u16.to_be_bytes());
         assert_eq!(&b[8..12], &[10, 0, 0, 2]);
@@ -620,6 +709,7 @@ mod tests {
         assert_eq!(&b[32..36], &2u32.to_be_bytes());
         assert_eq!(&b[36..44], &4096u64.to_be_bytes());
         assert_eq!(&b[44..52], &300u64.to_be_bytes());
+        assert_eq!(&b[52..64], &[0; 12], "no atomic, no margin");
         let none = Hello {
             sim: None,
             shape: None,
@@ -639,7 +729,7 @@ mod tests {
         http[..4].copy_from_slice(b"GET ");
         let e = Hello::decode(&http, "p").unwrap_err().to_string();
         assert!(e.contains("not lat or bw"), "{e}");
-        for (v, which) in [(1, "an older"), (2, "an older"), (4, "a newer")] {
+        for (v, which) in [(1, "an older"), (3, "an older"), (5, "a newer")] {
             let mut other = good;
             other[4] = v;
             let e = Hello::decode(&other, "p").unwrap_err().to_string();
@@ -695,6 +785,9 @@ mod tests {
             conn: mlx5_hw::QpType::Rc,
             bidirectional: false,
             duration: false,
+            atomic: None,
+            margin: 0,
+            gbits: false,
         };
         let why = all.differences(&server, true);
         assert_eq!(why.len(), 3, "{why:?}");
@@ -704,6 +797,38 @@ mod tests {
         );
         assert!(why[1].contains("client -a, server -s 4096"), "{why:?}");
         assert!(why[2].contains("client -n 5, server -n 300"), "{why:?}");
+        // What else perftest marks SYMMETRIC: -A, -f, its report format.
+        let atomic = RunShape {
+            test: TestKind::Atomic,
+            atomic: Some(AtomicOp::FetchAndAdd),
+            ..server
+        };
+        let cas = RunShape {
+            atomic: Some(AtomicOp::CmpAndSwap),
+            ..atomic
+        };
+        assert_eq!(
+            cas.differences(&atomic, true),
+            ["client -A CMP_AND_SWAP, server -A FETCH_AND_ADD: start both with the same -A"]
+        );
+        let timed = RunShape {
+            duration: true,
+            iters: 8,
+            margin: 2,
+            ..server
+        };
+        let why = RunShape { margin: 1, ..timed }.differences(&timed, true);
+        assert_eq!(why.len(), 1, "{why:?}");
+        assert!(why[0].contains("client -f 1, server -f 2"), "{why:?}");
+        let why = RunShape {
+            gbits: true,
+            ..server
+        }
+        .differences(&server, true);
+        assert!(
+            why[0].contains("client with --report_gbits, server without"),
+            "{why:?}"
+        );
     }
 
     #[test]
@@ -774,7 +899,7 @@ mod tests {
         );
         // What the version 1 peer reads: its magic and a version it does not speak, so it
         // says so (its decoder compares the version byte).
-        assert_eq!((&seen[..4], seen[4]), (&b"MX5S"[..], 3));
+        assert_eq!((&seen[..4], seen[4]), (&b"MX5S"[..], VERSION));
         // An older build on a verbs device sends the endpoint exchange's HELLO at once.
         let mut endpoint = b"M5QP".to_vec();
         endpoint.resize(84, 0);

@@ -23,8 +23,14 @@ use mlx5_qp::Wc;
 use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
-/// How long one wait for the peer (a message, a completion, the goodbye) may take.
-pub const STALL: Duration = Duration::from_secs(10);
+/// How long a wait for the peer that involves no message may take (the client's goodbye
+/// after the last message), and the least any wait is given ([`Setup::patience`] for one
+/// message).
+pub const STALL: Duration = crate::patience::MIN_PATIENCE;
+
+/// How fast a debug build at least fills and checks a message's pattern (a byte loop: about
+/// 100 MiB/s measured; a release build does several GiB/s).
+const PATTERN_BPS: u64 = 32 << 20;
 
 /// The flags of `ibv_rc_pingpong` / `ibv_ud_pingpong`, with their defaults.
 #[derive(Parser, Clone, Debug)]
@@ -190,6 +196,25 @@ pub struct Setup<'a> {
 }
 
 impl Setup<'_> {
+    /// How long one wait for the peer's message may take: the peer fills it, the device moves
+    /// it there and the answer back at its slowest pace (`crate::patience`), this side checks
+    /// it, and the transport's retries.
+    pub fn patience(&self) -> crate::patience::Patience {
+        use crate::patience::{self, Pace, Patience};
+        let size = self.size as u64;
+        let prm = &self.params;
+        // The RC transport's retries (ud_pingpong's UD never retries: less than this).
+        let kind = QpType::Rc;
+        Patience::for_work(
+            Pace::of(self.devs),
+            size.saturating_mul(2),
+            2,
+            Duration::from_secs_f64(2.0 * size as f64 / PATTERN_BPS as f64),
+            patience::retry_budget(kind, prm.timeout, prm.retry_cnt),
+            &patience::describe_budget(kind, prm.timeout, prm.retry_cnt),
+        )
+    }
+
     /// Say `line`, prefixed in loopback with the side.
     pub fn say(&self, line: &str) {
         say(&format!("{}{line}", self.tag));
@@ -311,11 +336,8 @@ where
         say(&format!(
             "{name}: server and client in one process, control connection on 127.0.0.1:{port}"
         ));
-        let server_rv = Rendezvous::Server(listener);
-        let client_rv = Rendezvous::Client {
-            host: "127.0.0.1".into(),
-            port,
-        };
+        let server_rv = Rendezvous::server(listener);
+        let client_rv = Rendezvous::client("127.0.0.1", port);
         let setup = |rv, tag| Setup {
             devs,
             rv,
@@ -348,7 +370,7 @@ where
     }
     let me = Resources::new(&devs.local, &cfg)?;
     let rv = Rendezvous::new(o.server.as_deref(), o.port)?;
-    if let Rendezvous::Server(_) = &rv {
+    if !rv.is_client() {
         say(&format!(
             "{name}: server waiting for a client on TCP port {}",
             rv.port().unwrap_or(o.port)
@@ -390,11 +412,28 @@ pub fn report(size: usize, iters: u64, took: Duration) {
 }
 
 /// After the last message: poll until every one of the `posted` sends has completed (`sent`
-/// already have), failing on an error completion or when [`STALL`] passes without them all;
-/// `unfinished` says what the missing sends were not (e.g. "acknowledged").
+/// already have), failing on an error completion or when the time the outstanding messages
+/// take at the device's slowest pace passes without them all (`crate::patience`; the buffer
+/// of `s` holds one message each way); `unfinished` says what the missing sends were not
+/// (e.g. "acknowledged").
 pub fn drain_sends(s: &mut Resources, mut sent: u64, posted: u64, unfinished: &str) -> Result<()> {
+    use crate::patience::{Pace, Patience};
     let mut wcs = [Wc::default(); 16];
-    let deadline = Instant::now() + STALL;
+    let pace = if s.context().sim_device().is_some() {
+        Pace::SOFTWARE_CONNECTX
+    } else {
+        Pace::SOFTWARE_VERBS
+    };
+    let out = posted.saturating_sub(sent);
+    let patience = Patience::for_work(
+        pace,
+        (s.mr.len() as u64 / 2).saturating_mul(out),
+        out,
+        Duration::ZERO,
+        Some(Duration::ZERO),
+        "the transport's retries",
+    );
+    let deadline = Instant::now() + patience.limit;
     while sent < posted {
         let n = if s.cq.channel().is_some() {
             // `-e`: sleep on the CQ's completion channel (bounded, so the deadline still runs).
@@ -410,8 +449,10 @@ pub fn drain_sends(s: &mut Resources, mut sent: u64, posted: u64, unfinished: &s
         }
         if Instant::now() > deadline {
             return Err(Error::Check(format!(
-                "{} sends not {unfinished} within {STALL:?}",
-                posted - sent
+                "{} sends not {unfinished} within {} (time for {})",
+                posted - sent,
+                crate::patience::human(patience.limit),
+                patience.why
             )));
         }
         std::thread::yield_now();
@@ -445,7 +486,12 @@ pub fn finish(conn: Connection, client: bool) -> Result<()> {
                 })
             }
             None if Instant::now() > deadline => {
-                return Err(Error::stalled("the client's goodbye", STALL.as_secs()))
+                return Err(Error::stuck(
+                    "the client's goodbye",
+                    STALL,
+                    "the client had its last message and this side's last send was acknowledged",
+                    "the client's check of that message and its goodbye",
+                ))
             }
             None => std::thread::sleep(Duration::from_millis(1)),
         }
@@ -458,6 +504,34 @@ mod tests {
 
     fn opts(args: &[&str]) -> Opts {
         Opts::try_parse_from(std::iter::once("rc_pingpong").chain(args.iter().copied())).unwrap()
+    }
+
+    #[test]
+    fn a_wait_for_a_message_follows_its_size() {
+        // `rc_pingpong --loopback -s 1073741824 -n 2` failed at a fixed 10 s: filling,
+        // moving and checking a gigabyte takes longer. The wait's limit is what that takes at
+        // the software ConnectX's slowest pace (`crate::patience`).
+        let devs = crate::devices::Devices::sim_pair(false).unwrap();
+        let rv = Rendezvous::client("127.0.0.1", 1);
+        let o = opts(&["--loopback"]);
+        let setup = |size: usize| Setup {
+            devs: &devs,
+            rv: &rv,
+            opts: &o,
+            size,
+            params: ConnectParams::default(),
+            tag: "",
+        };
+        let small = setup(4096).patience();
+        assert!(small.limit < Duration::from_secs(12), "{small:?}");
+        let big = setup(1 << 30).patience();
+        // 2 GiB moved at 1 MiB/s, 2 GiB of pattern at 32 MiB/s.
+        assert!(big.limit > Duration::from_secs(2048 + 64), "{big:?}");
+        assert!(
+            big.why.contains("2.0 GiB") && big.why.contains("the software ConnectX"),
+            "{}",
+            big.why
+        );
     }
 
     #[test]

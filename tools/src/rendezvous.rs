@@ -1,20 +1,26 @@
 //! The control connection between a server and its client, and how much the UDP link between
-//! two processes' software ConnectX holds. Before the endpoint exchange of `mlx5_connect`
-//! takes the control socket over, both ends swap a hello on it (`super::hello`): the run each
-//! was started for, and a software ConnectX's UDP address and receive buffer, from which both
-//! ends compute how much the link holds at once ([`UdpBudget`]).
+//! two processes' software ConnectX holds. Every control connection starts with the greeting
+//! ([`greet`]): perftest's 16-byte version field (`exchange_versions`, perftest
+//! `src/perftest_communication.c`), which these tools mark as theirs after its NUL. So a server
+//! learns from its client's first bytes, and a client from the reply, whether the peer is stock
+//! perftest ([`Rendezvous::first`]: the run goes on with perftest's exchange,
+//! `crate::perftest`) or another of these tools: then both swap a hello (`super::hello`): the
+//! run each was started for, and a software ConnectX's UDP address and receive buffer, from
+//! which both ends compute how much the link holds at once ([`UdpBudget`]), before the endpoint
+//! exchange of `mlx5_connect` takes the control socket over.
 //!
 //! [`accept`] and [`connect`] open the control socket the way the tools want it: the server
 //! waits for its client as long as it takes (perftest's servers do), the client retries a
 //! refused connection until the server listens or the deadline passes; [`Rendezvous`] does
-//! both and swaps the hello.
+//! both, greets and swaps the hello.
 
 use super::error::{Error, Result};
 use crate::devices::Devices;
 use crate::hello::{self, Hello, RunShape, SimHello};
+use crate::perftest::wire;
 use mlx5_connect::{Control, Endpoint};
 use mlx5_sim::SimDevice;
-use std::io::ErrorKind;
+use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
@@ -184,9 +190,18 @@ pub fn connect(host: &str, port: u16, timeout: Duration) -> Result<(TcpStream, S
 }
 
 /// How this process reaches its peer: the TCP control connection (the server listens, the
-/// client connects), and the [`Hello`] both ends swap on it first: the run each was started
-/// for, and for a software ConnectX in another process, where each device's frames go.
-pub enum Rendezvous {
+/// client connects), which starts with the greeting ([`greet`]) and, between two of these
+/// tools, the [`Hello`]: the run each was started for, and for a software ConnectX in another
+/// process, where each device's frames go.
+pub struct Rendezvous {
+    side: Side,
+    /// A control connection already opened and greeted ([`Rendezvous::first`]), which the next
+    /// [`Rendezvous::control_for`] takes instead of opening one.
+    pending: std::sync::Mutex<Option<(TcpStream, SocketAddr)>>,
+}
+
+/// Which end of the control connection this process is.
+pub enum Side {
     /// The server: waits for its client on this listener.
     Server(TcpListener),
     /// The client: connects to the server.
@@ -196,6 +211,126 @@ pub enum Rendezvous {
         /// Its TCP port.
         port: u16,
     },
+}
+
+/// Who the peer turned out to be on the first control connection ([`Rendezvous::first`]).
+pub enum FirstContact {
+    /// Another of these tools: the connection waits in the rendezvous for
+    /// [`Rendezvous::control_for`].
+    Ours,
+    /// Stock perftest (or these tools with `--perftest`): its version has been read; the run
+    /// goes on with perftest's exchange on this session.
+    Perftest(crate::perftest::Session),
+}
+
+/// Bytes of the greeting: perftest's version field (`exchange_versions`, 16 bytes).
+pub const GREETING_LEN: usize = wire::VERSION_LEN;
+
+/// The greeting this side sends: perftest's version field holding [`wire::OUR_VERSION`], and
+/// unless `plain` (`--perftest`) these tools' mark after its NUL: `MX5S` and the hello's
+/// version. perftest reads the field as a string (`atof`) and never sees the mark.
+pub fn greeting(plain: bool) -> [u8; GREETING_LEN] {
+    let mut b = wire::encode_version(wire::OUR_VERSION);
+    if !plain {
+        let at = wire::OUR_VERSION.len() + 1;
+        b[at..at + 4].copy_from_slice(&hello::MAGIC);
+        b[at + 4] = hello::VERSION;
+    }
+    b
+}
+
+/// Who sent greeting `b`: these tools (the mark after the version's NUL), perftest (a
+/// version alone), or neither (why, in the error).
+pub fn read_greeting(b: &[u8; GREETING_LEN]) -> std::result::Result<Greeted, String> {
+    if b[..4] == hello::MAGIC {
+        return Err(format!(
+            "it is an older build of lat/bw (its first bytes are the version {} hello, without \
+             the perftest version field every control connection now starts with): run the \
+             same build on both ends",
+            b[4]
+        ));
+    }
+    let v = wire::decode_version(b)?;
+    let nul = v.text.len();
+    Ok(if b.get(nul + 1..nul + 5) == Some(&hello::MAGIC[..]) {
+        Greeted::Ours
+    } else {
+        Greeted::Perftest(v)
+    })
+}
+
+/// What a greeting said.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Greeted {
+    /// Another of these tools.
+    Ours,
+    /// perftest, of this version.
+    Perftest(wire::PeerVersion),
+}
+
+/// The greeting on a new control connection, in the order of perftest's version exchange
+/// (the client writes first, the server reads first): so a server learns who connected
+/// before it says anything, and a client learns who serves from the reply. `plain`
+/// (`--perftest`): send no mark, and take the peer for perftest whatever it sends.
+pub fn greet(
+    stream: &mut TcpStream,
+    client: bool,
+    plain: bool,
+    timeout: Duration,
+) -> Result<Greeted> {
+    let from = stream
+        .peer_addr()
+        .map_or_else(|_| "the peer".to_string(), |a| a.to_string());
+    let net = |during: &str, e: std::io::Error| Error::Net {
+        during: format!("{during} with {from}"),
+        source: e,
+    };
+    let t = Some(timeout.max(Duration::from_millis(1)));
+    stream
+        .set_read_timeout(t)
+        .and_then(|_| stream.set_write_timeout(t))
+        .map_err(|e| net("configure the control socket", e))?;
+    let mine = greeting(plain);
+    let mut theirs = [0u8; GREETING_LEN];
+    let read = |s: &mut TcpStream, b: &mut [u8; GREETING_LEN]| {
+        s.read_exact(b).map_err(|e| match e.kind() {
+            ErrorKind::WouldBlock | ErrorKind::TimedOut => Error::Timeout {
+                what: "the peer's greeting (its first 16 bytes)",
+                secs: timeout.as_secs(),
+                hint: "is the peer lat/bw or perftest, started for this run, with the same -p?"
+                    .into(),
+            },
+            ErrorKind::UnexpectedEof | ErrorKind::ConnectionReset => Error::Peer {
+                peer: from.clone(),
+                why: "it closed the connection before its greeting: see its error message".into(),
+            },
+            _ => net("read the peer's greeting", e),
+        })
+    };
+    if client {
+        stream
+            .write_all(&mine)
+            .map_err(|e| net("send the greeting", e))?;
+        read(stream, &mut theirs)?;
+    } else {
+        read(stream, &mut theirs)?;
+        stream
+            .write_all(&mine)
+            .map_err(|e| net("send the greeting", e))?;
+    }
+    let g = read_greeting(&theirs).map_err(|why| Error::Peer {
+        peer: from.clone(),
+        why,
+    })?;
+    Ok(match g {
+        Greeted::Ours if plain => {
+            Greeted::Perftest(wire::decode_version(&theirs).map_err(|why| Error::Peer {
+                peer: from.clone(),
+                why,
+            })?)
+        }
+        g => g,
+    })
 }
 
 /// The UDP path between the software ConnectX of two processes, as agreed on the control
@@ -240,24 +375,82 @@ impl Rendezvous {
     /// connect to `server`:`port`.
     pub fn new(server: Option<&str>, port: u16) -> Result<Rendezvous> {
         Ok(match server {
-            None => Rendezvous::Server(listen(port)?),
-            Some(h) => Rendezvous::Client {
-                host: h.to_string(),
+            None => Rendezvous::server(listen(port)?),
+            Some(h) => Rendezvous::client(h, port),
+        })
+    }
+
+    /// The server on `listener`.
+    pub fn server(listener: TcpListener) -> Rendezvous {
+        Rendezvous {
+            side: Side::Server(listener),
+            pending: std::sync::Mutex::new(None),
+        }
+    }
+
+    /// The client of the server at `host`:`port`.
+    pub fn client(host: &str, port: u16) -> Rendezvous {
+        Rendezvous {
+            side: Side::Client {
+                host: host.to_string(),
                 port,
             },
-        })
+            pending: std::sync::Mutex::new(None),
+        }
     }
 
     /// Whether this side is the client.
     pub fn is_client(&self) -> bool {
-        matches!(self, Rendezvous::Client { .. })
+        matches!(self.side, Side::Client { .. })
     }
 
     /// The TCP port the server listens on (the one it picked for `-p 0`).
     pub fn port(&self) -> Option<u16> {
-        match self {
-            Rendezvous::Server(l) => l.local_addr().ok().map(|a| a.port()),
-            Rendezvous::Client { port, .. } => Some(*port),
+        match &self.side {
+            Side::Server(l) => l.local_addr().ok().map(|a| a.port()),
+            Side::Client { port, .. } => Some(*port),
+        }
+    }
+
+    /// Open a control connection (the server waits for its client as long as it takes; the
+    /// client retries for `timeout` while the server does not listen yet) and greet the peer.
+    fn open(&self, timeout: Duration, plain: bool) -> Result<(TcpStream, SocketAddr, Greeted)> {
+        let (mut stream, peer) = match &self.side {
+            Side::Server(l) => accept(l)?,
+            Side::Client { host, port } => connect(host, *port, timeout)?,
+        };
+        let g = greet(&mut stream, self.is_client(), plain, timeout)?;
+        Ok((stream, peer, g))
+    }
+
+    /// Open the first control connection without a greeting, for perftest's exchange
+    /// without versions (`--dont_xchg_versions`).
+    pub fn first_raw(&self, timeout: Duration) -> Result<FirstContact> {
+        let (stream, _) = match &self.side {
+            Side::Server(l) => accept(l)?,
+            Side::Client { host, port } => connect(host, *port, timeout)?,
+        };
+        Ok(FirstContact::Perftest(crate::perftest::Session::new(
+            stream,
+            self.is_client(),
+        )))
+    }
+
+    /// Open the first control connection and greet the peer: another of these tools (the
+    /// connection is kept for the next [`Rendezvous::control_for`]) or perftest (`plain`,
+    /// `--perftest`: perftest's exchange whoever the peer is).
+    pub fn first(&self, timeout: Duration, plain: bool) -> Result<FirstContact> {
+        let (stream, peer, g) = self.open(timeout, plain)?;
+        match g {
+            Greeted::Ours => {
+                *self.pending.lock().unwrap_or_else(|e| e.into_inner()) = Some((stream, peer));
+                Ok(FirstContact::Ours)
+            }
+            Greeted::Perftest(v) => {
+                let mut s = crate::perftest::Session::new(stream, self.is_client());
+                s.peer_version = Some(v);
+                Ok(FirstContact::Perftest(s))
+            }
         }
     }
 
@@ -280,9 +473,25 @@ impl Rendezvous {
         timeout: Duration,
         shape: Option<&RunShape>,
     ) -> Result<Opened> {
-        let (mut stream, peer) = match self {
-            Rendezvous::Server(l) => accept(l)?,
-            Rendezvous::Client { host, port } => connect(host, *port, timeout)?,
+        let pending = self
+            .pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        let (mut stream, peer) = match pending {
+            Some(p) => p,
+            None => match self.open(timeout, false)? {
+                (s, a, Greeted::Ours) => (s, a),
+                (_, a, Greeted::Perftest(v)) => {
+                    return Err(Error::Peer {
+                        peer: a.to_string(),
+                        why: format!(
+                            "it is stock perftest (version {v}), and this program speaks only \
+                             its own exchange to it"
+                        ),
+                    })
+                }
+            },
         };
         let sim = match (devs.sim(), devs.peer.is_none() && !devs.on_tap()) {
             (Some(sim), true) => Some((sim, bind_udp(devs, sim, &stream)?)),
@@ -426,6 +635,38 @@ mod tests {
             e.contains("208 KiB") && e.contains("net.core.rmem_max") && e.contains("--loopback"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn greetings_tell_these_tools_from_perftest() {
+        let ours = greeting(false);
+        assert_eq!(&ours[..5], b"6.29\0", "perftest reads a version");
+        assert_eq!(read_greeting(&ours), Ok(Greeted::Ours));
+        let plain = greeting(true);
+        assert!(matches!(read_greeting(&plain), Ok(Greeted::Perftest(v)) if v.text == "6.29"));
+        let stock = wire::encode_version("6.06");
+        assert!(matches!(read_greeting(&stock), Ok(Greeted::Perftest(v)) if v.value == 6.06));
+        // An older build of these tools starts with its hello.
+        let mut old = [0u8; GREETING_LEN];
+        old[..5].copy_from_slice(b"MX5S\x03");
+        assert!(read_greeting(&old).unwrap_err().contains("older build"));
+        let http = *b"GET / HTTP/1.1\r\n";
+        assert!(read_greeting(&http)
+            .unwrap_err()
+            .contains("no perftest version"));
+        // Over a socket: both ends greet; --perftest takes any peer for perftest.
+        for (plain_client, want) in [(false, true), (true, false)] {
+            let l = listen(0).unwrap();
+            let port = l.local_addr().unwrap().port();
+            let server = std::thread::spawn(move || {
+                let (mut s, _) = accept(&l).unwrap();
+                greet(&mut s, false, false, Duration::from_secs(5)).unwrap()
+            });
+            let (mut c, _) = connect("127.0.0.1", port, Duration::from_secs(5)).unwrap();
+            let g = greet(&mut c, true, plain_client, Duration::from_secs(5)).unwrap();
+            assert_eq!(g == Greeted::Ours, want);
+            assert_eq!(server.join().unwrap() == Greeted::Ours, want);
+        }
     }
 
     #[test]

@@ -93,12 +93,18 @@ pub fn lat_dur_row(s: &DurationStats) -> String {
 
 /// The percentile line printed under a latency table, from the sorted samples (nanoseconds)
 /// of `bytes`-byte messages.
+/// `p50` is the median of `t_typical` (`crate::stats::median_of_sorted`), the others the
+/// samples at ⌈n × q⌉ as perftest's 99% and 99.9% columns.
 pub fn lat_percentiles(bytes: u64, sorted: &[u64]) -> String {
     let qs = [0.5, 0.9, 0.99, 0.999, 0.9999, 1.0];
     let mut out = format!(" percentiles[usec] for {bytes} bytes:");
     for q in qs {
-        let v = quantile_of_sorted(sorted, q) as f64 / 1000.0;
-        let _ = write!(out, " p{}={v:.2}", q * 100.0);
+        let ns = if q == 0.5 {
+            crate::stats::median_of_sorted(sorted)
+        } else {
+            quantile_of_sorted(sorted, q) as f64
+        };
+        let _ = write!(out, " p{}={:.2}", q * 100.0, ns / 1000.0);
     }
     out
 }
@@ -224,9 +230,16 @@ mod tests {
         assert!(l.starts_with("#usec, count\n"), "{l}");
         assert_eq!(l.lines().count(), 3, "{l}");
         assert!(l.lines().nth(1).unwrap().ends_with(", 2"), "{l}");
-        // perftest's index ⌈n × q⌉: the p50 of three samples is the third.
-        let p = lat_percentiles(8, &[1000, 2000, 3000, 4000]);
-        assert!(p.contains("p50=3.00") && p.contains("p100=4.00"), "{p}");
+        // p50 is t_typical's median: of an even count the mean of the middle two (it was the
+        // sample at ⌈n × 0.5⌉, 3.00, while t_typical said 2.50); the rest perftest's index.
+        let samples = [1000, 2000, 3000, 4000];
+        let p = lat_percentiles(8, &samples);
+        assert!(p.contains("p50=2.50") && p.contains("p100=4.00"), "{p}");
+        let typical = crate::stats::LatencyStats::from_samples(8, &mut samples.clone())
+            .unwrap()
+            .typical;
+        assert!(p.contains(&format!("p50={typical:.2}")), "{p}");
+        assert!(lat_percentiles(8, &[1000, 2000, 3000]).contains("p50=2.00"));
     }
 
     #[test]

@@ -10,7 +10,7 @@ use crate::connecting::Receives;
 use crate::devices::{on_devices, Devices};
 use crate::hello::{RunShape, Tool};
 use crate::inline::InlineRequest;
-use crate::rendezvous::{sizes_for_udp_link, Rendezvous, UdpBudget, UdpLink};
+use crate::rendezvous::{sizes_for_udp_link, FirstContact, Rendezvous, UdpBudget, UdpLink};
 use crate::resources::ResourcesCfg;
 use crate::serve::say;
 use crate::{Error, Result};
@@ -39,6 +39,9 @@ pub fn on_run_devices<T>(
     c: &Common,
     f: impl FnOnce(&Devices) -> Result<T>,
 ) -> Result<T> {
+    for n in c.notes() {
+        eprintln!("{tool}: note: {n}");
+    }
     if c.cpu_freq {
         eprintln!(
             "{tool}: note: -F changes nothing here: these tools time with the monotonic clock, \
@@ -67,7 +70,7 @@ pub fn rendezvous(c: &Common, quiet: bool) -> Result<Option<Rendezvous>> {
         return Ok(None);
     }
     let rv = Rendezvous::new(c.server.as_deref(), c.port)?;
-    if let Rendezvous::Server(_) = &rv {
+    if !rv.is_client() {
         let line = format!(
             " Waiting for client to connect on TCP port {} ...",
             rv.port().unwrap_or(c.port)
@@ -79,6 +82,54 @@ pub fn rendezvous(c: &Common, quiet: bool) -> Result<Option<Rendezvous>> {
         }
     }
     Ok(Some(rv))
+}
+
+/// Refuse perftest's exchange (`--perftest`) where it cannot carry the run: a software
+/// ConnectX that reaches its peer process over UDP (perftest's messages have no field for a UDP
+/// address: bind it to a TAP link instead, where it speaks native RoCEv2).
+pub fn check_perftest(c: &Common, devs: &Devices) -> Result<()> {
+    if c.plain_perftest() && devs.is_sim() && !devs.on_tap() {
+        return Err(perftest_over_udp("--perftest"));
+    }
+    Ok(())
+}
+
+fn perftest_over_udp(who: &str) -> Error {
+    Error::Usage(format!(
+        "{who}: the software ConnectX of this process reaches its peer over UDP, and perftest's \
+         exchange has no field for a UDP address (docs/perftest.md): bind it to a TAP link \
+         (--tap NAME, where it speaks native RoCEv2 to a RoCE peer such as Soft-RoCE), or run \
+         this tool on both ends without --perftest"
+    ))
+}
+
+/// Across processes, the first control connection and who the peer is: another of these
+/// tools (`None`: the run goes on with their own exchange) or perftest (its session: stock
+/// perftest connected, or `--perftest` asked for its exchange), each step within `timeout`.
+pub fn first_contact(
+    rv: &Rendezvous,
+    c: &Common,
+    devs: &Devices,
+    timeout: std::time::Duration,
+) -> Result<Option<crate::perftest::Session>> {
+    let contact = if c.dont_xchg_versions {
+        rv.first_raw(timeout)?
+    } else {
+        rv.first(timeout, c.perftest)?
+    };
+    match contact {
+        FirstContact::Ours => Ok(None),
+        FirstContact::Perftest(s) => {
+            if devs.is_sim() && !devs.on_tap() {
+                let who = match &s.peer_version {
+                    Some(v) => format!("the peer {} is stock perftest (version {v})", s.peer()),
+                    None => format!("the peer {}", s.peer()),
+                };
+                return Err(perftest_over_udp(&who));
+            }
+            Ok(Some(s))
+        }
+    }
 }
 
 /// The buffer the peer of `conn` announced.
@@ -206,7 +257,10 @@ impl RunPlan {
             atomic: c.atomic_type,
             sizes,
             length,
-            inline: InlineRequest::new(c.inline, test.default_inline(c.connection)),
+            inline: InlineRequest::new(
+                c.inline,
+                test.default_inline(c.connection, tool == Tool::Bw),
+            ),
             doorbell: c.doorbell_mode()?,
             half,
             rx_depth: c.rx_depth,

@@ -42,6 +42,18 @@ pub struct LatencyStats {
     pub p999: f64,
 }
 
+/// The median of sorted samples as perftest takes it (`get_median`, `src/perftest_parameters.c`):
+/// the middle sample of an odd count, the mean of the two middle ones of an even count. Both
+/// `t_typical` and the `p50` of the percentile line are this one value.
+pub fn median_of_sorted(sorted: &[u64]) -> f64 {
+    let n = sorted.len();
+    match n {
+        0 => 0.0,
+        _ if n.is_multiple_of(2) => (sorted[n / 2 - 1] as f64 + sorted[n / 2] as f64) / 2.0,
+        _ => sorted[n / 2] as f64,
+    }
+}
+
 /// The sample at `quantile` (0..=1) of sorted samples, perftest's way: index ⌈n × q⌉, at most
 /// the last.
 pub fn quantile_of_sorted(sorted: &[u64], quantile: f64) -> u64 {
@@ -69,12 +81,7 @@ impl LatencyStats {
             .map(|&s| (s as f64 - mean) * (s as f64 - mean))
             .sum::<f64>()
             / n as f64;
-        // perftest `get_median`: the mean of the two middle samples of an even count.
-        let median = if n.is_multiple_of(2) {
-            (sorted[n / 2 - 1] as f64 + sorted[n / 2] as f64) / 2.0
-        } else {
-            sorted[n / 2] as f64
-        };
+        let median = median_of_sorted(sorted);
         Some(LatencyStats {
             bytes,
             iterations: n as u64,
@@ -193,11 +200,12 @@ impl BwStats {
     }
 
     /// The figures of both directions of a bidirectional run added up, as perftest reports
-    /// them (`print_full_bw_report` with the remote report).
+    /// them (`print_full_bw_report` with the remote report: the rates summed, the iterations
+    /// this side's own).
     pub fn plus(&self, other: &BwStats) -> BwStats {
         BwStats {
             bytes: self.bytes,
-            iterations: self.iterations + other.iterations,
+            iterations: self.iterations,
             peak_bps: self.peak_bps + other.peak_bps,
             avg_bps: self.avg_bps + other.avg_bps,
             msg_rate: self.msg_rate + other.msg_rate,
@@ -275,7 +283,10 @@ mod tests {
         assert_eq!(t.peak_bps, t.avg_bps);
         // Both directions of a bidirectional run add up.
         let sum = s.plus(&t);
-        assert_eq!(sum.iterations, 1100);
+        assert_eq!(
+            sum.iterations, s.iterations,
+            "this side's own, as perftest prints"
+        );
         assert!((sum.avg_bps - s.avg_bps - t.avg_bps).abs() < 1e-6);
     }
 }

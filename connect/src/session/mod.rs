@@ -23,6 +23,7 @@
 //! The code: this module holds the types and the TCP handshake; `steps` the two phases and
 //! the logging they share; `rebuild` recovery; `pair` the in-process twins.
 
+mod oob;
 mod pair;
 mod rebuild;
 mod steps;

@@ -531,3 +531,37 @@ fn rebuild_without_a_control_channel_is_refused() {
         Err(ConnectError::NoControlChannel)
     ));
 }
+
+#[test]
+fn out_of_band_phases_connect_with_the_endpoints_the_caller_carried() {
+    let d = FakeDevice::new(Mtu::Mtu1024, 1);
+    let (qa, qb) = (d.qp(QpType::Rc), d.qp(QpType::Rc));
+    let (mut la, mut lb) = (Rec::default(), Rec::default());
+    let p = params();
+    let ea = Connection::prepare_out_of_band(&d, qa, &mut la, &p).unwrap();
+    let eb = Connection::prepare_out_of_band(&d, qb, &mut lb, &p).unwrap();
+    // Phase one leaves the QP in Init with its receives posted, and announces it.
+    assert_eq!(d.query_qp(qa.id).unwrap().qp_state, QpState::Init);
+    assert_eq!(la.posted_in, [QpState::Init]);
+    assert_eq!(ea.qpn, qa.qpn);
+    // The caller's protocol may carry the endpoint in its own form: a changed PSN is the one
+    // the peer expects.
+    let carried = Endpoint {
+        psn: 0x123456,
+        ..ea
+    };
+    let cb = Connection::finish_out_of_band(&d, qb, &mut lb, &p, eb, carried).unwrap();
+    let ca = Connection::finish_out_of_band(&d, qa, &mut la, &p, ea, eb).unwrap();
+    let (aa, ab) = (d.query_qp(qa.id).unwrap(), d.query_qp(qb.id).unwrap());
+    assert_eq!((aa.qp_state, ab.qp_state), (QpState::Rts, QpState::Rts));
+    assert_eq!(ab.rq_psn, 0x123456);
+    assert_eq!((aa.rq_psn, aa.dest_qp_num), (eb.psn, qb.qpn));
+    assert_eq!(ca.peer().qpn, qb.qpn);
+    assert_eq!(cb.state(), QpState::Rts);
+    // No control channel of this crate: polling it says so.
+    let mut ca = ca;
+    assert!(matches!(
+        ca.poll_control(),
+        Err(ConnectError::NoControlChannel)
+    ));
+}

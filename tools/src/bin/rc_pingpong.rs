@@ -21,7 +21,7 @@
 
 use mlx5_connect::{Connection, QpLink};
 use mlx5_qp::{SendWr, Wc};
-use mlx5_tools::pingpong::{self, drain_sends, finish, Kind, Outcome, Setup, STALL};
+use mlx5_tools::pingpong::{self, drain_sends, finish, Kind, Outcome, Setup};
 use mlx5_tools::resources::Resources;
 use mlx5_tools::{Error, Result};
 use std::process::ExitCode;
@@ -83,11 +83,27 @@ fn rc_side(mut s: Resources, st: &Setup<'_>) -> Result<Outcome> {
             send(&mut s)?;
         }
         // Wait for the peer's message; send completions retire on the way.
-        let deadline = Instant::now() + STALL;
+        let patience = st.patience();
+        let deadline = Instant::now() + patience.limit;
         let mut got = false;
         while !got {
             let n = s.cq.poll(&mut s.qps[..], &mut wcs)?;
             for wc in &wcs[..n] {
+                if wc.status() == mlx5_qp::WcStatus::LocLenErr && wc.opcode().is_recv() {
+                    return Err(Error::Check(format!(
+                        "iteration {i}: the peer's message is longer than this side's -s \
+                         {size} (its receive completed with {}): start both with the same -s",
+                        wc.status().name()
+                    )));
+                }
+                if wc.status() == mlx5_qp::WcStatus::RemInvReqErr {
+                    return Err(Error::Check(format!(
+                        "iteration {i}: the peer refused this side's message of {size} bytes \
+                         ({}): its receive buffer is smaller, is its -s smaller? Start both \
+                         with the same -s",
+                        wc.status().name()
+                    )));
+                }
                 if !wc.is_ok() {
                     return Err(Error::completion(wc));
                 }
@@ -95,9 +111,14 @@ fn rc_side(mut s: Resources, st: &Setup<'_>) -> Result<Outcome> {
                     sent += 1;
                     continue;
                 }
-                if wc.byte_len() as usize != size
-                    || s.mr.read(size, size)? != pattern(i, !client, size)
-                {
+                if wc.byte_len() as usize != size {
+                    return Err(Error::Check(format!(
+                        "iteration {i}: the peer's message is {} bytes, this side's -s is \
+                         {size}: start both with the same -s",
+                        wc.byte_len()
+                    )));
+                }
+                if s.mr.read(size, size)? != pattern(i, !client, size) {
                     return Err(Error::Check(format!(
                         "iteration {i}: the message arrived damaged"
                     )));
@@ -109,8 +130,10 @@ fn rc_side(mut s: Resources, st: &Setup<'_>) -> Result<Outcome> {
             if n == 0 {
                 if Instant::now() > deadline {
                     return Err(Error::Check(format!(
-                        "iteration {i}: no message from the peer for {STALL:?} (this side: \
-                         {posted} sends posted, {sent} completed)"
+                        "iteration {i}: no message from the peer in {} (the time for {}; this side: \
+                         {posted} sends posted, {sent} completed)",
+                        mlx5_tools::patience::human(patience.limit),
+                        patience.why
                     )));
                 }
                 // The device thread shares the cores with the spinning ends: let it run.

@@ -110,16 +110,99 @@ fn parse_args(argv: &[String]) -> Result<Option<Args>, String> {
     Ok(Some(Args { kind, file, opts }))
 }
 
+/// The most input text read (hex, separators and comments): a whole CQ ring of 64K 64-byte
+/// CQEs written out as spaced hex (3 characters a byte, 12 MiB) fits; nothing meant for this
+/// tool is longer.
+const MAX_INPUT: usize = 16 << 20;
+
+/// How much is read at a time.
+const CHUNK: usize = 64 << 10;
+
+/// Reads the input as it comes, checking it on the way: text, and outside `#` comments only
+/// hex digits, `0x` prefixes, commas and white space (what [`parse_hex`] accepts); it stops at
+/// the first byte that cannot be part of a dump, or past [`MAX_INPUT`] bytes, instead of
+/// reading all of an endless input (`/dev/zero`) first. [`parse_hex`] then decodes what was
+/// read, the authority on the format.
 fn read_input(file: Option<&str>) -> Result<String, String> {
-    match file {
-        None | Some("-") => {
-            let mut s = String::new();
-            std::io::stdin()
-                .read_to_string(&mut s)
-                .map_err(|e| format!("cannot read stdin: {e}"))?;
-            Ok(s)
+    let (mut src, name): (Box<dyn Read>, String) = match file {
+        None | Some("-") => (Box::new(std::io::stdin().lock()), "stdin".into()),
+        Some(path) => (
+            Box::new(std::fs::File::open(path).map_err(|e| format!("cannot read {path}: {e}"))?),
+            path.to_string(),
+        ),
+    };
+    let mut text = String::new();
+    let mut pending: Vec<u8> = Vec::new();
+    let mut check = Checker::default();
+    let mut chunk = vec![0u8; CHUNK];
+    loop {
+        let n = match src.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(format!("cannot read {name}: {e}")),
+        };
+        if text.len() + pending.len() + n > MAX_INPUT {
+            return Err(format!(
+                "{name} is longer than {} MiB: no WQE or CQE dump is (stopped reading there)",
+                MAX_INPUT >> 20
+            ));
         }
-        Some(path) => std::fs::read_to_string(path).map_err(|e| format!("cannot read {path}: {e}")),
+        pending.extend_from_slice(&chunk[..n]);
+        // The complete UTF-8 characters so far; an incomplete one waits for the next read.
+        let valid = match std::str::from_utf8(&pending) {
+            Ok(_) => pending.len(),
+            Err(e) if e.error_len().is_some() => {
+                return Err(format!(
+                    "{name}, byte {}: not UTF-8 text (stopped reading there)",
+                    text.len() + e.valid_up_to() + 1
+                ))
+            }
+            Err(e) => e.valid_up_to(),
+        };
+        let ok = std::str::from_utf8(&pending[..valid]).unwrap_or_default();
+        check.feed(ok)?;
+        text.push_str(ok);
+        pending.drain(..valid);
+    }
+    if !pending.is_empty() {
+        return Err(format!("{name} ends inside a UTF-8 character"));
+    }
+    Ok(text)
+}
+
+/// The early check of [`read_input`]: where the text is (line, comment), and the first
+/// character outside a comment that no hex token, separator or comment can hold.
+#[derive(Default)]
+struct Checker {
+    line: usize,
+    in_comment: bool,
+}
+
+impl Checker {
+    fn feed(&mut self, s: &str) -> Result<(), String> {
+        for c in s.chars() {
+            if c == '\n' {
+                self.line += 1;
+                self.in_comment = false;
+            } else if self.in_comment {
+                continue;
+            } else if c == '#' {
+                self.in_comment = true;
+            } else if !(c.is_ascii_hexdigit()
+                || c == 'x'
+                || c == 'X'
+                || c == ','
+                || c.is_whitespace())
+            {
+                return Err(format!(
+                    "line {}: {c:?} is not a hex digit, a separator or a comment (stopped \
+                     reading there)",
+                    self.line + 1
+                ));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -182,6 +265,23 @@ mod tests {
             let out = run(&a).unwrap_or_else(|e| panic!("{file}: {e}"));
             assert!(out.lines().count() > 5, "{file}");
         }
+    }
+
+    #[test]
+    fn the_input_is_checked_as_it_comes() {
+        let mut c = Checker::default();
+        c.feed("# any comment: ¬ NUL-free, commas, é\n0x00, 01 02\n")
+            .unwrap();
+        c.feed("00 # a comment split ").unwrap();
+        c.feed("over two reads\nff").unwrap();
+        let e = Checker::default().feed("00\n01 \u{0}").unwrap_err();
+        assert!(e.starts_with("line 2: '\\0' is not a hex digit"), "{e}");
+        // What parse_hex rejects later (an odd count, a stray x) may pass here; nothing it
+        // accepts is stopped here.
+        Checker::default().feed("0x 0 x").unwrap();
+        // An endless stream of NULs stops at its first byte.
+        let e = read_input(Some("/dev/zero")).unwrap_err();
+        assert!(e.contains("line 1: '\\0'"), "{e}");
     }
 
     #[test]

@@ -120,7 +120,9 @@ fn bad_arguments_never_crash_lat_or_bw() {
             "/nonexistent-dir/lat.svg",
         ][..],
         &["write", "--loopback", "--hlog", "/proc/lat.hlog"],
-        &["write", "--loopback", "-H", "-D", "2", "-n", "5"],
+        // -D with -a (perftest: duration mode does not run all sizes); -D with -n runs, the
+        // duration winning as perftest's (runs_that_failed.rs).
+        &["write", "--loopback", "-H", "-D", "2", "-a"],
     ] {
         table.push((LAT, args(a)));
     }
@@ -226,4 +228,30 @@ fn a_bad_tap_is_a_clear_error() {
             );
         }
     }
+}
+
+/// Endless or random input (`/dev/zero`, `/dev/urandom`) ends `wqe-dump` at the first byte
+/// that cannot be part of a dump, before it reads more: it once read everything first (7–8 GB
+/// of memory in 12 s). Valid text beyond the 16 MiB a dump may have is refused at that bound.
+#[test]
+fn endless_or_random_input_stops_wqe_dump_at_once() {
+    for kind in ["send", "recv", "srq", "cqe", "cq"] {
+        for dev in ["/dev/zero", "/dev/urandom"] {
+            let (code, err) = run_bounded(WQE_DUMP, &args(&[kind, dev]), Duration::from_secs(10));
+            assert_eq!(code, Some(2), "{kind} {dev}: {err}");
+            assert!(err.contains("stopped reading there"), "{kind} {dev}: {err}");
+        }
+    }
+    let dir = std::env::temp_dir().join(format!("mlx5-tools-long-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let long = dir.join("blank.hex");
+    std::fs::write(&long, vec![b' '; (16 << 20) + 1]).unwrap();
+    let (code, err) = run_bounded(
+        WQE_DUMP,
+        &args(&["cq", long.to_str().unwrap()]),
+        Duration::from_secs(30),
+    );
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("longer than 16 MiB"), "{err}");
+    std::fs::remove_dir_all(&dir).ok();
 }

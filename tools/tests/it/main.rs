@@ -6,6 +6,7 @@ mod fuzz_replay;
 mod lat_timestamps;
 mod perftest_tests;
 mod pingpong;
+mod runs_that_failed;
 mod tools_lat_bw;
 
 /// Held by the tests that load both cores for a while, and by those that a loaded machine

@@ -161,13 +161,13 @@ fn every_bandwidth_test_on_every_connection_perftest_allows() {
             &["write", "-b", "-n", "200", "-s", "1024"],
             "RDMA_Write Bidirectional BW Test",
             1024.0,
-            400.0,
+            200.0,
         ),
         (
             &["send", "-b", "-n", "100", "-s", "1024", "-q", "2"],
             "Send Bidirectional BW Test",
             1024.0,
-            400.0,
+            200.0,
         ),
     ] {
         let out = ok(BW, &[args, &["--loopback"]].concat());
@@ -352,18 +352,22 @@ fn rust_log_shows_one_line_per_qp_transition() {
 
 #[test]
 fn a_gigabyte_message_ends_with_the_timeouts_message_never_a_signal() {
-    // The software ConnectX of a debug build moves a 1 GiB message in more than the 10 s stall
-    // timeout: the run stops with the timeout's message (or, on a faster build, succeeds). It
-    // used to free its buffer under the device thread and die of SIGSEGV.
+    // A debug build's software ConnectX moves a 1 GiB message in minutes; told the device keeps
+    // at least 1 GB/s (MLX5_TOOLS_MIN_BPS), the run gives up after about 13 s with the
+    // timeout's message (or, on a build that fast, succeeds). It used to free its buffer under
+    // the device thread and die of SIGSEGV on that path.
     let _heavy = crate::heavy();
     let runs: Vec<_> = [LAT, BW]
         .into_iter()
         .map(|bin| {
             std::thread::spawn(move || {
-                (
-                    bin,
-                    run(bin, &["write", "--loopback", "-s", "1073741824", "-n", "2"]),
-                )
+                let out = std::process::Command::new(bin)
+                    .args(["write", "--loopback", "-s", "1073741824", "-n", "2"])
+                    .env("MLX5_TOOLS_MIN_BPS", "1000000000")
+                    .env_remove("RUST_LOG")
+                    .output()
+                    .expect("run the tool");
+                (bin, out)
             })
         })
         .collect();
@@ -373,7 +377,7 @@ fn a_gigabyte_message_ends_with_the_timeouts_message_never_a_signal() {
         match out.status.code() {
             Some(0) => {}
             Some(1) => assert!(
-                err.contains("timed out after 10 s waiting for"),
+                err.contains("timed out after") && err.contains("MLX5_TOOLS_MIN_BPS"),
                 "{bin}: {err}"
             ),
             other => panic!("{bin}: exit {other:?} (a signal?): {err}"),

@@ -2,12 +2,13 @@
 //! reaps), the receiver's sink, and the end that drives them over its data path.
 
 use super::plan::Plan;
-use super::{LOSS_GRACE, STALL};
+use super::LOSS_GRACE;
 use mlx5_connect::RemoteBuffer;
 use mlx5_ctx::Mr;
 use mlx5_qp::{RemoteAddr, Sge};
 use mlx5_tools::args::{AtomicArg, Length, Test};
 use mlx5_tools::path::{DataPath, Done, Op, Post};
+use mlx5_tools::patience::{self, Pace, Patience};
 use mlx5_tools::stats::BwStats;
 use mlx5_tools::{Error, Result};
 use std::time::{Duration, Instant};
@@ -151,9 +152,13 @@ pub(super) struct Sink {
     /// Messages per QP to expect (`None`: until told to stop).
     pub(super) iters: Option<u64>,
     pub(super) rx_depth: u64,
+    /// Messages received this size, per QP.
     pub(super) received: Vec<u64>,
-    pub(super) posted: Vec<u64>,
+    /// Receives posted and not consumed yet, per QP (the connect posted `rx_depth` of them).
+    pub(super) outstanding: Vec<u64>,
     pub(super) last_arrival: Instant,
+    /// When this size's first message arrived.
+    pub(super) first_arrival: Option<Instant>,
 }
 
 impl Sink {
@@ -163,8 +168,9 @@ impl Sink {
             iters: p.run.length.iters(),
             rx_depth: u64::from(p.run.rx_depth),
             received: vec![0; n],
-            posted: vec![u64::from(p.run.rx_depth); n],
+            outstanding: vec![u64::from(p.run.rx_depth); n],
             last_arrival: Instant::now(),
+            first_arrival: None,
         }
     }
 
@@ -180,13 +186,59 @@ impl Sink {
         self.total().is_some_and(|t| self.got() >= t)
     }
 
+    /// The receives QP `q` wants posted at the start of a size: up to `-r`, or the size's
+    /// messages if fewer, less those still posted from the last size (perftest posts `-r`
+    /// receives for every size, `ctx_set_recv_wqes`).
+    pub(super) fn top_up(&self, q: usize) -> u64 {
+        let want = self.iters.map_or(self.rx_depth, |n| self.rx_depth.min(n));
+        want.saturating_sub(self.outstanding[q])
+    }
+
+    /// One message arrived on QP `q` at `now`: whether to post its receive again (while the
+    /// receives posted do not cover the rest of the size's messages).
+    pub(super) fn arrived(&mut self, q: usize, now: Instant) -> bool {
+        self.received[q] += 1;
+        self.outstanding[q] = self.outstanding[q].saturating_sub(1);
+        self.last_arrival = now;
+        self.first_arrival.get_or_insert(now);
+        let again = self
+            .iters
+            .is_none_or(|n| self.received[q] + self.outstanding[q] < n);
+        if again {
+            self.outstanding[q] += 1;
+        }
+        again
+    }
+
     /// Prepare for the next size: the receives still posted carry over.
     pub(super) fn next_size(&mut self) {
-        for (r, p) in self.received.iter_mut().zip(self.posted.iter_mut()) {
-            *p = p.saturating_sub(*r).max(self.rx_depth.min(*p));
+        for r in &mut self.received {
             *r = 0;
         }
+        self.first_arrival = None;
+        self.last_arrival = Instant::now();
     }
+}
+
+/// How long an end of a size may go without a completion: between two completions at most a
+/// window of `depth` messages of `size` bytes on each of `qps` QPs moves, which takes at most
+/// what [`Patience::for_work`] makes of it at `pace`, with the transport's retry `budget`.
+pub(super) fn window_patience(
+    pace: Pace,
+    budget: &(Option<Duration>, String),
+    size: u64,
+    depth: u32,
+    qps: usize,
+) -> Patience {
+    let window = u64::from(depth.max(1)).saturating_mul(qps.max(1) as u64);
+    Patience::for_work(
+        pace,
+        size.saturating_mul(window),
+        window,
+        Duration::ZERO,
+        budget.0,
+        &budget.1,
+    )
 }
 
 /// One end of a bandwidth run: its data path, what it sends (`flow`) and receives (`sink`).
@@ -207,7 +259,34 @@ pub(super) struct BwEnd<'a, P> {
     pub(super) yield_idle: bool,
     pub(super) mr: &'a Mr,
     pub(super) last_progress: Instant,
+    /// The device's slowest legitimate pace ([`Pace::of`]; the caller sets it).
+    pub(super) pace: Pace,
+    /// The transport's retry budget and how a user names it.
+    pub(super) budget: (Option<Duration>, String),
+    /// How long a wait of the current size may go without a completion ([`BwEnd::start`]).
+    pub(super) patience: Patience,
+    /// The device port, for its counters.
+    pub(super) port: u8,
+    /// The current size's message size, and its window: the messages the sender keeps in
+    /// flight on all QPs (`-t` × `-q`), or with UC/UD every message of the size it may have
+    /// sent ahead of the receiver.
+    pub(super) size: u64,
+    pub(super) window: u64,
+    /// The loss counters of the device when the size started ([`LOSS_COUNTERS`]).
+    pub(super) counters_at_start: Vec<(String, u64)>,
 }
+
+/// Counters that move when a receiver loses a message: no receive posted (`out_of_buffer`),
+/// a packet of it lost (`out_of_sequence`, `uc_dropped_packets`; rxe `rcvd_seq_err`), a frame
+/// no QP took (`rx_dropped`) (mlx5 `hw_counters`, Linux `drivers/infiniband/hw/mlx5/counters.c`;
+/// rxe `drivers/infiniband/sw/rxe/rxe_hw_counters.c`).
+const LOSS_COUNTERS: [&str; 5] = [
+    "out_of_buffer",
+    "out_of_sequence",
+    "uc_dropped_packets",
+    "rcvd_seq_err",
+    "rx_dropped",
+];
 
 impl<'a, P: DataPath> BwEnd<'a, P> {
     pub(super) fn new(
@@ -237,6 +316,19 @@ impl<'a, P: DataPath> BwEnd<'a, P> {
             yield_idle: false,
             mr,
             last_progress: Instant::now(),
+            pace: Pace::SOFTWARE_VERBS,
+            budget: (
+                patience::retry_budget(p.run.conn, p.run.params.timeout, p.run.params.retry_cnt),
+                patience::describe_budget(p.run.conn, p.run.params.timeout, p.run.params.retry_cnt),
+            ),
+            patience: Patience {
+                limit: patience::MIN_PATIENCE,
+                why: String::new(),
+            },
+            port: p.run.params.port,
+            counters_at_start: Vec::new(),
+            size: 0,
+            window: 1,
         })
     }
 
@@ -264,10 +356,31 @@ impl<'a, P: DataPath> BwEnd<'a, P> {
             self.mr.fill(0, size as usize, 0xa5)?;
         }
         self.flow = sends.then(|| Flow::new(p, size, depth));
+        self.patience = window_patience(self.pace, &self.budget, size, depth, self.peers.len());
+        self.size = size;
+        self.window = match p.run.length.iters() {
+            // UC and UD sends complete locally: the sender may be the whole size ahead.
+            Some(n) => n.saturating_mul(self.peers.len() as u64),
+            None => u64::from(depth.max(1)).saturating_mul(self.peers.len() as u64),
+        };
         match (&mut self.sink, recvs) {
             (Some(s), true) => s.next_size(),
             (s, true) => *s = Some(Sink::new(p)),
             (s, false) => *s = None,
+        }
+        if self.sink.is_some() {
+            self.counters_at_start = self.loss_counters();
+        }
+        if let Some(s) = &mut self.sink {
+            // Every message of the size finds a receive: what the last size consumed is
+            // posted again now (a SEND that finds none waits for RNR retries on RC, and is
+            // dropped on UC and UD).
+            for q in 0..s.outstanding.len() {
+                for _ in 0..s.top_up(q) {
+                    self.path.post_recv(q, 0, self.recv_sge)?;
+                    s.outstanding[q] += 1;
+                }
+            }
         }
         self.last_progress = Instant::now();
         Ok(())
@@ -329,11 +442,8 @@ impl<'a, P: DataPath> BwEnd<'a, P> {
                         d.wr_id
                     )));
                 };
-                s.received[d.qp] += 1;
-                s.last_arrival = now;
-                if s.iters.is_none_or(|n| s.posted[d.qp] < n) {
+                if s.arrived(d.qp, now) {
                     self.path.post_recv(d.qp, d.wr_id, self.recv_sge)?;
-                    s.posted[d.qp] += 1;
                 }
             } else if let Some(f) = &mut self.flow {
                 f.retire(d.qp, d.wr_id, now);
@@ -349,32 +459,112 @@ impl<'a, P: DataPath> BwEnd<'a, P> {
         Ok(busy)
     }
 
+    /// The device's loss counters ([`LOSS_COUNTERS`]) it has, now.
+    fn loss_counters(&self) -> Vec<(String, u64)> {
+        let dev = self.mr.pd().context().device();
+        dev.counters(self.port)
+            .map(|all| {
+                all.into_iter()
+                    .filter(|c| LOSS_COUNTERS.contains(&c.name.as_str()))
+                    .map(|c| (c.name, c.value))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// The loss counters that moved since the size started: `out_of_sequence +3`, ...
+    pub(super) fn loss_counters_since(&self) -> Vec<String> {
+        self.loss_counters()
+            .into_iter()
+            .filter_map(|(name, now)| {
+                let then = self
+                    .counters_at_start
+                    .iter()
+                    .find(|(n, _)| *n == name)
+                    .map_or(0, |(_, v)| *v);
+                (now > then).then(|| format!("{name} +{}", now - then))
+            })
+            .collect()
+    }
+
     pub(super) fn flow_done(&self) -> bool {
         self.flow.as_ref().is_none_or(Flow::is_done)
     }
 
     /// Whether the receiver has everything, or (its own flow done, UC/UD, a `-D` run) has
-    /// waited long enough for what was lost.
+    /// waited long enough for what was lost ([`BwEnd::loss_grace`]).
     pub(super) fn sink_done(&self, lossy_or_timed: bool) -> bool {
         match &self.sink {
             None => true,
             Some(s) => {
                 s.is_done()
-                    || (lossy_or_timed && self.flow_done() && s.last_arrival.elapsed() > LOSS_GRACE)
+                    || (lossy_or_timed
+                        && self.flow_done()
+                        && s.last_arrival.elapsed() > self.loss_grace())
             }
         }
     }
 
+    /// How long a receiver that got nothing for a while may still expect messages: a UC or
+    /// UD sender completes its sends before they arrive, so the messages missing may still be
+    /// on their way: what they take at the device's slowest pace, and [`LOSS_GRACE`]. (A
+    /// fixed half second gave up on 2 MiB UC messages a debug build was still moving.)
+    pub(super) fn loss_grace(&self) -> Duration {
+        let missing = self.sink.as_ref().map_or(0, |s| {
+            s.total()
+                .map_or(self.window, |t| t.saturating_sub(s.got()).min(self.window))
+        });
+        let bytes = missing.saturating_mul(self.size) as f64;
+        LOSS_GRACE + Duration::from_secs_f64(bytes / self.pace.floor_bps.max(1) as f64)
+    }
+
+    /// An error when this end waits for something (its flow's completions, its sink's
+    /// messages) and nothing came for longer than the size's patience; `Ok` otherwise (an end
+    /// with nothing to wait for never stalls, however long the run).
     pub(super) fn stalled(&self) -> Result<()> {
-        if self.last_progress.elapsed() > STALL {
-            let what = if self.flow_done() {
-                "the peer's SENDs"
-            } else {
-                "send completions"
-            };
-            return Err(Error::stalled(what, STALL.as_secs()));
+        let flow = self.flow.as_ref().filter(|f| !f.is_done());
+        let sink = self.sink.as_ref().filter(|s| !s.is_done());
+        if (flow.is_none() && sink.is_none()) || self.last_progress.elapsed() <= self.patience.limit
+        {
+            return Ok(());
         }
-        Ok(())
+        let name = match self.test {
+            Test::Write => "RDMA WRITE",
+            Test::Send => "SEND",
+            Test::Read => "RDMA READ",
+            Test::Atomic => "atomic",
+        };
+        let (what, doing) = match (flow, sink) {
+            (Some(f), _) => {
+                let out: u64 = f.posted.iter().zip(&f.done).map(|(p, d)| p - d).sum();
+                (
+                    "send completions",
+                    format!(
+                        "{out} {name}(s) of {} were outstanding on {} QP(s) ({} of {} done)",
+                        mlx5_tools::limits::human(f.size),
+                        f.posted.len(),
+                        f.completed,
+                        f.total()
+                            .map_or_else(|| "a timed run".into(), |t| t.to_string())
+                    ),
+                )
+            }
+            (None, Some(s)) => (
+                "the peer's SENDs",
+                format!(
+                    "this side waited for SENDs ({} received{})",
+                    s.got(),
+                    s.total().map_or_else(String::new, |t| format!(" of {t}"))
+                ),
+            ),
+            (None, None) => ("nothing", String::new()),
+        };
+        Err(Error::stuck(
+            what,
+            self.patience.limit,
+            &doing,
+            &self.patience.why,
+        ))
     }
 
     pub(super) fn idle(&self) {
@@ -383,5 +573,125 @@ impl<'a, P: DataPath> BwEnd<'a, P> {
         } else {
             std::hint::spin_loop();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+    use mlx5_tools::args::BwArgs;
+    use mlx5_tools::devices::Devices;
+    use mlx5_tools::resources::{Resources, ResourcesCfg};
+
+    /// A data path that takes every post and never completes anything.
+    struct Silent;
+
+    impl DataPath for Silent {
+        fn post(&mut self, _q: usize, _p: &Post<'_>) -> Result<()> {
+            Ok(())
+        }
+        fn post_recv(&mut self, _q: usize, _wr_id: u64, _sge: Sge) -> Result<()> {
+            Ok(())
+        }
+        fn poll(&mut self, _out: &mut [Done]) -> Result<usize> {
+            Ok(0)
+        }
+        fn set_ud_peer(&mut self, _q: usize, _peer: &mlx5_connect::UdPeer) {}
+    }
+
+    fn plan_of(args: &[&str]) -> Plan {
+        super::super::plan::plan(&BwArgs::try_parse_from(args).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn every_size_finds_its_receives_posted() {
+        // -n 100: the connect posted 100 receives (-r, at most -n); the first size consumes
+        // them all and reposts none. The second size must post 100 again: the old count
+        // said they were still there, and the SENDs of the second size of `bw send -a` on RC
+        // waited for RNR retries forever (on UC they were all dropped).
+        let p = plan_of(&["bw", "send", "-n", "100"]);
+        let mut s = Sink::new(&p);
+        let now = Instant::now();
+        assert_eq!(s.top_up(0), 0);
+        for _ in 0..100 {
+            assert!(
+                !s.arrived(0, now),
+                "no receive is needed past the size's messages"
+            );
+        }
+        assert_eq!((s.got(), s.outstanding[0]), (100, 0));
+        s.next_size();
+        assert_eq!(s.top_up(0), 100);
+        // More messages than -r: each arrival reposts until the receives cover the rest.
+        let p = plan_of(&["bw", "send", "-n", "1000", "-r", "512"]);
+        let mut s = Sink::new(&p);
+        let again = (0..1000).filter(|_| s.arrived(0, now)).count();
+        assert_eq!((again, s.outstanding[0]), (488, 0));
+        // -D: every arrival reposts.
+        let p = plan_of(&["bw", "send", "-D", "3"]);
+        let mut s = Sink::new(&p);
+        assert!((0..2000).all(|_| s.arrived(0, now)));
+    }
+
+    #[test]
+    fn an_end_with_nothing_to_wait_for_never_stalls_and_one_that_waits_says_why() {
+        // `bw write -D 11`: the passive end of a loopback run waits for nothing; it was
+        // declared stuck ("waiting for the peer's SENDs") when a fixed 10 s had passed.
+        let p = plan_of(&["bw", "write", "--loopback", "-D", "11"]);
+        let devs = Devices::sim_pair(false).unwrap();
+        let cfg = ResourcesCfg {
+            buf_len: 2 * p.run.half,
+            ..ResourcesCfg::rc()
+        };
+        let r = Resources::new(&devs.local, &cfg).unwrap();
+        let peer = RemoteBuffer {
+            addr: 0,
+            rkey: 0,
+            len: 0,
+        };
+        let mut e = BwEnd::new(Silent, &p, &r.mr, vec![peer], 0).unwrap();
+        e.pace = Pace::SOFTWARE_CONNECTX;
+        let long_ago = Instant::now()
+            .checked_sub(Duration::from_secs(7200))
+            .unwrap();
+        e.start(&p, 65536, p.depth, false, false).unwrap();
+        e.last_progress = long_ago;
+        e.stalled().unwrap();
+        // The sending end of the same run: nothing completed for two hours, far past what a
+        // window of 128 WRITEs of 64 KiB takes at the device's slowest pace.
+        e.start(&p, 65536, p.depth, true, false).unwrap();
+        e.step().unwrap();
+        e.last_progress = long_ago;
+        let msg = e.stalled().unwrap_err().to_string();
+        for want in [
+            "waiting for send completions",
+            "128 RDMA WRITE(s) of 64 KiB were outstanding on 1 QP(s)",
+            "8.0 MiB at no less than 1.0 MiB/s",
+            "-u 14: the RC transport's 8 tries of 67 ms",
+            "The peer stopped answering, or the device is stuck",
+        ] {
+            assert!(msg.contains(want), "{want:?} not in: {msg}");
+        }
+        assert!(!msg.contains("debug build"), "{msg}");
+    }
+
+    #[test]
+    fn the_patience_of_a_size_follows_the_work_asked_for() {
+        // `bw write -q 64 -s 1073741824 -n 5`: 64 QPs of 5 WRITEs of 1 GiB in flight; the first
+        // completion may come after all of them moved: 320 GiB at 1 MiB/s, not 10 s.
+        let p = plan_of(&["bw", "write", "-q", "64", "-s", "1073741824", "-n", "5"]);
+        assert_eq!(p.depth, 5);
+        let budget = (
+            mlx5_tools::patience::retry_budget(p.run.conn, 14, 7),
+            "the retries".to_string(),
+        );
+        let w = window_patience(Pace::SOFTWARE_CONNECTX, &budget, 1 << 30, p.depth, 64);
+        assert!(w.limit > Duration::from_secs(320 * 1024), "{w:?}");
+        assert!(
+            w.why.starts_with("320 operation(s) moving 320.0 GiB"),
+            "{}",
+            w.why
+        );
     }
 }

@@ -33,6 +33,7 @@
 #![forbid(unsafe_code)]
 
 mod end;
+mod perftest;
 mod plan;
 
 use clap::Parser;
@@ -43,6 +44,7 @@ use mlx5_tools::args::{describe_doorbell, BwArgs, PathKind, Test};
 use mlx5_tools::connecting::{connect_all, Connected};
 use mlx5_tools::devices::Devices;
 use mlx5_tools::path::{DataPath, Direct};
+use mlx5_tools::patience::Pace;
 use mlx5_tools::progress::Progress;
 use mlx5_tools::rendezvous::{describe_endpoint, Rendezvous, UdpBudget, UdpLink};
 use mlx5_tools::report::{self, Banner};
@@ -53,10 +55,8 @@ use mlx5_tools::serve::{exit_on_failure, serve_until_closed};
 use mlx5_tools::{Error, Result};
 use plan::Plan;
 use std::process::ExitCode;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-/// How long a run may go without a completion before it is declared stuck.
-const STALL: Duration = Duration::from_secs(10);
 /// How long a receiver whose sender is done waits for datagrams that may have been dropped
 /// (UC, UD: a message that finds no receive is lost, IBTA Vol. 1 §9.7.5.2.4 / §9.8.3.1).
 const LOSS_GRACE: Duration = Duration::from_millis(500);
@@ -73,17 +73,35 @@ fn main() -> ExitCode {
     )
 }
 
-/// Drive `a` (and in loopback `b`) until both are done; `control` is a server's control
-/// connection to watch for the client's goodbye (`-D`, lost datagrams).
+/// The control connection [`drive`] watches while the ends run.
+enum Watch<'c> {
+    /// Nothing (loopback; a bidirectional client, whose server swaps results on it).
+    None,
+    /// A server's: the client's goodbye ends a `-D` run, or a size whose lost datagrams will
+    /// never come.
+    Server(&'c mut Connection),
+    /// A client's: a server that went away (killed, crashed) ends the run with an error
+    /// instead of figures of sends that completed only here (UC and UD sends complete without
+    /// the peer).
+    Client(&'c mut Connection),
+}
+
+/// How often a client looks at its control connection while it sends.
+const CLIENT_WATCH: Duration = Duration::from_millis(50);
+
+/// Drive `a` (and in loopback `b`) until both are done, watching `watch`; `false` when a
+/// server saw its client's goodbye.
 fn drive<P: DataPath, Q: DataPath>(
     p: &Plan,
     a: &mut BwEnd<'_, P>,
     mut b: Option<&mut BwEnd<'_, Q>>,
-    mut control: Option<&mut Connection>,
+    mut watch: Watch<'_>,
     progress: &mut Progress,
 ) -> Result<bool> {
     let lossy = matches!(p.run.conn, QpType::Uc | QpType::Ud) || p.run.length.iters().is_none();
+    let server = matches!(watch, Watch::Server(_));
     let mut spins = 0u32;
+    let mut looked = Instant::now();
     loop {
         let mut busy = a.step()?;
         if let Some(b) = b.as_deref_mut() {
@@ -92,16 +110,23 @@ fn drive<P: DataPath, Q: DataPath>(
         let b_done = b
             .as_deref()
             .is_none_or(|b| b.flow_done() && b.sink_done(lossy));
-        if a.flow_done() && a.sink_done(lossy && control.is_none()) && b_done {
+        let done = a.flow_done() && a.sink_done(lossy && !server) && b_done;
+        spins = spins.wrapping_add(1);
+        if let Watch::Client(c) = &mut watch {
+            if done || (spins.is_multiple_of(256) && looked.elapsed() >= CLIENT_WATCH) {
+                looked = Instant::now();
+                server_still_there(c)?;
+            }
+        }
+        if done {
             return Ok(true);
         }
-        spins = spins.wrapping_add(1);
         if let Some(f) = &a.flow {
             progress.update(f.completed & !1023);
         }
         if !busy {
             if spins.is_multiple_of(1024) {
-                if let Some(c) = control.as_deref_mut() {
+                if let Watch::Server(c) = &mut watch {
                     match c.poll_control()? {
                         Some(ControlEvent::PeerAborted(AbortCode::Shutdown)) => return Ok(false),
                         Some(ControlEvent::PeerAborted(code)) => {
@@ -114,7 +139,7 @@ fn drive<P: DataPath, Q: DataPath>(
                     }
                 }
                 // A receiver waits for its peer's traffic as long as the peer is there.
-                if control.is_none() || !a.flow_done() {
+                if !server || !a.flow_done() {
                     a.stalled()?;
                 }
                 if let Some(b) = b.as_deref() {
@@ -123,6 +148,28 @@ fn drive<P: DataPath, Q: DataPath>(
             }
             a.idle();
         }
+    }
+}
+
+/// A client's look at its control connection: the server must not have closed it or aborted.
+fn server_still_there(c: &mut Connection) -> Result<()> {
+    let gone = |why: String| Error::Peer {
+        peer: "the server".into(),
+        why,
+    };
+    match c.poll_control() {
+        Ok(None) | Ok(Some(ControlEvent::RebuildRequested { .. })) => Ok(()),
+        Ok(Some(ControlEvent::PeerAborted(code))) => Err(gone(format!(
+            "it gave up during the run: {}",
+            code.describe()
+        ))),
+        Err(mlx5_connect::ConnectError::PeerClosed { .. }) => Err(gone(
+            "it closed the control connection during the run (it exited or was killed): this \
+             side stops rather than report sends that completed only here (UC and UD sends \
+             complete without the peer)"
+                .into(),
+        )),
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -190,7 +237,13 @@ fn run_on(a: &BwArgs, p: &Plan, devs: &Devices) -> Result<()> {
             )));
         }
     }
+    run::check_perftest(c, devs)?;
     let rv = run::rendezvous(c, p.run.quiet)?;
+    if let Some(rv) = &rv {
+        if let Some(session) = run::first_contact(rv, c, devs, params.io_timeout)? {
+            return perftest::run(a, p, devs, &params, session);
+        }
+    }
     match c.path {
         PathKind::Direct => run_direct(a, p, devs, &params, rv.as_ref()),
         PathKind::Verbs => run_verbs(a, p, devs, &params, rv.as_ref()),
@@ -199,11 +252,33 @@ fn run_on(a: &BwArgs, p: &Plan, devs: &Devices) -> Result<()> {
 
 /// One end on this library's data path, with the doorbell mode `--doorbell` asks for.
 fn direct_end(ctx: &mlx5_ctx::Context, p: &Plan) -> Result<(Resources, u32)> {
-    let (mut r, inline) = Resources::with_inline(ctx, &p.cfg(), p.run.inline)?;
+    direct_end_with(ctx, p, &p.cfg())
+}
+
+/// [`direct_end`] of the shape `cfg`.
+fn direct_end_with(
+    ctx: &mlx5_ctx::Context,
+    p: &Plan,
+    cfg: &mlx5_tools::resources::ResourcesCfg,
+) -> Result<(Resources, u32)> {
+    let (mut r, inline) = Resources::with_inline(ctx, cfg, p.run.inline)?;
     if let Some(mode) = p.run.doorbell {
         r.set_doorbell_mode(mode)?;
     }
     Ok((r, inline))
+}
+
+/// The banner's doorbell line of an end on this library's data path.
+fn doorbell_of(p: &Plan, me: &Resources) -> String {
+    match (me.doorbell_mode(), me.other_doorbell_modes()) {
+        (Some(m), 0) => describe_doorbell(m, p.run.doorbell.is_some()),
+        (Some(m), k) => format!(
+            "{}; {k} of {} QPs on shared BlueFlame registers: 8-byte doorbell",
+            describe_doorbell(m, p.run.doorbell.is_some()),
+            me.qps.len()
+        ),
+        (None, _) => String::new(),
+    }
 }
 
 fn buffers(conns: &[Connection]) -> Result<Vec<RemoteBuffer>> {
@@ -228,15 +303,7 @@ fn run_direct(
     rv: Option<&Rendezvous>,
 ) -> Result<()> {
     let (mut me, inline_a) = direct_end(&devs.local, p)?;
-    let doorbell = match (me.doorbell_mode(), me.other_doorbell_modes()) {
-        (Some(m), 0) => describe_doorbell(m, p.run.doorbell.is_some()),
-        (Some(m), k) => format!(
-            "{}; {k} of {} QPs on shared BlueFlame registers: 8-byte doorbell",
-            describe_doorbell(m, p.run.doorbell.is_some()),
-            me.qps.len()
-        ),
-        (None, _) => String::new(),
-    };
+    let doorbell = doorbell_of(p, &me);
     let end_a = me.end(params);
     let recv_a = p.run.receives(&me.mr)?;
     let (mut links_a, mr) = me.links(recv_a);
@@ -319,9 +386,16 @@ fn loss_note<P: DataPath>(p: &Plan, e: &BwEnd<'_, P>) {
     if let Some(s) = &e.sink {
         if let Some(t) = s.total() {
             if s.got() < t {
+                // What the receiving device counted meanwhile says which loss it was.
+                let seen = e.loss_counters_since();
+                let why = if seen.is_empty() {
+                    "its device counted no dropped packet".to_string()
+                } else {
+                    format!("its device counted {}", seen.join(", "))
+                };
                 p.run.say(&format!(
-                    " note: {} of {t} messages arrived: {} drops a message that finds no \
-                     receive posted",
+                    " note: {} of {t} messages arrived ({} drops a message that finds no \
+                     receive posted, or one of whose packets was lost; {why})",
                     s.got(),
                     p.run.conn.name()
                 ));
@@ -341,6 +415,7 @@ fn measure_loopback<P: DataPath, Q: DataPath>(
     (inline, doorbell): (u32, &str),
 ) -> Result<()> {
     (ea.yield_idle, eb.yield_idle) = (devs.software, devs.software);
+    (ea.pace, eb.pace) = (Pace::of(devs), Pace::of(devs));
     p.run
         .say(&banner(a, p, devs, inline, doorbell, &conn.conns, None));
     let (sizes, _) = usable_sizes(p, &conn.conns, None)?;
@@ -350,7 +425,7 @@ fn measure_loopback<P: DataPath, Q: DataPath>(
         eb.start(p, size, p.depth, p.bidirectional, p.receives_sends(false))?;
         let total = ea.flow.as_ref().and_then(Flow::total).unwrap_or(0);
         let mut progress = Progress::new(format!("{size} bytes"), total);
-        drive(p, &mut ea, Some(&mut eb), None, &mut progress)?;
+        drive(p, &mut ea, Some(&mut eb), Watch::None, &mut progress)?;
         drop(progress);
         loss_note(p, &eb);
         loss_note(p, &ea);
@@ -379,6 +454,7 @@ fn measure_end<P: DataPath>(
     (inline, doorbell): (u32, &str),
 ) -> Result<()> {
     e.yield_idle = devs.software;
+    e.pace = Pace::of(devs);
     let Connected {
         mut conns,
         udp,
@@ -409,7 +485,11 @@ fn measure_end<P: DataPath>(
         let mut progress = Progress::new(format!("{size} bytes"), 0);
         // A receiving server watches for the client's goodbye (which ends a -D run, or a run
         // whose lost datagrams will never come).
-        let watch = if client { None } else { conns.first_mut() };
+        let watch = match (client, conns.first_mut()) {
+            (false, Some(c)) => Watch::Server(c),
+            (true, Some(c)) if !p.bidirectional => Watch::Client(c),
+            _ => Watch::None,
+        };
         let finished = drive::<P, P>(p, &mut e, None, watch, &mut progress)?;
         drop(progress);
         loss_note(p, &e);

@@ -64,6 +64,7 @@ pub(super) fn plan(a: &BwArgs) -> Result<Plan> {
     }
     run.shape.qps = a.qps;
     run.shape.bidirectional = a.bidirectional;
+    run.shape.gbits = a.report_gbits;
     Ok(Plan {
         run,
         qps: a.qps,

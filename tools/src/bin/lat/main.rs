@@ -32,6 +32,7 @@
 //! samples and the report).
 #![forbid(unsafe_code)]
 
+mod perftest;
 mod pinger;
 mod plan;
 mod record;
@@ -43,6 +44,7 @@ use mlx5_tools::args::{describe_doorbell, LatArgs, PathKind, Test};
 use mlx5_tools::connecting::{connect_all, Connected, DirectLinks};
 use mlx5_tools::devices::Devices;
 use mlx5_tools::path::{DataPath, Direct};
+use mlx5_tools::patience::Pace;
 use mlx5_tools::progress::Progress;
 use mlx5_tools::rendezvous::{describe_endpoint, Rendezvous, UdpLink};
 use mlx5_tools::report::{self, Banner};
@@ -55,10 +57,7 @@ use pinger::{next_stamp, Pinger, Waited};
 use plan::Plan;
 use record::{Recorder, Reporter};
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
-
-/// How long any one wait may take before the run is declared stuck.
-const STALL: Duration = Duration::from_secs(10);
+use std::time::Instant;
 
 fn main() -> ExitCode {
     let args = LatArgs::parse();
@@ -74,7 +73,13 @@ fn main() -> ExitCode {
 fn run_on(args: &LatArgs, p: &Plan, devs: &Devices) -> Result<()> {
     let c = &args.common;
     let params = run::checked_params(devs, c, &p.run.params)?;
+    run::check_perftest(c, devs)?;
     let rv = run::rendezvous(c, p.run.quiet)?;
+    if let Some(rv) = &rv {
+        if let Some(session) = run::first_contact(rv, c, devs, params.io_timeout)? {
+            return perftest::run(args, p, devs, &params, session);
+        }
+    }
     match c.path {
         PathKind::Direct => run_direct(args, p, devs, &params, rv.as_ref()),
         PathKind::Verbs => run_verbs(args, p, devs, &params, rv.as_ref()),
@@ -230,6 +235,8 @@ fn measure_loopback<P: DataPath, Q: DataPath>(
     doorbell: &str,
 ) -> Result<()> {
     (pa.yield_idle, pb.yield_idle) = (devs.software, devs.software);
+    pa.pace(Pace::of(devs), p, &p.run.params);
+    pb.pace(Pace::of(devs), p, &p.run.params);
     aim(&mut pa, &conn.conns[0]);
     aim(&mut pb, &conn.peer[0]);
     let sizes = usable_sizes(p, &conn.conns[0], None)?;
@@ -312,6 +319,7 @@ fn measure_end<P: DataPath>(
     doorbell: &str,
 ) -> Result<()> {
     me.yield_idle = devs.software;
+    me.pace(Pace::of(devs), p, &p.run.params);
     let Connected { mut conns, udp, .. } = conn;
     if conns.is_empty() {
         return Err(Error::Usage("no connection".into()));

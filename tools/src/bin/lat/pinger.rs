@@ -2,16 +2,16 @@
 //! channel and the NIC's timestamps.
 
 use super::plan::{Plan, MAX_OUTSTANDING_SENDS};
-use super::STALL;
 use mlx5_connect::{AbortCode, Connection, ControlEvent, RemoteBuffer};
 use mlx5_ctx::Mr;
 use mlx5_qp::{RemoteAddr, Sge};
 use mlx5_tools::args::{AtomicArg, Test};
 use mlx5_tools::path::{DataPath, Done, Op, Post};
+use mlx5_tools::patience::{self, Pace, Patience};
 use mlx5_tools::run;
 use mlx5_tools::timestamps::{self, NicRecorder};
 use mlx5_tools::{Error, Result};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// `--timestamps` on the measuring end: the device clock and the markers' stamps.
 pub(super) struct Nic {
@@ -42,8 +42,12 @@ pub(super) struct Pinger<'a, P> {
     pub(super) recvs: u64,
     /// The receive of the last message (its byte count is checked).
     pub(super) last_recv_len: u32,
-    /// Atomics completed (the next result to expect).
+    /// Atomics completed.
     pub(super) atomics: u64,
+    /// What the atomics' target holds, as far as this side knows: 0 in a buffer of these
+    /// tools (zeroed, and only this side changes it), unknown (`None`) in a perftest peer's,
+    /// until the first atomic returns it.
+    pub(super) target: Option<u64>,
     pub(super) done: [Done; 16],
     /// Give the core away while waiting instead of spinning: on a software device, whose work
     /// needs a core (the software ConnectX's thread; Soft-RoCE's kernel tasks).
@@ -53,6 +57,15 @@ pub(super) struct Pinger<'a, P> {
     pub(super) watch: Option<Connection>,
     /// `--timestamps` on the measuring end: every completion drained is noted.
     pub(super) nic: Option<Nic>,
+    /// Where in the peer's buffer messages and atomics go: the peer's receive half (these
+    /// tools announce their whole buffer), or 0 when the peer announced the target itself
+    /// (perftest).
+    pub(super) remote_off: usize,
+    /// A `-D` run against perftest: every wait ends, without an error, at the end of this
+    /// side's duration (each side times itself, as perftest's do).
+    pub(super) deadline: Option<Instant>,
+    /// How long one wait may last ([`Pinger::wait`]).
+    pub(super) patience: Patience,
 }
 
 /// What a wait ended with.
@@ -89,11 +102,36 @@ impl<'a, P: DataPath> Pinger<'a, P> {
             recvs: 0,
             last_recv_len: 0,
             atomics: 0,
+            target: Some(0),
             done: [Done::default(); 16],
             yield_idle: false,
             watch: None,
             nic: p.nic(clock)?,
+            remote_off: p.run.half,
+            deadline: None,
+            patience: Patience {
+                limit: mlx5_tools::patience::MIN_PATIENCE,
+                why: String::new(),
+            },
         })
+    }
+
+    /// Give every wait the time a ping-pong of the run's largest message takes at `pace`
+    /// (and the peer's report between two sizes: sorting its samples), with the transport's
+    /// retries (`mlx5_tools::patience`).
+    pub(super) fn pace(&mut self, pace: Pace, p: &Plan, params: &mlx5_connect::ConnectParams) {
+        let max = p.run.sizes.iter().copied().max().unwrap_or(8);
+        let n = p.run.length.iters().unwrap_or(0);
+        // Sorting n samples: about 200 ns each, n log n at most.
+        let report = Duration::from_nanos(n.saturating_mul(200));
+        self.patience = Patience::for_work(
+            pace,
+            max.saturating_mul(2),
+            2,
+            report,
+            patience::retry_budget(p.run.conn, params.timeout, params.retry_cnt),
+            &patience::describe_budget(p.run.conn, params.timeout, params.retry_cnt),
+        );
     }
 
     pub(super) fn remote(&self, off: usize) -> RemoteAddr {
@@ -118,7 +156,7 @@ impl<'a, P: DataPath> Pinger<'a, P> {
         let wr_id = self.next_wr;
         self.next_wr += 1;
         let op = match test {
-            Test::Write => Op::Write(self.remote(self.half)),
+            Test::Write => Op::Write(self.remote(self.remote_off)),
             _ => Op::Send,
         };
         let sge = self.sge(0, size)?;
@@ -201,8 +239,23 @@ impl<'a, P: DataPath> Pinger<'a, P> {
                         Some(ControlEvent::RebuildRequested { .. }) | None => {}
                     }
                 }
-                if start.elapsed() > STALL {
-                    return Err(Error::stalled(what, STALL.as_secs()));
+                if self.deadline.is_some_and(|d| Instant::now() >= d) {
+                    return Ok(Waited::Stopped);
+                }
+                if start.elapsed() > self.patience.limit {
+                    let doing = format!(
+                        "{} of this side's {} send(s) were outstanding and {} receive(s) had \
+                         completed",
+                        self.sends_posted - self.sends_done,
+                        self.sends_posted,
+                        self.recvs
+                    );
+                    return Err(Error::stuck(
+                        what,
+                        self.patience.limit,
+                        &doing,
+                        &self.patience.why,
+                    ));
                 }
             }
             if self.yield_idle {
@@ -237,20 +290,22 @@ impl<'a, P: DataPath> Pinger<'a, P> {
     }
 
     /// One RDMA READ of `size` bytes from the peer's send half, or one atomic on the 8 bytes
-    /// at the start of its receive half, waited for.
+    /// at the start of its receive half, waited for. Each atomic's original value is checked
+    /// against what the target must hold ([`Pinger::target`]: only this side changes it).
     pub(super) fn one_op(&mut self, test: Test, atomic: AtomicArg, size: usize) -> Result<()> {
         let wr_id = self.next_wr;
         self.next_wr += 1;
         let k = self.atomics;
+        let compare = self.target.unwrap_or(0);
         let (op, sge) = match test {
             Test::Atomic => {
-                let remote = self.remote(self.half);
+                let remote = self.remote(self.remote_off);
                 let op = match atomic {
-                    // k-th operation: the target holds k; swap it for k + 1.
+                    // The target holds `compare`: swap it for the next value.
                     AtomicArg::CmpAndSwap => Op::CompSwap {
                         remote,
-                        compare: k,
-                        swap: k + 1,
+                        compare,
+                        swap: compare.wrapping_add(1),
                     },
                     AtomicArg::FetchAndAdd => Op::FetchAdd { remote, add: 1 },
                 };
@@ -276,12 +331,21 @@ impl<'a, P: DataPath> Pinger<'a, P> {
             // ConnectX does by default (`docs/software-connectx.md`).
             let b: [u8; 8] = self.mr.read(0, 8)?.try_into().unwrap_or_default();
             let got = u64::from_ne_bytes(b);
-            if got != k {
-                return Err(Error::Check(format!(
-                    "atomic {} #{k} returned {got}, the target should have held {k}",
-                    atomic.name()
-                )));
+            if let Some(held) = self.target {
+                if got != held {
+                    return Err(Error::Check(format!(
+                        "atomic {} #{k} returned {got}, the target should have held {held}",
+                        atomic.name()
+                    )));
+                }
             }
+            // A first operation on a target of unknown content (perftest fills its buffers)
+            // learns it; a compare-and-swap that found another value swapped nothing.
+            self.target = Some(match atomic {
+                AtomicArg::FetchAndAdd => got.wrapping_add(1),
+                AtomicArg::CmpAndSwap if got == compare => compare.wrapping_add(1),
+                AtomicArg::CmpAndSwap => got,
+            });
             self.atomics += 1;
         }
         Ok(())

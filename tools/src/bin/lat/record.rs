@@ -123,6 +123,9 @@ pub(super) struct Reporter<'p> {
     pub(super) last: Option<(LatencyStats, Histogram<u64>)>,
     /// For the log: every size's histogram and when it ran.
     pub(super) intervals: Vec<(u64, Histogram<u64>, Duration, Duration)>,
+    /// The `#iterations` a row shows when it is not the sample count: the run's `-n` against
+    /// perftest, whose samples are the `-n` − 1 gaps between posts.
+    pub(super) iterations: Option<u64>,
 }
 
 impl<'p> Reporter<'p> {
@@ -134,6 +137,7 @@ impl<'p> Reporter<'p> {
             t0: Instant::now(),
             last: None,
             intervals: Vec::new(),
+            iterations: None,
         }
     }
 
@@ -166,9 +170,12 @@ impl<'p> Reporter<'p> {
                 } else {
                     None
                 };
-                let Some(s) = LatencyStats::from_samples(size, &mut samples) else {
+                let Some(mut s) = LatencyStats::from_samples(size, &mut samples) else {
                     return Ok(());
                 };
+                if let Some(n) = self.iterations {
+                    s.iterations = n;
+                }
                 if p.listing != Listing::None {
                     p.run.say(&report::sample_listing(&samples));
                     p.run.say(report::RESULT_LINE);
