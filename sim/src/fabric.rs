@@ -491,7 +491,7 @@ impl Drop for FabricThread {
     /// peer would retry into RETRY_EXC_ERR. Then stops the thread.
     fn drop(&mut self) {
         let end = Instant::now() + DRAIN_ON_STOP;
-        while self.inner.lock().wire.len() > 0 && Instant::now() < end {
+        while !self.inner.lock().wire.is_empty() && Instant::now() < end {
             std::thread::sleep(Duration::from_millis(1));
         }
         self.stop.store(true, Ordering::SeqCst);
