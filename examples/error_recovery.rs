@@ -123,11 +123,9 @@ fn run() -> Result<()> {
     let mut b = Side::new(fabric.add_device())?;
     // A short ACK timeout (4.096 µs × 2^10 ≈ 4.2 ms) and 3 retries: exhaustion in ~17 ms of
     // virtual time.
-    let params = ConnectParams {
-        timeout: 10,
-        retry_cnt: 3,
-        ..ConnectParams::default()
-    };
+    let mut params = ConnectParams::default();
+    params.timeout = 10;
+    params.retry_cnt = 3;
     let (mut ca, mut cb) = connect_qps(&mut a.qp, &mut b.qp, &params)?;
     println!(
         "  1 connect    RC QPs A {:#x} ⇄ B {:#x}; ACK timeout 4.096 µs × 2^10 ≈ 4.2 ms, \

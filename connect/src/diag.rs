@@ -123,6 +123,12 @@ pub fn advice(status: WcStatus) -> Advice {
              more likely than this status",
             &[],
         ),
+        // A status a later version of mlx5-cq names (the enum is #[non_exhaustive]).
+        _ => (
+            "the status's name and the vendor syndrome in the CQE (wqe-dump cqe); read all \
+             counters",
+            &["req_cqe_error", "resp_cqe_error"],
+        ),
     };
     Advice { check, counters }
 }

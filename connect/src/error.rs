@@ -13,6 +13,7 @@ pub type Result<T> = std::result::Result<T, ConnectError>;
 
 /// Why connecting or rebuilding a QP failed.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ConnectError {
     /// A device call failed, or the state table refused a modify (the message names the
     /// transition and the attribute).

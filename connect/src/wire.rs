@@ -54,6 +54,7 @@ const MAX_24BIT: u32 = mlx5_hw::qp_state::MAX_24BIT;
 
 /// Why bytes are not a valid message.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum WireError {
     /// Fewer bytes than the header or the length field announces.
     #[error("truncated message: {got} bytes, {need} needed")]
@@ -152,6 +153,7 @@ pub struct Endpoint {
 /// Why a side gives up (the body of an ABORT).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(u8)]
+#[non_exhaustive]
 pub enum AbortCode {
     /// A modify or a device call failed on the sender's side.
     ConnectFailed = 1,

@@ -39,6 +39,7 @@ pub const VENDOR_SYNDROME_PSN: u8 = 0x99;
 /// Work-completion status (`enum ibv_wc_status`, verbs.h; values are the enum's numbers).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(u8)]
+#[non_exhaustive]
 pub enum WcStatus {
     /// `IBV_WC_SUCCESS`
     Success = 0,

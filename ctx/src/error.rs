@@ -5,6 +5,7 @@ use std::time::Duration;
 /// What went wrong in the owning layer: a device refusal, a data-path error, or a request
 /// this layer refuses before it reaches either.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
     /// The device (control path) refused or failed.
     #[error(transparent)]

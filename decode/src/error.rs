@@ -2,6 +2,7 @@
 
 /// Why input could not be decoded.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Error {
     /// No bytes at all.
     #[error("no input bytes (expected hex digits such as `00 00 10 08 ...`)")]

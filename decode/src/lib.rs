@@ -24,6 +24,7 @@ pub use report::{Field, Report, Section};
 
 /// What the bytes are.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Kind {
     /// A send WQE (ctrl segment first).
     Send,
@@ -53,6 +54,7 @@ pub enum Zip {
 
 /// Transport of the QP a send WQE belongs to: it decides which segment follows ctrl.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum QpType {
     /// Reliable connected (no transport segment).
     #[default]

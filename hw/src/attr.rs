@@ -9,6 +9,11 @@
 use bitflags::bitflags;
 
 /// QP state (`enum ibv_qp_state`, verbs.h).
+///
+/// Not `#[non_exhaustive]`, on purpose: these are the seven states of the IB QP state machine
+/// (IBTA Vol. 1 §10.3.1), which no release of the spec has changed; a match over them should
+/// stay exhaustive so that every state is handled. (verbs.h's `IBV_QPS_UNKNOWN` is not a state
+/// but the answer of a query that failed; this crate reports a failed query as an error.)
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[repr(u8)]
 pub enum QpState {

@@ -119,6 +119,7 @@ pub struct DeviceAttr {
 
 /// Port state (`enum ibv_port_state`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum PortState {
     /// `IBV_PORT_DOWN`
     Down,
@@ -131,6 +132,11 @@ pub enum PortState {
 }
 
 /// Link layer of a port.
+///
+/// Not `#[non_exhaustive]`, on purpose: an mlx5 port is InfiniBand or Ethernet
+/// (`IBV_LINK_LAYER_INFINIBAND` / `_ETHERNET`, verbs.h; `IBV_LINK_LAYER_UNSPECIFIED` is what
+/// a provider without the field reports, and mlx5 always fills it), and the code that builds an
+/// address (LID or GID) must handle both, exhaustively.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LinkLayer {
     /// Native InfiniBand (LID routed).

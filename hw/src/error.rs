@@ -65,6 +65,7 @@ impl core::fmt::Display for Errno {
 /// says no), of uverbs' checks or of a value; EOPNOTSUPP for an attribute that is not
 /// implemented.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ModifyError {
     /// The transition itself is not in the table.
     #[error("illegal QP transition {from} -> {to} for a {qp_type} QP")]
@@ -229,6 +230,7 @@ fn names(m: AttrMask) -> String {
 
 /// An error of a device operation.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
     /// The QP modify was refused by the state table.
     #[error(transparent)]

@@ -83,6 +83,7 @@ use crate::error::ModifyError;
 /// (drivers/infiniband/core/verbs.c). For RC, UC and UD the releases differ only in
 /// `IBV_QP_RATE_LIMIT`; see the module documentation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
 pub enum KernelVersion {
     /// Linux 6.1 up to 6.19: `IB_QP_RATE_LIMIT` is in no RC/UC/UD cell (the table lists it
     /// only for raw-packet QPs at RTR→RTS and RTS→RTS), and the drivers refuse it before the

@@ -26,6 +26,7 @@
 
 /// The format of the 64-bit CQE timestamp.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum TimestampFormat {
     /// Ticks of the free-running HCA core clock (`MLX5_TIMESTAMP_FORMAT_FREE_RUNNING`).
     FreeRunning,

@@ -11,6 +11,7 @@ use std::fmt;
 
 /// The kind of driver mistake.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum DriverBugKind {
     /// The BlueFlame register copy differs from the WQE in the ring (the register copy is what
     /// executes, as on a ConnectX; rdma-core `mlx5_bf_copy` copies the ring verbatim).

@@ -485,7 +485,7 @@ impl FabricThread {
 const DRAIN_ON_STOP: Duration = Duration::from_millis(200);
 
 impl Drop for FabricThread {
-    /// Lets the frames already on the wire leave (bounded by [`DRAIN_ON_STOP`]), as a NIC
+    /// Lets the frames already on the wire leave (200 ms at most), as a NIC
     /// sends what it has queued whatever its process does next: a program that exits right
     /// after its last completion would otherwise take its last ACK or NAK with it, and its
     /// peer would retry into RETRY_EXC_ERR. Then stops the thread.

@@ -15,6 +15,7 @@ use crate::wire::{Opcode, Operation};
 
 /// The packets a rule applies to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum Class {
     /// Every packet.
     #[default]
@@ -242,6 +243,7 @@ impl Rule {
 
 /// What a fault did to one frame.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum FaultKind {
     /// Dropped by a drop rule (loss, every N-th, next N, exact PSNs).
     Dropped,

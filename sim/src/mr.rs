@@ -36,6 +36,7 @@ pub struct Mr {
 
 /// Why a memory access was refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum MemError {
     /// No MR has this key.
     BadKey,

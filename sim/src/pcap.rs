@@ -150,6 +150,7 @@ impl<W: Write> PcapWriter<W> {
 
 /// Why a pcap stream cannot be read.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum PcapError {
     /// Reading the stream failed.
     #[error("reading the capture failed: {0}")]

@@ -29,6 +29,7 @@ pub const MAX_QP_WR: u32 = 1 << 14;
 
 /// Why a QP's capabilities cannot be met (rdma-core returns EINVAL for each).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum SizingError {
     /// More gather entries than fit in the largest WQE.
     #[error(

@@ -675,11 +675,12 @@ impl Common {
     /// The connect parameters every QP of the run starts from: the port (`-i`), the path MTU
     /// at most (`-m`), the local ACK timeout (`-u`).
     pub fn connect_params(&self) -> Result<ConnectParams> {
-        Ok(ConnectParams {
-            port: self.ib_port,
-            max_mtu: self.mtu()?,
-            timeout: self.qp_timeout,
-            ..ConnectParams::default()
+        Ok({
+            let mut p = ConnectParams::default();
+            p.port = self.ib_port;
+            p.max_mtu = self.mtu()?;
+            p.timeout = self.qp_timeout;
+            p
         })
     }
 }

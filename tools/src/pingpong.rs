@@ -315,14 +315,12 @@ where
     }
     let ends = if o.loopback { 2 } else { 1 };
     limits::check_memory("the buffers", ((2 * size + extra) * ends) as u64)?;
-    let params = ConnectParams {
-        port: o.ib_port,
-        gid_index: devs.gid_index(o.ib_port, o.gid_idx)?,
-        // ibv_rc_pingpong's default path MTU is 1024 (`mtu = IBV_MTU_1024`).
-        max_mtu: Some(wanted.unwrap_or(Mtu::Mtu1024)),
-        sl: o.sl,
-        ..ConnectParams::default()
-    };
+    let mut params = ConnectParams::default();
+    params.port = o.ib_port;
+    params.gid_index = devs.gid_index(o.ib_port, o.gid_idx)?;
+    // ibv_rc_pingpong's default path MTU is 1024 (`mtu = IBV_MTU_1024`).
+    params.max_mtu = Some(wanted.unwrap_or(Mtu::Mtu1024));
+    params.sl = o.sl;
     let cfg = cfg(kind, o, size, extra);
     say(&format!("{name}: {}", devs.name));
     if o.loopback {
@@ -483,6 +481,12 @@ pub fn finish(conn: Connection, client: bool) -> Result<()> {
                 return Err(Error::Peer {
                     peer: "the client".into(),
                     why: format!("it asked for a rebuild ({})", reason.name()),
+                })
+            }
+            Some(other) => {
+                return Err(Error::Peer {
+                    peer: "the client".into(),
+                    why: format!("an unexpected control event: {other:?}"),
                 })
             }
             None if Instant::now() > deadline => {

@@ -56,9 +56,10 @@ pub fn on_run_devices<T>(
 pub fn checked_params(devs: &Devices, c: &Common, params: &ConnectParams) -> Result<ConnectParams> {
     devs.check_port(c.ib_port)?;
     devs.check_path(c.path)?;
-    Ok(ConnectParams {
-        gid_index: devs.gid_index(c.ib_port, c.gid_index)?,
-        ..params.clone()
+    Ok({
+        let mut p = params.clone();
+        p.gid_index = devs.gid_index(c.ib_port, c.gid_index)?;
+        p
     })
 }
 

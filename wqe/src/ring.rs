@@ -26,6 +26,7 @@ pub const fn bbs_for_ds(ds: u32) -> u32 {
 
 /// Why a WQE could not be written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum WqeError {
     /// The WQE would need `needed` bytes but at most `max` are allowed (ring size, the 6-bit DS
     /// field, or the QP's limit).

@@ -91,6 +91,7 @@ impl UdPeer {
 
 /// Something the peer asked for over the control connection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ControlEvent {
     /// The peer is rebuilding its QP; call [`Connection::rebuild`] to rebuild this side.
     RebuildRequested {

@@ -6,7 +6,7 @@
 use crate::connect_support;
 
 use connect_support::*;
-use mlx5_connect::{self as connect, diag, ConnectError, ConnectParams, Connection};
+use mlx5_connect::{self as connect, diag, ConnectError, Connection};
 use mlx5_hw::transition::{self, PeerPath, Step, ToInit, ToRtr, ToRts};
 use mlx5_hw::{AccessFlags, AhAttr, AttrMask, Device, GlobalRoute, Mtu, QpAttr, QpState, QpType};
 use mlx5_qp::{SendWr, WcOpcode, WcStatus};
@@ -136,9 +136,10 @@ fn ud_pair_gets_qkey_and_address_handle() {
     let (f, da, db) = fabric2();
     let mut a = Side::new(&da, QpType::Ud);
     let mut b = Side::new(&db, QpType::Ud);
-    let p = ConnectParams {
-        qkey: 0x0bad_cafe,
-        ..params()
+    let p = {
+        let mut p = params();
+        p.qkey = 0x0bad_cafe;
+        p
     };
     let (qa, qb) = (a.qp_ref(), b.qp_ref());
     let (ca, _cb) = try_connect_pair_with(&mut a, &p, &mut b, &p).unwrap();

@@ -68,9 +68,10 @@ enum Role {
 }
 
 fn params(end: &End) -> ConnectParams {
-    ConnectParams {
-        io_timeout: STEP,
-        ..ConnectParams::default()
+    {
+        let mut p = ConnectParams::default();
+        p.io_timeout = STEP;
+        p
     }
     .with_buffer(end.buf.remote())
 }

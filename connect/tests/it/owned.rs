@@ -82,9 +82,10 @@ fn a_failed_connect_leaves_the_qp_reusable() {
     let (mut ca, cb) = (a.create_cq(16).unwrap(), b.create_cq(16).unwrap());
     let mut qa = pa.create_qp(&QpInit::rc(&ca)).unwrap();
     let mut qb = pb.create_qp(&QpInit::rc(&cb)).unwrap();
-    let params = ConnectParams {
-        io_timeout: Duration::from_millis(300),
-        ..ConnectParams::default()
+    let params = {
+        let mut p = ConnectParams::default();
+        p.io_timeout = Duration::from_millis(300);
+        p
     };
     // Reserve a port, close it: nobody listens there.
     let port = TcpListener::bind("127.0.0.1:0")

@@ -6,7 +6,7 @@
 use crate::connect_support;
 
 use connect_support::*;
-use mlx5_connect::{self as connect, diag, ConnectParams, Connection, ControlEvent};
+use mlx5_connect::{self as connect, diag, Connection, ControlEvent};
 use mlx5_hw::transition::{self, Step};
 use mlx5_hw::{Device, QpState, QpType};
 use mlx5_qp::{SendWr, Wc, WcOpcode, WcStatus};
@@ -150,10 +150,11 @@ fn rnr_retries_exhausted_then_rebuild_with_receives_posted() {
     let mut a = Side::new(&da, QpType::Rc);
     let mut b = Side::new(&db, QpType::Rc);
     b.recv_count.store(0, Ordering::SeqCst);
-    let p = ConnectParams {
-        rnr_retry: 2,
-        min_rnr_timer: 1,
-        ..params()
+    let p = {
+        let mut p = params();
+        p.rnr_retry = 2;
+        p.min_rnr_timer = 1;
+        p
     };
     let (mut ca, mut cb) = connect_pair(&mut a, &mut b, &p);
     let (a0, b0) = (

@@ -35,6 +35,7 @@ pub struct Sge {
 
 /// What a send work request does (`enum ibv_wr_opcode`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum SendOp {
     /// `IBV_WR_SEND`.
     Send,

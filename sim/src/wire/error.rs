@@ -32,6 +32,7 @@ impl core::fmt::Display for Layer {
 /// Every variant is a drop on a real NIC; [`ParseError::IcrcMismatch`] is kept distinct because
 /// the device counts it separately.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ParseError {
     /// The frame ends inside a header or before the ICRC.
     #[error("frame truncated: the {layer} needs {needed} bytes but only {available} remain")]
@@ -103,6 +104,7 @@ pub enum ParseError {
 
 /// Why a [`Packet`](super::Packet) cannot be put on the wire.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum EmitError {
     /// A field does not fit its wire width (QPN, PSN, MSN, pad count, TVer, DSCP...).
     #[error("{field} = {value:#x} does not fit in {bits} bits")]

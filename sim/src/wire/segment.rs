@@ -31,6 +31,7 @@ pub enum MessageKind {
 
 /// Why a message cannot be segmented.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum SegmentError {
     /// The transport does not carry this kind of message (UD has only SEND and SEND with
     /// immediate; UC has no READ and no SEND with invalidate; IBTA Vol 1 Table 38).

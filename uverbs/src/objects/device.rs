@@ -231,6 +231,8 @@ pub fn query_port(node: &Node, req: &Req) -> Result<Resp, i32> {
         PortState::Init => (2, 4),
         PortState::Armed => (3, 4),
         PortState::Active => (4, 5),
+        // A state a later mlx5-hw adds: reported as down until this learns it.
+        _ => (1, 3),
     };
     let r = QueryPortResp {
         // IB_PORT_CM_SUP | IB_PORT_IP_BASED_GIDS, what mlx5_ib reports for RoCE.

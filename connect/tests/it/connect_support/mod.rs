@@ -34,9 +34,10 @@ impl Announced for Buf {
 
 /// The default params with a 10 s I/O timeout, so a stuck handshake fails the test.
 pub fn params() -> ConnectParams {
-    ConnectParams {
-        io_timeout: Duration::from_secs(10),
-        ..ConnectParams::default()
+    {
+        let mut p = ConnectParams::default();
+        p.io_timeout = Duration::from_secs(10);
+        p
     }
 }
 

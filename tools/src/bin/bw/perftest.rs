@@ -100,9 +100,10 @@ pub(super) fn run(
         duration: c.duration.is_some(),
     };
     let s = Settled {
-        params: ConnectParams {
-            max_mtu: Mtu::from_bytes(agreed.mtu),
-            ..params.clone()
+        params: {
+            let mut p = params.clone();
+            p.max_mtu = Mtu::from_bytes(agreed.mtu);
+            p
         },
         agreed,
         sizes,

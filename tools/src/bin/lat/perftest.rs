@@ -96,9 +96,10 @@ pub(super) fn run(
         duration: c.duration.is_some(),
     };
     let settled = Settled {
-        params: ConnectParams {
-            max_mtu: Mtu::from_bytes(agreed.mtu),
-            ..params.clone()
+        params: {
+            let mut p = params.clone();
+            p.max_mtu = Mtu::from_bytes(agreed.mtu);
+            p
         },
         agreed,
         sizes,
