@@ -415,13 +415,14 @@ impl Qp {
 
     /// An error or flush completion of this QP was polled: the device has moved the QP out of
     /// RTS, so the data path follows it without the caller's help. A failed send of a UC or UD
-    /// QP leaves it in SQE (its receive queue keeps working), anything else in Error (IBTA
+    /// QP leaves it in SQE (its receive queue keeps working), of an RC QP or a DCI in Error
+    /// (a DCI has no SQE: `modify_dci_qp_is_ok`), anything else in Error (IBTA
     /// Vol. 1 §10.3, QP states: the Send Queue Error state is for UC/UD requester errors;
     /// the software ConnectX's `engine::enter_sqe` / `fail_qp`). Never moves a QP back out of
     /// Error, nor out of Reset.
     #[cold]
     pub(crate) fn follow_error_completion(&mut self, send: bool) {
-        let next = if send && self.qp_type != QpType::Rc {
+        let next = if send && !matches!(self.qp_type, QpType::Rc | QpType::Dci) {
             QpState::Sqe
         } else {
             QpState::Error
@@ -441,7 +442,7 @@ impl Qp {
     /// compiler resolves this choice and only the lean path remains.
     #[inline(always)]
     pub fn post(&mut self, wr: &SendWr<'_>) -> Result<()> {
-        if wr.ud.is_none() && wr.xrc.is_none() {
+        if wr.ud.is_none() && wr.xrc.is_none() && wr.dc.is_none() {
             match (wr.op, wr.data) {
                 (SendOp::Write { remote }, SendData::Inline(d)) => {
                     return self.post_write_inline(wr.wr_id, d, remote, wr.flags)

@@ -433,6 +433,96 @@ impl SimDevice {
         })
     }
 
+    /// Create a QP whose attributes were checked: its memory, and a BlueFlame register when
+    /// `bfreg` (every QP with a send queue).
+    fn create_qp_unchecked(&self, pd: PdId, attr: &QpInitAttr, bfreg: bool) -> Result<QpInfo> {
+        // An XRC or DC initiator has no receive side (rdma-core creates no RQ for
+        // IBV_QPT_XRC_SEND; `crate::dc::check_create` refuses one on a DCI).
+        let no_rq = attr.srq.is_some() || matches!(attr.qp_type, QpType::XrcSend | QpType::Dci);
+        let g = qp_geometry(attr.qp_type, &attr.cap, no_rq).map_err(sizing_err)?;
+        self.with(|d| {
+            Self::pd_exists(d, pd)?;
+            for cq in [attr.send_cq, attr.recv_cq] {
+                if !d.cqs.contains_key(&cq.0) {
+                    return Err(Error::UnknownHandle {
+                        kind: "CQ",
+                        id: cq.0,
+                    });
+                }
+            }
+            if let Some(s) = attr.srq {
+                if !d.srqs.contains_key(&s.0) {
+                    return Err(Error::UnknownHandle {
+                        kind: "SRQ",
+                        id: s.0,
+                    });
+                }
+            }
+            let qpn = d.alloc_id();
+            let mut qp = Qp::new(
+                qpn,
+                attr.qp_type,
+                pd.0,
+                attr.send_cq.0,
+                attr.recv_cq.0,
+                attr.srq.map(|s| s.0),
+                attr.sq_sig_all,
+                g,
+            )
+            .ok_or_else(|| no_mem("QP"))?;
+            // A dedicated register while the context has one free, else a shared one
+            // (kernel `alloc_bfreg`, `crate::doorbell::shared`).
+            if bfreg {
+                let reg = d.bfregs.assign(qpn).ok_or_else(|| no_mem("UAR page"))?;
+                match reg.page {
+                    Some((page, off, size)) => qp.use_register(reg.class, page, off, size),
+                    None => qp.bf_class = reg.class,
+                }
+            }
+            let layout = QpLayout {
+                qpn,
+                qp_type: attr.qp_type,
+                dbrec: qp.dbrec.as_ptr().cast(),
+                sq: WqLayout {
+                    buf: qp.buf.as_ptr().wrapping_add(g.sq_offset as usize),
+                    wqe_cnt: g.sq_wqe_cnt,
+                    stride: 64,
+                },
+                rq: WqLayout {
+                    buf: qp.buf.as_ptr(),
+                    wqe_cnt: g.rq_wqe_cnt,
+                    stride: g.rq_stride,
+                },
+                bf: BfLayout {
+                    reg: qp.bf_reg(),
+                    size: qp.bf_size,
+                    shared: qp.bf_shared(),
+                },
+                max_inline_data: g.cap.max_inline_data,
+                max_send_sge: g.cap.max_send_sge,
+                max_recv_sge: g.cap.max_recv_sge,
+                sq_sig_all: attr.sq_sig_all,
+                uses_srq: attr.srq.is_some(),
+            };
+            for cq in [attr.send_cq, attr.recv_cq] {
+                if let Some(c) = d.cqs.get_mut(&cq.0) {
+                    c.users += 1;
+                }
+            }
+            if let Some(s) = attr.srq.and_then(|s| d.srqs.get_mut(&s.0)) {
+                s.users += 1;
+            }
+            d.qps.insert(qpn, qp);
+            Ok(QpInfo {
+                id: QpId(qpn),
+                qpn,
+                qp_type: attr.qp_type,
+                cap: g.cap,
+                layout,
+            })
+        })
+    }
+
     fn link_layer(&self) -> LinkLayer {
         let ll = self
             .inner
@@ -605,6 +695,27 @@ impl Device for SimDevice {
 
     fn create_qp_ex(&self, pd: PdId, attr: &QpInitAttr, ex: &QpInitEx) -> Result<QpInfo> {
         self.alive("create_qp_ex")?;
+        crate::dc::check_create(attr, ex.dc)?;
+        if let Some(dc) = ex.dc {
+            if ex.xrcd.is_some() || !ex.create_flags.is_empty() {
+                return Err(Error::InvalidArgument(format!(
+                    "create_qp_ex: a {} QP takes no XRC domain and no create flags",
+                    attr.qp_type
+                )));
+            }
+            // No register for a DCT: it has no send queue (kernel `create_dct` allocates no
+            // UAR).
+            let mut info = self.create_qp_unchecked(pd, attr, attr.qp_type == QpType::Dci)?;
+            self.with(|d| {
+                crate::dc::adopt(d, info.qpn, dc);
+                Ok(())
+            })?;
+            if attr.qp_type == QpType::Dct {
+                // `ibv_qp.qp_num` of a DCT is 0 until RTR (rdma-core `modify_dct`).
+                info.qpn = 0;
+            }
+            return Ok(info);
+        }
         if let Some(x) = ex.xrcd {
             if attr.qp_type != QpType::XrcRecv || !ex.create_flags.is_empty() {
                 return Err(Error::InvalidArgument(format!(
@@ -797,88 +908,13 @@ impl Device for SimDevice {
     fn create_qp(&self, pd: PdId, attr: &QpInitAttr) -> Result<QpInfo> {
         self.alive("create_qp")?;
         crate::transport::xrc::check_plain_create(attr)?;
-        // An XRC initiator has no receive side (rdma-core creates no RQ for IBV_QPT_XRC_SEND).
-        let no_rq = attr.srq.is_some() || attr.qp_type == QpType::XrcSend;
-        let g = qp_geometry(attr.qp_type, &attr.cap, no_rq).map_err(sizing_err)?;
-        self.with(|d| {
-            Self::pd_exists(d, pd)?;
-            for cq in [attr.send_cq, attr.recv_cq] {
-                if !d.cqs.contains_key(&cq.0) {
-                    return Err(Error::UnknownHandle {
-                        kind: "CQ",
-                        id: cq.0,
-                    });
-                }
-            }
-            if let Some(s) = attr.srq {
-                if !d.srqs.contains_key(&s.0) {
-                    return Err(Error::UnknownHandle {
-                        kind: "SRQ",
-                        id: s.0,
-                    });
-                }
-            }
-            let qpn = d.alloc_id();
-            let mut qp = Qp::new(
-                qpn,
-                attr.qp_type,
-                pd.0,
-                attr.send_cq.0,
-                attr.recv_cq.0,
-                attr.srq.map(|s| s.0),
-                attr.sq_sig_all,
-                g,
-            )
-            .ok_or_else(|| no_mem("QP"))?;
-            // A dedicated register while the context has one free, else a shared one
-            // (kernel `alloc_bfreg`, `crate::doorbell::shared`).
-            let reg = d.bfregs.assign(qpn).ok_or_else(|| no_mem("UAR page"))?;
-            match reg.page {
-                Some((page, off, size)) => qp.use_register(reg.class, page, off, size),
-                None => qp.bf_class = reg.class,
-            }
-            let layout = QpLayout {
-                qpn,
-                qp_type: attr.qp_type,
-                dbrec: qp.dbrec.as_ptr().cast(),
-                sq: WqLayout {
-                    buf: qp.buf.as_ptr().wrapping_add(g.sq_offset as usize),
-                    wqe_cnt: g.sq_wqe_cnt,
-                    stride: 64,
-                },
-                rq: WqLayout {
-                    buf: qp.buf.as_ptr(),
-                    wqe_cnt: g.rq_wqe_cnt,
-                    stride: g.rq_stride,
-                },
-                bf: BfLayout {
-                    reg: qp.bf_reg(),
-                    size: qp.bf_size,
-                    shared: qp.bf_shared(),
-                },
-                max_inline_data: g.cap.max_inline_data,
-                max_send_sge: g.cap.max_send_sge,
-                max_recv_sge: g.cap.max_recv_sge,
-                sq_sig_all: attr.sq_sig_all,
-                uses_srq: attr.srq.is_some(),
-            };
-            for cq in [attr.send_cq, attr.recv_cq] {
-                if let Some(c) = d.cqs.get_mut(&cq.0) {
-                    c.users += 1;
-                }
-            }
-            if let Some(s) = attr.srq.and_then(|s| d.srqs.get_mut(&s.0)) {
-                s.users += 1;
-            }
-            d.qps.insert(qpn, qp);
-            Ok(QpInfo {
-                id: QpId(qpn),
-                qpn,
-                qp_type: attr.qp_type,
-                cap: g.cap,
-                layout,
-            })
-        })
+        crate::dc::check_create(attr, None)?;
+        self.create_qp_unchecked(pd, attr, true)
+    }
+
+    fn dct_number(&self, qp: QpId) -> Result<u32> {
+        self.alive("dct_number")?;
+        self.with(|d| crate::dc::dct_number(d, qp.0))
     }
 
     fn modify_qp(&self, qp: QpId, attr: &QpAttr, mask: AttrMask) -> Result<()> {

@@ -34,6 +34,7 @@ const LAYERS: &[&str] = &[
     "faults",
     "modify",
     "xrc",
+    "dc",
     "device",
     "fabric",
 ];

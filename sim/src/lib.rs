@@ -51,7 +51,8 @@
 //!    multicast fan-out through the groups of [`mcast`]), the lock every handle shares
 //!    (`shared`), and the fault controls [`faults`] ([`Faults`], [`faults::FaultTarget`]),
 //!    which lock the world to add rules and read what they did;
-//! 8. **the control path**: [`modify`] (the QP state machine), [`xrc`] (XRC objects), then
+//! 8. **the control path**: [`modify`] (the QP state machine), [`xrc`] (XRC objects), [`dc`]
+//!    (DC initiators and targets), then
 //!    [`device`] ([`SimDevice`], the `mlx5_hw::Device` implementation) and, on top, [`fabric`]
 //!    ([`Fabric`], [`DeviceConfig`], the threads, and the fault controls that name devices).
 #![deny(missing_docs)]
@@ -60,6 +61,7 @@ pub mod bugs;
 pub mod counters;
 pub mod cq;
 pub mod ctx;
+pub mod dc;
 pub mod device;
 pub mod doorbell;
 pub mod engine;

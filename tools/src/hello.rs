@@ -304,9 +304,12 @@ impl Hello {
                 mlx5_hw::QpType::Rc => 1,
                 mlx5_hw::QpType::Uc => 2,
                 mlx5_hw::QpType::Ud => 3,
-                // Never a perftest connection type (`-c` takes RC, UC, UD).
+                // Never a perftest connection type (`-c` takes RC, UC, UD, DC).
                 mlx5_hw::QpType::XrcSend => 4,
                 mlx5_hw::QpType::XrcRecv => 5,
+                // `-c DC` runs a DCI against a DCT.
+                mlx5_hw::QpType::Dci | mlx5_hw::QpType::Dct => 6,
+                _ => 0xff,
             };
             if s.bidirectional {
                 flags |= FLAG_BIDIR;
