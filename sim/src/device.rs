@@ -238,6 +238,12 @@ impl SimDevice {
         .unwrap_or_default()
     }
 
+    /// What DC QP `qp` counted: connections opened and closed, open now, a target's key
+    /// violations, an initiator's waits for its previous target ([`crate::dc::DcStats`]).
+    pub fn dc_stats(&self, qp: QpId) -> Result<crate::dc::DcStats> {
+        self.with(|d| crate::dc::stats(d, qp.0))
+    }
+
     /// The value of one counter by its name ([`crate::counters::CounterId`] lists them; 0 for a
     /// name the device does not have).
     pub fn counter(&self, name: &str) -> u64 {
