@@ -2,6 +2,7 @@
 //! machines): one module per area.
 
 mod constants;
+mod dc;
 mod dump;
 mod helpers;
 mod layout;
