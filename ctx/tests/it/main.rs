@@ -5,6 +5,7 @@
 #[cfg(feature = "tokio")]
 mod async_cq;
 mod channel;
+mod dc;
 mod drop_order;
 mod mr_midstream;
 mod optional_attrs;

@@ -542,11 +542,23 @@ fn what_mlx5_refuses_is_refused() {
         rc.qp.post(&SendWr::send(1).inline(b"x").dc(&d)),
         Err(mlx5_qp::Error::DcDest(_))
     ));
-    // The lean entry point is never a DCI's: without a target the WQE would be malformed.
+    // The RC lean entry point is never a DCI's: without a target the WQE would be malformed.
     assert!(ini
         .qp
         .post_write_inline(1, b"x", t.buf.remote(0), Default::default())
         .is_err());
+    // The lean DC entry point refuses what the generic path refuses: another QP type, a
+    // payload above max_inline_data.
+    assert!(matches!(
+        rc.qp
+            .post_dc_write_inline(1, b"x", t.buf.remote(0), &d, Default::default()),
+        Err(mlx5_qp::Error::DcDest(_))
+    ));
+    assert!(matches!(
+        ini.qp
+            .post_dc_write_inline(1, &[0; 2000], t.buf.remote(0), &d, Default::default()),
+        Err(mlx5_qp::Error::InlineTooLarge { .. })
+    ));
     let pd = da.alloc_pd().unwrap();
     let cq = da.create_cq(&CqInitAttr::default()).unwrap();
     let srq = da
