@@ -46,6 +46,28 @@ pub struct LiveObjects {
     pub ahs: usize,
 }
 
+/// The host memory a device's queues take ([`SimDevice::queue_memory`]): what the rings
+/// of its QPs and SRQs occupy, as rdma-core sizes them (`mlx5_calc_wq_size`,
+/// `mlx5_alloc_srq_buf`), and their doorbell records.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QueueMemory {
+    /// QPs.
+    pub qps: usize,
+    /// Bytes of their send and receive rings and doorbell records (a DC target has none).
+    pub qp_bytes: usize,
+    /// SRQs.
+    pub srqs: usize,
+    /// Bytes of the SRQs' rings and doorbell records.
+    pub srq_bytes: usize,
+}
+
+impl QueueMemory {
+    /// Every byte counted.
+    pub fn total(&self) -> usize {
+        self.qp_bytes + self.srq_bytes
+    }
+}
+
 /// One software ConnectX on a [`crate::Fabric`].
 #[derive(Clone)]
 pub struct SimDevice {
@@ -242,6 +264,32 @@ impl SimDevice {
     /// violations, an initiator's waits for its previous target ([`crate::dc::DcStats`]).
     pub fn dc_stats(&self, qp: QpId) -> Result<crate::dc::DcStats> {
         self.with(|d| crate::dc::stats(d, qp.0))
+    }
+
+    /// The host memory its QPs and SRQs take now ([`QueueMemory`]).
+    pub fn queue_memory(&self) -> QueueMemory {
+        self.with(|d| {
+            let qp_bytes = d
+                .qps
+                .values()
+                .map(|q| {
+                    let b = q.geom.buf_size as usize;
+                    if b == 0 {
+                        0
+                    } else {
+                        b + q.dbrec.len()
+                    }
+                })
+                .sum();
+            let srq_bytes = d.srqs.values().map(|s| s.buf.len() + s.dbrec.len()).sum();
+            Ok(QueueMemory {
+                qps: d.qps.len(),
+                qp_bytes,
+                srqs: d.srqs.len(),
+                srq_bytes,
+            })
+        })
+        .unwrap_or_default()
     }
 
     /// The value of one counter by its name ([`crate::counters::CounterId`] lists them; 0 for a

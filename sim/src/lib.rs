@@ -91,7 +91,7 @@ mod layers;
 
 pub use bugs::{DriverBug, DriverBugKind};
 pub use counters::CounterId;
-pub use device::{LiveObjects, SimDevice};
+pub use device::{LiveObjects, QueueMemory, SimDevice};
 pub use doorbell::DoorbellStats;
 pub use fabric::{DeviceConfig, Fabric, FabricThread};
 pub use faults::{Class, FaultStats, Faults, Rate};
