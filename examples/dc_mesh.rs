@@ -244,13 +244,9 @@ fn dc_mesh(
     let addrs: Vec<DcAddr> = dcts.iter().map(Dct::addr).collect();
     // targets[i][j]: node i's destination for node j, on the DCI that sends to j.
     let mut targets: Vec<Vec<Option<DcTarget>>> = Vec::with_capacity(n);
-    for i in 0..n {
+    for (i, mine) in dcis.iter().enumerate() {
         let row = (0..n)
-            .map(|j| {
-                (j != i)
-                    .then(|| dcis[i][j % k].target(&addrs[j]))
-                    .transpose()
-            })
+            .map(|j| (j != i).then(|| mine[j % k].target(&addrs[j])).transpose())
             .collect::<std::result::Result<Vec<_>, _>>()?;
         targets.push(row);
     }
