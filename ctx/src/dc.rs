@@ -242,6 +242,9 @@ pub struct DciInit<'a> {
     pub retry_cnt: u8,
     /// RNR retries (7: forever).
     pub rnr_retry: u8,
+    /// Path MTU of its requests, `None` for the port's active MTU (a larger one is lowered to
+    /// it).
+    pub path_mtu: Option<Mtu>,
 }
 
 impl<'a> DciInit<'a> {
@@ -258,6 +261,7 @@ impl<'a> DciInit<'a> {
             timeout: 14,
             retry_cnt: 7,
             rnr_retry: 7,
+            path_mtu: None,
         }
     }
 }
@@ -268,6 +272,7 @@ pub struct Dci {
     qp: Qp,
     streams: Option<DciStreams>,
     init: (u8, u8, u8),
+    path_mtu: Option<Mtu>,
 }
 
 impl fmt::Debug for Dci {
@@ -345,6 +350,7 @@ impl Pd {
             qp,
             streams: init.streams,
             init: (init.timeout, init.retry_cnt, init.rnr_retry),
+            path_mtu: init.path_mtu,
         };
         dci.activate()?;
         Ok(dci)
@@ -358,7 +364,8 @@ impl Dci {
         let ctx = self.qp.context().clone();
         let dev = ctx.device();
         let id = self.qp.id();
-        let (_, _, mtu) = port_of(&ctx)?;
+        let (_, _, active) = port_of(&ctx)?;
+        let mtu = self.path_mtu.map_or(active, |m| m.min(active));
         let rd = dev.query_device()?.max_qp_init_rd_atom.clamp(1, 16) as u8;
         let (timeout, retry_cnt, rnr_retry) = self.init;
         let mut a = QpAttr {

@@ -26,7 +26,7 @@
 //!         8 a duration (-D) in place of iterations
 //! 29      tool (1 lat, 2 bw)
 //! 30      test (1 write, 2 send, 3 read, 4 atomic)
-//! 31      connection type (-c: 0 or 1 RC, 2 UC, 3 UD)
+//! 31      connection type (-c: 0 or 1 RC, 2 UC, 3 UD, 6 DC)
 //! 32..36  QPs (-q)
 //! 36..44  message size (-s; 0: every size, -a)
 //! 44..52  iterations (-n), or seconds (-D) with flag 8
@@ -46,6 +46,15 @@ use super::error::{Error, Result};
 use std::io::{ErrorKind, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream};
 use std::time::Duration;
+
+/// perftest's name of a connection type (`-c`): `DC` for a DCI sending to a DCT.
+fn conn_name(t: mlx5_hw::QpType) -> &'static str {
+    if t.is_dc() {
+        "DC"
+    } else {
+        t.name()
+    }
+}
 
 /// The first bytes of a [`Hello`].
 pub const MAGIC: [u8; 4] = *b"MX5S";
@@ -235,8 +244,8 @@ impl RunShape {
         if c.conn != s.conn {
             why.push(format!(
                 "client -c {}, server -c {}: start both with the same -c",
-                c.conn.name(),
-                s.conn.name()
+                conn_name(c.conn),
+                conn_name(s.conn)
             ));
         }
         if c.bidirectional != s.bidirectional {
@@ -492,6 +501,7 @@ fn decode_shape(b: &[u8; HELLO_LEN], from: &str) -> Result<RunShape> {
             0 | 1 => mlx5_hw::QpType::Rc,
             2 => mlx5_hw::QpType::Uc,
             3 => mlx5_hw::QpType::Ud,
+            6 => mlx5_hw::QpType::Dci,
             c => {
                 return Err(peer_error(
                     from,
