@@ -294,6 +294,74 @@ pub enum DcInit {
     },
 }
 
+impl DcInit {
+    /// What `mlx5dv_create_qp` refuses of DC attributes before anything is made, as rdma-core
+    /// `providers/mlx5/verbs.c` `mlx5_create_qp` / `create_dct` and the kernel
+    /// (`drivers/infiniband/hw/mlx5/qp.c` `create_dci` / `create_dct`) refuse it: DC
+    /// attributes on another QP type, a DC type without them, the wrong kind for the type, a
+    /// DCI with a receive side, a DCT without an SRQ or with a send or receive queue, and
+    /// (when the device's `dci_streams_caps` are given, `streams_caps`) streams above them.
+    pub fn check_create(
+        attr: &QpInitAttr,
+        dc: Option<DcInit>,
+        streams_caps: Option<DciStreams>,
+    ) -> crate::Result<()> {
+        let bad = |why: String| Err(crate::Error::InvalidArgument(why));
+        match (attr.qp_type, dc) {
+            (crate::QpType::Dci, Some(DcInit::Initiator { streams })) => {
+                if attr.srq.is_some() || attr.cap.max_recv_wr > 0 {
+                    return bad(
+                        "a DCI has no receive side (nothing can deliver to a DC initiator): no \
+                         SRQ, max_recv_wr 0"
+                            .into(),
+                    );
+                }
+                if let (Some(s), Some(cap)) = (streams, streams_caps) {
+                    if s.log_num_concurent > cap.log_num_concurent
+                        || s.log_num_errored > cap.log_num_errored
+                    {
+                        // rdma-core `mlx5_create_qp`: EINVAL above `dci_streams_caps`.
+                        return bad(format!(
+                            "DCI streams log_num_concurent {} / log_num_errored {} exceed the \
+                             device's caps {} / {} (mlx5dv_query_device dci_streams_caps)",
+                            s.log_num_concurent,
+                            s.log_num_errored,
+                            cap.log_num_concurent,
+                            cap.log_num_errored
+                        ));
+                    }
+                }
+                Ok(())
+            }
+            (crate::QpType::Dct, Some(DcInit::Target { .. })) => {
+                if attr.srq.is_none() {
+                    return bad(
+                        "a DCT receives through an SRQ (kernel create_dct takes its srqn): give \
+                         one"
+                        .into(),
+                    );
+                }
+                if attr.cap.max_send_wr > 0 || attr.cap.max_recv_wr > 0 {
+                    return bad(
+                        "a DCT has no send queue and no receive queue: caps must be 0".into(),
+                    );
+                }
+                Ok(())
+            }
+            (crate::QpType::Dci | crate::QpType::Dct, None) => bad(format!(
+                "a {} QP is created with create_qp_ex and its DC attributes (QpInitEx::dc; \
+                 rdma-core answers EINVAL for IBV_QPT_DRIVER without \
+                 MLX5DV_QP_INIT_ATTR_MASK_DC)",
+                attr.qp_type
+            )),
+            (t, Some(d)) => bad(format!(
+                "DC attributes {d:?} do not fit a {t} QP (a DCI takes Initiator, a DCT Target)"
+            )),
+            (_, None) => Ok(()),
+        }
+    }
+}
+
 /// The concurrent streams of a DC initiator (`struct mlx5dv_dci_streams`; `man
 /// mlx5dv_create_qp`): the DCI handles up to `2^log_num_concurent` streams at once, the WRs of
 /// one stream in order (a WQE names its stream in the ctrl segment's `dci_stream_channel_id`,

@@ -29,56 +29,7 @@ pub const DCI_STREAMS_CAPS: DciStreams = DciStreams {
 /// without them, the wrong kind for the type, a DCI with a receive side, a DCT without an SRQ
 /// or with a send or receive queue, streams above [`DCI_STREAMS_CAPS`].
 pub fn check_create(attr: &QpInitAttr, dc: Option<DcInit>) -> Result<()> {
-    let bad = |why: String| Err(Error::InvalidArgument(why));
-    match (attr.qp_type, dc) {
-        (QpType::Dci, Some(DcInit::Initiator { streams })) => {
-            if attr.srq.is_some() || attr.cap.max_recv_wr > 0 {
-                return bad(
-                    "a DCI has no receive side (nothing can deliver to a DC initiator): no SRQ, \
-                     max_recv_wr 0"
-                        .into(),
-                );
-            }
-            if let Some(s) = streams {
-                let cap = DCI_STREAMS_CAPS;
-                if s.log_num_concurent > cap.log_num_concurent
-                    || s.log_num_errored > cap.log_num_errored
-                {
-                    // rdma-core `mlx5_create_qp`: EINVAL above `dci_streams_caps`.
-                    return bad(format!(
-                        "DCI streams log_num_concurent {} / log_num_errored {} exceed the \
-                         device's caps {} / {} (mlx5dv_query_device dci_streams_caps)",
-                        s.log_num_concurent,
-                        s.log_num_errored,
-                        cap.log_num_concurent,
-                        cap.log_num_errored
-                    ));
-                }
-            }
-            Ok(())
-        }
-        (QpType::Dct, Some(DcInit::Target { .. })) => {
-            if attr.srq.is_none() {
-                return bad(
-                    "a DCT receives through an SRQ (kernel create_dct takes its srqn): give one"
-                        .into(),
-                );
-            }
-            if attr.cap.max_send_wr > 0 || attr.cap.max_recv_wr > 0 {
-                return bad("a DCT has no send queue and no receive queue: caps must be 0".into());
-            }
-            Ok(())
-        }
-        (QpType::Dci | QpType::Dct, None) => bad(format!(
-            "a {} QP is created with create_qp_ex and its DC attributes (QpInitEx::dc; rdma-core \
-             answers EINVAL for IBV_QPT_DRIVER without MLX5DV_QP_INIT_ATTR_MASK_DC)",
-            attr.qp_type
-        )),
-        (t, Some(d)) => bad(format!(
-            "DC attributes {d:?} do not fit a {t} QP (a DCI takes Initiator, a DCT Target)"
-        )),
-        (_, None) => Ok(()),
-    }
+    DcInit::check_create(attr, dc, Some(DCI_STREAMS_CAPS))
 }
 
 /// Give the QP `qpn` just created its DC state. A target gets the device's responder
@@ -126,6 +77,22 @@ pub fn dct_number(d: &Dev, qpn: u32) -> Result<u32> {
         )));
     }
     Ok(qp.qpn)
+}
+
+/// What `query_qp` refuses of a DC target: any query outside RTR (kernel
+/// `drivers/infiniband/hw/mlx5/qp.c` `mlx5_ib_dct_query_qp`: EINVAL unless the DCT is in RTR;
+/// the DCT exists in the device only from RTR on).
+pub fn check_query(d: &Dev, qpn: u32) -> Result<()> {
+    match d.qps.get(&qpn) {
+        Some(qp) if qp.qp_type == QpType::Dct && qp.state() != mlx5_hw::QpState::Rtr => {
+            Err(Error::InvalidArgument(format!(
+                "query_qp: DCT {qpn:#x} is in {}; a DCT can be queried in RTR only (mlx5 \
+                 mlx5_ib_dct_query_qp)",
+                qp.state()
+            )))
+        }
+        _ => Ok(()),
+    }
 }
 
 /// What a DC target or initiator counted ([`crate::SimDevice::dc_stats`]).

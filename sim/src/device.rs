@@ -984,6 +984,7 @@ impl Device for SimDevice {
 
     fn query_qp(&self, qp: QpId) -> Result<QpAttr> {
         self.alive("query_qp")?;
+        self.with(|d| crate::dc::check_query(d, qp.0))?;
         self.with_world(|w| query_qp(w, self.idx, qp.0))
     }
 

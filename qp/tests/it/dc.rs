@@ -83,6 +83,9 @@ fn target(dev: &SimDevice, key: u64) -> Target {
     )
     .unwrap();
     assert!(dev.dct_number(dct.id).is_err(), "in Init");
+    // The kernel answers a DCT's query in RTR only (mlx5_ib_dct_query_qp).
+    let e = dev.query_qp(dct.id).unwrap_err().to_string();
+    assert!(e.contains("RTR only"), "{e}");
     a.qp_state = QpState::Rtr;
     a.path_mtu = Mtu::Mtu1024;
     a.min_rnr_timer = 1;
@@ -94,6 +97,7 @@ fn target(dev: &SimDevice, key: u64) -> Target {
     )
     .unwrap();
     let dctn = dev.dct_number(dct.id).unwrap();
+    assert_eq!(dev.query_qp(dct.id).unwrap().qp_state, QpState::Rtr);
     let buf = Buf::new(dev, pd, 1 << 16, all_access());
     Target {
         dev: dev.clone(),
