@@ -37,7 +37,16 @@ use crate::wr::SendWr;
 pub struct DcDest {
     av: AvSeg,
     dctn: u32,
-    stream: u16,
+    /// The ctrl segment's bytes 8..16 as a native `u64` of their memory order, without the
+    /// `fm_ce_se` flags: signature 0, the stream id BE16 (`dci_stream_channel_id`), immediate 0.
+    ctrl_w1: u64,
+}
+
+/// The ctrl segment's bytes 8..16 of a WQE on DCI stream `stream`, flags and immediate 0.
+#[inline(always)]
+const fn stream_w1(stream: u16) -> u64 {
+    let s = stream.to_be_bytes();
+    u64::from_ne_bytes([0, s[0], s[1], 0, 0, 0, 0, 0])
 }
 
 impl DcDest {
@@ -52,7 +61,7 @@ impl DcDest {
         DcDest {
             av: seg,
             dctn,
-            stream: 0,
+            ctrl_w1: stream_w1(0),
         }
     }
 
@@ -61,7 +70,7 @@ impl DcDest {
     /// streams every WR is of stream 0).
     #[inline(always)]
     pub const fn stream(mut self, stream_id: u16) -> DcDest {
-        self.stream = stream_id;
+        self.ctrl_w1 = stream_w1(stream_id);
         self
     }
 
@@ -86,7 +95,15 @@ impl DcDest {
     /// The DCI stream (`dci_stream_channel_id`).
     #[inline(always)]
     pub fn stream_id(&self) -> u16 {
-        self.stream
+        let b = self.ctrl_w1.to_ne_bytes();
+        u16::from_be_bytes([b[1], b[2]])
+    }
+
+    /// The ctrl segment's bytes 8..16 of a WQE to this target, without flags and immediate
+    /// (the lean DC post ORs its `fm_ce_se` byte in).
+    #[inline(always)]
+    pub(crate) fn ctrl_w1(&self) -> u64 {
+        self.ctrl_w1
     }
 }
 

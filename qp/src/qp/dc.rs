@@ -17,11 +17,20 @@ use crate::dc::DcDest;
 const DC_RADDR: usize = SEND_WQE_DS;
 
 /// The ctrl segment's bytes 8..16 of a DCI WQE without immediate, as a native `u64` of their
-/// memory order: signature 0, the stream BE16, `fm_ce_se`, immediate 0.
+/// memory order: the target's (signature 0, the stream BE16, immediate 0) with `fm_ce_se`.
 #[inline(always)]
-fn dc_w1(stream: u16, fm: u8) -> u64 {
-    let s = stream.to_be_bytes();
-    u64::from_ne_bytes([0, s[0], s[1], fm, 0, 0, 0, 0])
+fn dc_w1(dest: &DcDest, fm: u8) -> u64 {
+    dest.ctrl_w1() | u64::from_ne_bytes([0, 0, 0, fm, 0, 0, 0, 0])
+}
+
+/// The WR the lean DC post stands for, handed to its out-of-line fallback by reference (one
+/// argument instead of six keeps the fast path's frame small).
+struct DcWr<'a> {
+    wr_id: u64,
+    data: &'a [u8],
+    remote: RemoteAddr,
+    dest: &'a DcDest,
+    flags: SendFlags,
 }
 
 impl Qp {
@@ -81,7 +90,14 @@ impl Qp {
         // The result comes back through a pointer, as for the RC lean paths
         // (`Qp::lean_generic`): the hot path keeps no `Result` on its stack.
         let mut r = MaybeUninit::uninit();
-        self.dc_slow(wr_id, data, remote, dest, flags, &mut r);
+        let wr = DcWr {
+            wr_id,
+            data,
+            remote,
+            dest,
+            flags,
+        };
+        self.dc_slow(&wr, &mut r);
         // SAFETY: `dc_slow` always writes `r`.
         unsafe { r.assume_init() }
     }
@@ -89,19 +105,11 @@ impl Qp {
     /// The generic post of the WR [`Qp::post_dc_write_inline`] stands for.
     #[cold]
     #[inline(never)]
-    fn dc_slow(
-        &mut self,
-        wr_id: u64,
-        data: &[u8],
-        remote: RemoteAddr,
-        dest: &DcDest,
-        flags: SendFlags,
-        r: &mut MaybeUninit<Result<()>>,
-    ) {
-        let wr = SendWr::write(wr_id, remote)
-            .inline(data)
-            .flags(flags)
-            .dc(dest);
+    fn dc_slow(&mut self, w: &DcWr<'_>, r: &mut MaybeUninit<Result<()>>) {
+        let wr = SendWr::write(w.wr_id, w.remote)
+            .inline(w.data)
+            .flags(w.flags)
+            .dc(w.dest);
         r.write(self.post_planned(&wr));
     }
 
@@ -134,7 +142,7 @@ impl Qp {
         }
         let pi = self.sq.pi;
         let w0 = lean_w0(pi as u16, self.ctrl_write, WRITE_DS, ds);
-        let w1 = dc_w1(dest.stream_id(), self.lean_fm(flags));
+        let w1 = dc_w1(dest, self.lean_fm(flags));
         // SAFETY: `ctrl` is the WQE's first block, 64-byte aligned, reserved above.
         unsafe {
             (ctrl as *mut u64).write(w0);
