@@ -7,9 +7,11 @@
 //! (`mlx5_hw::qp_state`, its DCI and DCT columns).
 //!
 //! This is the entry point an rdma-core emulation calls for `mlx5dv_create_qp` with DC
-//! attributes: [`mlx5_hw::Device::create_qp_ex`] with [`mlx5_hw::QpInitEx::dc`] set, then
-//! `modify_qp`, [`mlx5_hw::Device::dct_number`] for what `modify_dct` returns as `dctn` at
-//! RTR, and [`DCI_STREAMS_CAPS`] for `mlx5dv_query_device`'s `dci_streams_caps`.
+//! attributes: [`mlx5_hw::Device::create_qp_ex`] with [`mlx5_hw::QpInitEx::dc`] set (a DCT:
+//! no memory of the program's), or, for a DCI whose rings libmlx5 allocated, the QP created
+//! on them with type [`QpType::Dci`] and then [`crate::SimDevice::make_dc`] ([`make_dc`]);
+//! then `modify_qp`, [`mlx5_hw::Device::dct_number`] for what `modify_dct` returns as `dctn`
+//! at RTR, and [`DCI_STREAMS_CAPS`] for `mlx5dv_query_device`'s `dci_streams_caps`.
 
 use mlx5_hw::{DcInit, DciStreams, Error, QpInitAttr, QpType, Result};
 
@@ -55,6 +57,33 @@ pub fn adopt(d: &mut Dev, qpn: u32, dc: DcInit) {
         // `check_create` refused any other kind.
         _ => return,
     });
+}
+
+/// Make QP `qpn`, created elsewhere (an rdma-core emulation's QP on the program's own memory),
+/// the DC initiator or target `dc` says: it must be of the matching type ([`QpType::Dci`] /
+/// [`QpType::Dct`]), in Reset, not DC yet, and have what [`check_create`] asks of its
+/// attributes (a DCI no receive side, a DCT an SRQ and no queues).
+pub fn make_dc(d: &mut Dev, qpn: u32, dc: DcInit) -> Result<()> {
+    let qp = d.qps.get(&qpn).ok_or(Error::UnknownHandle {
+        kind: "QP",
+        id: qpn,
+    })?;
+    let attr = QpInitAttr {
+        qp_type: qp.qp_type,
+        send_cq: mlx5_hw::CqId(qp.send_cq),
+        recv_cq: mlx5_hw::CqId(qp.recv_cq),
+        srq: qp.srq.map(mlx5_hw::SrqId),
+        cap: qp.geom.cap,
+        sq_sig_all: qp.sq_sig_all,
+    };
+    check_create(&attr, Some(dc))?;
+    if qp.dc.is_some() || qp.state() != mlx5_hw::QpState::Reset {
+        return Err(Error::InvalidArgument(format!(
+            "QP {qpn:#x} is already DC or has left Reset: DC attributes are given at creation"
+        )));
+    }
+    adopt(d, qpn, dc);
+    Ok(())
 }
 
 /// The number of DC target `qpn`: its QPN, once it is in RTR (before, the target has no

@@ -266,6 +266,15 @@ impl SimDevice {
         self.with(|d| crate::dc::stats(d, qp.0))
     }
 
+    /// Give QP `qp`, created with a DC type outside [`Device::create_qp_ex`] (an rdma-core
+    /// emulation creates a DCI on the program's own rings), its DC attributes, as
+    /// `mlx5dv_create_qp` with `MLX5DV_QP_INIT_ATTR_MASK_DC` would have: refused unless the
+    /// QP is of the matching type, in Reset and shaped as mlx5 requires
+    /// ([`crate::dc::make_dc`]).
+    pub fn make_dc(&self, qp: QpId, dc: mlx5_hw::DcInit) -> Result<()> {
+        self.with(|d| crate::dc::make_dc(d, qp.0, dc))
+    }
+
     /// The host memory its QPs and SRQs take now ([`QueueMemory`]).
     pub fn queue_memory(&self) -> QueueMemory {
         self.with(|d| {
@@ -760,10 +769,11 @@ impl Device for SimDevice {
             // No register for a DCT: it has no send queue (kernel `create_dct` allocates no
             // UAR).
             let mut info = self.create_qp_unchecked(pd, attr, attr.qp_type == QpType::Dci)?;
-            self.with(|d| {
-                crate::dc::adopt(d, info.qpn, dc);
-                Ok(())
-            })?;
+            // The same entry an rdma-core emulation takes for a QP made on its own rings.
+            if let Err(e) = self.make_dc(info.id, dc) {
+                let _ = self.destroy_qp(info.id);
+                return Err(e);
+            }
             if attr.qp_type == QpType::Dct {
                 // `ibv_qp.qp_num` of a DCT is 0 until RTR (rdma-core `modify_dct`).
                 info.qpn = 0;

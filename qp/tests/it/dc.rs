@@ -602,6 +602,17 @@ fn what_mlx5_refuses_is_refused() {
     assert!(dct(&base, None).is_err());
     assert!(dct(&base, Some(DcInit::Initiator { streams: None })).is_err());
     assert!(da.create_qp(pd, &base).is_err());
+    // The emulation's entry (a DC type made on its own rings, then given its DC attributes):
+    // refused for a QP that is DC already, of another type, or unknown.
+    let made = dct(&base, target_ex).unwrap();
+    let again = da.make_dc(made.id, DcInit::Target { access_key: 2 });
+    assert!(again.unwrap_err().to_string().contains("already DC"));
+    assert!(rc
+        .dev
+        .make_dc(rc.info.id, DcInit::Initiator { streams: None })
+        .is_err());
+    assert!(da.make_dc(QpId(0xdead), target_ex.unwrap()).is_err());
+    da.destroy_qp(made.id).unwrap();
     // A DCI with a receive side, with more streams than the caps, DC attributes on RC.
     let dci = QpInitAttr {
         qp_type: QpType::Dci,
