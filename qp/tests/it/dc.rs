@@ -4,7 +4,7 @@
 //! connects to one target at a time, in band, and disconnects when it moves on or goes idle;
 //! a wrong access key is dropped and counted at the target and ends in RETRY_EXC_ERR at the
 //! initiator; a lost connect is retransmitted; a responder error fails the DCI while the
-//! target keeps serving others; what mlx5 refuses is refused.
+//! target keeps serving others. What mlx5 refuses: `dc_refusals`.
 
 use std::time::Duration;
 
@@ -12,25 +12,25 @@ use crate::datapath_support;
 
 use datapath_support::*;
 use mlx5_hw::{
-    AttrMask, CqInitAttr, DcInit, DciStreams, Device, Mtu, PdId, QpAttr, QpCap, QpId, QpInfo,
-    QpInitAttr, QpInitEx, QpState, QpType, SrqInitAttr,
+    AttrMask, CqInitAttr, DcInit, DciStreams, Device, Mtu, PdId, QpAttr, QpCap, QpInfo, QpInitAttr,
+    QpInitEx, QpState, QpType, SrqInitAttr,
 };
 use mlx5_qp::{Cq, DcDest, Qp, SendWr, Srq, Wc, WcFlags, WcOpcode, WcStatus};
 use mlx5_sim::{DeviceConfig, Fabric, SimDevice};
 
-const KEY: u64 = 0x1ee7_a330;
+pub(crate) const KEY: u64 = 0x1ee7_a330;
 
 /// A DC target: its SRQ and CQ, its buffer, its number.
-struct Target {
-    dev: SimDevice,
-    cq: Cq,
-    srq: Srq,
-    dct: QpInfo,
-    dctn: u32,
-    buf: Buf,
+pub(crate) struct Target {
+    pub(crate) dev: SimDevice,
+    pub(crate) cq: Cq,
+    pub(crate) srq: Srq,
+    pub(crate) dct: QpInfo,
+    pub(crate) dctn: u32,
+    pub(crate) buf: Buf,
 }
 
-fn target(dev: &SimDevice, key: u64) -> Target {
+pub(crate) fn target(dev: &SimDevice, key: u64) -> Target {
     let pd = dev.alloc_pd().unwrap();
     let cqi = dev
         .create_cq(&CqInitAttr {
@@ -110,16 +110,21 @@ fn target(dev: &SimDevice, key: u64) -> Target {
 }
 
 /// A DC initiator on `dev` in RTS: a send queue, no receive side; no destination at RTR.
-struct Initiator {
-    dev: SimDevice,
-    pd: PdId,
-    cq: Cq,
-    info: QpInfo,
-    qp: Qp,
-    buf: Buf,
+pub(crate) struct Initiator {
+    pub(crate) dev: SimDevice,
+    pub(crate) pd: PdId,
+    pub(crate) cq: Cq,
+    pub(crate) info: QpInfo,
+    pub(crate) qp: Qp,
+    pub(crate) buf: Buf,
 }
 
-fn initiator(dev: &SimDevice, streams: Option<DciStreams>, timeout: u8, retry: u8) -> Initiator {
+pub(crate) fn initiator(
+    dev: &SimDevice,
+    streams: Option<DciStreams>,
+    timeout: u8,
+    retry: u8,
+) -> Initiator {
     let pd = dev.alloc_pd().unwrap();
     let cqi = dev
         .create_cq(&CqInitAttr {
@@ -208,7 +213,7 @@ fn initiator(dev: &SimDevice, streams: Option<DciStreams>, timeout: u8, retry: u
     }
 }
 
-fn fabric3() -> (Fabric, SimDevice, SimDevice, SimDevice) {
+pub(crate) fn fabric3() -> (Fabric, SimDevice, SimDevice, SimDevice) {
     let f = Fabric::new();
     let a = f.add_device(DeviceConfig::new([10, 0, 0, 1]));
     let b = f.add_device(DeviceConfig::new([10, 0, 0, 2]));
@@ -217,7 +222,7 @@ fn fabric3() -> (Fabric, SimDevice, SimDevice, SimDevice) {
 }
 
 /// The DC destination of target `t` as seen from `ini`'s device.
-fn dest(ini: &Initiator, t: &Target, key: u64) -> DcDest {
+pub(crate) fn dest(ini: &Initiator, t: &Target, key: u64) -> DcDest {
     let ah = ini.dev.create_ah(ini.pd, &ah_to(&t.dev)).unwrap();
     DcDest::new(&ah.av, t.dctn, key)
 }
@@ -523,149 +528,4 @@ fn a_responder_error_fails_the_dci_and_the_target_serves_the_others() {
         )
         .unwrap();
     no_driver_bugs(&f);
-}
-
-#[test]
-fn what_mlx5_refuses_is_refused() {
-    let (_f, da, db, _) = fabric3();
-    let mut ini = initiator(&da, None, 14, 7);
-    let t = target(&db, KEY);
-    let d = dest(&ini, &t, KEY);
-    // A DCI WR without its target; a target on an RC QP; a DCT number beyond 24 bits.
-    assert!(matches!(
-        ini.qp.post(&SendWr::send(1).inline(b"x")),
-        Err(mlx5_qp::Error::DcDest(_))
-    ));
-    let far = DcDest::new(&[0; 48], 1 << 24, KEY);
-    assert!(matches!(
-        ini.qp.post(&SendWr::send(1).inline(b"x").dc(&far)),
-        Err(mlx5_qp::Error::DcDest(_))
-    ));
-    let (_f2, mut rc, _) = pair(&Opts::default());
-    assert!(matches!(
-        rc.qp.post(&SendWr::send(1).inline(b"x").dc(&d)),
-        Err(mlx5_qp::Error::DcDest(_))
-    ));
-    // The RC lean entry point is never a DCI's: without a target the WQE would be malformed.
-    assert!(ini
-        .qp
-        .post_write_inline(1, b"x", t.buf.remote(0), Default::default())
-        .is_err());
-    // The lean DC entry point refuses what the generic path refuses: another QP type, a
-    // payload above max_inline_data.
-    assert!(matches!(
-        rc.qp
-            .post_dc_write_inline(1, b"x", t.buf.remote(0), &d, Default::default()),
-        Err(mlx5_qp::Error::DcDest(_))
-    ));
-    assert!(matches!(
-        ini.qp
-            .post_dc_write_inline(1, &[0; 2000], t.buf.remote(0), &d, Default::default()),
-        Err(mlx5_qp::Error::InlineTooLarge { .. })
-    ));
-    let pd = da.alloc_pd().unwrap();
-    let cq = da.create_cq(&CqInitAttr::default()).unwrap();
-    let srq = da
-        .create_srq(
-            pd,
-            &SrqInitAttr {
-                max_wr: 4,
-                max_sge: 1,
-                srq_limit: 0,
-            },
-        )
-        .unwrap();
-    let base = QpInitAttr {
-        qp_type: QpType::Dct,
-        send_cq: cq.id,
-        recv_cq: cq.id,
-        srq: Some(srq.id),
-        cap: QpCap::default(),
-        sq_sig_all: false,
-    };
-    let dct = |attr: &QpInitAttr, dc: Option<DcInit>| {
-        da.create_qp_ex(
-            pd,
-            attr,
-            &QpInitEx {
-                dc,
-                ..QpInitEx::default()
-            },
-        )
-    };
-    let target_ex = Some(DcInit::Target { access_key: 1 });
-    // No SRQ; a send queue; no DC attributes; the initiator kind; plain create_qp.
-    assert!(dct(&QpInitAttr { srq: None, ..base }, target_ex).is_err());
-    let mut sq = base;
-    sq.cap.max_send_wr = 4;
-    assert!(dct(&sq, target_ex).is_err());
-    assert!(dct(&base, None).is_err());
-    assert!(dct(&base, Some(DcInit::Initiator { streams: None })).is_err());
-    assert!(da.create_qp(pd, &base).is_err());
-    // The emulation's entry (a DC type made on its own rings, then given its DC attributes):
-    // refused for a QP that is DC already, of another type, or unknown.
-    let made = dct(&base, target_ex).unwrap();
-    let again = da.make_dc(made.id, DcInit::Target { access_key: 2 });
-    assert!(again.unwrap_err().to_string().contains("already DC"));
-    assert!(rc
-        .dev
-        .make_dc(rc.info.id, DcInit::Initiator { streams: None })
-        .is_err());
-    assert!(da.make_dc(QpId(0xdead), target_ex.unwrap()).is_err());
-    da.destroy_qp(made.id).unwrap();
-    // A DCI with a receive side, with more streams than the caps, DC attributes on RC.
-    let dci = QpInitAttr {
-        qp_type: QpType::Dci,
-        srq: None,
-        cap: QpCap {
-            max_send_wr: 4,
-            max_send_sge: 1,
-            ..QpCap::default()
-        },
-        ..base
-    };
-    let mut with_rq = dci;
-    with_rq.cap.max_recv_wr = 4;
-    assert!(dct(&with_rq, Some(DcInit::Initiator { streams: None })).is_err());
-    let many = DciStreams {
-        log_num_concurent: 5,
-        log_num_errored: 1,
-    };
-    assert!(dct(
-        &dci,
-        Some(DcInit::Initiator {
-            streams: Some(many)
-        })
-    )
-    .is_err());
-    let ok = DciStreams {
-        log_num_concurent: 4,
-        log_num_errored: 4,
-    };
-    let made = dct(&dci, Some(DcInit::Initiator { streams: Some(ok) })).unwrap();
-    assert_ne!(made.qpn, 0);
-    let rc = QpInitAttr {
-        qp_type: QpType::Rc,
-        ..dci
-    };
-    assert!(dct(&rc, Some(DcInit::Initiator { streams: None })).is_err());
-    // A DCT stays in RTR: no Error, no Reset; its number is not a DCI's.
-    for s in [QpState::Error, QpState::Reset] {
-        let e = t
-            .dev
-            .modify_qp(
-                t.dct.id,
-                &QpAttr {
-                    qp_state: s,
-                    ..QpAttr::default()
-                },
-                AttrMask::STATE,
-            )
-            .unwrap_err();
-        assert!(e.to_string().contains("DCT"), "{e}");
-    }
-    assert!(da.dct_number(made.id).is_err());
-    assert!(da.dct_number(QpId(0xdead)).is_err());
-    // The DCT is destroyed from RTR.
-    t.dev.destroy_qp(t.dct.id).unwrap();
 }

@@ -10,6 +10,7 @@ mod datapath_stress;
 mod datapath_support;
 mod datapath_uc_ud;
 mod dc;
+mod dc_refusals;
 mod dispatch;
 mod fuzz_replay;
 mod layout_rules;
