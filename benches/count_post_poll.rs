@@ -35,7 +35,7 @@
 
 use mlx5_ram_rings as ram_rings;
 
-use mlx5_qp::{Cq, DoorbellMode, Qp, QpTable, SendFlags, SendWr, Sge, Wc};
+use mlx5_qp::{Cq, DcDest, DoorbellMode, Qp, QpTable, SendFlags, SendWr, Sge, Wc};
 use mlx5_wqe::opcode as op;
 use ram_rings::{build_cq, build_qp, Floor, Rig, RigCfg, PAYLOAD, QPN, REMOTE};
 use std::process::ExitCode;
@@ -56,6 +56,18 @@ pub fn measured_post_sge(qp: &mut Qp, wr_id: u64) -> bool {
         lkey: 7,
     }];
     let wr = SendWr::write(wr_id, REMOTE).sges(&sge).signaled();
+    qp.post(&wr).is_ok()
+}
+
+/// One post of a DCI as a user writes it: the same inline 8-byte RDMA WRITE to a DC target
+/// (its address vector, DCT number and access key built once, `DcDest`), one 128-byte WQE
+/// (ctrl, the 48-byte AV, raddr, inline) through BlueFlame.
+#[inline(never)]
+pub fn measured_post_dc(qp: &mut Qp, wr_id: u64, dest: &DcDest) -> bool {
+    let wr = SendWr::write(wr_id, REMOTE)
+        .inline(&PAYLOAD)
+        .signaled()
+        .dc(dest);
     qp.post(&wr).is_ok()
 }
 
@@ -168,11 +180,13 @@ struct Args {
     batch: bool,
     recv: bool,
     flush: bool,
+    dc: bool,
     qps: Option<u32>,
 }
 
 const USAGE: &str = "usage: count_post_poll [N > 0] [--sge-db | --bf-flush] \
-[--poll-one | --poll-wcs | --batch | --recv | --flush [--recv] [--poll-one] | --qps K [--recv]]";
+[--poll-one | --poll-wcs | --batch | --recv | --flush [--recv] [--poll-one] | --qps K [--recv] \
+| --dc]";
 
 fn parse() -> Option<Args> {
     let mut a = Args {
@@ -189,6 +203,7 @@ fn parse() -> Option<Args> {
             "--batch" => a.batch = true,
             "--recv" => a.recv = true,
             "--flush" => a.flush = true,
+            "--dc" => a.dc = true,
             "--qps" => {
                 a.qps = Some(
                     it.next()?
@@ -468,6 +483,8 @@ fn main() -> ExitCode {
         run_qps(n, k, a.recv)
     } else if a.recv {
         run_recv(n, a.poll_one)
+    } else if a.dc {
+        run_dc(n)
     } else {
         run_single(&a)
     };
@@ -485,6 +502,60 @@ fn main() -> ExitCode {
     }
     println!("posted and polled {n} WRs");
     ExitCode::SUCCESS
+}
+
+/// A DCI: N inline WRITEs to one DC target (`measured_post_dc`), one CQE each, polled 16 a
+/// call (`measured_poll`, not the figure of this run).
+fn run_dc(n: u64) -> bool {
+    let cfg = RigCfg {
+        qp_type: mlx5_hw::QpType::Dci,
+        ..RigCfg::rc_bf()
+    };
+    let mut rig = Rig::new(cfg);
+    // An address handle's AV for RoCE (extended, the GID of 10.0.0.2), DCT 0x3a1, UCX's key.
+    let mut av = [0u8; 48];
+    av[8] = 0x80;
+    av[20..26].copy_from_slice(&[0x02, 0, 0, 0, 0, 2]);
+    av[27] = 64;
+    av[42..44].copy_from_slice(&[0xff, 0xff]);
+    av[44..48].copy_from_slice(&[10, 0, 0, 2]);
+    let dest = DcDest::new(&av, 0x3a1, 0x1ee7_a330);
+    let mut ids = [0u64; 16];
+    let mut wcs = [Wc::default(); 16];
+    let mut done = 0;
+    let mut pis = Vec::with_capacity(1024);
+    while done < n {
+        let k = (rig.qp.sq_free_bbs() / 2).min(rig.qp.sq_free_wrs()) as u64;
+        let k = k.min(n - done);
+        pis.clear();
+        for i in 0..k {
+            pis.push(rig.qp.sq_pi());
+            if !measured_post_dc(&mut rig.qp, done + i, &dest) {
+                eprintln!("DC post {} was refused", done + i);
+                return false;
+            }
+        }
+        for &pi in &pis {
+            rig.push_req_cqe(pi, op::OPCODE_RDMA_WRITE);
+        }
+        let mut polled = 0;
+        while polled < k {
+            let got = measured_poll(&mut rig.cq, &mut rig.qp, &mut wcs, &mut ids);
+            if got == 0 {
+                eprintln!("DC poll after {}: no completion", done + polled);
+                return false;
+            }
+            for (j, id) in ids[..got].iter().enumerate() {
+                if *id != done + polled + j as u64 {
+                    eprintln!("DC poll {}: WR id {id}", done + polled + j as u64);
+                    return false;
+                }
+            }
+            polled += got as u64;
+        }
+        done += k;
+    }
+    rig.qp.sq_outstanding_bbs() == 0
 }
 
 /// One QP, one post per doorbell, in the shapes and poll calls the flags choose.

@@ -7,6 +7,7 @@
  *
  * Our own code (MIT OR Apache-2.0); it only uses the header's public API.
  */
+#include <endian.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -68,6 +69,166 @@ uint8_t oracle_get_cqe_se(uint8_t *cqe) { return mlx5dv_get_cqe_se((struct mlx5_
 uint8_t oracle_get_cqe_format(uint8_t *cqe) { return mlx5dv_get_cqe_format((struct mlx5_cqe64 *)cqe); }
 uint8_t oracle_get_cqe_opcode(uint8_t *cqe) { return mlx5dv_get_cqe_opcode((struct mlx5_cqe64 *)cqe); }
 void oracle_set_cqe_owner(uint8_t *cqe, uint8_t val) { mlx5dv_set_cqe_owner((struct mlx5_cqe64 *)cqe, val); }
+
+/* ---- a DCI WQE as libmlx5's ibv_wr_* builders store it --------------------------------- */
+
+/*
+ * One work request of a DC initiator, as a program hands it to libmlx5's ibv_wr_* API:
+ * the builder (ibv_wr_send / _send_imm / _rdma_write / _rdma_write_imm / _rdma_read /
+ * _atomic_cmp_swp / _atomic_fetch_add), mlx5dv_wr_set_dc_addr or mlx5dv_wr_set_dc_addr_stream,
+ * and ibv_wr_set_inline_data, ibv_wr_set_sge or ibv_wr_set_sge_list.
+ */
+struct oracle_dci_wr {
+    uint32_t ib_opcode;        /* enum ibv_wr_opcode */
+    uint32_t send_flags;       /* IBV_SEND_SIGNALED | IBV_SEND_SOLICITED | IBV_SEND_FENCE */
+    uint32_t imm_be;           /* the __be32 immediate, stored as given */
+    const uint8_t *av;         /* the AH's struct mlx5_wqe_av, 48 bytes */
+    uint32_t dctn;
+    uint64_t dc_key;
+    uint32_t with_stream;      /* mlx5dv_wr_set_dc_addr_stream instead of _set_dc_addr */
+    uint16_t stream_id;
+    uint64_t remote_addr;
+    uint32_t rkey;
+    uint64_t swap;             /* atomic_cmp_swp: swap; */
+    uint64_t compare_add;      /* compare, or the addend of atomic_fetch_add */
+    uint32_t inline_data;      /* ibv_wr_set_inline_data instead of the gather list */
+    const uint8_t *data;
+    uint32_t data_len;
+    uint32_t nsge;
+    const uint64_t *sge_addr;
+    const uint32_t *sge_len;
+    const uint32_t *sge_lkey;
+};
+
+/*
+ * Store the WQE of `wr` at producer index `cur_post` of a send ring of `wqe_cnt` 64-byte
+ * blocks, doing what rdma-core 44's providers/mlx5/qp.c does for a DCI (IBV_QPT_DRIVER),
+ * store for store, written here from those facts:
+ *   _common_wqe_init_op   bytes 8..11 of ctrl zeroed, fm_ce_se = signaled/solicited/fence
+ *                         bits, opmod_idx_opcode = BE32(cur_post << 8 | opcode); the
+ *                         immediate only for SEND_IMM / WRITE_IMM (bytes 12..15 otherwise
+ *                         left as the ring held them);
+ *   _mlx5_send_wr_send / _rdma / _atomic
+ *                         the datagram segment after ctrl, then the raddr segment (raddr,
+ *                         rkey, reserved 0) wrapped to the ring start if it would begin at its
+ *                         end, then the atomic segment (CAS: swap and compare; FAA: the addend
+ *                         in swap_add, compare left alone);
+ *   mlx5_send_wr_set_dc_addr(_stream)
+ *                         the AH's AV copied, dqp_dct |= BE32(dctn | MLX5_EXTENDED_UD_AV),
+ *                         key = BE64(dc_key); the stream id, BE16, into ctrl bytes 9..10;
+ *   _mlx5_send_wr_set_inline_data
+ *                         the payload after a 4-byte header, split at the ring end
+ *                         (memcpy_to_wqe), header BE32(len | MLX5_INLINE_SEG), the padding
+ *                         left alone; nothing for 0 bytes;
+ *   _mlx5_send_wr_set_sge(_list)
+ *                         a data segment per entry of non-zero length, the list wrapping per
+ *                         entry;
+ *   _common_wqe_finalize  qpn_ds = BE32(size_in_16B | qp_num << 8).
+ * Returns the DS count, 0 for an opcode a DCI does not build here.
+ */
+uint32_t oracle_dci_wqe(uint8_t *ring, uint32_t wqe_cnt, uint32_t cur_post, uint32_t qp_num,
+                        const struct oracle_dci_wr *wr)
+{
+    uint8_t *qend = ring + (size_t)wqe_cnt * MLX5_SEND_WQE_BB;
+    struct mlx5_wqe_ctrl_seg *ctrl =
+        (void *)(ring + (size_t)(cur_post & (wqe_cnt - 1)) * MLX5_SEND_WQE_BB);
+    struct mlx5_wqe_datagram_seg *dseg = (void *)((uint8_t *)ctrl + sizeof(*ctrl));
+    uint8_t *seg = (uint8_t *)dseg + sizeof(*dseg);
+    uint32_t size = (sizeof(*ctrl) + sizeof(*dseg)) / 16;
+    uint8_t opcode;
+    uint32_t word;
+
+    switch (wr->ib_opcode) {
+    case IBV_WR_SEND: opcode = MLX5_OPCODE_SEND; break;
+    case IBV_WR_SEND_WITH_IMM: opcode = MLX5_OPCODE_SEND_IMM; break;
+    case IBV_WR_RDMA_WRITE: opcode = MLX5_OPCODE_RDMA_WRITE; break;
+    case IBV_WR_RDMA_WRITE_WITH_IMM: opcode = MLX5_OPCODE_RDMA_WRITE_IMM; break;
+    case IBV_WR_RDMA_READ: opcode = MLX5_OPCODE_RDMA_READ; break;
+    case IBV_WR_ATOMIC_CMP_AND_SWP: opcode = MLX5_OPCODE_ATOMIC_CS; break;
+    case IBV_WR_ATOMIC_FETCH_AND_ADD: opcode = MLX5_OPCODE_ATOMIC_FA; break;
+    default: return 0;
+    }
+
+    word = 0;
+    memcpy((uint8_t *)ctrl + 8, &word, sizeof(word));
+    ctrl->fm_ce_se = (wr->send_flags & IBV_SEND_FENCE ? MLX5_WQE_CTRL_FENCE : 0) |
+                     (wr->send_flags & IBV_SEND_SIGNALED ? MLX5_WQE_CTRL_CQ_UPDATE : 0) |
+                     (wr->send_flags & IBV_SEND_SOLICITED ? MLX5_WQE_CTRL_SOLICITED : 0);
+    ctrl->opmod_idx_opcode = htobe32(((cur_post & 0xffff) << 8) | opcode);
+    if (opcode == MLX5_OPCODE_SEND_IMM || opcode == MLX5_OPCODE_RDMA_WRITE_IMM)
+        ctrl->imm = wr->imm_be;
+
+    if (seg == qend)
+        seg = ring;
+    if (opcode != MLX5_OPCODE_SEND && opcode != MLX5_OPCODE_SEND_IMM) {
+        struct mlx5_wqe_raddr_seg *r = (void *)seg;
+
+        r->raddr = htobe64(wr->remote_addr);
+        r->rkey = htobe32(wr->rkey);
+        r->reserved = 0;
+        seg += sizeof(*r);
+        size += sizeof(*r) / 16;
+    }
+    if (opcode == MLX5_OPCODE_ATOMIC_CS || opcode == MLX5_OPCODE_ATOMIC_FA) {
+        struct mlx5_wqe_atomic_seg *a = (void *)seg;
+
+        if (opcode == MLX5_OPCODE_ATOMIC_CS) {
+            a->swap_add = htobe64(wr->swap);
+            a->compare = htobe64(wr->compare_add);
+        } else {
+            a->swap_add = htobe64(wr->compare_add);
+        }
+        seg += sizeof(*a);
+        size += sizeof(*a) / 16;
+        if (seg == qend)
+            seg = ring;
+    }
+
+    memcpy(&dseg->av, wr->av, sizeof(dseg->av));
+    dseg->av.dqp_dct |= htobe32(wr->dctn | MLX5_EXTENDED_UD_AV);
+    dseg->av.key.dc_key = htobe64(wr->dc_key);
+    if (wr->with_stream)
+        ctrl->dci_stream_channel_id = htobe16(wr->stream_id);
+
+    if (wr->inline_data) {
+        struct mlx5_wqe_inl_data_seg *inl = (void *)seg;
+        uint8_t *dst = seg + sizeof(*inl);
+        const uint8_t *src = wr->data;
+        size_t n = wr->data_len;
+
+        if (n) {
+            if (dst + n > qend) {
+                size_t copy = (size_t)(qend - dst);
+
+                memcpy(dst, src, copy);
+                src += copy;
+                n -= copy;
+                dst = ring;
+            }
+            memcpy(dst, src, n);
+            inl->byte_count = htobe32(wr->data_len | MLX5_INLINE_SEG);
+            size += (wr->data_len + sizeof(*inl) + 15) / 16;
+        }
+    } else {
+        struct mlx5_wqe_data_seg *d = (void *)seg;
+        uint32_t i;
+
+        for (i = 0; i < wr->nsge; i++) {
+            if ((uint8_t *)d == qend)
+                d = (void *)ring;
+            if (!wr->sge_len[i])
+                continue;
+            d->byte_count = htobe32(wr->sge_len[i]);
+            d->lkey = htobe32(wr->sge_lkey[i]);
+            d->addr = htobe64(wr->sge_addr[i]);
+            d++;
+            size += sizeof(*d) / 16;
+        }
+    }
+
+    ctrl->qpn_ds = htobe32(size | (qp_num << 8));
+    return size;
+}
 
 /* ---- layouts and constants, as one table of named numbers ----------------------------- */
 

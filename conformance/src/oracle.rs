@@ -54,9 +54,143 @@ mod ffi {
         pub fn oracle_get_cqe_format(cqe: *mut u8) -> u8;
         pub fn oracle_get_cqe_opcode(cqe: *mut u8) -> u8;
         pub fn oracle_set_cqe_owner(cqe: *mut u8, val: u8);
+        pub fn oracle_dci_wqe(
+            ring: *mut u8,
+            wqe_cnt: u32,
+            cur_post: u32,
+            qp_num: u32,
+            wr: *const super::DciWrC,
+        ) -> u32;
         pub fn oracle_entry_count() -> usize;
         pub fn oracle_entry(i: usize, value: *mut u64) -> *const c_char;
     }
+}
+
+/// `struct oracle_dci_wr` of `oracle.c`, field for field.
+#[cfg(not(oracle_missing))]
+#[repr(C)]
+struct DciWrC {
+    ib_opcode: u32,
+    send_flags: u32,
+    imm_be: u32,
+    av: *const u8,
+    dctn: u32,
+    dc_key: u64,
+    with_stream: u32,
+    stream_id: u16,
+    remote_addr: u64,
+    rkey: u32,
+    swap: u64,
+    compare_add: u64,
+    inline_data: u32,
+    data: *const u8,
+    data_len: u32,
+    nsge: u32,
+    sge_addr: *const u64,
+    sge_len: *const u32,
+    sge_lkey: *const u32,
+}
+
+/// One DCI work request as a program gives it to libmlx5's `ibv_wr_*` API
+/// ([`dci_wqe`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DciWr {
+    /// `enum ibv_wr_opcode`: SEND, SEND_WITH_IMM, RDMA_WRITE, RDMA_WRITE_WITH_IMM,
+    /// RDMA_READ, ATOMIC_CMP_AND_SWP, ATOMIC_FETCH_AND_ADD.
+    pub ib_opcode: u32,
+    /// `IBV_SEND_SIGNALED | IBV_SEND_SOLICITED | IBV_SEND_FENCE`.
+    pub send_flags: u32,
+    /// The `__be32` immediate, stored as given.
+    pub imm_be: u32,
+    /// The address handle's AV.
+    pub av: [u8; 48],
+    /// The DCT number.
+    pub dctn: u32,
+    /// The DC access key.
+    pub dc_key: u64,
+    /// `mlx5dv_wr_set_dc_addr_stream` with this stream, instead of `mlx5dv_wr_set_dc_addr`.
+    pub stream: Option<u16>,
+    /// Remote address (RDMA and atomics).
+    pub remote_addr: u64,
+    /// Remote key.
+    pub rkey: u32,
+    /// CAS: the swap value.
+    pub swap: u64,
+    /// CAS: the compare value; FAA: the addend.
+    pub compare_add: u64,
+    /// `ibv_wr_set_inline_data(data)` when `Some`, else the gather list.
+    pub inline: Option<Vec<u8>>,
+    /// `ibv_wr_set_sge_list`: `(addr, length, lkey)`.
+    pub sges: Vec<(u64, u32, u32)>,
+}
+
+/// Store the WQE of `wr` at producer index `cur_post` of `ring` (`ring.len() / 64` blocks, a
+/// power of two) for QP `qp_num`, the way rdma-core 44's libmlx5 builds a DCI WQE through
+/// `ibv_wr_*` and `mlx5dv_wr_set_dc_addr[_stream]` (replayed store for store by the oracle:
+/// `oracle.c` `oracle_dci_wqe` names each function). Bytes libmlx5 leaves alone keep what
+/// `ring` held. Returns the DS count (0 for an opcode it does not build).
+pub fn dci_wqe(ring: &mut [u8], cur_post: u32, qp_num: u32, wr: &DciWr) -> u32 {
+    #[cfg(oracle_missing)]
+    {
+        let _ = (ring, cur_post, qp_num, wr);
+        missing()
+    }
+    #[cfg(not(oracle_missing))]
+    {
+        let blocks = ring.len() / 64;
+        assert!(
+            blocks.is_power_of_two() && ring.len() == blocks * 64,
+            "a ring of 64-byte blocks, a power of two of them"
+        );
+        // The C side takes 8-aligned struct pointers: work on an aligned copy.
+        let mut tmp = vec![0u64; ring.len() / 8];
+        let bytes: &mut [u8] = zerocopy_free_bytes(&mut tmp);
+        bytes.copy_from_slice(ring);
+        let (addr, len, lkey): (Vec<u64>, Vec<u32>, Vec<u32>) = (
+            wr.sges.iter().map(|s| s.0).collect(),
+            wr.sges.iter().map(|s| s.1).collect(),
+            wr.sges.iter().map(|s| s.2).collect(),
+        );
+        let data = wr.inline.as_deref().unwrap_or(&[]);
+        let c = DciWrC {
+            ib_opcode: wr.ib_opcode,
+            send_flags: wr.send_flags,
+            imm_be: wr.imm_be,
+            av: wr.av.as_ptr(),
+            dctn: wr.dctn,
+            dc_key: wr.dc_key,
+            with_stream: u32::from(wr.stream.is_some()),
+            stream_id: wr.stream.unwrap_or(0),
+            remote_addr: wr.remote_addr,
+            rkey: wr.rkey,
+            swap: wr.swap,
+            compare_add: wr.compare_add,
+            inline_data: u32::from(wr.inline.is_some()),
+            data: data.as_ptr(),
+            data_len: data.len() as u32,
+            nsge: wr.sges.len() as u32,
+            sge_addr: addr.as_ptr(),
+            sge_len: len.as_ptr(),
+            sge_lkey: lkey.as_ptr(),
+        };
+        // SAFETY: `tmp` is `blocks` whole 64-byte blocks, 8-aligned, and the oracle writes only
+        // inside them (each segment wraps at their end); every pointer in `c` names a live
+        // buffer of the length it states (`av` 48 bytes, `data` `data_len`, the SGE arrays
+        // `nsge` entries each).
+        let ds =
+            unsafe { ffi::oracle_dci_wqe(bytes.as_mut_ptr(), blocks as u32, cur_post, qp_num, &c) };
+        ring.copy_from_slice(bytes);
+        ds
+    }
+}
+
+/// The bytes of a `u64` buffer (its alignment for the C side).
+#[cfg(not(oracle_missing))]
+fn zerocopy_free_bytes(v: &mut [u64]) -> &mut [u8] {
+    let n = core::mem::size_of_val(v);
+    // SAFETY: any `u64` buffer is a valid byte buffer of 8 bytes per element; the borrow is
+    // handed on, so nothing else reads the `u64`s meanwhile.
+    unsafe { core::slice::from_raw_parts_mut(v.as_mut_ptr().cast::<u8>(), n) }
 }
 
 /// Arguments of `mlx5dv_set_ctrl_seg`, host order except `imm` (stored unswapped).

@@ -109,6 +109,8 @@ impl ConnectParams {
             }
             QpType::Uc => AccessFlags::REMOTE_WRITE,
             QpType::Ud => AccessFlags::empty(),
+            // DC: what RC takes (a DCT's access flags are set at Init, as an RC QP's).
+            _ => AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC,
         })
     }
 

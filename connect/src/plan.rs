@@ -135,13 +135,11 @@ pub fn init_step(qp_type: QpType, params: &ConnectParams) -> Step {
             pkey_index: params.pkey_index,
             qkey: params.qkey,
         }),
-        QpType::Rc | QpType::Uc | QpType::XrcSend | QpType::XrcRecv => {
-            Step::Init(ToInit::Connected {
-                port: params.port,
-                pkey_index: params.pkey_index,
-                access: params.access_for(qp_type),
-            })
-        }
+        _ => Step::Init(ToInit::Connected {
+            port: params.port,
+            pkey_index: params.pkey_index,
+            access: params.access_for(qp_type),
+        }),
     }
 }
 
@@ -262,7 +260,7 @@ pub fn plan(local: &Endpoint, peer: &Endpoint, params: &ConnectParams) -> Result
             Step::Rts(ToRts::Unreliable { sq_psn: local.psn }),
             0,
         ),
-        QpType::Ud | QpType::XrcSend | QpType::XrcRecv => (
+        _ => (
             Step::Rtr(ToRtr::Ud),
             Step::Rts(ToRts::Unreliable { sq_psn: local.psn }),
             0,

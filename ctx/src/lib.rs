@@ -97,6 +97,7 @@ pub mod channel;
 mod context;
 mod cq;
 mod datapath;
+pub mod dc;
 mod error;
 pub mod events;
 mod mcast;
@@ -117,6 +118,7 @@ pub use context::Context;
 #[cfg(feature = "sim")]
 pub use context::SimFabric;
 pub use cq::{Cq, CqInit};
+pub use dc::{DcAddr, DcTarget, Dci, DciInit, Dct};
 pub use error::{Error, Result};
 pub use events::AsyncEvents;
 pub use mlx5_hw::AsyncEvent;

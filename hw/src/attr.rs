@@ -70,7 +70,16 @@ impl core::fmt::Display for QpState {
     }
 }
 
-/// QP transport type (`enum ibv_qp_type`, verbs.h).
+/// QP transport type (`enum ibv_qp_type`, verbs.h; the two DC types are mlx5's own).
+///
+/// The discriminants are the `ibv_qp_type` values, except for the two Dynamically Connected
+/// types: verbs creates both as `IBV_QPT_DRIVER` (0xff) and tells them apart by
+/// `mlx5dv_dc_init_attr.dc_type` (rdma-core `providers/mlx5/mlx5dv.h`, `MLX5DV_DCTYPE_DCI` /
+/// `MLX5DV_DCTYPE_DCT`), so their discriminants here (0xf0, 0xf1) are this crate's own;
+/// [`QpType::ibv_value`] gives the verbs value of every type.
+///
+/// `#[non_exhaustive]`: mlx5 has more QP types (raw packet, GSI) a later version may add.
+#[non_exhaustive]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(u8)]
 pub enum QpType {
@@ -88,6 +97,17 @@ pub enum QpType {
     /// no send or receive queue of its own, in an XRC domain; it delivers into the XRC SRQ each
     /// request names.
     XrcRecv = 10,
+    /// A DC initiator (`IBV_QPT_DRIVER` + `MLX5DV_DCTYPE_DCI`; kernel `MLX5_IB_QPT_DCI`): a
+    /// reliable send queue whose WQEs each name their target — the address, the DCT number and
+    /// the DC access key in the WQE's 48-byte address vector (rdma-core `qp.c`
+    /// `mlx5_send_wr_set_dc_addr`); no receive side. It connects to one target at a time, in
+    /// band, and disconnects when it moves on (`docs/software-connectx.md`, DC).
+    Dci = 0xf0,
+    /// A DC target (`IBV_QPT_DRIVER` + `MLX5DV_DCTYPE_DCT`; kernel `MLX5_IB_QPT_DCT`): a
+    /// responder any initiator that knows its number and access key reaches; no send queue, it
+    /// receives through an SRQ. It gets its number at RTR and stays there (kernel
+    /// `drivers/infiniband/hw/mlx5/qp.c` `mlx5_ib_modify_dct`).
+    Dct = 0xf1,
 }
 
 impl QpType {
@@ -104,7 +124,18 @@ impl QpType {
         QpType::XrcRecv,
     ];
 
-    /// The short name (`RC`, `UC`, `UD`, `XRC_SEND`, `XRC_RECV`).
+    /// Every QP type: [`QpType::WITH_XRC`] and the two DC types.
+    pub const EVERY: [QpType; 7] = [
+        QpType::Rc,
+        QpType::Uc,
+        QpType::Ud,
+        QpType::XrcSend,
+        QpType::XrcRecv,
+        QpType::Dci,
+        QpType::Dct,
+    ];
+
+    /// The short name (`RC`, `UC`, `UD`, `XRC_SEND`, `XRC_RECV`, `DCI`, `DCT`).
     pub fn name(self) -> &'static str {
         match self {
             QpType::Rc => "RC",
@@ -112,18 +143,38 @@ impl QpType {
             QpType::Ud => "UD",
             QpType::XrcSend => "XRC_SEND",
             QpType::XrcRecv => "XRC_RECV",
+            QpType::Dci => "DCI",
+            QpType::Dct => "DCT",
         }
     }
 
-    /// Whether the transport is reliable (acknowledged, retried: RC and both XRC types; IBTA
-    /// Annex A14 gives XRC the reliability protocol of RC).
+    /// The `enum ibv_qp_type` value `ibv_create_qp_ex` takes for this type: the discriminant,
+    /// and `IBV_QPT_DRIVER` (0xff) for both DC types.
+    pub const fn ibv_value(self) -> u32 {
+        match self {
+            QpType::Dci | QpType::Dct => 0xff,
+            t => t as u32,
+        }
+    }
+
+    /// Whether the transport is reliable (acknowledged, retried: RC, both XRC types and both
+    /// DC types; IBTA Annex A14 gives XRC the reliability protocol of RC, and a DC initiator
+    /// and target run RC's between them for as long as they are connected).
     pub const fn is_reliable(self) -> bool {
-        matches!(self, QpType::Rc | QpType::XrcSend | QpType::XrcRecv)
+        matches!(
+            self,
+            QpType::Rc | QpType::XrcSend | QpType::XrcRecv | QpType::Dci | QpType::Dct
+        )
     }
 
     /// Whether this is one of the two XRC types.
     pub const fn is_xrc(self) -> bool {
         matches!(self, QpType::XrcSend | QpType::XrcRecv)
+    }
+
+    /// Whether this is one of the two Dynamically Connected types.
+    pub const fn is_dc(self) -> bool {
+        matches!(self, QpType::Dci | QpType::Dct)
     }
 }
 

@@ -272,6 +272,114 @@ pub struct QpInitEx {
     /// neither the PD nor the CQs of [`QpInitAttr`] (uverbs `create_qp` ignores them for
     /// `IB_QPT_XRC_TGT`).
     pub xrcd: Option<XrcdId>,
+    /// The DC attributes of a [`crate::QpType::Dci`] or [`crate::QpType::Dct`] QP
+    /// (`mlx5dv_qp_init_attr.dc_init_attr` with `MLX5DV_QP_INIT_ATTR_MASK_DC`, rdma-core
+    /// `mlx5dv_create_qp`): required for those two types, refused for the others (rdma-core
+    /// `mlx5_create_qp` answers EINVAL for `IBV_QPT_DRIVER` without them).
+    pub dc: Option<DcInit>,
+}
+
+/// What makes a QP a DC initiator or target (`struct mlx5dv_dc_init_attr`, rdma-core
+/// `providers/mlx5/mlx5dv.h`).
+///
+/// `#[non_exhaustive]`: mlx5dv's union may grow.
+#[non_exhaustive]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DcInit {
+    /// `MLX5DV_DCTYPE_DCI`, with `dci_streams` when `MLX5DV_QP_INIT_ATTR_MASK_DCI_STREAMS` is
+    /// given.
+    Initiator {
+        /// Concurrent streams (`struct mlx5dv_dci_streams`); `None` for one stream.
+        streams: Option<DciStreams>,
+    },
+    /// `MLX5DV_DCTYPE_DCT` with its `dct_access_key`: every initiator must name this key in
+    /// its WQEs to reach the target.
+    Target {
+        /// The DC access key.
+        access_key: u64,
+    },
+}
+
+impl DcInit {
+    /// What `mlx5dv_create_qp` refuses of DC attributes before anything is made, as rdma-core
+    /// `providers/mlx5/verbs.c` `mlx5_create_qp` / `create_dct` and the kernel
+    /// (`drivers/infiniband/hw/mlx5/qp.c` `create_dci` / `create_dct`) refuse it: DC
+    /// attributes on another QP type, a DC type without them, the wrong kind for the type, a
+    /// DCI with a receive side, a DCT without an SRQ or with a send or receive queue, and
+    /// (when the device's `dci_streams_caps` are given, `streams_caps`) streams above them.
+    pub fn check_create(
+        attr: &QpInitAttr,
+        dc: Option<DcInit>,
+        streams_caps: Option<DciStreams>,
+    ) -> crate::Result<()> {
+        let bad = |why: String| Err(crate::Error::InvalidArgument(why));
+        match (attr.qp_type, dc) {
+            (crate::QpType::Dci, Some(DcInit::Initiator { streams })) => {
+                if attr.srq.is_some() || attr.cap.max_recv_wr > 0 {
+                    return bad(
+                        "a DCI has no receive side (nothing can deliver to a DC initiator): no \
+                         SRQ, max_recv_wr 0"
+                            .into(),
+                    );
+                }
+                if let (Some(s), Some(cap)) = (streams, streams_caps) {
+                    if s.log_num_concurent > cap.log_num_concurent
+                        || s.log_num_errored > cap.log_num_errored
+                    {
+                        // rdma-core `mlx5_create_qp`: EINVAL above `dci_streams_caps`.
+                        return bad(format!(
+                            "DCI streams log_num_concurent {} / log_num_errored {} exceed the \
+                             device's caps {} / {} (mlx5dv_query_device dci_streams_caps)",
+                            s.log_num_concurent,
+                            s.log_num_errored,
+                            cap.log_num_concurent,
+                            cap.log_num_errored
+                        ));
+                    }
+                }
+                Ok(())
+            }
+            (crate::QpType::Dct, Some(DcInit::Target { .. })) => {
+                if attr.srq.is_none() {
+                    return bad(
+                        "a DCT receives through an SRQ (kernel create_dct takes its srqn): give \
+                         one"
+                        .into(),
+                    );
+                }
+                if attr.cap.max_send_wr > 0 || attr.cap.max_recv_wr > 0 {
+                    return bad(
+                        "a DCT has no send queue and no receive queue: caps must be 0".into(),
+                    );
+                }
+                Ok(())
+            }
+            (crate::QpType::Dci | crate::QpType::Dct, None) => bad(format!(
+                "a {} QP is created with create_qp_ex and its DC attributes (QpInitEx::dc; \
+                 rdma-core answers EINVAL for IBV_QPT_DRIVER without \
+                 MLX5DV_QP_INIT_ATTR_MASK_DC)",
+                attr.qp_type
+            )),
+            (t, Some(d)) => bad(format!(
+                "DC attributes {d:?} do not fit a {t} QP (a DCI takes Initiator, a DCT Target)"
+            )),
+            (_, None) => Ok(()),
+        }
+    }
+}
+
+/// The concurrent streams of a DC initiator (`struct mlx5dv_dci_streams`; `man
+/// mlx5dv_create_qp`): the DCI handles up to `2^log_num_concurent` streams at once, the WRs of
+/// one stream in order (a WQE names its stream in the ctrl segment's `dci_stream_channel_id`,
+/// `mlx5dv_wr_set_dc_addr_stream`), and moves to Error once `2^log_num_errored` streams are in
+/// error. The device caps both (`mlx5dv_query_device`, `dci_streams_caps`; rdma-core
+/// `mlx5_create_qp` refuses more with EINVAL).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct DciStreams {
+    /// log2 of the streams handled concurrently (the field keeps rdma-core's spelling).
+    pub log_num_concurent: u8,
+    /// log2 of the streams that may fail before the DCI moves to Error.
+    pub log_num_errored: u8,
 }
 
 /// Creation attributes of an XRC SRQ (`ibv_create_srq_ex` with `IBV_SRQT_XRC`).
@@ -676,6 +784,17 @@ pub trait Device: Send + Sync {
     fn open_qp(&self, xrcd: XrcdId, qpn: u32) -> Result<QpId> {
         let _ = (xrcd, qpn);
         Err(no_xrc(self.name()))
+    }
+    /// The number of a DC target ([`crate::QpType::Dct`]) initiators name in their WQEs. A
+    /// DCT gets it when it moves to RTR (rdma-core `verbs.c` `modify_dct`: "dct is created in
+    /// hardware and gets unique qp number when QP is modified to RTR"; `ibv_qp.qp_num` reads 0
+    /// before), so this fails for a DCT not in RTR and for any other QP.
+    fn dct_number(&self, qp: QpId) -> Result<u32> {
+        let _ = qp;
+        Err(crate::Error::Unsupported(format!(
+            "{} has no DC (Dynamically Connected) transport",
+            self.name()
+        )))
     }
     /// Hardware counters of a port (mlx5 `hw_counters` names plus port counters).
     fn counters(&self, port: u8) -> Result<Vec<Counter>>;

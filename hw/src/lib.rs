@@ -34,9 +34,9 @@ pub use attr::{
     AccessFlags, AhAttr, AttrMask, Gid, GlobalRoute, MigState, Mtu, QpAttr, QpCap, QpState, QpType,
 };
 pub use device::{
-    AhId, AhInfo, AsyncEvent, ChannelId, Counter, CqId, CqInfo, CqInitAttr, Device, DeviceAttr,
-    LinkLayer, MrId, MrInfo, PdId, PortAttr, PortState, QpCreateFlags, QpId, QpInfo, QpInitAttr,
-    QpInitEx, SrqId, SrqInfo, SrqInitAttr, XrcSrqInitAttr, XrcdId,
+    AhId, AhInfo, AsyncEvent, ChannelId, Counter, CqId, CqInfo, CqInitAttr, DcInit, DciStreams,
+    Device, DeviceAttr, LinkLayer, MrId, MrInfo, PdId, PortAttr, PortState, QpCreateFlags, QpId,
+    QpInfo, QpInitAttr, QpInitEx, SrqId, SrqInfo, SrqInitAttr, XrcSrqInitAttr, XrcdId,
 };
 pub use error::{Errno, Error, ModifyError, Result};
 pub use layout::{BfLayout, CqLayout, QpLayout, SrqLayout, WqLayout};

@@ -65,6 +65,27 @@
 //!   GRH (`rdma_check_ah_attr`, [`ModifyError::MissingGrh`]) and any `IBV_QP_ALT_PATH`
 //!   ([`ModifyError::AltPathOnRoce`]), both EINVAL ([`check_port_protocol`]).
 //!
+//! **The DC types** ([`QpType::Dci`], [`QpType::Dct`]) are not in the kernel's
+//! `qp_state_table`: `mlx5_ib_modify_qp` (drivers/infiniband/hw/mlx5/qp.c) skips
+//! `ib_modify_qp_is_ok` for them and checks its own rules, which this table carries as two
+//! more columns:
+//!
+//! - a DCI (`modify_dci_qp_is_ok`): Reset→Init with `PKEY_INDEX | PORT`, Init→Init with those
+//!   optional, Init→RTR with `PATH_MTU` and optionally `PKEY_INDEX | AV` (**no destination**:
+//!   each WQE names its own), RTR→RTS with `TIMEOUT | RETRY_CNT | RNR_RETRY |
+//!   MAX_QP_RD_ATOMIC | SQ_PSN` and optionally `MIN_RNR_TIMER`, RTS→RTS with
+//!   `MIN_RNR_TIMER` optional, and any state to Reset, any state but Reset to Error, with
+//!   `IBV_QP_STATE` only; nothing else (no SQD, no SQE, no access flags, no
+//!   `IBV_QP_CUR_STATE`). This is the form since Linux 5.x; the first DCI support (4.15)
+//!   had neither the optional address at RTR nor the way back to Reset.
+//! - a DCT (`mlx5_ib_modify_dct`): Reset→Init with exactly `ACCESS_FLAGS | PKEY_INDEX | PORT`,
+//!   Init→RTR with exactly `MIN_RNR_TIMER | AV | PATH_MTU` — the firmware object is created
+//!   there and the DCT gets its number — and **no other transition** ("Modify DCT: Invalid
+//!   transition"): a DCT stays in RTR until it is destroyed.
+//!
+//! `IBV_QP_RATE_LIMIT`'s pass-through ([`KernelVersion::passes_through`]) does not apply to
+//! them (it is a rule of `ib_modify_qp_is_ok`, which they skip).
+//!
 //! Every refusal carries the errno class `ibv_modify_qp` returns for it
 //! ([`ModifyError::errno`]: EINVAL, EOPNOTSUPP; ENOMEM comes from a device out of resources).
 //!
@@ -214,7 +235,8 @@ impl Rule {
     }
 }
 
-/// One cell of the table: the rule for each QP type, or `None` if the transition is illegal.
+/// One cell of the table: the rule for each QP type, or `None` if the transition is illegal
+/// (for every type; the DC columns may also be `None` alone).
 #[derive(Clone, Copy, Debug)]
 struct Cell {
     rc: Rule,
@@ -224,16 +246,22 @@ struct Cell {
     xi: Rule,
     /// `IB_QPT_XRC_TGT` (`IBV_QPT_XRC_RECV`).
     xt: Rule,
+    /// `MLX5_IB_QPT_DCI` (mlx5 `modify_dci_qp_is_ok`).
+    dci: Option<Rule>,
+    /// `MLX5_IB_QPT_DCT` (mlx5 `mlx5_ib_modify_dct`).
+    dct: Option<Rule>,
 }
 
 impl Cell {
-    const fn get(&self, t: QpType) -> Rule {
+    const fn get(&self, t: QpType) -> Option<Rule> {
         match t {
-            QpType::Rc => self.rc,
-            QpType::Uc => self.uc,
-            QpType::Ud => self.ud,
-            QpType::XrcSend => self.xi,
-            QpType::XrcRecv => self.xt,
+            QpType::Rc => Some(self.rc),
+            QpType::Uc => Some(self.uc),
+            QpType::Ud => Some(self.ud),
+            QpType::XrcSend => Some(self.xi),
+            QpType::XrcRecv => Some(self.xt),
+            QpType::Dci => self.dci,
+            QpType::Dct => self.dct,
         }
     }
 }
@@ -249,13 +277,17 @@ const fn r(required: AttrMask, optional: AttrMask) -> Rule {
     Rule { required, optional }
 }
 
-/// Legal with `IBV_QP_STATE` only, for every QP type.
+/// Legal with `IBV_QP_STATE` only, for every QP type but a DCT (to Reset and to Error: a DCI
+/// goes to Reset from any state and to Error from any but Reset, `modify_dci_qp_is_ok`; a DCT
+/// never leaves RTR, `mlx5_ib_modify_dct`).
 const STATE_ONLY: Option<Cell> = Some(Cell {
     rc: r(m!(), m!()),
     uc: r(m!(), m!()),
     ud: r(m!(), m!()),
     xi: r(m!(), m!()),
     xt: r(m!(), m!()),
+    dci: Some(r(m!(), m!())),
+    dct: None,
 });
 /// Not a transition.
 const NO: Option<Cell> = None;
@@ -271,6 +303,8 @@ const RST2INIT: Option<Cell> = Some(Cell {
     ud: r(m!(PKEY_INDEX | PORT | QKEY), m!()),
     xi: r(m!(PKEY_INDEX | PORT | ACCESS_FLAGS), m!()),
     xt: r(m!(PKEY_INDEX | PORT | ACCESS_FLAGS), m!()),
+    dci: Some(r(m!(PKEY_INDEX | PORT), m!())),
+    dct: Some(r(m!(PKEY_INDEX | PORT | ACCESS_FLAGS), m!())),
 });
 
 const INIT2INIT: Option<Cell> = Some(Cell {
@@ -279,6 +313,8 @@ const INIT2INIT: Option<Cell> = Some(Cell {
     ud: r(m!(), m!(PKEY_INDEX | PORT | QKEY)),
     xi: r(m!(), m!(PKEY_INDEX | PORT | ACCESS_FLAGS)),
     xt: r(m!(), m!(PKEY_INDEX | PORT | ACCESS_FLAGS)),
+    dci: Some(r(m!(), m!(PKEY_INDEX | PORT))),
+    dct: None,
 });
 
 const INIT2RTR: Option<Cell> = Some(Cell {
@@ -299,6 +335,8 @@ const INIT2RTR: Option<Cell> = Some(Cell {
         m!(AV | PATH_MTU | DEST_QPN | RQ_PSN | MAX_DEST_RD_ATOMIC | MIN_RNR_TIMER),
         m!(ALT_PATH | ACCESS_FLAGS | PKEY_INDEX),
     ),
+    dci: Some(r(m!(PATH_MTU), m!(PKEY_INDEX | AV))),
+    dct: Some(r(m!(MIN_RNR_TIMER | AV | PATH_MTU), m!())),
 });
 
 const RTR2RTS: Option<Cell> = Some(Cell {
@@ -319,6 +357,11 @@ const RTR2RTS: Option<Cell> = Some(Cell {
         m!(TIMEOUT | SQ_PSN),
         m!(CUR_STATE | ALT_PATH | ACCESS_FLAGS | MIN_RNR_TIMER | PATH_MIG_STATE),
     ),
+    dci: Some(r(
+        m!(TIMEOUT | RETRY_CNT | RNR_RETRY | MAX_QP_RD_ATOMIC | SQ_PSN),
+        m!(MIN_RNR_TIMER),
+    )),
+    dct: None,
 });
 
 const RTS2RTS: Option<Cell> = Some(Cell {
@@ -339,6 +382,8 @@ const RTS2RTS: Option<Cell> = Some(Cell {
         m!(),
         m!(CUR_STATE | ACCESS_FLAGS | ALT_PATH | PATH_MIG_STATE | MIN_RNR_TIMER),
     ),
+    dci: Some(r(m!(), m!(MIN_RNR_TIMER))),
+    dct: None,
 });
 
 const RTS2SQD: Option<Cell> = Some(Cell {
@@ -347,6 +392,8 @@ const RTS2SQD: Option<Cell> = Some(Cell {
     ud: r(m!(), m!(EN_SQD_ASYNC_NOTIFY)),
     xi: r(m!(), m!(EN_SQD_ASYNC_NOTIFY)),
     xt: r(m!(), m!(EN_SQD_ASYNC_NOTIFY)),
+    dci: None,
+    dct: None,
 });
 
 const SQD2RTS: Option<Cell> = Some(Cell {
@@ -367,6 +414,8 @@ const SQD2RTS: Option<Cell> = Some(Cell {
         m!(),
         m!(CUR_STATE | ALT_PATH | ACCESS_FLAGS | MIN_RNR_TIMER | PATH_MIG_STATE),
     ),
+    dci: None,
+    dct: None,
 });
 
 const SQD2SQD: Option<Cell> = Some(Cell {
@@ -415,6 +464,8 @@ const SQD2SQD: Option<Cell> = Some(Cell {
             | MIN_RNR_TIMER
             | PATH_MIG_STATE),
     ),
+    dci: None,
+    dct: None,
 });
 
 /// SQE→RTS. The kernel marks the cell valid for every type but lists parameters only for UC
@@ -426,6 +477,8 @@ const SQE2RTS: Option<Cell> = Some(Cell {
     ud: r(m!(), m!(CUR_STATE | QKEY)),
     xi: r(m!(), m!()),
     xt: r(m!(), m!()),
+    dci: None,
+    dct: None,
 });
 
 /// `TABLE[cur][next]`, states in `ibv_qp_state` order: RESET, INIT, RTR, RTS, SQD, SQE, ERR.
@@ -463,11 +516,12 @@ pub fn rule_for(
     next: QpState,
     qp_type: QpType,
 ) -> Option<Rule> {
-    TABLE[cur as usize][next as usize].map(|c| {
-        let mut r = c.get(qp_type);
-        r.optional |= kernel.extra_optional(cur, next, qp_type);
-        r
-    })
+    TABLE[cur as usize][next as usize]
+        .and_then(|c| c.get(qp_type))
+        .map(|mut r| {
+            r.optional |= kernel.extra_optional(cur, next, qp_type);
+            r
+        })
 }
 
 /// The states a `qp_type` QP in `cur` may be modified to (including `cur` itself where the
@@ -552,9 +606,13 @@ pub fn check_modify_for(
             missing,
         });
     }
-    let mut forbidden = mask
-        .difference(rule.allowed())
-        .difference(kernel.passes_through());
+    // The DC types skip `ib_modify_qp_is_ok`, and with it the pass-through.
+    let passed = if qp_type.is_dc() {
+        AttrMask::empty()
+    } else {
+        kernel.passes_through()
+    };
+    let mut forbidden = mask.difference(rule.allowed()).difference(passed);
     if mask.contains(AttrMask::CUR_STATE) && !CUR_STATE_SOURCES.contains(&cur) {
         forbidden |= AttrMask::CUR_STATE;
     }

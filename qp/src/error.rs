@@ -127,6 +127,10 @@ pub enum Error {
     /// not an XRC initiator.
     #[error("{0}")]
     XrcSrqn(&'static str),
+    /// A DCI send without its target (`SendWr::dc`), a DCT number wider than 24 bits, or a DC
+    /// target on a QP that is not a DC initiator.
+    #[error("{0}")]
+    DcDest(&'static str),
     /// An address handle on a connected (RC/UC) QP.
     #[error("an address handle is only meaningful on a UD QP, this one is {qp_type}")]
     UnexpectedAddress {

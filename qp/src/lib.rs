@@ -86,6 +86,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod cq;
+mod dc;
 mod error;
 mod lines;
 mod qp;
@@ -99,6 +100,7 @@ mod wr_limit;
 mod xrc;
 
 pub use cq::{Cq, QpTable, Resolve};
+pub use dc::DcDest;
 pub use error::{Error, Result, SqLimit};
 pub use qp::{Batch, Qp, MAX_SQ_BBS};
 pub use sq::DoorbellMode;

@@ -3,7 +3,8 @@
 //!
 //! Here: the `Qp` itself (construction, state, limits, doorbell modes), the generic post and
 //! deferred posts, and what the CQ asks of a QP. Along their seams: [`lean`] (the lean entry
-//! points and [`Batch`]), [`plan`] (the WQE planner and writer of the generic path), [`raw`]
+//! points and [`Batch`]), [`dc`] (the lean DC post), [`plan`] (the WQE planner and writer of
+//! the generic path), [`raw`]
 //! (caller-built WQEs), [`recv`] (receives).
 
 use crate::error::{Error, Result, SqLimit};
@@ -22,6 +23,7 @@ use mlx5_wqe::seg::{
 };
 use mlx5_wqe::{SEND_WQE_BB, SEND_WQE_DS, SEND_WQE_MAX_WQEBBS};
 
+mod dc;
 mod lean;
 mod plan;
 mod raw;
@@ -80,6 +82,14 @@ pub struct Qp {
     cqe_sop_key: u32,
     /// What the lean entry points check their data against.
     fast: FastLimits,
+    /// Outstanding blocks below which the lean DC post may go ahead
+    /// ([`Qp::post_dc_write_inline`]): 0 unless this is a DCI in RTS or SQD, else `wqe_cnt −
+    /// wr_bbs + 1`, room for a WQE of the lean size (at most `wr_bbs` blocks,
+    /// [`SendQueue::wr_bbs`]).
+    dc_blocks: u64,
+    /// Largest inline payload of the lean DC post (ctrl + AV + raddr + inline within
+    /// `wr_bbs` blocks and the QP's limits).
+    dc_inline: usize,
 }
 
 /// The data limits of the lean entry points ([`Qp::post_write_inline`] and friends), derived
@@ -233,6 +243,8 @@ impl Qp {
                 u32::from_ne_bytes([0, b[1], b[2], b[3]])
             },
             fast: FastLimits::default(),
+            dc_blocks: 0,
+            dc_inline: 0,
         })
     }
 
@@ -253,6 +265,9 @@ impl Qp {
             inline_rdma: max_inline.min(self.max_wqe_bytes.saturating_sub(RDMA_HDR + 4)),
             inline_send: max_inline.min(self.max_wqe_bytes.saturating_sub(SEND_HDR + 4)),
         };
+        if self.qp_type == QpType::Dci {
+            self.update_dc_limits();
+        }
         let inline_ok = self.fast.inline_rdma.min(self.fast.inline_send) >= LEAN_INLINE;
         self.sq
             .set_open(postable, inline_ok, self.max_send_sge >= 1);
@@ -419,13 +434,14 @@ impl Qp {
 
     /// An error or flush completion of this QP was polled: the device has moved the QP out of
     /// RTS, so the data path follows it without the caller's help. A failed send of a UC or UD
-    /// QP leaves it in SQE (its receive queue keeps working), anything else in Error (IBTA
+    /// QP leaves it in SQE (its receive queue keeps working), of an RC QP or a DCI in Error
+    /// (a DCI has no SQE: `modify_dci_qp_is_ok`), anything else in Error (IBTA
     /// Vol. 1 §10.3, QP states: the Send Queue Error state is for UC/UD requester errors;
     /// the software ConnectX's `engine::enter_sqe` / `fail_qp`). Never moves a QP back out of
     /// Error, nor out of Reset.
     #[cold]
     pub(crate) fn follow_error_completion(&mut self, send: bool) {
-        let next = if send && self.qp_type != QpType::Rc {
+        let next = if send && !matches!(self.qp_type, QpType::Rc | QpType::Dci) {
             QpState::Sqe
         } else {
             QpState::Error
@@ -459,7 +475,13 @@ impl Qp {
     /// there); receives ([`Qp::post_recv`]) are refused in Reset only.
     #[inline(always)]
     pub fn post(&mut self, wr: &SendWr<'_>) -> Result<()> {
-        if wr.ud.is_none() && wr.xrc.is_none() {
+        if let (Some(d), SendOp::Write { remote }, SendData::Inline(data)) = (wr.dc, wr.op, wr.data)
+        {
+            if wr.ud.is_none() && wr.xrc.is_none() {
+                return self.post_dc_write_inline(wr.wr_id, data, remote, d, wr.flags);
+            }
+        }
+        if wr.ud.is_none() && wr.xrc.is_none() && wr.dc.is_none() {
             match (wr.op, wr.data) {
                 (SendOp::Write { remote }, SendData::Inline(d)) => {
                     return self.post_write_inline(wr.wr_id, d, remote, wr.flags)

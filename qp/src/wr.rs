@@ -238,7 +238,7 @@ pub enum SendData<'a> {
     InlineParts(&'a [&'a [u8]]),
 }
 
-/// A send work request.
+/// A send work request (on a DCI, with its target: [`SendWr::dc`]).
 ///
 /// ```
 /// use mlx5_qp::{RemoteAddr, SendWr, Sge};
@@ -254,6 +254,7 @@ pub struct SendWr<'a> {
     pub(crate) flags: SendFlags,
     pub(crate) ud: Option<&'a UdDest>,
     pub(crate) xrc: Option<u32>,
+    pub(crate) dc: Option<&'a crate::dc::DcDest>,
 }
 
 impl<'a> SendWr<'a> {
@@ -267,6 +268,7 @@ impl<'a> SendWr<'a> {
             flags: SendFlags::empty(),
             ud: None,
             xrc: None,
+            dc: None,
         }
     }
     /// SEND.

@@ -22,7 +22,7 @@ const INL_HDR: u32 = 4;
 
 /// Bytes of a send WQE a QP type always reserves for fixed segments (rdma-core `verbs.c`
 /// `sq_overhead`): RC: ctrl + max(raddr + atomic, memory-window bind); UC: ctrl + max(raddr,
-/// bind); UD: ctrl + datagram segment. A bind is `mlx5_wqe_umr_ctrl_seg` (48) + `mlx5_wqe_mkey_context_seg`
+/// bind); UD: ctrl + datagram segment; a DCI: RC's and the datagram segment. A bind is `mlx5_wqe_umr_ctrl_seg` (48) + `mlx5_wqe_mkey_context_seg`
 /// (64) + max(`mlx5_wqe_umr_klm_seg` (16), 64).
 pub(crate) fn sq_overhead(qp_type: QpType) -> u32 {
     let mw_bind = 48 + 64 + 64;
@@ -32,6 +32,11 @@ pub(crate) fn sq_overhead(qp_type: QpType) -> u32 {
         QpType::Ud => 16 + 48,
         // RC's operations plus the XRC segment (`_sq_overhead`, case IBV_QPT_XRC_SEND).
         QpType::XrcSend | QpType::XrcRecv => 16 + (16 + 16u32).max(mw_bind) + 16,
+        // RC's operations plus the datagram segment (`_sq_overhead`, case IBV_QPT_DRIVER for
+        // a DCI, which falls through to UD's `sizeof(struct mlx5_wqe_datagram_seg)`). A DCT
+        // has no send queue; a type this crate does not know gets the largest overhead, so
+        // that `max_post` never overstates.
+        _ => 16 + (16 + 16u32).max(mw_bind) + 48,
     }
 }
 

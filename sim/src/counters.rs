@@ -25,7 +25,8 @@
 //!
 //! Every packet the transport drops without answering it is counted by one of them:
 //! `duplicate_request`, `duplicate_request_no_replay`, `out_of_sequence`, `out_of_buffer`,
-//! `uc_dropped_packets`, `rx_qkey_violation`, `rx_dropped` (responder side);
+//! `uc_dropped_packets`, `rx_qkey_violation`, `rx_dropped`, `dct_key_violations`,
+//! `dct_no_connection` (responder side);
 //! `duplicate_response`, `unexpected_response`, `out_of_sequence` (requester side);
 //! `rx_icrc_encapsulated`, `port_rcv_errors` (the port).
 
@@ -133,6 +134,21 @@ counters! {
     /// Software ConnectX, UC responder: a packet dropped with the rest of a message given up
     /// (a packet of it was lost, it found no receive WQE, or it failed a check).
     UcDroppedPackets = "uc_dropped_packets",
+    /// Software ConnectX, DC initiator: connections opened ([`crate::transport::dc`]).
+    DciConnects = "dci_connects",
+    /// Software ConnectX, DC initiator: disconnect requests sent.
+    DciDisconnects = "dci_disconnects",
+    /// Software ConnectX, DC target: connections opened.
+    DctConnects = "dct_connects",
+    /// Software ConnectX, DC target: connections closed (a disconnect request, a newer
+    /// connect of the same initiator, an error).
+    DctDisconnects = "dct_disconnects",
+    /// Software ConnectX, DC target: requests dropped for a wrong DC access key (the PRM's
+    /// `dc_access_key_violation_count`, summed over the device's targets).
+    DctKeyViolations = "dct_key_violations",
+    /// Software ConnectX, DC target: a request of a connection the target does not know (its
+    /// connect was lost, or it was closed), dropped without an answer.
+    DctNoConnection = "dct_no_connection",
 }
 
 impl CounterId {

@@ -46,6 +46,28 @@ pub struct LiveObjects {
     pub ahs: usize,
 }
 
+/// The host memory a device's queues take ([`SimDevice::queue_memory`]): what the rings
+/// of its QPs and SRQs occupy, as rdma-core sizes them (`mlx5_calc_wq_size`,
+/// `mlx5_alloc_srq_buf`), and their doorbell records.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QueueMemory {
+    /// QPs.
+    pub qps: usize,
+    /// Bytes of their send and receive rings and doorbell records (a DC target has none).
+    pub qp_bytes: usize,
+    /// SRQs.
+    pub srqs: usize,
+    /// Bytes of the SRQs' rings and doorbell records.
+    pub srq_bytes: usize,
+}
+
+impl QueueMemory {
+    /// Every byte counted.
+    pub fn total(&self) -> usize {
+        self.qp_bytes + self.srq_bytes
+    }
+}
+
 /// One software ConnectX on a [`crate::Fabric`].
 #[derive(Clone)]
 pub struct SimDevice {
@@ -233,6 +255,47 @@ impl SimDevice {
                 qps: d.qps.len(),
                 srqs: d.srqs.len(),
                 ahs: d.ahs.len(),
+            })
+        })
+        .unwrap_or_default()
+    }
+
+    /// What DC QP `qp` counted: connections opened and closed, open now, a target's key
+    /// violations, an initiator's waits for its previous target ([`crate::dc::DcStats`]).
+    pub fn dc_stats(&self, qp: QpId) -> Result<crate::dc::DcStats> {
+        self.with(|d| crate::dc::stats(d, qp.0))
+    }
+
+    /// Give QP `qp`, created with a DC type outside [`Device::create_qp_ex`] (an rdma-core
+    /// emulation creates a DCI on the program's own rings), its DC attributes, as
+    /// `mlx5dv_create_qp` with `MLX5DV_QP_INIT_ATTR_MASK_DC` would have: refused unless the
+    /// QP is of the matching type, in Reset and shaped as mlx5 requires
+    /// ([`crate::dc::make_dc`]).
+    pub fn make_dc(&self, qp: QpId, dc: mlx5_hw::DcInit) -> Result<()> {
+        self.with(|d| crate::dc::make_dc(d, qp.0, dc))
+    }
+
+    /// The host memory its QPs and SRQs take now ([`QueueMemory`]).
+    pub fn queue_memory(&self) -> QueueMemory {
+        self.with(|d| {
+            let qp_bytes = d
+                .qps
+                .values()
+                .map(|q| {
+                    let b = q.geom.buf_size as usize;
+                    if b == 0 {
+                        0
+                    } else {
+                        b + q.dbrec.len()
+                    }
+                })
+                .sum();
+            let srq_bytes = d.srqs.values().map(|s| s.buf.len() + s.dbrec.len()).sum();
+            Ok(QueueMemory {
+                qps: d.qps.len(),
+                qp_bytes,
+                srqs: d.srqs.len(),
+                srq_bytes,
             })
         })
         .unwrap_or_default()
@@ -433,6 +496,96 @@ impl SimDevice {
         })
     }
 
+    /// Create a QP whose attributes were checked: its memory, and a BlueFlame register when
+    /// `bfreg` (every QP with a send queue).
+    fn create_qp_unchecked(&self, pd: PdId, attr: &QpInitAttr, bfreg: bool) -> Result<QpInfo> {
+        // An XRC or DC initiator has no receive side (rdma-core creates no RQ for
+        // IBV_QPT_XRC_SEND; `crate::dc::check_create` refuses one on a DCI).
+        let no_rq = attr.srq.is_some() || matches!(attr.qp_type, QpType::XrcSend | QpType::Dci);
+        let g = qp_geometry(attr.qp_type, &attr.cap, no_rq).map_err(sizing_err)?;
+        self.with(|d| {
+            Self::pd_exists(d, pd)?;
+            for cq in [attr.send_cq, attr.recv_cq] {
+                if !d.cqs.contains_key(&cq.0) {
+                    return Err(Error::UnknownHandle {
+                        kind: "CQ",
+                        id: cq.0,
+                    });
+                }
+            }
+            if let Some(s) = attr.srq {
+                if !d.srqs.contains_key(&s.0) {
+                    return Err(Error::UnknownHandle {
+                        kind: "SRQ",
+                        id: s.0,
+                    });
+                }
+            }
+            let qpn = d.alloc_id();
+            let mut qp = Qp::new(
+                qpn,
+                attr.qp_type,
+                pd.0,
+                attr.send_cq.0,
+                attr.recv_cq.0,
+                attr.srq.map(|s| s.0),
+                attr.sq_sig_all,
+                g,
+            )
+            .ok_or_else(|| no_mem("QP"))?;
+            // A dedicated register while the context has one free, else a shared one
+            // (kernel `alloc_bfreg`, `crate::doorbell::shared`).
+            if bfreg {
+                let reg = d.bfregs.assign(qpn).ok_or_else(|| no_mem("UAR page"))?;
+                match reg.page {
+                    Some((page, off, size)) => qp.use_register(reg.class, page, off, size),
+                    None => qp.bf_class = reg.class,
+                }
+            }
+            let layout = QpLayout {
+                qpn,
+                qp_type: attr.qp_type,
+                dbrec: qp.dbrec.as_ptr().cast(),
+                sq: WqLayout {
+                    buf: qp.buf.as_ptr().wrapping_add(g.sq_offset as usize),
+                    wqe_cnt: g.sq_wqe_cnt,
+                    stride: 64,
+                },
+                rq: WqLayout {
+                    buf: qp.buf.as_ptr(),
+                    wqe_cnt: g.rq_wqe_cnt,
+                    stride: g.rq_stride,
+                },
+                bf: BfLayout {
+                    reg: qp.bf_reg(),
+                    size: qp.bf_size,
+                    shared: qp.bf_shared(),
+                },
+                max_inline_data: g.cap.max_inline_data,
+                max_send_sge: g.cap.max_send_sge,
+                max_recv_sge: g.cap.max_recv_sge,
+                sq_sig_all: attr.sq_sig_all,
+                uses_srq: attr.srq.is_some(),
+            };
+            for cq in [attr.send_cq, attr.recv_cq] {
+                if let Some(c) = d.cqs.get_mut(&cq.0) {
+                    c.users += 1;
+                }
+            }
+            if let Some(s) = attr.srq.and_then(|s| d.srqs.get_mut(&s.0)) {
+                s.users += 1;
+            }
+            d.qps.insert(qpn, qp);
+            Ok(QpInfo {
+                id: QpId(qpn),
+                qpn,
+                qp_type: attr.qp_type,
+                cap: g.cap,
+                layout,
+            })
+        })
+    }
+
     fn link_layer(&self) -> LinkLayer {
         let ll = self
             .inner
@@ -605,6 +758,28 @@ impl Device for SimDevice {
 
     fn create_qp_ex(&self, pd: PdId, attr: &QpInitAttr, ex: &QpInitEx) -> Result<QpInfo> {
         self.alive("create_qp_ex")?;
+        crate::dc::check_create(attr, ex.dc)?;
+        if let Some(dc) = ex.dc {
+            if ex.xrcd.is_some() || !ex.create_flags.is_empty() {
+                return Err(Error::InvalidArgument(format!(
+                    "create_qp_ex: a {} QP takes no XRC domain and no create flags",
+                    attr.qp_type
+                )));
+            }
+            // No register for a DCT: it has no send queue (kernel `create_dct` allocates no
+            // UAR).
+            let mut info = self.create_qp_unchecked(pd, attr, attr.qp_type == QpType::Dci)?;
+            // The same entry an rdma-core emulation takes for a QP made on its own rings.
+            if let Err(e) = self.make_dc(info.id, dc) {
+                let _ = self.destroy_qp(info.id);
+                return Err(e);
+            }
+            if attr.qp_type == QpType::Dct {
+                // `ibv_qp.qp_num` of a DCT is 0 until RTR (rdma-core `modify_dct`).
+                info.qpn = 0;
+            }
+            return Ok(info);
+        }
         if let Some(x) = ex.xrcd {
             if attr.qp_type != QpType::XrcRecv || !ex.create_flags.is_empty() {
                 return Err(Error::InvalidArgument(format!(
@@ -797,88 +972,13 @@ impl Device for SimDevice {
     fn create_qp(&self, pd: PdId, attr: &QpInitAttr) -> Result<QpInfo> {
         self.alive("create_qp")?;
         crate::transport::xrc::check_plain_create(attr)?;
-        // An XRC initiator has no receive side (rdma-core creates no RQ for IBV_QPT_XRC_SEND).
-        let no_rq = attr.srq.is_some() || attr.qp_type == QpType::XrcSend;
-        let g = qp_geometry(attr.qp_type, &attr.cap, no_rq).map_err(sizing_err)?;
-        self.with(|d| {
-            Self::pd_exists(d, pd)?;
-            for cq in [attr.send_cq, attr.recv_cq] {
-                if !d.cqs.contains_key(&cq.0) {
-                    return Err(Error::UnknownHandle {
-                        kind: "CQ",
-                        id: cq.0,
-                    });
-                }
-            }
-            if let Some(s) = attr.srq {
-                if !d.srqs.contains_key(&s.0) {
-                    return Err(Error::UnknownHandle {
-                        kind: "SRQ",
-                        id: s.0,
-                    });
-                }
-            }
-            let qpn = d.alloc_id();
-            let mut qp = Qp::new(
-                qpn,
-                attr.qp_type,
-                pd.0,
-                attr.send_cq.0,
-                attr.recv_cq.0,
-                attr.srq.map(|s| s.0),
-                attr.sq_sig_all,
-                g,
-            )
-            .ok_or_else(|| no_mem("QP"))?;
-            // A dedicated register while the context has one free, else a shared one
-            // (kernel `alloc_bfreg`, `crate::doorbell::shared`).
-            let reg = d.bfregs.assign(qpn).ok_or_else(|| no_mem("UAR page"))?;
-            match reg.page {
-                Some((page, off, size)) => qp.use_register(reg.class, page, off, size),
-                None => qp.bf_class = reg.class,
-            }
-            let layout = QpLayout {
-                qpn,
-                qp_type: attr.qp_type,
-                dbrec: qp.dbrec.as_ptr().cast(),
-                sq: WqLayout {
-                    buf: qp.buf.as_ptr().wrapping_add(g.sq_offset as usize),
-                    wqe_cnt: g.sq_wqe_cnt,
-                    stride: 64,
-                },
-                rq: WqLayout {
-                    buf: qp.buf.as_ptr(),
-                    wqe_cnt: g.rq_wqe_cnt,
-                    stride: g.rq_stride,
-                },
-                bf: BfLayout {
-                    reg: qp.bf_reg(),
-                    size: qp.bf_size,
-                    shared: qp.bf_shared(),
-                },
-                max_inline_data: g.cap.max_inline_data,
-                max_send_sge: g.cap.max_send_sge,
-                max_recv_sge: g.cap.max_recv_sge,
-                sq_sig_all: attr.sq_sig_all,
-                uses_srq: attr.srq.is_some(),
-            };
-            for cq in [attr.send_cq, attr.recv_cq] {
-                if let Some(c) = d.cqs.get_mut(&cq.0) {
-                    c.users += 1;
-                }
-            }
-            if let Some(s) = attr.srq.and_then(|s| d.srqs.get_mut(&s.0)) {
-                s.users += 1;
-            }
-            d.qps.insert(qpn, qp);
-            Ok(QpInfo {
-                id: QpId(qpn),
-                qpn,
-                qp_type: attr.qp_type,
-                cap: g.cap,
-                layout,
-            })
-        })
+        crate::dc::check_create(attr, None)?;
+        self.create_qp_unchecked(pd, attr, true)
+    }
+
+    fn dct_number(&self, qp: QpId) -> Result<u32> {
+        self.alive("dct_number")?;
+        self.with(|d| crate::dc::dct_number(d, qp.0))
     }
 
     fn modify_qp(&self, qp: QpId, attr: &QpAttr, mask: AttrMask) -> Result<()> {
@@ -894,6 +994,7 @@ impl Device for SimDevice {
 
     fn query_qp(&self, qp: QpId) -> Result<QpAttr> {
         self.alive("query_qp")?;
+        self.with(|d| crate::dc::check_query(d, qp.0))?;
         self.with_world(|w| query_qp(w, self.idx, qp.0))
     }
 

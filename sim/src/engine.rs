@@ -8,7 +8,7 @@ pub use crate::ctx::{
     enter_sqe, fail_qp, flush, flush_sq, recv_err_cqe, send_cqe, vendor_syndrome, Ctx, Port,
 };
 
-use mlx5_hw::{AsyncEvent, QpId, QpState};
+use mlx5_hw::{AsyncEvent, QpId, QpState, QpType};
 
 use crate::qp::Qp;
 use crate::transport::{requester, responder};
@@ -23,7 +23,10 @@ pub fn process_qp(qp: &mut Qp, ctx: &mut Ctx) -> bool {
     } else {
         crate::doorbell::scan(qp, ctx.dev, ctx.bugs)
     };
-    if qp.can_receive() {
+    if qp.qp_type == QpType::Dct {
+        // A DC target answers on each connection's state (`crate::transport::dc`).
+        work |= crate::transport::dc::pump_target(qp, ctx);
+    } else if qp.can_receive() {
         work |= responder::pump(qp, ctx);
         work |= responder::flush_ack(qp, ctx);
     } else {
@@ -37,7 +40,12 @@ pub fn process_qp(qp: &mut Qp, ctx: &mut Ctx) -> bool {
     match qp.state() {
         QpState::Error => work |= flush(qp, ctx),
         QpState::Sqe => work |= flush_sq(qp, ctx),
-        QpState::Rts => work |= requester::progress(qp, ctx),
+        QpState::Rts => {
+            work |= requester::progress(qp, ctx);
+            if qp.qp_type == QpType::Dci {
+                work |= crate::transport::dc::idle(qp, ctx);
+            }
+        }
         QpState::Sqd if qp.sqd_notify && qp.req.outstanding.is_empty() => {
             qp.sqd_notify = false;
             ctx.events.push_back(AsyncEvent::SqDrained(QpId(qp.qpn)));

@@ -36,6 +36,7 @@ const LAYERS: &[&str] = &[
     "faults",
     "modify",
     "xrc",
+    "dc",
     "device",
     "kernel",
     "fabric",

@@ -53,11 +53,12 @@
 //!    multicast fan-out through the groups of [`mcast`]), the lock every handle shares
 //!    (`shared`), and the fault controls [`faults`] ([`Faults`], [`faults::FaultTarget`]),
 //!    which lock the world to add rules and read what they did;
-//! 8. **the control path**: [`modify`] (the QP state machine), [`xrc`] (XRC objects), then
-//!    [`device`] ([`SimDevice`], the `mlx5_hw::Device` implementation), [`kernel`] (objects on
-//!    memory the driver allocated and UAR pages the program maps: what an emulation of the
-//!    kernel side under rdma-core's `libmlx5` needs) and, on top, [`fabric`] ([`Fabric`],
-//!    [`DeviceConfig`], the threads, and the fault controls that name devices).
+//! 8. **the control path**: [`modify`] (the QP state machine), [`xrc`] (XRC objects), [`dc`]
+//!    (DC initiators and targets), then [`device`] ([`SimDevice`], the `mlx5_hw::Device`
+//!    implementation), [`kernel`] (objects on memory the driver allocated and UAR pages the
+//!    program maps: what an emulation of the kernel side under rdma-core's `libmlx5` needs) and,
+//!    on top, [`fabric`] ([`Fabric`], [`DeviceConfig`], the threads, and the fault controls that
+//!    name devices).
 #![deny(missing_docs)]
 
 pub mod bugs;
@@ -65,6 +66,7 @@ pub mod counters;
 pub mod cq;
 pub mod cq_uar;
 pub mod ctx;
+pub mod dc;
 pub mod device;
 pub mod doorbell;
 pub mod engine;
@@ -96,7 +98,7 @@ mod layers;
 
 pub use bugs::{DriverBug, DriverBugKind};
 pub use counters::CounterId;
-pub use device::{LiveObjects, SimDevice};
+pub use device::{LiveObjects, QueueMemory, SimDevice};
 pub use doorbell::DoorbellStats;
 pub use fabric::{DeviceConfig, Fabric, FabricThread};
 pub use faults::{Class, FaultStats, Faults, Rate};

@@ -230,7 +230,10 @@ pub fn modify_qp(
     }
     let mut new_attr = qp.attr;
     copy_masked(&mut new_attr, &attr, mask);
+    // A DC QP has no fixed peer: a DCI takes its path from each WQE
+    // (`crate::transport::dc`), a DCT answers each initiator where it came from.
     let path = if qp.qp_type != QpType::Ud
+        && !qp.qp_type.is_dc()
         && (mask.contains(AttrMask::AV)
             || mask.contains(AttrMask::PATH_MTU)
             || mask.contains(AttrMask::DEST_QPN))

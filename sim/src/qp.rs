@@ -19,6 +19,7 @@ use crate::sizing::QpGeometry;
 use crate::srq::{read_scatter, Sge, Srq};
 
 pub mod db;
+pub mod dc;
 pub mod path;
 pub mod requester;
 pub mod responder;
@@ -92,6 +93,8 @@ pub struct Qp {
     pub comm_est: bool,
     /// XRC target: its XRC domain ([`crate::transport::xrc`]).
     pub xrcd: Option<u32>,
+    /// DC initiator or target: its own state ([`crate::transport::dc`]).
+    pub dc: Option<dc::DcState>,
 }
 
 impl Qp {
@@ -140,6 +143,7 @@ impl Qp {
             last_wqe_sent: false,
             comm_est: false,
             xrcd: None,
+            dc: None,
         };
         qp.db.poison(&qp.uar);
         Some(qp)
@@ -210,6 +214,10 @@ impl Qp {
         self.req = Requester::default();
         self.resp = Responder::default();
         self.path = None;
+        if let Some(dci) = self.dc.as_mut().and_then(|s| s.dci()) {
+            // A reset DCI starts unconnected; its target learns of it from the next connect.
+            dci.conn = None;
+        }
         self.sqd_notify = false;
         self.last_wqe_sent = false;
         self.comm_est = false;

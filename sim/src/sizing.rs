@@ -85,6 +85,9 @@ pub fn sq_overhead(qp_type: QpType) -> u32 {
         QpType::Ud => 16 + 48,
         // RC's operations plus the XRC segment (rdma-core `_sq_overhead`, IBV_QPT_XRC_SEND).
         QpType::XrcSend | QpType::XrcRecv => 16 + (16 + 16u32).max(mw_bind) + 16,
+        // RC's operations plus the datagram segment (`_sq_overhead`, a DCI falls through to
+        // UD's); a DCT has no send queue, and an unknown type gets the largest.
+        _ => 16 + (16 + 16u32).max(mw_bind) + 48,
     }
 }
 

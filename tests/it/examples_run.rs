@@ -402,6 +402,14 @@ fn example_argument_mistakes_are_clear_errors() {
         ("sim_speed", &["--n", "5"], 2, "unexpected argument '--n'"),
         ("xrc_mesh", &["1"], 2, "1 is not in 2..=16"),
         ("xrc_mesh", &["4", "-7"], 2, "unexpected argument '-7'"),
+        ("dc_mesh", &["1"], 2, "1 is not in 2..=32"),
+        ("dc_mesh", &["4", "9"], 2, "9 is not in 1..=8"),
+        (
+            "dc_mesh",
+            &["4", "2", "2", "--depth", "4"],
+            2,
+            "4 is not in 8..=1024",
+        ),
         ("thread_scaling", &["0"], 2, "0 is not in 1..=64"),
         ("thread_scaling", &["two"], 2, "invalid value 'two'"),
         ("ud_multicast", &["extra"], 2, "extra"),
@@ -467,6 +475,22 @@ fn xrc_mesh() {
     );
     assert!(out.contains("XRC: 128 QPs = 64 initiators (N·P·N) + 64 targets, and 16 XRC SRQs; 240 messages checked"), "{out}");
     assert!(out.contains("xrc_mesh: OK"), "{out}");
+}
+
+#[test]
+fn dc_mesh() {
+    let out = run_ok("dc_mesh", &["6", "2", "2"]);
+    assert!(
+        out.contains("RC            5         30") && out.contains("60 messages checked"),
+        "{out}"
+    );
+    assert!(
+        out.contains("DC            3         18")
+            && out.contains("2 DCI(s) + 1 DCT + 1 SRQ per node"),
+        "{out}"
+    );
+    assert!(out.contains("DC uses 1.7× fewer QPs"), "{out}");
+    assert!(out.contains("dc_mesh: OK"), "{out}");
 }
 
 /// The tokio server serves several clients event-driven, every CQ on one completion channel,

@@ -103,6 +103,10 @@ pub enum ConnArg {
     /// Unreliable datagram (SEND only; one MTU per message).
     #[value(name = "UD", alias = "ud")]
     Ud,
+    /// Dynamically connected: DC initiators sending to the peer's DC targets
+    /// (`mlx5_tools::dc`).
+    #[value(name = "DC", alias = "dc")]
+    Dc,
 }
 
 impl ConnArg {
@@ -112,6 +116,7 @@ impl ConnArg {
             ConnArg::Rc => QpType::Rc,
             ConnArg::Uc => QpType::Uc,
             ConnArg::Ud => QpType::Ud,
+            ConnArg::Dc => QpType::Dci,
         }
     }
 }
@@ -187,11 +192,14 @@ impl Test {
     }
 
     /// The connection types perftest allows for the test (`change_conn_type`: UC has no READ
-    /// or atomics, UD only SEND; IBTA Vol. 1 §9.4 and table 38).
+    /// or atomics, UD only SEND; IBTA Vol. 1 §9.4 and table 38; DC carries what RC does,
+    /// rdma-core `providers/mlx5/qp.c` `MLX5_SUPPORTED_SEND_OPS_FLAGS_DCI`).
     pub fn allows(self, c: ConnArg) -> bool {
         matches!(
             (self, c),
-            (_, ConnArg::Rc) | (Test::Write | Test::Send, ConnArg::Uc) | (Test::Send, ConnArg::Ud)
+            (_, ConnArg::Rc | ConnArg::Dc)
+                | (Test::Write | Test::Send, ConnArg::Uc)
+                | (Test::Send, ConnArg::Ud)
         )
     }
 
@@ -235,12 +243,13 @@ impl Test {
     }
 
     /// The inline size asked for without `-I`, perftest's (`ctx_set_max_inline`): for the
-    /// latency tests (`bw` false) `DEF_INLINE_WRITE`, `DEF_INLINE_SEND_RC_UC`,
+    /// latency tests (`bw` false) `DEF_INLINE_WRITE`, `DEF_INLINE_DC`, `DEF_INLINE_SEND_RC_UC`,
     /// `DEF_INLINE_SEND_UD` (READ and atomics send nothing inline); for the bandwidth tests 0,
     /// so that small-message figures compare with `ib_*_bw`'s (`-I` asks for more).
     pub fn default_inline(self, c: ConnArg, bw: bool) -> u32 {
         match (self, c, bw) {
             (_, _, true) => 0,
+            (Test::Write | Test::Send, ConnArg::Dc, _) => crate::dc::DEF_INLINE_DC,
             (Test::Write, _, _) => 220,
             (Test::Send, ConnArg::Ud, _) => 188,
             (Test::Send, _, _) => 236,
@@ -479,6 +488,14 @@ impl Common {
     pub fn check(&self, test: Test, outputs: &[OutputArg], tool: &str) -> Result<()> {
         if !test.allows(self.connection) {
             return Err(test.refuse(self.connection));
+        }
+        if self.connection == ConnArg::Dc && self.path == PathKind::Verbs {
+            return Err(Error::Usage(
+                "-c DC --path verbs: ibv_post_send has no DC destination; perftest posts DC \
+                 only through the ibv_wr_* API (\"DC does not support old post send flow\", \
+                 src/perftest_parameters.c): leave out --path verbs"
+                    .into(),
+            ));
         }
         if self.loopback && self.server.is_some() {
             return Err(Error::Usage(

@@ -29,7 +29,7 @@
 //!         8 a duration (-D) in place of iterations, 16 --report_gbits
 //! 29      tool (1 lat, 2 bw)
 //! 30      test (1 write, 2 send, 3 read, 4 atomic)
-//! 31      connection type (-c: 0 or 1 RC, 2 UC, 3 UD)
+//! 31      connection type (-c: 0 or 1 RC, 2 UC, 3 UD, 6 DC)
 //! 32..36  QPs (-q)
 //! 36..44  message size (-s; 0: every size, -a)
 //! 44..52  iterations (-n), or seconds (-D) with flag 8
@@ -54,6 +54,15 @@ use super::error::{Error, Result};
 use std::io::{ErrorKind, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream};
 use std::time::Duration;
+
+/// perftest's name of a connection type (`-c`): `DC` for a DCI sending to a DCT.
+fn conn_name(t: mlx5_hw::QpType) -> &'static str {
+    if t.is_dc() {
+        "DC"
+    } else {
+        t.name()
+    }
+}
 
 /// The first bytes of a [`Hello`].
 pub const MAGIC: [u8; 4] = *b"MX5S";
@@ -273,8 +282,8 @@ impl RunShape {
         if c.conn != s.conn {
             why.push(format!(
                 "client -c {}, server -c {}: start both with the same -c",
-                c.conn.name(),
-                s.conn.name()
+                conn_name(c.conn),
+                conn_name(s.conn)
             ));
         }
         if c.atomic != s.atomic && c.test == s.test {
@@ -365,9 +374,12 @@ impl Hello {
                 mlx5_hw::QpType::Rc => 1,
                 mlx5_hw::QpType::Uc => 2,
                 mlx5_hw::QpType::Ud => 3,
-                // Never a perftest connection type (`-c` takes RC, UC, UD).
+                // Never a perftest connection type (`-c` takes RC, UC, UD, DC).
                 mlx5_hw::QpType::XrcSend => 4,
                 mlx5_hw::QpType::XrcRecv => 5,
+                // `-c DC` runs a DCI against a DCT.
+                mlx5_hw::QpType::Dci | mlx5_hw::QpType::Dct => 6,
+                _ => 0xff,
             };
             if s.bidirectional {
                 flags |= FLAG_BIDIR;
@@ -559,6 +571,7 @@ fn decode_shape(b: &[u8; HELLO_LEN], from: &str) -> Result<RunShape> {
             0 | 1 => mlx5_hw::QpType::Rc,
             2 => mlx5_hw::QpType::Uc,
             3 => mlx5_hw::QpType::Ud,
+            6 => mlx5_hw::QpType::Dci,
             c => {
                 return Err(peer_error(
                     from,

@@ -114,7 +114,7 @@ impl<'a> Direct<'a> {
 
 /// The data-path WR of `p` (UD: to `ud`).
 #[inline]
-fn send_wr<'a>(p: &Post<'a>, sges: &'a [Sge], ud: Option<&'a UdDest>) -> SendWr<'a> {
+pub(crate) fn send_wr<'a>(p: &Post<'a>, sges: &'a [Sge], ud: Option<&'a UdDest>) -> SendWr<'a> {
     let wr = match p.op {
         Op::Write(to) => SendWr::write(p.wr_id, to),
         Op::Send => SendWr::send(p.wr_id),

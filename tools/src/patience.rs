@@ -79,14 +79,14 @@ pub const MIN_BPS_ENV: &str = "MLX5_TOOLS_MIN_BPS";
 /// `timeout` 0 waits forever: `None`.
 pub fn retry_budget(conn: QpType, timeout: u8, retry_cnt: u8) -> Option<Duration> {
     match conn {
-        QpType::Rc | QpType::XrcSend | QpType::XrcRecv => {
-            if timeout == 0 {
-                return None;
-            }
+        QpType::Uc | QpType::Ud => Some(Duration::ZERO),
+        // RC, XRC and DC (a DCI's connection to each target is RC's), and any reliable type
+        // to come.
+        _ if timeout == 0 => None,
+        _ => {
             let each = Duration::from_nanos(4096u64.saturating_mul(1u64 << timeout.min(31)));
             Some(each.saturating_mul(u32::from(retry_cnt) + 1))
         }
-        QpType::Uc | QpType::Ud => Some(Duration::ZERO),
     }
 }
 

@@ -275,7 +275,7 @@ impl RunPlan {
     /// [`RunPlan::rx_depth`] for the SEND test (of one WR otherwise), the inline bytes asked
     /// for, both halves of the buffer.
     pub fn cfg(&self, qps: u32, sq_depth: u32) -> ResourcesCfg {
-        ResourcesCfg {
+        let cfg = ResourcesCfg {
             qp_type: self.conn,
             qps,
             sq_depth,
@@ -288,12 +288,38 @@ impl RunPlan {
             buf_len: 2 * self.half,
             srq: None,
             events: self.events,
+        };
+        if self.conn.is_dc() {
+            // `-c DC`: RC QPs connect the ends and carry the DC addresses (`crate::dc`).
+            crate::dc::carrier_cfg(cfg, self)
+        } else {
+            cfg
         }
     }
 
-    /// The receives of the SEND test, in the receive half of `mr` (`None` for the others).
+    /// The receives of the SEND test to post on each QP when it reaches Init, in the receive
+    /// half of `mr` (`None` for the others, and for `-c DC`, whose receives go on the DCTs'
+    /// SRQ: [`RunPlan::receives_on_srq`]).
     pub fn receives(&self, mr: &Mr) -> Result<Option<Receives>> {
+        if self.conn.is_dc() {
+            return Ok(None);
+        }
         Receives::for_test(self.test, mr, self.half, self.rx_depth)
+    }
+
+    /// `-c DC`: the receives of the SEND test each DCT brings to the shared receive queue.
+    pub fn receives_on_srq(&self, mr: &Mr) -> Result<Option<Receives>> {
+        Receives::for_test(self.test, mr, self.half, self.rx_depth)
+    }
+
+    /// The connection type as the report names it (perftest's `-c` names: `DC` for a DCI
+    /// sending to a DCT).
+    pub fn conn_name(&self) -> &'static str {
+        if self.conn.is_dc() {
+            "DC"
+        } else {
+            self.conn.name()
+        }
     }
 
     /// Say a line of the report, unless `--output` asks for the figure only.

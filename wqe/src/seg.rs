@@ -52,8 +52,9 @@ pub struct CtrlSeg {
 }
 
 /// Builder of a [`CtrlSeg`] from host-order values, one named setter per field
-/// ([`CtrlSeg::builder`]); unset fields are 0, as are bytes 9–10 (the DCI stream id, which
-/// `mlx5dv_set_ctrl_seg` leaves alone and nothing here uses).
+/// ([`CtrlSeg::builder`]); unset fields are 0, bytes 9–10 too (the DCI stream id, which
+/// `mlx5dv_set_ctrl_seg` leaves alone; [`CtrlSegBuilder::dci_stream`] sets it as
+/// `mlx5dv_wr_set_dc_addr_stream` does).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[must_use]
 pub struct CtrlSegBuilder {
@@ -63,6 +64,7 @@ pub struct CtrlSegBuilder {
     qpn: u32,
     ds: u8,
     signature: u8,
+    dci_stream: u16,
     fm_ce_se: u8,
     imm: u32,
 }
@@ -104,6 +106,12 @@ impl CtrlSegBuilder {
         self.signature = signature;
         self
     }
+    /// DCI stream id (bytes 9–10, BE16; rdma-core `qp.c` `mlx5_send_wr_set_dc_addr_stream`).
+    #[inline(always)]
+    pub const fn dci_stream(mut self, stream: u16) -> Self {
+        self.dci_stream = stream;
+        self
+    }
     /// Fence / completion / solicited flags (`CTRL_*`).
     #[inline(always)]
     pub const fn fm_ce_se(mut self, fm_ce_se: u8) -> Self {
@@ -125,7 +133,7 @@ impl CtrlSegBuilder {
             ),
             qpn_ds: U32::new(self.qpn << 8 | self.ds as u32),
             signature: self.signature,
-            dci_stream_channel_id: U16::ZERO,
+            dci_stream_channel_id: U16::new(self.dci_stream),
             fm_ce_se: self.fm_ce_se,
             imm: U32::new(self.imm),
         }
@@ -143,6 +151,7 @@ impl CtrlSeg {
             qpn: 0,
             ds: 0,
             signature: 0,
+            dci_stream: 0,
             fm_ce_se: 0,
             imm: 0,
         }
@@ -507,6 +516,19 @@ impl AvSeg {
         let ext = self.dqp_dct.get() & EXTENDED_UD_AV;
         self.dqp_dct = U32::new(ext | (dqpn & 0x00ff_ffff));
         self.key = U64::new((qkey as u64) << 32);
+    }
+    /// Make the AV name DC target `dctn` with access key `dc_key`, keeping the rest of it, as
+    /// rdma-core `qp.c` `mlx5_send_wr_set_dc_addr` does after copying the AH's AV: `dqp_dct
+    /// |= BE32(dctn | MLX5_EXTENDED_UD_AV)` (ORed into what the AV holds there, not
+    /// assigned) and `key = BE64(dc_key)`.
+    #[inline(always)]
+    pub fn set_dc_dest(&mut self, dctn: u32, dc_key: u64) {
+        self.dqp_dct = U32::new(self.dqp_dct.get() | dctn | EXTENDED_UD_AV);
+        self.key = U64::new(dc_key);
+    }
+    /// The DC access key (the whole 64-bit key field, as a DCI WQE carries it).
+    pub fn dc_key(&self) -> u64 {
+        self.key.get()
     }
     /// Set or clear `MLX5_EXTENDED_UD_AV` (bit 31 of `dqp_dct`): whether the full 48-byte AV
     /// travels, or only its first 16 bytes ([`AvSeg::compact`]).

@@ -58,7 +58,7 @@ impl Drop for Mem {
 /// Shape of the QP under test.
 #[derive(Clone, Copy, Debug)]
 pub struct RigCfg {
-    /// RC or UD.
+    /// RC, UD or DCI.
     pub qp_type: QpType,
     /// Send ring size in 64-byte blocks.
     pub sq_bbs: u32,
@@ -101,6 +101,14 @@ pub struct QpRings {
     _rq: Mem,
     _dbrec: Mem,
     _uar: Mem,
+}
+
+impl QpRings {
+    /// The send ring's first byte (`sq_bbs` × 64 bytes): for a test that reads back the WQEs
+    /// the data path wrote (the conformance tests compare them with libmlx5's).
+    pub fn sq(&self) -> *mut u8 {
+        self._sq.ptr()
+    }
 }
 
 /// Build a QP of `cfg`'s shape with number `qpn` on rings of its own, in RTS.

@@ -5,6 +5,8 @@
 #[cfg(not(oracle_missing))]
 mod constants;
 #[cfg(not(oracle_missing))]
+mod dc;
+#[cfg(not(oracle_missing))]
 mod dump;
 #[cfg(not(oracle_missing))]
 mod flush_in_error;

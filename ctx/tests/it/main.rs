@@ -6,6 +6,7 @@
 mod async_cq;
 mod channel;
 mod cq_overrun;
+mod dc;
 mod drop_order;
 mod mr_midstream;
 mod open;

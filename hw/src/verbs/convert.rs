@@ -160,7 +160,7 @@ pub(super) fn cap_from_ibv(c: &ibv::ibv_qp_cap) -> QpCap {
 
 /// `enum ibv_qp_type` value of a [`QpType`].
 pub(super) fn qp_type_to_ibv(t: QpType) -> ibv::ibv_qp_type::Type {
-    t as u32
+    t.ibv_value()
 }
 
 /// [`PortAttr`] of an `ibv_port_attr`.

@@ -142,6 +142,22 @@ pub(super) fn create_qp(
     pd: *mut ibv::ibv_pd,
     a: &mut ibv::ibv_qp_init_attr_ex,
 ) -> Result<(*mut ibv::ibv_qp, *mut ibv::ibv_pd, *mut ibv::ibv_td)> {
+    let mut d = dv::mlx5dv_qp_init_attr {
+        comp_mask: dv::MLX5DV_QP_INIT_ATTR_MASK_QP_CREATE_FLAGS,
+        create_flags: dv::MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE,
+        ..Default::default()
+    };
+    create_qp_dv(rdma, ctx, pd, a, &mut d)
+}
+
+/// [`create_qp`] with the mlx5 attributes `d` (a DC initiator's, `verbs::device::dc`).
+pub(super) fn create_qp_dv(
+    rdma: &RdmaCore,
+    ctx: *mut ibv::ibv_context,
+    pd: *mut ibv::ibv_pd,
+    a: &mut ibv::ibv_qp_init_attr_ex,
+    d: &mut dv::mlx5dv_qp_init_attr,
+) -> Result<(*mut ibv::ibv_qp, *mut ibv::ibv_pd, *mut ibv::ibv_td)> {
     let mut td_attr = ibv::ibv_td_init_attr { comp_mask: 0 };
     // SAFETY: `ctx` is open; `td_attr` is valid for the call.
     let td = match unsafe { ibv::ibv_alloc_td(ctx, &mut td_attr) } {
@@ -164,18 +180,13 @@ pub(super) fn create_qp(
     };
     a.pd = parent;
     a.comp_mask |= ibv::ibv_qp_init_attr_mask::IBV_QP_INIT_ATTR_PD.0;
-    let mut d = dv::mlx5dv_qp_init_attr {
-        comp_mask: dv::MLX5DV_QP_INIT_ATTR_MASK_QP_CREATE_FLAGS,
-        create_flags: dv::MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE,
-        ..Default::default()
-    };
     // SAFETY: `ctx` is open; `a` and `d` are valid for the call; the verbs pointer types are
     // cast to mlx5dv-sys's opaque types of the same C structs.
     let qp = unsafe {
         rdma.mlx5dv_create_qp(
             ctx.cast::<dv::ibv_context>(),
             (a as *mut ibv::ibv_qp_init_attr_ex).cast::<dv::ibv_qp_init_attr_ex>(),
-            &mut d,
+            d,
         )
     };
     if qp.is_null() {

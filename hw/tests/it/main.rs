@@ -1,6 +1,7 @@
 //! The integration tests of this crate, one test binary (link time dominates on small
 //! machines): one module per area.
 
+mod qp_state_dc;
 mod qp_state_doc;
 mod qp_state_table;
 mod qp_state_transition;

@@ -20,7 +20,7 @@ fn names(m: AttrMask) -> String {
 
 fn generated() -> String {
     let mut s = String::new();
-    for t in QpType::WITH_XRC {
+    for t in QpType::EVERY {
         s.push_str(&format!("\n#### {t}\n\n| from | to | required (besides `STATE`) | optional |\n|---|---|---|---|\n"));
         for cur in QpState::ALL {
             for next in QpState::ALL {

@@ -44,7 +44,7 @@ fn connect_steps(t: QpType) -> [Step; 3] {
         },
         QpType::Uc => ToRtr::Uc { path: path() },
         QpType::Ud => ToRtr::Ud,
-        QpType::XrcSend | QpType::XrcRecv => unreachable!("typed steps cover RC, UC and UD"),
+        _ => unreachable!("typed steps cover RC, UC and UD"),
     };
     let rts = match t {
         QpType::Rc => ToRts::Rc {
@@ -80,7 +80,7 @@ fn meant(t: QpType) -> Vec<(Step, QpState)> {
             qkey: Some(9),
             ..Changes::default()
         },
-        QpType::XrcSend | QpType::XrcRecv => unreachable!("typed steps cover RC, UC and UD"),
+        _ => unreachable!("typed steps cover RC, UC and UD"),
     };
     v.push((Step::Resume(resume), Sqd));
     v.push((Step::Resume(Changes::default()), Sqd));
@@ -108,7 +108,7 @@ fn meant(t: QpType) -> Vec<(Step, QpState)> {
             qkey: Some(3),
             ..Changes::default()
         },
-        QpType::XrcSend | QpType::XrcRecv => unreachable!("typed steps cover RC, UC and UD"),
+        _ => unreachable!("typed steps cover RC, UC and UD"),
     };
     v.push((Step::Change(in_sqd), Sqd));
     v.push((

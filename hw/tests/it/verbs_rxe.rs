@@ -266,7 +266,7 @@ fn connect_steps(a: &Side, b: &Side, psn_a: u32, psn_b: u32) -> Vec<Step> {
             path: path_to(b, psn_b),
         },
         QpType::Ud => ToRtr::Ud,
-        QpType::XrcSend | QpType::XrcRecv => unreachable!("these tests use RC, UC and UD"),
+        _ => unreachable!("these tests use RC, UC and UD"),
     };
     let rts = match a.qp_type {
         QpType::Rc => ToRts::Rc {
@@ -1731,4 +1731,70 @@ fn soft_roce_receives_in_rtr_without_comm_est() {
         );
         assert_eq!(b.state(), QpState::Rtr, "{t}: and leaves the QP in RTR");
     }
+}
+
+/// DC on Soft-RoCE: DC is mlx5's (`mlx5dv_create_qp` with `MLX5DV_QP_INIT_ATTR_MASK_DC`), so
+/// a DCI or DCT asked of rxe is refused naming it, before any object is made; a DC type
+/// without its DC attributes, and a DCT number of a QP that is no DCT, are refused on any
+/// device.
+#[test]
+#[ignore = "needs Soft-RoCE: run tools/rxe-vm/run-verbs-tests.sh"]
+fn dc_is_refused_clearly_on_soft_roce() {
+    require_vm();
+    let s = Side::new("rxe0", QpType::Rc, false);
+    let srq = s
+        .dev
+        .create_srq_verbs(
+            s.pd,
+            &mlx5_hw::SrqInitAttr {
+                max_wr: 8,
+                max_sge: 1,
+                srq_limit: 0,
+            },
+        )
+        .unwrap()
+        .id;
+    let attr = |qp_type, srq| QpInitAttr {
+        qp_type,
+        send_cq: s.cq,
+        recv_cq: s.cq,
+        srq,
+        cap: QpCap {
+            max_send_wr: if qp_type == QpType::Dci { 16 } else { 0 },
+            max_send_sge: 1,
+            ..QpCap::default()
+        },
+        sq_sig_all: false,
+    };
+    let dci = mlx5_hw::QpInitEx {
+        dc: Some(mlx5_hw::DcInit::Initiator { streams: None }),
+        ..Default::default()
+    };
+    match s.dev.create_qp_ex(s.pd, &attr(QpType::Dci, None), &dci) {
+        Err(Error::Unsupported(m)) => assert!(m.contains("mlx5dv_create_qp"), "{m}"),
+        other => panic!("a DCI on rxe: {other:?}"),
+    }
+    let dct = mlx5_hw::QpInitEx {
+        dc: Some(mlx5_hw::DcInit::Target { access_key: 7 }),
+        ..Default::default()
+    };
+    let r = s
+        .dev
+        .create_qp_ex(s.pd, &attr(QpType::Dct, Some(srq)), &dct);
+    assert!(
+        matches!(r, Err(Error::Unsupported(_))),
+        "a DCT on rxe: {r:?}"
+    );
+    // A DCT without its SRQ is the caller's mistake on any device.
+    let r = s.dev.create_qp_ex(s.pd, &attr(QpType::Dct, None), &dct);
+    assert!(matches!(r, Err(Error::InvalidArgument(_))), "{r:?}");
+    s.dev.destroy_srq(srq).unwrap();
+    // Without DC attributes, or with the wrong kind: refused as rdma-core refuses them.
+    let e = s
+        .dev
+        .create_qp_verbs(s.pd, &attr(QpType::Dci, None))
+        .unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
+    let e = s.dev.dct_number(s.qp.id).unwrap_err();
+    assert!(e.to_string().contains("not a DC target"), "{e}");
 }

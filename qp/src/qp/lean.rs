@@ -439,7 +439,7 @@ impl Qp {
     /// anything the gate stops) to the generic deferred post.
     #[inline(always)]
     pub(super) fn post_batched(&mut self, wr: &SendWr<'_>) -> Result<()> {
-        if wr.ud.is_none() && wr.xrc.is_none() {
+        if wr.ud.is_none() && wr.xrc.is_none() && wr.dc.is_none() {
             let (id, f) = (wr.wr_id, wr.flags);
             match (wr.op, wr.data) {
                 (SendOp::Write { remote }, SendData::Inline(d)) => lean_defer!(

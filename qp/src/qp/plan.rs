@@ -57,6 +57,18 @@ const _: () = assert!(
     "FM_CE_SE covers three flag bits"
 );
 
+/// The DCI stream of a WQE into bytes 9–10 of its ctrl segment (BE16,
+/// `dci_stream_channel_id`; rdma-core `mlx5_send_wr_set_dc_addr_stream`), once [`Qp::seal`]
+/// wrote the segment (it writes bytes 8–15 whole, the stream 0).
+///
+/// # Safety
+/// `ctrl` is the first block of a WQE being written.
+#[inline(always)]
+unsafe fn write_dci_stream(ctrl: *mut u8, stream: u16) {
+    // SAFETY: bytes 9 and 10 of the WQE's first block (the caller's contract).
+    unsafe { core::ptr::copy_nonoverlapping(stream.to_be_bytes().as_ptr(), ctrl.add(9), 2) };
+}
+
 impl Qp {
     /// Sends are accepted in RTS and SQD, and in SQE and Error, where the device flushes them
     /// ([`Qp::post`], **States**); Reset, Init and RTR refuse them.
@@ -80,8 +92,10 @@ impl Qp {
         let op = &wr.op;
         let rc_only = !matches!(op, SendOp::Send | SendOp::SendImm { .. });
         match self.qp_type {
-            QpType::Rc | QpType::XrcSend => {}
+            // A DCI carries every RC operation (rdma-core `MLX5_SUPPORTED_SEND_OPS_FLAGS_DCI`).
+            QpType::Rc | QpType::XrcSend | QpType::Dci => {}
             QpType::XrcRecv => return Err(crate::xrc::no_send_queue(op.name())),
+            QpType::Dct => return Err(crate::dc::no_send_queue(op.name())),
             QpType::Uc => {
                 if !matches!(
                     op,
@@ -104,6 +118,12 @@ impl Qp {
                     });
                 }
             }
+            _ => {
+                return Err(Error::OpNotSupported {
+                    op: op.name(),
+                    qp_type: self.qp_type,
+                })
+            }
         }
         let av_bytes = match (self.qp_type, wr.ud) {
             (QpType::Ud, Some(d)) => d.wqe_bytes(),
@@ -114,7 +134,8 @@ impl Qp {
                 })
             }
             (_, None) => 0,
-        } + crate::xrc::seg_bytes(self.qp_type, wr.xrc)?;
+        } + crate::xrc::seg_bytes(self.qp_type, wr.xrc)?
+            + crate::dc::seg_bytes(self.qp_type, wr.dc)?;
         let none = AtomicOperands::None;
         #[rustfmt::skip]
         let (opcode, opmod, imm, remote, atomic, local, atomic_size) = match *op {
@@ -294,6 +315,9 @@ impl Qp {
         if let Some(n) = wr.xrc {
             w.push(&mlx5_wqe::seg::XrcSeg::new(n)).map_err(too_large)?;
         }
+        if let Some(d) = wr.dc {
+            w.push(d.av()).map_err(too_large)?;
+        }
         if let Some(d) = wr.ud {
             if d.is_compact() {
                 w.push(&d.av().compact()).map_err(too_large)?;
@@ -345,6 +369,12 @@ impl Qp {
             plan.imm_be,
             plan.atomic_size,
         );
+        if let Some(d) = wr.dc {
+            // After `seal`, which writes bytes 8..16 whole; before the doorbell, which the
+            // caller rings.
+            // SAFETY: `ctrl` is the WQE's first block, reserved by `check_room`.
+            unsafe { write_dci_stream(ctrl, d.stream_id()) };
+        }
         Ok((ctrl, bbs))
     }
 }

@@ -180,6 +180,32 @@ impl SendQueue {
         self.ring_end(dst);
     }
 
+    /// Whether [`SendQueue::ring_bf_post_2bb`] may ring: [`DoorbellMode::BfPost`] with
+    /// halves of at least two blocks that a block copy may take (`one_bb`).
+    #[inline(always)]
+    pub fn bf_post_2bb_ok(&self) -> bool {
+        self.db.mode == DoorbellMode::BfPost && self.db.one_bb && self.db.size >= 128
+    }
+
+    /// The doorbell of one WQE of exactly two blocks, `first` and `second` (the block after
+    /// it, or the ring's first when `first` is its last), in [`DoorbellMode::BfPost`] when
+    /// [`SendQueue::bf_post_2bb_ok`]: the sequence of [`SendQueue::ring_bf_post`] with a
+    /// two-block BlueFlame copy in block copies (a DCI's lean WQE: ctrl and address vector,
+    /// then the rest). `pi` is the producer index after the WQE.
+    #[inline(always)]
+    pub fn ring_bf_post_2bb(&mut self, first: *const u8, second: *const u8, pi: u64) {
+        debug_assert!(self.bf_post_2bb_ok());
+        let dst = self.ring_begin(pi);
+        // SAFETY: `cur` is a 16-byte aligned half of this QP's bfreg with room for two blocks
+        // (`bf_post_2bb_ok`); `first` and `second` are blocks of the ring.
+        unsafe {
+            mmio::bf_copy_bb(dst, first);
+            mmio::bf_copy_bb(dst.add(SEND_WQE_BB), second);
+        }
+        mmio::wc_line_done();
+        self.ring_end(dst);
+    }
+
     /// The blocks from the block at `ctrl` up to `pi`: the size of the last WQE written when
     /// `ctrl` is its first block (1 ..= `wqe_cnt`: a WQE is never empty).
     #[inline(always)]

@@ -9,6 +9,8 @@ mod datapath_srq;
 mod datapath_stress;
 mod datapath_support;
 mod datapath_uc_ud;
+mod dc;
+mod dc_refusals;
 mod dispatch;
 mod fuzz_replay;
 mod layout_rules;

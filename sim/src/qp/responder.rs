@@ -80,6 +80,9 @@ pub struct Responder {
     /// READ response packets sent in this step, by every READ of the QP together (reset by
     /// the responder's `pump`, bounded by its `READ_BURST`).
     pub burst_used: u32,
+    /// A class C error NAKed the requester: an RC QP moves to Error; a DC target, which has no
+    /// Error state, drops the connection this state belongs to ([`crate::transport::dc`]).
+    pub broken: bool,
 }
 
 /// A response waiting to go out behind a READ response still being streamed.

@@ -6,12 +6,14 @@
 //!   completes them from ACKs, READ responses and atomic ACKs; ACK timeout and RNR retry.
 //! - [`responder`]: checks PSNs, consumes receive WQEs, scatters, executes WRITE / READ /
 //!   atomics with memory checks, and answers with ACK / NAK / responses.
+//! - [`xrc`] and [`dc`]: XRC and the Dynamically Connected transport on RC's machinery.
 //!
 //! Masked (extended) atomics: the ConnectX wire encoding of extended atomics is not public, so
 //! the software ConnectX sends them as CmpSwap / FetchAdd packets and carries the masked
 //! operands in a trailer after the IPv4 datagram ([`ext_atomic`]); inside the device they ride
 //! beside the packet ([`Frame::ext`], defined with the QP state in [`crate::qp::path`]).
 
+pub mod dc;
 pub mod ext_atomic;
 pub mod requester;
 pub mod responder;

@@ -32,10 +32,12 @@ use crate::transport::Frame;
 use crate::wire::{Opcode, Packet, Transport, Xrceth};
 use crate::wqe::SendWqe;
 
-/// The response opcode a QP of `qp_type` sends: the XRC twin of the RC opcode on a target.
+/// The response opcode a QP of `qp_type` sends: the XRC twin of the RC opcode on an XRC
+/// target, the DC twin on a DC target.
 pub fn response_opcode(qp_type: QpType, op: Opcode) -> Opcode {
     match qp_type {
         QpType::XrcRecv => Opcode::new(Transport::Xrc, op.operation()).unwrap_or(op),
+        QpType::Dct => crate::transport::dc::response_opcode(op),
         _ => op,
     }
 }

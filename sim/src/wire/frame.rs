@@ -103,6 +103,7 @@ impl Packet {
         }
         .emit(out);
         emit_opt(&self.xrceth, out);
+        emit_opt(&self.dceth, out);
         emit_opt(&self.deth, out);
         emit_opt(&self.reth, out);
         emit_opt(&self.atomic_eth, out);
@@ -166,6 +167,7 @@ impl Packet {
         let (bth, mut rest) = Bth::parse(body)?;
         let op = bth.opcode;
         let xrceth = parse_opt(op.has_xrceth(), &mut rest)?;
+        let dceth = parse_opt(op.has_dceth(), &mut rest)?;
         let deth = parse_opt(op.has_deth(), &mut rest)?;
         let reth = parse_opt(op.has_reth(), &mut rest)?;
         let atomic_eth = parse_opt(op.has_atomic_eth(), &mut rest)?;
@@ -200,6 +202,7 @@ impl Packet {
             },
             bth,
             xrceth,
+            dceth,
             deth,
             reth,
             atomic_eth,

@@ -10,11 +10,13 @@
 //! - [`icrc`](mod@icrc): the RoCEv2 invariant CRC;
 //! - [`frame`]: whole frames ([`Packet::emit`], [`Packet::parse`]);
 //! - [`segment`](mod@segment): splitting a message into packets at the path MTU;
+//! - [`dc`](mod@dc): the DC Extended Transport Header (the software ConnectX's own);
 //! - [`error`]: parse and emit errors.
 //!
 //! The layering follows smoltcp's `wire` module: plain representations, and `emit`/`parse`
 //! functions with the exact byte offsets, each offset cited to the spec.
 
+pub mod dc;
 pub mod error;
 pub mod ethernet;
 pub mod frame;
@@ -28,6 +30,7 @@ pub mod timer;
 pub mod transport;
 pub mod udp;
 
+pub use dc::Dceth;
 pub use error::{EmitError, Layer, ParseError};
 pub use frame::{BTH_OFFSET, FRAME_OVERHEAD, IPV4_OFFSET, UDP_OFFSET};
 pub use icrc::{icrc, ICRC_LEN};

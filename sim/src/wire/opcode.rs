@@ -10,7 +10,8 @@ use core::fmt;
 /// Reliable Datagram (0x40) is not modelled (ConnectX does not implement RD), so its opcodes are
 /// rejected by [`Opcode::from_u8`]. XRC (0xA0) has every operation of RC (IBTA Vol 1 Annex A14
 /// "Extended Reliable Connected Transport Service", its opcode table; Wireshark
-/// `packet-infiniband.c` `XRC_*`).
+/// `packet-infiniband.c` `XRC_*`). DC (0xC0) is the software ConnectX's own encoding of the
+/// Dynamically Connected transport in the manufacturer-specific range ([`crate::wire::dc`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[repr(u8)]
 pub enum Transport {
@@ -22,6 +23,9 @@ pub enum Transport {
     Ud = 0x60,
     /// Extended Reliable Connection, opcode bits `101` (0xA0; IBTA Annex A14).
     Xrc = 0xa0,
+    /// Dynamically Connected, opcode bits `110` (0xC0): IBTA Vol 1 Table 38 leaves `110xxxxx`
+    /// to manufacturers; this encoding is the software ConnectX's own ([`crate::wire::dc`]).
+    Dc = 0xc0,
 }
 
 /// The operation: the low 5 bits of the BTH opcode (IBTA Vol 1 Table 38).
@@ -76,6 +80,9 @@ pub enum Operation {
     SendLastWithInvalidate = 0x16,
     /// SEND Only with Invalidate (0x17).
     SendOnlyWithInvalidate = 0x17,
+    /// DC disconnect request (0x1F, with [`Transport::Dc`] only): no IBTA operation; the
+    /// software ConnectX's own ([`crate::wire::dc`]).
+    DcDisconnect = 0x1f,
 }
 
 /// Where a packet sits in its message (IBTA Vol 1 §9.4: first, middle, last or only packet).
@@ -134,6 +141,7 @@ impl Operation {
             0x14 => FetchAdd,
             0x16 => SendLastWithInvalidate,
             0x17 => SendOnlyWithInvalidate,
+            0x1f => DcDisconnect,
             _ => return None,
         })
     }
@@ -160,7 +168,8 @@ impl Operation {
             | Acknowledge
             | AtomicAcknowledge
             | CompareSwap
-            | FetchAdd => Position::Only,
+            | FetchAdd
+            | DcDisconnect => Position::Only,
         }
     }
 
@@ -327,7 +336,10 @@ impl Opcode {
     /// and RDMA WRITE (without invalidate), UD only SEND Only (with or without immediate)
     /// (IBTA Vol 1 Table 38; `include/rdma/ib_pack.h`).
     pub const fn new(transport: Transport, operation: Operation) -> Option<Self> {
+        let disconnect = matches!(operation, Operation::DcDisconnect);
         let valid = match transport {
+            Transport::Dc => true,
+            _ if disconnect => false,
             Transport::Rc | Transport::Xrc => true,
             Transport::Uc => (operation as u8) <= 0x0b,
             Transport::Ud => {
@@ -354,6 +366,7 @@ impl Opcode {
             0x20 => Transport::Uc,
             0x60 => Transport::Ud,
             0xa0 => Transport::Xrc,
+            0xc0 => Transport::Dc,
             _ => return None,
         };
         match Operation::from_bits(byte) {
@@ -451,6 +464,12 @@ impl Opcode {
     /// packet, none of the responses (IBTA Annex A14, XRCETH).
     pub const fn has_xrceth(self) -> bool {
         matches!(self.transport, Transport::Xrc) && self.operation.is_request()
+    }
+
+    /// Whether the packet carries a DCETH ([`crate::wire::dc::Dceth`]): every DC request,
+    /// the disconnect included.
+    pub const fn has_dceth(self) -> bool {
+        matches!(self.transport, Transport::Dc) && self.operation.is_request()
     }
 
     /// See [`Operation::has_payload`].

@@ -417,7 +417,7 @@ impl Addressing {
 ///
 /// The extension headers are `Option`s; [`Packet::validate`] (called by emit) checks that exactly
 /// those the opcode carries are present (IBTA Vol 1 Table 38), in wire order
-/// BTH, XRCETH, DETH, RETH, AtomicETH, AETH, AtomicAckETH, ImmDt, IETH.
+/// BTH, XRCETH, DCETH, DETH, RETH, AtomicETH, AETH, AtomicAckETH, ImmDt, IETH.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Packet {
     /// Ethernet/IPv4/UDP fields.
@@ -426,6 +426,8 @@ pub struct Packet {
     pub bth: Bth,
     /// XRCETH (XRC requests).
     pub xrceth: Option<Xrceth>,
+    /// DCETH (DC requests; the software ConnectX's own header, [`crate::wire::dc`]).
+    pub dceth: Option<crate::wire::dc::Dceth>,
     /// DETH (UD).
     pub deth: Option<Deth>,
     /// RETH (WRITE first/only, READ request).
@@ -472,6 +474,7 @@ impl Packet {
             addr,
             bth,
             xrceth: None,
+            dceth: None,
             deth: None,
             reth: None,
             atomic_eth: None,
@@ -494,6 +497,11 @@ impl Packet {
         let op = self.bth.opcode;
         Bth::LEN
             + if op.has_xrceth() { Xrceth::LEN } else { 0 }
+            + if op.has_dceth() {
+                crate::wire::dc::Dceth::LEN
+            } else {
+                0
+            }
             + if op.has_deth() { Deth::LEN } else { 0 }
             + if op.has_reth() { Reth::LEN } else { 0 }
             + if op.has_atomic_eth() {
@@ -519,6 +527,7 @@ impl Packet {
         check_bits("BTH TVer", self.bth.tver.into(), 4)?;
         check_bits("IPv4 DSCP", self.addr.dscp.into(), 6)?;
         check_header(op, "XRCETH", op.has_xrceth(), &self.xrceth)?;
+        check_header(op, "DCETH", op.has_dceth(), &self.dceth)?;
         check_header(op, "DETH", op.has_deth(), &self.deth)?;
         check_header(op, "RETH", op.has_reth(), &self.reth)?;
         check_header(op, "AtomicETH", op.has_atomic_eth(), &self.atomic_eth)?;
@@ -536,6 +545,9 @@ impl Packet {
         }
         if let Some(x) = &self.xrceth {
             check_bits("XRCETH XRCSRQ", x.srqn.into(), 24)?;
+        }
+        if let Some(d) = &self.dceth {
+            check_bits("DCETH DCI", d.dci.into(), 24)?;
         }
         if let Some(aeth) = &self.aeth {
             check_bits("AETH MSN", aeth.msn.into(), 24)?;

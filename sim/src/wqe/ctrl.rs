@@ -1,5 +1,6 @@
 //! The control segment, the first 16 bytes of every WQE (rdma-core `mlx5dv.h`
-//! `struct mlx5_wqe_ctrl_seg`): opmod, WQE index, opcode, QPN, DS, fm_ce_se, immediate.
+//! `struct mlx5_wqe_ctrl_seg`): opmod, WQE index, opcode, QPN, DS, DCI stream, fm_ce_se,
+//! immediate.
 
 /// The decoded control segment.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -14,6 +15,8 @@ pub struct Ctrl {
     pub qpn: u32,
     /// DS count byte (bits 7:0 of `qpn_ds`).
     pub ds: u8,
+    /// DCI stream id (bytes 9–10, `dci_stream_channel_id`).
+    pub stream: u16,
     /// fm_ce_se.
     pub fm_ce_se: u8,
     /// Immediate bytes as in memory (network order).
@@ -34,6 +37,7 @@ impl Ctrl {
             opcode: w0 as u8,
             qpn: w1 >> 8,
             ds: w1 as u8,
+            stream: u16::from_be_bytes([c[9], c[10]]),
             fm_ce_se: c[11],
             imm: [c[12], c[13], c[14], c[15]],
         }

@@ -2,7 +2,7 @@
 //! the ring end, `docs/sources.md` §4, "Wrap"), or take the BlueFlame register copy, then decode
 //! the segments and reject what hardware rejects.
 //!
-//! Segment order: ctrl, then the datagram segment (UD), the remote-address segment, the atomic
+//! Segment order: ctrl, then the datagram segment (UD, DCI), the remote-address segment, the atomic
 //! or masked-atomic segment, then data segments or one inline segment (rdma-core
 //! `providers/mlx5/qp.c` `_mlx5_post_send`).
 //!
@@ -29,7 +29,7 @@ mod segments;
 
 pub use atomic::{AtomicEndianness, AtomicOp};
 pub use ctrl::Ctrl;
-pub use segments::{Gather, Piece, Raddr, UdDest};
+pub use segments::{DcAddr, Gather, Piece, Raddr, UdDest};
 
 use mlx5_cq::{SYNDROME_LOCAL_LENGTH_ERR, SYNDROME_LOCAL_QP_OP_ERR};
 use mlx5_hw::QpType;
@@ -114,6 +114,8 @@ pub struct SendWqe {
     pub kind: WqeKind,
     /// XRC initiator: the remote XRC SRQ of the XRC segment after ctrl.
     pub xrc_srqn: Option<u32>,
+    /// DC initiator: the target of the datagram segment after ctrl.
+    pub dc: Option<DcAddr>,
 }
 
 impl SendWqe {
@@ -168,13 +170,13 @@ pub(super) fn be64(b: &[u8], o: usize) -> u64 {
 pub fn opcode_allowed(qp_type: QpType, opcode: u8) -> bool {
     match opcode {
         OPCODE_NOP | OPCODE_SEND | OPCODE_SEND_IMM => true,
-        _ if qp_type == QpType::XrcRecv => false,
+        _ if matches!(qp_type, QpType::XrcRecv | QpType::Dct) => false,
         OPCODE_RDMA_WRITE | OPCODE_RDMA_WRITE_IMM => qp_type != QpType::Ud,
         OPCODE_RDMA_READ
         | OPCODE_ATOMIC_CS
         | OPCODE_ATOMIC_FA
         | OPCODE_ATOMIC_MASKED_CS
-        | OPCODE_ATOMIC_MASKED_FA => matches!(qp_type, QpType::Rc | QpType::XrcSend),
+        | OPCODE_ATOMIC_MASKED_FA => matches!(qp_type, QpType::Rc | QpType::XrcSend | QpType::Dci),
         _ => false,
     }
 }
@@ -219,6 +221,7 @@ pub fn parse(b: &[u8], lim: &ParseLimits) -> Result<SendWqe, WqeFault> {
             ctrl,
             kind: WqeKind::Nop,
             xrc_srqn: None,
+            dc: None,
         });
     }
     let xrc_srqn = match lim.qp_type {
@@ -227,6 +230,10 @@ pub fn parse(b: &[u8], lim: &ParseLimits) -> Result<SendWqe, WqeFault> {
     };
     let ud = match lim.qp_type {
         QpType::Ud => Some(r.datagram()?),
+        _ => None,
+    };
+    let dc = match lim.qp_type {
+        QpType::Dci => Some(r.dc()?),
         _ => None,
     };
     let remote = match ctrl.opcode {
@@ -255,6 +262,7 @@ pub fn parse(b: &[u8], lim: &ParseLimits) -> Result<SendWqe, WqeFault> {
         ctrl,
         kind,
         xrc_srqn,
+        dc,
     })
 }
 

@@ -36,6 +36,19 @@ pub struct UdDest {
     pub tclass: u8,
 }
 
+/// A DCI WQE's target (its datagram segment as `mlx5_send_wr_set_dc_addr` fills it: the
+/// address, the DCT number in `dqp_dct`, the 64-bit DC access key in the key field).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DcAddr {
+    /// The DC access key.
+    pub key: u64,
+    /// The DC target's number.
+    pub dctn: u32,
+    /// The address part (its `qkey` and `dqpn` fields are the key's high half and the DCT
+    /// number).
+    pub av: UdDest,
+}
+
 /// Local data of a send.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Gather {
@@ -151,6 +164,17 @@ impl<'a> Reader<'a> {
             self.off += 16;
         }
         Ok(d)
+    }
+
+    /// A DCI's datagram segment ([`DcAddr`]).
+    pub(super) fn dc(&mut self) -> Result<DcAddr, WqeFault> {
+        let (b, off) = (self.b, self.off);
+        let av = self.datagram()?;
+        Ok(DcAddr {
+            key: be64(b, off),
+            dctn: av.dqpn,
+            av,
+        })
     }
 
     /// The remote-address segment (`struct mlx5_wqe_raddr_seg`).

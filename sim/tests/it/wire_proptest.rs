@@ -66,6 +66,7 @@ prop_compose! {
         bth.pkey = pkey;
         let mut p = Packet::new(addr, bth);
         p.xrceth = op.has_xrceth().then_some(Xrceth { srqn: src_qp });
+        p.dceth = op.has_dceth().then_some(mlx5_sim::wire::Dceth { key: va, connect: flags & 1 != 0, dci: src_qp });
         p.deth = op.has_deth().then_some(Deth { qkey, src_qp });
         p.reth = op.has_reth().then_some(Reth { va, rkey, dma_len: len });
         p.atomic_eth = op.has_atomic_eth().then_some(AtomicEth { va, rkey, swap_add: swap, compare: cmp });

@@ -155,13 +155,16 @@ pub struct RunFacts {
     pub gbits: bool,
 }
 
-/// perftest's `connection_type` of `conn` (RC 0, UC 1, UD 2, XRC 4).
+/// perftest's `connection_type` of `conn` (RC 0, UC 1, UD 2, XRC 4, DC 5; a type perftest has no
+/// number for gets `u32::MAX`, which its peer refuses as a mismatch).
 pub fn connection_type(conn: QpType) -> u32 {
     match conn {
         QpType::Rc => 0,
         QpType::Uc => 1,
         QpType::Ud => 2,
         QpType::XrcSend | QpType::XrcRecv => 4,
+        QpType::Dci | QpType::Dct => 5,
+        _ => u32::MAX,
     }
 }
 

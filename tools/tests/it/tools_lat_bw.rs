@@ -546,7 +546,7 @@ fn an_inline_size_the_device_does_not_grant_is_refused() {
 /// A server (tool and arguments) and its client (the same, run with `-p` set and the address
 /// 127.0.0.1), which must both refuse to run together: each exits 1, without a panic, within
 /// `within` of the client's start. Returns (server stderr, client stderr).
-fn refused_pair(
+pub(crate) fn refused_pair(
     (server_tool, server_args): (&str, &[&str]),
     (client_tool, client_args): (&str, &[&str]),
     within: Duration,

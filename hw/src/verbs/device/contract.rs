@@ -264,9 +264,12 @@ impl Device for VerbsDevice {
 
     fn modify_qp(&self, qp: QpId, attr: &QpAttr, mask: AttrMask) -> Result<()> {
         let limits = self.limits_for(attr, mask)?;
-        let objs = self.lock();
+        let mut objs = self.lock();
         let e = objs.qps.get(qp.0)?;
-        let cur = self.current_state(e.qp)?;
+        let cur = match e.dct_state {
+            Some(s) => s,
+            None => self.current_state(e.qp)?,
+        };
         let next = qp_state::validate_with_limits(cur, attr, mask, e.qp_type, &limits)?;
         let mut a = qp_attr_to_ibv(attr);
         // SAFETY: `e.qp` is live (the lock is held); `a` outlives the call.
@@ -274,6 +277,9 @@ impl Device for VerbsDevice {
         check("ibv_modify_qp", ret)?;
         // SAFETY: `e.qp` is live.
         let qpn = unsafe { (*e.qp).qp_num };
+        if e.dct_state.is_some() {
+            objs.qps.get_mut(qp.0)?.dct_state = Some(next);
+        }
         let path = if mask.contains(AttrMask::AV) {
             attr.ah_attr
                 .grh
@@ -301,13 +307,24 @@ impl Device for VerbsDevice {
     fn query_qp(&self, qp: QpId) -> Result<QpAttr> {
         let objs = self.lock();
         let e = objs.qps.get(qp.0)?;
+        let mask = match e.dct_state {
+            None => QUERY_MASK,
+            Some(QpState::Rtr) => dc::DCT_QUERY_MASK,
+            Some(s) => {
+                return Err(Error::InvalidArgument(format!(
+                    "query_qp: DCT {} is in {s}; a DCT can be queried in RTR only (mlx5 \
+                     mlx5_ib_dct_query_qp)",
+                    qp.0
+                )))
+            }
+        };
         let mut a = zeroed_qp_attr();
         // SAFETY: all-zero is a valid `ibv_qp_init_attr`.
         let mut init: ibv::ibv_qp_init_attr = unsafe { std::mem::zeroed() };
         // SAFETY: `e.qp` is live; out-pointers are valid.
         let ret = unsafe {
             self.rdma
-                .ibv_query_qp(e.qp, &mut a, QUERY_MASK.bits() as c_int, &mut init)
+                .ibv_query_qp(e.qp, &mut a, mask.bits() as c_int, &mut init)
         };
         check("ibv_query_qp", ret)?;
         Ok(qp_attr_from_ibv(&a))
@@ -401,11 +418,19 @@ impl Device for VerbsDevice {
                 attr.qp_type, ex.create_flags
             ))),
             None if *ex == crate::device::QpInitEx::default() => self.create_qp(pd, attr),
+            None if ex.create_flags.is_empty() && ex.dc.is_some() => match ex.dc {
+                Some(dc) => self.create_dc(pd, attr, dc),
+                None => self.create_qp(pd, attr),
+            },
             None => Err(Error::Unsupported(format!(
                 "{} (verbs backend) does not support {:?}",
                 self.name, ex
             ))),
         }
+    }
+
+    fn dct_number(&self, qp: QpId) -> Result<u32> {
+        self.dct_number_verbs(qp)
     }
 
     fn open_xrcd(&self) -> Result<XrcdId> {

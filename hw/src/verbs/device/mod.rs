@@ -7,6 +7,7 @@
 //! so with [`Error::Unsupported`].
 
 mod contract;
+mod dc;
 mod events;
 mod mcast;
 mod xrc;
@@ -20,7 +21,7 @@ use super::convert::{
     zeroed_qp_attr,
 };
 use super::counters::{read_counters, SYSFS_INFINIBAND};
-use super::ffi::{check, classify, errno, ibv, null_error, status_io_error, RdmaCore};
+use super::ffi::{check, classify, dv, errno, ibv, null_error, status_io_error, RdmaCore};
 use super::list::DeviceList;
 use super::mlx5;
 use super::table::Table;
@@ -164,6 +165,9 @@ struct QpEntry {
     xrcd: Option<XrcdId>,
     /// A [`super::baseline::BaselineQp`] posts on it.
     claimed: bool,
+    /// A DC target's state, kept here: the kernel answers `ibv_query_qp` on a DCT only in RTR
+    /// (`dc`). `None` for every other QP.
+    dct_state: Option<QpState>,
 }
 
 struct SrqEntry {
@@ -570,6 +574,8 @@ impl VerbsDevice {
     /// comes from `mlx5dv_init_obj`. Elsewhere: `ibv_create_qp`.
     pub fn create_qp_verbs(&self, pd: PdId, attr: &QpInitAttr) -> Result<VerbsQp> {
         self.check_xrc_create(attr)?;
+        // A DCI or DCT needs its DC attributes (`Device::create_qp_ex`, `dc`).
+        crate::device::DcInit::check_create(attr, None, None)?;
         let mut objs = self.lock();
         let pd_ptr = Self::pd_ptr(&objs, pd)?;
         let send_cq = Self::cq_ptr(&objs, attr.send_cq)?;
@@ -629,6 +635,7 @@ impl VerbsDevice {
             srq: attr.srq,
             xrcd: None,
             claimed: false,
+            dct_state: None,
         })?;
         tracing::debug!(device = %self.name, qpn, qp_type = %attr.qp_type, "created QP");
         Ok(VerbsQp {
@@ -754,6 +761,14 @@ impl VerbsDevice {
             // and a target QP has no queue to post on.
             return Err(Error::Unsupported(format!(
                 "QP {} is {}: the baseline data path has no XRC",
+                qp.0, e.qp_type
+            )));
+        }
+        if e.qp_type.is_dc() {
+            // `ibv_post_send` carries no DC destination: rdma-core posts to a DCI only through
+            // the `ibv_wr_*` API with `mlx5dv_wr_set_dc_addr`, and a DCT has no send queue.
+            return Err(Error::Unsupported(format!(
+                "QP {} is {}: the baseline data path (ibv_post_send) has no DC",
                 qp.0, e.qp_type
             )));
         }

@@ -281,6 +281,7 @@ fn target_entry(qp: *mut ibv::ibv_qp, xrcd: XrcdId) -> QpEntry {
         srq: None,
         xrcd: Some(xrcd),
         claimed: false,
+        dct_state: None,
     }
 }
 

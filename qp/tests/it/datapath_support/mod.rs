@@ -199,7 +199,7 @@ pub fn connect_with(
                 | AttrMask::DEST_QPN
                 | AttrMask::RQ_PSN
         }
-        QpType::Ud | QpType::XrcSend | QpType::XrcRecv => AttrMask::STATE,
+        _ => AttrMask::STATE,
     };
     tweak(&mut a);
     me.dev.modify_qp(id, &a, rtr_mask).unwrap();

@@ -79,6 +79,18 @@ pub fn progress(qp: &mut Qp, ctx: &mut Ctx) -> bool {
         if must_wait(qp, &wqe) {
             break;
         }
+        if qp.qp_type == mlx5_hw::QpType::Dci {
+            // One target at a time: connect to this WQE's, or wait for the current one's
+            // requests to be acknowledged.
+            match crate::transport::dc::before_wqe(qp, ctx, &wqe) {
+                Ok(crate::transport::dc::Gate::Go) => {}
+                Ok(crate::transport::dc::Gate::Wait) => break,
+                Err(f) => {
+                    local_failure(qp, ctx, index, ctrl.opcode, bbs, &f);
+                    return true;
+                }
+            }
+        }
         if qp.sq_sig_all && !wqe.signaled() {
             ctx.bugs.report(ctx.dev, qp.qpn, DriverBugKind::SqSigAllNotApplied, format!(
                 "WQE {index} lacks CQ_UPDATE in fm_ce_se although the QP was created with sq_sig_all (rdma-core ORs it into every WQE); completing it signaled"));

@@ -25,6 +25,8 @@ pub(super) fn transport_of(t: QpType) -> Transport {
         QpType::Uc => Transport::Uc,
         QpType::Ud => Transport::Ud,
         QpType::XrcSend | QpType::XrcRecv => Transport::Xrc,
+        QpType::Dci | QpType::Dct => Transport::Dc,
+        _ => Transport::Rc,
     }
 }
 
@@ -408,7 +410,7 @@ pub fn pump(qp: &mut Qp, ctx: &mut Ctx) -> bool {
             }
             let p = &qp.req.outstanding[i];
             let k = p.sent;
-            let frame = match &p.msg {
+            let mut frame = match &p.msg {
                 Some(m) => match build_packet(qp, ctx, p, m, k) {
                     Ok(f) => f,
                     Err(f) => {
@@ -422,6 +424,9 @@ pub fn pump(qp: &mut Qp, ctx: &mut Ctx) -> bool {
                     None => break,
                 },
             };
+            if qp.qp_type == QpType::Dci {
+                crate::transport::dc::stamp(qp, &mut frame);
+            }
             ctx.out.push(frame);
             qp.req.outstanding[i].sent += 1;
             in_flight += 1;

@@ -140,7 +140,10 @@ fn class_c(qp: &mut Qp, ctx: &mut Ctx, req: &Packet, code: NakCode, why: &str) {
         _ => AsyncEvent::QpRequestError(QpId(qp.qpn)),
     };
     qp.resp.cur = None;
-    if qp.qp_type.is_reliable() {
+    if qp.qp_type == QpType::Dct {
+        // No Error state: the connection is dropped (`crate::transport::dc`).
+        qp.resp.broken = true;
+    } else if qp.qp_type.is_reliable() {
         fail_qp(qp, ctx, Some(ev));
     }
 }
@@ -211,6 +214,9 @@ fn recv_cqe(
 /// Handle a request packet addressed to this QP.
 pub fn on_request(qp: &mut Qp, ctx: &mut Ctx, frame: &Frame) {
     let t = frame.pkt.bth.opcode.transport();
+    if (qp.qp_type, t) == (QpType::Dct, Transport::Dc) {
+        return crate::transport::dc::on_request(qp, ctx, frame);
+    }
     let ok = matches!(
         (qp.qp_type, t),
         (QpType::Rc, Transport::Rc)
@@ -230,8 +236,14 @@ pub fn on_request(qp: &mut Qp, ctx: &mut Ctx, frame: &Frame) {
             Ok(()) => rc(qp, ctx, frame),
             Err(why) => class_c(qp, ctx, &frame.pkt, NakCode::InvalidRequest, why),
         },
-        QpType::XrcSend => ctx.counters.inc(CounterId::RxDropped),
+        _ => ctx.counters.inc(CounterId::RxDropped),
     }
+}
+
+/// An RC request on this QP's current responder state (a DC target's connection,
+/// [`crate::transport::dc`]).
+pub(crate) fn on_rc_request(qp: &mut Qp, ctx: &mut Ctx, frame: &Frame) {
+    rc(qp, ctx, frame)
 }
 
 /// UC PSN checking (IBTA Vol 1 §9.8.3, the UC responder): the expected PSN continues the

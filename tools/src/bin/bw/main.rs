@@ -42,6 +42,7 @@ use mlx5_connect::{AbortCode, ConnectParams, Connection, ControlEvent, RemoteBuf
 use mlx5_hw::QpType;
 use mlx5_tools::args::{describe_doorbell, BwArgs, PathKind, Test};
 use mlx5_tools::connecting::{connect_all, Connected};
+use mlx5_tools::dc;
 use mlx5_tools::devices::Devices;
 use mlx5_tools::path::{DataPath, Direct};
 use mlx5_tools::patience::Pace;
@@ -215,7 +216,7 @@ fn banner(
         title: &title,
         device: &devs.name,
         path: a.common.path.describe(),
-        connection: p.run.conn.name(),
+        connection: p.run.conn_name(),
         qps: p.qps,
         inline,
         tx_depth: p.depth,
@@ -282,6 +283,15 @@ fn doorbell_of(p: &Plan, me: &Resources) -> String {
     }
 }
 
+/// `-c DC`: the DC objects of end `r` (a DCT per QP, and its DCIs once the addresses are
+/// swapped).
+fn dc_end(r: &mut Resources, p: &Plan, inline: u32) -> Result<Option<dc::DcEnd>> {
+    if !p.run.conn.is_dc() {
+        return Ok(None);
+    }
+    Ok(Some(dc::DcEnd::new(r, &p.run, p.qps, p.depth, inline)?))
+}
+
 fn buffers(conns: &[Connection]) -> Result<Vec<RemoteBuffer>> {
     conns.iter().map(run::remote_buffer_of).collect()
 }
@@ -305,12 +315,14 @@ fn run_direct(
 ) -> Result<()> {
     let (mut me, inline_a) = direct_end(&devs.local, p)?;
     let doorbell = doorbell_of(p, &me);
+    let mut dc_a = dc_end(&mut me, p, inline_a)?;
     let end_a = me.end(params);
     let recv_a = p.run.receives(&me.mr)?;
     let (mut links_a, mr) = me.links(recv_a);
     match rv {
         None => {
             let (mut peer, inline_b) = direct_end(devs.peer_or_local(), p)?;
+            let mut dc_b = dc_end(&mut peer, p, inline_b)?;
             let end_b = peer.end(params);
             let recv_b = p.run.receives(&peer.mr)?;
             let (mut links_b, mr_b) = peer.links(recv_b);
@@ -323,6 +335,37 @@ fn run_direct(
                 None,
             )?;
             let inline = inline_a.min(inline_b);
+            if let (Some(da), Some(db)) = (dc_a.as_mut(), dc_b.as_mut()) {
+                // `-c DC`: the RC QPs carry the DC addresses; the run goes DCI -> DCT.
+                let mtu = conn.conns[0].path_mtu();
+                dc::exchange(
+                    &mut [
+                        (&mut *da, &mut links_a, mr, mtu),
+                        (&mut *db, &mut links_b, mr_b, mtu),
+                    ],
+                    p.run.params.io_timeout,
+                )?;
+                p.run.say(&da.describe());
+                let ea = BwEnd::new(
+                    da.path(links_a.cq, false)?,
+                    p,
+                    mr,
+                    buffers(&conn.conns)?,
+                    inline,
+                )?;
+                let eb = BwEnd::new(
+                    db.path(links_b.cq, false)?,
+                    p,
+                    mr_b,
+                    buffers(&conn.peer)?,
+                    inline,
+                )?;
+                return exit_on_failure(
+                    "bw",
+                    devs,
+                    measure_loopback(a, p, devs, ea, eb, conn, (inline, &doorbell)),
+                );
+            }
             let mut da = Direct::new(links_a.qps, links_a.cq);
             let mut db = Direct::new(links_b.qps, links_b.cq);
             aim(&mut da, &conn.conns);
@@ -344,6 +387,23 @@ fn run_direct(
                 Some(rv),
                 Some(&p.run.shape),
             )?;
+            if let Some(da) = dc_a.as_mut() {
+                let mtu = conn.conns[0].path_mtu();
+                dc::exchange(&mut [(da, &mut links_a, mr, mtu)], p.run.params.io_timeout)?;
+                p.run.say(&da.describe());
+                let e = BwEnd::new(
+                    da.path(links_a.cq, false)?,
+                    p,
+                    mr,
+                    buffers(&conn.conns)?,
+                    inline_a,
+                )?;
+                return exit_on_failure(
+                    "bw",
+                    devs,
+                    measure_end(a, p, devs, e, conn, rv.is_client(), (inline_a, &doorbell)),
+                );
+            }
             let mut da = Direct::new(links_a.qps, links_a.cq);
             aim(&mut da, &conn.conns);
             let e = BwEnd::new(da, p, mr, buffers(&conn.conns)?, inline_a)?;

@@ -42,6 +42,7 @@ use mlx5_connect::{ConnectParams, Connection};
 use mlx5_qp::DoorbellMode;
 use mlx5_tools::args::{describe_doorbell, LatArgs, PathKind, Test};
 use mlx5_tools::connecting::{connect_all, Connected, DirectLinks};
+use mlx5_tools::dc;
 use mlx5_tools::devices::Devices;
 use mlx5_tools::path::{DataPath, Direct};
 use mlx5_tools::patience::Pace;
@@ -99,6 +100,14 @@ fn direct_end(ctx: &mlx5_ctx::Context, p: &Plan, stamped: bool) -> Result<(Resou
         r.set_doorbell_mode(mode)?;
     }
     Ok((r, inline))
+}
+
+/// `-c DC`: the DC objects of end `r` (one DCT, and its DCI once the addresses are swapped).
+fn dc_end(r: &mut Resources, p: &Plan, inline: u32) -> Result<Option<dc::DcEnd>> {
+    if !p.run.conn.is_dc() {
+        return Ok(None);
+    }
+    Ok(Some(dc::DcEnd::new(r, &p.run, 1, plan::SQ_DEPTH, inline)?))
 }
 
 /// The device clock of the measuring end of a `--timestamps` run (`measuring`), checked before
@@ -159,12 +168,14 @@ fn run_direct(
     let clock = nic_clock(p, &devs.local, measuring)?;
     let (mut a, inline_a) = direct_end(&devs.local, p, clock.is_some())?;
     let doorbell = doorbell_line(p, a.doorbell_mode());
+    let mut dc_a = dc_end(&mut a, p, inline_a)?;
     let recv_a = p.run.receives(&a.mr)?;
     let end_a = a.end(params);
     let (mut links_a, mr) = a.links(recv_a);
     match rv {
         None => {
             let (mut b, inline_b) = direct_end(devs.peer_or_local(), p, false)?;
+            let mut dc_b = dc_end(&mut b, p, inline_b)?;
             let recv_b = p.run.receives(&b.mr)?;
             let end_b = b.end(params);
             let (mut links_b, mr_b) = b.links(recv_b);
@@ -177,6 +188,33 @@ fn run_direct(
                 None,
             )?;
             let inline = inline_a.min(inline_b);
+            if let (Some(da), Some(db)) = (dc_a.as_mut(), dc_b.as_mut()) {
+                // `-c DC`: the RC QPs carry the DC addresses; the run goes DCI -> DCT.
+                let mtu = conn.conns[0].path_mtu();
+                dc::exchange(
+                    &mut [
+                        (&mut *da, &mut links_a, mr, mtu),
+                        (&mut *db, &mut links_b, mr_b, mtu),
+                    ],
+                    p.run.params.io_timeout,
+                )?;
+                p.run.say(&da.describe());
+                let path_a = da.path(links_a.cq, clock.is_some())?;
+                let pa = Pinger::new(path_a, mr, &conn.conns[0], inline, p, clock)?;
+                let pb = Pinger::new(
+                    db.path(links_b.cq, false)?,
+                    mr_b,
+                    &conn.peer[0],
+                    inline,
+                    p,
+                    None,
+                )?;
+                return exit_on_failure(
+                    "lat",
+                    devs,
+                    measure_loopback(args, p, devs, pa, pb, conn, &doorbell),
+                );
+            }
             let path_a = direct_path(links_a, clock.is_some());
             let pa = Pinger::new(path_a, mr, &conn.conns[0], inline, p, clock)?;
             let path_b = direct_path(links_b, false);
@@ -196,6 +234,18 @@ fn run_direct(
                 Some(rv),
                 Some(&p.run.shape),
             )?;
+            if let Some(da) = dc_a.as_mut() {
+                let mtu = conn.conns[0].path_mtu();
+                dc::exchange(&mut [(da, &mut links_a, mr, mtu)], p.run.params.io_timeout)?;
+                p.run.say(&da.describe());
+                let path_a = da.path(links_a.cq, clock.is_some())?;
+                let me = Pinger::new(path_a, mr, &conn.conns[0], inline_a, p, clock)?;
+                return exit_on_failure(
+                    "lat",
+                    devs,
+                    measure_end(args, p, devs, me, conn, rv.is_client(), &doorbell),
+                );
+            }
             let path_a = direct_path(links_a, clock.is_some());
             let me = Pinger::new(path_a, mr, &conn.conns[0], inline_a, p, clock)?;
             exit_on_failure(
@@ -410,7 +460,7 @@ fn banner(
         title,
         device: &devs.name,
         path: args.common.path.describe(),
-        connection: p.run.conn.name(),
+        connection: p.run.conn_name(),
         qps: 1,
         inline,
         tx_depth: 1,

@@ -12,7 +12,7 @@ use mlx5_tools::{Error, Result};
 use std::fs::File;
 
 /// Send WRs of each end's QP.
-const SQ_DEPTH: u32 = 128;
+pub(super) const SQ_DEPTH: u32 = 128;
 
 /// Signaled sends a pinger leaves outstanding before it drains: well under the SQ depth
 /// ([`SQ_DEPTH`]) and the CQ the ends are created with.
