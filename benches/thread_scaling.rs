@@ -20,7 +20,7 @@
 use mlx5_ram_rings as ram_rings;
 
 use clap::Parser;
-use mlx5_direct::qp::SendWr;
+use mlx5_direct::datapath::SendWr;
 use mlx5_wqe::opcode as op;
 use ram_rings::{Rig, RigCfg, PAYLOAD, REMOTE};
 use std::process::ExitCode;

@@ -23,7 +23,7 @@ use mlx5_direct::connect::{
     connect_qps_with, qp_ref, ConnectParams, Connection, Control, QpLink, RemoteBuffer,
 };
 use mlx5_direct::ctx::{AsyncChannel, AsyncCq};
-use mlx5_direct::qp::{RemoteAddr, SendWr, Wc, WcOpcode};
+use mlx5_direct::datapath::{RemoteAddr, SendWr, Wc, WcOpcode};
 use mlx5_direct::sim::DeviceConfig;
 use mlx5_direct::{Context, Cq, Mr, Pd, Qp, QpInit, SimFabric};
 use std::io::{Read, Write};
@@ -201,7 +201,7 @@ impl ServerSide {
 }
 
 /// Post receive `j` of client `c`'s window on its server QP.
-fn post_server_recv(qp: &mut mlx5_direct::qp::Qp, recv: &Mr, c: usize, j: u64) -> Result<()> {
+fn post_server_recv(qp: &mut mlx5_direct::datapath::Qp, recv: &Mr, c: usize, j: u64) -> Result<()> {
     let sge = recv.sge((c * WINDOW as usize + j as usize) * SLOT, SLOT as u32)?;
     qp.post_recv(j, &[sge])?;
     Ok(())
@@ -320,7 +320,7 @@ impl Client {
         })
     }
 
-    fn post_recv(qp: &mut mlx5_direct::qp::Qp, scratch: &Mr, j: u64) -> Result<()> {
+    fn post_recv(qp: &mut mlx5_direct::datapath::Qp, scratch: &Mr, j: u64) -> Result<()> {
         qp.post_recv(j, &[scratch.sge(0, SLOT as u32)?])?;
         Ok(())
     }
@@ -558,15 +558,16 @@ async fn server_process(o: &Opts) -> Result<()> {
             let qref = qp_ref(&qp);
             let sges = (0..WINDOW as usize)
                 .map(|j| side.recv.sge((c * WINDOW as usize + j) * SLOT, SLOT as u32))
-                .collect::<mlx5_direct::Result<Vec<_>>>()?;
+                .collect::<mlx5_direct::ctx::Result<Vec<_>>>()?;
             let conn = {
                 // The receives go up with the QP in Init, before the client hears it is ready.
-                let mut link = QpLink::new(&mut qp, &mut cq, |qp: &mut mlx5_direct::qp::Qp| {
-                    for (j, s) in sges.iter().enumerate() {
-                        qp.post_recv(j as u64, std::slice::from_ref(s))?;
-                    }
-                    Ok(())
-                });
+                let mut link =
+                    QpLink::new(&mut qp, &mut cq, |qp: &mut mlx5_direct::datapath::Qp| {
+                        for (j, s) in sges.iter().enumerate() {
+                            qp.post_recv(j as u64, std::slice::from_ref(s))?;
+                        }
+                        Ok(())
+                    });
                 Connection::over(control, ctx.device(), qref, &mut link, &params)?
             };
             let reply_to = conn
@@ -604,13 +605,16 @@ async fn client_process(o: &Opts, host: &str) -> Result<()> {
             let qref = qp_ref(&cl.qp);
             let sge = cl.scratch.sge(0, SLOT as u32)?;
             let conn = {
-                let mut link =
-                    QpLink::new(&mut cl.qp, &mut cl.cq, |qp: &mut mlx5_direct::qp::Qp| {
+                let mut link = QpLink::new(
+                    &mut cl.qp,
+                    &mut cl.cq,
+                    |qp: &mut mlx5_direct::datapath::Qp| {
                         for j in 0..WINDOW {
                             qp.post_recv(j, std::slice::from_ref(&sge))?;
                         }
                         Ok(())
-                    });
+                    },
+                );
                 Connection::over(control, ctx.device(), qref, &mut link, &params)?
             };
             cls.push(cl);

@@ -23,7 +23,7 @@
 use clap::Parser;
 use mlx5_direct::connect::{connect_qps, ConnectParams};
 use mlx5_direct::ctx::{DcAddr, DcTarget, Dci, DciInit, Dct};
-use mlx5_direct::qp::{SendWr, Wc, WcOpcode};
+use mlx5_direct::datapath::{SendWr, Wc, WcOpcode};
 use mlx5_direct::sim::{DeviceConfig, QueueMemory};
 use mlx5_direct::{Context, Cq, Mr, Pd, Qp, QpInit, SimFabric, Srq};
 use std::collections::BTreeSet;
@@ -284,7 +284,7 @@ fn dc_mesh(
                         posted = true;
                     }
                     // That DCI's queue is full: the rest waits for its completions.
-                    Err(mlx5_direct::qp::Error::SqFull { .. }) => break,
+                    Err(mlx5_direct::datapath::Error::SqFull { .. }) => break,
                     Err(e) => return Err(e.into()),
                 }
             }

@@ -17,8 +17,8 @@
 
 use clap::Parser;
 use mlx5_direct::connect::{connect_qps, recover_pair, ConnectParams, Recover};
+use mlx5_direct::datapath::{SendWr, Wc, WcStatus};
 use mlx5_direct::hw::QpState;
-use mlx5_direct::qp::{SendWr, Wc, WcStatus};
 use mlx5_direct::sim::Rate;
 use mlx5_direct::{Context, Cq, Mr, Qp, QpInit, SimFabric};
 use std::process::ExitCode;

@@ -7,7 +7,7 @@
 //! ```
 
 use mlx5_direct::connect::{connect_qps, ConnectParams};
-use mlx5_direct::qp::SendWr;
+use mlx5_direct::datapath::SendWr;
 use mlx5_direct::{Context, QpInit};
 use std::time::Duration;
 

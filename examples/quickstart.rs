@@ -22,7 +22,7 @@
 
 use clap::Parser;
 use mlx5_direct::connect::{connect_qps, ConnectParams};
-use mlx5_direct::qp::{SendWr, Wc, WcFlags, WcOpcode};
+use mlx5_direct::datapath::{SendWr, Wc, WcFlags, WcOpcode};
 use mlx5_direct::{Context, Cq, Mr, Qp, QpInit, SimFabric};
 use std::process::ExitCode;
 use std::time::Duration;

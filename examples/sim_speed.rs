@@ -12,7 +12,7 @@
 
 use clap::Parser;
 use mlx5_direct::connect::{connect_qps, ConnectParams};
-use mlx5_direct::qp::{SendWr, Wc};
+use mlx5_direct::datapath::{SendWr, Wc};
 use mlx5_direct::{QpInit, SimFabric};
 use std::process::ExitCode;
 use std::time::Instant;

@@ -28,7 +28,7 @@
 
 use clap::Parser;
 use mlx5_direct::connect::{connect_qps, recover_pair, ConnectParams, Recover};
-use mlx5_direct::qp::{RemoteAddr, SendWr, Wc, WcStatus};
+use mlx5_direct::datapath::{RemoteAddr, SendWr, Wc, WcStatus};
 use mlx5_direct::sim::DeviceConfig;
 use mlx5_direct::{Context, Cq, Mr, Qp, QpInit, SimFabric};
 use std::process::ExitCode;
@@ -212,11 +212,13 @@ fn run(clients: usize, per: u64) -> Result<()> {
             let (server_conn, client_conn) = &mut conns[c];
             let client = &mut cl[c];
             let cmr = &client.mr;
-            let repost = |qp: &mut mlx5_direct::qp::Qp| {
+            let repost = |qp: &mut mlx5_direct::datapath::Qp| {
                 for k in 0..window {
                     let sge = cmr
                         .sge((window + k) as usize * SLOT, SLOT as u32)
-                        .map_err(|_| mlx5_direct::qp::Error::BadLayout("the client's buffer"))?;
+                        .map_err(|_| {
+                            mlx5_direct::datapath::Error::BadLayout("the client's buffer")
+                        })?;
                     qp.post_recv(k, &[sge])?;
                 }
                 Ok(())

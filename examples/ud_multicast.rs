@@ -12,9 +12,9 @@
 //! and the destination QPN 0xFFFFFF (`mlx5_hw::MULTICAST_QPN`); receivers join with
 //! `ibv_attach_mcast` (`Qp::attach_mcast`). UD receives start with the 40-byte GRH.
 
+use mlx5_direct::datapath::{SendWr, WcFlags};
 use mlx5_direct::hw::transition::{Step, ToInit, ToRtr, ToRts};
 use mlx5_direct::hw::{AhAttr, Gid, GlobalRoute, MULTICAST_QPN};
-use mlx5_direct::qp::{SendWr, WcFlags};
 use mlx5_direct::{Context, Cq, Mr, Qp, QpInit};
 use std::time::Duration;
 
@@ -156,7 +156,7 @@ fn main() -> Res<()> {
     // Receivers 2 and 3 are on one device, which fans each datagram out in one step: once
     // receiver 2 has datagram 9, receiver 3 would have had it too. Nothing may be left.
     for r in rs.iter_mut() {
-        let mut wcs = [mlx5_direct::qp::Wc::default(); 4];
+        let mut wcs = [mlx5_direct::datapath::Wc::default(); 4];
         let n = r.cq.poll(&mut r.qp, &mut wcs)?;
         if n != 0 {
             return Err(format!("{}: {n} datagram(s) too many: {:?}", r.name, &wcs[..n]).into());

@@ -20,7 +20,7 @@
 use clap::Parser;
 use mlx5_direct::connect::{connect_qps, ConnectParams};
 use mlx5_direct::ctx::{connect_xrc, XrcSrq, XrcTarget, Xrcd};
-use mlx5_direct::qp::{SendWr, Wc, WcOpcode};
+use mlx5_direct::datapath::{SendWr, Wc, WcOpcode};
 use mlx5_direct::sim::DeviceConfig;
 use mlx5_direct::{Context, Cq, Mr, Pd, Qp, QpInit, SimFabric};
 use std::collections::BTreeSet;

@@ -8,11 +8,10 @@
 //!
 //! ```
 //! use mlx5_direct::connect::{connect_qps, ConnectParams};
-//! use mlx5_direct::qp::SendWr;
-//! use mlx5_direct::{Context, QpInit};
+//! use mlx5_direct::{Context, QpInit, SendWr};
 //! use std::time::Duration;
 //!
-//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # fn main() -> mlx5_direct::Result<()> {
 //! // Two software ConnectX devices on one fabric, run by its own thread.
 //! let (a, b) = Context::sim_pair()?;
 //! let (pd_a, pd_b) = (a.alloc_pd()?, b.alloc_pd()?);
@@ -54,7 +53,9 @@
 //! - [`hw`]: MMIO primitives (doorbell record, 8-byte doorbell, BlueFlame copy, barriers), the
 //!   device contract (the control path) and its libibverbs + mlx5dv backend (in every build:
 //!   rdma-core is loaded at run time, when a hardware device is first opened);
-//! - [`qp`]: the data path (post, ring, poll) that runs unchanged on every device;
+//! - [`datapath`] (the crate `mlx5-qp`): the data path (post, ring, poll) that runs unchanged
+//!   on every device; its `datapath::Qp` is the ring-level QP that the owning [`Qp`] drives
+//!   (the name `mlx5_direct::qp` still resolves to it, hidden from these docs);
 //! - [`ctx`]: owning objects (context, PD, memory region, CQ, QP, SRQ, AH) that destroy their
 //!   device objects in the right order, re-exported at the top of this crate;
 //! - [`connect`]: connection setup over TCP or in one process, rebuild after errors,
@@ -64,18 +65,39 @@
 //! - [`sim`] (feature `sim`, default): the software ConnectX that every test and the default
 //!   demo run on.
 //!
+//! The owning objects ([`Context`], [`Qp`], [`Cq`], ...) and the work requests and
+//! completions of the data path ([`SendWr`], [`RecvWr`], [`Wc`], ...) are re-exported here, and
+//! one [`Error`] takes every layer's error with `?` ([`Error::device`] and
+//! [`Error::data_path`] find the device's or the data path's error inside).
+//!
 //! See `docs/architecture.md` for how they fit together.
 #![forbid(unsafe_code)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+mod error;
+
+pub use error::{Error, Result};
 
 pub use mlx5_connect as connect;
 pub use mlx5_cq as cq;
 pub use mlx5_ctx as ctx;
 #[cfg(feature = "sim")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sim")))]
 pub use mlx5_ctx::SimFabric;
-pub use mlx5_ctx::{Ah, Context, Cq, CqInit, Error, Mr, Pd, Qp, QpInit, Result, Srq};
+pub use mlx5_ctx::{Ah, Context, Cq, CqInit, Mr, Pd, Qp, QpInit, Srq};
+#[cfg(feature = "tokio")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
+pub use mlx5_ctx::{AsyncChannel, AsyncCq, AsyncEventStream};
+pub use mlx5_ctx::{AsyncEvent, AsyncEvents, CompChannel, Dci, Dct, XrcSrq, Xrcd};
 pub use mlx5_decode as decode;
 pub use mlx5_hw as hw;
+pub use mlx5_qp as datapath;
+/// The data path's crate under its former name here ([`datapath`]); kept so that code written
+/// against it still builds.
+#[doc(hidden)]
 pub use mlx5_qp as qp;
+pub use mlx5_qp::{RecvWr, RemoteAddr, SendFlags, SendOp, SendWr, Sge, Wc, WcOpcode, WcStatus};
 #[cfg(feature = "sim")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sim")))]
 pub use mlx5_sim as sim;
 pub use mlx5_wqe as wqe;

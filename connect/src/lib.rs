@@ -70,6 +70,8 @@
 //! # Ok(()) }
 //! ```
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 #[cfg(feature = "tokio")]
 mod async_control;
 mod control;
@@ -85,6 +87,7 @@ mod session;
 pub mod wire;
 
 #[cfg(feature = "tokio")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 pub use async_control::AsyncConnection;
 pub use control::Control;
 pub use error::{ConnectError, Result};

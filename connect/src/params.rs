@@ -26,6 +26,7 @@ pub const DEFAULT_HOP_LIMIT: u8 = 0xff;
 /// Connection parameters. `ConnectParams::default()` is what perftest does.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
+#[must_use = "a builder does nothing until it is passed on"]
 pub struct ConnectParams {
     /// Local port, 1-based.
     pub port: u8,

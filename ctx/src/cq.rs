@@ -22,6 +22,7 @@ use crate::wait::{stall_detail, Idle};
 
 /// How to create a CQ: the device attributes ([`CqInitAttr`]: size, CQE size, overrun).
 #[derive(Clone, Copy, Debug, Default)]
+#[must_use = "a builder does nothing until it is passed on"]
 pub struct CqInit {
     /// The creation attributes.
     pub attr: CqInitAttr,

@@ -223,6 +223,7 @@ impl Dct {
 /// What a DC initiator is created with: its CQ, the size of its send queue, its inline
 /// limit, its streams.
 #[derive(Clone, Copy, Debug)]
+#[must_use = "a builder does nothing until it is passed on"]
 pub struct DciInit<'a> {
     /// CQ of the send completions.
     pub cq: &'a Cq,

@@ -88,6 +88,7 @@
 //! Parents outlive their children at run time instead (the `Arc`s above):
 //! `ctx/tests/it/drop_order.rs` drops the handles of all six kinds in each of the 720 orders.
 #![deny(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod ah;
@@ -112,10 +113,12 @@ pub mod xrc;
 
 pub use ah::Ah;
 #[cfg(feature = "tokio")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 pub use async_cq::{AsyncChannel, AsyncCq, AsyncEventStream, AsyncReadable};
 pub use channel::CompChannel;
 pub use context::Context;
 #[cfg(feature = "sim")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sim")))]
 pub use context::SimFabric;
 pub use cq::{Cq, CqInit};
 pub use dc::{DcAddr, DcTarget, Dci, DciInit, Dct};

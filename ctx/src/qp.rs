@@ -20,6 +20,7 @@ use crate::srq::{Srq, SrqObj};
 /// What a QP is created with: its type, CQs, SRQ and capabilities. Built from [`QpInit::rc`],
 /// [`QpInit::uc`] or [`QpInit::ud`] and refined with the setters.
 #[derive(Clone, Copy, Debug)]
+#[must_use = "a builder does nothing until it is passed on"]
 pub struct QpInit<'a> {
     /// Transport type.
     pub qp_type: QpType,

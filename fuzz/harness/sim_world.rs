@@ -5,7 +5,7 @@
 //! included) and drains every CQ, checking that no work request completes twice.
 
 use mlx5_direct::connect::{connect_qps_with, ConnectParams, Connection};
-use mlx5_direct::qp::{SendWr, UdDest, Wc};
+use mlx5_direct::datapath::{SendWr, UdDest, Wc};
 use mlx5_direct::{Context, Cq, Mr, Pd, Qp, QpInit, SimFabric};
 use std::collections::HashSet;
 use std::time::Duration;

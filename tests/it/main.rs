@@ -3,6 +3,7 @@
 
 mod docs_paths;
 mod examples_run;
+mod facade_error;
 mod fuzz_replay;
 mod mmio_fences;
 mod sim_transition_table;

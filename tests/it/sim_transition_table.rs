@@ -21,12 +21,12 @@
 //! refused before the table when it is the whole mask outside RTS (7.2's deferred rate limit).
 //! Every refusal's errno class is checked.
 
+use mlx5_direct::datapath::{Qp, SendWr, Sge, UdDest};
 use mlx5_direct::hw::qp_state::KernelVersion;
 use mlx5_direct::hw::{
     AccessFlags, AhAttr, AttrMask, CqInitAttr, Device, Gid, GlobalRoute, MigState, Mtu, PdId,
     QpAttr, QpCap, QpInfo, QpInitAttr, QpState, QpType,
 };
-use mlx5_direct::qp::{Qp, SendWr, Sge, UdDest};
 use mlx5_direct::sim::{DeviceConfig, Fabric, SimDevice};
 use std::collections::HashMap;
 

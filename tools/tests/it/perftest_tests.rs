@@ -174,7 +174,9 @@ fn every_bandwidth_test_on_every_connection_perftest_allows() {
         assert!(out.contains(title), "{args:?}: {out}");
         let r = &rows(&out, "MsgRate[Mpps]")[0];
         assert_eq!((r[0], r[1]), (size, iters), "{args:?}: {out}");
-        assert!(r[2] > 0.0 && r[3] > 0.0 && r[4] > 0.0, "{args:?}: {r:?}");
+        // The message rate is never 0 (six decimals of Mpps); the bandwidth columns, with two
+        // decimals of MiB/s, may round to 0.00 for 8-byte atomics on a loaded machine.
+        assert!(r[2] >= 0.0 && r[3] >= 0.0 && r[4] > 0.0, "{args:?}: {r:?}");
         assert!(
             !out.contains("messages arrived"),
             "{args:?}: a loss in loopback: {out}"
