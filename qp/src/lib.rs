@@ -86,6 +86,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod cq;
+mod cqe_key;
 mod dc;
 mod error;
 mod lines;
