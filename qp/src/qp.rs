@@ -18,7 +18,7 @@ use mlx5_hw::{QpLayout, QpState, QpType};
 use mlx5_wqe::opcode as op;
 use mlx5_wqe::ring::{bbs_for_ds, ds_for_bytes, SqRing, WqeWriter};
 use mlx5_wqe::seg::{
-    inline_seg_size, AtomicSeg, DataSeg, InlineHdr, MaskedCs32Seg, MaskedCs64Seg, MaskedFa32Seg,
+    inline_seg_size, AtomicSeg, DataSeg, MaskedCs32Seg, MaskedCs64Seg, MaskedFa32Seg,
     MaskedFa64Seg, RaddrSeg,
 };
 use mlx5_wqe::{SEND_WQE_BB, SEND_WQE_DS, SEND_WQE_MAX_WQEBBS};

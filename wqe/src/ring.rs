@@ -160,6 +160,12 @@ impl WqeWriter {
         self.size
     }
 
+    /// Where the next segment goes.
+    #[inline(always)]
+    pub fn cursor(&self) -> *mut u8 {
+        self.cur
+    }
+
     /// Pointer to the control segment (the WQE's first block).
     #[inline(always)]
     pub fn ctrl_ptr(&self) -> *mut u8 {
@@ -260,6 +266,150 @@ impl WqeWriter {
         // alignment 1).
         unsafe { core::ptr::write(self.ctrl as *mut crate::seg::CtrlSeg, seg) };
         (ds, bbs_for_ds(ds))
+    }
+}
+
+/// The same writer, specialised for a WQE the caller has already sized and checked: the
+/// lean posts of `mlx5-qp` (an RDMA WRITE or SEND, inline or one gather entry, the DC WRITE)
+/// build their WQEs with these, in the order [`WqeWriter::new`], [`WqeWriter::push`],
+/// [`WqeWriter::push_inline`], [`WqeWriter::finish`] build any other — start, segments,
+/// ctrl last. What they leave out is what the caller has proved once for the whole WQE: the
+/// size check against `max` (the caller's gate compared the WQE's blocks and data with the
+/// QP's limits) and, for a segment that does not reach its block's end, the wrap test per 16
+/// bytes. Inlined into the post, the cursor and the size fold into constants offsets from the
+/// WQE's first block.
+impl WqeWriter {
+    /// [`WqeWriter::new`] for a WQE at producer index `pi`, whose first block `ctrl`
+    /// (`ring.bb(pi)`, which the caller has at hand) and the blocks after it the caller has
+    /// reserved, and whose size it has checked against the QP's limits.
+    ///
+    /// # Safety
+    /// `ctrl` is `ring.bb(pi)`; the WQE's blocks from it are free to write, and everything
+    /// written through this writer stays within them.
+    #[inline(always)]
+    pub unsafe fn reserved(ring: &SqRing, pi: u16, ctrl: *mut u8) -> WqeWriter {
+        debug_assert!(ctrl == ring.bb(pi));
+        WqeWriter {
+            pi,
+            start: ring.start,
+            end: ring.end,
+            ctrl,
+            // SAFETY: a BB is 64 bytes, so ctrl + 16 is inside the ring.
+            cur: unsafe { ctrl.add(SEND_WQE_DS) },
+            size: SEND_WQE_DS,
+            max: ring.max_wqe_bytes(),
+        }
+    }
+
+    /// [`WqeWriter::push`] of a segment that ends at or before the end of the block the
+    /// cursor is in: one store, no wrap test (call [`WqeWriter::wrap`] after a segment that
+    /// ends a block, before the next one).
+    ///
+    /// # Safety
+    /// The writer was made by [`WqeWriter::reserved`] and the segment does not cross the
+    /// cursor's block.
+    #[inline(always)]
+    pub unsafe fn put<S: Segment>(&mut self, seg: S) {
+        // SAFETY: the caller's: the segment's bytes are inside the cursor's block of the ring
+        // (segments are `Unaligned`).
+        unsafe {
+            (self.cur as *mut S).write(seg);
+            self.cur = self.cur.add(S::SIZE);
+        }
+        self.size += S::SIZE;
+    }
+
+    /// After a segment that ended a block: the cursor to the ring's start when that block
+    /// was the ring's last (what [`WqeWriter::push`] does after every 16 bytes).
+    #[inline(always)]
+    pub fn wrap(&mut self) {
+        if self.cur == self.end {
+            self.cur = self.start;
+        }
+    }
+
+    /// [`WqeWriter::push_inline`] of one payload: the same segment (the BE32 header
+    /// `len | MLX5_INLINE_SEG`, the payload, split at the ring end; nothing for an empty
+    /// payload; rdma-core `set_data_inl_seg` / `memcpy_to_wqe`), without the size check. A
+    /// payload that fits the cursor's block — always, for a short constant length — is one
+    /// copy with no test of the ring end.
+    ///
+    /// # Safety
+    /// The writer was made by [`WqeWriter::reserved`] and the segment fits the WQE's blocks.
+    #[inline(always)]
+    pub unsafe fn put_inline(&mut self, data: &[u8]) {
+        let len = data.len();
+        if len == 0 {
+            return;
+        }
+        // Where the cursor is in its block: the WQE starts at a block, so the bytes written.
+        let in_block = self.size % SEND_WQE_BB;
+        // SAFETY: (the whole block) the caller's: the segment's blocks are reserved; the
+        // header is in the cursor's block; the payload runs to the ring end and continues
+        // at the start.
+        unsafe {
+            (self.cur as *mut InlineHdr).write(InlineHdr::new(len as u32));
+            let dst = self.cur.add(4);
+            // A payload that fits the block never reaches the ring end (blocks are whole);
+            // with a constant length the compiler drops the test.
+            if len <= SEND_WQE_BB - in_block - 4 {
+                copy_payload(data.as_ptr(), dst, len);
+            } else {
+                let room = self.end as usize - dst as usize;
+                if len <= room {
+                    copy_payload(data.as_ptr(), dst, len);
+                } else {
+                    core::ptr::copy_nonoverlapping(data.as_ptr(), dst, room);
+                    core::ptr::copy_nonoverlapping(data.as_ptr().add(room), self.start, len - room);
+                }
+            }
+        }
+        let seg = crate::seg::inline_seg_size(len);
+        let mut next = self.cur as usize + seg;
+        if next >= self.end as usize {
+            next -= self.end as usize - self.start as usize;
+        }
+        self.cur = next as *mut u8;
+        self.size += seg;
+    }
+
+    /// [`WqeWriter::finish`] with the ctrl segment's two words already built (from a QP's
+    /// template: `opmod | wqe_index | opcode`, `qpn | ds`, then signature, DCI stream,
+    /// `fm_ce_se`, immediate; rdma-core `mlx5dv_set_ctrl_seg`), in memory order.
+    ///
+    /// # Safety
+    /// The writer was made by [`WqeWriter::reserved`].
+    #[inline(always)]
+    pub unsafe fn finish_words(self, w0: u64, w1: u64) {
+        // SAFETY: the caller's: `ctrl` is the WQE's first block, 64-byte aligned.
+        unsafe {
+            (self.ctrl as *mut u64).write(w0);
+            (self.ctrl as *mut u64).add(1).write(w1);
+        }
+    }
+}
+
+/// Copy `len` bytes, short payloads with two overlapping unaligned loads and stores instead
+/// of a call to `memcpy` (the bytes written are the same).
+///
+/// # Safety
+/// `src` is readable and `dst` writable for `len` bytes; they do not overlap.
+#[inline(always)]
+unsafe fn copy_payload(src: *const u8, dst: *mut u8, len: usize) {
+    use core::ptr::{read_unaligned as rd, write_unaligned as wr};
+    // SAFETY: every access below is inside the first `len` bytes of `src` / `dst`.
+    unsafe {
+        if (8..=16).contains(&len) {
+            let (a, b) = (rd(src as *const u64), rd(src.add(len - 8) as *const u64));
+            wr(dst as *mut u64, a);
+            wr(dst.add(len - 8) as *mut u64, b);
+        } else if (4..8).contains(&len) {
+            let (a, b) = (rd(src as *const u32), rd(src.add(len - 4) as *const u32));
+            wr(dst as *mut u32, a);
+            wr(dst.add(len - 4) as *mut u32, b);
+        } else {
+            core::ptr::copy_nonoverlapping(src, dst, len);
+        }
     }
 }
 
@@ -422,5 +572,62 @@ mod tests {
                 max: 64
             })
         );
+    }
+
+    /// The lean form writes what the general one writes: for every start block (the last
+    /// one wraps) and payload lengths around the block and ring ends, `reserved` + `put` +
+    /// `put_inline` + `finish_words` (given the ctrl words `finish` wrote) leave the same
+    /// ring bytes, cursor and size as `new` + `push` + `push_inline` + `finish`.
+    #[test]
+    fn the_reserved_writer_writes_what_the_general_one_writes() {
+        for pi in 0..4u16 {
+            for len in [0usize, 1, 4, 7, 8, 12, 13, 16, 27, 28, 29, 44, 60, 100, 180] {
+                for with_raddr in [false, true] {
+                    let mut buf = [0u8; 180];
+                    for (i, b) in buf.iter_mut().enumerate() {
+                        *b = (i as u8).wrapping_mul(7) ^ 0x5a;
+                    }
+                    let data = &buf[..len];
+                    let (mut a, mut b) = (Ring([0xee; 256]), Ring([0xee; 256]));
+                    // SAFETY: both buffers are 64-byte aligned, 4 blocks, and outlive the rings.
+                    let (ra, rb) = unsafe {
+                        (
+                            SqRing::new(a.0.as_mut_ptr(), 4),
+                            SqRing::new(b.0.as_mut_ptr(), 4),
+                        )
+                    };
+                    let raddr = RaddrSeg::new(0x1122_3344_5566, 0x77);
+                    let mut g = WqeWriter::new(&ra, pi, 256);
+                    if with_raddr {
+                        g.push(&raddr).unwrap();
+                    }
+                    g.push_inline(&[data]).unwrap();
+                    let (g_size, g_cur) = (g.size(), g.cursor() as usize - ra.start() as usize);
+                    let ctrl = g.ctrl_ptr();
+                    g.finish(crate::seg::CtrlSeg::builder().qpn(0x12_3456).opcode(8));
+                    // SAFETY: the ctrl segment's 16 bytes, just written.
+                    let (w0, w1) = unsafe {
+                        (
+                            (ctrl as *const u64).read(),
+                            (ctrl as *const u64).add(1).read(),
+                        )
+                    };
+                    // SAFETY: the blocks are this test's; the segments fit the ring (len ≤
+                    // 180 with ctrl and raddr: 236 bytes) and `raddr` ends in the first block.
+                    let mut l = unsafe { WqeWriter::reserved(&rb, pi, rb.bb(pi)) };
+                    unsafe {
+                        if with_raddr {
+                            l.put(raddr);
+                        }
+                        l.put_inline(data);
+                    }
+                    let (l_size, l_cur) = (l.size(), l.cursor() as usize - rb.start() as usize);
+                    // SAFETY: made by `reserved` above.
+                    unsafe { l.finish_words(w0, w1) };
+                    assert_eq!(a.0, b.0, "pi {pi}, len {len}, raddr {with_raddr}");
+                    assert_eq!((g_size, g_cur), (l_size, l_cur), "pi {pi}, len {len}");
+                }
+            }
+        }
     }
 }

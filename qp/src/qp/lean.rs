@@ -106,65 +106,6 @@ pub(super) fn lean_w0(pi: u16, tmpl: u64, tmpl_ds: u32, ds: u32) -> u64 {
     (((pi as u64) << 40 | tmpl) ^ (tmpl_ds ^ ds) as u64).to_be()
 }
 
-/// Write the inline segment of `data` at `ctrl + offset` (`offset` < 64, a multiple of 16:
-/// inside the WQE's first block): the BE32 header `len | MLX5_INLINE_SEG`, then the payload,
-/// split at the ring end (rdma-core `set_data_inl_seg` / `memcpy_to_wqe`; the same bytes as
-/// `WqeWriter::push_inline`). Nothing for an empty payload.
-///
-/// # Safety
-/// `ctrl` is a block of `ring` and the WQE's blocks (`inline_shape`) are reserved.
-#[inline(always)]
-pub(super) unsafe fn write_inline(ring: &SqRing, ctrl: *mut u8, offset: usize, data: &[u8]) {
-    let len = data.len();
-    if len == 0 {
-        return;
-    }
-    // SAFETY: (the whole block) the caller reserved the WQE's blocks; the header is in its first
-    // block; the payload runs to the ring end and continues at the start.
-    unsafe {
-        let seg = ctrl.add(offset);
-        (seg as *mut InlineHdr).write(InlineHdr::new(len as u32));
-        let dst = seg.add(4);
-        // A payload that fits the first block never reaches the ring end (blocks are whole);
-        // with a constant length the compiler drops the test.
-        if len <= SEND_WQE_BB - offset - 4 {
-            copy_payload(data.as_ptr(), dst, len);
-        } else {
-            let room = ring.end() as usize - dst as usize;
-            if len <= room {
-                copy_payload(data.as_ptr(), dst, len);
-            } else {
-                core::ptr::copy_nonoverlapping(data.as_ptr(), dst, room);
-                core::ptr::copy_nonoverlapping(data.as_ptr().add(room), ring.start(), len - room);
-            }
-        }
-    }
-}
-
-/// Copy `len` bytes, short payloads with two overlapping unaligned loads and stores instead
-/// of a call to `memcpy` (the bytes written are the same).
-///
-/// # Safety
-/// `src` is readable and `dst` writable for `len` bytes; they do not overlap.
-#[inline(always)]
-pub(super) unsafe fn copy_payload(src: *const u8, dst: *mut u8, len: usize) {
-    use core::ptr::{read_unaligned as rd, write_unaligned as wr};
-    // SAFETY: every access below is inside the first `len` bytes of `src` / `dst`.
-    unsafe {
-        if (8..=16).contains(&len) {
-            let (a, b) = (rd(src as *const u64), rd(src.add(len - 8) as *const u64));
-            wr(dst as *mut u64, a);
-            wr(dst.add(len - 8) as *mut u64, b);
-        } else if (4..8).contains(&len) {
-            let (a, b) = (rd(src as *const u32), rd(src.add(len - 4) as *const u32));
-            wr(dst as *mut u32, a);
-            wr(dst.add(len - 4) as *mut u32, b);
-        } else {
-            core::ptr::copy_nonoverlapping(src, dst, len);
-        }
-    }
-}
-
 impl Qp {
     // The lean entry points' rare cases (an error, a WR left pending by `post_deferred`, a QP
     // type or limit the lean check does not cover) go to the generic post of the equivalent
@@ -245,15 +186,28 @@ impl Qp {
         }
     }
 
+    /// The start of every lean post: the next WQE's slot × 8 (the byte offset of its WR id,
+    /// [`SendQueue::lean_slot`]) and the writer of its blocks, which the gate reserved
+    /// ([`WqeWriter::reserved`]: the general writer, specialised for a checked WQE).
+    #[inline(always)]
+    pub(super) fn lean_writer(&self) -> (usize, WqeWriter) {
+        let (slot, ctrl) = self.sq.lean_slot();
+        // SAFETY: `ctrl` is the block of the producer index; every caller writes only the
+        // blocks a lean gate found free.
+        (slot, unsafe {
+            WqeWriter::reserved(&self.sq.ring, self.sq.pi as u16, ctrl)
+        })
+    }
+
     /// The end of every lean post, once the segments after the ctrl segment are in the ring:
     /// the ctrl segment (two stores of values built in registers), the WR id, the doorbell.
-    /// `slot` is the producer index's slot × 8 ([`SendQueue::lean_slot`]), `ctrl` its block, `tmpl` the QP's
+    /// `w` is the WQE's writer and `slot` the producer index's slot × 8 ([`Qp::lean_writer`]), `tmpl` the QP's
     /// `ctrl_write` or `ctrl_send` and its DS count.
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     pub(super) fn lean_finish(
         &mut self,
-        ctrl: *mut u8,
+        w: WqeWriter,
         slot: usize,
         wr_id: u64,
         (tmpl, tmpl_ds): (u64, u32),
@@ -267,11 +221,9 @@ impl Qp {
         let fm = self.lean_fm(flags);
         // Bytes 8..16: signature 0, DCI stream id 0, fm_ce_se, immediate 0.
         let w1 = ((fm as u64) << 32).to_be();
-        // SAFETY: `ctrl` is the WQE's first block, 64-byte aligned, reserved by the caller.
-        unsafe {
-            (ctrl as *mut u64).write(w0);
-            (ctrl as *mut u64).add(1).write(w1);
-        }
+        let ctrl = w.ctrl_ptr();
+        // SAFETY: the caller made `w` with `WqeWriter::reserved` for the gate's blocks.
+        unsafe { w.finish_words(w0, w1) };
         self.sq.commit_lean(pi, slot, wr_id, bbs);
         let next = pi + bbs as u64;
         match ring {
@@ -313,16 +265,15 @@ impl Qp {
         ring: LeanRing,
     ) {
         let (bbs, ds) = inline_shape(RDMA_HDR, data.len());
-        let (slot, ctrl) = self.sq.lean_slot();
-        // SAFETY: `ctrl` is the next block and the WQE's `bbs` blocks are free (the gate);
-        // the raddr segment is the second 16 bytes of the first block, the inline segment
-        // the third.
+        let (slot, mut w) = self.lean_writer();
+        // SAFETY: the WQE's `bbs` blocks are free (the gate); the raddr segment is the second
+        // 16 bytes of the first block, the inline segment starts in the third.
         unsafe {
-            (ctrl.add(SEND_WQE_DS) as *mut RaddrSeg).write(RaddrSeg::new(remote.addr, remote.rkey));
-            write_inline(&self.sq.ring, ctrl, RDMA_HDR, data);
+            w.put(RaddrSeg::new(remote.addr, remote.rkey));
+            w.put_inline(data);
         }
         let tmpl = (self.ctrl_write, WRITE_DS);
-        self.lean_finish(ctrl, slot, wr_id, tmpl, ds, bbs, flags, ring);
+        self.lean_finish(w, slot, wr_id, tmpl, ds, bbs, flags, ring);
     }
 
     /// RDMA WRITE from one registered buffer, doorbell rung: exactly
@@ -353,16 +304,15 @@ impl Qp {
         flags: SendFlags,
         ring: LeanRing,
     ) {
-        let (slot, ctrl) = self.sq.lean_slot();
+        let (slot, mut w) = self.lean_writer();
         // SAFETY: as in `lean_write_inline`; ctrl + raddr + data segment fill 48 bytes of the
         // one free block.
         unsafe {
-            (ctrl.add(SEND_WQE_DS) as *mut RaddrSeg).write(RaddrSeg::new(remote.addr, remote.rkey));
-            (ctrl.add(RDMA_HDR) as *mut DataSeg)
-                .write(DataSeg::new(sge.length, sge.lkey, sge.addr));
+            w.put(RaddrSeg::new(remote.addr, remote.rkey));
+            w.put(DataSeg::new(sge.length, sge.lkey, sge.addr));
         }
         let tmpl = (self.ctrl_write, WRITE_DS);
-        self.lean_finish(ctrl, slot, wr_id, tmpl, 3, 1, flags, ring);
+        self.lean_finish(w, slot, wr_id, tmpl, 3, 1, flags, ring);
     }
 
     /// SEND of `data` carried inline, doorbell rung: exactly
@@ -388,12 +338,12 @@ impl Qp {
         ring: LeanRing,
     ) {
         let (bbs, ds) = inline_shape(SEND_HDR, data.len());
-        let (slot, ctrl) = self.sq.lean_slot();
-        // SAFETY: `ctrl` is the next block and the WQE's blocks are free (the gate); the
-        // inline segment is the second 16 bytes of the first block.
-        unsafe { write_inline(&self.sq.ring, ctrl, SEND_HDR, data) };
+        let (slot, mut w) = self.lean_writer();
+        // SAFETY: the WQE's blocks are free (the gate); the inline segment starts in the
+        // second 16 bytes of the first block.
+        unsafe { w.put_inline(data) };
         let tmpl = (self.ctrl_send, SEND_DS);
-        self.lean_finish(ctrl, slot, wr_id, tmpl, ds, bbs, flags, ring);
+        self.lean_finish(w, slot, wr_id, tmpl, ds, bbs, flags, ring);
     }
 
     /// SEND from one registered buffer, doorbell rung: exactly
@@ -407,14 +357,11 @@ impl Qp {
     /// The lean SEND of one gather entry, once a gate let it through.
     #[inline(always)]
     pub(super) fn lean_send(&mut self, wr_id: u64, sge: Sge, flags: SendFlags, ring: LeanRing) {
-        let (slot, ctrl) = self.sq.lean_slot();
+        let (slot, mut w) = self.lean_writer();
         // SAFETY: ctrl + data segment fill 32 bytes of the one free block (the gate).
-        unsafe {
-            (ctrl.add(SEND_HDR) as *mut DataSeg)
-                .write(DataSeg::new(sge.length, sge.lkey, sge.addr));
-        }
+        unsafe { w.put(DataSeg::new(sge.length, sge.lkey, sge.addr)) };
         let tmpl = (self.ctrl_send, SEND_DS);
-        self.lean_finish(ctrl, slot, wr_id, tmpl, 2, 1, flags, ring);
+        self.lean_finish(w, slot, wr_id, tmpl, 2, 1, flags, ring);
     }
 
     /// Post several WRs and ring once: the guard rings the doorbell when dropped.
