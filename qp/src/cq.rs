@@ -9,11 +9,23 @@
 //! A CQE the table cannot place stays in the CQ ([`Cq::poll`], **Errors**): nothing is
 //! consumed that no completion accounts for.
 //!
-//! Here: the [`Cq`], its batch loop (runs of common CQEs inline, the rest through the full
-//! path, CQE by CQE) and [`Cq::poll_send`]. Beside it: `table` (the [`Resolve`] tables),
+//! Here: the [`Cq`] and its batch loop. Beside it: `table` (the [`Resolve`] tables),
 //! `single` (the one-entry poll), `runs` (the runs of one QP and the loop over CQEs of many),
-//! `own` (one owner's CQEs of a shared CQ: [`Cq::poll_own`], [`Cq::discard_next`]),
-//! `timestamp` (completion timestamps), `tests`.
+//! `full` (the full path), `send` ([`Cq::poll_send`]), `own` (one owner's CQEs of a shared
+//! CQ: [`Cq::poll_own`], [`Cq::discard_next`]), `timestamp` (completion timestamps), `tests`.
+//!
+//! The poll functions are named for when they run. By the caller: [`Cq::poll`] (every
+//! call), [`Cq::poll_send`] (one QP's sends, WR ids only), [`Cq::poll_own`],
+//! [`Cq::poll_timestamped`]. By the call's room: `poll_one_entry` (one completion; behind it
+//! `poll_one_entry_flush` and `poll_one_entry_uncommon`), `poll_batch` (more;
+//! `poll_batch_128` is its out-of-line copy for 128-byte CQEs). By the CQE: `poll_common`
+//! (what the fast test accepts: a plain requester CQE, a good responder CQE, a flush of this
+//! lap), and from the first CQE it declines `poll_uncommon` (`poll_uncommon_from` its
+//! `Result` form, `poll_uncommon_one` one CQE read whole and handed to its queue by
+//! `Cq::handle`); `poll_send_common`, `poll_send_common_checked` (an uncommon WQE is
+//! outstanding) and `poll_send_uncommon` the same for [`Cq::poll_send`]. What a CQE does to
+//! its queue is asked of the QP (`crate::qp::completion`), never done on its fields.
+//! `docs/hot-path.md` walks one CQE through them.
 
 mod full;
 mod own;
@@ -217,15 +229,15 @@ impl Cq {
     pub fn poll<R: Resolve + ?Sized>(&mut self, table: &mut R, wcs: &mut [Wc]) -> Result<usize> {
         #[cfg(test)]
         if paths::FAST_OFF.with(|f| f.get()) {
-            return self.poll_from(table, wcs, 0, self.ci);
+            return self.poll_uncommon_from(table, wcs, 0, self.ci);
         }
         if wcs.len() == 1 {
-            return self.poll_single(table, wcs);
+            return self.poll_one_entry(table, wcs);
         }
         if self.size_shift == 6 {
-            self.poll_with::<R, 6>(table, wcs)
+            self.poll_batch::<R, 6>(table, wcs)
         } else {
-            match self.poll_128(table, wcs) {
+            match self.poll_batch_128(table, wcs) {
                 SLOW_ERROR => Err(self.take_error()),
                 n => Ok(n),
             }
@@ -235,8 +247,8 @@ impl Cq {
     /// [`Cq::poll`] for 128-byte CQEs, out of line (one inline copy of the fast loop is
     /// enough for the callers'), its error to `error` ([`SLOW_ERROR`]).
     #[inline(never)]
-    fn poll_128<R: Resolve + ?Sized>(&mut self, table: &mut R, wcs: &mut [Wc]) -> usize {
-        let r = self.poll_with::<R, 7>(table, wcs);
+    fn poll_batch_128<R: Resolve + ?Sized>(&mut self, table: &mut R, wcs: &mut [Wc]) -> usize {
+        let r = self.poll_batch::<R, 7>(table, wcs);
         self.stash(r)
     }
 
@@ -254,19 +266,19 @@ impl Cq {
 
     /// [`Cq::poll`] with CQEs `1 << SHIFT` bytes apart.
     #[inline(always)]
-    fn poll_with<R: Resolve + ?Sized, const SHIFT: u32>(
+    fn poll_batch<R: Resolve + ?Sized, const SHIFT: u32>(
         &mut self,
         table: &mut R,
         wcs: &mut [Wc],
     ) -> Result<usize> {
         let start = self.ci;
-        // The fast loop (`Cq::poll_fast`, inline) retires runs of common CQEs; the first other
+        // The fast loop (`Cq::poll_common`, inline) retires runs of common CQEs; the first other
         // CQE (an error, inline scatter, a QP it does not know, ...) hands the rest of the
-        // call to the full path (`Cq::poll_rest`, out of line), which starts by reading that
+        // call to the full path (`Cq::poll_uncommon`, out of line), which starts by reading that
         // CQE afresh: its owner byte, the barrier, the CQE.
-        let (n, more) = self.poll_fast::<R, SHIFT>(table, wcs);
+        let (n, more) = self.poll_common::<R, SHIFT>(table, wcs);
         if more {
-            return self.poll_from(table, wcs, n, start);
+            return self.poll_uncommon_from(table, wcs, n, start);
         }
         if n != 0 {
             self.update_ci();
@@ -302,7 +314,7 @@ impl Cq {
     /// CQEs are `1 << SHIFT` bytes apart (64 or 128: the 64-byte CQE at the end of its
     /// slot).
     #[inline(always)]
-    fn poll_fast<R: Resolve + ?Sized, const SHIFT: u32>(
+    fn poll_common<R: Resolve + ?Sized, const SHIFT: u32>(
         &mut self,
         table: &mut R,
         wcs: &mut [Wc],

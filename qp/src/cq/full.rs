@@ -11,7 +11,7 @@ impl Cq {
     /// Returns the completions written; an error (reported only as the first CQE of a call)
     /// goes to `error`.
     #[inline(never)]
-    pub(super) fn poll_rest<R: Resolve + ?Sized>(
+    pub(super) fn poll_uncommon<R: Resolve + ?Sized>(
         &mut self,
         table: &mut R,
         wcs: &mut [Wc],
@@ -67,7 +67,7 @@ impl Cq {
             } else if !sw_owned(op_own, ci, cqe_cnt) {
                 break;
             }
-            match self.poll_one_slow(cqe_ptr, table, &mut wcs[n..], n == 0) {
+            match self.poll_uncommon_one(cqe_ptr, table, &mut wcs[n..], n == 0) {
                 Ok(Consumed::Yes(k)) => {
                     #[cfg(test)]
                     paths::served(3, k);
@@ -103,11 +103,11 @@ impl Cq {
         n
     }
 
-    /// [`Cq::poll_rest`] as a `Result`: the error it stashed, else the completions. Inline,
+    /// [`Cq::poll_uncommon`] as a `Result`: the error it stashed, else the completions. Inline,
     /// so that the fast paths' callers see their own `Ok` in registers, not a result the
     /// out-of-line call wrote to memory.
     #[inline(always)]
-    pub(super) fn poll_from<R: Resolve + ?Sized>(
+    pub(super) fn poll_uncommon_from<R: Resolve + ?Sized>(
         &mut self,
         table: &mut R,
         wcs: &mut [Wc],
@@ -115,7 +115,7 @@ impl Cq {
         start: u32,
     ) -> Result<usize> {
         let mut error = None;
-        let n = self.poll_rest(table, wcs, n, start, &mut error);
+        let n = self.poll_uncommon(table, wcs, n, start, &mut error);
         match error {
             Some(e) => Err(e),
             None => Ok(n),
@@ -134,7 +134,7 @@ impl Cq {
     /// ownership test and its barrier) and hand it to its queue. A CQE naming no outstanding
     /// WQE comes back as [`Error::BadCqe`].
     #[inline(never)]
-    pub(super) fn poll_one_slow<R: Resolve + ?Sized>(
+    pub(super) fn poll_uncommon_one<R: Resolve + ?Sized>(
         &mut self,
         cqe_ptr: *mut u8,
         table: &mut R,
@@ -270,7 +270,7 @@ impl Cq {
                     }
                     Some(srqn) => {
                         // The SRQ first: a CQE it cannot place changes nothing (it stays in
-                        // the CQ, `Cq::poll_rest`), not even the QP's state.
+                        // the CQ, `Cq::poll_uncommon`), not even the QP's state.
                         let srq = table.srq(srqn).ok_or(Error::UnknownSrqn { cqn, srqn })?;
                         let p = srq.complete(cqe.wqe_counter(), wc, inline, out);
                         if !wc.is_ok() {

@@ -45,11 +45,11 @@ impl Cq {
         wr_ids: &mut [u64],
         other: F,
     ) -> Result<usize> {
-        let n = self.poll_send_lean(qp, wr_ids);
+        let n = self.poll_send_common(qp, wr_ids);
         if n != 0 || wr_ids.is_empty() || !self.next_ready() {
             return Ok(n);
         }
-        self.poll_send_other(qp, wr_ids, other)
+        self.poll_send_uncommon(qp, wr_ids, other)
     }
 
     /// Whether the CQE at the consumer index is software-owned (any opcode but INVALID).
@@ -66,9 +66,9 @@ impl Cq {
     /// The run of common CQEs of [`Cq::poll_send`] ([`Cq::lean_run`]), in the common loop
     /// when every outstanding WQE has the common shape and CQEs are 64 bytes.
     #[inline(always)]
-    pub(super) fn poll_send_lean(&mut self, qp: &mut Qp, out: &mut [u64]) -> usize {
+    pub(super) fn poll_send_common(&mut self, qp: &mut Qp, out: &mut [u64]) -> usize {
         if !(qp.sq_all_common() & (self.size_shift == 6)) {
-            return self.poll_send_lean_rare(qp, out);
+            return self.poll_send_common_checked(qp, out);
         }
         let run = self.lean_run(qp, out);
         // SAFETY: `lean_run` bounded the run.
@@ -81,7 +81,7 @@ impl Cq {
     /// bytes are read) or the CQEs are 128 bytes: out of line, to keep the common loop's
     /// registers free.
     #[inline(never)]
-    pub(super) fn poll_send_lean_rare(&mut self, qp: &mut Qp, out: &mut [u64]) -> usize {
+    pub(super) fn poll_send_common_checked(&mut self, qp: &mut Qp, out: &mut [u64]) -> usize {
         let common = qp.sq_all_common();
         let run = self.lean_run(qp, out);
         // SAFETY: `lean_run` bounded the run.
@@ -140,7 +140,7 @@ impl Cq {
     /// The rest of [`Cq::poll_send`]: [`Cq::poll`] into a small array, sorted.
     #[cold]
     #[inline(never)]
-    pub(super) fn poll_send_other<F: FnMut(Wc)>(
+    pub(super) fn poll_send_uncommon<F: FnMut(Wc)>(
         &mut self,
         qp: &mut Qp,
         wr_ids: &mut [u64],
