@@ -200,6 +200,7 @@ fn the_reserved_writer_writes_what_the_general_one_writes() {
                 // SAFETY: the blocks are this test's; the segments fit the ring (len ≤
                 // 180 with ctrl and raddr: 236 bytes) and `raddr` ends in the first block.
                 let mut l = unsafe { WqeWriter::reserved(&rb, pi, rb.bb(pi)) };
+                // SAFETY: made by `reserved` above, the segments within its blocks.
                 unsafe {
                     if with_raddr {
                         l.put(raddr);
