@@ -9,21 +9,34 @@
 //! A CQE the table cannot place stays in the CQ ([`Cq::poll`], **Errors**): nothing is
 //! consumed that no completion accounts for.
 //!
-//! Here: the [`Cq`], its batch loop (runs of common CQEs inline, the rest through the full
-//! path, CQE by CQE) and [`Cq::poll_send`]. Beside it: `table` (the [`Resolve`] tables),
+//! Here: the [`Cq`] and its batch loop. Beside it: `table` (the [`Resolve`] tables),
 //! `single` (the one-entry poll), `runs` (the runs of one QP and the loop over CQEs of many),
-//! `own` (one owner's CQEs of a shared CQ: [`Cq::poll_own`], [`Cq::discard_next`]),
-//! `timestamp` (completion timestamps), `tests`.
+//! `full` (the full path), `send` ([`Cq::poll_send`]), `own` (one owner's CQEs of a shared
+//! CQ: [`Cq::poll_own`], [`Cq::discard_next`]), `timestamp` (completion timestamps), `tests`.
+//!
+//! The poll functions are named for when they run. By the caller: [`Cq::poll`] (every
+//! call), [`Cq::poll_send`] (one QP's sends, WR ids only), [`Cq::poll_own`],
+//! [`Cq::poll_timestamped`]. By the call's room: `poll_one_entry` (one completion; behind it
+//! `poll_one_entry_flush` and `poll_one_entry_uncommon`), `poll_batch` (more;
+//! `poll_batch_128` is its out-of-line copy for 128-byte CQEs). By the CQE: `poll_common`
+//! (what the fast test accepts: a plain requester CQE, a good responder CQE, a flush of this
+//! lap), and from the first CQE it declines `poll_uncommon` (`poll_uncommon_from` its
+//! `Result` form, `poll_uncommon_one` one CQE read whole and handed to its queue by
+//! `Cq::handle`); `poll_send_common`, `poll_send_common_checked` (an uncommon WQE is
+//! outstanding) and `poll_send_uncommon` the same for [`Cq::poll_send`]. What a CQE does to
+//! its queue is asked of the QP (`crate::qp::completion`), never done on its fields.
+//! `docs/hot-path.md` walks one CQE through them.
 
+mod full;
 mod own;
 mod runs;
+mod send;
 mod single;
 mod table;
 mod timestamp;
 
 pub use table::{QpTable, Resolve};
 
-pub(crate) use runs::LeanRun;
 use runs::{
     cqe_at, distinct_recv_run, distinct_run, error_of_lap, flush_run, good_resp, recv_run,
     send_more, Room,
@@ -216,15 +229,15 @@ impl Cq {
     pub fn poll<R: Resolve + ?Sized>(&mut self, table: &mut R, wcs: &mut [Wc]) -> Result<usize> {
         #[cfg(test)]
         if paths::FAST_OFF.with(|f| f.get()) {
-            return self.poll_from(table, wcs, 0, self.ci);
+            return self.poll_uncommon_from(table, wcs, 0, self.ci);
         }
         if wcs.len() == 1 {
-            return self.poll_single(table, wcs);
+            return self.poll_one_entry(table, wcs);
         }
         if self.size_shift == 6 {
-            self.poll_with::<R, 6>(table, wcs)
+            self.poll_batch::<R, 6>(table, wcs)
         } else {
-            match self.poll_128(table, wcs) {
+            match self.poll_batch_128(table, wcs) {
                 SLOW_ERROR => Err(self.take_error()),
                 n => Ok(n),
             }
@@ -234,8 +247,8 @@ impl Cq {
     /// [`Cq::poll`] for 128-byte CQEs, out of line (one inline copy of the fast loop is
     /// enough for the callers'), its error to `error` ([`SLOW_ERROR`]).
     #[inline(never)]
-    fn poll_128<R: Resolve + ?Sized>(&mut self, table: &mut R, wcs: &mut [Wc]) -> usize {
-        let r = self.poll_with::<R, 7>(table, wcs);
+    fn poll_batch_128<R: Resolve + ?Sized>(&mut self, table: &mut R, wcs: &mut [Wc]) -> usize {
+        let r = self.poll_batch::<R, 7>(table, wcs);
         self.stash(r)
     }
 
@@ -253,19 +266,19 @@ impl Cq {
 
     /// [`Cq::poll`] with CQEs `1 << SHIFT` bytes apart.
     #[inline(always)]
-    fn poll_with<R: Resolve + ?Sized, const SHIFT: u32>(
+    fn poll_batch<R: Resolve + ?Sized, const SHIFT: u32>(
         &mut self,
         table: &mut R,
         wcs: &mut [Wc],
     ) -> Result<usize> {
         let start = self.ci;
-        // The fast loop (`Cq::poll_fast`, inline) retires runs of common CQEs; the first other
+        // The fast loop (`Cq::poll_common`, inline) retires runs of common CQEs; the first other
         // CQE (an error, inline scatter, a QP it does not know, ...) hands the rest of the
-        // call to the full path (`Cq::poll_rest`, out of line), which starts by reading that
+        // call to the full path (`Cq::poll_uncommon`, out of line), which starts by reading that
         // CQE afresh: its owner byte, the barrier, the CQE.
-        let (n, more) = self.poll_fast::<R, SHIFT>(table, wcs);
+        let (n, more) = self.poll_common::<R, SHIFT>(table, wcs);
         if more {
-            return self.poll_from(table, wcs, n, start);
+            return self.poll_uncommon_from(table, wcs, n, start);
         }
         if n != 0 {
             self.update_ci();
@@ -301,7 +314,7 @@ impl Cq {
     /// CQEs are `1 << SHIFT` bytes apart (64 or 128: the 64-byte CQE at the end of its
     /// slot).
     #[inline(always)]
-    fn poll_fast<R: Resolve + ?Sized, const SHIFT: u32>(
+    fn poll_common<R: Resolve + ?Sized, const SHIFT: u32>(
         &mut self,
         table: &mut R,
         wcs: &mut [Wc],
@@ -449,311 +462,6 @@ impl Cq {
         (len - rem, more)
     }
 
-    /// The rest of a [`Cq::poll`] call from its first uncommon CQE: `n` completions are in
-    /// `wcs` already, `start` is the consumer index the call began at.
-    /// Returns the completions written; an error (reported only as the first CQE of a call)
-    /// goes to `error`.
-    #[inline(never)]
-    fn poll_rest<R: Resolve + ?Sized>(
-        &mut self,
-        table: &mut R,
-        wcs: &mut [Wc],
-        mut n: usize,
-        start: u32,
-        error: &mut Option<Error>,
-    ) -> usize {
-        // Read once: the stores into `wcs` and the queues would make the compiler reload them.
-        let (cqe0, cqe_cnt, size_shift) = (self.cqe0, self.cqe_cnt, self.size_shift);
-        let mut err = None;
-        while n < wcs.len() {
-            let ci = self.ci;
-            let idx = (ci & (cqe_cnt - 1)) as usize;
-            // SAFETY: idx < cqe_cnt, so the 64-byte CQE (at +0 or +64 of its slot) is inside
-            // the buffer.
-            let cqe_ptr = unsafe { cqe0.add(idx << size_shift) };
-            // SAFETY: op_own is the last byte of the CQE; volatile, the device writes it.
-            let op_own = unsafe { core::ptr::read_volatile(cqe_ptr.add(63)) };
-            // The common case in one test (UCX `uct_ib_mlx5_poll_cq` tests error, invalid
-            // and compressed CQEs with one mask, `docs/sources.md` §8): opcode REQ (bits 7:4 = 0),
-            // no inline scatter and not compressed (format, bits 3:2 = 0), owner bit (bit 0)
-            // equal to the lap parity (rdma-core `get_sw_cqe`). SE (bit 1) is ignored.
-            let parity = ((ci & cqe_cnt) != 0) as u8;
-            if (op_own ^ parity) & 0xfd == 0 {
-                mmio::from_device_barrier();
-                // SAFETY: the CQE is software-owned; bytes 56..64 (sop_drop_qpn, wqe_counter,
-                // signature, op_own) and 44..48 (byte_cnt) read after the barrier.
-                // Whole-word volatile loads (8-byte aligned in a 64-byte aligned CQE), one
-                // instruction each; the bytes are taken apart in registers.
-                let (tail, byte_cnt) = unsafe {
-                    (
-                        core::ptr::read_volatile(cqe_ptr.add(56) as *const u64).to_ne_bytes(),
-                        core::ptr::read_volatile(cqe_ptr.add(44) as *const u32).to_ne_bytes(),
-                    )
-                };
-                let qpn = u32::from_be_bytes([0, tail[1], tail[2], tail[3]]);
-                let wqe_counter = u16::from_be_bytes([tail[4], tail[5]]);
-                if let Some(qp) = table.qp(qpn) {
-                    if qp.complete_send_success(
-                        wqe_counter,
-                        tail[0],
-                        qpn,
-                        u32::from_be_bytes(byte_cnt),
-                        &mut wcs[n],
-                    ) {
-                        #[cfg(test)]
-                        paths::served(3, 1);
-                        n += 1;
-                        self.ci = ci.wrapping_add(1);
-                        continue;
-                    }
-                }
-            } else if !sw_owned(op_own, ci, cqe_cnt) {
-                break;
-            }
-            match self.poll_one_slow(cqe_ptr, table, &mut wcs[n..], n == 0) {
-                Ok(Consumed::Yes(k)) => {
-                    #[cfg(test)]
-                    paths::served(3, k);
-                    n += k;
-                    self.ci = self.ci.wrapping_add(1);
-                }
-                Ok(Consumed::NotYet(k)) => {
-                    #[cfg(test)]
-                    paths::served(3, k);
-                    n += k;
-                    break;
-                }
-                Err(e) => {
-                    if n == 0 {
-                        // A CQE the table cannot place (another QP's, an SRQ not in the
-                        // table) stays in the CQ for a poll with a table that can; a receive
-                        // out of order stays too: the next call delivers it.
-                        if !e.leaves_cqe() {
-                            self.ci = self.ci.wrapping_add(1);
-                        }
-                        err = Some(e);
-                    }
-                    break;
-                }
-            }
-        }
-        if self.ci != start {
-            self.update_ci();
-        }
-        if let Some(e) = err {
-            *error = Some(self.report(e));
-        }
-        n
-    }
-
-    /// [`Cq::poll_rest`] as a `Result`: the error it stashed, else the completions. Inline,
-    /// so that the fast paths' callers see their own `Ok` in registers, not a result the
-    /// out-of-line call wrote to memory.
-    #[inline(always)]
-    fn poll_from<R: Resolve + ?Sized>(
-        &mut self,
-        table: &mut R,
-        wcs: &mut [Wc],
-        n: usize,
-        start: u32,
-    ) -> Result<usize> {
-        let mut error = None;
-        let n = self.poll_rest(table, wcs, n, start, &mut error);
-        match error {
-            Some(e) => Err(e),
-            None => Ok(n),
-        }
-    }
-
-    /// Poll the send completions of one QP, lean: the WR ids of its successful send WRs go
-    /// to `wr_ids` (returns how many), every other completion — an error or flush, a
-    /// receive — to `other`, in CQE order, so that every completion is still delivered
-    /// exactly once (the accounting of [`Cq::poll`]).
-    ///
-    /// The common CQE — a successful requester CQE of `qp` (opcode REQ, no inline data, SE
-    /// clear) naming its oldest outstanding WQE, a one-block WQE that is not an
-    /// atomic — costs one owner-byte test, the load barrier, one 8-byte load and a compare
-    /// for QPN and `wqe_counter` together, one meta byte and one WR id, each copied straight
-    /// to `wr_ids`; the consumer index goes to the doorbell record once per call. Anything
-    /// else ends that run; when it is the first CQE of a call, the call hands it to
-    /// [`Cq::poll`] (out of line) and sorts what it returns: successful send completions
-    /// (a READ, an atomic, a WR retiring unsignaled ones before it) to `wr_ids`, the rest to
-    /// `other`.
-    ///
-    /// Errors are those of [`Cq::poll`] (a CQE of another QP, left in the CQ; one naming no
-    /// outstanding WQE, an unsupported format), reported by the call that meets them first.
-    /// An empty `wr_ids` polls nothing.
-    ///
-    /// ```no_run
-    /// # fn f(cq: &mut mlx5_qp::Cq, qp: &mut mlx5_qp::Qp) -> mlx5_qp::Result<()> {
-    /// let mut done = [0u64; 16];
-    /// let n = cq.poll_send(qp, &mut done, |wc| {
-    ///     eprintln!("WR {} failed: {}", wc.wr_id(), wc.status())
-    /// })?;
-    /// for id in &done[..n] { /* WR `id` succeeded */ }
-    /// # Ok(()) }
-    /// ```
-    #[inline(always)]
-    pub fn poll_send<F: FnMut(Wc)>(
-        &mut self,
-        qp: &mut Qp,
-        wr_ids: &mut [u64],
-        other: F,
-    ) -> Result<usize> {
-        let n = self.poll_send_lean(qp, wr_ids);
-        if n != 0 || wr_ids.is_empty() || !self.next_ready() {
-            return Ok(n);
-        }
-        self.poll_send_other(qp, wr_ids, other)
-    }
-
-    /// Whether the CQE at the consumer index is software-owned (any opcode but INVALID).
-    #[inline(always)]
-    fn next_ready(&self) -> bool {
-        let idx = (self.ci & (self.cqe_cnt - 1)) as usize;
-        // SAFETY: idx < cqe_cnt: op_own, the last byte of a CQE inside the buffer; volatile,
-        // the device writes it.
-        let op_own =
-            unsafe { core::ptr::read_volatile(self.cqe0.add((idx << self.size_shift) + 63)) };
-        sw_owned(op_own, self.ci, self.cqe_cnt)
-    }
-
-    /// The run of common CQEs of [`Cq::poll_send`] ([`Cq::lean_run`]), in the common loop
-    /// when every outstanding WQE has the common shape and CQEs are 64 bytes.
-    #[inline(always)]
-    fn poll_send_lean(&mut self, qp: &mut Qp, out: &mut [u64]) -> usize {
-        if !(qp.sq_all_common() & (self.size_shift == 6)) {
-            return self.poll_send_lean_rare(qp, out);
-        }
-        let run = self.lean_run(qp, out);
-        // SAFETY: `lean_run` bounded the run.
-        let n = unsafe { run.run::<false, 6>() };
-        self.lean_retired(qp, n);
-        n
-    }
-
-    /// [`Cq::poll_send`]'s run when some outstanding WQE is of an uncommon shape (the meta
-    /// bytes are read) or the CQEs are 128 bytes: out of line, to keep the common loop's
-    /// registers free.
-    #[inline(never)]
-    fn poll_send_lean_rare(&mut self, qp: &mut Qp, out: &mut [u64]) -> usize {
-        let common = qp.sq_all_common();
-        let run = self.lean_run(qp, out);
-        // SAFETY: `lean_run` bounded the run.
-        let n = unsafe {
-            match (common, self.size_shift) {
-                (true, 6) => run.run::<false, 6>(),
-                (true, _) => run.run::<false, 7>(),
-                (false, 6) => run.run::<true, 6>(),
-                (false, _) => run.run::<true, 7>(),
-            }
-        };
-        self.lean_retired(qp, n);
-        n
-    }
-
-    /// The next lean run: at most `out.len()` CQEs, not past the end of the CQ buffer's lap
-    /// (the owner value is the lap's) nor of the send ring (the slots are then consecutive),
-    /// and not more than the send queue has outstanding blocks — each CQE retires exactly
-    /// one, so the WQE it must name is always outstanding and its slot's bookkeeping current.
-    #[inline(always)]
-    fn lean_run(&self, qp: &Qp, out: &mut [u64]) -> LeanRun {
-        let v = qp.sq_lean_view();
-        let ci = self.ci;
-        let idx = ci & (self.cqe_cnt - 1);
-        let slot = (v.ci & v.mask) as usize;
-        let k = out
-            .len()
-            .min((self.cqe_cnt - idx) as usize)
-            .min(v.room as usize)
-            .min(v.mask as usize + 1 - slot);
-        // SAFETY: idx < cqe_cnt; slot + k <= wqe_cnt and k <= out.len() (the run's bound).
-        unsafe {
-            LeanRun {
-                cqe: self.cqe0.add((idx as usize) << self.size_shift),
-                own: ((ci & self.cqe_cnt) != 0) as u8,
-                expect: LeanRun::expect(qp.cqe_qpn_key(), v.ci),
-                meta: v.meta.add(slot),
-                wr_ids: v.wr_ids.add(slot),
-                out: out.as_mut_ptr(),
-                k,
-            }
-        }
-    }
-
-    /// Account for `n` CQEs consumed by a lean run: the consumer indices, the credits, the
-    /// doorbell record (once per call).
-    #[inline(always)]
-    fn lean_retired(&mut self, qp: &mut Qp, n: usize) {
-        if n != 0 {
-            self.ci = self.ci.wrapping_add(n as u32);
-            qp.sq_lean_retired(n as u16);
-            self.update_ci();
-        }
-    }
-
-    /// The rest of [`Cq::poll_send`]: [`Cq::poll`] into a small array, sorted.
-    #[cold]
-    #[inline(never)]
-    fn poll_send_other<F: FnMut(Wc)>(
-        &mut self,
-        qp: &mut Qp,
-        wr_ids: &mut [u64],
-        mut other: F,
-    ) -> Result<usize> {
-        let mut wcs = [Wc::default(); 16];
-        let room = wr_ids.len().min(wcs.len());
-        let k = self.poll(qp, &mut wcs[..room])?;
-        let mut n = 0;
-        for wc in &wcs[..k] {
-            if wc.is_ok() && !wc.opcode().is_recv() {
-                wr_ids[n] = wc.wr_id();
-                n += 1;
-            } else {
-                other(*wc);
-            }
-        }
-        Ok(n)
-    }
-
-    /// Log a CQE that was consumed without a completion (out of line: errors are rare).
-    #[cold]
-    #[inline(never)]
-    fn report(&self, e: Error) -> Error {
-        tracing::warn!(cqn = self.cqn, error = %e, "CQE ignored");
-        e
-    }
-
-    /// Every CQE the fast test in [`Cq::poll`] does not finish: read it whole (after the
-    /// ownership test and its barrier) and hand it to its queue. A CQE naming no outstanding
-    /// WQE comes back as [`Error::BadCqe`].
-    #[inline(never)]
-    fn poll_one_slow<R: Resolve + ?Sized>(
-        &mut self,
-        cqe_ptr: *mut u8,
-        table: &mut R,
-        out: &mut [Wc],
-        first: bool,
-    ) -> Result<Consumed> {
-        mmio::from_device_barrier();
-        // SAFETY: the CQE is software-owned (checked by the caller); read all 64 bytes after
-        // the barrier.
-        let cqe = unsafe { read_line(cqe_ptr) };
-        let cqe = Cqe64::from_bytes(&cqe);
-        // SAFETY: the slot starts `cqe_off` bytes before its 64-byte CQE.
-        let slot = unsafe { cqe_ptr.sub(self.cqe_off) };
-        match self.handle(&cqe, slot, table, out, first)? {
-            Progress::Done(k) => Ok(Consumed::Yes(k)),
-            Progress::Partial(k) => Ok(Consumed::NotYet(k)),
-            Progress::Bad(why) => Err(Error::BadCqe {
-                cqn: self.cqn,
-                qpn: cqe.qpn(),
-                wqe_counter: cqe.wqe_counter(),
-                why,
-            }),
-        }
-    }
-
     /// The consumer index to the doorbell record — also when the CQ ignores overrun, where
     /// the device does not need it: rdma-core's `update_cons_index` writes it unconditionally
     /// too, and the write then needs no test.
@@ -769,130 +477,6 @@ impl Cq {
         mmio::from_device_barrier();
         // SAFETY: `dbrec` is the CQ's live doorbell record (constructor contract).
         unsafe { mmio::write_dbrec(self.dbrec.add(CQ_SET_CI), ci) };
-    }
-
-    #[inline(always)]
-    fn handle<R: Resolve + ?Sized>(
-        &mut self,
-        cqe: &Cqe64,
-        slot: *mut u8,
-        table: &mut R,
-        out: &mut [Wc],
-        first: bool,
-    ) -> Result<Progress> {
-        let opcode = cqe.opcode();
-        let format = cqe.format();
-        let unsupported = || Error::UnsupportedCqe {
-            cqn: self.cqn,
-            opcode,
-            name: cqe_opcode_name(opcode),
-            format,
-        };
-        if format == CQE_FORMAT_COMPRESSED {
-            return Err(unsupported());
-        }
-        let front: [u8; 64];
-        let inline: Option<&[u8]> = match format {
-            CQE_FORMAT_INLINE32 => Some(&cqe.as_bytes()[..32]),
-            CQE_FORMAT_INLINE64 if self.cqe_size == 128 => {
-                // SAFETY: the first half of a 128-byte slot, inside the buffer, read after the
-                // ownership check and its barrier.
-                front = unsafe { read_line(slot) };
-                Some(&front[..])
-            }
-            _ => None,
-        };
-        let qpn = cqe.qpn();
-        match opcode {
-            CQE_REQ | CQE_REQ_ERR => {
-                let (status, syndrome, vendor_err) = if opcode == CQE_REQ_ERR {
-                    let e = cqe.as_err();
-                    (
-                        WcStatus::from_syndrome(e.syndrome),
-                        e.syndrome,
-                        e.vendor_err_synd,
-                    )
-                } else {
-                    (WcStatus::Success, 0, 0)
-                };
-                let info = CqeInfo {
-                    qpn,
-                    send_opcode: cqe.send_opcode(),
-                    status,
-                    syndrome,
-                    vendor_err,
-                    byte_cnt: cqe.byte_cnt(),
-                };
-                let cqn = self.cqn;
-                let qp = table.qp(qpn).ok_or(Error::UnknownQpn { cqn, qpn })?;
-                // An error moves the QP out of RTS, but a late flush of an error period it
-                // was recovered from does not move it back.
-                if status != WcStatus::Success
-                    && !qp.sq_error_of_recovered_period(cqe.wqe_counter())
-                {
-                    qp.follow_error_completion(true);
-                }
-                if let (Some(data), WcStatus::Success) = (inline, status) {
-                    // Requester scatter-to-CQE: a READ or atomic reply (rdma-core `mlx5_parse_cqe`:
-                    // `mlx5_copy_to_send_wqe` for a requester CQE with inline scatter).
-                    let mut segs = [DataSeg::default(); 16];
-                    let k = qp.reply_sges(cqe.wqe_counter(), &mut segs);
-                    let len = (cqe.byte_cnt() as usize).min(data.len());
-                    // SAFETY: the WQE is outstanding: its local segments are the caller's
-                    // buffers, valid until this completion (post contract).
-                    unsafe { crate::scatter::scatter(&data[..len], &segs[..k]) };
-                }
-                Ok(qp.complete_send(cqe.wqe_counter(), &info, out))
-            }
-            CQE_RESP_SEND | CQE_RESP_SEND_IMM | CQE_RESP_SEND_INV | CQE_RESP_WR_IMM
-            | CQE_RESP_ERR => {
-                let wc = if opcode == CQE_RESP_ERR {
-                    let e = cqe.as_err();
-                    Wc::new(&WcFields {
-                        qp_num: qpn,
-                        opcode: WcOpcode::Recv,
-                        status: WcStatus::from_syndrome(e.syndrome),
-                        syndrome: e.syndrome,
-                        vendor_err: e.vendor_err_synd,
-                        ..WcFields::default()
-                    })
-                } else {
-                    Wc::responder(cqe)
-                };
-                let cqn = self.cqn;
-                let Some(qp) = table.qp(qpn) else {
-                    // An XRC target has no data path: its receives belong to the XRC SRQ.
-                    return crate::xrc::complete_on_srq(table, cqe, wc, inline, out, cqn);
-                };
-                match qp.srqn() {
-                    None => {
-                        if !wc.is_ok() {
-                            qp.follow_error_completion(false);
-                        }
-                        qp.complete_recv(cqe.wqe_counter(), wc, inline, out, first)
-                            .map_err(|expected| Error::RecvOutOfOrder {
-                                cqn,
-                                qpn,
-                                wqe_counter: cqe.wqe_counter(),
-                                expected,
-                            })
-                    }
-                    Some(srqn) => {
-                        // The SRQ first: a CQE it cannot place changes nothing (it stays in
-                        // the CQ, `Cq::poll_rest`), not even the QP's state.
-                        let srq = table.srq(srqn).ok_or(Error::UnknownSrqn { cqn, srqn })?;
-                        let p = srq.complete(cqe.wqe_counter(), wc, inline, out);
-                        if !wc.is_ok() {
-                            if let Some(qp) = table.qp(qpn) {
-                                qp.follow_error_completion(false);
-                            }
-                        }
-                        Ok(p)
-                    }
-                }
-            }
-            _ => Err(unsupported()),
-        }
     }
 
     /// Request a completion event for the next completion (`solicited_only = false`) or the

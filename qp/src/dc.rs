@@ -18,7 +18,6 @@ use mlx5_hw::QpType;
 use mlx5_wqe::seg::AvSeg;
 
 use crate::error::{Error, Result};
-use crate::wr::SendWr;
 
 /// Where a DCI WQE goes: the AV of an address handle to the target's port, the DC target's
 /// number and its access key (`mlx5dv_wr_set_dc_addr(qp, ah, remote_dctn, remote_dc_key)`),
@@ -130,22 +129,5 @@ pub(crate) fn no_send_queue(op: &'static str) -> Error {
     Error::OpNotSupported {
         op,
         qp_type: QpType::Dct,
-    }
-}
-
-impl<'a> SendWr<'a> {
-    /// Send to the DC target `dest` (`mlx5dv_wr_set_dc_addr`, or
-    /// `mlx5dv_wr_set_dc_addr_stream` when its stream is not 0): required on a DCI, refused
-    /// elsewhere.
-    #[inline(always)]
-    pub const fn dc(mut self, dest: &'a DcDest) -> SendWr<'a> {
-        self.dc = Some(dest);
-        self
-    }
-
-    /// The DC target this WR names, if any.
-    #[inline(always)]
-    pub const fn dc_dest(&self) -> Option<&'a DcDest> {
-        self.dc
     }
 }

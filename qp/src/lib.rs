@@ -41,7 +41,7 @@
 //! allocated at construction. Measured with callgrind on RAM rings (`benches/
 //! count-instructions.sh`, x86_64, release), call and return included: an inline 8-byte RDMA
 //! WRITE through BlueFlame costs 40 instructions per post (libmlx5: 371), a one-SGE WRITE
-//! with the 8-byte doorbell 39, a WR in a [`Batch`] of 16 42; a polled requester CQE 20
+//! with the 8-byte doorbell 39, a WR in a [`Batch`] of 16 43; a polled requester CQE 20
 //! through [`Cq::poll_send`] in a batch of 16 and 27 through [`Cq::poll`] (42 for a
 //! one-entry call, 44 for a one-entry receive, 28 for a receive, 29 for a flush of a QP gone
 //! to Error, 42 with 1000 QPs on the CQ, 44 for their receives). A lean post
@@ -86,6 +86,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod cq;
+mod cqe_key;
 mod dc;
 mod error;
 mod lines;

@@ -18,11 +18,12 @@ use mlx5_hw::{QpLayout, QpState, QpType};
 use mlx5_wqe::opcode as op;
 use mlx5_wqe::ring::{bbs_for_ds, ds_for_bytes, SqRing, WqeWriter};
 use mlx5_wqe::seg::{
-    inline_seg_size, AtomicSeg, DataSeg, InlineHdr, MaskedCs32Seg, MaskedCs64Seg, MaskedFa32Seg,
+    inline_seg_size, AtomicSeg, DataSeg, MaskedCs32Seg, MaskedCs64Seg, MaskedFa32Seg,
     MaskedFa64Seg, RaddrSeg,
 };
 use mlx5_wqe::{SEND_WQE_BB, SEND_WQE_DS, SEND_WQE_MAX_WQEBBS};
 
+mod completion;
 mod dc;
 mod lean;
 mod plan;
@@ -75,7 +76,7 @@ pub struct Qp {
     ctrl_write: u64,
     ctrl_send: u64,
     /// What the lean poll expects in a CQE of this QP, the QPN's part
-    /// (`LeanRun::qpn_key`).
+    /// ([`crate::cqe_key::qpn_key`]).
     cqe_qpn_key: u64,
     /// The QPN's bytes of a CQE's `sop_drop_qpn` as a native load of it holds them (the
     /// opcode byte 0: [`crate::Resolve::qp_of_cqe`]).
@@ -237,11 +238,8 @@ impl Qp {
             } else {
                 0
             },
-            cqe_qpn_key: crate::cq::LeanRun::qpn_key(layout.qpn),
-            cqe_sop_key: {
-                let b = (layout.qpn & 0x00ff_ffff).to_be_bytes();
-                u32::from_ne_bytes([0, b[1], b[2], b[3]])
-            },
+            cqe_qpn_key: crate::cqe_key::qpn_key(layout.qpn),
+            cqe_sop_key: crate::cqe_key::sop_key(layout.qpn),
             fast: FastLimits::default(),
             dc_blocks: 0,
             dc_inline: 0,
@@ -432,26 +430,6 @@ impl Qp {
         self.update_fast_limits();
     }
 
-    /// An error or flush completion of this QP was polled: the device has moved the QP out of
-    /// RTS, so the data path follows it without the caller's help. A failed send of a UC or UD
-    /// QP leaves it in SQE (its receive queue keeps working), of an RC QP or a DCI in Error
-    /// (a DCI has no SQE: `modify_dci_qp_is_ok`), anything else in Error (IBTA
-    /// Vol. 1 §10.3, QP states: the Send Queue Error state is for UC/UD requester errors;
-    /// the software ConnectX's `engine::enter_sqe` / `fail_qp`). Never moves a QP back out of
-    /// Error, nor out of Reset.
-    #[cold]
-    pub(crate) fn follow_error_completion(&mut self, send: bool) {
-        let next = if send && !matches!(self.qp_type, QpType::Rc | QpType::Dci) {
-            QpState::Sqe
-        } else {
-            QpState::Error
-        };
-        match (self.state, next) {
-            (QpState::Error | QpState::Reset, _) | (QpState::Sqe, QpState::Sqe) => {}
-            _ => self.set_state(next),
-        }
-    }
-
     /// Post one send WR and ring the doorbell (BlueFlame when it fits).
     ///
     /// The four most common shapes — WRITE or SEND, inline or one gather entry, no UD
@@ -537,211 +515,6 @@ impl Qp {
     #[inline(always)]
     pub fn pending_doorbell(&self) -> u32 {
         self.sq.pending()
-    }
-}
-
-impl Qp {
-    /// Report every WR still outstanding on this QP (send and receive) as flushed
-    /// (`IBV_WC_WR_FLUSH_ERR`) and retire it. For a QP in Error whose device will report
-    /// nothing more (before [`Qp::set_state`] to Reset): with it every posted WR is accounted
-    /// for exactly once. Returns the completions written; call again while it fills `out`.
-    pub fn flush_outstanding(&mut self, out: &mut [Wc]) -> Result<usize> {
-        if self.state != QpState::Error {
-            return Err(Error::WrongState {
-                op: "flush outstanding WRs",
-                state: self.state,
-                hint: "only a QP in Error has its WRs flushed",
-            });
-        }
-        let n = match self.sq.flush_all(self.qpn, out) {
-            Progress::Done(n) => n,
-            Progress::Partial(n) => return Ok(n),
-            Progress::Bad(_) => 0,
-        };
-        let qpn = self.qpn;
-        let m = match self.rq_mut() {
-            Some(rq) => match rq.flush_all(qpn, &mut out[n..]) {
-                Progress::Done(m) | Progress::Partial(m) => m,
-                Progress::Bad(_) => 0,
-            },
-            None => 0,
-        };
-        Ok(n + m)
-    }
-
-    pub(crate) fn complete_send(
-        &mut self,
-        wqe_counter: u16,
-        info: &CqeInfo,
-        out: &mut [Wc],
-    ) -> Progress {
-        self.sq.complete(wqe_counter, info, out)
-    }
-
-    #[inline(always)]
-    pub(crate) fn complete_send_success(
-        &mut self,
-        wqe_counter: u16,
-        send_opcode: u8,
-        qpn: u32,
-        byte_cnt: u32,
-        out: &mut Wc,
-    ) -> bool {
-        self.sq
-            .complete_success(wqe_counter, send_opcode, qpn, byte_cnt, out)
-    }
-
-    /// What the lean poll reads of the send queue once per batch.
-    #[inline(always)]
-    pub(crate) fn sq_lean_view(&self) -> crate::sq::LeanView {
-        self.sq.lean_view()
-    }
-
-    /// The QPN's part of what the lean poll expects in this QP's CQEs.
-    #[inline(always)]
-    pub(crate) fn cqe_qpn_key(&self) -> u64 {
-        self.cqe_qpn_key
-    }
-
-    /// [`Qp::cqe_qpn_key`]'s QPN bytes as a native `u32` of `sop_drop_qpn`.
-    #[inline(always)]
-    pub(crate) fn cqe_sop_key(&self) -> u32 {
-        self.cqe_sop_key
-    }
-
-    /// Whether the send CQE naming block `wqe_counter` names the oldest outstanding WQE and
-    /// every outstanding WQE is of the common shape (one block, not an atomic)
-    /// ([`crate::sq::SendQueue::names_oldest`]).
-    #[inline(always)]
-    pub(crate) fn sq_names_oldest(&self, wqe_counter: u16) -> bool {
-        self.sq.names_oldest(wqe_counter)
-    }
-
-    /// Retire the WQE [`Qp::sq_names_oldest`] accepted; its WR id.
-    #[inline(always)]
-    pub(crate) fn sq_take_oldest(&mut self, wqe_counter: u16) -> u64 {
-        self.sq.take_oldest(wqe_counter)
-    }
-
-    /// Whether every outstanding send WQE has meta byte 0 (the lean poll need not read them).
-    #[inline(always)]
-    pub(crate) fn sq_all_common(&self) -> bool {
-        self.sq.all_common()
-    }
-
-    /// Whether a send error CQE naming block `wqe_counter` is one of an error period this QP
-    /// was recovered from (SQE to RTS): polled late, it must not move the QP back to SQE
-    /// (`SendQueue::error_of_recovered_period`).
-    pub(crate) fn sq_error_of_recovered_period(&self, wqe_counter: u16) -> bool {
-        self.sq.error_of_recovered_period(wqe_counter)
-    }
-
-    /// Whether the oldest outstanding send WQE was posted before the last recovery from SQE
-    /// (`SendQueue::before_recovery`).
-    #[inline(always)]
-    pub(crate) fn sq_before_recovery(&self) -> bool {
-        self.sq.before_recovery()
-    }
-
-    /// Whether the send queue is in an error period: it met an error completion and has not
-    /// been recovered past it (the full path's `SendQueue::complete`: every CQE retires with
-    /// a completion of its own; `SendQueue::flushing`).
-    #[inline(always)]
-    pub(crate) fn sq_flushing(&self) -> bool {
-        self.sq.flushing()
-    }
-
-    /// The send queue's first error completion is a flush naming its oldest WQE: from now on
-    /// every CQE retires with a completion of its own, and the QP follows the device out of
-    /// RTS ([`Qp::follow_error_completion`]) — what `SendQueue::complete` and the full poll
-    /// path do for that CQE before they complete it. `old`: that WQE was posted before the
-    /// last recovery from SQE ([`Qp::sq_before_recovery`], asked before the flush retired
-    /// it): the period ends at the recovery, and the QP stays where the control path put it.
-    #[cold]
-    #[inline(never)]
-    pub(crate) fn sq_begin_flush(&mut self, old: bool) {
-        self.sq.begin_error(old);
-        if !old {
-            self.follow_error_completion(true);
-        }
-    }
-
-    /// Whether no send WQE is outstanding, from the one-entry key's copy of `ci`'s low bits
-    /// (a register after a retire): exact but when 65536 blocks are outstanding; for deciding
-    /// whether a run may follow, which either answer leaves correct.
-    #[inline(always)]
-    pub(crate) fn sq_seems_idle(&self) -> bool {
-        self.sq.seems_idle()
-    }
-
-    /// The lean poll retired `k` one-block WQEs.
-    #[inline(always)]
-    pub(crate) fn sq_lean_retired(&mut self, k: u16) {
-        self.sq.lean_retired(k)
-    }
-
-    /// A receive CQE for this QP's RQ; `Err(expected)` when it breaks the receive order
-    /// (`rq` module docs).
-    pub(crate) fn complete_recv(
-        &mut self,
-        wqe_counter: u16,
-        wc: Wc,
-        inline: Option<&[u8]>,
-        out: &mut [Wc],
-        first: bool,
-    ) -> core::result::Result<Progress, u16> {
-        match self.rq_mut() {
-            Some(rq) => rq.complete(wqe_counter, wc, inline, out, first),
-            None => Ok(Progress::Bad(
-                "receive completion on a QP without a receive queue",
-            )),
-        }
-    }
-
-    /// What the lean receive poll reads of this QP's own receive queue, when it may run
-    /// ([`crate::rq::RecvQueue::lean_view`]); `None` without one (an SRQ).
-    #[inline(always)]
-    pub(crate) fn rq_lean_view(&self) -> Option<crate::rq::RecvLeanView> {
-        // (An absent queue's key is shut: `None`.)
-        self.rq.lean_view()
-    }
-
-    /// Whether the receive CQE naming WQE `wqe_counter` names the oldest outstanding receive
-    /// of this QP's own receive queue and the lean paths may retire it
-    /// ([`crate::rq::RecvQueue::names_oldest`]); false on an SRQ.
-    #[inline(always)]
-    pub(crate) fn rq_names_oldest(&self, wqe_counter: u16) -> bool {
-        // (An absent queue's key is shut: no test of its own.)
-        self.rq.names_oldest(wqe_counter)
-    }
-
-    /// Retire the receive [`Qp::rq_names_oldest`] accepted; its WR id.
-    #[inline(always)]
-    pub(crate) fn rq_take_oldest(&mut self, wqe_counter: u16) -> u64 {
-        self.rq.take_oldest(wqe_counter)
-    }
-
-    /// The lean receive poll retired `k` receives.
-    #[inline(always)]
-    pub(crate) fn rq_lean_retired(&mut self, k: u16) {
-        // (Only after a lean view, which an absent queue never gives.)
-        self.rq.lean_retired(k);
-    }
-
-    /// The QP's own receive queue, `None` when it has none (an SRQ).
-    #[inline(always)]
-    fn rq_ref(&self) -> Option<&RecvQueue> {
-        self.rq.present().then_some(&self.rq)
-    }
-
-    /// [`Qp::rq_ref`], mutable.
-    #[inline(always)]
-    pub(crate) fn rq_mut(&mut self) -> Option<&mut RecvQueue> {
-        self.rq.present().then_some(&mut self.rq)
-    }
-
-    pub(crate) fn reply_sges(&self, wqe_counter: u16, out: &mut [DataSeg; 16]) -> usize {
-        self.sq.reply_sges(wqe_counter, out)
     }
 }
 

@@ -6,6 +6,7 @@
 //! checked here; [`crate::Qp::post`] validates the whole request against the QP before it writes
 //! a byte.
 
+use crate::dc::DcDest;
 use mlx5_wqe::seg::AvSeg;
 
 pub use mlx5_wqe::recv::Sge;
@@ -254,7 +255,7 @@ pub struct SendWr<'a> {
     pub(crate) flags: SendFlags,
     pub(crate) ud: Option<&'a UdDest>,
     pub(crate) xrc: Option<u32>,
-    pub(crate) dc: Option<&'a crate::dc::DcDest>,
+    pub(crate) dc: Option<&'a DcDest>,
 }
 
 impl<'a> SendWr<'a> {
@@ -477,4 +478,39 @@ pub struct RecvWr<'a> {
     pub wr_id: u64,
     /// Scatter list; empty for a receive that only takes an immediate or a zero-byte message.
     pub sges: &'a [Sge],
+}
+
+// The transports' destinations: a DCI's target (`crate::dc`), an XRC initiator's remote SRQ
+// (`crate::xrc`).
+impl<'a> SendWr<'a> {
+    /// Send to the DC target `dest` (`mlx5dv_wr_set_dc_addr`, or
+    /// `mlx5dv_wr_set_dc_addr_stream` when its stream is not 0): required on a DCI, refused
+    /// elsewhere.
+    #[inline(always)]
+    pub const fn dc(mut self, dest: &'a DcDest) -> SendWr<'a> {
+        self.dc = Some(dest);
+        self
+    }
+
+    /// The DC target this WR names, if any.
+    #[inline(always)]
+    pub const fn dc_dest(&self) -> Option<&'a DcDest> {
+        self.dc
+    }
+}
+
+impl<'a> SendWr<'a> {
+    /// Send to the XRC SRQ `srqn` of the remote node (`wr.qp_type.xrc.remote_srqn`,
+    /// `ibv_wr_set_xrc_srqn`): required on an XRC initiator, refused elsewhere.
+    #[inline(always)]
+    pub const fn xrc(mut self, srqn: u32) -> SendWr<'a> {
+        self.xrc = Some(srqn);
+        self
+    }
+
+    /// The remote XRC SRQ this WR names, if any.
+    #[inline(always)]
+    pub const fn xrc_srqn(&self) -> Option<u32> {
+        self.xrc
+    }
 }

@@ -1,7 +1,7 @@
 //! XRC initiators on the data path: the XRC segment (`struct mlx5_wqe_xrc_seg`: the remote XRC
 //! SRQ number, 16 bytes right after ctrl; rdma-core qp.c `_mlx5_post_send`, case
 //! `IBV_QPT_XRC_SEND`, and `mlx5_send_wr_set_xrc_srqn`) in front of the remote-address, atomic
-//! and data segments of every RC operation. A WR names its SRQ with [`SendWr::xrc`]; XRC QPs
+//! and data segments of every RC operation. A WR names its SRQ with [`crate::SendWr::xrc`]; XRC QPs
 //! never take the lean entry points (their gates stay closed), so the lean paths are
 //! unchanged.
 //!
@@ -9,34 +9,9 @@
 //! CQ finds them by the SRQ ([`crate::Cq::poll`], rdma-core cq.c `get_resp_ctx_v1` resolving
 //! an `MLX5_RSC_TYPE_XSRQ`).
 
-use mlx5_cq::Cqe64;
 use mlx5_hw::QpType;
 
-use crate::cq::Resolve;
 use crate::error::{Error, Result};
-use crate::sq::Progress;
-use crate::wc::Wc;
-use crate::wr::SendWr;
-
-/// A responder CQE whose QPN is no QP of the table: the receive of an XRC target QP, found
-/// by the XRC SRQ number the CQE carries (`srqn_uidx`; rdma-core `get_resp_ctx_v1` /
-/// `get_srq_ctx`). Neither known: [`Error::UnknownQpn`].
-#[cold]
-#[inline(never)]
-pub(crate) fn complete_on_srq<R: Resolve + ?Sized>(
-    table: &mut R,
-    cqe: &Cqe64,
-    wc: Wc,
-    inline: Option<&[u8]>,
-    out: &mut [Wc],
-    cqn: u32,
-) -> Result<Progress> {
-    let (qpn, srqn) = (cqe.qpn(), cqe.srqn());
-    match table.xrc_srq(srqn) {
-        Some(srq) if srqn != 0 => Ok(srq.complete(cqe.wqe_counter(), wc, inline, out)),
-        _ => Err(Error::UnknownQpn { cqn, qpn }),
-    }
-}
 
 /// Bytes of the XRC segment a WR adds on a QP of `qp_type`: 16 on an XRC initiator with an SRQ
 /// named, 0 on other QPs without one; anything else is refused.
@@ -61,21 +36,5 @@ pub(crate) fn no_send_queue(op: &'static str) -> Error {
     Error::OpNotSupported {
         op,
         qp_type: QpType::XrcRecv,
-    }
-}
-
-impl<'a> SendWr<'a> {
-    /// Send to the XRC SRQ `srqn` of the remote node (`wr.qp_type.xrc.remote_srqn`,
-    /// `ibv_wr_set_xrc_srqn`): required on an XRC initiator, refused elsewhere.
-    #[inline(always)]
-    pub const fn xrc(mut self, srqn: u32) -> SendWr<'a> {
-        self.xrc = Some(srqn);
-        self
-    }
-
-    /// The remote XRC SRQ this WR names, if any.
-    #[inline(always)]
-    pub const fn xrc_srqn(&self) -> Option<u32> {
-        self.xrc
     }
 }

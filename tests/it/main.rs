@@ -1,6 +1,7 @@
 //! The integration tests of this crate, one test binary (link time dominates on small
 //! machines): one module per area.
 
+mod docs_hot_path;
 mod docs_paths;
 mod examples_run;
 mod facade_error;

@@ -160,6 +160,12 @@ impl WqeWriter {
         self.size
     }
 
+    /// Where the next segment goes.
+    #[inline(always)]
+    pub fn cursor(&self) -> *mut u8 {
+        self.cur
+    }
+
     /// Pointer to the control segment (the WQE's first block).
     #[inline(always)]
     pub fn ctrl_ptr(&self) -> *mut u8 {
@@ -263,164 +269,149 @@ impl WqeWriter {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::seg::{DataSeg, MaskedCs64Seg, RaddrSeg};
-
-    #[repr(C, align(64))]
-    struct Ring([u8; 256]);
-
-    #[test]
-    fn arithmetic() {
-        assert_eq!(ds_for_bytes(16), 1);
-        assert_eq!(ds_for_bytes(40), 3);
-        assert_eq!(bbs_for_ds(4), 1);
-        assert_eq!(bbs_for_ds(5), 2);
-    }
-
-    #[test]
-    fn wraps_segments_and_inline() {
-        let mut r = Ring([0xee; 256]);
-        // SAFETY: `r` is 64-byte aligned (`Ring`), 256 bytes = 4 blocks (a power of two), and
-        // outlives `ring` and every writer made from it.
-        let ring = unsafe { SqRing::new(r.0.as_mut_ptr(), 4) };
-        // Start in the last block: ctrl at 192, raddr at 208, inline header at 224.
-        let mut w = WqeWriter::new(&ring, 3, 1008);
-        w.push(&RaddrSeg::new(0x1122, 7)).unwrap();
-        let payload: [u8; 40] = core::array::from_fn(|i| i as u8);
-        w.push_inline(&[&payload]).unwrap();
-        let ctrl = crate::CtrlSeg::builder()
-            .opcode(crate::OPCODE_RDMA_WRITE)
-            .qpn(0x42)
-            .fm_ce_se(0x08);
-        let (ds, bbs) = w.finish(ctrl);
-        assert_eq!(ds, 5);
-        assert_eq!(bbs, 2);
-        assert_eq!(&r.0[224..228], &[0x80, 0, 0, 40]);
-        assert_eq!(&r.0[228..256], &payload[..28]);
-        assert_eq!(&r.0[0..12], &payload[28..]);
-        assert_eq!(r.0[192 + 7], 5);
-    }
-
-    /// The segment after an inline one starts right after the inline segment's last 16-byte
-    /// unit (`align16(4 + len)` bytes after its start), wherever that is: inside a block,
-    /// exactly at the ring end (the cursor wraps to the start, never stays at the end), past
-    /// the end (the payload wrapped); and the size counts the padded segment.
-    #[test]
-    fn the_segment_after_an_inline_one_starts_where_it_ends() {
-        // (first block, payload length, offset where the next segment must land, DS after it)
-        let cases: [(u16, usize, usize, u32); 7] = [
-            (0, 1, 48, 4),   // ctrl 0, raddr 16, inline 32..48 (4 + 1 → 16), data at 48
-            (0, 12, 48, 4),  // 4 + 12 = 16 exactly: one unit
-            (0, 13, 64, 5),  // 4 + 13 → 32: the next block
-            (3, 12, 240, 4), // ctrl 192, raddr 208, inline 224..240
-            (3, 28, 0, 5),   // inline 224..256 ends at the ring end: the cursor wraps
-            (3, 29, 16, 6),  // 4 + 29 → 48: 224..256 and 0..16, the next at 16
-            (2, 60, 224, 7), // ctrl 128, raddr 144, inline 160..224 (4 + 60 = 64)
-        ];
-        let all: [u8; 64] = core::array::from_fn(|i| i as u8);
-        for (pi, len, next_at, ds) in cases {
-            let mut r = Ring([0xee; 256]);
-            // SAFETY: `r` is 64-byte aligned (`Ring`), 256 bytes = 4 blocks (a power of two), and
-            // outlives `ring` and every writer made from it.
-            let ring = unsafe { SqRing::new(r.0.as_mut_ptr(), 4) };
-            let mut w = WqeWriter::new(&ring, pi, 1008);
-            w.push(&RaddrSeg::new(0x1122, 7)).unwrap();
-            let payload = &all[..len];
-            // Two parts: the cursor must not depend on how the payload is split.
-            let parts: [&[u8]; 2] = [&payload[..1], &payload[1..]];
-            assert_eq!(w.push_inline(&parts).unwrap(), len as u32);
-            let inline_at = (pi as usize * 64 + 32) % 256;
-            let seg = (4 + len).div_ceil(16) * 16;
-            assert_eq!(w.size(), 32 + seg, "pi {pi} len {len}: size");
-            assert_eq!(next_at, (inline_at + seg) % 256, "the table itself");
-            let want_next = next_at;
-            w.push(&DataSeg::new(0xabcd, 0x55, 0x1_0000_2000)).unwrap();
-            let (got_ds, _) = w.finish(crate::CtrlSeg::builder().opcode(8).qpn(1));
-            assert_eq!(got_ds, ds, "pi {pi} len {len}: DS");
-            // The data segment (byte count 0xabcd first) is exactly at the expected place.
-            assert_eq!(
-                &r.0[want_next..want_next + 8],
-                &[0, 0, 0xab, 0xcd, 0, 0, 0, 0x55],
-                "pi {pi} len {len}: the next segment is not where the inline one ends"
-            );
-            // The payload, wrapping at the ring end, and the inline header.
-            assert_eq!(
-                &r.0[inline_at..inline_at + 4],
-                &(0x8000_0000u32 | len as u32).to_be_bytes()
-            );
-            for (i, b) in payload.iter().enumerate() {
-                assert_eq!(r.0[(inline_at + 4 + i) % 256], *b, "payload byte {i}");
-            }
+/// The same writer, specialised for a WQE the caller has already sized and checked: the
+/// lean posts of `mlx5-qp` (an RDMA WRITE or SEND, inline or one gather entry, the DC WRITE)
+/// build their WQEs with these, in the order [`WqeWriter::new`], [`WqeWriter::push`],
+/// [`WqeWriter::push_inline`], [`WqeWriter::finish`] build any other — start, segments,
+/// ctrl last. What they leave out is what the caller has proved once for the whole WQE: the
+/// size check against `max` (the caller's gate compared the WQE's blocks and data with the
+/// QP's limits) and, for a segment that does not reach its block's end, the wrap test per 16
+/// bytes. Inlined into the post, the cursor and the size fold into constants offsets from the
+/// WQE's first block.
+impl WqeWriter {
+    /// [`WqeWriter::new`] for a WQE at producer index `pi`, whose first block `ctrl`
+    /// (`ring.bb(pi)`, which the caller has at hand) and the blocks after it the caller has
+    /// reserved, and whose size it has checked against the QP's limits.
+    ///
+    /// # Safety
+    /// `ctrl` is `ring.bb(pi)`; the WQE's blocks from it are free to write, and everything
+    /// written through this writer stays within them.
+    #[inline(always)]
+    pub unsafe fn reserved(ring: &SqRing, pi: u16, ctrl: *mut u8) -> WqeWriter {
+        debug_assert!(ctrl == ring.bb(pi));
+        WqeWriter {
+            pi,
+            start: ring.start,
+            end: ring.end,
+            ctrl,
+            // SAFETY: a BB is 64 bytes, so ctrl + 16 is inside the ring.
+            cur: unsafe { ctrl.add(SEND_WQE_DS) },
+            size: SEND_WQE_DS,
+            max: ring.max_wqe_bytes(),
         }
     }
 
-    #[test]
-    fn masked_atomic_second_half_wraps() {
-        let mut r = Ring([0; 256]);
-        // SAFETY: `r` is 64-byte aligned (`Ring`), 256 bytes = 4 blocks (a power of two), and
-        // outlives `ring` and every writer made from it.
-        let ring = unsafe { SqRing::new(r.0.as_mut_ptr(), 4) };
-        let mut w = WqeWriter::new(&ring, 3, 1008);
-        w.push(&RaddrSeg::new(0, 0)).unwrap();
-        w.push(&DataSeg::new(1, 2, 3)).unwrap();
-        w.push(&MaskedCs64Seg::new(1, 2, 3, 4)).unwrap();
-        assert_eq!(u64::from_be_bytes(r.0[240..248].try_into().unwrap()), 3);
-        assert_eq!(u64::from_be_bytes(r.0[0..8].try_into().unwrap()), 4);
+    /// [`WqeWriter::push`] of a segment that ends at or before the end of the block the
+    /// cursor is in: one store, no wrap test (call [`WqeWriter::wrap`] after a segment that
+    /// ends a block, before the next one).
+    ///
+    /// # Safety
+    /// The writer was made by [`WqeWriter::reserved`] and the segment does not cross the
+    /// cursor's block.
+    #[inline(always)]
+    pub unsafe fn put<S: Segment>(&mut self, seg: S) {
+        // SAFETY: the caller's: the segment's bytes are inside the cursor's block of the ring
+        // (segments are `Unaligned`).
+        unsafe {
+            (self.cur as *mut S).write(seg);
+            self.cur = self.cur.add(S::SIZE);
+        }
+        self.size += S::SIZE;
     }
 
-    /// The ring's accessors, a WQE of exactly the limit (accepted: the limit is inclusive,
-    /// rdma-core `mlx5_calc_send_wqe` refuses only what exceeds it) and the error's message.
-    #[test]
-    fn the_limit_is_inclusive_and_accessors_say_the_ring() {
-        let mut r = Ring([0; 256]);
-        let base = r.0.as_mut_ptr();
-        // SAFETY: `base` is `r`'s 64-byte aligned 256 bytes = 4 blocks (a power of two); `r`
-        // outlives `ring` and every writer made from it.
-        let ring = unsafe { SqRing::new(base, 4) };
-        assert_eq!(ring.wqe_cnt(), 4);
-        assert_eq!(ring.start(), base);
-        assert_eq!(ring.end(), base.wrapping_add(256));
-        assert_eq!(ring.bytes(), 256);
-        assert_eq!(ring.max_wqe_bytes(), 256);
-        let mut w = WqeWriter::new(&ring, 1, 64);
-        assert_eq!(w.ctrl_ptr(), base.wrapping_add(64));
-        w.push(&RaddrSeg::new(0, 0)).unwrap();
-        // ctrl 16 + raddr 16 + inline align16(4 + 28) = 64: exactly the limit.
-        assert_eq!(w.push_inline(&[&[7u8; 28]]).unwrap(), 28);
-        assert_eq!(w.size(), 64);
-        assert!(
-            w.push(&DataSeg::new(1, 2, 3)).is_err(),
-            "one unit past the limit"
-        );
-        extern crate std;
-        use std::string::ToString;
-        assert_eq!(
-            WqeError::TooLarge {
-                needed: 80,
-                max: 64
+    /// After a segment that ended a block: the cursor to the ring's start when that block
+    /// was the ring's last (what [`WqeWriter::push`] does after every 16 bytes).
+    #[inline(always)]
+    pub fn wrap(&mut self) {
+        if self.cur == self.end {
+            self.cur = self.start;
+        }
+    }
+
+    /// [`WqeWriter::push_inline`] of one payload: the same segment (the BE32 header
+    /// `len | MLX5_INLINE_SEG`, the payload, split at the ring end; nothing for an empty
+    /// payload; rdma-core `set_data_inl_seg` / `memcpy_to_wqe`), without the size check. A
+    /// payload that fits the cursor's block — always, for a short constant length — is one
+    /// copy with no test of the ring end.
+    ///
+    /// # Safety
+    /// The writer was made by [`WqeWriter::reserved`] and the segment fits the WQE's blocks.
+    #[inline(always)]
+    pub unsafe fn put_inline(&mut self, data: &[u8]) {
+        let len = data.len();
+        if len == 0 {
+            return;
+        }
+        // Where the cursor is in its block: the WQE starts at a block, so the bytes written.
+        let in_block = self.size % SEND_WQE_BB;
+        // SAFETY: (the whole block) the caller's: the segment's blocks are reserved; the
+        // header is in the cursor's block; the payload runs to the ring end and continues
+        // at the start.
+        unsafe {
+            (self.cur as *mut InlineHdr).write(InlineHdr::new(len as u32));
+            let dst = self.cur.add(4);
+            // A payload that fits the block never reaches the ring end (blocks are whole);
+            // with a constant length the compiler drops the test.
+            if len <= SEND_WQE_BB - in_block - 4 {
+                copy_payload(data.as_ptr(), dst, len);
+            } else {
+                let room = self.end as usize - dst as usize;
+                if len <= room {
+                    copy_payload(data.as_ptr(), dst, len);
+                } else {
+                    core::ptr::copy_nonoverlapping(data.as_ptr(), dst, room);
+                    core::ptr::copy_nonoverlapping(data.as_ptr().add(room), self.start, len - room);
+                }
             }
-            .to_string(),
-            "WQE of 80 bytes exceeds the 64-byte limit of this queue"
-        );
+        }
+        let seg = crate::seg::inline_seg_size(len);
+        let mut next = self.cur as usize + seg;
+        if next >= self.end as usize {
+            next -= self.end as usize - self.start as usize;
+        }
+        self.cur = next as *mut u8;
+        self.size += seg;
     }
 
-    #[test]
-    fn too_large_is_an_error() {
-        let mut r = Ring([0; 256]);
-        // SAFETY: `r` is 64-byte aligned (`Ring`) with room for the 1 block (a power of two),
-        // and outlives `ring` and every writer made from it.
-        let ring = unsafe { SqRing::new(r.0.as_mut_ptr(), 1) };
-        let mut w = WqeWriter::new(&ring, 0, 1008);
-        w.push(&RaddrSeg::new(0, 0)).unwrap();
-        let big = [0u8; 64];
-        assert_eq!(
-            w.push_inline(&[&big]),
-            Err(WqeError::TooLarge {
-                needed: 32 + 80,
-                max: 64
-            })
-        );
+    /// [`WqeWriter::finish`] with the ctrl segment's two words already built (from a QP's
+    /// template: `opmod | wqe_index | opcode`, `qpn | ds`, then signature, DCI stream,
+    /// `fm_ce_se`, immediate; rdma-core `mlx5dv_set_ctrl_seg`), in memory order.
+    ///
+    /// # Safety
+    /// The writer was made by [`WqeWriter::reserved`].
+    #[inline(always)]
+    pub unsafe fn finish_words(self, w0: u64, w1: u64) {
+        // SAFETY: the caller's: `ctrl` is the WQE's first block, 64-byte aligned.
+        unsafe {
+            (self.ctrl as *mut u64).write(w0);
+            (self.ctrl as *mut u64).add(1).write(w1);
+        }
     }
 }
+
+/// Copy `len` bytes, short payloads with two overlapping unaligned loads and stores instead
+/// of a call to `memcpy` (the bytes written are the same).
+///
+/// # Safety
+/// `src` is readable and `dst` writable for `len` bytes; they do not overlap.
+#[inline(always)]
+unsafe fn copy_payload(src: *const u8, dst: *mut u8, len: usize) {
+    use core::ptr::{read_unaligned as rd, write_unaligned as wr};
+    // SAFETY: every access below is inside the first `len` bytes of `src` / `dst`.
+    unsafe {
+        if (8..=16).contains(&len) {
+            let (a, b) = (rd(src as *const u64), rd(src.add(len - 8) as *const u64));
+            wr(dst as *mut u64, a);
+            wr(dst.add(len - 8) as *mut u64, b);
+        } else if (4..8).contains(&len) {
+            let (a, b) = (rd(src as *const u32), rd(src.add(len - 4) as *const u32));
+            wr(dst as *mut u32, a);
+            wr(dst.add(len - 4) as *mut u32, b);
+        } else {
+            core::ptr::copy_nonoverlapping(src, dst, len);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

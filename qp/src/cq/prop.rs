@@ -7,7 +7,8 @@
 use super::tests::{
     both_typed, drain, req_cqe, req_err, resp_cqe, resp_err, Calls, Dev, FLUSH, QPN, QPN_B, R, SGE,
 };
-use crate::{Cq, QpTable, SendWr};
+use super::{Cq, QpTable};
+use crate::wr::SendWr;
 use mlx5_cq::{
     CQE_REQ, CQE_REQ_ERR, CQE_RESP_ERR, CQE_RESP_SEND, CQE_RESP_SEND_IMM, CQE_RESP_SEND_INV,
     CQE_RESP_WR_IMM,

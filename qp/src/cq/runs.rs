@@ -479,7 +479,7 @@ pub(super) fn same_flush(w: u64, expect: u64) -> bool {
 }
 
 /// What a little-endian load of bytes 55..63 of a flush CQE of the QP whose
-/// [`LeanRun::qpn_key`] is `qpn_key` naming block `ci` holds under [`FLUSH_MASK`]: the
+/// [`crate::cqe_key::qpn_key`] is `qpn_key` naming block `ci` holds under [`FLUSH_MASK`]: the
 /// syndrome WR_FLUSH_ERR (byte 55 of `struct mlx5_err_cqe`), then [`LeanRun::expect`]'s
 /// bytes one place up.
 #[inline(always)]
@@ -496,19 +496,11 @@ pub(super) const FLUSH_COUNTER_ONE: u64 = COUNTER_ONE << 8;
 pub(super) const COUNTER_ONE: u64 = 1 << 40;
 
 impl LeanRun {
-    /// What a little-endian load of bytes 56..64 of a REQ CQE of `qpn` naming block `pi`
-    /// holds under [`QPN_COUNTER`]: `sop_drop_qpn` (BE32: opcode 31:24, QPN 23:0) then
-    /// `wqe_counter` (BE16), `struct mlx5_cqe64` in mlx5dv.h. `qpn_key` is the QPN's part,
-    /// `LeanRun::qpn_key(qpn)`, which the QP keeps.
+    /// What a little-endian load of bytes 56..64 of a REQ CQE naming block `pi` of the QP
+    /// whose key is `qpn_key` holds under [`QPN_COUNTER`] ([`crate::cqe_key::expect`]).
     #[inline(always)]
     pub(super) fn expect(qpn_key: u64, pi: u16) -> u64 {
-        qpn_key | (u16::from_le_bytes(pi.to_be_bytes()) as u64) << 32
-    }
-
-    /// The QPN's part of [`LeanRun::expect`].
-    pub(crate) const fn qpn_key(qpn: u32) -> u64 {
-        let b = (qpn & 0x00ff_ffff).to_be_bytes();
-        u64::from_le_bytes([b[0], b[1], b[2], b[3], 0, 0, 0, 0])
+        crate::cqe_key::expect(qpn_key, pi)
     }
 
     /// Consume CQEs while each is a successful REQ CQE naming the next WQE (and, with

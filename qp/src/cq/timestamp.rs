@@ -47,7 +47,7 @@ impl Cq {
                 u64::from_be(unsafe { core::ptr::read_volatile(cqe_ptr.add(48) as *const u64) });
             let error = op_own >> 4 == mlx5_cq::CQE_REQ_ERR || op_own >> 4 == mlx5_cq::CQE_RESP_ERR;
             let stamp = if error { 0 } else { stamp };
-            let got = self.poll_one_slow(cqe_ptr, table, &mut wcs[n..max], n == 0);
+            let got = self.poll_uncommon_one(cqe_ptr, table, &mut wcs[n..max], n == 0);
             let k = match got {
                 Ok(Consumed::Yes(k)) => {
                     self.ci = self.ci.wrapping_add(1);

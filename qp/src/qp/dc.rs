@@ -126,28 +126,24 @@ impl Qp {
         bbs: u32,
         ds: u32,
     ) {
-        let (slot, ctrl) = self.sq.lean_slot();
-        // SAFETY: `ctrl` is a block of the ring: the next block is inside it or its end.
-        let mut b1 = unsafe { ctrl.add(SEND_WQE_BB) };
-        if b1 == self.sq.ring.end() {
-            b1 = self.sq.ring.start();
-        }
-        // SAFETY: `ctrl` is the next block and the WQE's `bbs` blocks are free (checked);
-        // the AV is the last 48 bytes of the first block, `b1` the second block; the inline
-        // segment starts 16 bytes into it.
-        unsafe {
-            (ctrl.add(SEND_WQE_DS) as *mut mlx5_wqe::seg::AvSeg).write(*dest.av());
-            (b1 as *mut RaddrSeg).write(RaddrSeg::new(remote.addr, remote.rkey));
-            write_inline(&self.sq.ring, b1, DC_RADDR, data);
-        }
+        let (slot, mut w) = self.lean_writer();
+        // SAFETY: the WQE's `bbs` blocks are free (checked); the AV is the last 48 bytes of
+        // the first block, then (wrapped to the ring start when that block was the ring's
+        // last) the second block: the raddr segment, the inline segment 16 bytes into it.
+        let b1 = unsafe {
+            w.put(*dest.av());
+            w.wrap();
+            let b1 = w.cursor();
+            w.put(RaddrSeg::new(remote.addr, remote.rkey));
+            w.put_inline(data);
+            b1
+        };
         let pi = self.sq.pi;
         let w0 = lean_w0(pi as u16, self.ctrl_write, WRITE_DS, ds);
         let w1 = dc_w1(dest, self.lean_fm(flags));
-        // SAFETY: `ctrl` is the WQE's first block, 64-byte aligned, reserved above.
-        unsafe {
-            (ctrl as *mut u64).write(w0);
-            (ctrl as *mut u64).add(1).write(w1);
-        }
+        let ctrl = w.ctrl_ptr();
+        // SAFETY: `w` was made by `WqeWriter::reserved` for the blocks checked above.
+        unsafe { w.finish_words(w0, w1) };
         self.sq.commit_lean(pi, slot, wr_id, bbs);
         if bbs == 2 && self.sq.bf_post_2bb_ok() {
             self.sq.ring_bf_post_2bb(ctrl, b1, pi + 2);

@@ -1,0 +1,318 @@
+//! The lean posts' gates and limits against the generic post's.
+
+//! The lean gates and limits against the generic post they stand for: for every QP shape
+//! tried, a lean entry point takes exactly the inline payloads the generic post accepts
+//! whose WRITE WQE fits the blocks a lean WQE may take (`SendQueue::wr_bbs`), and its gate
+//! is open exactly in the states, types and doorbell modes the docs say. The integration tests compare what
+//! both paths write, which is the same by design; only these say which path a post takes
+//! (a limit one byte too small, or a gate that never opens, writes the same bytes slower).
+
+use super::*;
+use crate::wc::{WcOpcode, WcStatus};
+use mlx5_hw::{BfLayout, WqLayout};
+
+/// Zeroed page-aligned memory standing in for the device's rings and registers.
+#[repr(C, align(4096))]
+#[derive(Clone, Copy)]
+struct Page([u8; 4096]);
+
+/// A QP on its own memory (the `Vec`'s buffer does not move with it).
+struct Fixture {
+    _mem: Vec<Page>,
+    qp: Qp,
+}
+
+fn fixture(qp_type: QpType, wqe_cnt: u32, max_inline: u32, max_send_sge: u32) -> Fixture {
+    let sq_pages = (wqe_cnt as usize * SEND_WQE_BB).div_ceil(4096);
+    let mut mem = vec![Page([0; 4096]); sq_pages + 2];
+    let base = mem.as_mut_ptr() as *mut u8;
+    // SAFETY: the pages after the ring: a doorbell record and a UAR page.
+    let (dbrec, uar) = unsafe { (base.add(sq_pages * 4096), base.add((sq_pages + 1) * 4096)) };
+    let layout = QpLayout {
+        qpn: 0x1234,
+        qp_type,
+        dbrec: dbrec as *mut u32,
+        sq: WqLayout {
+            buf: base,
+            wqe_cnt,
+            stride: SEND_WQE_BB as u32,
+        },
+        rq: WqLayout {
+            buf: core::ptr::null_mut(),
+            wqe_cnt: 0,
+            stride: 0,
+        },
+        bf: BfLayout {
+            // SAFETY: 0x800 + two halves of 256 bytes fit the page.
+            reg: unsafe { uar.add(0x800) },
+            size: 256,
+            shared: false,
+        },
+        max_inline_data: max_inline,
+        max_send_sge,
+        max_recv_sge: 0,
+        sq_sig_all: false,
+        uses_srq: false,
+    };
+    // SAFETY: the memory lives in the fixture with the QP.
+    let qp = unsafe { Qp::from_layout(&layout, None) }.unwrap();
+    Fixture { _mem: mem, qp }
+}
+
+/// What `lean_post!` decides for an inline payload of `len` bytes against `limit`.
+fn lean_takes(qp: &Qp, len: usize, limit: usize) -> bool {
+    Qp::inline_len_ok(len, limit) && qp.sq.lean_open(qp.sq.fast)
+}
+
+/// Whether the generic post accepts the inline WR of `len` bytes and a WRITE's WQE of
+/// that payload (ctrl + raddr + inline) fits the `wr_bbs` blocks a lean WQE may take
+/// (`wqe_cnt / max_post`): one clamp for both opcodes (`Qp::update_fast_limits`; within
+/// the caps `wr_limit` computes it never binds, with a WR limit set by hand it may, and a
+/// SEND then gives up 16 bytes).
+fn generic_takes(qp: &Qp, wr: &SendWr<'_>, len: usize, wr_bbs: u32) -> bool {
+    let inline = if len == 0 {
+        0
+    } else {
+        (4 + len).div_ceil(16) * 16
+    };
+    let bbs = (RDMA_HDR + inline).div_ceil(SEND_WQE_BB) as u32;
+    qp.plan(wr).is_ok() && bbs <= wr_bbs
+}
+
+#[test]
+fn lean_inline_limits_are_the_generic_posts_within_the_lean_blocks() {
+    let payload = [0x5au8; 1100];
+    let remote = RemoteAddr::new(0x1000, 7);
+    for qp_type in [QpType::Rc, QpType::Uc] {
+        for wqe_cnt in [1u32, 4, 16, 64] {
+            for max_post in [1u32, 2, 3, wqe_cnt].into_iter().filter(|&m| m <= wqe_cnt) {
+                for max_inline in [12u32, 13, 28, 44, 60, 220, 988, 1000] {
+                    let mut f = fixture(qp_type, wqe_cnt, max_inline, 1);
+                    f.qp.set_max_send_wr(max_post).unwrap();
+                    f.qp.set_state(QpState::Rts);
+                    let qp = &f.qp;
+                    let wr_bbs = wqe_cnt / max_post;
+                    assert_eq!(qp.sq.wr_bbs(), wr_bbs);
+                    let what = format!(
+                        "{qp_type:?}, {wqe_cnt} blocks, max_post {max_post}, \
+                         max_inline {max_inline}"
+                    );
+                    assert!(qp.sq.lean_open(qp.sq.fast), "gate open: {what}");
+                    for len in 0..=max_inline as usize + 64 {
+                        let d = &payload[..len];
+                        let w = SendWr::write(1, remote).inline(d);
+                        assert_eq!(
+                            lean_takes(qp, len, qp.fast.inline_rdma),
+                            generic_takes(qp, &w, len, wr_bbs),
+                            "WRITE of {len} inline bytes: {what}"
+                        );
+                        let s = SendWr::send(1).inline(d);
+                        assert_eq!(
+                            lean_takes(qp, len, qp.fast.inline_send),
+                            generic_takes(qp, &s, len, wr_bbs),
+                            "SEND of {len} inline bytes: {what}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The send poll's fast path (`Qp::complete_send_success`) takes a success CQE naming the
+/// oldest outstanding WQE of one block that is not an atomic, and nothing else (the full
+/// path then gives the same completion: only this says which one served it).
+#[test]
+fn the_fast_send_completion_takes_the_oldest_one_block_wqe_only() {
+    let mut f = fixture(QpType::Rc, 16, 64, 1);
+    f.qp.set_max_send_wr(16).unwrap();
+    f.qp.set_state(QpState::Rts);
+    let qp = &mut f.qp;
+    let sge = Sge {
+        addr: 0x2000,
+        length: 64,
+        lkey: 3,
+    };
+    let remote = RemoteAddr::new(0x1000, 7);
+    qp.post_send_inline(10, b"abc", SendFlags::SIGNALED)
+        .unwrap();
+    qp.post(&SendWr::read(11, remote).sges(&[sge]).signaled())
+        .unwrap();
+    // Two blocks (meta byte not 0).
+    qp.post_write_inline(12, &[1; 60], remote, SendFlags::SIGNALED)
+        .unwrap();
+    let mut wc = Wc::default();
+    assert!(
+        !qp.complete_send_success(1, op::OPCODE_RDMA_WRITE, 0x1234, 0, &mut wc),
+        "not the oldest"
+    );
+    assert_eq!(qp.sq_outstanding_wrs(), 3, "nothing retired");
+    assert!(qp.complete_send_success(0, op::OPCODE_SEND, 0x1234, 99, &mut wc));
+    assert_eq!(
+        (
+            wc.wr_id(),
+            wc.opcode(),
+            wc.byte_len(),
+            wc.status(),
+            wc.qp_num()
+        ),
+        (10, WcOpcode::Send, 0, WcStatus::Success, 0x1234)
+    );
+    assert!(qp.complete_send_success(1, op::OPCODE_RDMA_READ, 0x1234, 64, &mut wc));
+    assert_eq!(
+        (wc.wr_id(), wc.opcode(), wc.byte_len()),
+        (11, WcOpcode::RdmaRead, 64)
+    );
+    assert!(
+        !qp.complete_send_success(2, op::OPCODE_RDMA_WRITE, 0x1234, 0, &mut wc),
+        "two blocks"
+    );
+    // A later WQE behind the two-block one: neither the oldest nor one block at `ci`.
+    qp.post_send_inline(14, b"d", SendFlags::SIGNALED).unwrap();
+    assert!(
+        !qp.complete_send_success(4, op::OPCODE_RDMA_WRITE, 0x1234, 0, &mut wc),
+        "behind an uncommon WQE"
+    );
+    assert_eq!(qp.sq_outstanding_wrs(), 2);
+    let fa = SendOp::FetchAdd {
+        remote,
+        local: sge,
+        add: 1,
+    };
+    let mut f = fixture(QpType::Rc, 16, 64, 1);
+    f.qp.set_state(QpState::Rts);
+    f.qp.post(&SendWr::new(13, fa).signaled()).unwrap();
+    assert!(
+        !f.qp
+            .complete_send_success(0, op::OPCODE_RDMA_WRITE, 0x1234, 0, &mut wc),
+        "an atomic"
+    );
+    assert!(
+        !f.qp
+            .complete_send_success(1, op::OPCODE_RDMA_WRITE, 0x1234, 0, &mut wc),
+        "nothing outstanding there"
+    );
+    let mut empty = fixture(QpType::Rc, 16, 64, 1);
+    empty.qp.set_state(QpState::Rts);
+    assert!(
+        !empty
+            .qp
+            .complete_send_success(0, op::OPCODE_RDMA_WRITE, 0x1234, 0, &mut wc),
+        "nothing outstanding"
+    );
+    for counter in [1, 5, 0xffff] {
+        assert!(
+            !empty
+                .qp
+                .complete_send_success(counter, op::OPCODE_RDMA_WRITE, 0x1234, 0, &mut wc),
+            "nothing outstanding, counter {counter}"
+        );
+    }
+    assert_eq!(empty.qp.sq_outstanding_bbs(), 0);
+}
+
+/// `Qp::sq_all_common`, which lets the lean send poll skip the meta bytes, says whether
+/// every outstanding WQE is one block and not an atomic.
+#[test]
+fn all_common_follows_the_uncommon_wqes_outstanding() {
+    let mut f = fixture(QpType::Rc, 16, 64, 1);
+    f.qp.set_max_send_wr(16).unwrap();
+    f.qp.set_state(QpState::Rts);
+    let qp = &mut f.qp;
+    let remote = RemoteAddr::new(0x1000, 7);
+    assert!(qp.sq_all_common(), "nothing outstanding");
+    qp.post_send_inline(1, b"a", SendFlags::SIGNALED).unwrap();
+    assert!(qp.sq_all_common(), "one one-block WQE");
+    qp.post_write_inline(2, &[1; 60], remote, SendFlags::SIGNALED)
+        .unwrap();
+    assert!(!qp.sq_all_common(), "a two-block WQE");
+    let mut wc = Wc::default();
+    assert!(qp.complete_send_success(0, op::OPCODE_RDMA_WRITE, 0x1234, 0, &mut wc));
+    assert!(
+        !qp.sq_all_common(),
+        "the two-block WQE is still outstanding"
+    );
+    let info = crate::sq::CqeInfo {
+        qpn: 0x1234,
+        send_opcode: op::OPCODE_RDMA_WRITE,
+        status: WcStatus::Success,
+        syndrome: 0,
+        vendor_err: 0,
+        byte_cnt: 0,
+    };
+    let mut out = [Wc::default(); 2];
+    assert_eq!(qp.complete_send(1, &info, &mut out), Progress::Done(1));
+    assert_eq!(out[0].wr_id(), 2);
+    assert!(qp.sq_all_common(), "retired");
+    let sge = Sge {
+        addr: 0x2000,
+        length: 8,
+        lkey: 3,
+    };
+    let fa = SendOp::FetchAdd {
+        remote,
+        local: sge,
+        add: 1,
+    };
+    qp.post(&SendWr::new(3, fa).signaled()).unwrap();
+    assert!(!qp.sq_all_common(), "an atomic");
+}
+
+#[test]
+fn the_lean_gates_open_for_rc_and_uc_in_the_states_that_take_sends() {
+    use QpState::*;
+    for qp_type in [QpType::Rc, QpType::Uc, QpType::Ud, QpType::XrcSend] {
+        for state in [Reset, Init, Rtr, Rts, Sqd, Sqe, Error] {
+            let mut f = fixture(qp_type, 16, 64, 1);
+            f.qp.set_state(state);
+            // SQE and Error take sends too: the device flushes them.
+            let open = matches!(state, Rts | Sqd | Sqe | Error)
+                && matches!(qp_type, QpType::Rc | QpType::Uc);
+            let qp = &f.qp;
+            assert_eq!(
+                qp.sq.lean_open(qp.sq.fast),
+                open,
+                "{qp_type:?} in {state:?}"
+            );
+            assert!(!qp.sq.lean_open(qp.sq.other), "BfPost: only the fast gate");
+        }
+    }
+}
+
+#[test]
+fn too_little_inline_room_or_no_gather_entry_closes_the_gates() {
+    for (max_inline, max_send_sge, open) in [
+        (0, 1, false),
+        (11, 1, false),
+        (12, 1, true),
+        (64, 0, false),
+        (64, 1, true),
+    ] {
+        let mut f = fixture(QpType::Rc, 16, max_inline, max_send_sge);
+        f.qp.set_state(QpState::Rts);
+        assert_eq!(
+            f.qp.sq.lean_open(f.qp.sq.fast),
+            open,
+            "max_inline {max_inline}, max_send_sge {max_send_sge}"
+        );
+    }
+}
+
+#[test]
+fn other_doorbell_modes_take_the_other_gate() {
+    for (mode, fast, other) in [
+        (DoorbellMode::BfPost, true, false),
+        (DoorbellMode::Bf, false, true),
+        (DoorbellMode::Db, false, true),
+    ] {
+        let mut f = fixture(QpType::Rc, 16, 64, 1);
+        f.qp.set_state(QpState::Rts);
+        f.qp.set_doorbell_mode(mode).unwrap();
+        let qp = &f.qp;
+        assert_eq!(
+            (qp.sq.lean_open(qp.sq.fast), qp.sq.lean_open(qp.sq.other)),
+            (fast, other),
+            "{mode:?}"
+        );
+    }
+}
