@@ -8,6 +8,7 @@ pub type Result<T> = core::result::Result<T, Error>;
 
 /// Which send-queue limit a post hit ([`Error::SqFull`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum SqLimit {
     /// Every WR the QP allows (`Qp::max_send_wr`, rdma-core's `sq.max_post`) is outstanding.
     WorkRequests,
@@ -28,6 +29,7 @@ fn sq_full_reason(limit: SqLimit, needed: u32, free: u32) -> String {
 
 /// Why a post, a poll or a constructor failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
     /// The send queue has no room for this WR: all `max_send_wr` WRs are outstanding, or
     /// the ring lacks the blocks its WQE needs.

@@ -92,6 +92,7 @@ pub(crate) enum Progress {
 
 /// How a post reaches the device (UCX `uct_ib_mlx5_mmio_mode_t`, `docs/sources.md` §5).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum DoorbellMode {
     /// BlueFlame copy without a flush after it (UCX `UCT_IB_MLX5_MMIO_MODE_BF_POST`, what
     /// UCX picks for a single-thread owner of a dedicated bfreg — a [`crate::Qp`] always is

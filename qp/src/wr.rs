@@ -110,6 +110,7 @@ impl UdDest {
 
 /// The operation of a send WR and its operands (host order).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum SendOp {
     /// SEND.
     Send,
@@ -248,6 +249,7 @@ pub enum SendData<'a> {
 /// assert_eq!(wr.wr_id(), 42);
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[must_use = "a work request does nothing until it is posted"]
 pub struct SendWr<'a> {
     pub(crate) wr_id: u64,
     pub(crate) op: SendOp,
@@ -473,6 +475,7 @@ impl<'a> SendWr<'a> {
 
 /// A receive work request: where an incoming message (or the immediate of a WRITE_IMM) lands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[must_use = "a work request does nothing until it is posted"]
 pub struct RecvWr<'a> {
     /// The caller's identifier, returned in the completion.
     pub wr_id: u64,

@@ -187,7 +187,7 @@ impl Resources {
                 Error::Usage(format!(
                     "--doorbell {}: QP {qpn:#08x} on {name}: {e}; use --doorbell db, or leave \
                      --doorbell out",
-                    DoorbellArg::of(mode).name(),
+                    DoorbellArg::of(mode).map_or("other", DoorbellArg::name),
                 ))
             })?;
         }

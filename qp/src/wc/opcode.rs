@@ -6,6 +6,7 @@ use super::*;
 /// have no upstream verbs value and use 0x40/0x41).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 #[repr(u8)]
+#[non_exhaustive]
 pub enum WcOpcode {
     /// `IBV_WC_SEND` (SEND and SEND with immediate).
     #[default]

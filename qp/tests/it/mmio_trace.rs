@@ -165,6 +165,7 @@ fn one_block_sequence(mode: DoorbellMode) {
             DoorbellMode::BfPost => bf(pi, (i as usize % 2) * 256, 1, Prim::WcLineDone),
             // bf.size 256 but 8-byte doorbells only: UCX's DB mode also toggles.
             DoorbellMode::Db => db(pi, (i as usize % 2) * 256),
+            other => panic!("no expected sequence for {other:?}"),
         };
         assert_eq!(got, want, "{mode:?}, post {i} (entry point {})", i % 5);
     }
