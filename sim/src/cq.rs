@@ -375,7 +375,8 @@ impl Cq {
             );
             return true;
         }
-        let rec = self.dbrec.read_be32(4);
+        // Without the device's mark of a record it took (`crate::cq_uar`).
+        let rec = self.dbrec.read_be32(4) & !crate::cq_uar::RECORD_TAKEN;
         if rec != word {
             bugs.report(dev, self.cqn, DriverBugKind::CqArmMismatch, format!(
                 "arm doorbell word {word:#010x} differs from the arm doorbell record dbrec[1] = {rec:#010x}"));

@@ -352,12 +352,12 @@ fn run_through_rdma_core(name: &str, args: &[&str]) -> Output {
     run(name, args, &env)
 }
 
-/// The quickstart and hello_write with `-d mlx5_0`: contexts opened through libibverbs and
+/// The quickstart, hello_write and ud_multicast with `-d mlx5_0`: contexts opened through libibverbs and
 /// libmlx5 (the objects created by `ibv_*`, the rings from `mlx5dv_init_obj`), our data path on
 /// the rings libmlx5 laid out, on the software ConnectX behind the preload library; the
 /// library reports any driver bug it saw on standard error at exit.
 #[test]
-fn quickstart_and_hello_write_through_rdma_core() {
+fn examples_through_rdma_core() {
     let out = run_through_rdma_core("quickstart", &["-d", "mlx5_0"]);
     let (stdout, stderr) = (
         String::from_utf8_lossy(&out.stdout),
@@ -382,6 +382,15 @@ fn quickstart_and_hello_write_through_rdma_core() {
         stdout.contains("IBV_WC_SUCCESS (mlx5_0 → mlx5_0): B's memory reads \"hello\""),
         "{stdout}"
     );
+    assert!(!stderr.contains("driver bug"), "{stderr}");
+    // UD multicast: attach, fan-out to the QPs of two contexts, detach.
+    let out = run_through_rdma_core("ud_multicast", &["-d", "mlx5_0"]);
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{}\n{stdout}\n{stderr}", out.status);
+    assert!(stdout.contains("ud_multicast: OK"), "{stdout}");
     assert!(!stderr.contains("driver bug"), "{stderr}");
     // A device that is not there: a clear error naming it (status 1), not a panic.
     for name in ["quickstart", "hello_write"] {

@@ -39,7 +39,7 @@ struct End {
 
 /// Two connected RC QPs on a threaded fabric; `channel`: each CQ on a channel of its own.
 fn pair(channel: bool) -> (End, End) {
-    let (a, b) = Context::sim_pair().unwrap();
+    let (a, b) = crate::support::contexts();
     let mk = |ctx: Context| {
         let pd = ctx.alloc_pd().unwrap();
         let cq = if channel {
