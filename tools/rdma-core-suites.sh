@@ -33,7 +33,19 @@ ctx_shared=(
   transports::xrc_sends_land_in_the_srq_they_name
   transports::a_qp_in_error_flushes_everything_once_and_recovers
 )
-ctx_alone=()
+# The device's death (point 5 of docs/testing.md's table): `fatal` written into the preload
+# library's control file (MLX5SIM_CONTROL, a fresh one per process). Each runs twice: with
+# RDMAV_ALLOW_DISASSOC_DESTROY=1 (libibverbs then takes the EIO of a destroy on the
+# disassociated context as success and frees its objects) and without (the destroys fail; the
+# owning objects must still drop without a panic).
+ctx_alone=(
+  waiting::a_dead_device_ends_every_wait_with_an_error_not_a_timeout
+  waiting::a_dead_device_ends_every_wait_on_a_channel
+  waiting::a_dead_device_wakes_a_wait_while_another_thread_takes_the_events
+  waiting::a_dead_device_returns_the_completions_polled_before
+  waiting::a_dead_device_ends_poll_blocking
+  waiting::a_dead_device_ends_an_async_wait
+)
 connect_shared=(
   owned::chosen_psns_wrap_during_the_run
   owned::a_failed_connect_leaves_the_qp_reusable
@@ -58,15 +70,18 @@ bin_of() { awk -v p="$1" '$1 == p { print $2 }' <<<"$bins"; }
 
 failed=0
 passed=0
+extra_env=()
 # run PACKAGE NAME...: one process, the named tests (exactly), checking that each exists.
 run() {
   local pkg=$1 bin
   shift
   bin=$(bin_of "$pkg")
   [ -n "$bin" ] || { echo "no test binary for $pkg"; failed=$((failed + 1)); return; }
-  local out
+  local out control
   out=$(mktemp)
-  if LD_PRELOAD="$lib" MLX5_TEST_DEVICE=mlx5_0 timeout 600 "$bin" --exact "$@" >"$out" 2>&1; then
+  control=$(mktemp)
+  if env "${extra_env[@]}" MLX5SIM_CONTROL="$control" LD_PRELOAD="$lib" MLX5_TEST_DEVICE=mlx5_0 \
+    timeout 600 "$bin" --exact "$@" >"$out" 2>&1; then
     :
   else
     failed=$((failed + 1))
@@ -79,12 +94,18 @@ run() {
     failed=$((failed + 1))
   fi
   passed=$((passed + $(grep -c '\.\.\. ok$' "$out" || true)))
-  grep -E '^test .* \.\.\. (ok|FAILED)$' "$out" | sed "s/^test /  [mlx5_0 via rdma-core] $pkg /"
-  rm -f "$out"
+  grep -E '^test .* \.\.\. (ok|FAILED)$' "$out" | sed "s/^test /  [mlx5_0 via rdma-core${extra_env[*]:+, ${extra_env[*]}}] $pkg /"
+  rm -f "$out" "$control"
 }
 
 [ ${#ctx_shared[@]} -eq 0 ] || run ctx "${ctx_shared[@]}"
-for t in "${ctx_alone[@]}"; do run ctx "$t"; done
+extra_env=()
+for t in "${ctx_alone[@]}"; do
+  extra_env=(RDMAV_ALLOW_DISASSOC_DESTROY=1)
+  run ctx "$t"
+  extra_env=()
+  run ctx "$t"
+done
 [ ${#connect_shared[@]} -eq 0 ] || run connect "${connect_shared[@]}"
 for t in "${connect_alone[@]}"; do run connect "$t"; done
 

@@ -32,7 +32,7 @@ use std::sync::Arc;
 use mlx5_cq::CQ_DOORBELL;
 
 use crate::bugs::{BugLog, DriverBugKind};
-use crate::cq::Cq;
+use crate::cq::{Cq, RECORD_TAKEN};
 use crate::mem::DmaBuf;
 
 /// The value the doorbell word is reset to after each look (CQN 0xffffffff, which no CQ has).
@@ -46,9 +46,6 @@ pub struct CqArmPage {
     /// The CQs that ring on it.
     pub cqs: BTreeSet<u32>,
 }
-
-/// The mark of an arm record (`dbrec[1]`, host order) the device has taken (module docs).
-pub const RECORD_TAKEN: u32 = 1 << 31;
 
 /// Mark `cq`'s arm record taken, unless the driver stores a new arm meanwhile; returns the
 /// arm the record held (unmarked), if it was not marked already.

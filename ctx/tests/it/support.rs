@@ -32,6 +32,20 @@ pub fn contexts() -> (Context, Context) {
     }
 }
 
+/// Kill the device under `ctx` (its fatal state: every QP to Error, `IBV_EVENT_DEVICE_FATAL`):
+/// the software ConnectX's fault directly; through rdma-core, `fatal` written into the preload
+/// library's control file (`MLX5SIM_CONTROL`, which it reads every 100 ms), the fault reaching
+/// the device through the emulation as a firmware error reaches mlx5_ib.
+pub fn kill(ctx: &Context) {
+    if let (Some(f), Some(d)) = (ctx.sim_fabric(), ctx.sim_device()) {
+        f.fabric().faults().device_fatal(d);
+        return;
+    }
+    let path = std::env::var_os("MLX5SIM_CONTROL")
+        .expect("MLX5SIM_CONTROL: the preload library's control file, through which the test kills the device");
+    std::fs::write(&path, "fatal\n").expect("write the control file");
+}
+
 /// The driver bugs the software ConnectX under `ctx` saw, taken (none on another device: the
 /// preload library reports its own at the exit of the process).
 pub fn take_driver_bugs(ctx: &Context) -> Vec<String> {
