@@ -3,8 +3,8 @@
 # test runs with MLX5_TEST_DEVICE=mlx5_0 and the preload library of uverbs/ (libmlx5sim.so) in
 # LD_PRELOAD, so its contexts are opened by unmodified libibverbs + libmlx5 on the software
 # ConnectX (objects created by ibv_*, rings from mlx5dv_init_obj, our data path on the rings
-# libmlx5 laid out). The quickstart and hello_write run with -d mlx5_0 in the facade's own
-# suite (tests/it/examples_run.rs). docs/testing.md says which tests run here and why the
+# libmlx5 laid out). The quickstart, hello_write and ud_multicast run with -d mlx5_0 in the
+# facade's own suite (tests/it/examples_run.rs). docs/testing.md says which tests run here and why the
 # others cannot (they step a deterministic fabric, or reach into the software ConnectX).
 #
 #   tools/rdma-core-suites.sh [CARGO_TEST_FLAGS...]     (default: --workspace --all-features)
@@ -33,7 +33,7 @@ ctx_shared=(
   transports::xrc_sends_land_in_the_srq_they_name
   transports::a_qp_in_error_flushes_everything_once_and_recovers
 )
-# The device's death (point 5 of docs/testing.md's table): `fatal` written into the preload
+# The device's death (docs/testing.md): `fatal` written into the preload
 # library's control file (MLX5SIM_CONTROL, a fresh one per process). Each runs twice: with
 # RDMAV_ALLOW_DISASSOC_DESTROY=1 (libibverbs then takes the EIO of a destroy on the
 # disassociated context as success and frees its objects) and without (the destroys fail; the
