@@ -13,15 +13,24 @@ use std::time::Duration;
 
 use clap::Parser;
 
-/// WRITE "hello" from one software ConnectX QP into another's memory and check the bytes.
+/// WRITE "hello" from one QP into another's memory and check the bytes.
 #[derive(Parser)]
-struct Args {}
+struct Args {
+    /// The device: `sim` (two software ConnectX devices on one fabric), or an RDMA device
+    /// such as `mlx5_0`, opened twice through rdma-core (the two QPs loop back through it).
+    #[arg(short = 'd', long = "ib-dev", default_value = "sim")]
+    device: String,
+}
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    // No options: an argument is a usage error, not something silently ignored.
-    Args::parse();
-    // Two software ConnectX devices on one fabric, run by its own thread.
-    let (a, b) = Context::sim_pair()?;
+    let args = Args::parse();
+    // `sim`: two software ConnectX devices on one fabric, run by its own thread; otherwise two
+    // contexts of one RDMA device, whose QPs reach each other through the device's loopback.
+    let (a, b) = if args.device == "sim" {
+        Context::sim_pair()?
+    } else {
+        (Context::open(&args.device)?, Context::open(&args.device)?)
+    };
     let (pd_a, pd_b) = (a.alloc_pd()?, b.alloc_pd()?);
     let (mut cq_a, cq_b) = (a.create_cq(16)?, b.create_cq(16)?);
     let mut qp_a = pd_a.create_qp(&QpInit::rc(&cq_a))?;

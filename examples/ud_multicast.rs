@@ -5,6 +5,7 @@
 //!
 //! ```text
 //! cargo run --example ud_multicast
+//! cargo run --example ud_multicast -- -d mlx5_0     (two contexts of an mlx5 device, rdma-core)
 //! ```
 //!
 //! A multicast send is a UD send to the group's address (an address handle for the group GID,
@@ -98,11 +99,21 @@ fn main() -> Res<()> {
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .with_writer(std::io::stderr)
         .init();
-    if let Some(extra) = std::env::args().nth(1) {
-        eprintln!("ud_multicast: unexpected argument {extra:?}: it takes none");
-        std::process::exit(2);
-    }
-    let (a, b) = Context::sim_pair()?;
+    // `-d DEVICE`: the two "devices" are two contexts of that RDMA device (through rdma-core;
+    // the group's datagrams loop back through it); without it, two software ConnectX devices.
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let device = match args.as_slice() {
+        [] => None,
+        [d, name] if d == "-d" || d == "--ib-dev" => Some(name.clone()),
+        [extra, ..] => {
+            eprintln!("ud_multicast: unexpected argument {extra:?}: it takes only -d DEVICE");
+            std::process::exit(2);
+        }
+    };
+    let (a, b) = match &device {
+        Some(d) => (Context::open(d)?, Context::open(d)?),
+        None => Context::sim_pair()?,
+    };
     let group = Gid::from_ipv4([239, 1, 2, 3]);
 
     let pd = a.alloc_pd()?;

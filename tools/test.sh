@@ -41,6 +41,12 @@ mkdir -p target
 echo "== cargo test (workspace, all features)"
 cargo test --workspace --all-features 2>&1 | tee target/test-output.txt
 
+# docs/testing.md "The suites through rdma-core": the ctx and connect tests that need no
+# deterministic stepping run again, with their contexts opened through unmodified libibverbs +
+# libmlx5 on the software ConnectX behind the preload library (the test binaries built above).
+echo "== the ctx and connect suites through rdma-core (mlx5_0 = libmlx5sim.so, tools/rdma-core-suites.sh)"
+tools/rdma-core-suites.sh --workspace --all-features 2>&1 | tee -a target/test-output.txt || true
+
 echo "== clippy (workspace, all targets and features; incompatible_msrv checks the declared rust-version)"
 if cargo clippy --version >/dev/null 2>&1; then
   if ! cargo clippy --workspace --all-targets --all-features -- -D warnings >target/clippy.txt 2>&1; then

@@ -108,6 +108,13 @@ pub struct SrqLayout {
     pub tail: u32,
     /// SRQ number (24 bits).
     pub srqn: u32,
+    /// What a receive CQE of an XRC target QP carries in `srqn_uidx` for this SRQ, by which
+    /// the data path finds the SRQ: its number with CQE version 0 (the software ConnectX's own
+    /// CQs), the user index libmlx5 gave the XRC SRQ with version 1, which libmlx5 negotiates
+    /// with mlx5_ib (rdma-core `providers/mlx5/cq.c` `get_resp_ctx_v1` → `mlx5_find_uidx`;
+    /// kernel `drivers/infiniband/hw/mlx5/srq.c` `create_srq_user`, `uidx`). `srqn` for an SRQ
+    /// that is not XRC: its CQEs name their QP, which names the SRQ.
+    pub cqe_index: u32,
     /// Scatter entries per WQE.
     pub max_sge: u32,
 }

@@ -34,6 +34,7 @@ pub struct Srq {
     max_sge: u32,
     dbrec: *mut u32,
     srqn: u32,
+    cqe_index: u32,
     head: u32,
     tail: u32,
     counter: u16,
@@ -81,6 +82,7 @@ impl Srq {
             max_sge: layout.max_sge.min(slots as u32),
             dbrec: layout.dbrec,
             srqn: layout.srqn,
+            cqe_index: layout.cqe_index,
             head: layout.head,
             tail: layout.tail,
             counter: 0,
@@ -94,6 +96,13 @@ impl Srq {
     #[inline(always)]
     pub fn srqn(&self) -> u32 {
         self.srqn
+    }
+
+    /// What an XRC target's receive CQE carries for this SRQ in `srqn_uidx`
+    /// ([`SrqLayout::cqe_index`]: the SRQN, or the user index with CQE version 1).
+    #[inline(always)]
+    pub fn cqe_index(&self) -> u32 {
+        self.cqe_index
     }
 
     /// Receive WRs posted and not yet completed.

@@ -84,6 +84,11 @@ use crate::notify::CompChannel;
 /// the consumer index (23:0) (rdma-core `mlx5_arm_cq`, kernel `mlx5_cq_arm`).
 const ARM_UNUSED_BITS: u32 = 0xc000_0000 | 0x0e00_0000;
 
+/// The mark of an arm doorbell record (`dbrec[1]`, host order) a device took the arm from
+/// (bit 31, one no arm sets): [`crate::cq_uar`] takes arms from the records of CQs that ring
+/// on a shared page, and [`Cq::scan_arm`] compares a doorbell with the record without it.
+pub const RECORD_TAKEN: u32 = 1 << 31;
+
 /// The value the arm doorbell word is reset to after each write: it names CQN 0xffffffff,
 /// which no CQ has, so a driver write always changes it.
 const ARM_POISON: [u8; 8] = [0xff; 8];
@@ -375,7 +380,8 @@ impl Cq {
             );
             return true;
         }
-        let rec = self.dbrec.read_be32(4);
+        // Without the device's mark of a record it took (`crate::cq_uar`).
+        let rec = self.dbrec.read_be32(4) & !RECORD_TAKEN;
         if rec != word {
             bugs.report(dev, self.cqn, DriverBugKind::CqArmMismatch, format!(
                 "arm doorbell word {word:#010x} differs from the arm doorbell record dbrec[1] = {rec:#010x}"));

@@ -922,6 +922,7 @@ impl Device for SimDevice {
                 head: 0,
                 tail: g.wqe_cnt - 1,
                 srqn,
+                cqe_index: srqn,
                 max_sge: g.max_sge,
             };
             d.srqs.insert(srqn, srq);

@@ -210,10 +210,10 @@ impl SimDevice {
             if user.user_index {
                 cq.user_index = Some(UserIndex::default());
             }
-            d.cqs.insert(cqn, cq);
             if let Some(p) = d.cq_arm_pages.get_mut(&user.arm_page) {
-                p.cqs.insert(cqn);
+                p.add_cq(&cq);
             }
+            d.cqs.insert(cqn, cq);
             Ok(cqn)
         })
     }

@@ -259,6 +259,28 @@ impl DmaBuf {
         self.write(off, &v.to_be_bytes())
     }
 
+    /// Replace the big-endian u32 at a 4-byte aligned offset with `new` if it still reads
+    /// `current`, in one atomic compare-and-exchange (a driver's concurrent 32-bit store of a
+    /// doorbell record is either before it, and the exchange fails, or after it); `Err` with
+    /// what it reads otherwise (0 if out of bounds or misaligned).
+    pub fn cas_be32(&self, off: usize, current: u32, new: u32) -> Result<(), u32> {
+        if !(self.ptr.as_ptr() as usize + off).is_multiple_of(4) || !self.in_bounds(off, 4) {
+            return Err(0);
+        }
+        // SAFETY: in bounds and 4-byte aligned; the driver writes this record with whole
+        // 32-bit stores, never through a Rust reference, so an atomic view of it is sound.
+        let a =
+            unsafe { std::sync::atomic::AtomicU32::from_ptr(self.ptr.as_ptr().add(off).cast()) };
+        a.compare_exchange(
+            current.to_be(),
+            new.to_be(),
+            std::sync::atomic::Ordering::SeqCst,
+            std::sync::atomic::Ordering::SeqCst,
+        )
+        .map(|_| ())
+        .map_err(u32::from_be)
+    }
+
     /// Load the 8 bytes at an 8-byte aligned offset with one 64-bit atomic load, as they sit in memory
     /// (native byte order, so `to_ne_bytes` gives the bytes back); 0 if out of bounds or
     /// misaligned. A 64-bit store of the driver (an 8-byte doorbell, one word of a BlueFlame

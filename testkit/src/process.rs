@@ -211,3 +211,47 @@ pub fn run_bounded(
     };
     Ok((status.code(), reader.join().unwrap_or_default()))
 }
+
+/// The preload library of `uverbs/` (`libmlx5sim.so`, the kernel side of an mlx5 device played
+/// in user space on the software ConnectX), built from the current sources for the running
+/// test binary's profile and target directory: cargo builds a package's binaries for
+/// integration tests but never a `cdylib`, so the first caller builds it with `cargo`
+/// (the caller's `env!("CARGO")`: `cargo build -p mlx5-sim-uverbs --lib`, quick when it is
+/// current). A program started with it in `LD_PRELOAD` finds the device `mlx5_0` through
+/// unmodified libibverbs and libmlx5 (docs/rdma-core-on-the-software-connectx.md).
+pub fn preload_library(cargo: &str) -> PathBuf {
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let exe = std::env::current_exe().expect("test path");
+            // target/<profile>/deps/<test> (integration tests) or target/<profile>/<bin>.
+            let mut profile_dir = exe.parent().expect("the test's directory");
+            if profile_dir.ends_with("deps") {
+                profile_dir = profile_dir.parent().expect("target/<profile>");
+            }
+            let profile = profile_dir
+                .file_name()
+                .and_then(|n| n.to_str())
+                .expect("a profile directory");
+            let target = profile_dir.parent().expect("the target directory");
+            let mut cmd = Command::new(cargo);
+            cmd.args(["build", "--quiet", "-p", "mlx5-sim-uverbs", "--lib"])
+                .arg("--target-dir")
+                .arg(target);
+            match profile {
+                "debug" => {}
+                "release" => {
+                    cmd.arg("--release");
+                }
+                p => {
+                    cmd.args(["--profile", p]);
+                }
+            }
+            let st = cmd.status().expect("cargo to build libmlx5sim.so");
+            assert!(st.success(), "cargo build -p mlx5-sim-uverbs --lib failed");
+            let lib = profile_dir.join("libmlx5sim.so");
+            assert!(lib.is_file(), "{} was not built", lib.display());
+            lib
+        })
+        .clone()
+}

@@ -339,6 +339,71 @@ fn hello_write() {
     assert!(out.contains("B's memory reads \"hello\""), "{out}");
 }
 
+/// The preload library that plays the kernel side of an mlx5 device `mlx5_0` on the software
+/// ConnectX (uverbs/), for an example to run through unmodified libibverbs + libmlx5.
+fn through_rdma_core() -> [(&'static str, String); 1] {
+    let lib = mlx5_testkit::process::preload_library(env!("CARGO"));
+    [("LD_PRELOAD", lib.display().to_string())]
+}
+
+fn run_through_rdma_core(name: &str, args: &[&str]) -> Output {
+    let env = through_rdma_core();
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    run(name, args, &env)
+}
+
+/// The quickstart, hello_write and ud_multicast with `-d mlx5_0`: contexts opened through libibverbs and
+/// libmlx5 (the objects created by `ibv_*`, the rings from `mlx5dv_init_obj`), our data path on
+/// the rings libmlx5 laid out, on the software ConnectX behind the preload library; the
+/// library reports any driver bug it saw on standard error at exit.
+#[test]
+fn examples_through_rdma_core() {
+    let out = run_through_rdma_core("quickstart", &["-d", "mlx5_0"]);
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{}\n{stdout}\n{stderr}", out.status);
+    assert!(
+        stdout.contains("two RC QPs on mlx5_0") && stdout.contains("done: 5 operations on mlx5_0"),
+        "{stdout}"
+    );
+    for op in ["WRITE", "READ", "SEND", "CAS", "FAA"] {
+        assert!(stdout.contains(&format!("  {op} ")), "{op}:\n{stdout}");
+    }
+    assert!(!stderr.contains("driver bug"), "{stderr}");
+    let out = run_through_rdma_core("hello_write", &["-d", "mlx5_0"]);
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{}\n{stdout}\n{stderr}", out.status);
+    assert!(
+        stdout.contains("IBV_WC_SUCCESS (mlx5_0 → mlx5_0): B's memory reads \"hello\""),
+        "{stdout}"
+    );
+    assert!(!stderr.contains("driver bug"), "{stderr}");
+    // UD multicast: attach, fan-out to the QPs of two contexts, detach.
+    let out = run_through_rdma_core("ud_multicast", &["-d", "mlx5_0"]);
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{}\n{stdout}\n{stderr}", out.status);
+    assert!(stdout.contains("ud_multicast: OK"), "{stdout}");
+    assert!(!stderr.contains("driver bug"), "{stderr}");
+    // A device that is not there: a clear error naming it (status 1), not a panic.
+    for name in ["quickstart", "hello_write"] {
+        let out = run_through_rdma_core(name, &["-d", "mlx5_7"]);
+        let e = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{name}: {}: {e}", out.status);
+        assert!(
+            e.contains("mlx5_7") && !e.contains("panicked"),
+            "{name}: {e}"
+        );
+    }
+}
+
 #[test]
 fn sim_speed() {
     let out = run_ok("sim_speed", &["3000"]);

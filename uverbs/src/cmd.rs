@@ -235,6 +235,17 @@ fn dispatch(emu: &mut Emu, node: &Node, fd: i32, n: u32, req: &Req) -> Result<Re
 
 fn run(emu: &mut Emu, node: &Node, fd: i32, n: u32, req: &Req) -> Result<Resp, i32> {
     use objects::{ah, cq, device, mr, qp, srq};
+    // A device in its fatal state is gone for the kernel: mlx5_ib raises
+    // IB_EVENT_DEVICE_FATAL and the device is removed, which disassociates every open context
+    // (kernel `drivers/infiniband/core/uverbs_main.c` `ib_uverbs_remove_one` →
+    // `uverbs_disassociate_...` / `ib_uverbs_free_hw_resources`); from then on every command
+    // on the descriptor fails with EIO (`ib_uverbs_write`: no device behind the file). The
+    // objects are released when the program closes the descriptor. libibverbs turns EIO from a
+    // destroy into success only with RDMAV_ALLOW_DISASSOC_DESTROY set (rdma-core
+    // `libibverbs/driver.h` `verbs_is_destroy_err`, `init.c` `ibverbs_init`).
+    if node.dev.is_fatal() {
+        return Err(libc::EIO);
+    }
     match n {
         cmd::GET_CONTEXT => device::get_context(emu, node, fd, req),
         cmd::QUERY_DEVICE => device::query_device(node, req),

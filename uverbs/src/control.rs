@@ -1,13 +1,14 @@
 //! The control file (`MLX5SIM_CONTROL`): fault rules changed while the program runs. Whenever
 //! the file's modification time or size changes, its text (the `faultspec` syntax, one item or
 //! several per line) replaces every fault rule of the device; an empty file removes them all.
-//! Writing `down` into it takes the link down, writing nothing brings it back. A file that does
-//! not parse is said on standard error and changes nothing.
+//! Writing `down` into it takes the link down, writing nothing brings it back; writing `fatal`
+//! kills the device (`IBV_EVENT_DEVICE_FATAL`, for good). A file that does not parse is said on
+//! standard error and changes nothing.
 
 use std::path::PathBuf;
 use std::time::SystemTime;
 
-use mlx5_sim::Fabric;
+use mlx5_sim::{Fabric, SimDevice};
 
 /// The control file and what was last applied from it.
 #[derive(Debug)]
@@ -23,7 +24,7 @@ impl Control {
     }
 
     /// Apply the file if it changed since the last look.
-    pub fn check(&mut self, fabric: &Fabric) {
+    pub fn check(&mut self, fabric: &Fabric, dev: &SimDevice) {
         let Some(p) = &self.path else { return };
         let Ok(meta) = std::fs::metadata(p) else {
             return;
@@ -45,7 +46,7 @@ impl Control {
         };
         match crate::faultspec::parse(&text) {
             Ok(spec) => {
-                crate::node::apply_faults(fabric, &spec);
+                crate::node::apply_faults(fabric, dev, &spec);
                 tracing::info!(file = %p.display(), rules = spec.rules.len(), "fault rules replaced from the control file");
             }
             Err(e) => crate::emu::say(&format!(

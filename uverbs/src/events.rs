@@ -78,6 +78,7 @@ pub fn event_type(e: &AsyncEvent) -> u32 {
         AsyncEvent::SqDrained(_) => 5,
         AsyncEvent::PortActive(_) => 9,
         AsyncEvent::PortError(_) => 10,
+        AsyncEvent::DeviceFatal => 8,
         AsyncEvent::SrqLimitReached(_) => 15,
         AsyncEvent::QpLastWqeReached(_) => 16,
         #[allow(unreachable_patterns)]
@@ -169,7 +170,14 @@ fn route(emu: &mut Emu, e: AsyncEvent) {
         | AsyncEvent::QpLastWqeReached(q) => emu.qp_owner.get(&q.0).copied(),
         AsyncEvent::CqError(c) => emu.cq_owner.get(&c.0).copied(),
         AsyncEvent::SrqLimitReached(s) => emu.srq_owner.get(&s.0).copied(),
-        AsyncEvent::PortActive(p) | AsyncEvent::PortError(p) => {
+        // A port event, and the device's own (`IB_EVENT_DEVICE_FATAL`, which mlx5_ib raises
+        // with port 1 as its element: kernel `drivers/infiniband/hw/mlx5/main.c`
+        // `mlx5_ib_handle_event`), go to every context (`ib_uverbs_event_handler`).
+        AsyncEvent::PortActive(_) | AsyncEvent::PortError(_) | AsyncEvent::DeviceFatal => {
+            let p = match e {
+                AsyncEvent::PortActive(p) | AsyncEvent::PortError(p) => p,
+                _ => 1,
+            };
             let ctxs: Vec<i32> = emu.contexts.keys().copied().collect();
             for c in ctxs {
                 let desc = AsyncEventDesc {
@@ -178,6 +186,9 @@ fn route(emu: &mut Emu, e: AsyncEvent) {
                     reserved: 0,
                 };
                 push(emu, c, PendingAsync { desc, handle: None });
+            }
+            if e == AsyncEvent::DeviceFatal {
+                crate::objects::disassociate(emu);
             }
             return;
         }
@@ -247,7 +258,7 @@ fn pump(node: &Node) {
                 route(emu, e);
             }
         });
-        control.check(&node.fabric);
+        control.check(&node.fabric, &node.dev);
     }
 }
 

@@ -10,6 +10,7 @@
 //! qpn=0x10a,times=3,loss=100% at most 3 frames to QP 0x10a
 //! down                        every frame dropped (bring it up with the control file)
 //! seed=7                      the generator every random rule draws from
+//! fatal                       the device dies (IBV_EVENT_DEVICE_FATAL; nothing brings it back)
 //! ```
 //!
 //! Items are separated by commas (or white space, or new lines in a control file; `#` starts a
@@ -86,6 +87,9 @@ pub struct Spec {
     pub rules: Vec<Rule>,
     /// The generator's seed, if given.
     pub seed: Option<u64>,
+    /// `fatal`: the device enters its fatal state (a firmware internal error: mlx5_core's
+    /// `MLX5_DEV_EVENT_SYS_ERROR`), which no later specification undoes.
+    pub fatal: bool,
 }
 
 fn rate(v: &str) -> Result<f64, String> {
@@ -184,6 +188,10 @@ pub fn parse<'a>(text: &'a str) -> Result<Spec, String> {
             "reorder" => Some(Action::Reorder(duration(need(v)?).map_err(err)?)),
             "delay" => Some(Action::Delay(duration(need(v)?).map_err(err)?)),
             "down" if v.is_none() => Some(Action::Down),
+            "fatal" if v.is_none() => {
+                spec.fatal = true;
+                None
+            }
             "only" => {
                 cur.class = class(need(v)?).map_err(err)?;
                 None
@@ -211,7 +219,7 @@ pub fn parse<'a>(text: &'a str) -> Result<Spec, String> {
             _ => {
                 return Err(format!(
                     "unknown fault item '{item}' (loss=, dup=, corrupt=, reorder=, delay=, \
-                     down, only=, qpn=, times=, skip=, seed=)"
+                     down, fatal, only=, qpn=, times=, skip=, seed=)"
                 ))
             }
         };
@@ -262,5 +270,13 @@ mod tests {
             let e = parse(bad).unwrap_err();
             assert!(e.contains(says), "{bad}: {e}");
         }
+    }
+
+    #[test]
+    fn fatal_is_an_item_of_its_own() {
+        assert!(parse("fatal").unwrap().fatal);
+        assert!(parse("loss=1%, fatal # the device dies").unwrap().fatal);
+        assert!(!parse("loss=1%").unwrap().fatal);
+        assert!(parse("fatal=1").is_err());
     }
 }

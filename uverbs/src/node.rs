@@ -119,7 +119,7 @@ impl Node {
         }
         if let Some(f) = &cfg.faults {
             let spec = crate::faultspec::parse(f).map_err(|e| format!("MLX5SIM_FAULTS: {e}"))?;
-            apply_faults(&fabric, &spec);
+            apply_faults(&fabric, &dev, &spec);
         }
         if let Some(p) = &cfg.pcap {
             fabric
@@ -196,8 +196,13 @@ fn class(c: PacketClass) -> Class {
 }
 
 /// Replace the fabric's fault rules by those of `spec`.
-pub fn apply_faults(fabric: &Fabric, spec: &Spec) {
+pub fn apply_faults(fabric: &Fabric, dev: &SimDevice, spec: &Spec) {
     let faults = fabric.faults();
+    if spec.fatal {
+        // The device's fatal state: every QP to Error, IBV_EVENT_DEVICE_FATAL, every later
+        // command refused (`crate::cmd`: the kernel disassociates the contexts).
+        faults.device_fatal(dev);
+    }
     faults.clear();
     if let Some(s) = spec.seed {
         fabric.set_seed(s);

@@ -13,7 +13,7 @@ use mlx5_qp::{SendWr, WcOpcode};
 /// arrived in order and the QPs report the PSNs asked for.
 #[test]
 fn chosen_psns_wrap_during_the_run() {
-    let (a, b) = Context::sim_pair().unwrap();
+    let [a, b] = crate::connect_support::contexts();
     let (pa, pb) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
     let (mut ca, mut cb) = (a.create_cq(256).unwrap(), b.create_cq(256).unwrap());
     let mut qa = pa.create_qp(&QpInit::rc(&ca)).unwrap();
@@ -77,7 +77,7 @@ fn a_psn_wider_than_24_bits_is_refused() {
 /// same QP then connects over TCP and traffic flows.
 #[test]
 fn a_failed_connect_leaves_the_qp_reusable() {
-    let (a, b) = Context::sim_pair().unwrap();
+    let [a, b] = crate::connect_support::contexts();
     let (pa, pb) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
     let (mut ca, cb) = (a.create_cq(16).unwrap(), b.create_cq(16).unwrap());
     let mut qa = pa.create_qp(&QpInit::rc(&ca)).unwrap();
@@ -155,19 +155,25 @@ fn waits_step_a_deterministic_fabric_and_time_out_clearly() {
 /// through it arrives before that.
 #[test]
 fn a_ud_connection_destroys_its_address_handle_when_dropped() {
-    let (a, b) = Context::sim_pair().unwrap();
+    let [a, b] = crate::connect_support::contexts();
     let (pa, pb) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
     let (mut ca, mut cb) = (a.create_cq(16).unwrap(), b.create_cq(16).unwrap());
     let mut qa = pa.create_qp(&QpInit::ud(&ca)).unwrap();
     let mut qb = pb.create_qp(&QpInit::ud(&cb)).unwrap();
-    let ahs = |c: &Context| c.sim_device().unwrap().live_objects().ahs;
+    // The address handles alive on each side, as the software ConnectX counts them (through
+    // rdma-core the model is behind the kernel interface: the AH count is not checked there,
+    // the datagram and the clean drop are).
+    let ahs = |c: &Context| c.sim_device().map(|d| d.live_objects().ahs);
+    let counted = a.sim_device().is_some();
     {
         let (conn_a, _conn_b) = connect_qps(&mut qa, &mut qb, &ConnectParams::default()).unwrap();
-        assert_eq!(
-            (ahs(&a), ahs(&b)),
-            (1, 1),
-            "one handle per side for its peer"
-        );
+        if counted {
+            assert_eq!(
+                (ahs(&a), ahs(&b)),
+                (Some(1), Some(1)),
+                "one handle per side for its peer"
+            );
+        }
         let dst = pb.alloc_mr(64 + 40).unwrap();
         qb.post_recv(7, &[dst.sge(0, 64 + 40).unwrap()]).unwrap();
         let dest = conn_a.ud_peer().unwrap().dest();
@@ -178,9 +184,11 @@ fn a_ud_connection_destroys_its_address_handle_when_dropped() {
         assert_eq!(wc.opcode(), WcOpcode::Recv);
         assert_eq!(&dst.read(40, 8).unwrap()[..], b"datagram");
     }
-    assert_eq!(
-        (ahs(&a), ahs(&b)),
-        (0, 0),
-        "the connections destroyed their handles"
-    );
+    if counted {
+        assert_eq!(
+            (ahs(&a), ahs(&b)),
+            (Some(0), Some(0)),
+            "the connections destroyed their handles"
+        );
+    }
 }

@@ -7,19 +7,14 @@ use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
 use mlx5_connect::{accept_qp, connect_qp, connect_qps, ConnectParams, ControlEvent, Recover};
-use mlx5_ctx::{QpInit, SimFabric};
+use mlx5_ctx::QpInit;
 use mlx5_qp::{RemoteAddr, SendWr, Wc, WcOpcode, WcStatus};
 
 const WAIT: Duration = Duration::from_secs(10);
 
 #[test]
 fn the_server_recovers_one_qp_of_a_shared_cq_and_srq_when_its_tcp_peer_asks() {
-    let fabric = SimFabric::threaded().unwrap();
-    let (sctx, c1ctx, c2ctx) = (
-        fabric.add_device(),
-        fabric.add_device(),
-        fabric.add_device(),
-    );
+    let [sctx, c1ctx, c2ctx] = crate::connect_support::contexts();
     let pd = sctx.alloc_pd().unwrap();
     let mut cq = sctx.create_cq(64).unwrap();
     let mut srq = pd.create_srq(8, 1).unwrap();

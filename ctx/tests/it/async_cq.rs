@@ -10,7 +10,7 @@ use std::pin::Pin;
 use std::task::Poll;
 use std::time::Duration;
 
-use mlx5_ctx::{AsyncChannel, AsyncCq, AsyncEvent, Context, Error, QpInit, SimFabric};
+use mlx5_ctx::{AsyncChannel, AsyncCq, AsyncEvent, Error, QpInit, SimFabric};
 use mlx5_qp::{RemoteAddr, SendWr};
 
 use crate::channel::Rig;
@@ -55,7 +55,7 @@ impl Rng {
 
 #[test]
 fn one_task_serves_many_cqs_on_one_channel() {
-    let (a, b) = Context::sim_pair().unwrap();
+    let (a, b) = crate::support::contexts();
     let n = 4;
     let per = 40u64;
     let mut r = Rig::new(a, b, n);
@@ -118,13 +118,13 @@ fn one_task_serves_many_cqs_on_one_channel() {
         assert_eq!(ach.add(cq).unwrap(), idx[1]);
     });
     r.drain_a();
-    let bugs = r.a.sim_fabric().unwrap().fabric().take_driver_bugs();
+    let bugs = crate::support::take_driver_bugs(&r.a);
     assert!(bugs.is_empty(), "{bugs:?}");
 }
 
 #[test]
 fn a_dropped_future_loses_no_completion() {
-    let (a, b) = Context::sim_pair().unwrap();
+    let (a, b) = crate::support::contexts();
     let mut r = Rig::new(a.clone(), b, 1);
     let total = 120u64;
     for k in 0..total {
@@ -203,13 +203,13 @@ fn a_dropped_future_loses_no_completion() {
         assert!(left.is_empty());
         r.b_cqs.push(cq);
     });
-    let bugs = a.sim_fabric().unwrap().fabric().take_driver_bugs();
+    let bugs = crate::support::take_driver_bugs(&a);
     assert!(bugs.is_empty(), "{bugs:?}");
 }
 
 #[test]
 fn a_busy_poll_budget_before_sleeping() {
-    let (a, b) = Context::sim_pair().unwrap();
+    let (a, b) = crate::support::contexts();
     let mut r = Rig::new(a.clone(), b, 1);
     for k in 0..20 {
         r.post_recv(0, k);
@@ -234,7 +234,7 @@ fn a_busy_poll_budget_before_sleeping() {
 
 #[test]
 fn the_async_event_stream_under_cancellation() {
-    let (a, b) = Context::sim_pair().unwrap();
+    let (a, b) = crate::support::contexts();
     let mut r = Rig::new(a.clone(), b, 1);
     runtime().block_on(async {
         let mut ev = a.async_events().unwrap().into_async().unwrap();
@@ -264,12 +264,12 @@ fn the_async_event_stream_under_cancellation() {
     let n = r.a_cq.poll(&mut r.a_qps[..], &mut wcs).unwrap();
     assert_eq!(n, 1);
     assert!(!wcs[0].is_ok());
-    let _ = r.a.sim_fabric().unwrap().fabric().take_driver_bugs();
+    let _ = crate::support::take_driver_bugs(&r.a);
 }
 
 #[test]
 fn what_would_hang_or_steal_events_is_refused() {
-    let (a, b) = Context::sim_pair().unwrap();
+    let (a, b) = crate::support::contexts();
     let mut r = Rig::new(a.clone(), b.clone(), 2);
     // Outside a runtime.
     let e = AsyncChannel::new(&r.ch).unwrap_err();

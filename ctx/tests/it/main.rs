@@ -16,5 +16,6 @@ mod prop;
 mod shared_bfregs;
 mod sqe_recovery;
 mod support;
+mod transports;
 mod verbs_xrc;
 mod waiting;

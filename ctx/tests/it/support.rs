@@ -1,10 +1,64 @@
-//! What the tests share: a deterministic pair of connected RC QPs on two software ConnectX
-//! devices, and the steps that connect RC and UC QPs.
+//! What the tests share: the device under test, a deterministic pair of connected RC QPs on
+//! two software ConnectX devices, and the steps that connect RC and UC QPs.
+//!
+//! The device under test: the tests that need no deterministic stepping take their two
+//! contexts from [`contexts`], which opens `MLX5_TEST_DEVICE` twice when it is set (an mlx5
+//! device through libibverbs and libmlx5: a ConnectX, or the software ConnectX behind
+//! rdma-core with the preload library of `uverbs/`, as `tools/rdma-core-suites.sh` runs them)
+//! and otherwise two software ConnectX devices on a threaded fabric.
 
 use mlx5_ctx::{Context, Cq, Pd, Qp, QpInit, SimFabric};
 use mlx5_hw::transition::{Changes, PeerPath, StateStep, Step, ToInit, ToRtr, ToRts};
 use mlx5_hw::{AccessFlags, AhAttr, GlobalRoute, MigState, Mtu};
 use mlx5_qp::Wc;
+
+/// The mlx5 device the suite runs on instead of the software ConnectX (`MLX5_TEST_DEVICE`,
+/// e.g. `mlx5_0`), if any.
+pub fn test_device() -> Option<String> {
+    std::env::var("MLX5_TEST_DEVICE")
+        .ok()
+        .filter(|d| !d.is_empty())
+}
+
+/// Two contexts whose QPs reach each other: two of the device under test (its loopback), or
+/// two software ConnectX devices on a threaded fabric.
+pub fn contexts() -> (Context, Context) {
+    match test_device() {
+        Some(d) => (
+            Context::open(&d).unwrap_or_else(|e| panic!("open {d}: {e}")),
+            Context::open(&d).unwrap_or_else(|e| panic!("open {d}: {e}")),
+        ),
+        None => Context::sim_pair().unwrap(),
+    }
+}
+
+/// Kill the device under `ctx` (its fatal state: every QP to Error, `IBV_EVENT_DEVICE_FATAL`):
+/// the software ConnectX's fault directly; through rdma-core, `fatal` written into the preload
+/// library's control file (`MLX5SIM_CONTROL`, which it reads every 100 ms), the fault reaching
+/// the device through the emulation as a firmware error reaches mlx5_ib.
+pub fn kill(ctx: &Context) {
+    if let (Some(f), Some(d)) = (ctx.sim_fabric(), ctx.sim_device()) {
+        f.fabric().faults().device_fatal(d);
+        return;
+    }
+    let path = std::env::var_os("MLX5SIM_CONTROL")
+        .expect("MLX5SIM_CONTROL: the preload library's control file, through which the test kills the device");
+    std::fs::write(&path, "fatal\n").expect("write the control file");
+}
+
+/// The driver bugs the software ConnectX under `ctx` saw, taken (none on another device: the
+/// preload library reports its own at the exit of the process).
+pub fn take_driver_bugs(ctx: &Context) -> Vec<String> {
+    ctx.sim_fabric()
+        .map(|f| {
+            f.fabric()
+                .take_driver_bugs()
+                .iter()
+                .map(|b| format!("{b:?}"))
+                .collect()
+        })
+        .unwrap_or_default()
+}
 
 /// How `pair` connects the QPs (the tests of this crate do it with typed steps, not with
 /// mlx5-connect, which depends on this crate).

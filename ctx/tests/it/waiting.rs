@@ -39,7 +39,7 @@ struct End {
 
 /// Two connected RC QPs on a threaded fabric; `channel`: each CQ on a channel of its own.
 fn pair(channel: bool) -> (End, End) {
-    let (a, b) = Context::sim_pair().unwrap();
+    let (a, b) = crate::support::contexts();
     let mk = |ctx: Context| {
         let pd = ctx.alloc_pd().unwrap();
         let cq = if channel {
@@ -168,10 +168,9 @@ fn the_timeout_message_says_what_this_side_had_outstanding() {
     assert!(d.contains("neither sends nor receives"), "{d}");
 }
 
-/// The fabric of `e`'s device puts it in its fatal state.
+/// `e`'s device enters its fatal state.
 fn kill(e: &End) {
-    let f = e.ctx.sim_fabric().unwrap().fabric();
-    f.faults().device_fatal(e.ctx.sim_device().unwrap());
+    crate::support::kill(&e.ctx);
 }
 
 fn fatal_completions(e: Error) -> Vec<mlx5_qp::Wc> {
@@ -180,25 +179,29 @@ fn fatal_completions(e: Error) -> Vec<mlx5_qp::Wc> {
             device,
             completions,
         } => {
-            assert!(device.starts_with("sim"), "{device}");
+            assert!(
+                device.starts_with("sim")
+                    || Some(&device) == crate::support::test_device().as_ref(),
+                "{device}"
+            );
             completions
         }
         other => panic!("expected DeviceFatal, got {other}"),
     }
 }
 
-#[test]
-fn a_dead_device_ends_every_wait_with_an_error_not_a_timeout() {
+/// Each case in a process of its own when run through rdma-core (one device a process, and
+/// it stays dead).
+fn a_dead_device_ends_every_wait(channel: bool) {
     // Long enough that a wait the death did not end fails the test as a timeout.
     const LONG: Duration = Duration::from_secs(60);
-    for channel in [false, true] {
+    {
         // Nothing outstanding: the death writes no completion, only the event wakes the wait.
         let (mut a, _b) = pair(channel);
         let ka = a.ctx.clone();
         let killer = std::thread::spawn(move || {
             std::thread::sleep(Duration::from_millis(50));
-            let f = ka.sim_fabric().unwrap().fabric();
-            f.faults().device_fatal(ka.sim_device().unwrap());
+            crate::support::kill(&ka);
         });
         let e = a.cq.poll_until(&mut a.qp, LONG, |_| true).unwrap_err();
         assert_eq!(fatal_completions(e), []);
@@ -217,14 +220,23 @@ fn a_dead_device_ends_every_wait_with_an_error_not_a_timeout() {
 }
 
 #[test]
+fn a_dead_device_ends_every_wait_with_an_error_not_a_timeout() {
+    a_dead_device_ends_every_wait(false);
+}
+
+#[test]
+fn a_dead_device_ends_every_wait_on_a_channel() {
+    a_dead_device_ends_every_wait(true);
+}
+
+#[test]
 fn a_dead_device_wakes_a_wait_while_another_thread_takes_the_events() {
     let (mut a, _b) = pair(true);
     let events = a.ctx.async_events().unwrap();
     let ka = a.ctx.clone();
     let watcher = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(50));
-        let f = ka.sim_fabric().unwrap().fabric();
-        f.faults().device_fatal(ka.sim_device().unwrap());
+        crate::support::kill(&ka);
         events.wait_event(Duration::from_secs(60)).unwrap()
     });
     let e =
@@ -247,7 +259,10 @@ fn a_dead_device_returns_the_completions_polled_before() {
     let got = fatal_completions(e);
     assert_eq!(got.len(), 1);
     assert_eq!((got[0].wr_id(), got[0].status()), (5, WcStatus::WrFlushErr));
-    // poll_blocking too.
+}
+
+#[test]
+fn a_dead_device_ends_poll_blocking() {
     let (mut a, _b) = pair(true);
     kill(&a);
     let mut wcs = [mlx5_qp::Wc::default(); 4];
@@ -273,8 +288,7 @@ fn a_dead_device_ends_an_async_wait() {
         let k = ctx.clone();
         let killer = std::thread::spawn(move || {
             std::thread::sleep(Duration::from_millis(50));
-            let f = k.sim_fabric().unwrap().fabric();
-            f.faults().device_fatal(k.sim_device().unwrap());
+            crate::support::kill(&k);
         });
         let r = tokio::time::timeout(Duration::from_secs(60), acq.next(&mut qp)).await;
         let e = r

@@ -67,6 +67,14 @@ pub(super) fn classify(call: &'static str, e: io::Error) -> Error {
         Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS) => Error::Unsupported(format!(
             "{call}: {e} (not offered by this device or driver)"
         )),
+        // A uverbs command answers EIO once the kernel has disassociated the context: the
+        // device died or was removed (`IBV_EVENT_DEVICE_FATAL`; kernel
+        // `drivers/infiniband/core/uverbs_main.c` `ib_uverbs_write`, no device behind the
+        // file), and libmlx5 passes it on.
+        Some(libc::EIO) => Error::DeviceFatal {
+            device: "the device of this context".into(),
+            call,
+        },
         _ => Error::Verbs { call, source: e },
     }
 }

@@ -125,6 +125,8 @@ pub(super) fn srq_layout(
         head: out.head,
         tail: out.tail,
         srqn: out.srqn,
+        // Not XRC: its CQEs name the QP (the XRC SRQ's is set by its creator).
+        cqe_index: out.srqn,
         max_sge,
     })
 }
@@ -294,4 +296,55 @@ pub(super) fn ah_av(rdma: &RdmaCore, ah: *mut ibv::ibv_ah) -> Result<[u8; 48]> {
     // SAFETY: `av` points at the AH's `struct mlx5_wqe_av`, 48 bytes (`docs/sources.md` §3), live
     // as long as the AH; it is copied out at once.
     Ok(unsafe { std::ptr::read_unaligned(out.av.cast::<[u8; 48]>()) })
+}
+
+/// What a receive CQE of an XRC target carries for the XRC SRQ `srq` in `srqn_uidx`
+/// ([`SrqLayout::cqe_index`]): its number `srqn` with CQE version 0; with version 1
+/// (`MLX5DV_CONTEXT_FLAGS_CQE_V1`, what libmlx5 negotiates with mlx5_ib), the user index
+/// libmlx5 gave it at creation. rdma-core has no verb that returns that index, so it is read
+/// from the header libmlx5 keeps in front of every SRQ: `struct mlx5_srq` starts with
+/// `struct mlx5_resource rsc` (`enum mlx5_rsc_type type; uint32_t rsn`, "This struct must be
+/// first": the CQE version 1 poll finds SRQs and QPs through it, `cq.c` `mlx5_find_uidx`),
+/// followed by the `struct verbs_srq` whose `ibv_srq` the verbs return; for an XRC SRQ
+/// `mlx5_create_srq_ex` sets `rsc.type = MLX5_RSC_TYPE_XSRQ` and `rsc.rsn` to the user index
+/// (rdma-core `providers/mlx5/verbs.c` `mlx5_create_xrc_srq`, `mlx5.h`). The type is checked:
+/// any other value means another layout, refused with an error rather than guessed.
+pub(super) fn xrc_srq_cqe_index(
+    rdma: &RdmaCore,
+    ctx: *mut ibv::ibv_context,
+    srq: *mut ibv::ibv_srq,
+    srqn: u32,
+) -> Result<u32> {
+    let mut c = dv::mlx5dv_context::default();
+    // SAFETY: `ctx` is an open mlx5 context; `c` is a v44-sized struct and comp_mask 0 asks
+    // for no optional field.
+    let ret = unsafe { rdma.mlx5dv_query_device(ctx.cast::<dv::ibv_context>(), &mut c) };
+    if ret != 0 {
+        return Err(Error::Verbs {
+            call: "mlx5dv_query_device",
+            source: std::io::Error::from_raw_os_error(ret.abs()),
+        });
+    }
+    if c.flags & dv::MLX5DV_CONTEXT_FLAGS_CQE_V1 == 0 {
+        return Ok(srqn);
+    }
+    /// `MLX5_RSC_TYPE_XSRQ` (rdma-core `providers/mlx5/mlx5.h` `enum mlx5_rsc_type`).
+    const MLX5_RSC_TYPE_XSRQ: u32 = 1;
+    // SAFETY: `srq` is a live XRC SRQ libmlx5 created: the `ibv_srq` is the first member of
+    // the `verbs_srq` at offset 8 of its `struct mlx5_srq` (an 8-byte `mlx5_resource` before
+    // it, the `verbs_srq` 8-byte aligned), so the 8 bytes before it are that header, inside
+    // the same allocation; read unaligned-safe, once, before anything else uses the SRQ.
+    let (kind, rsn) = unsafe {
+        let hdr = srq.cast::<u8>().sub(8).cast::<[u32; 2]>();
+        let [kind, rsn] = std::ptr::read_unaligned(hdr);
+        (kind, rsn)
+    };
+    if kind != MLX5_RSC_TYPE_XSRQ {
+        return Err(Error::Unsupported(format!(
+            "XRC SRQ {srqn:#x}: libmlx5's resource header reads type {kind}, not \
+             MLX5_RSC_TYPE_XSRQ: its user index (what CQE version 1 carries for the SRQ) \
+             cannot be learnt from this rdma-core"
+        )));
+    }
+    Ok(rsn)
 }

@@ -288,8 +288,9 @@ impl Cq {
 }
 
 /// A responder CQE whose QPN is no QP of the table: the receive of an XRC target QP, found
-/// by the XRC SRQ number the CQE carries (`srqn_uidx`; rdma-core `get_resp_ctx_v1` /
-/// `get_srq_ctx`). Neither known: [`Error::UnknownQpn`].
+/// by what the CQE carries for its XRC SRQ in `srqn_uidx` (the SRQN, or with CQE version 1 the
+/// SRQ's user index, [`crate::Srq::cqe_index`]; rdma-core `get_resp_ctx_v1` / `get_srq_ctx`).
+/// Neither known: [`Error::UnknownQpn`].
 #[cold]
 #[inline(never)]
 pub(crate) fn complete_on_srq<R: Resolve + ?Sized>(
@@ -300,9 +301,11 @@ pub(crate) fn complete_on_srq<R: Resolve + ?Sized>(
     out: &mut [Wc],
     cqn: u32,
 ) -> Result<Progress> {
-    let (qpn, srqn) = (cqe.qpn(), cqe.srqn());
-    match table.xrc_srq(srqn) {
-        Some(srq) if srqn != 0 => Ok(srq.complete(cqe.wqe_counter(), wc, inline, out)),
-        _ => Err(Error::UnknownQpn { cqn, qpn }),
+    // A user index may be 0 (libmlx5 hands out the lowest free one, `mlx5_store_uidx`); no
+    // SRQ number is, so a CQE of version 0 carrying 0 matches no SRQ.
+    let (qpn, index) = (cqe.qpn(), cqe.srqn());
+    match table.xrc_srq(index) {
+        Some(srq) => Ok(srq.complete(cqe.wqe_counter(), wc, inline, out)),
+        None => Err(Error::UnknownQpn { cqn, qpn }),
     }
 }

@@ -187,5 +187,6 @@ fn places<R: Resolve + ?Sized>(table: &mut R, cqe: &Cqe64) -> bool {
     if table.qp(cqe.qpn()).is_some() {
         return true;
     }
-    recv && cqe.srqn() != 0 && table.xrc_srq(cqe.srqn()).is_some()
+    // `srqn_uidx`: an SRQN, never 0, or a user index, which may be ([`crate::xrc`]).
+    recv && table.xrc_srq(cqe.srqn()).is_some()
 }

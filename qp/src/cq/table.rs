@@ -33,8 +33,9 @@ pub trait Resolve {
         let _ = f;
     }
     /// The SRQ that takes a receive CQE naming a QP this table does not hold: an XRC target
-    /// QP has no data path, its receives are completed by the XRC SRQ the CQE names
-    /// (rdma-core `get_resp_ctx_v1`). [`Resolve::srq`] by default; a table that must take
+    /// QP has no data path, its receives are completed by the XRC SRQ the CQE names in
+    /// `srqn_uidx` (rdma-core `get_resp_ctx_v1`), `index` being [`Srq::cqe_index`] (the SRQN,
+    /// or with CQE version 1 the SRQ's user index). [`Resolve::srq`] by default; a table that must take
     /// only its own QPs' completions — one QP's drain on a CQ whose SRQ other QPs receive
     /// through too — returns `None`, and such a CQE stays in the CQ for its owner.
     fn xrc_srq(&mut self, srqn: u32) -> Option<&mut Srq> {
@@ -88,6 +89,12 @@ impl<A: Resolve + ?Sized, S: BorrowMut<Srq>> Resolve for (&mut A, &mut [S]) {
             .iter_mut()
             .map(BorrowMut::borrow_mut)
             .find(|s| s.srqn() == srqn)
+    }
+    fn xrc_srq(&mut self, index: u32) -> Option<&mut Srq> {
+        self.1
+            .iter_mut()
+            .map(BorrowMut::borrow_mut)
+            .find(|s| s.cqe_index() == index)
     }
     fn for_each_qp(&self, f: &mut dyn FnMut(&Qp)) {
         self.0.for_each_qp(f)
@@ -284,6 +291,9 @@ impl Resolve for QpTable {
     #[inline]
     fn srq(&mut self, srqn: u32) -> Option<&mut Srq> {
         self.srqs.iter_mut().find(|s| s.srqn() == srqn)
+    }
+    fn xrc_srq(&mut self, index: u32) -> Option<&mut Srq> {
+        self.srqs.iter_mut().find(|s| s.cqe_index() == index)
     }
     fn for_each_qp(&self, f: &mut dyn FnMut(&Qp)) {
         self.qps.iter().for_each(f)

@@ -35,8 +35,39 @@ pub fn busy(u: &Ucontext, h: u32) -> Result<(), i32> {
 /// program's memory from this context.
 pub fn teardown(emu: &mut Emu, c: Context) {
     let Some(mut u) = c.u else { return };
+    release(emu, c.fd, &mut u);
+    for f in emu.events.values_mut() {
+        if let crate::events::EventFile::Async(a) = f {
+            if a.ctx_fd == c.fd {
+                a.queue.clear();
+                a.ctx_fd = -1;
+            }
+        }
+    }
+}
+
+/// The device died (`IBV_EVENT_DEVICE_FATAL`, queued on every context already): the kernel
+/// removes it and disassociates every open context, destroying their hardware objects at
+/// once (kernel `drivers/infiniband/core/uverbs_main.c` `ib_uverbs_remove_one` →
+/// `uverbs_destroy_ufile_hw(.., RDMA_REMOVE_DRIVER_REMOVE)`), so that nothing touches the
+/// program's memory any more, whatever the program frees next; the descriptors stay open, the
+/// asynchronous events stay readable, and every later command fails with EIO (`crate::cmd`).
+pub fn disassociate(emu: &mut Emu) {
+    let fds: Vec<i32> = emu.contexts.keys().copied().collect();
+    for fd in fds {
+        let Some(mut u) = emu.contexts.get_mut(&fd).and_then(|c| c.u.take()) else {
+            continue;
+        };
+        release(emu, fd, &mut u);
+        if let Some(c) = emu.contexts.get_mut(&fd) {
+            c.u = Some(u);
+        }
+    }
+}
+
+/// Destroy every object of context `fd` (users before what they use) and its CQ arm page.
+fn release(emu: &mut Emu, fd: i32, u: &mut crate::context::Ucontext) {
     let Some(node) = emu.node.clone() else { return };
-    let fd = c.fd;
     let order = |o: &Object| match o {
         Object::Qp(_) => 0,
         Object::Srq(_) => 1,
@@ -78,15 +109,10 @@ pub fn teardown(emu: &mut Emu, c: Context) {
             tracing::warn!(error = %e, handle = h, "closing a context: an object could not be destroyed");
         }
     }
+    // Removed already when the device died and the context was disassociated.
     if let Err(e) = node.dev.remove_cq_arm_page(u.arm_page) {
-        tracing::warn!(error = %e, "closing a context: its CQ arm page is still in use");
-    }
-    for f in emu.events.values_mut() {
-        if let crate::events::EventFile::Async(a) = f {
-            if a.ctx_fd == fd {
-                a.queue.clear();
-                a.ctx_fd = -1;
-            }
+        if !node.dev.is_fatal() {
+            tracing::warn!(error = %e, "closing a context: its CQ arm page is still in use");
         }
     }
 }

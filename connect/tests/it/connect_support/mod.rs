@@ -213,3 +213,26 @@ pub fn rebuild_pair(
     let (mut la, mut lb) = (a.link(), b.link());
     connect::rebuild_pair(&da, ca, &mut la, &db, cb, &mut lb, reason).unwrap()
 }
+
+/// The mlx5 device the owning-object tests run on instead of the software ConnectX
+/// (`MLX5_TEST_DEVICE`, e.g. `mlx5_0`; `tools/rdma-core-suites.sh` runs them so on the software
+/// ConnectX behind rdma-core), if any.
+pub fn test_device() -> Option<String> {
+    std::env::var("MLX5_TEST_DEVICE")
+        .ok()
+        .filter(|d| !d.is_empty())
+}
+
+/// `n` contexts whose QPs reach each other: `n` of the device under test (its loopback), or
+/// `n` software ConnectX devices on one threaded fabric.
+pub fn contexts<const N: usize>() -> [mlx5_ctx::Context; N] {
+    match test_device() {
+        Some(d) => std::array::from_fn(|_| {
+            mlx5_ctx::Context::open(&d).unwrap_or_else(|e| panic!("open {d}: {e}"))
+        }),
+        None => {
+            let f = mlx5_ctx::SimFabric::threaded().unwrap();
+            std::array::from_fn(|_| f.add_device())
+        }
+    }
+}

@@ -186,7 +186,10 @@ impl VerbsDevice {
             ibv::ibv_get_srq_num(srq, &mut num)
         })
         .map_err(destroy)?;
-        let layout = mlx5::srq_layout(self.rdma, srq, attr.attr.max_sge).map_err(destroy)?;
+        let mut layout = mlx5::srq_layout(self.rdma, srq, attr.attr.max_sge).map_err(destroy)?;
+        // What its receive CQEs carry for it (with CQE version 1, its user index).
+        layout.cqe_index =
+            mlx5::xrc_srq_cqe_index(self.rdma, self.ctx, srq, layout.srqn).map_err(destroy)?;
         if layout.srqn != num {
             return Err(destroy(Error::Verbs {
                 call: "mlx5dv_init_obj(SRQ)",

@@ -312,6 +312,7 @@ impl FakeSrq {
             head: 0,
             tail: cnt - 1,
             srqn,
+            cqe_index: srqn,
             max_sge: (stride - 16) / 16,
         };
         FakeSrq { buf, dbrec, layout }
