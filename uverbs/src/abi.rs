@@ -790,6 +790,9 @@ pub mod mlx5 {
     pub const QP_FLAG_TYPE_DCI: u32 = 1 << 5;
     pub const QP_FLAG_ALLOW_SCATTER_CQE: u32 = 1 << 8;
     pub const QP_FLAG_UAR_PAGE_INDEX: u32 = 1 << 10;
+    /// `MLX5_IB_INVALID_BFREG` (kernel `mlx5_ib.h`, `BIT(31)`): the `bfreg_index` a QP on a
+    /// register the program named gets back.
+    pub const INVALID_BFREG: u32 = 1 << 31;
     pub const SRQ_FLAG_SIGNATURE: u32 = 1 << 0;
     pub const CREATE_CQ_FLAGS_CQE_128B_PAD: u16 = 1 << 0;
     pub const CREATE_CQ_FLAGS_UAR_PAGE_INDEX: u16 = 1 << 1;

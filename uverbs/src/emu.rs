@@ -313,9 +313,12 @@ pub fn close(fd: i32) -> Result<(), i32> {
 /// `mmap` of a command descriptor: the file offset to map, or the kernel's errno.
 pub fn mmap_offset(fd: i32, len: usize, off: i64) -> Result<i64, i32> {
     with(|emu| {
-        let c = emu.contexts.get(&fd).ok_or(libc::EBADF)?;
+        let c = emu.contexts.get_mut(&fd).ok_or(libc::EBADF)?;
         // Before GET_CONTEXT the kernel has no context to map from (`ib_uverbs_mmap`).
-        let u = c.u.as_ref().ok_or(libc::ENODEV)?;
-        u.uars.mmap_offset(len, off)
+        let u = c.u.as_mut().ok_or(libc::ENODEV)?;
+        // SAFETY: `fd` is the open command descriptor (the memfd) the program is mapping, open
+        // for the duration of this call.
+        let memfd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+        u.uars.mmap_offset(memfd, len, off)
     })
 }

@@ -19,7 +19,7 @@
 //!   from the one-line views of the program's rings and doorbell records the create commands
 //!   make (`DmaBuf::user`, in [`objects::cq`], [`objects::qp`], [`objects::srq`]), the
 //!   registration of a memory region ([`objects::mr`]), a borrowed descriptor
-//!   ([`objects::device`]), a zeroed `struct stat` ([`emu`], [`objects::srq`]) and the
+//!   ([`objects::device`], [`emu`]), a zeroed `struct stat` ([`emu`], [`objects::srq`]) and the
 //!   liveness probe of a stale tree's process ([`sysfs::sweep`]), each with its reason;
 //! - [`fds`]: which descriptors are the emulation's (a lock-free test for every hook);
 //! - [`emu`]: the state behind one lock and what the hooks ask of it; [`config`] (the

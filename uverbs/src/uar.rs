@@ -11,9 +11,21 @@
 //! What the kernel answers (`drivers/infiniband/hw/mlx5/main.c` `mlx5_ib_mmap`, `uar_mmap`):
 //! commands 0 (regular), 2 (write-combining) and 3 (non-cached) map UAR page `index`, which must
 //! be below the context's page count, exactly one page long; command 1 (contiguous pages) is
-//! ENOSYS; the others (core clock 5, dynamic write-combining 6, clock info 7, device memory 8,
-//! ioctl-returned offsets) are not offered by this context (it announces no clock page, no
-//! dynamic UARs, no device memory) and are EINVAL.
+//! ENOSYS; command 6 (`MLX5_IB_MMAP_ALLOC_WC`) allocates a dynamic page (below); the others
+//! (core clock 5, clock info 7, device memory 8, ioctl-returned offsets) are not offered by this
+//! context (it announces no clock page and no device memory) and are EINVAL.
+//!
+//! **Dynamic pages** (what `ibv_alloc_td` runs on). Besides the static pages a context gets
+//! `num_dyn_bfregs` registers it may take a page at a time (kernel `calc_total_bfregs`:
+//! `MLX5_MAX_DYN_BFREGS`, 1024, with 4 KiB pages). On a context with static UARs libmlx5 takes
+//! them with `mmap` command 6 at its next page (`providers/mlx5/verbs.c` `mlx5_alloc_dyn_uar`,
+//! "legacy mode", `curr_legacy_dyn_sys_uar_page`), puts both registers of the page on its list
+//! of dedicated registers (`mlx5_insert_dyn_uuars`: `bfreg_dyn_index` = page × 2 + k) and gives
+//! one to each thread domain (`mlx5_attach_dedicated_uar`); a QP created on a parent domain with
+//! that TD names it with `MLX5_QP_FLAG_BFREG_INDEX` (`create_qp`). The kernel maps dynamic page
+//! `i` at system page `num_static_sys_pages + i`, refuses a page mapped before or beyond the
+//! context's (EINVAL, `uar_mmap`), and takes a QP's register from a page that is mapped
+//! (`qp.c` `bfregn_to_uar_index` with `dyn_bfreg`, EINVAL otherwise).
 //!
 //! **The registers.** A context asks for `total_num_bfregs` registers, `num_low_latency_bfregs`
 //! of them low-latency (rdma-core `mlx5_alloc_context`: 16 and 4 by default). Each UAR page
@@ -42,6 +54,9 @@ const USER_BFREGS_PER_PAGE: u32 = 2;
 const BFREGS_PER_PAGE: u32 = 4;
 /// Most registers a context may ask for (kernel `MLX5_MAX_BFREGS`: 512 UARs of 2).
 pub const MAX_BFREGS: u32 = 1024;
+/// Dynamic registers of every context (kernel `mlx5_ib.h` `MLX5_MAX_DYN_BFREGS`, what
+/// `calc_dynamic_bfregs` gives with 4 KiB pages): `num_dyn_bfregs` of `GET_CONTEXT`.
+pub const DYN_BFREGS: u32 = 1024;
 
 /// `mmap` commands (`enum mlx5_ib_mmap_cmd`).
 mod mmap_cmd {
@@ -49,12 +64,15 @@ mod mmap_cmd {
     pub const CONTIGUOUS: u64 = 1;
     pub const WC: u64 = 2;
     pub const NC: u64 = 3;
+    pub const ALLOC_WC: u64 = 6;
 }
 
 /// A context's UAR pages (the device's mappings) and register use counts.
 #[derive(Debug)]
 pub struct Uars {
     pages: Vec<Arc<DmaBuf>>,
+    /// Dynamic page `i` (file page `pages.len() + i`), once mapped with command 6.
+    dyn_pages: Vec<Option<Arc<DmaBuf>>>,
     total: u32,
     low_lat: u32,
     count: Vec<u32>,
@@ -63,7 +81,8 @@ pub struct Uars {
 impl Uars {
     /// The pages for `total` registers of which `low_lat` are low-latency (the kernel's
     /// `calc_total_bfregs`: `total` rounded up to whole pages, at least one register left for
-    /// the others, else EINVAL), mapped from `memfd`, which is grown to hold them.
+    /// the others, else EINVAL), mapped from `memfd`, which is grown to hold them and the
+    /// [`DYN_BFREGS`] dynamic registers' pages (mapped when the program takes them).
     pub fn new(memfd: BorrowedFd<'_>, total: u32, low_lat: u32) -> Result<Uars, i32> {
         let total = total.div_ceil(USER_BFREGS_PER_PAGE) * USER_BFREGS_PER_PAGE;
         if total == 0 || low_lat > total - 1 {
@@ -73,8 +92,9 @@ impl Uars {
             return Err(libc::ENOMEM);
         }
         let n = (total / USER_BFREGS_PER_PAGE) as usize;
+        let n_dyn = (DYN_BFREGS / USER_BFREGS_PER_PAGE) as usize;
         use std::os::fd::AsRawFd;
-        if crate::sys::ftruncate(memfd.as_raw_fd(), (n * PAGE) as u64) != 0 {
+        if crate::sys::ftruncate(memfd.as_raw_fd(), ((n + n_dyn) * PAGE) as u64) != 0 {
             return Err(libc::ENOMEM);
         }
         let mut pages = Vec::with_capacity(n);
@@ -85,6 +105,7 @@ impl Uars {
         }
         Ok(Uars {
             pages,
+            dyn_pages: vec![None; n_dyn],
             total,
             low_lat,
             count: vec![0; total as usize],
@@ -155,9 +176,38 @@ impl Uars {
         })
     }
 
-    /// The file offset an `mmap` of `len` bytes at `offset` maps (see the module doc), or the
-    /// kernel's errno.
-    pub fn mmap_offset(&self, len: usize, offset: i64) -> Result<i64, i32> {
+    /// Where dynamic register `n` (libmlx5's `bfreg_dyn_index`, named with
+    /// `MLX5_QP_FLAG_BFREG_INDEX`) is, for the device; EINVAL for a register beyond the
+    /// context's or on a page not mapped (kernel `bfregn_to_uar_index` with `dyn_bfreg`). Any
+    /// QP of the context may name it (libmlx5 gives one to a thread domain, whose QPs share
+    /// it; the kernel counts no users), so the device treats it as shared.
+    pub fn dyn_register(&self, n: u32) -> Result<UserRegister, i32> {
+        let page = (n / USER_BFREGS_PER_PAGE) as usize;
+        if n > DYN_BFREGS {
+            return Err(libc::EINVAL);
+        }
+        let p = self
+            .dyn_pages
+            .get(page)
+            .and_then(Option::as_ref)
+            .ok_or(libc::EINVAL)?;
+        Ok(UserRegister {
+            page: p.clone(),
+            offset: 0x800 + (n % USER_BFREGS_PER_PAGE) as usize * BF_REG_SIZE as usize,
+            size: BF_REG_SIZE / 2,
+            shared: true,
+        })
+    }
+
+    /// The file offset an `mmap` of `len` bytes at `offset` of `memfd` (the context's command
+    /// descriptor) maps (see the module doc), or the kernel's errno. Command 6 takes a dynamic
+    /// page, which the device maps from `memfd` here.
+    pub fn mmap_offset(
+        &mut self,
+        memfd: BorrowedFd<'_>,
+        len: usize,
+        offset: i64,
+    ) -> Result<i64, i32> {
         if offset < 0 || !(offset as usize).is_multiple_of(PAGE) {
             return Err(libc::EINVAL);
         }
@@ -171,6 +221,22 @@ impl Uars {
                 }
                 Ok((index as usize * PAGE) as i64)
             }
+            mmap_cmd::ALLOC_WC => {
+                let slot = self
+                    .dyn_pages
+                    .get_mut(index as usize)
+                    .filter(|_| len == PAGE)
+                    .ok_or(libc::EINVAL)?;
+                if slot.is_some() {
+                    // "wrong offset, idx is busy": each dynamic page is taken once.
+                    return Err(libc::EINVAL);
+                }
+                let at = ((self.pages.len() + index as usize) * PAGE) as u64;
+                let p = DmaBuf::map_shared(memfd, at, PAGE)
+                    .map_err(|e| e.raw_os_error().unwrap_or(libc::ENOMEM))?;
+                *slot = Some(Arc::new(p));
+                Ok(at as i64)
+            }
             mmap_cmd::CONTIGUOUS => Err(libc::ENOSYS),
             _ => Err(libc::EINVAL),
         }
@@ -182,12 +248,15 @@ mod tests {
     use super::*;
     use std::os::fd::{AsFd, FromRawFd, OwnedFd};
 
-    fn uars(total: u32, low: u32) -> Result<Uars, i32> {
+    fn memfd() -> OwnedFd {
         let fd = crate::sys::memfd(c"t", true);
         assert!(fd >= 0);
         // SAFETY: a fresh descriptor owned here.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        Uars::new(fd.as_fd(), total, low)
+        unsafe { OwnedFd::from_raw_fd(fd) }
+    }
+
+    fn uars(total: u32, low: u32) -> Result<Uars, i32> {
+        Uars::new(memfd().as_fd(), total, low)
     }
 
     #[test]
@@ -220,17 +289,54 @@ mod tests {
         assert_eq!(uars(4, 4).unwrap_err(), libc::EINVAL);
         assert_eq!(uars(0, 0).unwrap_err(), libc::EINVAL);
         assert_eq!(uars(5, 4).unwrap().total(), 6, "rounded up to whole pages");
-        let u = uars(16, 4).unwrap();
-        assert_eq!(u.mmap_offset(PAGE, 3 * 4096), Ok(3 * 4096));
-        assert_eq!(u.mmap_offset(PAGE, ((2 << 8) | 5) * 4096), Ok(5 * 4096));
+        let fd = memfd();
+        let mut u = Uars::new(fd.as_fd(), 16, 4).unwrap();
+        let m = fd.as_fd();
+        assert_eq!(u.mmap_offset(m, PAGE, 3 * 4096), Ok(3 * 4096));
+        assert_eq!(u.mmap_offset(m, PAGE, ((2 << 8) | 5) * 4096), Ok(5 * 4096));
         assert_eq!(
-            u.mmap_offset(PAGE, 8 * 4096),
+            u.mmap_offset(m, PAGE, 8 * 4096),
             Err(libc::EINVAL),
             "no page 8"
         );
-        assert_eq!(u.mmap_offset(2 * PAGE, 0), Err(libc::EINVAL), "one page");
-        assert_eq!(u.mmap_offset(PAGE, (1 << 8) * 4096), Err(libc::ENOSYS));
-        assert_eq!(u.mmap_offset(PAGE, (5 << 8) * 4096), Err(libc::EINVAL));
-        assert_eq!(u.mmap_offset(PAGE, 100), Err(libc::EINVAL));
+        assert_eq!(u.mmap_offset(m, 2 * PAGE, 0), Err(libc::EINVAL), "one page");
+        assert_eq!(u.mmap_offset(m, PAGE, (1 << 8) * 4096), Err(libc::ENOSYS));
+        assert_eq!(u.mmap_offset(m, PAGE, (5 << 8) * 4096), Err(libc::EINVAL));
+        assert_eq!(u.mmap_offset(m, PAGE, 100), Err(libc::EINVAL));
+    }
+
+    #[test]
+    fn dynamic_pages_are_taken_once_and_name_registers() {
+        let fd = memfd();
+        let m = fd.as_fd();
+        let mut u = Uars::new(m, 16, 4).unwrap();
+        assert_eq!(
+            u.dyn_register(0).unwrap_err(),
+            libc::EINVAL,
+            "page not mapped"
+        );
+        // libmlx5's first dynamic page: command 6, index 0, after the 8 static pages.
+        assert_eq!(u.mmap_offset(m, PAGE, (6 << 8) * 4096), Ok(8 * 4096));
+        assert_eq!(
+            u.mmap_offset(m, PAGE, (6 << 8) * 4096),
+            Err(libc::EINVAL),
+            "busy"
+        );
+        let r = u.dyn_register(1).unwrap();
+        assert_eq!((r.offset, r.size, r.shared), (0xa00, 256, true));
+        assert_eq!(
+            u.dyn_register(2).unwrap_err(),
+            libc::EINVAL,
+            "page 1 not mapped"
+        );
+        // The extended index: page 256 is bits 16.. of the page offset.
+        let at = ((6 << 8) | (1 << 16)) * 4096;
+        assert_eq!(u.mmap_offset(m, PAGE, at), Ok((8 + 256) * 4096));
+        assert!(u.dyn_register(512).is_ok());
+        let last = ((6 << 8) | 0xff | (1 << 16)) * 4096;
+        assert_eq!(u.mmap_offset(m, PAGE, last), Ok((8 + 511) * 4096));
+        let beyond = (6 << 8) * 4096 + (2 << 16) * 4096;
+        assert_eq!(u.mmap_offset(m, PAGE, beyond), Err(libc::EINVAL), "beyond");
+        assert_eq!(u.dyn_register(DYN_BFREGS + 1).unwrap_err(), libc::EINVAL);
     }
 }

@@ -37,6 +37,8 @@ const MIN_REQ_V2: usize = 16;
 /// - `tot_bfregs` is the count asked for: this context has no dynamic UARs (it answers as a
 ///   kernel that ignores `lib_caps`'s `MLX5_LIB_CAP_DYN_UAR`, whose UAR allocation is an
 ///   ioctl method), so libmlx5 maps the static pages with `mmap` (`mlx5_set_context`);
+///   `num_dyn_bfregs` is the kernel's [`DYN_BFREGS`](crate::uar::DYN_BFREGS), the registers
+///   thread domains take a page at a time with `mmap` ([`crate::uar`]);
 /// - `cmds_supp_uhw` announces the driver data of `QUERY_DEVICE` and `CREATE_AH` (the latter
 ///   returns the destination MAC, so libmlx5 needs no netlink neighbour lookup).
 pub fn get_context(emu: &mut Emu, node: &Node, fd: i32, req: &Req) -> Result<Resp, i32> {
@@ -105,6 +107,7 @@ pub fn get_context(emu: &mut Emu, node: &Node, fd: i32, req: &Req) -> Result<Res
         cmds_supp_uhw: mlx5::CMDS_SUPP_UHW_QUERY_DEVICE | mlx5::CMDS_SUPP_UHW_CREATE_AH,
         log_uar_size: 12,
         num_uars_per_page: 1,
+        num_dyn_bfregs: crate::uar::DYN_BFREGS,
         ..Default::default()
     };
     drv.response_length = std::mem::size_of::<Mlx5AllocUcontextResp>().min(req.udata_out) as u32;

@@ -43,12 +43,14 @@ const QP_FLAGS_OK: u32 = mlx5::QP_FLAG_SCATTER_CQE | mlx5::QP_FLAG_ALLOW_SCATTER
 /// `CREATE_QP` (legacy, or extended without RSS or create flags) with mlx5's
 /// `struct mlx5_ib_create_qp`: the queues live in the buffer libmlx5 allocated (RQ at offset 0,
 /// SQ after it, rdma-core `providers/mlx5/verbs.c` `mlx5_calc_wq_size`) and the doorbell record
-/// it names; the QP rings the register `alloc_bfreg` picks ([`Uars::alloc`]); with CQE version
+/// it names; the QP rings the register `alloc_bfreg` picks ([`Uars::alloc`]), or the dynamic
+/// register it names with `MLX5_QP_FLAG_BFREG_INDEX` ([`Uars::dyn_register`]); with CQE version
 /// 1 its CQEs carry `uidx`. The checks are the kernel's (`drivers/infiniband/hw/mlx5/qp.c`
 /// `set_rq_size`, `set_user_buf_size`, `create_user_qp`; `mlx5_ib.h` `get_qp_user_index`): a
 /// count that is not a power of two or above the device's queue size, an RQ stride below one
 /// scatter entry or above `max_rq_desc_sz`, a user index out of range or missing for the CQE
-/// version, and flags naming a dynamic UAR are EINVAL; a buffer or record the process has not
+/// version, a dynamic register not mapped and a UAR page index (an ioctl-allocated UAR) are
+/// EINVAL; a buffer or record the process has not
 /// mapped is EFAULT; WQE signatures, tunnel offloads, DC QPs, raw packet QPs, RSS and create
 /// flags are EOPNOTSUPP (the device has none of them).
 pub fn create(emu: &mut Emu, node: &Node, fd: i32, req: &Req) -> Result<Resp, i32> {
@@ -63,12 +65,16 @@ pub fn create(emu: &mut Emu, node: &Node, fd: i32, req: &Req) -> Result<Resp, i3
     };
     let t = qp_type(c.qp_type)?;
     let (d, _) = take::<Mlx5CreateQp>(req.udata);
-    if d.flags & !QP_FLAGS_OK != 0 {
-        if d.flags & (mlx5::QP_FLAG_BFREG_INDEX | mlx5::QP_FLAG_UAR_PAGE_INDEX) != 0 {
+    let flags = d.flags & !mlx5::QP_FLAG_BFREG_INDEX;
+    if flags & !QP_FLAGS_OK != 0 {
+        if flags & mlx5::QP_FLAG_UAR_PAGE_INDEX != 0 {
             return Err(libc::EINVAL);
         }
         return Err(libc::EOPNOTSUPP);
     }
+    // A register of a dynamic page (a thread domain's, `crate::uar`), else one `alloc_bfreg`
+    // picks at the register step below.
+    let dyn_bfreg = (d.flags & mlx5::QP_FLAG_BFREG_INDEX != 0).then_some(d.bfreg_index);
     let u = uctx(emu, fd)?;
     let cqe_v1 = u.cqe_version == 1;
     // The user index (kernel `get_qp_user_index`, `verify_assign_uidx`).
@@ -150,10 +156,16 @@ pub fn create(emu: &mut Emu, node: &Node, fd: i32, req: &Req) -> Result<Resp, i3
             DmaBuf::user(d.db_addr, 8).ok_or(libc::EINVAL)?,
         )
     };
-    let n = u.uars.alloc();
-    let Some(register) = u.uars.register(n) else {
-        u.uars.free(n);
-        return Err(libc::ENOMEM);
+    let (bfreg, register) = match dyn_bfreg {
+        Some(i) => (None, u.uars.dyn_register(i)?),
+        None => {
+            let n = u.uars.alloc();
+            let Some(r) = u.uars.register(n) else {
+                u.uars.free(n);
+                return Err(libc::ENOMEM);
+            };
+            (Some(n), r)
+        }
     };
     let attr = QpInitAttr {
         qp_type: t,
@@ -176,7 +188,9 @@ pub fn create(emu: &mut Emu, node: &Node, fd: i32, req: &Req) -> Result<Resp, i3
     ) {
         Ok(q) => q,
         Err(e) => {
-            u.uars.free(n);
+            if let Some(n) = bfreg {
+                u.uars.free(n);
+            }
             return Err(crate::objects::errno(e));
         }
     };
@@ -189,13 +203,17 @@ pub fn create(emu: &mut Emu, node: &Node, fd: i32, req: &Req) -> Result<Resp, i3
         recv_cq: (t != QpType::XrcSend).then_some(c.recv_cq_handle),
         srq: (srq.is_some()).then_some(c.srq_handle),
         xrcd: None,
-        bfreg: Some(n),
+        bfreg,
         cap,
         sq_sig_all: c.sq_sig_all != 0,
         events_reported: 0,
     }));
     emu.qp_owner.insert(qpn, (fd, h));
-    Ok(created(req, h, qpn, cap, Uars::libmlx5_index(n)))
+    // A dynamic register's QP gets no index back (kernel `create_user_qp`: `bfregn` is
+    // `MLX5_IB_INVALID_BFREG`, which `adjust_bfregn` passes through; libmlx5 uses its own
+    // register, `verbs.c` `map_uuar`).
+    let index = bfreg.map_or(mlx5::INVALID_BFREG, Uars::libmlx5_index);
+    Ok(created(req, h, qpn, cap, index))
 }
 
 /// The queue geometry the create command's driver data gives (kernel `set_rq_size`,
