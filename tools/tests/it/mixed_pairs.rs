@@ -1,0 +1,411 @@
+//! Mixed pairs on the emulated device (issue 31 point 3): two processes, each on its own
+//! software ConnectX behind Debian's unmodified libibverbs + libmlx5 (the preload library
+//! `libmlx5sim.so`, device `mlx5_0`), one driving its QP with this library's direct path on the
+//! rings libmlx5 laid out, the other with libmlx5's `ibv_post_send`/`ibv_poll_cq` (`--path
+//! verbs`) or a stock rdma-core or perftest program. Every run has each role once on each path,
+//! and what each role put on the wire (the device's counters in its report: packets, bytes,
+//! the requests its responder executed, errors) must be the same whoever built the WQEs. Each
+//! process is killed past a bound that follows from the work asked.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+const LAT: &str = env!("CARGO_BIN_EXE_lat");
+const BW: &str = env!("CARGO_BIN_EXE_bw");
+
+/// Bound on one process (a debug build's run of at most a few hundred messages takes seconds).
+const LIMIT: Duration = Duration::from_secs(120);
+
+/// The preload library, built from the current sources into this test's target directory
+/// (`cargo build -p mlx5-sim-uverbs --lib`, the profile of this test; quick when current).
+fn preload() -> PathBuf {
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let profile_dir = Path::new(LAT).parent().expect("target/<profile>");
+            let target = profile_dir.parent().expect("the target directory");
+            let mut cmd = Command::new(env!("CARGO"));
+            cmd.args([
+                "build",
+                "--quiet",
+                "-p",
+                "mlx5-sim-uverbs",
+                "--lib",
+                "--target-dir",
+            ])
+            .arg(target);
+            match profile_dir.file_name().and_then(|n| n.to_str()) {
+                Some("debug") => {}
+                Some("release") => {
+                    cmd.arg("--release");
+                }
+                Some(p) => {
+                    cmd.args(["--profile", p]);
+                }
+                None => panic!("no profile directory above {LAT}"),
+            }
+            let st = cmd.status().expect("cargo to build libmlx5sim.so");
+            assert!(st.success(), "cargo build -p mlx5-sim-uverbs --lib failed");
+            let lib = profile_dir.join("libmlx5sim.so");
+            assert!(lib.is_file(), "{} was not built", lib.display());
+            lib
+        })
+        .clone()
+}
+
+/// A directory of one test's reports, removed at the end.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(name: &str) -> Scratch {
+        let d = std::env::temp_dir().join(format!("mixed-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).expect("scratch directory");
+        Scratch(d)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A process on the emulated device, its stdout read line by line as it comes.
+struct Emu {
+    what: String,
+    child: Child,
+    lines: mpsc::Receiver<String>,
+    seen: Vec<String>,
+    stderr: Option<std::thread::JoinHandle<String>>,
+    report: PathBuf,
+}
+
+/// How a finished process ended.
+struct Ended {
+    stdout: String,
+    report: BTreeMap<String, String>,
+}
+
+impl Emu {
+    /// Start `exe args` with the preload library, its report going to `report`.
+    fn start(exe: &Path, args: &[&str], report: PathBuf) -> Emu {
+        let mut child = Command::new(exe)
+            .args(args)
+            .env("LD_PRELOAD", preload())
+            .env("MLX5SIM_REPORT", &report)
+            .env_remove("RUST_LOG")
+            .env_remove("MLX5SIM_IP")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", exe.display()));
+        let out = child.stdout.take().expect("stdout");
+        let mut err = child.stderr.take().expect("stderr");
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for l in BufReader::new(out).lines().map_while(Result::ok) {
+                if tx.send(l).is_err() {
+                    break;
+                }
+            }
+        });
+        let stderr = std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = err.read_to_string(&mut s);
+            s
+        });
+        Emu {
+            what: format!("{} {}", exe.display(), args.join(" ")),
+            child,
+            lines,
+            seen: Vec::new(),
+            stderr: Some(stderr),
+            report,
+        }
+    }
+
+    /// The rest of the first stdout line containing `tag`.
+    fn wait_line(&mut self, tag: &str) -> String {
+        let end = Instant::now() + LIMIT;
+        loop {
+            match self
+                .lines
+                .recv_timeout(end.saturating_duration_since(Instant::now()))
+            {
+                Ok(l) => {
+                    self.seen.push(l.clone());
+                    if let Some(at) = l.find(tag) {
+                        return l[at + tag.len()..].to_string();
+                    }
+                }
+                Err(e) => panic!(
+                    "{}: no line with {tag:?} ({e}):\n{}",
+                    self.what,
+                    self.seen.join("\n")
+                ),
+            }
+        }
+    }
+
+    /// Wait for the exit (killed past [`LIMIT`]); it must be 0 with no driver bug reported.
+    fn finish(mut self) -> Ended {
+        let end = Instant::now() + LIMIT;
+        let status = loop {
+            match self.child.try_wait().expect("wait") {
+                Some(s) => break Some(s),
+                None if Instant::now() > end => {
+                    let _ = self.child.kill();
+                    let _ = self.child.wait();
+                    break None;
+                }
+                None => std::thread::sleep(Duration::from_millis(20)),
+            }
+        };
+        while let Ok(l) = self.lines.recv_timeout(Duration::from_secs(5)) {
+            self.seen.push(l);
+        }
+        let stderr = self
+            .stderr
+            .take()
+            .and_then(|h| h.join().ok())
+            .unwrap_or_default();
+        let stdout = self.seen.join("\n");
+        assert!(
+            status.is_some_and(|s| s.success()),
+            "{} {}:\n--- stdout\n{stdout}\n--- stderr\n{stderr}",
+            self.what,
+            status.map_or("still ran at the limit: killed".to_string(), |s| s
+                .to_string())
+        );
+        let text = std::fs::read_to_string(&self.report)
+            .unwrap_or_else(|e| panic!("{}: no report: {e}", self.what));
+        let report: BTreeMap<String, String> = text
+            .lines()
+            .skip(1)
+            .filter_map(|l| l.split_once(' '))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        assert_eq!(
+            report.get("driver_bugs").map(String::as_str),
+            Some("0"),
+            "{}: driver bugs: {report:?}\n{stderr}",
+            self.what
+        );
+        Ended { stdout, report }
+    }
+}
+
+impl Drop for Emu {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// What a device's report says it put on the wire and executed for its peer: the counters
+/// that depend on the traffic alone, not on who built the WQEs.
+const WIRE: &[&str] = &[
+    "port_xmit_packets",
+    "port_rcv_packets",
+    "port_xmit_data",
+    "port_rcv_data",
+    "rx_write_requests",
+    "rx_read_requests",
+    "rx_atomic_requests",
+];
+
+/// Counters that must stay 0 in a clean run.
+const ERRORS: &[&str] = &[
+    "port_rcv_errors",
+    "out_of_sequence",
+    "packet_seq_err",
+    "local_ack_timeout_err",
+    "req_cqe_error",
+    "req_cqe_flush_error",
+    "resp_cqe_error",
+    "resp_cqe_flush_error",
+    "resp_local_length_error",
+    "resp_remote_access_errors",
+    "req_remote_access_errors",
+    "req_remote_invalid_request",
+    "unexpected_response",
+];
+
+fn wire(r: &BTreeMap<String, String>, what: &str) -> Vec<(String, u64)> {
+    for e in ERRORS {
+        assert_eq!(
+            r.get(*e).map(String::as_str),
+            Some("0"),
+            "{what}: {e} in {r:?}"
+        );
+    }
+    WIRE.iter()
+        .map(|k| {
+            let v = r
+                .get(*k)
+                .and_then(|v| v.parse().ok())
+                .unwrap_or_else(|| panic!("{what}: no {k} in {r:?}"));
+            (k.to_string(), v)
+        })
+        .collect()
+}
+
+/// Server and client of `tool` (`lat` or `bw`) with `args`, the server on path `server` and
+/// the client on `client`: both stdouts and what each put on the wire.
+fn tool_pair(
+    tool: &str,
+    args: &[&str],
+    server: &str,
+    client: &str,
+) -> [(String, Vec<(String, u64)>); 2] {
+    let exe = Path::new(tool);
+    let s = Scratch::new(&format!(
+        "{}-{}-{server}-{client}",
+        exe.file_name().unwrap().to_string_lossy(),
+        args[0]
+    ));
+    let common = |path: &'static str| -> Vec<String> {
+        let mut a: Vec<String> = args.iter().map(|x| x.to_string()).collect();
+        a.extend(["-d", "mlx5_0", "--path", path].map(String::from));
+        a
+    };
+    let path = |p: &str| if p == "direct" { "direct" } else { "verbs" };
+    let mut sa = common(path(server));
+    sa.extend(["-p", "0"].map(String::from));
+    let sa: Vec<&str> = sa.iter().map(String::as_str).collect();
+    let mut srv = Emu::start(exe, &sa, s.0.join("server.report"));
+    let port = srv.wait_line("Waiting for client to connect on TCP port ");
+    let port = port
+        .split_whitespace()
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    let mut ca = common(path(client));
+    ca.extend(["-p".to_string(), port, "127.0.0.1".to_string()]);
+    let ca: Vec<&str> = ca.iter().map(String::as_str).collect();
+    let c = Emu::start(exe, &ca, s.0.join("client.report")).finish();
+    let sv = srv.finish();
+    let what = format!("{tool} {args:?}");
+    [
+        (
+            sv.stdout,
+            wire(&sv.report, &format!("{what} server ({server})")),
+        ),
+        (
+            c.stdout,
+            wire(&c.report, &format!("{what} client ({client})")),
+        ),
+    ]
+}
+
+/// The counters of a bandwidth run that do not depend on when the device acknowledges: a
+/// responder coalesces the ACKs of a burst (IB spec §9.7.5.1.1: one ACK may cover several
+/// requests), how many depends on how the requests arrive in time. The server's received
+/// traffic and executed requests, the client's transmitted traffic.
+const BURST_SERVER: &[&str] = &[
+    "port_rcv_packets",
+    "port_rcv_data",
+    "rx_write_requests",
+    "rx_read_requests",
+    "rx_atomic_requests",
+];
+const BURST_CLIENT: &[&str] = &["port_xmit_packets", "port_xmit_data"];
+
+/// `tool args` with the direct path serving a verbs client and the other way round: each run
+/// completes, its table has a row, and each role puts the same traffic on the wire in both
+/// (with `burst`, the traffic that does not depend on ACK coalescing, [`BURST_SERVER`]).
+fn mixed(tool: &str, args: &[&str], table: &str, burst: bool) {
+    let a = tool_pair(tool, args, "direct", "verbs");
+    let b = tool_pair(tool, args, "verbs", "direct");
+    for (run, [(so, _), (co, _)]) in [("direct server", &a), ("verbs server", &b)] {
+        assert!(
+            co.contains(table) && co.contains("Data path"),
+            "{tool} {args:?} ({run}): the client printed no table:\n{co}\n--- server\n{so}"
+        );
+    }
+    for (role, k, only) in [("server", 0, BURST_SERVER), ("client", 1, BURST_CLIENT)] {
+        let pick = |w: &[(String, u64)]| -> Vec<(String, u64)> {
+            w.iter()
+                .filter(|(n, _)| !burst || only.contains(&n.as_str()))
+                .cloned()
+                .collect()
+        };
+        assert_eq!(
+            pick(&a[k].1),
+            pick(&b[k].1),
+            "{tool} {args:?}: the {role}'s traffic differs between the direct path and libmlx5's \
+             (left: the server on the direct path, right: on libmlx5)"
+        );
+    }
+}
+
+#[test]
+fn lat_write_direct_and_verbs() {
+    let _g = crate::heavy();
+    mixed(
+        LAT,
+        &["write", "-n", "40", "-s", "64"],
+        "t_avg[usec]",
+        false,
+    );
+}
+
+#[test]
+fn lat_send_direct_and_verbs() {
+    let _g = crate::heavy();
+    mixed(
+        LAT,
+        &["send", "-n", "40", "-s", "300"],
+        "t_avg[usec]",
+        false,
+    );
+}
+
+#[test]
+fn lat_read_direct_and_verbs() {
+    let _g = crate::heavy();
+    mixed(
+        LAT,
+        &["read", "-n", "40", "-s", "2000"],
+        "t_avg[usec]",
+        false,
+    );
+}
+
+#[test]
+fn lat_atomics_direct_and_verbs() {
+    let _g = crate::heavy();
+    mixed(
+        LAT,
+        &["atomic", "-n", "40", "-A", "FETCH_AND_ADD"],
+        "t_avg[usec]",
+        false,
+    );
+    mixed(
+        LAT,
+        &["atomic", "-n", "40", "-A", "CMP_AND_SWAP"],
+        "t_avg[usec]",
+        false,
+    );
+}
+
+#[test]
+fn bw_write_send_read_direct_and_verbs() {
+    let _g = crate::heavy();
+    for test in ["write", "send", "read"] {
+        mixed(
+            BW,
+            &[test, "-n", "200", "-s", "4096", "-t", "16"],
+            "BW average",
+            true,
+        );
+    }
+}
