@@ -57,6 +57,44 @@ fn preload() -> PathBuf {
         .clone()
 }
 
+/// A program that must be installed (Debian's ibverbs-utils, perftest; tools/test.sh
+/// installs them).
+fn need(program: &str) -> PathBuf {
+    std::env::var("PATH")
+        .unwrap_or_default()
+        .split(':')
+        .map(|d| Path::new(d).join(program))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| panic!("{program} is not installed (ibverbs-utils, perftest)"))
+}
+
+/// A free TCP port (for a stock server, which cannot pick one and print it).
+fn tcp_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+    l.local_addr().expect("bound").port()
+}
+
+/// Wait until something listens on TCP port `port` (without connecting: perftest's server
+/// accepts one connection only), at most [`LIMIT`].
+fn wait_listen(port: u16) {
+    let end = Instant::now() + LIMIT;
+    let hex = format!(":{port:04X}");
+    while Instant::now() < end {
+        for f in ["/proc/net/tcp", "/proc/net/tcp6"] {
+            let t = std::fs::read_to_string(f).unwrap_or_default();
+            // sl local_address rem_address st ...: state 0A is LISTEN.
+            if t.lines().skip(1).any(|l| {
+                let c: Vec<&str> = l.split_whitespace().collect();
+                c.len() > 3 && c[1].ends_with(&hex) && c[3] == "0A"
+            }) {
+                return;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("nothing listens on TCP port {port} after {LIMIT:?}");
+}
+
 /// A directory of one test's reports, removed at the end.
 struct Scratch(PathBuf);
 
@@ -402,6 +440,159 @@ fn bw_write_send_read_direct_and_verbs() {
     let _g = crate::heavy();
     for test in ["write", "send", "read"] {
         mixed(
+            BW,
+            &[test, "-n", "200", "-s", "4096", "-t", "16"],
+            "BW average",
+            true,
+        );
+    }
+}
+
+/// Stock perftest `program` (under the preload library, libmlx5 building its WQEs) against
+/// `tool test` on the direct path, each as the server once: both complete and print their
+/// table (`table`), and each role puts the same traffic on the wire whoever drives it (with
+/// `burst`, what ACK coalescing leaves alone).
+fn against_perftest(program: &str, tool: &str, args: &[&str], table: &str, burst: bool) {
+    let stock = need(program);
+    let s = Scratch::new(&format!("{program}-{}", args.join("")));
+    let ours = |extra: &[&str]| -> Vec<String> {
+        let mut a: Vec<String> = args.iter().map(|x| x.to_string()).collect();
+        a.extend(["-d", "mlx5_0", "--path", "direct"].map(String::from));
+        a.extend(extra.iter().map(|x| x.to_string()));
+        a
+    };
+    // perftest's flags: lat/bw's test name is not one of them.
+    let theirs = |extra: &[&str]| -> Vec<String> {
+        let mut a: Vec<String> = args[1..].iter().map(|x| x.to_string()).collect();
+        a.extend(extra.iter().map(|x| x.to_string()));
+        a
+    };
+    let strs = |v: &[String]| v.iter().map(String::as_str).collect::<Vec<_>>().join(" ");
+    // perftest serving this side.
+    let port = tcp_port().to_string();
+    let sa = theirs(&["-p", &port]);
+    let srv = Emu::start(
+        &stock,
+        &sa.iter().map(String::as_str).collect::<Vec<_>>(),
+        s.0.join("a-server.report"),
+    );
+    wait_listen(port.parse().unwrap());
+    let ca = ours(&["-p", &port, "127.0.0.1"]);
+    let c1 = Emu::start(
+        Path::new(tool),
+        &ca.iter().map(String::as_str).collect::<Vec<_>>(),
+        s.0.join("a-client.report"),
+    )
+    .finish();
+    let s1 = srv.finish();
+    // This side serving perftest.
+    let sa = ours(&["-p", "0"]);
+    let mut srv = Emu::start(
+        Path::new(tool),
+        &sa.iter().map(String::as_str).collect::<Vec<_>>(),
+        s.0.join("b-server.report"),
+    );
+    let port = srv.wait_line("Waiting for client to connect on TCP port ");
+    let port = port
+        .split_whitespace()
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    let ca = theirs(&["-p", &port, "127.0.0.1"]);
+    let c2 = Emu::start(
+        &stock,
+        &ca.iter().map(String::as_str).collect::<Vec<_>>(),
+        s.0.join("b-client.report"),
+    )
+    .finish();
+    let s2 = srv.finish();
+    let what = format!("{program} / {} {}", tool, strs(&ours(&[])));
+    // perftest's READ and atomic latency servers only serve: no table (`run_iter_lat`).
+    let passive = tool == LAT && matches!(args[0], "read" | "atomic");
+    for (who, out) in [
+        (
+            "perftest's server",
+            if passive { &c1.stdout } else { &s1.stdout },
+        ),
+        ("this side's client", &c1.stdout),
+        ("perftest's client", &c2.stdout),
+    ] {
+        assert!(
+            out.contains(table),
+            "{what}: {who} printed no table:\n{out}"
+        );
+    }
+    assert!(
+        c1.stdout.contains("Exchange       : perftest")
+            && s2.stdout.contains("Exchange       : perftest"),
+        "{what}: this side did not name its perftest peer:\n{}\n{}",
+        c1.stdout,
+        s2.stdout
+    );
+    for (role, a, b, only) in [
+        ("server", &s1.report, &s2.report, BURST_SERVER),
+        ("client", &c1.report, &c2.report, BURST_CLIENT),
+    ] {
+        let pick = |r: &BTreeMap<String, String>, whose: &str| -> Vec<(String, u64)> {
+            wire(r, &format!("{what}: {whose} {role}"))
+                .into_iter()
+                .filter(|(n, _)| !burst || only.contains(&n.as_str()))
+                .collect()
+        };
+        assert_eq!(
+            pick(a, "the first run's"),
+            pick(b, "the second run's"),
+            "{what}: the {role}'s traffic differs between perftest's (left) and this side's \
+             (right)"
+        );
+    }
+}
+
+#[test]
+fn stock_perftest_latency_against_the_direct_path() {
+    let _g = crate::heavy();
+    against_perftest(
+        "ib_write_lat",
+        LAT,
+        &["write", "-n", "40", "-s", "64"],
+        "t_avg[usec]",
+        false,
+    );
+    against_perftest(
+        "ib_send_lat",
+        LAT,
+        &["send", "-n", "40", "-s", "300"],
+        "t_avg[usec]",
+        false,
+    );
+    against_perftest(
+        "ib_read_lat",
+        LAT,
+        &["read", "-n", "40", "-s", "2000"],
+        "t_avg[usec]",
+        false,
+    );
+    for a in ["FETCH_AND_ADD", "CMP_AND_SWAP"] {
+        against_perftest(
+            "ib_atomic_lat",
+            LAT,
+            &["atomic", "-n", "40", "-A", a],
+            "t_avg[usec]",
+            false,
+        );
+    }
+}
+
+#[test]
+fn stock_perftest_bandwidth_against_the_direct_path() {
+    let _g = crate::heavy();
+    for (program, test) in [
+        ("ib_write_bw", "write"),
+        ("ib_send_bw", "send"),
+        ("ib_read_bw", "read"),
+    ] {
+        against_perftest(
+            program,
             BW,
             &[test, "-n", "200", "-s", "4096", "-t", "16"],
             "BW average",
