@@ -600,3 +600,137 @@ fn stock_perftest_bandwidth_against_the_direct_path() {
         );
     }
 }
+
+/// The `N iters in` line and the addresses of a pingpong's output: (local GID, remote GID).
+fn pingpong_gids(out: &str, n: u32) -> (String, String) {
+    assert!(
+        out.contains(&format!("{n} iters in")),
+        "not {n} iterations:\n{out}"
+    );
+    let gid = |which: &str| -> String {
+        out.lines()
+            .find(|l| l.contains(which))
+            .and_then(|l| l.split("GID ").nth(1))
+            .map(str::to_string)
+            .unwrap_or_else(|| panic!("no {which} line:\n{out}"))
+    };
+    (gid("local address"), gid("remote address"))
+}
+
+/// Stock `ibv_rc_pingpong` (libmlx5's `ibv_post_send`/`ibv_poll_cq`) against `rc_pingpong`
+/// on the direct path, both under the preload library, each as the server once, speaking the
+/// stock program's exchange: both finish every iteration, this side's client gets every
+/// message back byte for byte from the stock server, the stock client (`-c`) finds its buffer
+/// intact after this side's server echoed it, the addresses cross, and each role puts the
+/// same traffic on the wire whoever drives it.
+#[test]
+fn stock_ibv_rc_pingpong_against_the_direct_path() {
+    let _g = crate::heavy();
+    let stock = need("ibv_rc_pingpong");
+    let ours = Path::new(env!("CARGO_BIN_EXE_rc_pingpong"));
+    let s = Scratch::new("ibv-rc-pingpong");
+    let n = 30u32;
+    let count = n.to_string();
+    let common = ["-g", "0", "-n", count.as_str(), "-s", "1500"];
+    let mut runs = Vec::new();
+    for (server_is_stock, tag) in [(true, "a"), (false, "b")] {
+        let port = tcp_port().to_string();
+        let mut sa: Vec<&str> = common.to_vec();
+        sa.extend(["-p", &port]);
+        let mut ca = sa.clone();
+        // The stock client checks its buffer at the end (`-c`); this side's picks the
+        // device by name.
+        let (se, ce): (&Path, &Path) = if server_is_stock {
+            ca.extend(["-d", "mlx5_0", "--exchange", "ibv"]);
+            (&stock, ours)
+        } else {
+            sa.extend(["-d", "mlx5_0"]);
+            ca.push("-c");
+            (ours, &stock)
+        };
+        ca.push("127.0.0.1");
+        let srv = Emu::start(se, &sa, s.0.join(format!("{tag}-server.report")));
+        wait_listen(port.parse().unwrap());
+        let c = Emu::start(ce, &ca, s.0.join(format!("{tag}-client.report"))).finish();
+        let sv = srv.finish();
+        let (sl, sr) = pingpong_gids(&sv.stdout, n);
+        let (cl, cr) = pingpong_gids(&c.stdout, n);
+        assert!(sl != cl && (sr.as_str(), cr.as_str()) == (cl.as_str(), sl.as_str()));
+        let (ours_out, stock_out) = if server_is_stock {
+            (&c.stdout, &sv.stdout)
+        } else {
+            (&sv.stdout, &c.stdout)
+        };
+        let want = if server_is_stock {
+            "every one back byte for byte"
+        } else {
+            "received and sent back"
+        };
+        assert!(ours_out.contains(want), "{ours_out}");
+        assert!(!stock_out.contains("invalid data"), "{stock_out}");
+        runs.push((sv.report, c.report));
+    }
+    for (role, k) in [("server", 0), ("client", 1)] {
+        let pick = |r: &(BTreeMap<String, String>, BTreeMap<String, String>), whose: &str| {
+            wire(if k == 0 { &r.0 } else { &r.1 }, &format!("{whose} {role}"))
+        };
+        assert_eq!(
+            pick(&runs[0], "the stock"),
+            pick(&runs[1], "this side's"),
+            "ibv_rc_pingpong: the {role}'s traffic differs between runs (left: the stock \
+             server, right: this side's)"
+        );
+    }
+}
+
+/// `--exchange ibv` where it cannot work is refused before anything waits (exit status 2):
+/// a software ConnectX reaching another process over UDP, and `ud_pingpong`.
+#[test]
+fn ibv_exchange_refusals() {
+    for (exe, args, needle) in [
+        (
+            env!("CARGO_BIN_EXE_rc_pingpong"),
+            &["--exchange", "ibv", "-p", "1", "127.0.0.1"][..],
+            "no field for a UDP address",
+        ),
+        (
+            env!("CARGO_BIN_EXE_ud_pingpong"),
+            &["--exchange", "ibv", "--loopback"][..],
+            "ud_pingpong speaks only its own exchange",
+        ),
+    ] {
+        let out = Command::new(exe)
+            .args(args)
+            .env_remove("RUST_LOG")
+            .output()
+            .expect("run");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{exe} {args:?}: {err}");
+        assert!(err.contains(needle), "{exe} {args:?}: {err}");
+    }
+}
+
+/// `ibv_rc_pingpong`'s exchange between two ends of this side, in one process on the software
+/// ConnectX (`--loopback`): the server echoes, the client checks every message back.
+#[test]
+fn ibv_exchange_in_loopback() {
+    let out = Command::new(env!("CARGO_BIN_EXE_rc_pingpong"))
+        .args(["--loopback", "--exchange", "ibv", "-n", "20", "-s", "300"])
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("run");
+    let so = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{so}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        so.contains("[client]   20 messages of 300 bytes received, every one back byte for byte"),
+        "{so}"
+    );
+    assert!(
+        so.contains("[server]   20 messages of 300 bytes received and sent back"),
+        "{so}"
+    );
+}
