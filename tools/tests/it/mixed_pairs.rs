@@ -737,14 +737,18 @@ fn ibv_exchange_in_loopback() {
 
 /// What one side saw of one operation: its completions (opcode as `enum ibv_wc_opcode`, for
 /// receives the byte count, the immediate) and the bytes of its buffer the operation touched.
-type Seen = (Vec<(u32, Option<u32>, Option<u32>)>, Vec<u8>);
+type Seen = (Vec<Cqe>, Vec<u8>);
+/// A completion as compared: opcode (`enum ibv_wc_opcode`), receive length, immediate.
+type Cqe = (u32, Option<u32>, Option<u32>);
+/// A completion as polled: WR id, success, then as [`Cqe`].
+type Polled = (u64, bool, u32, Option<u32>, Option<u32>);
 
 /// One end of the opcode test: post, post a receive, poll, whichever data path drives it.
 trait End {
     fn post(&mut self, wr_id: u64, op: &Opc, local: (u64, u32, u32)) -> mlx5_tools::Result<()>;
     fn recv(&mut self, wr_id: u64, local: (u64, u32, u32)) -> mlx5_tools::Result<()>;
     /// The next completion: (wr_id, ok, opcode, byte_len for receives, imm).
-    fn next(&mut self) -> mlx5_tools::Result<Option<(u64, bool, u32, Option<u32>, Option<u32>)>>;
+    fn next(&mut self) -> mlx5_tools::Result<Option<Polled>>;
 }
 
 /// The seven operations, on the peer's buffer at `addr`/`rkey`.
@@ -795,7 +799,7 @@ impl End for DirectEnd<'_> {
             .post_recv(wr_id, &[mlx5_qp::Sge { addr, length, lkey }])?;
         Ok(())
     }
-    fn next(&mut self) -> mlx5_tools::Result<Option<(u64, bool, u32, Option<u32>, Option<u32>)>> {
+    fn next(&mut self) -> mlx5_tools::Result<Option<Polled>> {
         let mut wcs = [mlx5_qp::Wc::default(); 1];
         let n = self.cq.poll(std::slice::from_mut(self.qp), &mut wcs)?;
         Ok((n == 1).then(|| {
@@ -866,7 +870,7 @@ impl End for VerbsEnd<'_> {
         )?;
         Ok(())
     }
-    fn next(&mut self) -> mlx5_tools::Result<Option<(u64, bool, u32, Option<u32>, Option<u32>)>> {
+    fn next(&mut self) -> mlx5_tools::Result<Option<Polled>> {
         let mut c = [mlx5_hw::verbs::baseline::Completion::default(); 1];
         let n = self.cq.poll(&mut c)?;
         Ok((n == 1).then(|| {
@@ -896,7 +900,7 @@ fn flag(recv: bool, imm: Option<u32>) -> Option<u32> {
 }
 
 /// Wait for `n` completions of `end` (each successful) within a bound.
-fn completions(end: &mut dyn End, n: usize) -> Vec<(u32, Option<u32>, Option<u32>)> {
+fn completions(end: &mut dyn End, n: usize) -> Vec<Cqe> {
     let deadline = Instant::now() + Duration::from_secs(30);
     let mut got = Vec::new();
     while got.len() < n {
@@ -1037,10 +1041,7 @@ fn every_opcode_child() {
         );
     }
     // The completions are what each opcode makes (ibv_wc_opcode; receives: bytes, immediate).
-    let want: [(
-        Vec<(u32, Option<u32>, Option<u32>)>,
-        Vec<(u32, Option<u32>, Option<u32>)>,
-    ); 7] = [
+    let want: [(Vec<Cqe>, Vec<Cqe>); 7] = [
         (vec![(0, None, None)], vec![(128, Some(64), None)]),
         (
             vec![(0, None, Some(0))],
