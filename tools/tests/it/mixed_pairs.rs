@@ -266,11 +266,7 @@ const WIRE: &[&str] = &[
 /// transport's recovery, not a difference in the WQEs) without the packet and byte counts, which
 /// then include the copies: the executed requests still must agree.
 /// `resent`: whether any of the runs' responders ([`resent`]) saw one.
-fn agree(
-    a: &[(String, u64)],
-    b: &[(String, u64)],
-    resent: bool,
-) -> (Vec<(String, u64)>, Vec<(String, u64)>) {
+fn agree(a: &[(String, u64)], b: &[(String, u64)], resent: bool) -> (Wire, Wire) {
     let keep = |w: &[(String, u64)]| -> Vec<(String, u64)> {
         w.iter()
             .filter(|(n, _)| n != "duplicate_request" && !(resent && n.starts_with("port_")))
@@ -285,6 +281,9 @@ fn resent<'a>(ws: impl IntoIterator<Item = &'a [(String, u64)]>) -> bool {
     ws.into_iter()
         .any(|w| w.iter().any(|(n, v)| n == "duplicate_request" && *v > 0))
 }
+
+/// A device's wire counts by name.
+type Wire = Vec<(String, u64)>;
 
 /// Counters that must stay 0 in a clean run.
 const ERRORS: &[&str] = &[
