@@ -30,6 +30,7 @@ pub mod error;
 pub mod gid;
 pub mod hello;
 pub mod hlog;
+pub mod ibv_exchange;
 pub mod inline;
 pub mod limits;
 pub mod log;

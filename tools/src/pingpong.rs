@@ -79,10 +79,47 @@ pub struct Opts {
     /// Both ends in this process (two threads, two software ConnectX on one fabric).
     #[arg(long)]
     pub loopback: bool,
+    /// The endpoint exchange on the TCP connection: `ibv`, ibv_rc_pingpong's "LID:QPN:PSN:GID"
+    /// text (the stock program may be either end; the server echoes each message, as the
+    /// stock server does); `own`, this crate's (mlx5-connect's messages, the UDP address of a
+    /// software ConnectX in another process, a goodbye) [default: ibv for rc_pingpong on a
+    /// verbs device, own on the software ConnectX and for ud_pingpong]
+    #[arg(long, value_enum)]
+    pub exchange: Option<Exchange>,
     /// Log more on standard error (-v: every QP state transition); RUST_LOG decides instead
     /// when set.
     #[arg(short = 'v', long = "verbose", action = clap::ArgAction::Count)]
     pub verbose: u8,
+}
+
+/// Which endpoint exchange the TCP connection carries (`--exchange`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Exchange {
+    /// `ibv_rc_pingpong`'s ([`crate::ibv_exchange`]).
+    Ibv,
+    /// This crate's (`mlx5_connect::Connection::over`).
+    Own,
+}
+
+/// The exchange `o` asks for on `devs`: `--exchange`, else `ibv_rc_pingpong`'s for the RC
+/// example on a verbs device and this crate's otherwise. `ibv` is refused for `ud_pingpong`
+/// (not spoken yet) and for a software ConnectX reaching another process over UDP (the text
+/// has no field for its UDP address).
+pub fn exchange(kind: Kind, o: &Opts, devs: &Devices) -> Result<Exchange> {
+    match o.exchange {
+        Some(Exchange::Ibv) if kind == Kind::Ud => Err(Error::Usage(
+            "--exchange ibv: ud_pingpong speaks only its own exchange for now".into(),
+        )),
+        Some(Exchange::Ibv) if devs.is_sim() && !devs.on_tap() && !o.loopback => Err(Error::Usage(
+            "--exchange ibv: the software ConnectX of this process reaches its peer over \
+                 UDP, and ibv_rc_pingpong's LID:QPN:PSN:GID has no field for a UDP address: \
+                 run it on a verbs device (e.g. mlx5_0 under mlx5sim) or with --exchange own"
+                .into(),
+        )),
+        Some(e) => Ok(e),
+        None if kind == Kind::Rc && !devs.is_sim() => Ok(Exchange::Ibv),
+        None => Ok(Exchange::Own),
+    }
 }
 
 /// Which example.
@@ -193,6 +230,8 @@ pub struct Setup<'a> {
     pub params: ConnectParams,
     /// In loopback both sides print: their lines say which side they are.
     pub tag: &'static str,
+    /// The endpoint exchange.
+    pub exchange: Exchange,
 }
 
 impl Setup<'_> {
@@ -322,6 +361,7 @@ where
     params.max_mtu = Some(wanted.unwrap_or(Mtu::Mtu1024));
     params.sl = o.sl;
     let cfg = cfg(kind, o, size, extra);
+    let exchange = exchange(kind, o, devs)?;
     say(&format!("{name}: {}", devs.name));
     if o.loopback {
         let a = Resources::new(&devs.local, &cfg)?;
@@ -343,6 +383,7 @@ where
             size,
             params: params.clone(),
             tag,
+            exchange,
         };
         let (ss, cs) = (
             setup(&server_rv, "[server] "),
@@ -381,6 +422,7 @@ where
         size,
         params,
         tag: "",
+        exchange,
     };
     let done = side(me, &setup)?;
     if done.checked != o.iters {
@@ -525,6 +567,7 @@ mod tests {
             size,
             params: ConnectParams::default(),
             tag: "",
+            exchange: Exchange::Own,
         };
         let small = setup(4096).patience();
         assert!(small.limit < Duration::from_secs(12), "{small:?}");

@@ -423,13 +423,20 @@ impl Rendezvous {
         Ok((stream, peer, g))
     }
 
+    /// Open a connection with nothing said on it (the server waits for its client as long as
+    /// it takes; the client retries for `timeout` while the server does not listen yet): for
+    /// another program's exchange (`ibv_rc_pingpong`'s, `crate::ibv_exchange`).
+    pub fn open_raw(&self, timeout: Duration) -> Result<(TcpStream, SocketAddr)> {
+        match &self.side {
+            Side::Server(l) => accept(l),
+            Side::Client { host, port } => connect(host, *port, timeout),
+        }
+    }
+
     /// Open the first control connection without a greeting, for perftest's exchange
     /// without versions (`--dont_xchg_versions`).
     pub fn first_raw(&self, timeout: Duration) -> Result<FirstContact> {
-        let (stream, _) = match &self.side {
-            Side::Server(l) => accept(l)?,
-            Side::Client { host, port } => connect(host, *port, timeout)?,
-        };
+        let (stream, _) = self.open_raw(timeout)?;
         Ok(FirstContact::Perftest(crate::perftest::Session::new(
             stream,
             self.is_client(),

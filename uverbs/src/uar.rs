@@ -27,6 +27,13 @@
 //! context's (EINVAL, `uar_mmap`), and takes a QP's register from a page that is mapped
 //! (`qp.c` `bfregn_to_uar_index` with `dyn_bfreg`, EINVAL otherwise).
 //!
+//! Here dynamic page `i` lives at the file offset the program maps it at (command 6 in the
+//! offset's bits 8..16, `i` in bits 0..8 and 16..), not after the static pages: a program whose
+//! `mmap` bypasses the hook (UCX's `bistro` hooks; UCX takes a thread domain for a
+//! multi-threaded worker, `uct/ib/mlx5/ib_mlx5.c` `uct_ib_mlx5_res_domain_init`) then maps the
+//! very page the device scans. The file grows to the page when it is taken; it is sparse, so the
+//! offsets cost no memory.
+//!
 //! **The registers.** A context asks for `total_num_bfregs` registers, `num_low_latency_bfregs`
 //! of them low-latency (rdma-core `mlx5_alloc_context`: 16 and 4 by default). Each UAR page
 //! holds two user registers at 0x800 and 0xA00 (`MLX5_NON_FP_BFREGS_PER_UAR`); libmlx5 numbers
@@ -38,7 +45,7 @@
 //! register 0, which has no BlueFlame; and returns its index in libmlx5's numbering
 //! (`adjust_bfregn`: `n / 2 × 4 + n % 2`).
 
-use std::os::fd::BorrowedFd;
+use std::os::fd::{AsRawFd, BorrowedFd};
 use std::sync::Arc;
 
 use mlx5_sim::kernel::UserRegister;
@@ -71,8 +78,10 @@ mod mmap_cmd {
 #[derive(Debug)]
 pub struct Uars {
     pages: Vec<Arc<DmaBuf>>,
-    /// Dynamic page `i` (file page `pages.len() + i`), once mapped with command 6.
+    /// Dynamic page `i` (at the file offset of its command-6 `mmap`), once mapped.
     dyn_pages: Vec<Option<Arc<DmaBuf>>>,
+    /// Bytes of the command descriptor's file.
+    file_len: u64,
     total: u32,
     low_lat: u32,
     count: Vec<u32>,
@@ -81,8 +90,8 @@ pub struct Uars {
 impl Uars {
     /// The pages for `total` registers of which `low_lat` are low-latency (the kernel's
     /// `calc_total_bfregs`: `total` rounded up to whole pages, at least one register left for
-    /// the others, else EINVAL), mapped from `memfd`, which is grown to hold them and the
-    /// [`DYN_BFREGS`] dynamic registers' pages (mapped when the program takes them).
+    /// the others, else EINVAL), mapped from `memfd`, which is grown to hold them (and later
+    /// each dynamic page the program takes, [`Uars::mmap_offset`]).
     pub fn new(memfd: BorrowedFd<'_>, total: u32, low_lat: u32) -> Result<Uars, i32> {
         let total = total.div_ceil(USER_BFREGS_PER_PAGE) * USER_BFREGS_PER_PAGE;
         if total == 0 || low_lat > total - 1 {
@@ -93,8 +102,8 @@ impl Uars {
         }
         let n = (total / USER_BFREGS_PER_PAGE) as usize;
         let n_dyn = (DYN_BFREGS / USER_BFREGS_PER_PAGE) as usize;
-        use std::os::fd::AsRawFd;
-        if crate::sys::ftruncate(memfd.as_raw_fd(), ((n + n_dyn) * PAGE) as u64) != 0 {
+        let file_len = (n * PAGE) as u64;
+        if crate::sys::ftruncate(memfd.as_raw_fd(), file_len) != 0 {
             return Err(libc::ENOMEM);
         }
         let mut pages = Vec::with_capacity(n);
@@ -106,6 +115,7 @@ impl Uars {
         Ok(Uars {
             pages,
             dyn_pages: vec![None; n_dyn],
+            file_len,
             total,
             low_lat,
             count: vec![0; total as usize],
@@ -183,7 +193,7 @@ impl Uars {
     /// it; the kernel counts no users), so the device treats it as shared.
     pub fn dyn_register(&self, n: u32) -> Result<UserRegister, i32> {
         let page = (n / USER_BFREGS_PER_PAGE) as usize;
-        if n > DYN_BFREGS {
+        if n >= DYN_BFREGS {
             return Err(libc::EINVAL);
         }
         let p = self
@@ -231,7 +241,14 @@ impl Uars {
                     // "wrong offset, idx is busy": each dynamic page is taken once.
                     return Err(libc::EINVAL);
                 }
-                let at = ((self.pages.len() + index as usize) * PAGE) as u64;
+                // The page the program maps (the module doc); the file grows to hold it.
+                let at = offset as u64;
+                if self.file_len < at + PAGE as u64 {
+                    if crate::sys::ftruncate(memfd.as_raw_fd(), at + PAGE as u64) != 0 {
+                        return Err(libc::ENOMEM);
+                    }
+                    self.file_len = at + PAGE as u64;
+                }
                 let p = DmaBuf::map_shared(memfd, at, PAGE)
                     .map_err(|e| e.raw_os_error().unwrap_or(libc::ENOMEM))?;
                 *slot = Some(Arc::new(p));
@@ -315,8 +332,8 @@ mod tests {
             libc::EINVAL,
             "page not mapped"
         );
-        // libmlx5's first dynamic page: command 6, index 0, after the 8 static pages.
-        assert_eq!(u.mmap_offset(m, PAGE, (6 << 8) * 4096), Ok(8 * 4096));
+        // libmlx5's first dynamic page: command 6, index 0, at the offset it maps.
+        assert_eq!(u.mmap_offset(m, PAGE, (6 << 8) * 4096), Ok((6 << 8) * 4096));
         assert_eq!(
             u.mmap_offset(m, PAGE, (6 << 8) * 4096),
             Err(libc::EINVAL),
@@ -331,12 +348,19 @@ mod tests {
         );
         // The extended index: page 256 is bits 16.. of the page offset.
         let at = ((6 << 8) | (1 << 16)) * 4096;
-        assert_eq!(u.mmap_offset(m, PAGE, at), Ok((8 + 256) * 4096));
+        assert_eq!(u.mmap_offset(m, PAGE, at), Ok(at));
         assert!(u.dyn_register(512).is_ok());
         let last = ((6 << 8) | 0xff | (1 << 16)) * 4096;
-        assert_eq!(u.mmap_offset(m, PAGE, last), Ok((8 + 511) * 4096));
+        assert_eq!(u.mmap_offset(m, PAGE, last), Ok(last));
+        // The device's page is the one a program maps at that offset, hook or not.
+        let r = u.dyn_register(1023).unwrap();
+        assert!(r.page.write(0xa00, &0xdead_beef_u32.to_ne_bytes()));
+        let mut b = [0u8; 4];
+        // SAFETY: reads 4 bytes of the memfd into `b`, which is 4 bytes long.
+        let n = unsafe { libc::pread(m.as_raw_fd(), b.as_mut_ptr().cast(), 4, last + 0xa00) };
+        assert_eq!((n, u32::from_ne_bytes(b)), (4, 0xdead_beef));
         let beyond = (6 << 8) * 4096 + (2 << 16) * 4096;
         assert_eq!(u.mmap_offset(m, PAGE, beyond), Err(libc::EINVAL), "beyond");
-        assert_eq!(u.dyn_register(DYN_BFREGS + 1).unwrap_err(), libc::EINVAL);
+        assert_eq!(u.dyn_register(DYN_BFREGS).unwrap_err(), libc::EINVAL);
     }
 }

@@ -17,11 +17,19 @@
 //! their QPs with `Connection` as on a NIC, and RoCEv2 frames travel between the processes
 //! over UDP. Every message is checked byte for byte on arrival; the exit status says whether
 //! all arrived intact. The last two lines are `ibv_rc_pingpong`'s.
+//!
+//! On a verbs device the TCP connection carries `ibv_rc_pingpong`'s own exchange
+//! (`--exchange ibv`, the default there; `mlx5_tools::ibv_exchange`), so either end may be the
+//! stock program: `ibv_rc_pingpong -g 0` as the server and `rc_pingpong -d mlx5_0 -g 0 HOST`
+//! as the client, or the other way. The stock server sends back the buffer it received into,
+//! and so does this one then: the client checks that every message comes back byte for byte,
+//! the server that each has the size asked.
 #![forbid(unsafe_code)]
 
 use mlx5_connect::{Connection, QpLink};
 use mlx5_qp::{SendWr, Wc};
-use mlx5_tools::pingpong::{self, drain_sends, finish, Kind, Outcome, Setup};
+use mlx5_tools::ibv_exchange;
+use mlx5_tools::pingpong::{self, drain_sends, finish, Exchange, Kind, Outcome, Setup};
 use mlx5_tools::resources::Resources;
 use mlx5_tools::{Error, Result};
 use std::process::ExitCode;
@@ -51,19 +59,25 @@ fn pattern(i: u64, from_client: bool, size: usize) -> Vec<u8> {
 fn rc_side(mut s: Resources, st: &Setup<'_>) -> Result<Outcome> {
     let (size, client) = (st.size, st.rv.is_client());
     let recv = s.mr.sge(size, size as u32)?;
-    let (control, udp) = st.rv.control(st.devs, st.params.io_timeout)?;
-    if let Some(u) = udp {
-        st.say(&format!("  {u}"));
-    }
     let (qp_ref, ctx) = (s.qp_ref(0), s.context().clone());
     let depth = st.opts.rx_depth;
-    let conn = {
-        let mut link = QpLink::new(&mut s.qps[0], &mut s.cq, move |qp: &mut mlx5_qp::Qp| {
-            for i in 0..u64::from(depth) {
-                qp.post_recv(i, std::slice::from_ref(&recv))?;
-            }
-            Ok(())
-        });
+    let receives = move |qp: &mut mlx5_qp::Qp| {
+        for i in 0..u64::from(depth) {
+            qp.post_recv(i, std::slice::from_ref(&recv))?;
+        }
+        Ok(())
+    };
+    // ibv_rc_pingpong's exchange: its server echoes what it receives, so does this one.
+    let ibv = st.exchange == Exchange::Ibv;
+    let conn = if ibv {
+        let mut link = QpLink::new(&mut s.qps[0], &mut s.cq, receives);
+        ibv_exchange::connect(st.rv, ctx.device(), qp_ref, &mut link, &st.params)?
+    } else {
+        let (control, udp) = st.rv.control(st.devs, st.params.io_timeout)?;
+        if let Some(u) = udp {
+            st.say(&format!("  {u}"));
+        }
+        let mut link = QpLink::new(&mut s.qps[0], &mut s.cq, receives);
         Connection::over(control, ctx.device(), qp_ref, &mut link, &st.params)?
     };
     st.address("local address: ", conn.local());
@@ -73,7 +87,13 @@ fn rc_side(mut s: Resources, st: &Setup<'_>) -> Result<Outcome> {
     let start = Instant::now();
     for i in 0..st.opts.iters {
         let mut send = |s: &mut Resources| -> Result<()> {
-            s.mr.write(0, &pattern(i, client, size))?;
+            let msg = if ibv && !client {
+                // The message just received (the receive half), sent back.
+                s.mr.read(size, size)?
+            } else {
+                pattern(i, client, size)
+            };
+            s.mr.write(0, &msg)?;
             let sge = [s.mr.sge(0, size as u32)?];
             s.qps[0].post(&SendWr::send(i).sges(&sge).signaled())?;
             posted += 1;
@@ -118,9 +138,22 @@ fn rc_side(mut s: Resources, st: &Setup<'_>) -> Result<Outcome> {
                         wc.byte_len()
                     )));
                 }
-                if s.mr.read(size, size)? != pattern(i, !client, size) {
+                // Own exchange: the peer's pattern. ibv_rc_pingpong's: the client gets its own
+                // message back; a server echoes whatever came (the stock client sends its
+                // buffer, 0x7b bytes or the last message it received).
+                let want = match (ibv, client) {
+                    (false, _) => Some(pattern(i, !client, size)),
+                    (true, true) => Some(pattern(i, true, size)),
+                    (true, false) => None,
+                };
+                if want.is_some_and(|w| s.mr.read(size, size).ok() != Some(w)) {
                     return Err(Error::Check(format!(
-                        "iteration {i}: the message arrived damaged"
+                        "iteration {i}: the message arrived damaged{}",
+                        if ibv {
+                            " (the server's echo differs from what this side sent)"
+                        } else {
+                            ""
+                        }
                     )));
                 }
                 s.qps[0].post_recv(wc.wr_id(), std::slice::from_ref(&recv))?;
@@ -147,6 +180,21 @@ fn rc_side(mut s: Resources, st: &Setup<'_>) -> Result<Outcome> {
     let took = start.elapsed();
     // Every send acknowledged before the goodbye.
     drain_sends(&mut s, sent, posted, "acknowledged")?;
+    if ibv {
+        // ibv_rc_pingpong's exchange has no goodbye: each end stops after its last
+        // completion.
+        drop(conn);
+        st.say(&format!(
+            "  {} messages of {size} bytes received{}",
+            st.opts.iters,
+            if client {
+                ", every one back byte for byte"
+            } else {
+                " and sent back"
+            }
+        ));
+        return Ok(Outcome { took, checked });
+    }
     finish(conn, client)?;
     st.say(&format!(
         "  {} messages of {size} bytes received, every one checked byte for byte",

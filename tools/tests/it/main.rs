@@ -5,6 +5,7 @@ mod bad_input;
 mod dc;
 mod fuzz_replay;
 mod lat_timestamps;
+mod mixed_pairs;
 mod perftest_tests;
 mod pingpong;
 mod runs_that_failed;

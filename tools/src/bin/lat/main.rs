@@ -392,6 +392,7 @@ fn measure_end<P: DataPath>(
     let passive = matches!(p.run.test, Test::Read | Test::Atomic);
     if !client {
         let mut stopped = false;
+        let mut said_goodbye = false;
         if !passive {
             me.watch = Some(conn);
             let mut stamp = 0u8;
@@ -407,7 +408,14 @@ fn measure_end<P: DataPath>(
                     me.post_msg(p.run.test, size, stamp)?;
                     i += 1;
                 }
-                me.settle()?;
+                if me.settle()? == Waited::Stopped {
+                    // The goodbye came while this side's last answers were being
+                    // acknowledged: the client had them all (it says goodbye after its
+                    // run), so the run is complete and the goodbye is not to be waited
+                    // for again (it was taken off the connection).
+                    said_goodbye = true;
+                    break 'sizes;
+                }
             }
             conn = me
                 .watch
@@ -422,7 +430,7 @@ fn measure_end<P: DataPath>(
         }
         // The client says when it is done (READ, atomics: the server only serves until
         // then); a -D server that saw the goodbye already is done.
-        if !stopped {
+        if !stopped && !said_goodbye {
             serve_until_closed(std::slice::from_mut(&mut conn))?;
         }
         p.run.say(report::RESULT_LINE);

@@ -353,11 +353,13 @@ impl<'a, P: DataPath> Pinger<'a, P> {
         Ok(())
     }
 
-    /// Wait for every send to complete (between sizes, outside the timed loops).
-    pub(super) fn settle(&mut self) -> Result<()> {
+    /// Wait for every send to complete (between sizes, outside the timed loops). A server
+    /// watching its control connection may see the client's goodbye meanwhile
+    /// ([`Waited::Stopped`]): the client had this side's last message, whose acknowledgment
+    /// was still on its way.
+    pub(super) fn settle(&mut self) -> Result<Waited> {
         let want = self.sends_posted;
-        self.wait("send completions", 1, |p| p.sends_done >= want)?;
-        Ok(())
+        self.wait("send completions", 1, |p| p.sends_done >= want)
     }
 }
 
