@@ -24,6 +24,7 @@
 
 pub mod args;
 pub mod connecting;
+pub mod cpu;
 pub mod devices;
 pub mod error;
 pub mod gid;

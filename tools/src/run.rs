@@ -57,7 +57,7 @@ pub fn checked_params(devs: &Devices, c: &Common, params: &ConnectParams) -> Res
     devs.check_port(c.ib_port)?;
     devs.check_path(c.path)?;
     Ok(ConnectParams {
-        gid_index: devs.gid_index(c.ib_port, c.gid_index)?,
+        gid_index: devs.gid_index_for(c.ib_port, c.gid_index, c.ipv6)?,
         ..params.clone()
     })
 }
@@ -69,7 +69,7 @@ pub fn rendezvous(c: &Common, quiet: bool) -> Result<Option<Rendezvous>> {
     if c.loopback {
         return Ok(None);
     }
-    let rv = Rendezvous::new(c.server.as_deref(), c.port)?;
+    let rv = Rendezvous::with_net(c.server.as_deref(), c.port, c.control_net())?;
     if !rv.is_client() {
         let line = format!(
             " Waiting for client to connect on TCP port {} ...",
@@ -234,6 +234,8 @@ pub struct RunPlan {
     pub params: ConnectParams,
     /// `--output`: standard output holds the figure only.
     pub quiet: bool,
+    /// `--cpu_util`: the CPU utilisation column of a `-D` run.
+    pub cpu_util: crate::cpu::CpuUtil,
 }
 
 impl RunPlan {
@@ -267,6 +269,7 @@ impl RunPlan {
             shape,
             params: c.connect_params()?,
             quiet: c.output.is_some(),
+            cpu_util: crate::cpu::CpuUtil::new(c.cpu_util),
         })
     }
 

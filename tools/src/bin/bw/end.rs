@@ -49,6 +49,9 @@ impl Flow {
                 )),
             ),
         };
+        if let Some((w0, w1)) = window {
+            p.run.cpu_util.watch(w0, w1);
+        }
         let depth = u64::from(depth.max(1));
         Flow {
             size,
@@ -139,8 +142,12 @@ impl Flow {
                 self.finished.unwrap_or_else(Instant::now) - self.start,
                 self.best,
             ),
+            // -D: what completed inside the window over the window's own span, as perftest
+            // (`catch_alarm` stamps the window's start and end; the completions between its
+            // first and last signaled completion would span nothing when one falls inside).
             (Some((a, b)), Some(_)) => {
-                BwStats::new(self.size, self.in_window, b - a, None).without_peak()
+                let span = self.window.map_or(b - a, |(w0, w1)| w1 - w0);
+                BwStats::new(self.size, self.in_window, span, None).without_peak()
             }
             (None, Some(_)) => BwStats::new(self.size, 0, Duration::from_secs(1), None),
         }

@@ -419,7 +419,7 @@ fn measure_loopback<P: DataPath, Q: DataPath>(
     p.run
         .say(&banner(a, p, devs, inline, doorbell, &conn.conns, None));
     let (sizes, _) = usable_sizes(p, &conn.conns, None)?;
-    p.run.say(report::bw_header(p.gbits));
+    p.run.say(&p.header());
     for &size in &sizes {
         ea.start(p, size, p.depth, true, p.receives_sends(true))?;
         eb.start(p, size, p.depth, p.bidirectional, p.receives_sends(false))?;
@@ -473,7 +473,7 @@ fn measure_end<P: DataPath>(
         return Ok(());
     }
     if client || p.bidirectional {
-        p.run.say(report::bw_header(p.gbits));
+        p.run.say(&p.header());
     }
     let mut goodbye = false;
     for &size in &sizes {

@@ -319,7 +319,7 @@ fn drive<P: DataPath>(
         }
         .render(),
     );
-    p.run.say(report::bw_header(p.gbits));
+    p.run.say(&p.header());
     let whole = peer_run(p, devs, &s);
     let setup = s.params.io_timeout;
     let mut last: Option<BwStats> = None;
