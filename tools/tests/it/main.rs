@@ -2,6 +2,7 @@
 //! machines): one module per area.
 
 mod bad_input;
+mod control_net;
 mod fuzz_replay;
 mod lat_timestamps;
 mod perftest_tests;
