@@ -9,6 +9,18 @@
 //! `REPORT_EXT_CPU_UTIL`). System, nice, iowait and interrupt time are in neither term; the
 //! figure is the host's, not this process's. These tools compute the same figure from the same
 //! two readings, so that it compares with perftest's.
+//!
+//! NUMA: perftest since 26.01 (`src/perftest_resources.c`, `set_process_affinity`, commit
+//! cfd3696 "Add NUMA-aware CPU and memory binding") reads the device's
+//! `/sys/class/infiniband/DEV/device/numa_node`, binds itself to that node with libnuma
+//! (`numa_run_on_node`, `numa_set_membind`) unless the process already runs under a narrower
+//! affinity (taskset, numactl) or `--disable_numa` is given, and prints ` NUMA node       : N`.
+//! These tools forbid `unsafe` code, and binding needs `sched_setaffinity`, which the standard
+//! library does not wrap: they do not bind themselves. They read the same sysfs files
+//! ([`Placement`]) and the process's own affinity (`Cpus_allowed_list` of
+//! `/proc/self/status`, `proc(5)`), print perftest's line when the process runs on the
+//! device's node only, and otherwise say on standard error how to bind it (`numactl`). The
+//! software ConnectX has no PCI function (no node): nothing is printed.
 
 use std::sync::Mutex;
 use std::thread::JoinHandle;
@@ -135,6 +147,100 @@ impl CpuUtil {
     }
 }
 
+/// A CPU list as the kernel prints it (`0-3,8,10-11`: `local_cpulist`, `Cpus_allowed_list`);
+/// `None` when the text is not one.
+pub fn parse_cpulist(text: &str) -> Option<Vec<u32>> {
+    let mut cpus = Vec::new();
+    for part in text.trim().split(',').filter(|p| !p.is_empty()) {
+        let (a, b) = match part.split_once('-') {
+            Some((a, b)) => (a.parse::<u32>().ok()?, b.parse::<u32>().ok()?),
+            None => {
+                let a = part.parse::<u32>().ok()?;
+                (a, a)
+            }
+        };
+        if b < a || b - a > 65_536 {
+            return None;
+        }
+        cpus.extend(a..=b);
+    }
+    Some(cpus)
+}
+
+/// Where a device sits and where this process may run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Placement {
+    /// The device's NUMA node (`device/numa_node`).
+    pub node: u32,
+    /// Its CPUs (`device/local_cpulist`), as the kernel printed them.
+    pub local_text: String,
+    /// Whether every CPU this process may run on is one of the device's.
+    pub bound: bool,
+    /// The CPUs this process may run on, as the kernel printed them.
+    pub allowed_text: String,
+}
+
+impl Placement {
+    /// Read the device at `dev_dir` (`/sys/class/infiniband/DEV`) and this process's affinity
+    /// from `status` (the text of `/proc/self/status`); `None` when the device has no node
+    /// (`-1`: no NUMA, or not a PCI device) or a file is missing or unreadable.
+    pub fn read(dev_dir: &std::path::Path, status: &str) -> Option<Placement> {
+        let pci = dev_dir.join("device");
+        let node: i64 = std::fs::read_to_string(pci.join("numa_node"))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()?;
+        let node = u32::try_from(node).ok()?;
+        let local_text = std::fs::read_to_string(pci.join("local_cpulist"))
+            .ok()?
+            .trim()
+            .to_string();
+        let local = parse_cpulist(&local_text)?;
+        let allowed_text = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))?
+            .trim()
+            .to_string();
+        let allowed = parse_cpulist(&allowed_text)?;
+        Some(Placement {
+            node,
+            bound: !allowed.is_empty() && allowed.iter().all(|c| local.contains(c)),
+            local_text,
+            allowed_text,
+        })
+    }
+
+    /// The banner line: perftest's `NUMA node` when the process runs on the device's node only;
+    /// else the device's node and that the process is not bound to it.
+    pub fn banner_line(&self) -> (String, String) {
+        let v = if self.bound {
+            self.node.to_string()
+        } else {
+            format!(
+                "{} (the device's; this process may run on CPUs {}, not bound to it)",
+                self.node, self.allowed_text
+            )
+        };
+        ("NUMA node".into(), v)
+    }
+
+    /// What to tell the user when the process is not bound to the device's node.
+    pub fn note(&self, device: &str, tool: &str) -> Option<String> {
+        (!self.bound).then(|| {
+            format!(
+                "note: {device} is on NUMA node {n} (CPUs {local}) and this process may run on \
+                 CPUs {allowed}; perftest binds itself to the device's node, these tools do \
+                 not: run `numactl --cpunodebind={n} --membind={n} {tool} ...` (or `taskset -c \
+                 {local} {tool} ...`) for figures that compare",
+                n = self.node,
+                local = self.local_text,
+                allowed = self.allowed_text,
+            )
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -163,6 +269,42 @@ mod tests {
         assert_eq!(CpuTimes::parse("cpu 1 2 x 4\n"), None);
         assert_eq!(CpuTimes::parse("cpu 1 2 3\n"), None);
         assert_eq!(CpuTimes::parse(""), None);
+    }
+
+    #[test]
+    fn cpu_lists_and_placement() {
+        assert_eq!(
+            parse_cpulist("0-3,8,10-11\n"),
+            Some(vec![0, 1, 2, 3, 8, 10, 11])
+        );
+        assert_eq!(parse_cpulist("5"), Some(vec![5]));
+        assert_eq!(parse_cpulist("3-1"), None);
+        assert_eq!(parse_cpulist("a"), None);
+        let dir = std::env::temp_dir().join(format!("mlx5-tools-numa-{}", std::process::id()));
+        let pci = dir.join("device");
+        std::fs::create_dir_all(&pci).unwrap();
+        std::fs::write(pci.join("numa_node"), "1\n").unwrap();
+        std::fs::write(pci.join("local_cpulist"), "8-15\n").unwrap();
+        let status = |list: &str| format!("Name:\tlat\nCpus_allowed_list:\t{list}\n");
+        let p = Placement::read(&dir, &status("0-15")).unwrap();
+        assert!(!p.bound);
+        assert_eq!(
+            p.banner_line().1,
+            "1 (the device's; this process may run on CPUs 0-15, not bound to it)"
+        );
+        let note = p.note("mlx5_1", "lat").unwrap();
+        assert!(
+            note.contains("numactl --cpunodebind=1 --membind=1 lat"),
+            "{note}"
+        );
+        let p = Placement::read(&dir, &status("9-10")).unwrap();
+        assert!(p.bound && p.note("mlx5_1", "lat").is_none());
+        assert_eq!(p.banner_line(), ("NUMA node".to_string(), "1".to_string()));
+        // No node (the kernel's -1) or no PCI function: nothing to say.
+        std::fs::write(pci.join("numa_node"), "-1\n").unwrap();
+        assert_eq!(Placement::read(&dir, &status("0-15")), None);
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(Placement::read(&dir, &status("0-15")), None);
     }
 
     #[test]

@@ -203,6 +203,20 @@ pub fn run_lines(events: bool, length: Length, udp: Option<&UdpLink>) -> Vec<(St
     lines
 }
 
+/// The banner's `NUMA node` line of a verbs device with a NUMA node (none on the software
+/// ConnectX), saying on standard error, when this process is not bound to that node, how to
+/// bind it (`crate::cpu`: perftest binds itself; these tools do not).
+pub fn numa_line(devs: &Devices, tool: &str) -> Option<(String, String)> {
+    devs.verbs.as_ref()?;
+    let dir = std::path::Path::new(mlx5_hw::verbs::SYSFS_INFINIBAND).join(&devs.name);
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let p = crate::cpu::Placement::read(&dir, &status)?;
+    if let Some(n) = p.note(&devs.name, tool) {
+        eprintln!("{n}");
+    }
+    Some(p.banner_line())
+}
+
 /// What `lat` and `bw` plan alike from the common arguments, checked before any device is
 /// opened; each tool's own plan holds it beside what is the tool's alone.
 #[derive(Debug)]

@@ -199,6 +199,7 @@ fn banner(
         extra.push(("CQ Moderation".into(), p.cq_mod.to_string()));
     }
     extra.extend(run::run_lines(p.run.events, p.run.length, udp));
+    extra.extend(run::numa_line(devs, "bw"));
     for (i, c) in conns.iter().enumerate().take(4) {
         extra.push((
             format!("QP {i}"),

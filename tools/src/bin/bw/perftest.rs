@@ -294,6 +294,7 @@ fn drive<P: DataPath>(
     }
     extra.push(("CQ Moderation".into(), p.cq_mod.to_string()));
     extra.extend(run::run_lines(p.run.events, p.run.length, None));
+    extra.extend(run::numa_line(devs, "bw"));
     for (i, c) in conn.conns.iter().enumerate().take(4) {
         extra.push((
             format!("QP {i}"),

@@ -406,6 +406,7 @@ fn banner(
         ));
     }
     extra.extend(run::run_lines(p.run.events, p.run.length, udp));
+    extra.extend(run::numa_line(devs, "lat"));
     Banner {
         title,
         device: &devs.name,

@@ -284,6 +284,7 @@ fn drive<P: DataPath>(
         ("remote address".into(), describe_endpoint(c.peer())),
     ];
     extra.extend(run::run_lines(p.run.events, p.run.length, None));
+    extra.extend(run::numa_line(devs, "lat"));
     p.run.say(
         &Banner {
             title: &title,
