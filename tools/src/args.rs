@@ -361,6 +361,11 @@ pub struct Common {
     /// on every address].
     #[arg(long = "bind_source_ip", alias = "source_ip", value_name = "IP")]
     pub bind_source_ip: Option<std::net::IpAddr>,
+    /// perftest's --use-srq: the send test's receives go to a shared receive queue of -r WRs
+    /// that every QP receives through (each QP's share, -r / -q, posted at the start, as
+    /// perftest); --path direct only.
+    #[arg(long = "use-srq", alias = "use_srq")]
+    pub use_srq: bool,
     /// perftest's --cpu_util: with -D, the CPU utilisation over the measured window as
     /// perftest computes it (user / (user + idle) of /proc/stat's `cpu` line, every CPU of the
     /// host) in a `CPU_Util[%]` column.
@@ -556,6 +561,20 @@ impl Common {
             )));
         }
         self.check_control()?;
+        if self.use_srq && test != Test::Send {
+            return Err(Error::Usage(format!(
+                "--use-srq: only the send test posts receives (perftest: \"Using SRQ only \
+                 avavilible in SEND tests\"), not {}",
+                test.name()
+            )));
+        }
+        if self.use_srq && self.path == PathKind::Verbs {
+            return Err(Error::Usage(
+                "--use-srq: --path verbs posts receives to each QP (ibv_post_recv); the shared \
+                 receive queue is on --path direct"
+                    .into(),
+            ));
+        }
         if self.cpu_util && self.duration.is_none() {
             return Err(Error::Usage(
                 "--cpu_util: the utilisation is taken over a run's measured window, which only \
@@ -854,6 +873,13 @@ impl BwArgs {
             return Err(Error::Usage(format!(
                 "-q {}: -q must be between 1 and 64 (one control connection per QP)",
                 self.qps
+            )));
+        }
+        if self.common.use_srq && self.qps > self.common.rx_depth {
+            return Err(Error::Usage(format!(
+                "--use-srq -q {} -r {}: each QP's share of the SRQ is -r / -q receives, none \
+                 here (perftest: \"Using SRQ depth should be greater than number of QPs\")",
+                self.qps, self.common.rx_depth
             )));
         }
         if !(1..=15000).contains(&self.tx_depth) {

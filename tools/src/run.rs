@@ -203,6 +203,16 @@ pub fn run_lines(events: bool, length: Length, udp: Option<&UdpLink>) -> Vec<(St
     lines
 }
 
+/// The banner's `Using SRQ` line (perftest's `Using SRQ      : ON`) of a `--use-srq` run.
+pub fn srq_line(p: &RunPlan) -> Option<(String, String)> {
+    p.srq.then(|| {
+        (
+            "Using SRQ".into(),
+            format!("ON ({} WRs shared)", p.rx_depth),
+        )
+    })
+}
+
 /// The banner's `NUMA node` line of a verbs device with a NUMA node (none on the software
 /// ConnectX), saying on standard error, when this process is not bound to that node, how to
 /// bind it (`crate::cpu`: perftest binds itself; these tools do not).
@@ -248,6 +258,9 @@ pub struct RunPlan {
     pub params: ConnectParams,
     /// `--output`: standard output holds the figure only.
     pub quiet: bool,
+    /// `--use-srq`: the SEND test's receives go through one shared receive queue of
+    /// `rx_depth` WRs.
+    pub srq: bool,
     /// `--cpu_util`: the CPU utilisation column of a `-D` run.
     pub cpu_util: crate::cpu::CpuUtil,
 }
@@ -283,6 +296,7 @@ impl RunPlan {
             shape,
             params: c.connect_params()?,
             quiet: c.output.is_some(),
+            srq: c.use_srq,
             cpu_util: crate::cpu::CpuUtil::new(c.cpu_util),
         })
     }
@@ -302,7 +316,7 @@ impl RunPlan {
             },
             inline: self.inline.bytes,
             buf_len: 2 * self.half,
-            srq: None,
+            srq: (self.srq && self.test == Test::Send).then_some(self.rx_depth),
             events: self.events,
         }
     }

@@ -199,6 +199,7 @@ fn banner(
         extra.push(("CQ Moderation".into(), p.cq_mod.to_string()));
     }
     extra.extend(run::run_lines(p.run.events, p.run.length, udp));
+    extra.extend(run::srq_line(&p.run));
     extra.extend(run::numa_line(devs, "bw"));
     for (i, c) in conns.iter().enumerate().take(4) {
         extra.push((
@@ -307,13 +308,13 @@ fn run_direct(
     let doorbell = doorbell_of(p, &me);
     let end_a = me.end(params);
     let recv_a = p.run.receives(&me.mr)?;
-    let (mut links_a, mr) = me.links(recv_a);
+    let (mut links_a, mr) = me.links(recv_a)?;
     match rv {
         None => {
             let (mut peer, inline_b) = direct_end(devs.peer_or_local(), p)?;
             let end_b = peer.end(params);
             let recv_b = p.run.receives(&peer.mr)?;
-            let (mut links_b, mr_b) = peer.links(recv_b);
+            let (mut links_b, mr_b) = peer.links(recv_b)?;
             let conn = connect_all(
                 devs,
                 &end_a,
@@ -323,8 +324,8 @@ fn run_direct(
                 None,
             )?;
             let inline = inline_a.min(inline_b);
-            let mut da = Direct::new(links_a.qps, links_a.cq);
-            let mut db = Direct::new(links_b.qps, links_b.cq);
+            let mut da = Direct::new(links_a.qps, links_a.cq).with_srq(links_a.srq);
+            let mut db = Direct::new(links_b.qps, links_b.cq).with_srq(links_b.srq);
             aim(&mut da, &conn.conns);
             aim(&mut db, &conn.peer);
             let ea = BwEnd::new(da, p, mr, buffers(&conn.conns)?, inline)?;
@@ -344,7 +345,7 @@ fn run_direct(
                 Some(rv),
                 Some(&p.run.shape),
             )?;
-            let mut da = Direct::new(links_a.qps, links_a.cq);
+            let mut da = Direct::new(links_a.qps, links_a.cq).with_srq(links_a.srq);
             aim(&mut da, &conn.conns);
             let e = BwEnd::new(da, p, mr, buffers(&conn.conns)?, inline_a)?;
             exit_on_failure(
