@@ -586,12 +586,15 @@ impl Common {
         if let Some(t) = &self.tap {
             if self.loopback {
                 return Err(Error::Usage(format!(
-                    "--tap {t}: --loopback runs two software ConnectX devices in this process,                      on one fabric; --tap binds the one device of a server or client process                      to a TAP link: leave out one of them"
+                    "--tap {t}: --loopback runs two software ConnectX devices in this process, \
+                     on one fabric; --tap binds the one device of a server or client process \
+                     to a TAP link: leave out one of them"
                 )));
             }
             if !crate::devices::is_sim_name(&self.device) {
                 return Err(Error::Usage(format!(
-                    "--tap {t}: -d {} is not the software ConnectX; --tap is for -d sim (a                      verbs device has its own netdev)",
+                    "--tap {t}: -d {} is not the software ConnectX; --tap is for -d sim (a \
+                     verbs device has its own netdev)",
                     self.device
                 )));
             }
