@@ -121,3 +121,17 @@ fn ib_write_bw_xrc() {
 fn ib_send_bw_srq() {
     bw("ib_send_bw", &["--use-srq"]);
 }
+
+/// `--use-srq` on the latency test: both ends receive through their SRQ (perftest creates it
+/// on both sides of a latency run, `srq_exists`).
+#[test]
+fn ib_send_lat_srq() {
+    lat("ib_send_lat", 2, &["--use-srq"]);
+}
+
+/// SEND over XRC: the initiator addresses the peer's XRC SRQ by the SRQN of its endpoint
+/// message, and the target QP receives through that SRQ.
+#[test]
+fn ib_send_bw_xrc() {
+    bw("ib_send_bw", &["-c", "XRC"]);
+}
