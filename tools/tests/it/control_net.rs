@@ -16,7 +16,12 @@ const READY: &str = "Waiting for client to connect on TCP port ";
 
 /// A server with `server_args` and a client with `client_args` and the server's `address`
 /// (its port appended); returns (server, client) stdout.
-fn pair(tool: &str, server_args: &[&str], client_args: &[&str], address: &str) -> (String, String) {
+pub fn pair(
+    tool: &str,
+    server_args: &[&str],
+    client_args: &[&str],
+    address: &str,
+) -> (String, String) {
     let mut server = Proc::spawn(Path::new(tool), &[&["-p", "0"], server_args].concat());
     let rest = server.wait_line(READY);
     let port = rest

@@ -2,7 +2,7 @@
 //! ConnectX: the receives of every QP go through one SRQ of `-r` WRs, in one process and
 //! across two, on RC, UC and UD; and the runs perftest or this build refuses.
 
-use mlx5_testkit::process::{self, Proc};
+use mlx5_testkit::process::Proc;
 
 use std::path::Path;
 use std::time::Duration;
@@ -106,24 +106,14 @@ fn a_server_on_an_srq_and_a_client_without() {
     let _heavy = crate::heavy();
     // The SRQ is this end's own affair (perftest does not exchange it): one end with it, the
     // other without, both succeed.
-    let (server, client) = process::two_processes(
-        Path::new(BW),
-        &[
-            "send",
-            "-q",
-            "2",
-            "-n",
-            "200",
-            "-s",
-            "2048",
-            "--use-srq",
-            "-r",
-            "32",
-        ],
-        "Waiting for client to connect on TCP port ",
-        Duration::from_secs(120),
+    let (server, client) = crate::control_net::pair(
+        BW,
+        &["send", "-q", "2", "-n", "200", "-s", "2048", "--use-srq"],
+        &["send", "-q", "2", "-n", "200", "-s", "2048"],
+        "127.0.0.1",
     );
     assert!(server.contains("Using SRQ"), "{server}");
+    assert!(!client.contains("Using SRQ"), "{client}");
     let r = row(&client, "MsgRate[Mpps]");
     assert_eq!((r[0], r[1]), (2048.0, 400.0), "{client}");
 }
