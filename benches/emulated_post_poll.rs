@@ -190,8 +190,8 @@ fn bench() -> Result<()> {
             let (mut a, _) = Resources::with_inline(&devs.local, &cfg(), inline)?;
             let (mut b, _) = Resources::with_inline(&devs.local, &cfg(), inline)?;
             let (end_a, end_b) = (a.end(&params), b.end(&params));
-            let (mut la, mr) = a.links(None);
-            let (mut lb, _) = b.links(None);
+            let (mut la, mr) = a.links(None)?;
+            let (mut lb, _) = b.links(None)?;
             let conn = connect_all(&devs, &end_a, &mut la, Some((&end_b, &mut lb)), None, None)?;
             let rb = conn.conns[0]
                 .remote_buffer()

@@ -95,6 +95,8 @@ PY
 }
 
 port=19700
+# Arguments only stock perftest gets (a flag that is one end's own affair, as --use-srq).
+perf_only=()
 # pair NAME WHO_SERVES TOOL TEST PROGRAM KIND SIZE ITERS OURS_ITERS ARGS...: one run, these
 # tools serving (WHO_SERVES ours) or perftest serving (perftest); KIND SIZE ITERS is the row
 # both must print, OURS_ITERS the one this tool prints when it differs (a send bw server that
@@ -108,7 +110,7 @@ pair() {
     timeout "$T" "$bin" "$test" "${ours_srv[@]}" -p $port "$@" >"$o" 2>&1 &
     s=$!
     listening $port || { kill $s 2>/dev/null; }
-    timeout "$T" "$prog" "${perf_cli[@]}" -p $port "$@" 127.0.0.1 >"$p" 2>&1
+    timeout "$T" "$prog" "${perf_cli[@]}" -p $port "$@" "${perf_only[@]}" 127.0.0.1 >"$p" 2>&1
     rc2=$?
     wait $s; rc1=$?
   elif [ "$mode" = tap ]; then
@@ -118,11 +120,11 @@ pair() {
     timeout "$T" "$bin" "$test" "${ours_cli[@]}" -p $port "$@" 127.0.0.1 >"$o" 2>&1 &
     s=$!
     carrier
-    timeout "$T" "$prog" "${perf_srv[@]}" -p $port "$@" >"$p" 2>&1
+    timeout "$T" "$prog" "${perf_srv[@]}" -p $port "$@" "${perf_only[@]}" >"$p" 2>&1
     rc2=$?
     wait $s; rc1=$?
   else
-    timeout "$T" "$prog" "${perf_srv[@]}" -p $port "$@" >"$p" 2>&1 &
+    timeout "$T" "$prog" "${perf_srv[@]}" -p $port "$@" "${perf_only[@]}" >"$p" 2>&1 &
     s=$!
     listening $port || { kill $s 2>/dev/null; }
     timeout "$T" "$bin" "$test" "${ours_cli[@]}" -p $port "$@" 127.0.0.1 >"$o" 2>&1
@@ -175,6 +177,24 @@ pair bw-read-q2-ours-serves ours bw read ib_read_bw bw 2048 $((4 * n)) -s 2048 -
 pair bw-atomic-perftest-serves perftest bw atomic ib_atomic_bw bw 8 $((2 * n)) -n $((2 * n))
 pair bw-send-b-ours-serves ours bw send ib_send_bw bw 1024 $((2 * n)) -s 1024 -n $((2 * n)) -b
 pair bw-write-b-perftest-serves perftest bw write ib_write_bw bw 1024 $((2 * n)) -s 1024 -n $((2 * n)) -b
+# perftest 4.5's --source_ip (--bind_source_ip since 26.01; both are these tools' names): the
+# server listens on it only, the client connects from it.
+pair lat-write-source-ip-ours-serves ours lat write ib_write_lat lat 64 $n -s 64 -n $n --source_ip 127.0.0.1
+pair bw-send-source-ip-perftest-serves perftest bw send ib_send_bw bw 4096 $((2 * n)) -s 4096 -n $((2 * n)) --source_ip 127.0.0.1
+# --use-srq: stock perftest receives through its SRQ in either role; these tools too on the
+# direct path (tap), where --path verbs (rxe) has no SRQ and runs without one: the SRQ is each
+# end's own, not part of the exchange.
+for who in ours perftest; do
+  if [ "$mode" = tap ]; then
+    pair bw-send-srq-q2-$who-serves $who bw send ib_send_bw bw 4096 $((4 * n)) -s 4096 -n $((2 * n)) -q 2 --use-srq
+    pair lat-send-srq-$who-serves $who lat send ib_send_lat lat 64 $n -s 64 -n $n --use-srq
+  else
+    perf_only=(--use-srq)
+    pair bw-send-srq-q2-$who-serves $who bw send ib_send_bw bw 4096 $((4 * n)) -s 4096 -n $((2 * n)) -q 2
+    pair lat-send-srq-$who-serves $who lat send ib_send_lat lat 64 $n -s 64 -n $n
+    perf_only=()
+  fi
+done
 
 rm -rf "$work"
 echo "perftest-interop: $pass passed, $failn failed"

@@ -359,6 +359,31 @@ pub struct Common {
     /// --perftest; stock perftest 4.5 and 26.04 exit at once with it, see docs/perftest.md).
     #[arg(long = "dont_xchg_versions", alias = "dont-xchg-versions")]
     pub dont_xchg_versions: bool,
+    /// perftest's --ipv6: without -x, prefer a GID of an IPv6 address (a RoCE v2 one first)
+    /// over one of an IPv4 address [default: IPv4, as perftest].
+    #[arg(long)]
+    pub ipv6: bool,
+    /// perftest's --ipv6-addr: the control connection over IPv6 (the server listens on `::`,
+    /// the client connects to an IPv6 address of the server's name) [default: IPv4, as
+    /// perftest].
+    #[arg(long = "ipv6-addr", alias = "ipv6_addr")]
+    pub ipv6_addr: bool,
+    /// perftest's --bind_source_ip (perftest 4.5: --source_ip): the control connection's
+    /// address on this host: the client connects from it, the server listens only on it. An
+    /// IPv6 address needs --ipv6-addr [default: the routing table's choice; the server listens
+    /// on every address].
+    #[arg(long = "bind_source_ip", alias = "source_ip", value_name = "IP")]
+    pub bind_source_ip: Option<std::net::IpAddr>,
+    /// perftest's --use-srq: the send test's receives go to a shared receive queue of -r WRs
+    /// that every QP receives through (each QP's share, -r / -q, posted at the start, as
+    /// perftest); --path direct only.
+    #[arg(long = "use-srq", alias = "use_srq")]
+    pub use_srq: bool,
+    /// perftest's --cpu_util: with -D, the CPU utilisation over the measured window as
+    /// perftest computes it (user / (user + idle) of /proc/stat's `cpu` line, every CPU of the
+    /// host) in a `CPU_Util[%]` column.
+    #[arg(long = "cpu_util", alias = "cpu-util")]
+    pub cpu_util: bool,
     /// Log more on standard error (-v: every QP state transition; -vv debug; -vvv trace).
     /// RUST_LOG, when set, decides instead (e.g. RUST_LOG=mlx5=info).
     #[arg(short = 'v', long = "verbose", action = clap::ArgAction::Count)]
@@ -463,6 +488,45 @@ impl Common {
         out
     }
 
+    /// `--ipv6-addr` and `--bind_source_ip`: a control connection to shape (not with
+    /// `--loopback`), a source address of the family the connection uses (perftest: "--ipv6-addr
+    /// flag must be used when specifying an IPv6 source IP").
+    fn check_control(&self) -> Result<()> {
+        if self.loopback && (self.ipv6_addr || self.bind_source_ip.is_some()) {
+            return Err(Error::Usage(format!(
+                "{}: --loopback runs both ends in this process, with no control connection",
+                if self.ipv6_addr {
+                    "--ipv6-addr"
+                } else {
+                    "--bind_source_ip"
+                }
+            )));
+        }
+        match self.bind_source_ip {
+            Some(ip @ std::net::IpAddr::V6(_)) if !self.ipv6_addr => Err(Error::Usage(format!(
+                "--bind_source_ip {ip}: an IPv6 source address is for a control connection over \
+                 IPv6: add --ipv6-addr (as perftest)"
+            ))),
+            Some(ip @ std::net::IpAddr::V4(_)) if self.ipv6_addr => Err(Error::Usage(format!(
+                "--bind_source_ip {ip}: --ipv6-addr makes the control connection IPv6; give an \
+                 IPv6 source address, or leave out --ipv6-addr"
+            ))),
+            Some(ip) if ip.is_unspecified() || ip.is_multicast() => Err(Error::Usage(format!(
+                "--bind_source_ip {ip}: not an address of one interface (leave the flag out to \
+                 listen on every address)"
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    /// How the control connection is made (`--ipv6-addr`, `--bind_source_ip`).
+    pub fn control_net(&self) -> crate::rendezvous::ControlNet {
+        crate::rendezvous::ControlNet {
+            ipv6: self.ipv6_addr,
+            source: self.bind_source_ip,
+        }
+    }
+
     /// Whether perftest's exchange is asked for (`--perftest`, `--dont_xchg_versions`).
     pub fn plain_perftest(&self) -> bool {
         self.perftest || self.dont_xchg_versions
@@ -517,15 +581,41 @@ impl Common {
                 }
             )));
         }
+        self.check_control()?;
+        if self.use_srq && test != Test::Send {
+            return Err(Error::Usage(format!(
+                "--use-srq: only the send test posts receives (perftest: \"Using SRQ only \
+                 avavilible in SEND tests\"), not {}",
+                test.name()
+            )));
+        }
+        if self.use_srq && self.path == PathKind::Verbs {
+            return Err(Error::Usage(
+                "--use-srq: --path verbs posts receives to each QP (ibv_post_recv); the shared \
+                 receive queue is on --path direct"
+                    .into(),
+            ));
+        }
+        if self.cpu_util && self.duration.is_none() {
+            return Err(Error::Usage(
+                "--cpu_util: the utilisation is taken over a run's measured window, which only \
+                 a run of a duration has: add -D (perftest: \"CPU Utilization works only with \
+                 Duration mode\")"
+                    .into(),
+            ));
+        }
         if let Some(t) = &self.tap {
             if self.loopback {
                 return Err(Error::Usage(format!(
-                    "--tap {t}: --loopback runs two software ConnectX devices in this process,                      on one fabric; --tap binds the one device of a server or client process                      to a TAP link: leave out one of them"
+                    "--tap {t}: --loopback runs two software ConnectX devices in this process, \
+                     on one fabric; --tap binds the one device of a server or client process \
+                     to a TAP link: leave out one of them"
                 )));
             }
             if !crate::devices::is_sim_name(&self.device) {
                 return Err(Error::Usage(format!(
-                    "--tap {t}: -d {} is not the software ConnectX; --tap is for -d sim (a                      verbs device has its own netdev)",
+                    "--tap {t}: -d {} is not the software ConnectX; --tap is for -d sim (a \
+                     verbs device has its own netdev)",
                     self.device
                 )));
             }
@@ -808,6 +898,13 @@ impl BwArgs {
             return Err(Error::Usage(format!(
                 "-q {}: -q must be between 1 and 64 (one control connection per QP)",
                 self.qps
+            )));
+        }
+        if self.common.use_srq && self.qps > self.common.rx_depth {
+            return Err(Error::Usage(format!(
+                "--use-srq -q {} -r {}: each QP's share of the SRQ is -r / -q receives, none \
+                 here (perftest: \"Using SRQ depth should be greater than number of QPs\")",
+                self.qps, self.common.rx_depth
             )));
         }
         if !(1..=15000).contains(&self.tx_depth) {

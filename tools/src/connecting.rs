@@ -64,6 +64,9 @@ pub struct DirectLinks<'a> {
     pub cq: &'a mut mlx5_ctx::Cq,
     /// What to post when a QP reaches Init.
     pub recv: Option<Receives>,
+    /// The shared receive queue the QPs receive through (`--use-srq`), its receives posted
+    /// already.
+    pub srq: Option<&'a mut mlx5_ctx::Srq>,
 }
 
 impl Links for DirectLinks<'_> {

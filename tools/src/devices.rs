@@ -190,6 +190,12 @@ impl Devices {
     /// The source GID index on `port`: `gid_index` (`-x`) when given; else on a verbs device
     /// with a RoCE port the one [`crate::gid::pick`] prefers; else 0.
     pub fn gid_index(&self, port: u8, gid_index: Option<u8>) -> Result<u8> {
+        self.gid_index_for(port, gid_index, false)
+    }
+
+    /// [`Devices::gid_index`], preferring a GID of an IPv6 address when `ipv6` (perftest's
+    /// `--ipv6`) and `-x` is not given.
+    pub fn gid_index_for(&self, port: u8, gid_index: Option<u8>, ipv6: bool) -> Result<u8> {
         let dev = self.local.device();
         if let Some(x) = gid_index {
             // An empty slot would only fail later, as ENODATA from the modify to RTR.
@@ -207,7 +213,7 @@ impl Devices {
             return Ok(x);
         }
         if let Some(v) = &self.verbs {
-            return auto_gid_index(v, port);
+            return auto_gid_index(v, port, ipv6);
         }
         Ok(0)
     }
@@ -232,8 +238,8 @@ impl Devices {
 
 /// The GID index [`crate::gid::pick`] chooses on a verbs device's RoCE port (0 on
 /// InfiniBand, where the path needs no GRH).
-fn auto_gid_index(v: &mlx5_hw::verbs::VerbsDevice, port: u8) -> Result<u8> {
-    use crate::gid::{pick, GidEntry};
+fn auto_gid_index(v: &mlx5_hw::verbs::VerbsDevice, port: u8, ipv6: bool) -> Result<u8> {
+    use crate::gid::{pick_for, GidEntry};
     use mlx5_hw::{Device, LinkLayer};
     let attr = v.query_port(port)?;
     if attr.link_layer != LinkLayer::Ethernet {
@@ -253,13 +259,13 @@ fn auto_gid_index(v: &mlx5_hw::verbs::VerbsDevice, port: u8) -> Result<u8> {
         };
         let kind = std::fs::read_to_string(types.join(index.to_string())).ok();
         let e = GidEntry { index, gid, kind };
-        let best = e.is_best();
+        let best = e.is_best_for(ipv6);
         entries.push(e);
         if best {
             break;
         }
     }
-    let index = pick(&entries);
+    let index = pick_for(&entries, ipv6);
     tracing::debug!(device = v.name(), port, index, "source GID index chosen");
     u8::try_from(index).map_err(|_| {
         Error::Usage(format!(

@@ -6,7 +6,9 @@
 //! speaks only RoCE v2, `fe80::…` and `::ffff:a.b.c.d`. Index 0 is the IPv6 link-local
 //! address, which the kernel cannot route between two ports of one host. Like perftest
 //! without `-x` (perftest `src/perftest_resources.c`, `get_best_gid_index`: RoCE v2 beats v1,
-//! an IPv4 address beats an IPv6 one), [`pick`] prefers a RoCE v2 GID of an IPv4 address.
+//! an IPv4 address beats an IPv6 one), [`pick`] prefers a RoCE v2 GID of an IPv4 address;
+//! with perftest's `--ipv6` (the same function: `user_param->ipv6` turns the address family's
+//! preference around), [`pick_for`] prefers one of an IPv6 address.
 
 use mlx5_hw::Gid;
 
@@ -26,19 +28,24 @@ impl GidEntry {
     /// Whether no entry can be better: a RoCE v2 GID of an IPv4 address (a caller reading a
     /// large table may stop at the first one, which [`pick`] would choose).
     pub fn is_best(&self) -> bool {
-        self.rank() == Some(0)
+        self.is_best_for(false)
+    }
+
+    /// [`GidEntry::is_best`] for a run that prefers IPv6 addresses when `ipv6` (`--ipv6`).
+    pub fn is_best_for(&self, ipv6: bool) -> bool {
+        self.rank(ipv6) == Some(0)
     }
 
     fn is_roce_v2(&self) -> bool {
         self.kind.as_deref().is_some_and(|k| k.trim() == "RoCE v2")
     }
 
-    fn rank(&self) -> Option<u8> {
+    fn rank(&self, ipv6: bool) -> Option<u8> {
         if self.gid == Gid::default() {
             return None;
         }
-        let v4 = self.gid.ipv4().is_some();
-        Some(match (self.is_roce_v2(), v4) {
+        let preferred = self.gid.ipv4().is_some() != ipv6;
+        Some(match (self.is_roce_v2(), preferred) {
             (true, true) => 0,
             (true, false) => 1,
             (false, true) => 2,
@@ -51,9 +58,16 @@ impl GidEntry {
 /// RoCE v2 GID, else the first IPv4 one, else the first non-empty one; 0 when the table is
 /// empty.
 pub fn pick(entries: &[GidEntry]) -> u32 {
+    pick_for(entries, false)
+}
+
+/// [`pick`], preferring GIDs of IPv6 addresses when `ipv6` (`--ipv6`): the first RoCE v2 GID
+/// of an IPv6 address, else the first RoCE v2 GID, else the first IPv6 one, else the first
+/// non-empty one.
+pub fn pick_for(entries: &[GidEntry], ipv6: bool) -> u32 {
     entries
         .iter()
-        .filter_map(|e| e.rank().map(|r| (r, e.index)))
+        .filter_map(|e| e.rank(ipv6).map(|r| (r, e.index)))
         .min()
         .map_or(0, |(_, i)| i)
 }
@@ -100,6 +114,21 @@ mod tests {
         assert_eq!(pick(&t), 3);
         // Without an IPv4 address, the RoCE v2 link-local entry.
         assert_eq!(pick(&t[..2]), 1);
+    }
+
+    #[test]
+    fn ipv6_turns_the_family_preference_around() {
+        let v4 = Gid::from_ipv4([10, 0, 0, 7]);
+        let t = [
+            e(0, link_local(), "IB/RoCE v1"),
+            e(1, link_local(), "RoCE v2"),
+            e(2, v4, "IB/RoCE v1"),
+            e(3, v4, "RoCE v2"),
+        ];
+        assert_eq!(pick_for(&t, true), 1);
+        assert!(t[1].is_best_for(true) && !t[3].is_best_for(true));
+        // No IPv6 GID: the IPv4 one, RoCE v2 first (as without --ipv6).
+        assert_eq!(pick_for(&t[2..], true), 3);
     }
 
     #[test]

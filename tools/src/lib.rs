@@ -24,6 +24,7 @@
 
 pub mod args;
 pub mod connecting;
+pub mod cpu;
 pub mod dc;
 pub mod devices;
 pub mod error;

@@ -83,6 +83,8 @@ pub trait DataPath {
 pub struct Direct<'a> {
     qps: &'a mut [mlx5_ctx::Qp],
     cq: &'a mut mlx5_ctx::Cq,
+    /// The SRQ the QPs receive through (`--use-srq`): receives are posted there.
+    srq: Option<&'a mut mlx5_ctx::Srq>,
     ud: Vec<Option<UdDest>>,
     wcs: [Wc; 32],
     /// Poll with `poll_timestamped` into `ts` ([`Direct::timestamped`]).
@@ -97,11 +99,18 @@ impl<'a> Direct<'a> {
         Direct {
             qps,
             cq,
+            srq: None,
             ud: vec![None; n],
             wcs: [Wc::default(); 32],
             stamped: false,
             ts: [0; 32],
         }
+    }
+
+    /// Receive through `srq` (`--use-srq`; `None`: each QP's own receive queue).
+    pub fn with_srq(mut self, srq: Option<&'a mut mlx5_ctx::Srq>) -> Self {
+        self.srq = srq;
+        self
     }
 
     /// Read each completion's CQE timestamp into [`Done::ts`] (the CQ must have been
@@ -149,27 +158,30 @@ impl DataPath for Direct<'_> {
     }
 
     fn post_recv(&mut self, q: usize, wr_id: u64, sge: Sge) -> Result<()> {
-        self.qps[q].post_recv(wr_id, std::slice::from_ref(&sge))?;
+        match &mut self.srq {
+            Some(s) => s.post_recv(wr_id, std::slice::from_ref(&sge))?,
+            None => self.qps[q].post_recv(wr_id, std::slice::from_ref(&sge))?,
+        }
         Ok(())
     }
 
     #[inline]
     fn poll(&mut self, out: &mut [Done]) -> Result<usize> {
         let max = out.len().min(self.wcs.len());
-        let n = if self.cq.channel().is_some() {
-            // `-e`: poll, arm, poll again, sleep on the channel's fd (a bounded sleep, so the
-            // caller's deadlines still run).
-            self.cq.poll_blocking(
+        let n = match &mut self.srq {
+            None => poll_on(
+                self.cq,
                 &mut *self.qps,
                 &mut self.wcs[..max],
-                0,
-                std::time::Duration::from_millis(20),
-            )?
-        } else if self.stamped {
-            self.cq
-                .poll_timestamped(&mut *self.qps, &mut self.wcs[..max], &mut self.ts[..max])?
-        } else {
-            self.cq.poll(&mut *self.qps, &mut self.wcs[..max])?
+                self.stamped.then_some(&mut self.ts[..max]),
+            )?,
+            // A receive completion names the SRQ's WQE: the SRQ resolves its WR id.
+            Some(s) => poll_on(
+                self.cq,
+                &mut (&mut *self.qps, std::slice::from_mut(&mut **s)),
+                &mut self.wcs[..max],
+                self.stamped.then_some(&mut self.ts[..max]),
+            )?,
         };
         for (i, (o, wc)) in out.iter_mut().zip(&self.wcs[..n]).enumerate() {
             if !wc.is_ok() {
@@ -204,6 +216,25 @@ impl DataPath for Direct<'_> {
             *slot = Some(peer.dest());
         }
     }
+}
+
+/// Poll `cq` into `wcs`, the WR ids resolved by `table`: sleeping on the completion channel
+/// when the CQ has one (`-e`: poll, arm, poll again, a bounded sleep on the channel's fd so the
+/// caller's deadlines still run), reading CQE timestamps into `ts` when given.
+#[inline]
+fn poll_on<R: mlx5_qp::Resolve + ?Sized>(
+    cq: &mut mlx5_ctx::Cq,
+    table: &mut R,
+    wcs: &mut [Wc],
+    ts: Option<&mut [u64]>,
+) -> Result<usize> {
+    Ok(if cq.channel().is_some() {
+        cq.poll_blocking(table, wcs, 0, std::time::Duration::from_millis(20))?
+    } else if let Some(ts) = ts {
+        cq.poll_timestamped(table, wcs, ts)?
+    } else {
+        cq.poll(table, wcs)?
+    })
 }
 
 /// Bytes of the GRH in front of every UD receive on RoCE (IBTA Vol. 1 §11.4.1.2; rdma-core

@@ -21,7 +21,7 @@ use crate::perftest::wire;
 use mlx5_connect::{Control, Endpoint};
 use mlx5_sim::SimDevice;
 use std::io::{ErrorKind, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
 /// The receive buffer assumed for a peer that does not announce its own (an older build):
@@ -122,13 +122,61 @@ pub fn sizes_for_udp_link(
 /// How often [`connect`] retries a refused connection.
 const RETRY_EVERY: Duration = Duration::from_millis(5);
 
-/// Bind the server's control listener on every address, TCP `port`.
+/// How the control connection is made: perftest's `--ipv6-addr` and `--bind_source_ip`
+/// (perftest `src/perftest_communication.c`, `ethernet_server_connect` and
+/// `ethernet_client_connect`: the address family of `getaddrinfo`'s hints, and the source
+/// address the client binds before it connects and the server listens on).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ControlNet {
+    /// IPv6 (`--ipv6-addr`); else IPv4, as perftest.
+    pub ipv6: bool,
+    /// The address on this host (`--bind_source_ip`): the client's source, the server's only
+    /// listening address.
+    pub source: Option<IpAddr>,
+}
+
+impl ControlNet {
+    /// Whether `a` is of the family this connection uses.
+    fn family_of(&self, a: &SocketAddr) -> bool {
+        a.is_ipv6() == self.ipv6
+    }
+
+    fn family(&self) -> &'static str {
+        if self.ipv6 {
+            "IPv6"
+        } else {
+            "IPv4"
+        }
+    }
+}
+
+/// Bind the server's control listener on every IPv4 address, TCP `port`.
 pub fn listen(port: u16) -> Result<TcpListener> {
-    TcpListener::bind(("0.0.0.0", port)).map_err(|e| Error::Net {
-        during: format!(
-            "listen on TCP port {port} (is another server running? choose another with -p)"
-        ),
-        source: e,
+    listen_on(port, ControlNet::default())
+}
+
+/// Bind the server's control listener on TCP `port`: on `net.source` when given, else on every
+/// address of the family (`::` for IPv6, which Linux also lets IPv4 clients reach unless
+/// `net.ipv6.bindv6only` is set).
+pub fn listen_on(port: u16, net: ControlNet) -> Result<TcpListener> {
+    let ip = net.source.unwrap_or(if net.ipv6 {
+        IpAddr::V6(Ipv6Addr::UNSPECIFIED)
+    } else {
+        IpAddr::V4(Ipv4Addr::UNSPECIFIED)
+    });
+    TcpListener::bind((ip, port)).map_err(|e| match net.source {
+        // A command line this machine cannot do (exit status 2), found before any traffic.
+        Some(s) if e.kind() == ErrorKind::AddrNotAvailable => Error::Usage(format!(
+            "--bind_source_ip {s}: no interface of this host has that address ({e})"
+        )),
+        _ => Error::Net {
+            during: format!(
+                "listen on {} TCP port {port} (is another server running? choose another with \
+                 -p)",
+                SocketAddr::new(ip, port)
+            ),
+            source: e,
+        },
     })
 }
 
@@ -155,21 +203,56 @@ pub fn accept(listener: &TcpListener) -> Result<(TcpStream, SocketAddr)> {
 /// Connect to the server at `host`:`port`, retrying while it refuses (it may not listen
 /// yet) for at most `timeout`.
 pub fn connect(host: &str, port: u16, timeout: Duration) -> Result<(TcpStream, SocketAddr)> {
-    let addrs: Vec<SocketAddr> = (host, port)
+    connect_with(host, port, timeout, ControlNet::default())
+}
+
+/// [`connect`] over the family `net` names (the server's addresses of the other family are
+/// not tried, as perftest's `getaddrinfo` hints), from `net.source` when given.
+pub fn connect_with(
+    host: &str,
+    port: u16,
+    timeout: Duration,
+    net: ControlNet,
+) -> Result<(TcpStream, SocketAddr)> {
+    let all: Vec<SocketAddr> = (host, port)
         .to_socket_addrs()
         .map_err(|e| Error::Net {
             during: format!("resolve {host}"),
             source: e,
         })?
         .collect();
+    let addrs: Vec<SocketAddr> = all.iter().copied().filter(|a| net.family_of(a)).collect();
+    if addrs.is_empty() {
+        let other = if net.ipv6 {
+            "leave out --ipv6-addr"
+        } else {
+            "add --ipv6-addr"
+        };
+        return Err(Error::Usage(format!(
+            "{host} has no {} address (it resolves to {}): the control connection is {}; {other}",
+            net.family(),
+            all.iter()
+                .map(|a| a.ip().to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+            net.family()
+        )));
+    }
     let deadline = Instant::now() + timeout;
     loop {
         let mut last = None;
         for a in &addrs {
             let left = deadline.saturating_duration_since(Instant::now());
-            match TcpStream::connect_timeout(a, left.max(Duration::from_millis(10))) {
+            match connect_one(a, left.max(Duration::from_millis(10)), net.source) {
                 Ok(s) => return Ok((s, *a)),
-                Err(e) => last = Some(e),
+                Err(ConnectFailure::Bind(e)) => {
+                    return Err(Error::Usage(format!(
+                        "--bind_source_ip {}: the control connection cannot start from that \
+                         address ({e}; is it an address of this host?)",
+                        net.source.map(|s| s.to_string()).unwrap_or_default()
+                    )))
+                }
+                Err(ConnectFailure::Connect(e)) => last = Some(e),
             }
         }
         let e = last.unwrap_or_else(|| std::io::Error::from(ErrorKind::NotFound));
@@ -187,6 +270,34 @@ pub fn connect(host: &str, port: u16, timeout: Duration) -> Result<(TcpStream, S
         }
         std::thread::sleep(RETRY_EVERY);
     }
+}
+
+/// Why [`connect_one`] failed: the source address could not be bound (no retry helps), or
+/// the connect.
+enum ConnectFailure {
+    Bind(std::io::Error),
+    Connect(std::io::Error),
+}
+
+/// One TCP connect to `a` within `timeout`, from `source` (port chosen by the kernel) when
+/// given: a socket bound before it connects (`socket2`; the standard library binds only as
+/// it connects).
+fn connect_one(
+    a: &SocketAddr,
+    timeout: Duration,
+    source: Option<IpAddr>,
+) -> std::result::Result<TcpStream, ConnectFailure> {
+    let Some(src) = source else {
+        return TcpStream::connect_timeout(a, timeout).map_err(ConnectFailure::Connect);
+    };
+    use socket2::{Domain, Protocol, Socket, Type};
+    let sock = Socket::new(Domain::for_address(*a), Type::STREAM, Some(Protocol::TCP))
+        .map_err(ConnectFailure::Connect)?;
+    sock.bind(&SocketAddr::new(src, 0).into())
+        .map_err(ConnectFailure::Bind)?;
+    sock.connect_timeout(&(*a).into(), timeout)
+        .map_err(ConnectFailure::Connect)?;
+    Ok(sock.into())
 }
 
 /// How this process reaches its peer: the TCP control connection (the server listens, the
@@ -210,6 +321,8 @@ pub enum Side {
         host: String,
         /// Its TCP port.
         port: u16,
+        /// The family and source address of the connection.
+        net: ControlNet,
     },
 }
 
@@ -374,9 +487,21 @@ impl Rendezvous {
     /// The server (`server` is `None`) binds TCP `port` on every address; the client will
     /// connect to `server`:`port`.
     pub fn new(server: Option<&str>, port: u16) -> Result<Rendezvous> {
+        Rendezvous::with_net(server, port, ControlNet::default())
+    }
+
+    /// [`Rendezvous::new`] over the family and from the source address `net` names
+    /// (`--ipv6-addr`, `--bind_source_ip`).
+    pub fn with_net(server: Option<&str>, port: u16, net: ControlNet) -> Result<Rendezvous> {
         Ok(match server {
-            None => Rendezvous::server(listen(port)?),
-            Some(h) => Rendezvous::client(h, port),
+            None => Rendezvous::server(listen_on(port, net)?),
+            Some(h) => {
+                let mut rv = Rendezvous::client(h, port);
+                if let Side::Client { net: n, .. } = &mut rv.side {
+                    *n = net;
+                }
+                rv
+            }
         })
     }
 
@@ -394,6 +519,7 @@ impl Rendezvous {
             side: Side::Client {
                 host: host.to_string(),
                 port,
+                net: ControlNet::default(),
             },
             pending: std::sync::Mutex::new(None),
         }
@@ -417,7 +543,7 @@ impl Rendezvous {
     fn open(&self, timeout: Duration, plain: bool) -> Result<(TcpStream, SocketAddr, Greeted)> {
         let (mut stream, peer) = match &self.side {
             Side::Server(l) => accept(l)?,
-            Side::Client { host, port } => connect(host, *port, timeout)?,
+            Side::Client { host, port, net } => connect_with(host, *port, timeout, *net)?,
         };
         let g = greet(&mut stream, self.is_client(), plain, timeout)?;
         Ok((stream, peer, g))
@@ -429,7 +555,7 @@ impl Rendezvous {
     pub fn open_raw(&self, timeout: Duration) -> Result<(TcpStream, SocketAddr)> {
         match &self.side {
             Side::Server(l) => accept(l),
-            Side::Client { host, port } => connect(host, *port, timeout),
+            Side::Client { host, port, net } => connect_with(host, *port, timeout, *net),
         }
     }
 

@@ -233,11 +233,39 @@ impl Resources {
     }
 
     /// The QPs and the CQ as the links of their connect, posting `recv` on each QP when it
-    /// reaches Init; beside them the buffer, for the data path the run builds after.
-    pub fn links(&mut self, recv: Option<Receives>) -> (DirectLinks<'_>, &Mr) {
-        let Resources { qps, cq, mr, .. } = self;
-        (DirectLinks { qps, cq, recv }, mr)
+    /// reaches Init; beside them the buffer, for the data path the run builds after. With an
+    /// SRQ, `recv` is posted to it now instead: each QP's share (`depth / qps`, at least one),
+    /// as perftest's `ctx_set_recv_wqes` posts `rx_depth / num_of_qps` per QP into its SRQ.
+    pub fn links(&mut self, recv: Option<Receives>) -> Result<(DirectLinks<'_>, &Mr)> {
+        let Resources {
+            qps, cq, mr, srq, ..
+        } = self;
+        let recv = match (srq.as_mut(), recv) {
+            (Some(s), Some(r)) => {
+                for i in 0..u64::from(srq_receives(r.depth, qps.len())) {
+                    s.post_recv(i, std::slice::from_ref(&r.sge))?;
+                }
+                None
+            }
+            (_, r) => r,
+        };
+        Ok((
+            DirectLinks {
+                qps,
+                cq,
+                recv,
+                srq: srq.as_mut(),
+            },
+            mr,
+        ))
     }
+}
+
+/// The receives an SRQ of `depth` WRs shared by `qps` QPs holds at the start: each QP's share
+/// `depth / qps` (perftest `size_per_qp`), at least one.
+pub fn srq_receives(depth: u32, qps: usize) -> u32 {
+    let qps = u32::try_from(qps.max(1)).unwrap_or(u32::MAX);
+    (depth / qps).max(1).saturating_mul(qps).min(depth.max(1))
 }
 
 /// What to announce to a peer for `mr`: the whole region.

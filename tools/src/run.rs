@@ -58,7 +58,7 @@ pub fn checked_params(devs: &Devices, c: &Common, params: &ConnectParams) -> Res
     devs.check_path(c.path)?;
     Ok({
         let mut p = params.clone();
-        p.gid_index = devs.gid_index(c.ib_port, c.gid_index)?;
+        p.gid_index = devs.gid_index_for(c.ib_port, c.gid_index, c.ipv6)?;
         p
     })
 }
@@ -70,7 +70,7 @@ pub fn rendezvous(c: &Common, quiet: bool) -> Result<Option<Rendezvous>> {
     if c.loopback {
         return Ok(None);
     }
-    let rv = Rendezvous::new(c.server.as_deref(), c.port)?;
+    let rv = Rendezvous::with_net(c.server.as_deref(), c.port, c.control_net())?;
     if !rv.is_client() {
         let line = format!(
             " Waiting for client to connect on TCP port {} ...",
@@ -204,6 +204,30 @@ pub fn run_lines(events: bool, length: Length, udp: Option<&UdpLink>) -> Vec<(St
     lines
 }
 
+/// The banner's `Using SRQ` line (perftest's `Using SRQ      : ON`) of a `--use-srq` run.
+pub fn srq_line(p: &RunPlan) -> Option<(String, String)> {
+    p.srq.then(|| {
+        (
+            "Using SRQ".into(),
+            format!("ON ({} WRs shared)", p.rx_depth),
+        )
+    })
+}
+
+/// The banner's `NUMA node` line of a verbs device with a NUMA node (none on the software
+/// ConnectX), saying on standard error, when this process is not bound to that node, how to
+/// bind it (`crate::cpu`: perftest binds itself; these tools do not).
+pub fn numa_line(devs: &Devices, tool: &str) -> Option<(String, String)> {
+    devs.verbs.as_ref()?;
+    let dir = std::path::Path::new(mlx5_hw::verbs::SYSFS_INFINIBAND).join(&devs.name);
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let p = crate::cpu::Placement::read(&dir, &status)?;
+    if let Some(n) = p.note(&devs.name, tool) {
+        eprintln!("{n}");
+    }
+    Some(p.banner_line())
+}
+
 /// What `lat` and `bw` plan alike from the common arguments, checked before any device is
 /// opened; each tool's own plan holds it beside what is the tool's alone.
 #[derive(Debug)]
@@ -235,6 +259,11 @@ pub struct RunPlan {
     pub params: ConnectParams,
     /// `--output`: standard output holds the figure only.
     pub quiet: bool,
+    /// `--use-srq`: the SEND test's receives go through one shared receive queue of
+    /// `rx_depth` WRs.
+    pub srq: bool,
+    /// `--cpu_util`: the CPU utilisation column of a `-D` run.
+    pub cpu_util: crate::cpu::CpuUtil,
 }
 
 impl RunPlan {
@@ -268,6 +297,8 @@ impl RunPlan {
             shape,
             params: c.connect_params()?,
             quiet: c.output.is_some(),
+            srq: c.use_srq,
+            cpu_util: crate::cpu::CpuUtil::new(c.cpu_util),
         })
     }
 
@@ -286,7 +317,7 @@ impl RunPlan {
             },
             inline: self.inline.bytes,
             buf_len: 2 * self.half,
-            srq: None,
+            srq: (self.srq && self.test == Test::Send).then_some(self.rx_depth),
             events: self.events,
         };
         if self.conn.is_dc() {

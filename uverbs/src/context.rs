@@ -113,7 +113,6 @@ pub struct Qp {
     /// `user_handle` (the `ibv_qp` pointer).
     pub user_handle: u64,
     /// Its type.
-    #[allow(dead_code)]
     pub qp_type: QpType,
     /// Handles it holds: PD, send CQ, receive CQ, SRQ, XRC domain.
     pub pd: Option<u32>,

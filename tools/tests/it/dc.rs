@@ -55,8 +55,8 @@ fn dc_path_goes_from_each_dci_to_the_peers_dct_of_the_same_index() {
     assert!(run.receives(&a.mr).unwrap().is_none());
     let params = run.params.clone();
     let (end_a, end_b) = (a.end(&params), b.end(&params));
-    let (mut links_a, mr_a) = a.links(None);
-    let (mut links_b, mr_b) = b.links(None);
+    let (mut links_a, mr_a) = a.links(None).unwrap();
+    let (mut links_b, mr_b) = b.links(None).unwrap();
     let conn = connect_all(
         &devs,
         &end_a,

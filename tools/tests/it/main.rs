@@ -2,6 +2,7 @@
 //! machines): one module per area.
 
 mod bad_input;
+mod control_net;
 mod dc;
 mod fuzz_replay;
 mod lat_timestamps;
@@ -10,6 +11,7 @@ mod perftest_tests;
 mod pingpong;
 mod runs_that_failed;
 mod tools_lat_bw;
+mod use_srq;
 
 /// Held by the tests that load both cores for a while, and by those that a loaded machine
 /// could make fail (frames over UDP between processes): they do not run at the same time.

@@ -1051,7 +1051,7 @@ fn every_opcode_child() {
     let conn = {
         let mut vb = Verbs::claim(&b).unwrap();
         let mut lb = VerbsLinks::new(&mut vb, None);
-        let (mut la, _) = a.links(None);
+        let (mut la, _) = a.links(None).unwrap();
         connect_all(&devs, &end_a, &mut la, Some((&end_b, &mut lb)), None, None).unwrap()
     };
     let rb = conn.conns[0].remote_buffer().unwrap();

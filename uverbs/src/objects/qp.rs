@@ -385,9 +385,10 @@ pub fn modify(emu: &mut Emu, node: &Node, fd: i32, req: &Req) -> Result<Resp, i3
     if m.attr_mask & !allowed != 0 {
         return Err(libc::EOPNOTSUPP);
     }
-    let mask = AttrMask::from_bits_truncate(m.attr_mask);
     let u = uctx(emu, fd)?;
-    let qpn = u.get(m.qp_handle, context::qp)?.qpn;
+    let o = u.get(m.qp_handle, context::qp)?;
+    let (qpn, qp_type) = (o.qpn, o.qp_type);
+    let mask = ignored_for(qp_type, AttrMask::from_bits_truncate(m.attr_mask));
     let mut a = QpAttr::default();
     if mask.contains(AttrMask::STATE) {
         a.qp_state = QpState::from_u8(m.qp_state).ok_or(libc::EINVAL)?;
@@ -432,6 +433,21 @@ pub fn modify(emu: &mut Emu, node: &Node, fd: i32, req: &Req) -> Result<Resp, i3
         return Ok(Resp::of(r.as_bytes(), &[]));
     }
     Ok(Resp::default())
+}
+
+/// `mask` without the bits the kernel ignores for a QP of `qp_type` before its state table
+/// sees them: an XRC initiator's responder attributes (`MAX_DEST_RD_ATOMIC`, `MIN_RNR_TIMER`),
+/// an XRC target's requester ones (`MAX_QP_RD_ATOMIC`, `RETRY_CNT`, `RNR_RETRY`), which
+/// programs written for RC pass (perftest's XRC connect does; kernel
+/// `drivers/infiniband/core/uverbs_cmd.c` `modify_qp_mask`).
+fn ignored_for(qp_type: QpType, mask: AttrMask) -> AttrMask {
+    match qp_type {
+        QpType::XrcSend => mask - (AttrMask::MAX_DEST_RD_ATOMIC | AttrMask::MIN_RNR_TIMER),
+        QpType::XrcRecv => {
+            mask - (AttrMask::MAX_QP_RD_ATOMIC | AttrMask::RETRY_CNT | AttrMask::RNR_RETRY)
+        }
+        _ => mask,
+    }
 }
 
 /// `QUERY_QP`: the device's attributes, the capabilities granted at creation.

@@ -9,6 +9,7 @@ use mlx5_qp::{RemoteAddr, Sge};
 use mlx5_tools::args::{AtomicArg, Length, Test};
 use mlx5_tools::path::{DataPath, Done, Op, Post};
 use mlx5_tools::patience::{self, Pace, Patience};
+use mlx5_tools::resources;
 use mlx5_tools::stats::BwStats;
 use mlx5_tools::{Error, Result};
 use std::time::{Duration, Instant};
@@ -49,6 +50,9 @@ impl Flow {
                 )),
             ),
         };
+        if let Some((w0, w1)) = window {
+            p.run.cpu_util.watch(w0, w1);
+        }
         let depth = u64::from(depth.max(1));
         Flow {
             size,
@@ -139,8 +143,12 @@ impl Flow {
                 self.finished.unwrap_or_else(Instant::now) - self.start,
                 self.best,
             ),
+            // -D: what completed inside the window over the window's own span, as perftest
+            // (`catch_alarm` stamps the window's start and end; the completions between its
+            // first and last signaled completion would span nothing when one falls inside).
             (Some((a, b)), Some(_)) => {
-                BwStats::new(self.size, self.in_window, b - a, None).without_peak()
+                let span = self.window.map_or(b - a, |(w0, w1)| w1 - w0);
+                BwStats::new(self.size, self.in_window, span, None).without_peak()
             }
             (None, Some(_)) => BwStats::new(self.size, 0, Duration::from_secs(1), None),
         }
@@ -154,7 +162,9 @@ pub(super) struct Sink {
     pub(super) rx_depth: u64,
     /// Messages received this size, per QP.
     pub(super) received: Vec<u64>,
-    /// Receives posted and not consumed yet, per QP (the connect posted `rx_depth` of them).
+    /// Receives posted and not consumed yet, per receive queue: each QP's (the connect posted
+    /// `rx_depth` of them), or with `--use-srq` one, the SRQ's, which every QP consumes from
+    /// (`links` posted each QP's share there).
     pub(super) outstanding: Vec<u64>,
     pub(super) last_arrival: Instant,
     /// When this size's first message arrived.
@@ -164,14 +174,39 @@ pub(super) struct Sink {
 impl Sink {
     pub(super) fn new(p: &Plan) -> Sink {
         let n = p.qps as usize;
+        let (rx_depth, queues) = if p.run.srq {
+            (resources::srq_receives(p.run.rx_depth, n), 1)
+        } else {
+            (p.run.rx_depth, n)
+        };
         Sink {
             iters: p.run.length.iters(),
-            rx_depth: u64::from(p.run.rx_depth),
+            rx_depth: u64::from(rx_depth),
             received: vec![0; n],
-            outstanding: vec![u64::from(p.run.rx_depth); n],
+            outstanding: vec![u64::from(rx_depth); queues],
             last_arrival: Instant::now(),
             first_arrival: None,
         }
+    }
+
+    /// The receive queue QP `q` consumes from.
+    fn queue(&self, q: usize) -> usize {
+        if self.outstanding.len() == 1 {
+            0
+        } else {
+            q
+        }
+    }
+
+    /// Messages the receive queue `rq` is still to take this size: its QP's, or every QP's
+    /// when shared (`None`: until told to stop).
+    fn left_for(&self, rq: usize) -> Option<u64> {
+        let n = self.iters?;
+        Some(if self.outstanding.len() == 1 {
+            (n * self.received.len() as u64).saturating_sub(self.got())
+        } else {
+            n.saturating_sub(self.received[rq])
+        })
     }
 
     pub(super) fn total(&self) -> Option<u64> {
@@ -189,23 +224,26 @@ impl Sink {
     /// The receives QP `q` wants posted at the start of a size: up to `-r`, or the size's
     /// messages if fewer, less those still posted from the last size (perftest posts `-r`
     /// receives for every size, `ctx_set_recv_wqes`).
-    pub(super) fn top_up(&self, q: usize) -> u64 {
-        let want = self.iters.map_or(self.rx_depth, |n| self.rx_depth.min(n));
-        want.saturating_sub(self.outstanding[q])
+    pub(super) fn top_up(&self, rq: usize) -> u64 {
+        let want = self
+            .left_for(rq)
+            .map_or(self.rx_depth, |n| self.rx_depth.min(n));
+        want.saturating_sub(self.outstanding[rq])
     }
 
     /// One message arrived on QP `q` at `now`: whether to post its receive again (while the
-    /// receives posted do not cover the rest of the size's messages).
+    /// receives posted do not cover the rest of the size's messages), to its receive queue.
     pub(super) fn arrived(&mut self, q: usize, now: Instant) -> bool {
+        let rq = self.queue(q);
         self.received[q] += 1;
-        self.outstanding[q] = self.outstanding[q].saturating_sub(1);
+        self.outstanding[rq] = self.outstanding[rq].saturating_sub(1);
         self.last_arrival = now;
         self.first_arrival.get_or_insert(now);
         let again = self
-            .iters
-            .is_none_or(|n| self.received[q] + self.outstanding[q] < n);
+            .left_for(rq)
+            .is_none_or(|left| self.outstanding[rq] < left);
         if again {
-            self.outstanding[q] += 1;
+            self.outstanding[rq] += 1;
         }
         again
     }
@@ -632,6 +670,52 @@ mod tests {
         let p = plan_of(&["bw", "send", "-D", "3"]);
         let mut s = Sink::new(&p);
         assert!((0..2000).all(|_| s.arrived(0, now)));
+    }
+
+    #[test]
+    fn an_srq_is_one_pool_whatever_qp_the_messages_arrive_on() {
+        // --use-srq -q 4 -r 64 -n 100: the SRQ holds each QP's share, 16, 64 in all; the QPs
+        // take from it unevenly (here QP 0 gets everything first). Per-QP counts would have
+        // run QP 0's below zero; the pool reposts while the receives posted do not cover the
+        // 400 messages still to come, and not one more.
+        let p = plan_of(&[
+            "bw",
+            "send",
+            "--use-srq",
+            "-q",
+            "4",
+            "-r",
+            "64",
+            "-n",
+            "100",
+        ]);
+        let mut s = Sink::new(&p);
+        assert_eq!((s.outstanding.len(), s.outstanding[0]), (1, 64));
+        assert_eq!(s.top_up(0), 0);
+        let now = Instant::now();
+        let mut reposted = 0;
+        for q in [0, 0, 0, 1, 2, 3].iter().cycle().take(400) {
+            if s.arrived(*q, now) {
+                reposted += 1;
+            }
+        }
+        assert_eq!((s.got(), reposted, s.outstanding[0]), (400, 336, 0));
+        assert!(s.is_done());
+        s.next_size();
+        assert_eq!(s.top_up(0), 64);
+        // -r not a multiple of -q: perftest's share, rounded down (10 / 4 = 2 each).
+        let p = plan_of(&[
+            "bw",
+            "send",
+            "--use-srq",
+            "-q",
+            "4",
+            "-r",
+            "10",
+            "-n",
+            "100",
+        ]);
+        assert_eq!(Sink::new(&p).outstanding, vec![8]);
     }
 
     #[test]

@@ -201,6 +201,8 @@ fn banner(
         extra.push(("CQ Moderation".into(), p.cq_mod.to_string()));
     }
     extra.extend(run::run_lines(p.run.events, p.run.length, udp));
+    extra.extend(run::srq_line(&p.run));
+    extra.extend(run::numa_line(devs, "bw"));
     for (i, c) in conns.iter().enumerate().take(4) {
         extra.push((
             format!("QP {i}"),
@@ -318,14 +320,14 @@ fn run_direct(
     let mut dc_a = dc_end(&mut me, p, inline_a)?;
     let end_a = me.end(params);
     let recv_a = p.run.receives(&me.mr)?;
-    let (mut links_a, mr) = me.links(recv_a);
+    let (mut links_a, mr) = me.links(recv_a)?;
     match rv {
         None => {
             let (mut peer, inline_b) = direct_end(devs.peer_or_local(), p)?;
             let mut dc_b = dc_end(&mut peer, p, inline_b)?;
             let end_b = peer.end(params);
             let recv_b = p.run.receives(&peer.mr)?;
-            let (mut links_b, mr_b) = peer.links(recv_b);
+            let (mut links_b, mr_b) = peer.links(recv_b)?;
             let conn = connect_all(
                 devs,
                 &end_a,
@@ -366,8 +368,8 @@ fn run_direct(
                     measure_loopback(a, p, devs, ea, eb, conn, (inline, &doorbell)),
                 );
             }
-            let mut da = Direct::new(links_a.qps, links_a.cq);
-            let mut db = Direct::new(links_b.qps, links_b.cq);
+            let mut da = Direct::new(links_a.qps, links_a.cq).with_srq(links_a.srq);
+            let mut db = Direct::new(links_b.qps, links_b.cq).with_srq(links_b.srq);
             aim(&mut da, &conn.conns);
             aim(&mut db, &conn.peer);
             let ea = BwEnd::new(da, p, mr, buffers(&conn.conns)?, inline)?;
@@ -404,7 +406,7 @@ fn run_direct(
                     measure_end(a, p, devs, e, conn, rv.is_client(), (inline_a, &doorbell)),
                 );
             }
-            let mut da = Direct::new(links_a.qps, links_a.cq);
+            let mut da = Direct::new(links_a.qps, links_a.cq).with_srq(links_a.srq);
             aim(&mut da, &conn.conns);
             let e = BwEnd::new(da, p, mr, buffers(&conn.conns)?, inline_a)?;
             exit_on_failure(
@@ -480,7 +482,7 @@ fn measure_loopback<P: DataPath, Q: DataPath>(
     p.run
         .say(&banner(a, p, devs, inline, doorbell, &conn.conns, None));
     let (sizes, _) = usable_sizes(p, &conn.conns, None)?;
-    p.run.say(report::bw_header(p.gbits));
+    p.run.say(&p.header());
     for &size in &sizes {
         ea.start(p, size, p.depth, true, p.receives_sends(true))?;
         eb.start(p, size, p.depth, p.bidirectional, p.receives_sends(false))?;
@@ -534,7 +536,7 @@ fn measure_end<P: DataPath>(
         return Ok(());
     }
     if client || p.bidirectional {
-        p.run.say(report::bw_header(p.gbits));
+        p.run.say(&p.header());
     }
     let mut goodbye = false;
     for &size in &sizes {

@@ -150,9 +150,9 @@ fn direct(a: &BwArgs, p: &Plan, devs: &Devices, mut s: Settled) -> Result<()> {
     let recv = Receives::for_test(p.run.test, &me.mr, s.half, p.run.rx_depth)?;
     let end = me.end(&s.params);
     let how = announce(p, &s, &me.mr);
-    let (mut links, mr) = me.links(recv);
+    let (mut links, mr) = me.links(recv)?;
     let conn = connect(&mut s, &end, &mut links, how)?;
-    let mut path = Direct::new(links.qps, links.cq);
+    let mut path = Direct::new(links.qps, links.cq).with_srq(links.srq);
     aim(&mut path, &conn.conns);
     let e = BwEnd::new(path, p, mr, buffers(&conn.conns)?, inline)?;
     exit_on_failure(
@@ -295,6 +295,8 @@ fn drive<P: DataPath>(
     }
     extra.push(("CQ Moderation".into(), p.cq_mod.to_string()));
     extra.extend(run::run_lines(p.run.events, p.run.length, None));
+    extra.extend(run::srq_line(&p.run));
+    extra.extend(run::numa_line(devs, "bw"));
     for (i, c) in conn.conns.iter().enumerate().take(4) {
         extra.push((
             format!("QP {i}"),
@@ -320,7 +322,7 @@ fn drive<P: DataPath>(
         }
         .render(),
     );
-    p.run.say(report::bw_header(p.gbits));
+    p.run.say(&p.header());
     let whole = peer_run(p, devs, &s);
     let setup = s.params.io_timeout;
     let mut last: Option<BwStats> = None;

@@ -92,8 +92,21 @@ impl Plan {
         match self.output {
             Some(OutputArg::Bandwidth) => say(&format!("{:.6}", s.avg_bps / unit)),
             Some(OutputArg::MessageRate) => say(&format!("{:.6}", s.msg_rate / 1e6)),
-            _ => say(&report::bw_row(s, self.gbits)),
+            _ => say(&format!(
+                "{}{}",
+                report::bw_row(s, self.gbits),
+                self.run.cpu_util.row_ext()
+            )),
         }
+    }
+
+    /// The column header (`--cpu_util` adds perftest's `CPU_Util[%]`).
+    pub(super) fn header(&self) -> String {
+        format!(
+            "{}{}",
+            report::bw_header(self.gbits),
+            self.run.cpu_util.header_ext()
+        )
     }
 
     /// Whether an end of this run sends: the client always, the server with `-b`.

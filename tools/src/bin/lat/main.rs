@@ -148,7 +148,7 @@ fn doorbell_line(p: &Plan, mode: Option<DoorbellMode>) -> String {
 /// The data path of an end's QPs and CQ; the measuring end's of a `--timestamps` run
 /// (`stamped`) reads each completion's timestamp.
 fn direct_path(links: DirectLinks<'_>, stamped: bool) -> Direct<'_> {
-    let path = Direct::new(links.qps, links.cq);
+    let path = Direct::new(links.qps, links.cq).with_srq(links.srq);
     if stamped {
         path.timestamped()
     } else {
@@ -171,14 +171,14 @@ fn run_direct(
     let mut dc_a = dc_end(&mut a, p, inline_a)?;
     let recv_a = p.run.receives(&a.mr)?;
     let end_a = a.end(params);
-    let (mut links_a, mr) = a.links(recv_a);
+    let (mut links_a, mr) = a.links(recv_a)?;
     match rv {
         None => {
             let (mut b, inline_b) = direct_end(devs.peer_or_local(), p, false)?;
             let mut dc_b = dc_end(&mut b, p, inline_b)?;
             let recv_b = p.run.receives(&b.mr)?;
             let end_b = b.end(params);
-            let (mut links_b, mr_b) = b.links(recv_b);
+            let (mut links_b, mr_b) = b.links(recv_b)?;
             let conn = connect_all(
                 devs,
                 &end_a,
@@ -464,6 +464,8 @@ fn banner(
         ));
     }
     extra.extend(run::run_lines(p.run.events, p.run.length, udp));
+    extra.extend(run::srq_line(&p.run));
+    extra.extend(run::numa_line(devs, "lat"));
     Banner {
         title,
         device: &devs.name,

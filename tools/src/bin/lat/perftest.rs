@@ -165,7 +165,7 @@ fn direct(args: &LatArgs, p: &Plan, devs: &Devices, mut s: Settled) -> Result<()
         mlx5_tools::connecting::Receives::for_test(p.run.test, &r.mr, s.half, p.run.rx_depth)?;
     let end = r.end(&s.params);
     let how = announce(p, &s, &r.mr);
-    let (mut links, mr) = r.links(recv);
+    let (mut links, mr) = r.links(recv)?;
     let conn = connect(&mut s, &end, &mut links, how)?;
     let path = direct_path(links, clock.is_some());
     let me = Pinger::new(path, mr, &conn.conns[0], inline, p, clock)?;
@@ -285,6 +285,8 @@ fn drive<P: DataPath>(
         ("remote address".into(), describe_endpoint(c.peer())),
     ];
     extra.extend(run::run_lines(p.run.events, p.run.length, None));
+    extra.extend(run::srq_line(&p.run));
+    extra.extend(run::numa_line(devs, "lat"));
     p.run.say(
         &Banner {
             title: &title,

@@ -71,6 +71,7 @@ impl Recorder {
                     now + Duration::from_secs(margin),
                     now + Duration::from_secs(secs - margin),
                 );
+                p.run.cpu_util.watch(r.window.0, r.window.1);
             }
         }
         Ok(r)
@@ -146,7 +147,9 @@ impl<'p> Reporter<'p> {
             Length::Iters(_) => report::LAT_HEADER,
             Length::Duration { .. } => report::LAT_DUR_HEADER,
         };
-        self.p.run.say(h);
+        self.p
+            .run
+            .say(&format!("{h}{}", self.p.run.cpu_util.header_ext()));
     }
 
     /// The row (and listing) of one size that started at `from` and took `took`.
@@ -211,12 +214,20 @@ impl<'p> Reporter<'p> {
                 if p.listing != Listing::None {
                     p.run.say(&report::histogram_listing(&histogram));
                     p.run.say(report::RESULT_LINE);
-                    p.run.say(report::LAT_DUR_HEADER);
+                    p.run.say(&format!(
+                        "{}{}",
+                        report::LAT_DUR_HEADER,
+                        p.run.cpu_util.header_ext()
+                    ));
                 }
                 if p.run.quiet {
                     say(&format!("{:.6}", d.avg));
                 } else {
-                    say(&report::lat_dur_row(&d));
+                    say(&format!(
+                        "{}{}",
+                        report::lat_dur_row(&d),
+                        p.run.cpu_util.row_ext()
+                    ));
                 }
                 if keep {
                     let s = LatencyStats {
