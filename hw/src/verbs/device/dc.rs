@@ -70,7 +70,7 @@ impl VerbsDevice {
                     };
                 }
                 let (qp, parent, td) =
-                    mlx5::create_qp_dv(&self.rdma, self.ctx, pd_ptr, &mut a, &mut d)?;
+                    mlx5::create_qp_dv(self.rdma, self.ctx, pd_ptr, &mut a, &mut d)?;
                 (qp, parent, td, false)
             }
             DcInit::Target { access_key } => {
@@ -100,11 +100,11 @@ impl VerbsDevice {
         let layout = if dct {
             queueless_layout(QpType::Dct)
         } else {
-            match mlx5::qp_layout(&self.rdma, qp, attr, &cap) {
+            match mlx5::qp_layout(self.rdma, qp, attr, &cap) {
                 Ok(l) => l,
                 Err(e) => {
                     // SAFETY: created above, not referenced elsewhere.
-                    unsafe { destroy_qp_and_domains(&self.rdma, qp, parent, td) };
+                    unsafe { destroy_qp_and_domains(self.rdma, qp, parent, td) };
                     return Err(e);
                 }
             }
@@ -128,7 +128,7 @@ impl VerbsDevice {
             Ok(id) => id,
             Err(e) => {
                 // SAFETY: created above, not referenced elsewhere.
-                unsafe { destroy_qp_and_domains(&self.rdma, qp, parent, td) };
+                unsafe { destroy_qp_and_domains(self.rdma, qp, parent, td) };
                 return Err(e);
             }
         };
