@@ -123,7 +123,8 @@ pub fn kind(c: &CreateQp, d: &Mlx5CreateQp, udata_len: usize) -> Result<Option<D
 
 /// `CREATE_QP` of a DCT (rdma-core `create_dct`): a target with no queues on the PD, receive
 /// CQ and SRQ the command names, its access key, and its user index under CQE version 1
-/// (missing or out of range: EINVAL, kernel `get_qp_uidx`). Flags other than its type and
+/// (missing or out of range, or given under CQE version 0: EINVAL, kernel `mlx5_ib.h`
+/// `get_qp_user_index`). Flags other than its type and
 /// scatter-to-CQE (which the device, without `MLX5_IB_QUERY_DEV_RESP_FLAGS_SCAT2CQE_DCT`,
 /// ignores as the kernel's `process_vendor_flag` does) are EINVAL (rdma-core's own check).
 pub fn create_dct(
@@ -146,6 +147,9 @@ pub fn create_dct(
         }
         Some(d.uidx)
     } else {
+        if d.uidx != mlx5::DEFAULT_UIDX {
+            return Err(libc::EINVAL);
+        }
         None
     };
     let pd = u.get(c.pd_handle, context::pd)?.id;
