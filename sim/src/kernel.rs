@@ -323,6 +323,23 @@ impl SimDevice {
         })
     }
 
+    /// Give QP `qp`, made without memory of the driver's (a DC target, which has no queues:
+    /// [`mlx5_hw::Device::create_qp_ex`]), the user index its CQEs carry under CQE version 1
+    /// (kernel `drivers/infiniband/hw/mlx5/qp.c` `create_dct` writes the command's `uidx`
+    /// into the DCT context's `user_index`); [`destroy_qp_user`](Self::destroy_qp_user)
+    /// forgets it.
+    pub fn set_qp_user_index(&self, qp: QpId, uidx: u32) -> Result<()> {
+        self.with(|d| {
+            let q = d.qps.get(&qp.0).ok_or_else(|| unknown("QP", qp.0))?;
+            for cq in [q.send_cq, q.recv_cq] {
+                if let Some(t) = d.cqs.get_mut(&cq).and_then(|c| c.user_index.as_mut()) {
+                    t.set_qp(qp.0, uidx);
+                }
+            }
+            Ok(())
+        })
+    }
+
     /// Create an XRC target QP in domain `xrcd` (it has no queues: the requests it receives
     /// go to the XRC SRQ each names); returns its QPN.
     pub fn create_xrc_target(&self, xrcd: XrcdId) -> Result<u32> {

@@ -212,10 +212,11 @@ pub fn query_device(node: &Node, req: &Req) -> Result<Resp, i32> {
         ..Default::default()
     };
     r.response_length = std::mem::size_of::<ExQueryDeviceResp>().min(req.core_out) as u32;
-    let drv = Mlx5QueryDeviceResp {
+    let mut drv = Mlx5QueryDeviceResp {
         response_length: std::mem::size_of::<Mlx5QueryDeviceResp>().min(req.udata_out) as u32,
         ..Default::default()
     };
+    crate::objects::dc::query_device_caps(&mut drv.caps);
     Ok(Resp::of(r.as_bytes(), drv.as_bytes()))
 }
 

@@ -3,6 +3,7 @@
 
 pub mod ah;
 pub mod cq;
+pub mod dc;
 pub mod device;
 pub mod mr;
 pub mod qp;

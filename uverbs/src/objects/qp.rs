@@ -19,7 +19,7 @@ use crate::cmd::{Req, Resp};
 use crate::context::{self, Object, Qp};
 use crate::emu::Emu;
 use crate::node::Node;
-use crate::objects::uctx;
+use crate::objects::{dc, uctx};
 use crate::uar::Uars;
 
 /// `enum ib_uverbs_qp_type` values.
@@ -30,8 +30,8 @@ fn qp_type(t: u8) -> Result<QpType, i32> {
         4 => QpType::Ud,
         9 => QpType::XrcSend,
         10 => QpType::XrcRecv,
-        // RAW_PACKET (8) needs a raw Ethernet port, DRIVER (0xff) mlx5's DC transport: the
-        // software ConnectX has neither.
+        // RAW_PACKET (8) needs a raw Ethernet port, which the software ConnectX has not;
+        // DRIVER (0xff) with mlx5's DC flags is taken before (`dc.rs`).
         _ => return Err(libc::EOPNOTSUPP),
     })
 }
@@ -51,7 +51,7 @@ const QP_FLAGS_OK: u32 = mlx5::QP_FLAG_SCATTER_CQE | mlx5::QP_FLAG_ALLOW_SCATTER
 /// scatter entry or above `max_rq_desc_sz`, a user index out of range or missing for the CQE
 /// version, a dynamic register not mapped and a UAR page index (an ioctl-allocated UAR) are
 /// EINVAL; a buffer or record the process has not
-/// mapped is EFAULT; WQE signatures, tunnel offloads, DC QPs, raw packet QPs, RSS and create
+/// mapped is EFAULT; WQE signatures, tunnel offloads, raw packet QPs, RSS and create
 /// flags are EOPNOTSUPP (the device has none of them).
 pub fn create(emu: &mut Emu, node: &Node, fd: i32, req: &Req) -> Result<Resp, i32> {
     let c = if req.ex {
@@ -63,10 +63,19 @@ pub fn create(emu: &mut Emu, node: &Node, fd: i32, req: &Req) -> Result<Resp, i3
     } else {
         take::<CreateQp>(req.core).0
     };
-    let t = qp_type(c.qp_type)?;
     let (d, _) = take::<Mlx5CreateQp>(req.udata);
+    // DC (IB_QPT_DRIVER with mlx5's DC flags): a DCT has no memory of the program's, a DCI
+    // is made below like any QP and then made an initiator (`dc.rs`).
+    let dc = dc::kind(&c, &d, req.udata.len())?;
+    if let Some(mlx5_hw::DcInit::Target { access_key }) = dc {
+        return dc::create_dct(emu, node, fd, req, &c, &d, access_key);
+    }
+    let (t, dc_flags) = match dc {
+        Some(_) => (QpType::Dci, dc::DCI_FLAGS),
+        None => (qp_type(c.qp_type)?, 0),
+    };
     let flags = d.flags & !mlx5::QP_FLAG_BFREG_INDEX;
-    if flags & !QP_FLAGS_OK != 0 {
+    if flags & !(QP_FLAGS_OK | dc_flags) != 0 {
         if flags & mlx5::QP_FLAG_UAR_PAGE_INDEX != 0 {
             return Err(libc::EINVAL);
         }
@@ -126,6 +135,8 @@ pub fn create(emu: &mut Emu, node: &Node, fd: i32, req: &Req) -> Result<Resp, i3
     } else {
         None
     };
+    // A DCI holds the SRQ it names without the device's using it (`dc.rs`).
+    let dev_srq = srq.filter(|_| t != QpType::Dci);
     let geom = geometry(&c, &d, has_rq)?;
     let mut cap = QpCap {
         max_send_wr: c.max_send_wr,
@@ -171,7 +182,7 @@ pub fn create(emu: &mut Emu, node: &Node, fd: i32, req: &Req) -> Result<Resp, i3
         qp_type: t,
         send_cq: CqId(send_cq),
         recv_cq: CqId(recv_cq),
-        srq: srq.map(SrqId),
+        srq: dev_srq.map(SrqId),
         cap,
         sq_sig_all: c.sq_sig_all != 0,
     };
@@ -194,6 +205,14 @@ pub fn create(emu: &mut Emu, node: &Node, fd: i32, req: &Req) -> Result<Resp, i3
             return Err(crate::objects::errno(e));
         }
     };
+    if let Some(dc) = dc {
+        if let Err(e) = dc::adopt_dci(node, qpn, dc) {
+            if let Some(n) = bfreg {
+                u.uars.free(n);
+            }
+            return Err(e);
+        }
+    }
     let h = u.insert(Object::Qp(Qp {
         qpn,
         user_handle: c.user_handle,
@@ -261,7 +280,7 @@ fn geometry(c: &CreateQp, d: &Mlx5CreateQp, has_rq: bool) -> Result<QpGeometry, 
 
 /// The create response: the capabilities as asked (libmlx5 replaces the send and receive work
 /// request counts and receive scatter entries by its own, `create_qp`), the register index.
-fn created(req: &Req, h: u32, qpn: u32, cap: QpCap, bfreg_index: u32) -> Resp {
+pub(super) fn created(req: &Req, h: u32, qpn: u32, cap: QpCap, bfreg_index: u32) -> Resp {
     let base = CreateQpResp {
         qp_handle: h,
         qpn,
@@ -389,6 +408,11 @@ pub fn modify(emu: &mut Emu, node: &Node, fd: i32, req: &Req) -> Result<Resp, i3
     let o = u.get(m.qp_handle, context::qp)?;
     let (qpn, qp_type) = (o.qpn, o.qp_type);
     let mask = ignored_for(qp_type, AttrMask::from_bits_truncate(m.attr_mask));
+    let dct = dc::is_dct(node, qpn);
+    let to_rtr = mask.contains(AttrMask::STATE) && m.qp_state == QpState::Rtr as u8;
+    if dct {
+        dc::check_dct_modify(to_rtr, req)?;
+    }
     let mut a = QpAttr::default();
     if mask.contains(AttrMask::STATE) {
         a.qp_state = QpState::from_u8(m.qp_state).ok_or(libc::EINVAL)?;
@@ -430,6 +454,9 @@ pub fn modify(emu: &mut Emu, node: &Node, fd: i32, req: &Req) -> Result<Resp, i3
             comp_mask: 0,
             response_length: std::mem::size_of::<ExModifyQpResp>().min(req.core_out) as u32,
         };
+        if dct {
+            return dc::dct_modified(node, qpn, to_rtr, req, r);
+        }
         return Ok(Resp::of(r.as_bytes(), &[]));
     }
     Ok(Resp::default())

@@ -1,6 +1,7 @@
 //! The preload library under real programs: Debian's unmodified rdma-core 44 tools, perftest
 //! and UCX run on the software ConnectX, each bounded by a timeout and its output checked.
 
+mod dc;
 mod discovery;
 mod driver_bugs;
 mod errno;
