@@ -39,7 +39,7 @@ use crate::bugs::BugLog;
 use crate::counters::CounterId;
 use crate::cq::Cq;
 use crate::engine::{process_qp, Counters, Ctx, Port};
-use crate::fault_rules::{FaultState, Meta};
+use crate::fault_rules::{FaultState, Meta, RecvGate};
 use crate::mr::MrTable;
 use crate::notify::{AsyncEvents, CompChannel};
 use crate::pcap::PcapWriter;
@@ -159,6 +159,18 @@ impl Dev {
         out: &mut Vec<Frame>,
         f: impl FnOnce(&mut Qp, &mut Ctx) -> R,
     ) -> Option<R> {
+        self.with_qp_gated(qpn, now, out, None, f)
+    }
+
+    /// [`with_qp`](Self::with_qp) for a request being delivered, with the RNR rules' gate.
+    pub(crate) fn with_qp_gated<R>(
+        &mut self,
+        qpn: u32,
+        now: u64,
+        out: &mut Vec<Frame>,
+        recv_gate: Option<crate::fault_rules::RecvGate<'_>>,
+        f: impl FnOnce(&mut Qp, &mut Ctx) -> R,
+    ) -> Option<R> {
         let Dev {
             name,
             port,
@@ -185,6 +197,7 @@ impl Dev {
             out,
             counters,
             threaded: *threaded,
+            recv_gate,
         };
         Some(f(qp, &mut ctx))
     }
@@ -513,7 +526,12 @@ impl World {
         let qpn = f.pkt.bth.dest_qp;
         let mut out = Vec::new();
         let now = self.now;
-        let handled = d.with_qp(qpn, now, &mut out, |qp, ctx| {
+        let gate = if f.pkt.bth.opcode.is_response() {
+            None
+        } else {
+            RecvGate::new(&mut self.faults, Meta::of(&f.pkt), now)
+        };
+        let handled = d.with_qp_gated(qpn, now, &mut out, gate, |qp, ctx| {
             if !qp.can_receive() {
                 ctx.counters.inc(CounterId::RxDropped);
                 return;
@@ -573,7 +591,9 @@ impl World {
             if from == Some(i) && src == Some(qpn) && d.mcast.blocks_self_loopback(qpn) {
                 continue;
             }
-            d.with_qp(qpn, now, &mut out, |qp, ctx| {
+            // Each attached QP is a receiver of its own, asked on its own.
+            let gate = RecvGate::new(&mut self.faults, Meta::of(&f.pkt), now);
+            d.with_qp_gated(qpn, now, &mut out, gate, |qp, ctx| {
                 if !qp.can_receive() {
                     ctx.counters.inc(CounterId::RxDropped);
                     return;
