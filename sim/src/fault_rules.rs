@@ -122,8 +122,14 @@ pub(crate) enum Pattern {
     Psns(u32, BTreeMap<u32, u64>),
     /// The next frames, this many.
     Next(u64),
-    /// Every frame until this virtual time (nanoseconds), none after.
-    Until(u64),
+    /// Every frame for this long (nanoseconds of virtual time) from the first one the rule
+    /// selects (`until`, set then), none after.
+    For {
+        /// How long.
+        len: u64,
+        /// The end, once the first frame started the time.
+        until: Option<u64>,
+    },
 }
 
 impl Pattern {
@@ -143,7 +149,7 @@ impl Pattern {
             }
             Pattern::Psns(qpn, left) => *qpn == m.qpn && left.get(&m.psn).is_some_and(|&k| k > 0),
             Pattern::Next(left) => *left > 0,
-            Pattern::Until(t) => now < *t,
+            Pattern::For { len, until } => now < *until.get_or_insert(now.saturating_add(*len)),
         }
     }
 

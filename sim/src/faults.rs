@@ -338,16 +338,12 @@ impl FaultTarget {
     }
 
     /// As [`rnr_next`](Self::rnr_next), every request that needs a receive WQE refused for `d`
-    /// of virtual time from now (the wall clock in threaded mode): a receiver that falls behind
-    /// for a while. The rule stays installed, doing nothing, once the time is over.
+    /// of virtual time (the wall clock in threaded mode) from the first one the rule selects: a
+    /// receiver that falls behind for a while when the traffic comes. The rule stays installed,
+    /// doing nothing, once the time is over.
     pub fn rnr_for(&self, d: Duration) -> &Self {
-        let mut w = self.inner.lock();
-        let until = w
-            .now
-            .saturating_add(d.as_nanos().min(u64::MAX as u128) as u64);
-        w.faults.push(&self.sel, Kind::Rnr, Pattern::Until(until));
-        drop(w);
-        self
+        let len = d.as_nanos().min(u64::MAX as u128) as u64;
+        self.add(Kind::Rnr, Pattern::For { len, until: None })
     }
 
     /// Bring it back up (removes the `down` rules of this scope, class and QPN).

@@ -220,6 +220,8 @@ pub fn apply_faults(fabric: &Fabric, spec: &Spec) {
             Action::Reorder(d) => t.reorder(d),
             Action::Delay(d) => t.delay(d),
             Action::Down => t.down(),
+            Action::Rnr(p) => t.rnr(Rate(p)),
+            Action::RnrFor(d) => t.rnr_for(d),
         };
     }
 }

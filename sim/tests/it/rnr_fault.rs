@@ -106,11 +106,13 @@ fn a_refusal_for_a_time_lasts_that_long_and_another_qp_is_spared() {
         .faults()
         .qp(&p.b.dev, p.b.qp.qpn() + 1)
         .rnr_next(100);
-    // Refused at 0, 10 and 20 µs (before 25 µs); taken at 30 µs.
+    // The time starts at the first request the rule selects, not when it is added: refused
+    // at 0, 10 and 20 µs after the SEND arrives (before 25 µs); taken at 30 µs.
     p.fabric
         .faults()
         .to_device(&p.b.dev)
         .rnr_for(Duration::from_micros(25));
+    p.fabric.advance(Duration::from_micros(100));
     let i = send(&mut p.a.qp, &src, 0, 8);
     p.run();
     p.fabric.advance(RNR * 2);
