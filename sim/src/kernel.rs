@@ -199,6 +199,7 @@ impl SimDevice {
                 Error::InvalidArgument("set_udp_peer_port: bind the device to UDP first".into())
             })?;
             u.set_peer_port(port);
+            d.sync_udp_groups();
             Ok(())
         })
     }

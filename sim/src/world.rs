@@ -145,6 +145,15 @@ impl Dev {
         }
     }
 
+    /// Make the UDP port a member of the IPv4 groups the QPs joined, no more
+    /// ([`crate::udp_port::UdpPort::set_groups`]); after every attach, detach, QP destruction
+    /// and rebinding.
+    pub fn sync_udp_groups(&mut self) {
+        if let Some(u) = &mut self.udp {
+            u.set_groups(&self.mcast.ipv4_groups());
+        }
+    }
+
     /// A fresh object number (QPNs, CQNs, ... share one space, like mlx5 resource numbers).
     pub fn alloc_id(&mut self) -> u32 {
         self.next_id += 1;
@@ -283,7 +292,8 @@ impl World {
         let now = self.now;
         let mut outs = Vec::with_capacity(self.devs.len());
         let mut inbound = Vec::new();
-        for d in &mut self.devs {
+        let mut group_inbound = Vec::new();
+        for (i, d) in self.devs.iter_mut().enumerate() {
             let mut out = Vec::new();
             if d.fatal {
                 // A device in its fatal state reads no doorbell and fires no timer.
@@ -303,6 +313,9 @@ impl World {
             }
             if let Some(u) = &d.udp {
                 u.poll(&mut inbound);
+                let mut got = Vec::new();
+                u.poll_groups(&mut got);
+                group_inbound.extend(got.into_iter().map(|(from, b)| (i, from, b)));
             }
             if let Some(t) = &mut d.tap {
                 t.poll(d.port.ip, d.port.mac, &mut inbound);
@@ -318,6 +331,21 @@ impl World {
                 at: now,
                 from: None,
             });
+        }
+        if !group_inbound.is_empty() {
+            work = true;
+            // A device of this fabric sent it: delivered here already (`route_mcast`).
+            let ours: Vec<std::net::SocketAddr> = self
+                .devs
+                .iter()
+                .filter_map(|d| d.udp.as_ref()?.local_addr().ok())
+                .collect();
+            for (i, from, bytes) in group_inbound {
+                if !ours.contains(&from) {
+                    self.faults.arrived(now, &bytes);
+                    self.deliver_group_datagram(i, bytes);
+                }
+            }
         }
         let due = self.wire.iter().take_while(|f| f.at <= now).count();
         for _ in 0..due {
@@ -563,7 +591,7 @@ impl World {
             .and_then(|s| self.devs.get(s))
             .and_then(|d| d.udp.as_ref())
         {
-            u.send_all(&f.bytes);
+            u.send_multicast(ip, &f.bytes);
         }
         for i in 0..self.devs.len() {
             let d = &self.devs[i];
@@ -572,6 +600,29 @@ impl World {
             }
             self.deliver_bytes_from(i, f.bytes.clone(), f.from);
         }
+    }
+
+    /// A frame that came through device `i`'s socket for an IP multicast group
+    /// ([`crate::udp_port::UdpPort::set_groups`]): to that device only (each device of the
+    /// fabric that joined the group has a socket of its own, and its own copy), if its port
+    /// accepts it as in [`route_mcast`](Self::route_mcast).
+    fn deliver_group_datagram(&mut self, i: usize, bytes: Vec<u8>) {
+        if bytes.len() < IPV4_OFFSET + 20 {
+            self.malformed += 1;
+            return;
+        }
+        let ip = Ipv4Addr::new(bytes[30], bytes[31], bytes[32], bytes[33]);
+        let gid = Gid(ipv4_to_gid(ip));
+        let d = &self.devs[i];
+        if !ip.is_multicast()
+            || gid.multicast_mac() != Some(bytes[..6].try_into().unwrap_or_default())
+            || d.port.state != PortState::Active
+            || !d.mcast.joined(&gid)
+        {
+            tracing::debug!(dst = %ip, "multicast datagram the port does not accept; dropped");
+            return;
+        }
+        self.deliver_bytes_from(i, bytes, None);
     }
 
     /// Hand a parsed datagram to QPN 0xFFFFFF on device `i` to every QP attached to its
