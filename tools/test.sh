@@ -140,6 +140,11 @@ if [ -x tools/rxe-vm/run-interop-tests.sh ]; then
   tools/rxe-vm/run-interop-tests.sh 2>&1 | tee -a target/test-output.txt
 fi
 
+if [ -x tools/rxe-vm/run-preload-interop.sh ]; then
+  echo "== interop: unmodified programs under mlx5sim --tap against Soft-RoCE (VM)"
+  tools/rxe-vm/run-preload-interop.sh 2>&1 | tee -a target/test-output.txt
+fi
+
 # Memory bounded by the wire, not the message (per-packet gather/scatter): 50 WRITEs of 8 MiB
 # stay under 512 MB of peak RSS (the message was once gathered whole: 2.7 GB).
 echo "== bw write --loopback -s 8388608 -n 50: peak RSS"

@@ -95,6 +95,10 @@ pub struct Ctx<'a> {
     /// The fabric runs on its own thread while drivers write (threaded doorbell scanning,
     /// [`crate::doorbell::threaded`]).
     pub threaded: bool,
+    /// The RNR fault rules' say on the request being delivered, when there are such rules
+    /// ([`crate::faults::FaultTarget::rnr_next`]): the responder asks it before it takes a
+    /// receive WQE.
+    pub(crate) recv_gate: Option<crate::fault_rules::RecvGate<'a>>,
 }
 
 impl Ctx<'_> {

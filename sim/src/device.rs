@@ -150,6 +150,7 @@ impl SimDevice {
             old.copy_peers_to(&mut port);
         }
         d.udp = Some(port);
+        d.sync_udp_groups();
         Ok(local)
     }
 
@@ -820,6 +821,7 @@ impl Device for SimDevice {
         self.check_mcast(qp, gid, "attach_mcast")?;
         self.with(|d| {
             d.mcast.attach(gid, qp.0);
+            d.sync_udp_groups();
             Ok(())
         })
     }
@@ -829,6 +831,7 @@ impl Device for SimDevice {
         self.check_mcast(qp, gid, "detach_mcast")?;
         self.with(|d| {
             if d.mcast.detach(gid, qp.0) {
+                d.sync_udp_groups();
                 Ok(())
             } else {
                 // uverbs `ib_uverbs_detach_mcast`: not on the QP's list, EINVAL.
@@ -1009,6 +1012,7 @@ impl Device for SimDevice {
                 id: qp.0,
             })?;
             d.mcast.forget_qp(qp.0);
+            d.sync_udp_groups();
             d.bfregs.release(q.bf_class, q.qpn);
             for cq in [q.send_cq, q.recv_cq] {
                 if let Some(c) = d.cqs.get_mut(&cq) {

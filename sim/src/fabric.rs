@@ -384,7 +384,8 @@ fn thread_loop(inner: &Inner, stop: &AtomicBool) {
                 .chain(
                     w.devs
                         .iter()
-                        .filter_map(|d| d.udp.as_ref().map(|u| u.as_raw_fd())),
+                        .filter_map(|d| d.udp.as_ref())
+                        .flat_map(|u| u.raw_fds()),
                 )
                 .chain(
                     w.devs

@@ -3,6 +3,10 @@
 //! ([`FaultRng`]), the record and statistics of what the rules did. The world holds a
 //! [`FaultState`] and runs each frame through it; the handle users add rules with,
 //! [`crate::faults::Faults`], sits above the world and describes the rules.
+//!
+//! One kind of rule acts at the receiver instead of on the wire: an RNR rule
+//! ([`FaultState::refuse_receive`], through a [`RecvGate`]) makes the responder a request is
+//! delivered to find no receive WQE for it, as if its receive queue (or SRQ) were empty.
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -69,6 +73,9 @@ pub struct FaultStats {
     pub corrupted: u64,
     /// Frames delayed (by a delay or reorder rule).
     pub delayed: u64,
+    /// Requests an RNR rule refused a receive WQE (the responder answered RNR NAK on RC, dropped
+    /// the message on UC and UD, as with an empty receive queue).
+    pub rnr: u64,
     /// Faults not in [`crate::faults::Faults::record`] because it was full ([`RECORD_CAP`]).
     pub unrecorded: u64,
 }
@@ -116,13 +123,21 @@ pub(crate) enum Pattern {
     Psns(u32, BTreeMap<u32, u64>),
     /// The next frames, this many.
     Next(u64),
+    /// Every frame for this long (nanoseconds of virtual time) from the first one the rule
+    /// selects (`until`, set then), none after.
+    For {
+        /// How long.
+        len: u64,
+        /// The end, once the first frame started the time.
+        until: Option<u64>,
+    },
 }
 
 impl Pattern {
     /// Whether the pattern selects this frame. Random patterns draw here, for every frame their
     /// rule's scope selects, so the draws do not depend on what other rules decide; nothing is
     /// used up ([`Pattern::consume`] does that once the rule has acted).
-    fn selects(&mut self, m: &Meta, rng: &mut FaultRng) -> bool {
+    fn selects(&mut self, m: &Meta, rng: &mut FaultRng, now: u64) -> bool {
         match self {
             Pattern::Always => true,
             Pattern::Rate(p) => {
@@ -135,6 +150,7 @@ impl Pattern {
             }
             Pattern::Psns(qpn, left) => *qpn == m.qpn && left.get(&m.psn).is_some_and(|&k| k > 0),
             Pattern::Next(left) => *left > 0,
+            Pattern::For { len, until } => now < *until.get_or_insert(now.saturating_add(*len)),
         }
     }
 
@@ -169,6 +185,9 @@ pub(crate) enum Kind {
     Reorder(u64),
     /// Drop it: the link is down.
     Down,
+    /// Not a wire fault: the responder the request is delivered to finds no receive WQE for it
+    /// ([`FaultState::refuse_receive`]).
+    Rnr,
 }
 
 /// The frames a rule added through one [`crate::faults::FaultTarget`] selects, and its limits.
@@ -256,6 +275,9 @@ pub enum FaultKind {
     },
     /// One bit flipped (the receiver's ICRC check drops it).
     Corrupted,
+    /// Delivered, and refused a receive WQE by an RNR rule: the responder answered RNR NAK
+    /// (RC) or dropped the message (UC, UD).
+    Rnr,
 }
 
 /// One frame a fault dropped, duplicated or corrupted ([`crate::faults::Faults::record`]).
@@ -376,6 +398,42 @@ impl FaultRng {
     }
 }
 
+/// The RNR rules' answer for one request delivered to one QP: asked when the responder wants a
+/// receive WQE for it, decided at the first question and the same at every later one (a
+/// WRITE with immediate asks whether a receive is ready and later takes it), so a request uses
+/// up at most one firing.
+#[derive(Debug)]
+pub(crate) struct RecvGate<'a> {
+    faults: &'a mut FaultState,
+    meta: Meta,
+    now: u64,
+    decided: Option<bool>,
+}
+
+impl<'a> RecvGate<'a> {
+    /// The gate for request `m` delivered at `now`; `None` when no RNR rule is installed.
+    pub(crate) fn new(faults: &'a mut FaultState, m: Meta, now: u64) -> Option<RecvGate<'a>> {
+        faults.has_rnr_rules().then_some(RecvGate {
+            faults,
+            meta: m,
+            now,
+            decided: None,
+        })
+    }
+
+    /// Whether the request is refused its receive WQE.
+    pub(crate) fn refuses(&mut self) -> bool {
+        match self.decided {
+            Some(d) => d,
+            None => {
+                let d = self.faults.refuse_receive(&self.meta, self.now);
+                self.decided = Some(d);
+                d
+            }
+        }
+    }
+}
+
 /// One copy of a frame to put on the wire.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Delivery {
@@ -463,10 +521,11 @@ impl FaultState {
         }
         for r in self.rules.iter_mut() {
             r.hit = false;
-            if !r.applies(m) {
+            // RNR rules act where a request meets its receive queue, not on the wire.
+            if r.kind == Kind::Rnr || !r.applies(m) {
                 continue;
             }
-            let selected = r.pattern.selects(m, &mut self.rng);
+            let selected = r.pattern.selects(m, &mut self.rng, now);
             r.jitter = match r.kind {
                 Kind::Reorder(w) if w > 0 => self.rng.below(w),
                 _ => 0,
@@ -532,6 +591,36 @@ impl FaultState {
             corrupt: false,
         }));
         out
+    }
+
+    /// Whether any RNR rule is installed (a delivered request needs a [`RecvGate`] only then).
+    pub(crate) fn has_rnr_rules(&self) -> bool {
+        self.rules.iter().any(|r| r.kind == Kind::Rnr)
+    }
+
+    /// A request delivered at virtual time `now` needs a receive WQE: whether an RNR rule
+    /// refuses it one. The RNR rules whose scope, class and QPN select the request are examined
+    /// in the order they were added (random ones draw then); the first that fires acts and uses
+    /// up one firing, and is counted ([`FaultStats::rnr`]) and recorded ([`FaultKind::Rnr`]).
+    pub(crate) fn refuse_receive(&mut self, m: &Meta, now: u64) -> bool {
+        let mut fired = None;
+        for (i, r) in self.rules.iter_mut().enumerate() {
+            if r.kind != Kind::Rnr || !r.applies(m) {
+                continue;
+            }
+            // As in `judge`: every selecting rule draws and counts its skips, the first acts.
+            let hit = r.pattern.selects(m, &mut self.rng, now) && r.left != Some(0);
+            if hit && r.skip > 0 {
+                r.skip -= 1;
+            } else if hit && fired.is_none() {
+                fired = Some(i);
+            }
+        }
+        let Some(i) = fired else { return false };
+        self.rules[i].consume(m);
+        self.stats.rnr += 1;
+        self.note(m, now, FaultKind::Rnr);
+        true
     }
 
     /// A frame arrives at a port at virtual time `now`: the capture after faults takes it.

@@ -12,6 +12,15 @@
 //! frame, or exact PSNs so later frames overtake them), reorder (a random extra delay below a
 //! window, so frames sent within the window arrive in any order), or take the link down.
 //!
+//! One action is not done to the frame on the wire but by the device it reaches: an RNR rule
+//! ([`FaultTarget::rnr_next`], [`FaultTarget::rnr`], [`FaultTarget::rnr_for`]) makes the
+//! responder find no receive WQE for the requests it selects that need one (the first packet
+//! of a SEND, the last of a WRITE with immediate, a UD datagram), as if its receive queue or
+//! SRQ were empty at that moment: on RC it answers RNR NAK with its `min_rnr_timer` and the
+//! requester waits and retries (`rnr_retry`), on UC and UD the message is dropped; the
+//! responder counts `out_of_buffer`, the requester `rnr_nak_retry_err`, as for a real empty
+//! queue. The receive WQEs posted stay where they are for the requests that follow.
+//!
 //! Rules act independently: a frame is dropped by the first drop rule that selects it, and the
 //! other drop rules keep their firings for later frames, so "drop PSN 5" added twice drops the
 //! original and the first retransmission.
@@ -310,6 +319,31 @@ impl FaultTarget {
     /// Take the link (or path, or QP) down: every frame is dropped until [`up`](Self::up).
     pub fn down(&self) -> &Self {
         self.add(Kind::Down, Pattern::Always)
+    }
+
+    /// The responders this target selects (by the requests' destination: [`Faults::to_device`],
+    /// [`Faults::qp`], [`Faults::path`], ...) find no receive WQE for the next `n` requests that
+    /// need one, as if their receive queue were empty: RNR NAK on RC (the requester waits its
+    /// RNR timer and retries), the message dropped on UC and UD. Requests that need no receive
+    /// WQE (WRITE without immediate, READ, atomics, later packets of a SEND) pass untouched.
+    pub fn rnr_next(&self, n: u64) -> &Self {
+        self.add(Kind::Rnr, Pattern::Next(n))
+    }
+
+    /// As [`rnr_next`](Self::rnr_next), each request that needs a receive WQE refused with
+    /// probability `rate`.
+    pub fn rnr(&self, rate: impl Into<Rate>) -> &Self {
+        let Rate(p) = rate.into();
+        self.add(Kind::Rnr, Pattern::Rate(p.clamp(0.0, 1.0)))
+    }
+
+    /// As [`rnr_next`](Self::rnr_next), every request that needs a receive WQE refused for `d`
+    /// of virtual time (the wall clock in threaded mode) from the first one the rule selects: a
+    /// receiver that falls behind for a while when the traffic comes. The rule stays installed,
+    /// doing nothing, once the time is over.
+    pub fn rnr_for(&self, d: Duration) -> &Self {
+        let len = d.as_nanos().min(u64::MAX as u128) as u64;
+        self.add(Kind::Rnr, Pattern::For { len, until: None })
     }
 
     /// Bring it back up (removes the `down` rules of this scope, class and QPN).

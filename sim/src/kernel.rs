@@ -112,7 +112,84 @@ fn no_mem(what: &str) -> Error {
     Error::Resources(format!("could not allocate {what}"))
 }
 
+/// What [`SimDevice::move_registered_pages`] moved: `len` bytes from `va` now at `host`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MovedPages {
+    /// The program's address the pages were at.
+    pub va: u64,
+    /// How many bytes (whole pages).
+    pub len: u64,
+    /// Where they are now.
+    pub host: u64,
+}
+
 impl SimDevice {
+    /// The program is about to unmap `[va, va + len)` (whole pages of `page` bytes): the pages
+    /// in it that registered regions still use at their own addresses must survive, as the
+    /// kernel's pinned pages do (`ib_umem_get` takes a reference on every page of a region,
+    /// kernel `drivers/infiniband/core/umem.c`; `munmap` then only removes the program's
+    /// mapping). With the device stopped (the fabric's lock held), `mv(va, len)` is called for
+    /// each such run of pages, whole pages, in address order; it moves them out of the way
+    /// (`mremap`) and returns where they went, or `None` if it could not. Every region then
+    /// reads and writes those addresses at their new place ([`crate::mem::Region::relocate`]).
+    /// Returns what was moved; the caller owns those mappings and unmaps each once
+    /// [`moved_pages_in_use`](Self::moved_pages_in_use) says no region uses it any more.
+    ///
+    /// # Safety
+    /// Each address `mv` returns must hold the pages it was given, valid for reads and writes
+    /// until no region uses them.
+    pub unsafe fn move_registered_pages(
+        &self,
+        va: u64,
+        len: u64,
+        page: u64,
+        mv: &mut dyn FnMut(u64, u64) -> Option<u64>,
+    ) -> Vec<MovedPages> {
+        let page = page.max(1);
+        let hi = va.saturating_add(len);
+        self.with(|d| {
+            let mut runs: Vec<(u64, u64)> = Vec::new();
+            for r in d.mrs.regions() {
+                for (a, b) in r.unmoved(va, hi) {
+                    let a = (a - a % page).max(va);
+                    let b = b.div_ceil(page).saturating_mul(page).min(hi);
+                    runs.push((a, b));
+                }
+            }
+            runs.sort_unstable();
+            let mut merged: Vec<(u64, u64)> = Vec::new();
+            for (a, b) in runs {
+                match merged.last_mut() {
+                    Some(l) if a <= l.1 => l.1 = l.1.max(b),
+                    _ => merged.push((a, b)),
+                }
+            }
+            let mut out = Vec::new();
+            for (a, b) in merged {
+                let Some(host) = mv(a, b - a) else { continue };
+                for r in d.mrs.regions_mut() {
+                    // SAFETY: the caller's contract: `host` holds the pages of [a, b) until no
+                    // region uses them.
+                    unsafe { r.relocate(a, b, host) };
+                }
+                out.push(MovedPages {
+                    va: a,
+                    len: b - a,
+                    host,
+                });
+            }
+            Ok(out)
+        })
+        .unwrap_or_default()
+    }
+
+    /// Whether a registered region still uses pages that
+    /// [`move_registered_pages`](Self::move_registered_pages) moved to `[host, host + len)`.
+    pub fn moved_pages_in_use(&self, host: u64, len: u64) -> bool {
+        self.with(|d| Ok(d.mrs.regions().any(|r| r.uses_moved(host, len))))
+            .unwrap_or(false)
+    }
+
     /// Take every IPv4 address that is neither a device of this fabric nor in the UDP peer
     /// table to be a software ConnectX whose socket is bound to that address on `port`
     /// ([`crate::udp_port::UdpPort::set_peer_port`]). Requires [`SimDevice::bind_udp`].
@@ -122,6 +199,7 @@ impl SimDevice {
                 Error::InvalidArgument("set_udp_peer_port: bind the device to UDP first".into())
             })?;
             u.set_peer_port(port);
+            d.sync_udp_groups();
             Ok(())
         })
     }

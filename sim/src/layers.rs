@@ -14,6 +14,9 @@ const LAYERS: &[&str] = &[
     "sizing",
     "uidx",
     "wire",
+    // The fault rules as data and pure decisions: the wire's frames go through them, and the
+    // responder asks their RNR rules for a receive WQE (`ctx::Ctx::recv_gate`).
+    "fault_rules",
     "tap_port",
     "udp_port",
     "mr",
@@ -28,9 +31,8 @@ const LAYERS: &[&str] = &[
     "ctx",
     "transport",
     "engine",
-    // The fabric's state: the fault rules' data and decisions, the world that holds them,
-    // the lock every handle shares, and the fault controls that lock it.
-    "fault_rules",
+    // The fabric's state: the world that holds the devices and the fault rules, the lock
+    // every handle shares, and the fault controls that lock it.
     "world",
     "shared",
     "faults",

@@ -35,7 +35,9 @@
 //!
 //! 1. **wire and leaves**: [`wire`] (frames, headers, PSNs, timers), [`bugs`], [`counters`],
 //!    [`mem`], [`notify`], [`pcap`], [`sizing`], [`uidx`] (CQE version 1 user indexes), the
-//!    ports [`tap_port`] and [`udp_port`];
+//!    fault rules as data and pure decisions (`fault_rules`: what a rule does to a frame or to
+//!    a request that needs a receive WQE, the seeded generator, the record), the ports
+//!    [`tap_port`] and [`udp_port`];
 //! 2. **device memory objects and tables**: [`mr`], [`srq`], [`cq`], [`cq_uar`] (a UAR page
 //!    several CQs arm on), the multicast groups ([`mcast`], data only), and [`wqe`] (decoding
 //!    send WQEs);
@@ -47,10 +49,9 @@
 //!    move to Error and flushing;
 //! 5. **the transport** [`transport`]: requester, responder, XRC and masked-atomic packets;
 //! 6. **the engine** [`engine`]: one step of one QP;
-//! 7. **the fabric's state**, bottom to top: the fault rules as data and pure decisions
-//!    (`fault_rules`: what a rule does to a frame, the seeded generator, the record), the
-//!    [`world`] that holds them (all devices; frame delivery through the fault rules,
-//!    multicast fan-out through the groups of [`mcast`]), the lock every handle shares
+//! 7. **the fabric's state**, bottom to top: the [`world`] (all devices and the fault rules;
+//!    frame delivery through the fault rules, multicast fan-out through the groups of
+//!    [`mcast`]), the lock every handle shares
 //!    (`shared`), and the fault controls [`faults`] ([`Faults`], [`faults::FaultTarget`]),
 //!    which lock the world to add rules and read what they did;
 //! 8. **the control path**: [`modify`] (the QP state machine), [`xrc`] (XRC objects), [`dc`]

@@ -20,8 +20,10 @@
 //!   the kernel's `create_qp` as a block of multicast loopback to the QP itself). Other QPs
 //!   of the sending device do receive it (multicast loopback is on for them).
 //! - Frames to other processes: a multicast frame a device sends goes to every UDP peer of
-//!   that device as well; a frame that arrived from a peer is delivered locally only, so
-//!   nothing circulates.
+//!   that device as well, and, with the peer convention on, to the IPv4 group itself
+//!   (real IP multicast, which the devices whose QPs joined the group receive:
+//!   [`crate::udp_port`]); a frame that arrived from another process is delivered locally
+//!   only, so nothing circulates.
 //! - The software ConnectX models RoCE v2 over IPv4 only: IPv6 groups (ff00::/8) are
 //!   refused at attach with a clear error.
 
@@ -38,6 +40,16 @@ pub struct Groups {
 }
 
 impl Groups {
+    /// The IPv4 groups with a QP attached (what the device's UDP port joins,
+    /// [`crate::udp_port::UdpPort::set_groups`]).
+    pub fn ipv4_groups(&self) -> BTreeSet<std::net::Ipv4Addr> {
+        self.groups
+            .keys()
+            .filter_map(|g| Gid(*g).ipv4())
+            .map(std::net::Ipv4Addr::from)
+            .collect()
+    }
+
     /// Attach `qpn` to `gid`; false if it was attached already (nothing changes).
     pub fn attach(&mut self, gid: &Gid, qpn: u32) -> bool {
         self.groups.entry(gid.0).or_default().insert(qpn)

@@ -351,10 +351,30 @@ impl Drop for DmaBuf {
 
 /// A registered memory region: the window `[base, base + len)` of application memory the
 /// device may access.
-#[derive(Clone, Copy, Debug)]
+///
+/// The pages of a region are the device's, not only the program's: the kernel pins them when
+/// the region is registered (`ib_umem_get`, kernel `drivers/infiniband/core/umem.c`), so the
+/// device still reaches them after the program unmapped their addresses. An emulation of the
+/// kernel side that moves such pages out of the program's way instead of unmapping them
+/// (`mremap`) tells the region where they went ([`Region::relocate`]); the device then reads
+/// and writes them there.
+#[derive(Clone, Debug)]
 pub struct Region {
     base: u64,
     len: u64,
+    /// Parts of the window whose pages now live elsewhere, sorted by address, disjoint.
+    moved: Vec<Moved>,
+}
+
+/// Part of a region's window whose pages were moved to another address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Moved {
+    /// The first virtual address of the part (in the window).
+    va: u64,
+    /// Its length.
+    len: u64,
+    /// Where its first byte is now.
+    host: u64,
 }
 
 impl Region {
@@ -362,9 +382,14 @@ impl Region {
     ///
     /// # Safety
     /// `[base, base + len)` must be valid for reads and writes until the region is dropped by
-    /// the device (the `reg_mr` contract of `mlx5_hw::Device`).
+    /// the device (the `reg_mr` contract of `mlx5_hw::Device`), or until its pages are moved
+    /// and [`relocate`](Self::relocate) says where.
     pub unsafe fn new(base: u64, len: u64) -> Region {
-        Region { base, len }
+        Region {
+            base,
+            len,
+            moved: Vec::new(),
+        }
     }
 
     /// Start address.
@@ -390,14 +415,90 @@ impl Region {
                 .is_some_and(|end| end <= self.base.saturating_add(self.len))
     }
 
+    /// The parts of `[lo, hi)` inside the window whose pages are still at their own
+    /// addresses (not moved), in order.
+    pub fn unmoved(&self, lo: u64, hi: u64) -> Vec<(u64, u64)> {
+        let (lo, hi) = (
+            lo.max(self.base),
+            hi.min(self.base.saturating_add(self.len)),
+        );
+        let mut out = Vec::new();
+        let mut cur = lo;
+        for m in &self.moved {
+            if cur >= hi {
+                break;
+            }
+            if m.va + m.len <= cur {
+                continue;
+            }
+            if m.va > cur {
+                out.push((cur, m.va.min(hi)));
+            }
+            cur = cur.max(m.va + m.len);
+        }
+        if cur < hi {
+            out.push((cur, hi));
+        }
+        out
+    }
+
+    /// The pages of `[lo, hi)` moved so that address `lo` is now at `host`: the parts of the
+    /// window in that range not moved before are read and written there from now on (a part
+    /// already moved stays where it went: its first move took its pages).
+    ///
+    /// # Safety
+    /// The moved pages must stay valid for reads and writes until the region is dropped.
+    pub unsafe fn relocate(&mut self, lo: u64, hi: u64, host: u64) {
+        for (a, b) in self.unmoved(lo, hi) {
+            let m = Moved {
+                va: a,
+                len: b - a,
+                host: host + (a - lo),
+            };
+            let at = self.moved.partition_point(|x| x.va < a);
+            self.moved.insert(at, m);
+        }
+    }
+
+    /// Whether a moved part of the region lives in `[host, host + len)`.
+    pub fn uses_moved(&self, host: u64, len: u64) -> bool {
+        self.moved
+            .iter()
+            .any(|m| m.host < host.saturating_add(len) && host < m.host + m.len)
+    }
+
+    /// Call `f(address now, offset, length)` for the pieces of `[addr, addr + n)` (inside the
+    /// window), each at the address its pages are at now.
+    fn pieces(&self, addr: u64, n: u64, mut f: impl FnMut(u64, usize, usize)) {
+        if self.moved.is_empty() {
+            f(addr, 0, n as usize);
+            return;
+        }
+        let end = addr + n;
+        let mut cur = addr;
+        while cur < end {
+            let i = self.moved.partition_point(|m| m.va + m.len <= cur);
+            let (at, upto) = match self.moved.get(i) {
+                Some(m) if m.va <= cur => (m.host + (cur - m.va), (m.va + m.len).min(end)),
+                Some(m) => (cur, m.va.min(end)),
+                None => (cur, end),
+            };
+            f(at, (cur - addr) as usize, (upto - cur) as usize);
+            cur = upto;
+        }
+    }
+
     /// Read `dst.len()` bytes at virtual address `addr`; `false` (nothing read) if any byte
     /// lies outside the region.
     pub fn read(&self, addr: u64, dst: &mut [u8]) -> bool {
         if !self.contains(addr, dst.len() as u64) {
             return false;
         }
-        // SAFETY: inside the registered window, valid per the `new` contract.
-        unsafe { volatile_copy_from(addr as usize as *const u8, dst) };
+        self.pieces(addr, dst.len() as u64, |at, off, n| {
+            // SAFETY: inside the registered window, valid per the `new` contract, or a moved
+            // part, valid per the `relocate` contract.
+            unsafe { volatile_copy_from(at as usize as *const u8, &mut dst[off..off + n]) };
+        });
         true
     }
 
@@ -407,8 +508,10 @@ impl Region {
         if !self.contains(addr, src.len() as u64) {
             return false;
         }
-        // SAFETY: inside the registered window, valid per the `new` contract.
-        unsafe { volatile_copy_to(addr as usize as *mut u8, src) };
+        self.pieces(addr, src.len() as u64, |at, off, n| {
+            // SAFETY: as in `read`.
+            unsafe { volatile_copy_to(at as usize as *mut u8, &src[off..off + n]) };
+        });
         true
     }
 }
@@ -513,5 +616,47 @@ mod tests {
         assert_eq!(mem[7], 0);
         assert_eq!(mem[8], 1);
         assert_eq!(mem[24], 0);
+    }
+
+    #[test]
+    fn a_moved_part_is_read_and_written_where_it_went() {
+        let mut mem = [0u8; 64];
+        let mut away = [0u8; 64];
+        let base = mem.as_mut_ptr() as u64;
+        let host = away.as_mut_ptr() as u64;
+        // SAFETY: `mem` and `away` outlive the region.
+        let mut r = unsafe { Region::new(base, 48) };
+        // SAFETY: as above.
+        unsafe { r.relocate(base + 16, base + 32, host) };
+        assert_eq!(
+            r.unmoved(base, base + 64),
+            [(base, base + 16), (base + 32, base + 48)]
+        );
+        assert!(r.write(base + 8, &[7; 32]));
+        assert_eq!(&mem[8..16], &[7; 8]);
+        assert_eq!(
+            &mem[16..32],
+            &[0; 16],
+            "moved: not written at its old address"
+        );
+        assert_eq!(&away[..16], &[7; 16]);
+        assert_eq!(&mem[32..40], &[7; 8]);
+        // SAFETY: `host` points at `away`, alive.
+        unsafe { std::ptr::write_volatile(host as usize as *mut u8, 9) };
+        let mut got = [0u8; 4];
+        assert!(r.read(base + 14, &mut got));
+        assert_eq!(got, [7, 7, 9, 7]);
+        // A second move of the same addresses (new pages mapped there since) changes nothing.
+        // SAFETY: as above.
+        unsafe { r.relocate(base, base + 64, host + 16) };
+        assert_eq!(r.unmoved(base, base + 64), []);
+        assert!(r.read(base + 14, &mut got));
+        assert_eq!(
+            got,
+            [0, 0, 9, 7],
+            "the first part went to host + 16 .. host + 32"
+        );
+        assert!(r.uses_moved(host, 1) && r.uses_moved(host + 63, 1));
+        assert!(!r.uses_moved(host + 64, 8));
     }
 }

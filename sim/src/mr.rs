@@ -91,6 +91,16 @@ impl MrTable {
         self.mrs.remove(&idx)
     }
 
+    /// Every MR's region, to move pages under them ([`crate::mem::Region::relocate`]).
+    pub fn regions_mut(&mut self) -> impl Iterator<Item = &mut Region> {
+        self.mrs.values_mut().map(|m| &mut m.region)
+    }
+
+    /// Every MR's region.
+    pub fn regions(&self) -> impl Iterator<Item = &Region> {
+        self.mrs.values().map(|m| &m.region)
+    }
+
     /// Whether any MR belongs to `pd`.
     pub fn uses_pd(&self, pd: u32) -> bool {
         self.mrs.values().any(|m| m.pd == pd)

@@ -39,7 +39,7 @@ use crate::bugs::BugLog;
 use crate::counters::CounterId;
 use crate::cq::Cq;
 use crate::engine::{process_qp, Counters, Ctx, Port};
-use crate::fault_rules::{FaultState, Meta};
+use crate::fault_rules::{FaultState, Meta, RecvGate};
 use crate::mr::MrTable;
 use crate::notify::{AsyncEvents, CompChannel};
 use crate::pcap::PcapWriter;
@@ -145,6 +145,15 @@ impl Dev {
         }
     }
 
+    /// Make the UDP port a member of the IPv4 groups the QPs joined, no more
+    /// ([`crate::udp_port::UdpPort::set_groups`]); after every attach, detach, QP destruction
+    /// and rebinding.
+    pub fn sync_udp_groups(&mut self) {
+        if let Some(u) = &mut self.udp {
+            u.set_groups(&self.mcast.ipv4_groups());
+        }
+    }
+
     /// A fresh object number (QPNs, CQNs, ... share one space, like mlx5 resource numbers).
     pub fn alloc_id(&mut self) -> u32 {
         self.next_id += 1;
@@ -157,6 +166,18 @@ impl Dev {
         qpn: u32,
         now: u64,
         out: &mut Vec<Frame>,
+        f: impl FnOnce(&mut Qp, &mut Ctx) -> R,
+    ) -> Option<R> {
+        self.with_qp_gated(qpn, now, out, None, f)
+    }
+
+    /// [`with_qp`](Self::with_qp) for a request being delivered, with the RNR rules' gate.
+    pub(crate) fn with_qp_gated<R>(
+        &mut self,
+        qpn: u32,
+        now: u64,
+        out: &mut Vec<Frame>,
+        recv_gate: Option<crate::fault_rules::RecvGate<'_>>,
         f: impl FnOnce(&mut Qp, &mut Ctx) -> R,
     ) -> Option<R> {
         let Dev {
@@ -185,6 +206,7 @@ impl Dev {
             out,
             counters,
             threaded: *threaded,
+            recv_gate,
         };
         Some(f(qp, &mut ctx))
     }
@@ -270,7 +292,8 @@ impl World {
         let now = self.now;
         let mut outs = Vec::with_capacity(self.devs.len());
         let mut inbound = Vec::new();
-        for d in &mut self.devs {
+        let mut group_inbound = Vec::new();
+        for (i, d) in self.devs.iter_mut().enumerate() {
             let mut out = Vec::new();
             if d.fatal {
                 // A device in its fatal state reads no doorbell and fires no timer.
@@ -290,6 +313,9 @@ impl World {
             }
             if let Some(u) = &d.udp {
                 u.poll(&mut inbound);
+                let mut got = Vec::new();
+                u.poll_groups(&mut got);
+                group_inbound.extend(got.into_iter().map(|(from, b)| (i, from, b)));
             }
             if let Some(t) = &mut d.tap {
                 t.poll(d.port.ip, d.port.mac, &mut inbound);
@@ -305,6 +331,21 @@ impl World {
                 at: now,
                 from: None,
             });
+        }
+        if !group_inbound.is_empty() {
+            work = true;
+            // A device of this fabric sent it: delivered here already (`route_mcast`).
+            let ours: Vec<std::net::SocketAddr> = self
+                .devs
+                .iter()
+                .filter_map(|d| d.udp.as_ref()?.local_addr().ok())
+                .collect();
+            for (i, from, bytes) in group_inbound {
+                if !ours.contains(&from) {
+                    self.faults.arrived(now, &bytes);
+                    self.deliver_group_datagram(i, bytes);
+                }
+            }
         }
         let due = self.wire.iter().take_while(|f| f.at <= now).count();
         for _ in 0..due {
@@ -513,7 +554,12 @@ impl World {
         let qpn = f.pkt.bth.dest_qp;
         let mut out = Vec::new();
         let now = self.now;
-        let handled = d.with_qp(qpn, now, &mut out, |qp, ctx| {
+        let gate = if f.pkt.bth.opcode.is_response() {
+            None
+        } else {
+            RecvGate::new(&mut self.faults, Meta::of(&f.pkt), now)
+        };
+        let handled = d.with_qp_gated(qpn, now, &mut out, gate, |qp, ctx| {
             if !qp.can_receive() {
                 ctx.counters.inc(CounterId::RxDropped);
                 return;
@@ -545,7 +591,7 @@ impl World {
             .and_then(|s| self.devs.get(s))
             .and_then(|d| d.udp.as_ref())
         {
-            u.send_all(&f.bytes);
+            u.send_multicast(ip, &f.bytes);
         }
         for i in 0..self.devs.len() {
             let d = &self.devs[i];
@@ -554,6 +600,29 @@ impl World {
             }
             self.deliver_bytes_from(i, f.bytes.clone(), f.from);
         }
+    }
+
+    /// A frame that came through device `i`'s socket for an IP multicast group
+    /// ([`crate::udp_port::UdpPort::set_groups`]): to that device only (each device of the
+    /// fabric that joined the group has a socket of its own, and its own copy), if its port
+    /// accepts it as in [`route_mcast`](Self::route_mcast).
+    fn deliver_group_datagram(&mut self, i: usize, bytes: Vec<u8>) {
+        if bytes.len() < IPV4_OFFSET + 20 {
+            self.malformed += 1;
+            return;
+        }
+        let ip = Ipv4Addr::new(bytes[30], bytes[31], bytes[32], bytes[33]);
+        let gid = Gid(ipv4_to_gid(ip));
+        let d = &self.devs[i];
+        if !ip.is_multicast()
+            || gid.multicast_mac() != Some(bytes[..6].try_into().unwrap_or_default())
+            || d.port.state != PortState::Active
+            || !d.mcast.joined(&gid)
+        {
+            tracing::debug!(dst = %ip, "multicast datagram the port does not accept; dropped");
+            return;
+        }
+        self.deliver_bytes_from(i, bytes, None);
     }
 
     /// Hand a parsed datagram to QPN 0xFFFFFF on device `i` to every QP attached to its
@@ -573,7 +642,9 @@ impl World {
             if from == Some(i) && src == Some(qpn) && d.mcast.blocks_self_loopback(qpn) {
                 continue;
             }
-            d.with_qp(qpn, now, &mut out, |qp, ctx| {
+            // Each attached QP is a receiver of its own, asked on its own.
+            let gate = RecvGate::new(&mut self.faults, Meta::of(&f.pkt), now);
+            d.with_qp_gated(qpn, now, &mut out, gate, |qp, ctx| {
                 if !qp.can_receive() {
                     ctx.counters.inc(CounterId::RxDropped);
                     return;

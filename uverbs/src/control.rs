@@ -1,5 +1,6 @@
-//! The control file (`MLX5SIM_CONTROL`): fault rules changed while the program runs. Whenever
-//! the file's modification time or size changes, its text (the `faultspec` syntax, one item or
+//! The control file (`MLX5SIM_CONTROL`): fault rules changed while the program runs. When the
+//! device starts (before the program's first request) and whenever the file's modification
+//! time or size changes, its text (the `faultspec` syntax, one item or
 //! several per line) replaces every fault rule of the device; an empty file removes them all.
 //! Writing `down` into it takes the link down, writing nothing brings it back; writing `fatal`
 //! kills the device (`IBV_EVENT_DEVICE_FATAL`, for good). A file that does not parse is said on

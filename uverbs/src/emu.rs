@@ -173,7 +173,12 @@ pub fn ensure(emu: &mut Emu) -> Option<Arc<Node>> {
         Ok(n) => {
             tracing::info!(ip = %n.ip, gid = %n.gid(), tree = %n.tree.display(), "software ConnectX mlx5_0 ready");
             emu.node = Some(n.clone());
-            crate::events::start_pump(n.clone());
+            crate::pinned::set_node(n.clone());
+            // The control file's rules apply from the start, before the program's first
+            // request; the events thread then looks for changes.
+            let mut control = crate::control::Control::new(n.cfg.control.clone());
+            control.check(&n.fabric, &n.dev);
+            crate::events::start_pump(n.clone(), control);
             Some(n)
         }
         Err(e) => {

@@ -227,13 +227,13 @@ fn route(emu: &mut Emu, e: AsyncEvent) {
 }
 
 /// Start the thread that moves the device's asynchronous events to the contexts' queues and
-/// applies the control file.
-pub fn start_pump(node: Arc<Node>) {
+/// applies the control file whenever it changes.
+pub fn start_pump(node: Arc<Node>, control: crate::control::Control) {
     let spawned = std::thread::Builder::new()
         .name("mlx5sim-events".into())
         .spawn(move || {
             let _b = emu::Busy::enter();
-            pump(&node)
+            pump(&node, control)
         });
     if let Err(e) = spawned {
         emu::say(&format!(
@@ -242,7 +242,7 @@ pub fn start_pump(node: Arc<Node>) {
     }
 }
 
-fn pump(node: &Node) {
+fn pump(node: &Node, mut control: crate::control::Control) {
     let fd = match node.dev.async_event_fd() {
         Ok(fd) => fd,
         Err(e) => {
@@ -250,7 +250,6 @@ fn pump(node: &Node) {
             return;
         }
     };
-    let mut control = crate::control::Control::new(node.cfg.control.clone());
     loop {
         sys::poll_in(fd, crate::node::CONTROL_POLL.as_millis() as i32);
         emu::with(|emu| {

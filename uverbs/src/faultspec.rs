@@ -1,6 +1,7 @@
 //! The fault specification of `MLX5SIM_FAULTS` and `mlx5sim --faults`: the software ConnectX's
 //! fault rules (`mlx5_sim::faults`) written as one line, so an unmodified program can run under
-//! loss, duplication, reordering, delay, corruption or a link that is down.
+//! loss, duplication, reordering, delay, corruption, a link that is down, or a receiver whose
+//! receive queue looks empty (RNR).
 //!
 //! ```text
 //! loss=1%,dup=0.5%            1 % of frames dropped, 0.5 % delivered twice
@@ -9,6 +10,9 @@
 //! only=acks,loss=10%          the rules after `only=` select one class of packets
 //! qpn=0x10a,times=3,loss=100% at most 3 frames to QP 0x10a
 //! down                        every frame dropped (bring it up with the control file)
+//! times=5,rnr=100%            the next 5 requests that need a receive WQE find none (RNR NAK)
+//! rnr=10%                     each request that needs a receive WQE refused with 10 % chance
+//! rnr-for=50ms                every one refused for 50 ms from the first (a receiver behind)
 //! seed=7                      the generator every random rule draws from
 //! fatal                       the device dies (IBV_EVENT_DEVICE_FATAL; nothing brings it back)
 //! ```
@@ -17,7 +21,10 @@
 //! comment). Rates are a percentage (`1%`) or a fraction (`0.01`); durations take `ns`, `us`,
 //! `ms` or `s`. The selectors `only=`, `qpn=`, `times=` and `skip=` apply to the rules that
 //! follow them. Every rule acts on the frames this process's device transmits (each process
-//! applies its own specification to what it sends).
+//! applies its own specification to what it sends), except the RNR rules (`rnr=`, `rnr-for=`):
+//! they act on the requests this process's device receives, where a request needing a receive
+//! WQE (a SEND, a WRITE with immediate, a UD datagram) meets its receive queue or SRQ, which
+//! then looks empty; `qpn=` names the receiving QP (`mlx5_sim::faults::FaultTarget::rnr`).
 //!
 //! This file is shared by the preload library and the launcher (`mlx5sim --faults` checks a
 //! specification before it starts the program).
@@ -63,6 +70,11 @@ pub enum Action {
     Delay(Duration),
     /// Drop everything.
     Down,
+    /// Refuse a request that needs a receive WQE with this probability, as if the receive
+    /// queue were empty (RNR NAK on RC, dropped on UC/UD).
+    Rnr(f64),
+    /// Refuse every request that needs a receive WQE for this long, from the first one.
+    RnrFor(Duration),
 }
 
 /// One rule with its selectors.
@@ -192,6 +204,8 @@ pub fn parse<'a>(text: &'a str) -> Result<Spec, String> {
                 spec.fatal = true;
                 None
             }
+            "rnr" => Some(Action::Rnr(rate(need(v)?).map_err(err)?)),
+            "rnr-for" => Some(Action::RnrFor(duration(need(v)?).map_err(err)?)),
             "only" => {
                 cur.class = class(need(v)?).map_err(err)?;
                 None
@@ -219,7 +233,7 @@ pub fn parse<'a>(text: &'a str) -> Result<Spec, String> {
             _ => {
                 return Err(format!(
                     "unknown fault item '{item}' (loss=, dup=, corrupt=, reorder=, delay=, \
-                     down, fatal, only=, qpn=, times=, skip=, seed=)"
+                     down, fatal, rnr=, rnr-for=, only=, qpn=, times=, skip=, seed=)"
                 ))
             }
         };
@@ -253,6 +267,11 @@ mod tests {
         assert_eq!(s.rules[1].action, Action::Delay(Duration::from_millis(1)));
         assert_eq!(s.rules[2].action, Action::Down);
         assert_eq!(parse("").unwrap(), Spec::default());
+        let s = parse("qpn=0x11 times=5 rnr=100%\nrnr=0.1 rnr-for=50ms").unwrap();
+        assert_eq!(s.rules[0].action, Action::Rnr(1.0));
+        assert_eq!((s.rules[0].qpn, s.rules[0].times), (Some(0x11), Some(5)));
+        assert_eq!(s.rules[1].action, Action::Rnr(0.1));
+        assert_eq!(s.rules[2].action, Action::RnrFor(Duration::from_millis(50)));
     }
 
     #[test]
@@ -266,6 +285,8 @@ mod tests {
             ("qpn=0x1000000", "24 bits"),
             ("drop=1", "unknown fault item"),
             ("delay=100s", "60 s"),
+            ("rnr=3", "outside"),
+            ("rnr-for=5", "no unit"),
         ] {
             let e = parse(bad).unwrap_err();
             assert!(e.contains(says), "{bad}: {e}");

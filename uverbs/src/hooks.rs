@@ -21,7 +21,8 @@
 //! | `write` | the uverbs commands (`cmd_fallback.c` `_execute_cmd_write`) |
 //! | `ioctl` | ENOTTY: no ioctl framework (`cmd_fallback.c` `_execute_ioctl_fallback`) |
 //! | `read`, `fcntl`, `fcntl64`, `close` | the event descriptors and the end of a context |
-//! | `mmap`, `mmap64` | UAR pages at libmlx5's offsets (`mlx5.c` `mlx5_mmap`) |
+//! | `mmap`, `mmap64` | UAR pages at libmlx5's offsets (`mlx5.c` `mlx5_mmap`); with `MAP_FIXED`, as `munmap` first |
+//! | `munmap` | registered memory the program unmaps stays the device's ([`crate::pinned`]; the kernel pins it, `ib_umem_get`) |
 //!
 //! `open`, `openat`, `fcntl` and `ioctl` are variadic in C. Stable Rust cannot define a
 //! variadic function, so each is defined with its optional argument as a fixed one: on x86-64
@@ -387,6 +388,9 @@ pub unsafe extern "C" fn hook_mmap(
     off: libc::off_t,
 ) -> *mut c_void {
     if !fds::is_command(fd) || Busy::active() {
+        if flags & libc::MAP_FIXED != 0 && !Busy::active() {
+            crate::pinned::before_unmap(addr as u64, len as u64);
+        }
         return sys::mmap(addr, len, prot, flags, fd, off);
     }
     // `off_t` is 64 bits here, 32 on 32-bit targets.
@@ -415,6 +419,9 @@ pub unsafe extern "C" fn hook_mmap64(
     off: libc::off64_t,
 ) -> *mut c_void {
     if !fds::is_command(fd) || Busy::active() {
+        if flags & libc::MAP_FIXED != 0 && !Busy::active() {
+            crate::pinned::before_unmap(addr as u64, len as u64);
+        }
         return sys::mmap64(addr, len, prot, flags, fd, off);
     }
     match emu::mmap_offset(fd, len, off) {
@@ -424,6 +431,19 @@ pub unsafe extern "C" fn hook_mmap64(
             libc::MAP_FAILED
         }
     }
+}
+
+/// `munmap(2)`: pages of a registered memory region in the range are kept for the device
+/// first ([`crate::pinned::before_unmap`]), as the kernel keeps them pinned.
+///
+/// # Safety
+/// As the C function.
+#[export_name = "munmap"]
+pub unsafe extern "C" fn hook_munmap(addr: *mut c_void, len: usize) -> c_int {
+    if !Busy::active() {
+        crate::pinned::before_unmap(addr as u64, len as u64);
+    }
+    sys::munmap(addr, len)
 }
 
 /// Set `errno` to `e` and return -1.

@@ -50,6 +50,7 @@ mod hooks;
 mod log;
 mod node;
 mod objects;
+mod pinned;
 mod report;
 mod sys;
 mod sysfs;
@@ -79,6 +80,7 @@ extern "C" fn init() {
 extern "C" fn after_fork_child() {
     FORKED.store(true, Ordering::SeqCst);
     fds::clear_all();
+    pinned::forget_after_fork();
 }
 
 /// The library's destructor: the report, the fabric thread stopped, the tree removed.

@@ -66,6 +66,9 @@ impl Node {
     /// fabric thread.
     pub fn start(cfg: Config, tree: PathBuf) -> Result<Node, String> {
         let fabric = Fabric::new();
+        if cfg.tap.is_some() {
+            return Self::start_on_tap(cfg, tree, fabric);
+        }
         let mut bound = None;
         let ips: Vec<Ipv4Addr> = match cfg.ip {
             Some(ip) => vec![ip],
@@ -109,14 +112,52 @@ impl Node {
             dev.add_udp_peer(peer.octets(), *addr)
                 .map_err(|e| format!("MLX5SIM_PEERS: {e}"))?;
         }
-        match &cfg.tap {
-            Some(tap) => dev
-                .bind_tap(tap)
-                .map_err(|e| format!("MLX5SIM_TAP={tap}: {e}"))?,
-            None => dev
-                .set_udp_peer_port(Some(cfg.port))
-                .map_err(|e| e.to_string())?,
+        dev.set_udp_peer_port(Some(cfg.port))
+            .map_err(|e| e.to_string())?;
+        Self::finish(cfg, tree, fabric, dev, ip, guid)
+    }
+
+    /// The device on a TAP interface (`MLX5SIM_TAP`): its address (`MLX5SIM_IP`, required) is
+    /// on the TAP link, not one of this host's, so its UDP socket, needed only for the
+    /// `MLX5SIM_PEERS` devices, is bound to any address on the agreed port.
+    fn start_on_tap(cfg: Config, tree: PathBuf, fabric: Fabric) -> Result<Node, String> {
+        let tap = cfg.tap.clone().unwrap_or_default();
+        let ip = cfg.ip.ok_or_else(|| {
+            format!(
+                "MLX5SIM_TAP={tap}: give the device's address on the TAP link (MLX5SIM_IP, \
+                 mlx5sim --ip)"
+            )
+        })?;
+        let dev = fabric.add_device(
+            DeviceConfig::new(ip.octets())
+                .name(crate::sysfs::IBDEV)
+                .mtu(cfg.mtu),
+        );
+        let guid = 0x0002_c903_0000_0000 | u64::from(u32::from(ip));
+        dev.set_node_guid(guid);
+        if !cfg.peers.is_empty() {
+            let any = SocketAddr::new(Ipv4Addr::UNSPECIFIED.into(), cfg.port);
+            dev.bind_udp(any)
+                .map_err(|e| format!("cannot bind the device's UDP socket to {any}: {e}"))?;
+            for (peer, addr) in &cfg.peers {
+                dev.add_udp_peer(peer.octets(), *addr)
+                    .map_err(|e| format!("MLX5SIM_PEERS: {e}"))?;
+            }
         }
+        dev.bind_tap(&tap)
+            .map_err(|e| format!("MLX5SIM_TAP={tap}: {e}"))?;
+        Self::finish(cfg, tree, fabric, dev, ip, guid)
+    }
+
+    /// Faults, capture and the fabric's thread, once the device is bound.
+    fn finish(
+        cfg: Config,
+        tree: PathBuf,
+        fabric: Fabric,
+        dev: SimDevice,
+        ip: Ipv4Addr,
+        guid: u64,
+    ) -> Result<Node, String> {
         if let Some(f) = &cfg.faults {
             let spec = crate::faultspec::parse(f).map_err(|e| format!("MLX5SIM_FAULTS: {e}"))?;
             apply_faults(&fabric, &dev, &spec);
@@ -225,6 +266,8 @@ pub fn apply_faults(fabric: &Fabric, dev: &SimDevice, spec: &Spec) {
             Action::Reorder(d) => t.reorder(d),
             Action::Delay(d) => t.delay(d),
             Action::Down => t.down(),
+            Action::Rnr(p) => t.rnr(Rate(p)),
+            Action::RnrFor(d) => t.rnr_for(d),
         };
     }
 }

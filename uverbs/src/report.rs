@@ -37,6 +37,7 @@ pub fn text(node: &Node) -> String {
     let _ = writeln!(s, "fault_duplicated {}", f.duplicated);
     let _ = writeln!(s, "fault_corrupted {}", f.corrupted);
     let _ = writeln!(s, "fault_delayed {}", f.delayed);
+    let _ = writeln!(s, "fault_rnr {}", f.rnr);
     for (name, v) in node.counters() {
         let _ = writeln!(s, "{name} {v}");
     }

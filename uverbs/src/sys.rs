@@ -64,6 +64,7 @@ static FCNTL64: Next = Next::new(c"fcntl64");
 static CLOSE: Next = Next::new(c"close");
 static MMAP: Next = Next::new(c"mmap");
 static MMAP64: Next = Next::new(c"mmap64");
+static MUNMAP: Next = Next::new(c"munmap");
 static SOCKET: Next = Next::new(c"socket");
 
 /// No next definition of a libc function: a broken process; say so and fail like the call.
@@ -264,6 +265,38 @@ pub fn mmap64(
         ) -> *mut c_void,
         libc::MAP_FAILED
     )
+}
+/// `munmap(2)`.
+pub fn munmap(addr: *mut c_void, len: usize) -> c_int {
+    forward!(MUNMAP, fn(addr: *mut c_void, len: usize) -> c_int, -1)
+}
+/// `mremap(2)` of `len` bytes at `from` to exactly `to`, replacing what is mapped there
+/// (`MREMAP_MAYMOVE | MREMAP_FIXED`); whether it worked (`errno` says why not). The library
+/// defines no `mremap`, so the C library's is called directly.
+pub fn mremap_fixed(from: u64, len: u64, to: u64) -> bool {
+    // SAFETY: moves whole pages of this process's own mappings; the callers move only pages
+    // no Rust reference points into (the program's registered memory, which the device reads
+    // by address with its thread stopped, and a reservation of their own).
+    let r = unsafe {
+        libc::mremap(
+            from as usize as *mut c_void,
+            len as usize,
+            len as usize,
+            libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED,
+            to as usize as *mut c_void,
+        )
+    };
+    r != libc::MAP_FAILED
+}
+/// The page size.
+pub fn page_size() -> u64 {
+    // SAFETY: sysconf has no memory-safety preconditions.
+    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if p > 0 {
+        p as u64
+    } else {
+        4096
+    }
 }
 /// `socket(2)`.
 pub fn socket(domain: c_int, ty: c_int, proto: c_int) -> c_int {

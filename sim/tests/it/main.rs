@@ -16,6 +16,7 @@ mod objects;
 mod pcap_roundtrip;
 mod pcap_tshark;
 mod rc_ops;
+mod rnr_fault;
 mod rnr_loss;
 mod shared_bfregs;
 mod state;

@@ -35,7 +35,8 @@ struct Args {
     /// UDP port every software ConnectX binds its socket to.
     #[arg(long, value_name = "PORT")]
     port: Option<u16>,
-    /// Fault rules for the frames the device transmits, e.g. "loss=1%,dup=0.5%" (or @FILE).
+    /// Fault rules, e.g. "loss=1%,dup=0.5%" on the frames the device transmits, "times=5,rnr=100%"
+    /// on the requests it receives (or @FILE).
     #[arg(long, value_name = "SPEC")]
     faults: Option<String>,
     /// A file whose fault rules replace the current ones whenever it changes.

@@ -101,7 +101,11 @@ fn release(emu: &mut Emu, fd: i32, u: &mut crate::context::Ucontext) {
                 r
             }
             Object::Ah(a) => node.dev.destroy_ah(AhId(a.id.0)),
-            Object::Mr(m) => node.dev.dereg_mr(MrId(m.id.0)),
+            Object::Mr(m) => {
+                let r = node.dev.dereg_mr(MrId(m.id.0));
+                crate::pinned::deregistered(m.id.0);
+                r
+            }
             Object::Xrcd(x) => srq::release_xrcd(emu, &node, x.id, x.inode)
                 .map_err(|e| mlx5_hw::Error::InvalidArgument(format!("errno {e}"))),
             Object::Pd(p) => node.dev.dealloc_pd(PdId(p.id.0)),

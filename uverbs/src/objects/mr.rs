@@ -65,14 +65,16 @@ pub fn reg_mr(emu: &mut Emu, node: &Node, fd: i32, req: &Req) -> Result<Resp, i3
     }
     let u = uctx(emu, fd)?;
     let pd: PdId = u.get(r.pd_handle, context::pd)?.id;
-    // SAFETY: the range is mapped (checked above) and the program promises, as with the
-    // kernel's pinned pages, to keep it until it deregisters the region (dereg_mr) or closes
-    // the context, both of which remove the region from the device first.
+    // SAFETY: the range is mapped (checked above), and stays so until the region is
+    // deregistered (dereg_mr) or its context closed, both of which remove it from the device
+    // first: pages the program unmaps before are moved for the device and unmapped only then
+    // (`crate::pinned`, the kernel's pinned pages).
     let mr = unsafe {
         node.dev
             .reg_mr(pd, r.start as usize as *mut u8, r.length as usize, access)
     }
     .map_err(crate::objects::errno)?;
+    crate::pinned::registered(mr.id.0, r.start, r.length);
     let h = u.insert(Object::Mr(Mr {
         id: mr.id,
         pd: r.pd_handle,
@@ -94,6 +96,7 @@ pub fn dereg_mr(emu: &mut Emu, node: &Node, fd: i32, req: &Req) -> Result<Resp, 
     let u = uctx(emu, fd)?;
     let id: MrId = u.get(h.handle, context::mr)?.id;
     node.dev.dereg_mr(id).map_err(crate::objects::errno)?;
+    crate::pinned::deregistered(id.0);
     u.objects.remove(&h.handle);
     Ok(Resp::default())
 }

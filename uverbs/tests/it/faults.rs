@@ -132,3 +132,62 @@ fn the_capture_decodes_as_roce() {
     }
     assert_eq!(frames as u64, sent, "every frame sent is in a capture");
 }
+
+/// RNR rules act on the requests the device receives: the first five SENDs that reach each end
+/// find its receive queue looking empty (with receives posted), each end answers RNR NAK, the
+/// other waits its RNR timer and resends, and the ping-pong completes. Each end counts the
+/// refusals (`fault_rnr`, `out_of_buffer`) and the other end the RNR NAKs it got
+/// (`rnr_nak_retry_err`).
+#[test]
+fn rnr_rules_make_each_receiver_answer_rnr_naks() {
+    let p = pair(
+        "faults-rnr",
+        "ibv_rc_pingpong",
+        &["-g", "0", "-n", "40"],
+        &["--faults", "times=5 rnr=100%"],
+    );
+    let (s, c) = (&p.server_report, &p.client_report);
+    for r in [s, c] {
+        assert_eq!(n(r, "fault_rnr"), 5, "{r:?}");
+        assert_eq!(n(r, "out_of_buffer"), 5, "{r:?}");
+        assert_eq!(n(r, "rnr_nak_retry_err"), 5, "{r:?}");
+        assert_eq!(n(r, "req_rnr_retries_exceeded"), 0, "{r:?}");
+    }
+    assert!(
+        p.client.stdout.contains("40 iters in"),
+        "{}",
+        p.client.stdout
+    );
+}
+
+/// A receiver behind for a while (`rnr-for=`, from the first request that needs a receive
+/// WQE), set through the control file: the first SEND is refused until the time is over, every
+/// refusal is one RNR NAK the other end got, and the ping-pong completes.
+#[test]
+fn a_receiver_behind_for_a_while_through_the_control_file() {
+    let s = Scratch::new("faults-rnr-for");
+    let ctl = s.path("control");
+    std::fs::write(&ctl, "# 5 ms of empty receive queues\nrnr-for=5ms\n").unwrap();
+    let p = pair(
+        "faults-rnr-for-run",
+        "ibv_rc_pingpong",
+        &["-g", "0", "-n", "20", "-e"],
+        &["--control", ctl.to_str().unwrap()],
+    );
+    let (s, c) = (&p.server_report, &p.client_report);
+    for (r, other) in [(s, c), (c, s)] {
+        // ibv_rc_pingpong's min_rnr_timer 12 is 0.64 ms (IBTA Vol 1 Table 45): several waits.
+        assert!(n(r, "fault_rnr") >= 2, "{r:?}");
+        assert_eq!(n(r, "out_of_buffer"), n(r, "fault_rnr"), "{r:?}");
+        assert_eq!(
+            n(other, "rnr_nak_retry_err"),
+            n(r, "fault_rnr"),
+            "{r:?} {other:?}"
+        );
+    }
+    assert!(
+        p.client.stdout.contains("20 iters in"),
+        "{}",
+        p.client.stdout
+    );
+}

@@ -10,3 +10,4 @@ mod perftest;
 mod pingpong;
 mod support;
 mod ucx;
+mod unmapped_memory;

@@ -135,3 +135,44 @@ fn ib_send_lat_srq() {
 fn ib_send_bw_xrc() {
     bw("ib_send_bw", &["-c", "XRC"]);
 }
+
+/// UD multicast between two processes with no peer named (`MLX5SIM_PEERS` unset): both ends
+/// attach their QP to one IPv4 group (`-g`, with `-M` the IPv4-mapped MGID: perftest's default
+/// group is IPv6, which the software ConnectX does not model) and send to it; the frames cross
+/// as real IP multicast on loopback. Each end receives the other's datagrams and, as its QP is
+/// attached and does not block multicast loopback, its own.
+#[test]
+fn ib_send_lat_multicast_without_peers() {
+    // A group of this run (239/8: organisation-local scope), so parallel runs do not meet.
+    let pid = std::process::id();
+    let mgid = format!(
+        "0:0:0:0:0:0:0:0:0:0:255:255:239:77:{}:{}",
+        (pid >> 8) & 0xff,
+        pid & 0xff
+    );
+    let p = pair(
+        "ib_send_lat-mcast",
+        "ib_send_lat",
+        &["-c", "UD", "-g", "-M", &mgid, "-n", "100", "-s", "2"],
+        &[],
+    );
+    let group = format!("255:255:239:77:{:02}:{:02}", (pid >> 8) & 0xff, pid & 0xff);
+    for (end, o, r) in [
+        ("server", &p.server.stdout, &p.server_report),
+        ("client", &p.client.stdout, &p.client_report),
+    ] {
+        row(o, "t_avg[usec]", 2, 100);
+        assert!(
+            o.contains("QPN 0xffffff")
+                && o.contains(&format!("MGID: 00:00:00:00:00:00:00:00:00:00:{group}")),
+            "{end}:\n{o}"
+        );
+        let n = |k: &str| -> u64 { r[k].parse().unwrap() };
+        assert_eq!(n("port_xmit_packets"), 100, "{end}: {r:?}");
+        assert_eq!(
+            n("port_rcv_packets"),
+            200,
+            "{end}: the other's 100 and its own: {r:?}"
+        );
+    }
+}

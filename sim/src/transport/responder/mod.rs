@@ -148,7 +148,16 @@ fn class_c(qp: &mut Qp, ctx: &mut Ctx, req: &Packet, code: NakCode, why: &str) {
     }
 }
 
+/// Whether an RNR fault rule refuses the request being delivered its receive WQE (decided
+/// once per request: `crate::fault_rules::RecvGate`), as if the receive queue were empty.
+fn refused_by_fault(ctx: &mut Ctx) -> bool {
+    ctx.recv_gate.as_mut().is_some_and(|g| g.refuses())
+}
+
 fn recv_ready(qp: &Qp, ctx: &mut Ctx) -> bool {
+    if refused_by_fault(ctx) {
+        return false;
+    }
     match qp.srq {
         Some(s) => ctx.srqs.get(&s).is_some_and(|srq| {
             let posted = srq.dbrec.read_be32(0) as u16;
@@ -159,6 +168,10 @@ fn recv_ready(qp: &Qp, ctx: &mut Ctx) -> bool {
 }
 
 fn take_recv(qp: &mut Qp, ctx: &mut Ctx) -> Option<RecvWqe> {
+    if refused_by_fault(ctx) {
+        ctx.counters.inc(CounterId::OutOfBuffer);
+        return None;
+    }
     let srq = match qp.srq {
         Some(s) => Some(ctx.srqs.get_mut(&s)?),
         None => None,
