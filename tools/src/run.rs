@@ -5,7 +5,7 @@
 //! connection carries ([`usable_sizes`]), the banner's lines about the run ([`run_lines`]), and
 //! the part of a run's plan the common arguments make ([`RunPlan`]).
 
-use crate::args::{AtomicArg, Common, Length, Test};
+use crate::args::{AtomicArg, Common, ConnArg, Length, Test};
 use crate::connecting::Receives;
 use crate::devices::{on_devices, Devices};
 use crate::hello::{RunShape, Tool};
@@ -89,10 +89,23 @@ pub fn rendezvous(c: &Common, quiet: bool) -> Result<Option<Rendezvous>> {
 /// ConnectX that reaches its peer process over UDP (perftest's messages have no field for a UDP
 /// address: bind it to a TAP link instead, where it speaks native RoCEv2).
 pub fn check_perftest(c: &Common, devs: &Devices) -> Result<()> {
+    if c.plain_perftest() && c.connection == ConnArg::Dc {
+        return Err(dc_with_perftest("--perftest"));
+    }
     if c.plain_perftest() && devs.is_sim() && !devs.on_tap() {
         return Err(perftest_over_udp("--perftest"));
     }
     Ok(())
+}
+
+/// `-c DC` cannot run over perftest's exchange: these tools swap the DC addresses over RC QPs
+/// of their own after their exchange (`crate::dc`), which stock perftest does not do.
+fn dc_with_perftest(who: &str) -> Error {
+    Error::Usage(format!(
+        "{who}: -c DC runs only between these tools: they swap the DC addresses (DCT numbers \
+         and keys) over RC QPs of their own after their exchange (docs/perftest.md, DC), which \
+         stock perftest does not do; run both ends with these tools, without --perftest"
+    ))
 }
 
 fn perftest_over_udp(who: &str) -> Error {
@@ -121,6 +134,12 @@ pub fn first_contact(
     match contact {
         FirstContact::Ours => Ok(None),
         FirstContact::Perftest(s) => {
+            if c.connection == ConnArg::Dc {
+                return Err(dc_with_perftest(&format!(
+                    "the peer {} is stock perftest",
+                    s.peer()
+                )));
+            }
             if devs.is_sim() && !devs.on_tap() {
                 let who = match &s.peer_version {
                     Some(v) => format!("the peer {} is stock perftest (version {v})", s.peer()),

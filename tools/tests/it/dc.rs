@@ -257,3 +257,22 @@ fn dc_across_processes_and_its_refusals() {
         assert!(err.contains("client -c DC, server -c RC"), "{err}");
     }
 }
+
+/// `-c DC` with perftest's exchange (`--perftest`) is refused before anything waits (exit 2):
+/// the DC addresses travel over RC QPs of these tools, which stock perftest does not open.
+#[test]
+fn dc_with_perftests_exchange_is_refused_clearly() {
+    for exe in [env!("CARGO_BIN_EXE_lat"), env!("CARGO_BIN_EXE_bw")] {
+        let out = std::process::Command::new(exe)
+            .args(["write", "-c", "DC", "--perftest", "-p", "1", "127.0.0.1"])
+            .env_remove("RUST_LOG")
+            .output()
+            .expect("run");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{exe}: {err}");
+        assert!(
+            err.contains("-c DC runs only between these tools"),
+            "{exe}: {err}"
+        );
+    }
+}
