@@ -98,7 +98,7 @@ impl VerbsDevice {
         };
         let cap = cap_from_ibv(&a.cap);
         let layout = if dct {
-            queueless_layout(QpType::Dct)
+            queueless_layout(QpType::Dct, 0)
         } else {
             match mlx5::qp_layout(self.rdma, qp, attr, &cap) {
                 Ok(l) => l,
@@ -159,32 +159,5 @@ impl VerbsDevice {
                 qp.0, e.qp_type
             ))),
         }
-    }
-}
-
-/// The layout of a QP without queues (a DCT): no rings, no doorbell record, no BlueFlame
-/// register.
-fn queueless_layout(qp_type: QpType) -> QpLayout {
-    let none = crate::layout::WqLayout {
-        buf: std::ptr::null_mut(),
-        wqe_cnt: 0,
-        stride: 0,
-    };
-    QpLayout {
-        qpn: 0,
-        qp_type,
-        dbrec: std::ptr::null_mut(),
-        sq: none,
-        rq: none,
-        bf: crate::layout::BfLayout {
-            reg: std::ptr::null_mut(),
-            size: 0,
-            shared: false,
-        },
-        max_inline_data: 0,
-        max_send_sge: 0,
-        max_recv_sge: 0,
-        sq_sig_all: false,
-        uses_srq: true,
     }
 }

@@ -935,3 +935,31 @@ impl Drop for VerbsDevice {
         }
     }
 }
+
+/// The layout of a QP without queues: no rings, no doorbell record, no BlueFlame register. An
+/// XRC target receives into the XRC SRQ each request names; a DCT through its SRQ, and gets
+/// its number only at RTR (`qpn` 0 until then).
+fn queueless_layout(qp_type: QpType, qpn: u32) -> QpLayout {
+    let none = crate::layout::WqLayout {
+        buf: std::ptr::null_mut(),
+        wqe_cnt: 0,
+        stride: 0,
+    };
+    QpLayout {
+        qpn,
+        qp_type,
+        dbrec: std::ptr::null_mut(),
+        sq: none,
+        rq: none,
+        bf: crate::layout::BfLayout {
+            reg: std::ptr::null_mut(),
+            size: 0,
+            shared: false,
+        },
+        max_inline_data: 0,
+        max_send_sge: 0,
+        max_recv_sge: 0,
+        sq_sig_all: false,
+        uses_srq: true,
+    }
+}

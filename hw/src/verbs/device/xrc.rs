@@ -241,7 +241,7 @@ impl VerbsDevice {
             qpn,
             qp_type: QpType::XrcRecv,
             cap: QpCap::default(),
-            layout: target_layout(qpn),
+            layout: super::queueless_layout(QpType::XrcRecv, qpn),
         })
     }
 
@@ -285,32 +285,5 @@ fn target_entry(qp: *mut ibv::ibv_qp, xrcd: XrcdId) -> QpEntry {
         xrcd: Some(xrcd),
         claimed: false,
         dct_state: None,
-    }
-}
-
-/// The layout of a target QP: no send queue, no receive queue, no doorbell, no BlueFlame
-/// register (it receives into the XRC SRQ each request names).
-fn target_layout(qpn: u32) -> QpLayout {
-    let none = crate::layout::WqLayout {
-        buf: std::ptr::null_mut(),
-        wqe_cnt: 0,
-        stride: 0,
-    };
-    QpLayout {
-        qpn,
-        qp_type: QpType::XrcRecv,
-        dbrec: std::ptr::null_mut(),
-        sq: none,
-        rq: none,
-        bf: crate::layout::BfLayout {
-            reg: std::ptr::null_mut(),
-            size: 0,
-            shared: false,
-        },
-        max_inline_data: 0,
-        max_send_sge: 0,
-        max_recv_sge: 0,
-        sq_sig_all: false,
-        uses_srq: true,
     }
 }
