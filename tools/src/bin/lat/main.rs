@@ -414,6 +414,7 @@ fn measure_end<P: DataPath>(
                     // run), so the run is complete and the goodbye is not to be waited
                     // for again (it was taken off the connection).
                     said_goodbye = true;
+                    me.linger();
                     break 'sizes;
                 }
             }

@@ -361,6 +361,25 @@ impl<'a, P: DataPath> Pinger<'a, P> {
         let want = self.sends_posted;
         self.wait("send completions", 1, |p| p.sends_done >= want)
     }
+
+    /// After the client's goodbye came during [`Pinger::settle`]: the client had every
+    /// message, so the run is complete, but the acknowledgments of this side's last answers
+    /// may still be on their way (the peer's responder writes the data before it sends the
+    /// ACK). Wait for them, as perftest's server waits for all its send completions before it
+    /// closes, so the run ends with nothing outstanding and the wire counters whole. The wait
+    /// is bounded by the transport itself: an ACK that never comes ends in a retry-exceeded
+    /// completion after the retry budget, and the patience limit backs that up. Neither is an
+    /// error of the run, which the client already confirmed.
+    pub(super) fn linger(&mut self) {
+        let start = Instant::now();
+        while self.sends_done < self.sends_posted && start.elapsed() <= self.patience.limit {
+            if let Err(e) = self.drain() {
+                tracing::debug!("an answer the client had already seen ended without its ACK: {e}");
+                return;
+            }
+            std::thread::yield_now();
+        }
+    }
 }
 
 /// Stamps cycle through 1..=255 so that consecutive messages always differ from each other
