@@ -124,6 +124,8 @@ impl DeviceConfig {
 pub const SPIN_AFTER_WORK: Duration = Duration::from_millis(1);
 /// The first idle sleep of the fabric thread; each further idle round doubles it.
 pub const MIN_IDLE_SLEEP: Duration = Duration::from_micros(50);
+/// Busy steps one pass of the fabric thread takes before it lets go of the fabric's lock.
+const MAX_STEPS_PER_PASS: usize = 100_000;
 /// The longest idle sleep of the fabric thread: the bound on how late a doorbell rung after a
 /// long idle period is seen.
 pub const MAX_IDLE_SLEEP: Duration = Duration::from_millis(5);
@@ -345,20 +347,19 @@ fn thread_loop(inner: &Inner, stop: &AtomicBool) {
     let mut fds: Vec<libc::pollfd> = Vec::new();
     while !stop.load(Ordering::SeqCst) {
         let mut w = inner.lock();
-        let t = base + start.elapsed().as_nanos() as u64;
-        // Work that arrived since the last pass (a doorbell, a frame) is seen now: when no
-        // timer or delayed frame falls in between, it runs at `t`, so that what it stamps (CQE
-        // timestamps, pcap times) is when the device did it, not the last pass before an idle
-        // sleep.
-        if t > w.now && w.next_deadline().is_none_or(|d| d > t) {
-            w.now = t;
+        // The clock follows the wall clock step by step, and each step receives what arrived
+        // before it fires timers ([`World::step_at`]): work that arrived since the last pass
+        // (a doorbell, a frame) runs at the time the device does it, which is what it stamps
+        // (CQE timestamps, pcap times), and a response that waited while this thread was
+        // descheduled is not taken for a lost one.
+        let mut busy = false;
+        for _ in 0..MAX_STEPS_PER_PASS {
+            let t = base + start.elapsed().as_nanos() as u64;
+            if !w.step_at(t) {
+                break;
+            }
+            busy = true;
         }
-        // Moving the clock runs the fabric until idle (timers included) and counts the work.
-        let busy = if t > w.now {
-            w.advance_to(t) > 0
-        } else {
-            w.step()
-        };
         if busy {
             drop(w);
             last_work = Instant::now();
