@@ -113,6 +113,9 @@ pub struct Dev {
     /// What the doorbell scanners saw on QPs destroyed through `crate::kernel` (whose counts
     /// would otherwise go with them).
     pub retired_doorbells: crate::doorbell::DoorbellStats,
+    /// The least local ACK timeout (ns) of its QPs whose peer is in another process, while a
+    /// fabric thread runs ([`crate::Fabric::set_remote_ack_timeout_floor`]).
+    pub remote_ack_floor: u64,
 }
 
 impl Dev {
@@ -142,6 +145,7 @@ impl Dev {
             fatal: false,
             cq_arm_pages: BTreeMap::new(),
             retired_doorbells: Default::default(),
+            remote_ack_floor: crate::fabric::REMOTE_ACK_TIMEOUT_FLOOR.as_nanos() as u64,
         }
     }
 
@@ -191,9 +195,18 @@ impl Dev {
             bugs,
             counters,
             threaded,
+            udp,
+            remote_ack_floor,
             ..
         } = self;
         let qp = qps.get_mut(&qpn)?;
+        // Only a device whose clock is the wall clock and that reaches other processes has
+        // peers that can be descheduled.
+        let remote_ack_floor = if *threaded && udp.is_some() {
+            *remote_ack_floor
+        } else {
+            0
+        };
         let mut ctx = Ctx {
             now,
             dev: name,
@@ -206,6 +219,7 @@ impl Dev {
             out,
             counters,
             threaded: *threaded,
+            remote_ack_floor,
             recv_gate,
         };
         Some(f(qp, &mut ctx))
@@ -231,6 +245,9 @@ pub struct World {
     /// Background threads running the fabric ([`crate::Fabric::start_thread`]); while there is
     /// one, doorbells are scanned in threaded mode.
     pub threads: u32,
+    /// The floor set by [`crate::Fabric::set_remote_ack_timeout_floor`] for devices added
+    /// later; `None`: [`crate::fabric::REMOTE_ACK_TIMEOUT_FLOOR`].
+    pub remote_ack_floor: Option<u64>,
 }
 
 impl std::fmt::Debug for World {
