@@ -95,6 +95,10 @@ pub struct Ctx<'a> {
     /// The fabric runs on its own thread while drivers write (threaded doorbell scanning,
     /// [`crate::doorbell::threaded`]).
     pub threaded: bool,
+    /// The least local ACK timeout (ns) of a QP whose peer is in another process, 0 for none
+    /// (`crate::transport::requester`, `docs/software-connectx.md` "Timers between
+    /// processes").
+    pub remote_ack_floor: u64,
     /// The RNR fault rules' say on the request being delivered, when there are such rules
     /// ([`crate::faults::FaultTarget::rnr_next`]): the responder asks it before it takes a
     /// receive WQE.

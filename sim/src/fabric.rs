@@ -124,9 +124,19 @@ impl DeviceConfig {
 pub const SPIN_AFTER_WORK: Duration = Duration::from_millis(1);
 /// The first idle sleep of the fabric thread; each further idle round doubles it.
 pub const MIN_IDLE_SLEEP: Duration = Duration::from_micros(50);
+/// Busy steps one pass of the fabric thread takes before it lets go of the fabric's lock.
+const MAX_STEPS_PER_PASS: usize = 100_000;
 /// The longest idle sleep of the fabric thread: the bound on how late a doorbell rung after a
 /// long idle period is seen.
 pub const MAX_IDLE_SLEEP: Duration = Duration::from_millis(5);
+
+/// The default least local ACK timeout of a QP whose peer is in another process
+/// ([`Fabric::set_remote_ack_timeout_floor`]). A ConnectX answers within microseconds whatever
+/// its host does; the software ConnectX of another process answers when the scheduler runs
+/// its fabric thread, which on a loaded machine is hundreds of milliseconds later (measured:
+/// `docs/software-connectx.md`, "Timers between processes"). Eight expiries in a row
+/// (`retry_cnt` 7) then take 2 s, not the 0.5 s of perftest's default `timeout` 14.
+pub const REMOTE_ACK_TIMEOUT_FLOOR: Duration = Duration::from_millis(250);
 
 /// A shared fabric of software ConnectX devices. Cloning gives another handle to the same
 /// fabric.
@@ -197,6 +207,9 @@ impl Fabric {
         // do: a driver that sends to the QPN of the wrong device is caught rather than lucky.
         dev.next_id = 0x100 + ((idx as u32 & 0xff) << 12);
         dev.threaded = w.threads > 0;
+        if let Some(f) = w.remote_ack_floor {
+            dev.remote_ack_floor = f;
+        }
         w.devs.push(dev);
         drop(w);
         let mut ll = self
@@ -206,6 +219,21 @@ impl Fabric {
             .unwrap_or_else(|e| e.into_inner());
         ll.push(cfg.link_layer);
         SimDevice::new(self.inner.clone(), idx, name)
+    }
+
+    /// Set the least local ACK timeout of the QPs whose peer is in another process (a device
+    /// of another fabric reached through a UDP socket, [`SimDevice::bind_udp`]) while a fabric
+    /// thread runs, for every device, present and future; `Duration::ZERO` gives them the
+    /// timer their `timeout` attribute asks for, as a ConnectX does. Default
+    /// [`REMOTE_ACK_TIMEOUT_FLOOR`]; deterministic runs and QPs within one fabric always have
+    /// the exact timer.
+    pub fn set_remote_ack_timeout_floor(&self, floor: Duration) {
+        let ns = u64::try_from(floor.as_nanos()).unwrap_or(u64::MAX);
+        let mut w = self.inner.lock();
+        w.remote_ack_floor = Some(ns);
+        for d in &mut w.devs {
+            d.remote_ack_floor = ns;
+        }
     }
 
     /// How many devices the fabric holds.
@@ -345,20 +373,19 @@ fn thread_loop(inner: &Inner, stop: &AtomicBool) {
     let mut fds: Vec<libc::pollfd> = Vec::new();
     while !stop.load(Ordering::SeqCst) {
         let mut w = inner.lock();
-        let t = base + start.elapsed().as_nanos() as u64;
-        // Work that arrived since the last pass (a doorbell, a frame) is seen now: when no
-        // timer or delayed frame falls in between, it runs at `t`, so that what it stamps (CQE
-        // timestamps, pcap times) is when the device did it, not the last pass before an idle
-        // sleep.
-        if t > w.now && w.next_deadline().is_none_or(|d| d > t) {
-            w.now = t;
+        // The clock follows the wall clock step by step, and each step receives what arrived
+        // before it fires timers ([`World::step_at`]): work that arrived since the last pass
+        // (a doorbell, a frame) runs at the time the device does it, which is what it stamps
+        // (CQE timestamps, pcap times), and a response that waited while this thread was
+        // descheduled is not taken for a lost one.
+        let mut busy = false;
+        for _ in 0..MAX_STEPS_PER_PASS {
+            let t = base + start.elapsed().as_nanos() as u64;
+            if !w.step_at(t) {
+                break;
+            }
+            busy = true;
         }
-        // Moving the clock runs the fabric until idle (timers included) and counts the work.
-        let busy = if t > w.now {
-            w.advance_to(t) > 0
-        } else {
-            w.step()
-        };
         if busy {
             drop(w);
             last_work = Instant::now();

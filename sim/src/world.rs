@@ -113,6 +113,9 @@ pub struct Dev {
     /// What the doorbell scanners saw on QPs destroyed through `crate::kernel` (whose counts
     /// would otherwise go with them).
     pub retired_doorbells: crate::doorbell::DoorbellStats,
+    /// The least local ACK timeout (ns) of its QPs whose peer is in another process, while a
+    /// fabric thread runs ([`crate::Fabric::set_remote_ack_timeout_floor`]).
+    pub remote_ack_floor: u64,
 }
 
 impl Dev {
@@ -142,6 +145,7 @@ impl Dev {
             fatal: false,
             cq_arm_pages: BTreeMap::new(),
             retired_doorbells: Default::default(),
+            remote_ack_floor: crate::fabric::REMOTE_ACK_TIMEOUT_FLOOR.as_nanos() as u64,
         }
     }
 
@@ -191,9 +195,18 @@ impl Dev {
             bugs,
             counters,
             threaded,
+            udp,
+            remote_ack_floor,
             ..
         } = self;
         let qp = qps.get_mut(&qpn)?;
+        // Only a device whose clock is the wall clock and that reaches other processes has
+        // peers that can be descheduled.
+        let remote_ack_floor = if *threaded && udp.is_some() {
+            *remote_ack_floor
+        } else {
+            0
+        };
         let mut ctx = Ctx {
             now,
             dev: name,
@@ -206,6 +219,7 @@ impl Dev {
             out,
             counters,
             threaded: *threaded,
+            remote_ack_floor,
             recv_gate,
         };
         Some(f(qp, &mut ctx))
@@ -231,6 +245,9 @@ pub struct World {
     /// Background threads running the fabric ([`crate::Fabric::start_thread`]); while there is
     /// one, doorbells are scanned in threaded mode.
     pub threads: u32,
+    /// The floor set by [`crate::Fabric::set_remote_ack_timeout_floor`] for devices added
+    /// later; `None`: [`crate::fabric::REMOTE_ACK_TIMEOUT_FLOOR`].
+    pub remote_ack_floor: Option<u64>,
 }
 
 impl std::fmt::Debug for World {
@@ -291,9 +308,7 @@ impl World {
         let mut work = false;
         let now = self.now;
         let mut outs = Vec::with_capacity(self.devs.len());
-        let mut inbound = Vec::new();
-        let mut group_inbound = Vec::new();
-        for (i, d) in self.devs.iter_mut().enumerate() {
+        for d in self.devs.iter_mut() {
             let mut out = Vec::new();
             if d.fatal {
                 // A device in its fatal state reads no doorbell and fires no timer.
@@ -311,6 +326,52 @@ impl World {
             for qpn in qpns {
                 work |= d.with_qp(qpn, now, &mut out, process_qp).unwrap_or(false);
             }
+            outs.push(out);
+        }
+        for (i, out) in outs.into_iter().enumerate() {
+            self.transmit(i, out);
+        }
+        work |= self.poll_inbound();
+        work |= self.deliver_due();
+        // Arm doorbells last: a CQE written in this step before the device saw an arm fires it
+        // at once, the race the arm's consumer index exists for (a doorbell still in flight
+        // while the device writes a CQE), so deterministic runs exercise it too.
+        for d in &mut self.devs {
+            work |=
+                crate::cq_uar::forward(d.cq_arm_pages.values(), &mut d.cqs, &d.name, &mut d.bugs);
+            for cq in d.cqs.values_mut() {
+                work |= cq.scan_arm(&d.name, &mut d.bugs);
+            }
+        }
+        work
+    }
+
+    /// One step of a fabric thread at wall-clock time `t` (virtual ns): the clock moves to `t`
+    /// first, then what arrived is received (the sockets read, every frame due delivered and
+    /// acknowledged), and only then does the step fire timers and send. A response that came
+    /// while the thread was not running is so taken before the ACK timer it answers can
+    /// expire: the timer measures how long the peer took to answer, not how long this thread
+    /// was descheduled (`docs/software-connectx.md`, "Timers between processes"). Timers that
+    /// expired in between fire at `t`, late rather than in order with the frames.
+    pub fn step_at(&mut self, t: u64) -> bool {
+        self.now = self.now.max(t);
+        let got = self.poll_inbound();
+        let got = self.deliver_due() | got;
+        self.step() | got
+    }
+
+    /// Read every device's UDP socket, group sockets and TAP interface (a bounded number of
+    /// datagrams each): unicast frames go on the wire arriving now, group datagrams are
+    /// delivered at once. Returns whether a group datagram was read.
+    fn poll_inbound(&mut self) -> bool {
+        let now = self.now;
+        let mut inbound = Vec::new();
+        let mut group_inbound = Vec::new();
+        for (i, d) in self.devs.iter_mut().enumerate() {
+            if d.fatal {
+                // A device in its fatal state reads nothing.
+                continue;
+            }
             if let Some(u) = &d.udp {
                 u.poll(&mut inbound);
                 let mut got = Vec::new();
@@ -320,10 +381,6 @@ impl World {
             if let Some(t) = &mut d.tap {
                 t.poll(d.port.ip, d.port.mac, &mut inbound);
             }
-            outs.push(out);
-        }
-        for (i, out) in outs.into_iter().enumerate() {
-            self.transmit(i, out);
         }
         for bytes in inbound {
             self.enqueue(WireFrame {
@@ -332,21 +389,29 @@ impl World {
                 from: None,
             });
         }
-        if !group_inbound.is_empty() {
-            work = true;
-            // A device of this fabric sent it: delivered here already (`route_mcast`).
-            let ours: Vec<std::net::SocketAddr> = self
-                .devs
-                .iter()
-                .filter_map(|d| d.udp.as_ref()?.local_addr().ok())
-                .collect();
-            for (i, from, bytes) in group_inbound {
-                if !ours.contains(&from) {
-                    self.faults.arrived(now, &bytes);
-                    self.deliver_group_datagram(i, bytes);
-                }
+        if group_inbound.is_empty() {
+            return false;
+        }
+        // A device of this fabric sent it: delivered here already (`route_mcast`).
+        let ours: Vec<std::net::SocketAddr> = self
+            .devs
+            .iter()
+            .filter_map(|d| d.udp.as_ref()?.local_addr().ok())
+            .collect();
+        for (i, from, bytes) in group_inbound {
+            if !ours.contains(&from) {
+                self.faults.arrived(now, &bytes);
+                self.deliver_group_datagram(i, bytes);
             }
         }
+        true
+    }
+
+    /// Deliver every frame on the wire whose arrival time has come, then send the ACKs the
+    /// requests among them are due. Returns whether a frame was delivered or an ACK sent.
+    fn deliver_due(&mut self) -> bool {
+        let mut work = false;
+        let now = self.now;
         let due = self.wire.iter().take_while(|f| f.at <= now).count();
         for _ in 0..due {
             let Some(f) = self.wire.pop_front() else {
@@ -379,16 +444,6 @@ impl World {
                     .unwrap_or(false);
             }
             self.transmit(i, out);
-        }
-        // Arm doorbells last: a CQE written in this step before the device saw an arm fires it
-        // at once, the race the arm's consumer index exists for (a doorbell still in flight
-        // while the device writes a CQE), so deterministic runs exercise it too.
-        for d in &mut self.devs {
-            work |=
-                crate::cq_uar::forward(d.cq_arm_pages.values(), &mut d.cqs, &d.name, &mut d.bugs);
-            for cq in d.cqs.values_mut() {
-                work |= cq.scan_arm(&d.name, &mut d.bugs);
-            }
         }
         work
     }

@@ -8,6 +8,7 @@
 //! | `MLX5SIM_PEERS` | `ADDR=HOST:PORT,...`: devices whose socket is elsewhere than `ADDR:MLX5SIM_PORT` | none |
 //! | `MLX5SIM_TAP` | `NAME`: speak native RoCE v2 on this TAP interface (Soft-RoCE on the other end) | none |
 //! | `MLX5SIM_MTU` | active MTU of the port: 256, 512, 1024, 2048 or 4096 | 1024 |
+//! | `MLX5SIM_ACK_FLOOR_MS` | least local ACK timeout, in ms, of a QP whose peer is in another process (0: the timer `timeout` asks for, as on a ConnectX) | 250 |
 //! | `MLX5SIM_FAULTS` | fault rules (`faultspec`), or `@FILE` to read them from a file | none |
 //! | `MLX5SIM_CONTROL` | a file whose fault rules replace the current ones whenever it changes | none |
 //! | `MLX5SIM_PCAP` | capture every frame the device transmits to this pcap file | none |
@@ -40,6 +41,9 @@ pub struct Config {
     pub tap: Option<String>,
     /// `MLX5SIM_MTU`.
     pub mtu: Mtu,
+    /// `MLX5SIM_ACK_FLOOR_MS` (`mlx5_sim::Fabric::set_remote_ack_timeout_floor`); `None`: the
+    /// fabric's default.
+    pub ack_floor: Option<std::time::Duration>,
     /// `MLX5SIM_FAULTS`, read (a `@FILE` replaced by the file's text).
     pub faults: Option<String>,
     /// `MLX5SIM_CONTROL`.
@@ -113,6 +117,19 @@ impl Config {
                 .ok_or_else(|| format!("MLX5SIM_MTU={v}: 256, 512, 1024, 2048 or 4096"))?,
             None => Mtu::Mtu1024,
         };
+        let ack_floor = match var("MLX5SIM_ACK_FLOOR_MS") {
+            Some(v) => Some(
+                v.trim()
+                    .parse::<u32>()
+                    .ok()
+                    .filter(|&ms| ms <= 3_600_000)
+                    .map(|ms| std::time::Duration::from_millis(ms.into()))
+                    .ok_or_else(|| {
+                        format!("MLX5SIM_ACK_FLOOR_MS={v}: milliseconds, 0 to 3600000")
+                    })?,
+            ),
+            None => None,
+        };
         let faults = match var("MLX5SIM_FAULTS") {
             Some(v) => match v.strip_prefix('@') {
                 Some(file) => Some(
@@ -132,6 +149,7 @@ impl Config {
             peers,
             tap: var("MLX5SIM_TAP"),
             mtu,
+            ack_floor,
             faults,
             control: var("MLX5SIM_CONTROL").map(path),
             pcap: var("MLX5SIM_PCAP").map(path),

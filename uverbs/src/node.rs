@@ -162,6 +162,9 @@ impl Node {
             let spec = crate::faultspec::parse(f).map_err(|e| format!("MLX5SIM_FAULTS: {e}"))?;
             apply_faults(&fabric, &dev, &spec);
         }
+        if let Some(f) = cfg.ack_floor {
+            fabric.set_remote_ack_timeout_floor(f);
+        }
         if let Some(p) = &cfg.pcap {
             fabric
                 .capture_to(p)

@@ -54,6 +54,10 @@ struct Args {
     /// Active MTU of the port (256, 512, 1024, 2048, 4096).
     #[arg(long, value_name = "BYTES")]
     mtu: Option<u32>,
+    /// Least local ACK timeout of a QP whose peer is in another process, in ms (default 250;
+    /// 0: the timer the QP's timeout attribute asks for, as on a ConnectX).
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u32).range(0..=3_600_000))]
+    ack_floor_ms: Option<u32>,
     /// The library's log filter (RUST_LOG syntax), on standard error.
     #[arg(long, value_name = "FILTER")]
     log: Option<String>,
@@ -182,6 +186,11 @@ fn run(a: Args) -> Result<std::convert::Infallible, String> {
     );
     set(&mut cmd, "MLX5SIM_TAP", a.tap);
     set(&mut cmd, "MLX5SIM_MTU", a.mtu.map(|m| m.to_string()));
+    set(
+        &mut cmd,
+        "MLX5SIM_ACK_FLOOR_MS",
+        a.ack_floor_ms.map(|m| m.to_string()),
+    );
     set(&mut cmd, "MLX5SIM_LOG", a.log);
     let e = cmd.exec();
     Err(format!("cannot run {}: {e}", Path::new(prog).display()))

@@ -2,6 +2,7 @@
 //! and UCX run on the software ConnectX, each bounded by a timeout and its output checked.
 
 mod dc;
+mod descheduled;
 mod discovery;
 mod driver_bugs;
 mod errno;

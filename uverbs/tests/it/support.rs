@@ -182,6 +182,16 @@ pub fn start_path(opts: &[&str], prog: &Path, args: &[&str], env: &[(&str, &str)
 }
 
 impl Run {
+    /// The program's process id (the launcher execs it).
+    pub fn id(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Whether the program has not exited yet.
+    pub fn running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
     /// Wait for the program to end, killing it after `limit`.
     pub fn finish(mut self, limit: Duration) -> Output {
         let end = Instant::now() + limit;
@@ -224,21 +234,26 @@ pub fn run_path(opts: &[&str], program: &Path, args: &[&str], limit: Duration) -
 /// its output is block-buffered into the pipe, so its lines come only at exit).
 pub fn wait_listen(port: u16, limit: Duration) {
     let end = Instant::now() + limit;
-    let hex = format!(":{port:04X} ");
     while Instant::now() < end {
-        for f in ["/proc/net/tcp", "/proc/net/tcp6"] {
-            let t = std::fs::read_to_string(f).unwrap_or_default();
-            // sl local_address rem_address st ...: state 0A is LISTEN.
-            if t.lines().skip(1).any(|l| {
-                let c: Vec<&str> = l.split_whitespace().collect();
-                c.len() > 3 && format!("{} ", c[1]).ends_with(&hex) && c[3] == "0A"
-            }) {
-                return;
-            }
+        if listening(port) {
+            return;
         }
         std::thread::sleep(Duration::from_millis(20));
     }
     panic!("nothing listens on TCP port {port} after {limit:?}");
+}
+
+/// Whether something listens on TCP port `port`.
+pub fn listening(port: u16) -> bool {
+    let hex = format!(":{port:04X} ");
+    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
+        let t = std::fs::read_to_string(f).unwrap_or_default();
+        // sl local_address rem_address st ...: state 0A is LISTEN.
+        t.lines().skip(1).any(|l| {
+            let c: Vec<&str> = l.split_whitespace().collect();
+            c.len() > 3 && format!("{} ", c[1]).ends_with(&hex) && c[3] == "0A"
+        })
+    })
 }
 
 /// A TCP port no other test of this binary uses at the same time (the programs' own

@@ -153,7 +153,7 @@ pub(super) fn atomic_ack(qp: &mut Qp, ctx: &mut Ctx, frame: &Frame) {
     qp.req.retrying_from = None;
     qp.req.retries_left = qp.attr.retry_cnt;
     retire(qp, ctx);
-    restart_timer(qp, ctx.now);
+    restart_timer(qp, ctx);
 }
 
 /// Mark requests acknowledged up to and including PSN `upto`.
@@ -194,12 +194,12 @@ pub(super) fn ack_upto(qp: &mut Qp, ctx: &mut Ctx, upto: Psn) -> bool {
         qp.req.retries_left = qp.attr.retry_cnt;
         qp.req.rnr_left = qp.attr.rnr_retry;
         retire(qp, ctx);
-        restart_timer(qp, ctx.now);
+        restart_timer(qp, ctx);
     } else if partial {
         qp.req.retrying_from = None;
         qp.req.retries_left = qp.attr.retry_cnt;
         qp.req.rnr_left = qp.attr.rnr_retry;
-        restart_timer(qp, ctx.now);
+        restart_timer(qp, ctx);
     }
     if (progressed || partial) && implied.is_none() {
         pump(qp, ctx);
@@ -289,6 +289,6 @@ pub(super) fn read_response(qp: &mut Qp, ctx: &mut Ctx, frame: &Frame) {
         qp.req.retrying_from = None;
         qp.req.retries_left = qp.attr.retry_cnt;
         retire(qp, ctx);
-        restart_timer(qp, ctx.now);
+        restart_timer(qp, ctx);
     }
 }

@@ -48,15 +48,26 @@ pub const WINDOW: u32 = 128;
 /// ends.
 pub const ACK_EVERY: u32 = 64;
 
-fn ack_timeout(qp: &Qp) -> Option<u64> {
-    local_ack_timeout(qp.attr.timeout).map(|d| d.as_nanos() as u64)
+/// The local ACK timeout of the QP (IBTA Vol 1 §9.7.6.1.3: 4.096 µs × 2^`timeout`, none for
+/// 0), at least the device's floor for a peer in another process (`ctx.remote_ack_floor`, set
+/// only while a fabric thread runs and the device reaches other processes; a QP whose
+/// destination is its own port is not one).
+fn ack_timeout(qp: &Qp, ctx: &Ctx) -> Option<u64> {
+    let t = local_ack_timeout(qp.attr.timeout).map(|d| d.as_nanos() as u64)?;
+    let remote = qp.path.is_some_and(|p| p.addr.dst_ip != ctx.port.ip);
+    Some(if remote {
+        t.max(ctx.remote_ack_floor)
+    } else {
+        t
+    })
 }
 
-fn restart_timer(qp: &mut Qp, now: u64) {
+/// Start the local ACK timer from now, or stop it when nothing is outstanding.
+fn restart_timer(qp: &mut Qp, ctx: &Ctx) {
     qp.req.timer = if qp.req.outstanding.is_empty() || !qp.qp_type.is_reliable() {
         None
     } else {
-        ack_timeout(qp).map(|t| now + t)
+        ack_timeout(qp, ctx).map(|t| ctx.now + t)
     };
 }
 

@@ -93,7 +93,7 @@ pub(super) fn resend_from(qp: &mut Qp, ctx: &mut Ctx, from: Psn) {
             p.acked = 0;
         }
     }
-    restart_timer(qp, ctx.now);
+    restart_timer(qp, ctx);
     pump(qp, ctx);
 }
 

@@ -120,7 +120,7 @@ fn post(qp: &mut Qp, ctx: &mut Ctx, mut pending: Pending) {
         let idle = qp.req.outstanding.is_empty();
         qp.req.outstanding.push_back(pending);
         if idle {
-            restart_timer(qp, ctx.now);
+            restart_timer(qp, ctx);
         }
         pump(qp, ctx);
         retire(qp, ctx);
