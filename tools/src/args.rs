@@ -376,7 +376,7 @@ pub struct Common {
     pub bind_source_ip: Option<std::net::IpAddr>,
     /// perftest's --use-srq: the send test's receives go to a shared receive queue of -r WRs
     /// that every QP receives through (each QP's share, -r / -q, posted at the start, as
-    /// perftest); --path direct only.
+    /// perftest; ibv_post_srq_recv on --path verbs).
     #[arg(long = "use-srq", alias = "use_srq")]
     pub use_srq: bool,
     /// perftest's --cpu_util: with -D, the CPU utilisation over the measured window as
@@ -588,13 +588,6 @@ impl Common {
                  avavilible in SEND tests\"), not {}",
                 test.name()
             )));
-        }
-        if self.use_srq && self.path == PathKind::Verbs {
-            return Err(Error::Usage(
-                "--use-srq: --path verbs posts receives to each QP (ibv_post_recv); the shared \
-                 receive queue is on --path direct"
-                    .into(),
-            ));
         }
         if self.cpu_util && self.duration.is_none() {
             return Err(Error::Usage(
