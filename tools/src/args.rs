@@ -111,6 +111,10 @@ pub enum ConnArg {
     /// (`mlx5_tools::dc`).
     #[value(name = "DC", alias = "dc")]
     Dc,
+    /// eXtended reliable connected: per QP an XRC initiator sending to the peer's XRC target
+    /// and its XRC SRQ (`mlx5_tools::xrc`).
+    #[value(name = "XRC", alias = "xrc")]
+    Xrc,
 }
 
 impl ConnArg {
@@ -121,6 +125,7 @@ impl ConnArg {
             ConnArg::Uc => QpType::Uc,
             ConnArg::Ud => QpType::Ud,
             ConnArg::Dc => QpType::Dci,
+            ConnArg::Xrc => QpType::XrcSend,
         }
     }
 }
@@ -201,7 +206,7 @@ impl Test {
     pub fn allows(self, c: ConnArg) -> bool {
         matches!(
             (self, c),
-            (_, ConnArg::Rc | ConnArg::Dc)
+            (_, ConnArg::Rc | ConnArg::Dc | ConnArg::Xrc)
                 | (Test::Write | Test::Send, ConnArg::Uc)
                 | (Test::Send, ConnArg::Ud)
         )
@@ -562,6 +567,13 @@ impl Common {
                 "-c DC --path verbs: ibv_post_send has no DC destination; perftest posts DC \
                  only through the ibv_wr_* API (\"DC does not support old post send flow\", \
                  src/perftest_parameters.c): leave out --path verbs"
+                    .into(),
+            ));
+        }
+        if self.connection == ConnArg::Xrc && self.path == PathKind::Verbs {
+            return Err(Error::Usage(
+                "-c XRC --path verbs: not in this build; -c XRC runs on --path direct \
+                 (docs/perftest.md)"
                     .into(),
             ));
         }
@@ -1121,7 +1133,9 @@ mod tests {
         assert!(e.to_string().contains("at most 4294967296"), "{e}");
         assert!(LatArgs::try_parse_from(["lat", "write", "-n", "18446744073709551616"]).is_err());
         assert!(LatArgs::try_parse_from(["lat", "write", "-n", "-1"]).is_err());
-        assert!(LatArgs::try_parse_from(["lat", "write", "-c", "XRC"]).is_err());
+        assert!(LatArgs::try_parse_from(["lat", "write", "-c", "SRD"]).is_err());
+        let x = LatArgs::try_parse_from(["lat", "read", "-c", "XRC"]).unwrap();
+        assert_eq!(x.common.connection.qp_type(), QpType::XrcSend);
     }
 
     #[test]
