@@ -111,6 +111,10 @@ pub enum ConnArg {
     /// (`mlx5_tools::dc`).
     #[value(name = "DC", alias = "dc")]
     Dc,
+    /// eXtended reliable connected: per QP an XRC initiator sending to the peer's XRC target
+    /// and its XRC SRQ (`mlx5_tools::xrc`).
+    #[value(name = "XRC", alias = "xrc")]
+    Xrc,
 }
 
 impl ConnArg {
@@ -121,6 +125,7 @@ impl ConnArg {
             ConnArg::Uc => QpType::Uc,
             ConnArg::Ud => QpType::Ud,
             ConnArg::Dc => QpType::Dci,
+            ConnArg::Xrc => QpType::XrcSend,
         }
     }
 }
@@ -201,7 +206,7 @@ impl Test {
     pub fn allows(self, c: ConnArg) -> bool {
         matches!(
             (self, c),
-            (_, ConnArg::Rc | ConnArg::Dc)
+            (_, ConnArg::Rc | ConnArg::Dc | ConnArg::Xrc)
                 | (Test::Write | Test::Send, ConnArg::Uc)
                 | (Test::Send, ConnArg::Ud)
         )
@@ -376,7 +381,7 @@ pub struct Common {
     pub bind_source_ip: Option<std::net::IpAddr>,
     /// perftest's --use-srq: the send test's receives go to a shared receive queue of -r WRs
     /// that every QP receives through (each QP's share, -r / -q, posted at the start, as
-    /// perftest); --path direct only.
+    /// perftest; ibv_post_srq_recv on --path verbs).
     #[arg(long = "use-srq", alias = "use_srq")]
     pub use_srq: bool,
     /// perftest's --cpu_util: with -D, the CPU utilisation over the measured window as
@@ -565,6 +570,13 @@ impl Common {
                     .into(),
             ));
         }
+        if self.connection == ConnArg::Xrc && self.path == PathKind::Verbs {
+            return Err(Error::Usage(
+                "-c XRC --path verbs: not in this build; -c XRC runs on --path direct \
+                 (docs/perftest.md)"
+                    .into(),
+            ));
+        }
         if self.loopback && self.server.is_some() {
             return Err(Error::Usage(
                 "--loopback runs both ends here: give no server address".into(),
@@ -588,13 +600,6 @@ impl Common {
                  avavilible in SEND tests\"), not {}",
                 test.name()
             )));
-        }
-        if self.use_srq && self.path == PathKind::Verbs {
-            return Err(Error::Usage(
-                "--use-srq: --path verbs posts receives to each QP (ibv_post_recv); the shared \
-                 receive queue is on --path direct"
-                    .into(),
-            ));
         }
         if self.cpu_util && self.duration.is_none() {
             return Err(Error::Usage(
@@ -1128,7 +1133,9 @@ mod tests {
         assert!(e.to_string().contains("at most 4294967296"), "{e}");
         assert!(LatArgs::try_parse_from(["lat", "write", "-n", "18446744073709551616"]).is_err());
         assert!(LatArgs::try_parse_from(["lat", "write", "-n", "-1"]).is_err());
-        assert!(LatArgs::try_parse_from(["lat", "write", "-c", "XRC"]).is_err());
+        assert!(LatArgs::try_parse_from(["lat", "write", "-c", "SRD"]).is_err());
+        let x = LatArgs::try_parse_from(["lat", "read", "-c", "XRC"]).unwrap();
+        assert_eq!(x.common.connection.qp_type(), QpType::XrcSend);
     }
 
     #[test]

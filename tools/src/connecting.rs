@@ -228,13 +228,23 @@ pub use verbs::{connect_verbs, VerbsLinks};
 mod verbs {
     use super::*;
     use crate::path::Verbs;
-    use mlx5_hw::verbs::baseline::{BaselineQp, Sge as VSge};
+    use mlx5_hw::verbs::baseline::{BaselineQp, BaselineSrq, Sge as VSge};
     use mlx5_qp::Wc;
 
+    /// Where a link posts the receives of its QP.
+    enum Into<'q, 'd> {
+        /// The QP's own receive queue (`ibv_post_recv`).
+        Qp(&'q mut BaselineQp<'d>),
+        /// The SRQ every QP receives through (`ibv_post_srq_recv`; `--use-srq`): the first QP
+        /// to reach Init posts every QP's share there (and sets the flag), the others nothing.
+        Srq(&'q mut BaselineSrq<'d>, &'q mut bool),
+    }
+
     /// The control path's view of a verbs data path: receives are posted through
-    /// `ibv_post_recv` when the QP reaches Init, so none is missing when the peer starts.
+    /// `ibv_post_recv` (or `ibv_post_srq_recv`) when the QP reaches Init, so none is missing
+    /// when the peer starts.
     struct VerbsLink<'q, 'd> {
-        qp: &'q mut BaselineQp<'d>,
+        into: Into<'q, 'd>,
         recv: Option<Receives>,
         failed: &'q mut Option<mlx5_hw::Error>,
     }
@@ -242,18 +252,31 @@ mod verbs {
     impl Link for VerbsLink<'_, '_> {
         fn set_state(&mut self, _state: mlx5_hw::QpState) {}
         fn post_receives(&mut self) -> mlx5_qp::Result<()> {
-            let Some(r) = self.recv else {
+            let Some(r) = self.recv.take() else {
                 return Ok(());
             };
+            if let Into::Srq(_, filled) = &mut self.into {
+                if **filled {
+                    return Ok(());
+                }
+                **filled = true;
+            }
             let sge = VSge {
                 addr: r.sge.addr,
                 length: r.sge.length,
                 lkey: r.sge.lkey,
             };
             for i in 0..u64::from(r.depth) {
-                if let Err(e) = self.qp.post_recv(i, &[sge]) {
+                let (posted, call) = match &mut self.into {
+                    Into::Qp(qp) => (qp.post_recv(i, &[sge]), "ibv_post_recv refused a receive"),
+                    Into::Srq(srq, _) => (
+                        srq.post_recv(i, &[sge]),
+                        "ibv_post_srq_recv refused a receive",
+                    ),
+                };
+                if let Err(e) = posted {
                     *self.failed = Some(e);
-                    return Err(mlx5_qp::Error::BadLayout("ibv_post_recv refused a receive"));
+                    return Err(mlx5_qp::Error::BadLayout(call));
                 }
             }
             Ok(())
@@ -301,24 +324,42 @@ mod verbs {
         pub recv: Option<Receives>,
         /// Why posting a receive failed (the link's error type cannot carry it).
         pub failed: Option<mlx5_hw::Error>,
+        /// With an SRQ: whether its receives were handed to a link already.
+        srq_filled: bool,
     }
 
     impl<'v, 'd> VerbsLinks<'v, 'd> {
-        /// The links of `verbs`' QPs, posting `recv` on each when it reaches Init.
+        /// The links of `verbs`' QPs, posting `recv` on each when it reaches Init; with an SRQ
+        /// (`--use-srq`) the first QP to reach Init posts each QP's share (`depth / qps`, at
+        /// least one: [`crate::resources::srq_receives`]) to the SRQ, as perftest's
+        /// `ctx_set_recv_wqes` posts `rx_depth / num_of_qps` per QP with `ibv_post_srq_recv`.
         pub fn new(verbs: &'v mut Verbs<'d>, recv: Option<Receives>) -> VerbsLinks<'v, 'd> {
             VerbsLinks {
                 verbs,
                 recv,
                 failed: None,
+                srq_filled: false,
             }
         }
     }
 
     impl Links for VerbsLinks<'_, '_> {
         fn link(&mut self, q: usize) -> Box<dyn Link + '_> {
+            let n = self.verbs.qp_count();
+            let (qp, srq) = self.verbs.receive_side(q);
+            let (into, recv) = match srq {
+                None => (Into::Qp(qp), self.recv),
+                Some(srq) => (
+                    Into::Srq(srq, &mut self.srq_filled),
+                    self.recv.map(|r| Receives {
+                        depth: crate::resources::srq_receives(r.depth, n),
+                        ..r
+                    }),
+                ),
+            };
             Box::new(VerbsLink {
-                qp: self.verbs.qp_mut(q),
-                recv: self.recv,
+                into,
+                recv,
                 failed: &mut self.failed,
             })
         }

@@ -59,6 +59,8 @@ use std::time::Duration;
 fn conn_name(t: mlx5_hw::QpType) -> &'static str {
     if t.is_dc() {
         "DC"
+    } else if t.is_xrc() {
+        "XRC"
     } else {
         t.name()
     }
@@ -374,7 +376,7 @@ impl Hello {
                 mlx5_hw::QpType::Rc => 1,
                 mlx5_hw::QpType::Uc => 2,
                 mlx5_hw::QpType::Ud => 3,
-                // Never a perftest connection type (`-c` takes RC, UC, UD, DC).
+                // `-c XRC` runs XRC initiators against XRC targets.
                 mlx5_hw::QpType::XrcSend => 4,
                 mlx5_hw::QpType::XrcRecv => 5,
                 // `-c DC` runs a DCI against a DCT.
@@ -571,6 +573,7 @@ fn decode_shape(b: &[u8; HELLO_LEN], from: &str) -> Result<RunShape> {
             0 | 1 => mlx5_hw::QpType::Rc,
             2 => mlx5_hw::QpType::Uc,
             3 => mlx5_hw::QpType::Ud,
+            4 => mlx5_hw::QpType::XrcSend,
             6 => mlx5_hw::QpType::Dci,
             c => {
                 return Err(peer_error(

@@ -13,7 +13,7 @@
 //! device ([`inline`]), what `lat` and `bw` do alike around a run ([`run`]), the edges of a run
 //! ([`serve`]), the log every program installs ([`log`]), what the `rc_pingpong` and
 //! `ud_pingpong` binaries share ([`pingpong`]) and the NIC's figures of `lat --timestamps`
-//! ([`timestamps`]).
+//! ([`timestamps`]); `-c DC` ([`dc`]) and `-c XRC` ([`xrc`]).
 //!
 //! The tools print the same columns as perftest's `ib_write_lat` / `ib_write_bw`
 //! (perftest `src/perftest_parameters.c`, `print_report_lat` / `print_report_bw`) so that their
@@ -49,5 +49,6 @@ pub mod serve;
 pub mod stats;
 pub mod svg;
 pub mod timestamps;
+pub mod xrc;
 
 pub use error::{Error, Result};

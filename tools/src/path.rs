@@ -246,7 +246,8 @@ pub use verbs::Verbs;
 mod verbs {
     use super::*;
     use mlx5_hw::verbs::baseline::{
-        BaselineCq, BaselineQp, Completion, SendOp, SendWr as VWr, Sge as VSge, UdDest as VUd,
+        BaselineCq, BaselineQp, BaselineSrq, Completion, SendOp, SendWr as VWr, Sge as VSge,
+        UdDest as VUd,
     };
 
     /// `IBV_WC_RECV`: every receive opcode has this bit (rdma-core `libibverbs/verbs.h`,
@@ -260,6 +261,8 @@ mod verbs {
         qps: Vec<BaselineQp<'d>>,
         qpns: Vec<u32>,
         cq: BaselineCq<'d>,
+        /// `--use-srq`: the SRQ every QP receives through (`ibv_post_srq_recv`).
+        srq: Option<BaselineSrq<'d>>,
         ud: Vec<Option<VUd>>,
         /// UD receives start with a GRH on RoCE (the CQE's flag is not reported here).
         ud_grh: bool,
@@ -287,6 +290,7 @@ mod verbs {
                 qps,
                 qpns: r.qps.iter().map(|q| q.qpn).collect(),
                 cq: BaselineCq::new(&r.verbs, r.cq.id)?,
+                srq: r.srq.map(|s| BaselineSrq::new(&r.verbs, s)).transpose()?,
                 ud: vec![None; r.qps.len()],
                 ud_grh: r.qp_type == mlx5_hw::QpType::Ud,
                 done: vec![Completion::default(); 32],
@@ -299,6 +303,20 @@ mod verbs {
         /// QP `q`'s handle (to post the receives of a connect).
         pub fn qp_mut(&mut self, q: usize) -> &mut BaselineQp<'d> {
             &mut self.qps[q]
+        }
+
+        /// QP `q`'s handle and the SRQ the QPs receive through, if any (`--use-srq`: the
+        /// receives of a connect go there).
+        pub fn receive_side(
+            &mut self,
+            q: usize,
+        ) -> (&mut BaselineQp<'d>, Option<&mut BaselineSrq<'d>>) {
+            (&mut self.qps[q], self.srq.as_mut())
+        }
+
+        /// How many QPs the path drives.
+        pub fn qp_count(&self) -> usize {
+            self.qps.len()
         }
     }
 
@@ -356,7 +374,10 @@ mod verbs {
         }
 
         fn post_recv(&mut self, q: usize, wr_id: u64, sge: Sge) -> Result<()> {
-            self.qps[q].post_recv(wr_id, &[vsge(sge)])?;
+            match &mut self.srq {
+                Some(s) => s.post_recv(wr_id, &[vsge(sge)])?,
+                None => self.qps[q].post_recv(wr_id, &[vsge(sge)])?,
+            }
             Ok(())
         }
 

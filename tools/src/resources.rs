@@ -322,6 +322,9 @@ pub struct VerbsResources {
     pub verbs: std::sync::Arc<mlx5_hw::verbs::VerbsDevice>,
     /// `-e`: the completion channel the CQ reports to (`ibv_comp_channel`).
     pub channel: Option<mlx5_hw::ChannelId>,
+    /// `--use-srq`: the shared receive queue every QP receives through (`ibv_create_srq`),
+    /// posted to with `ibv_post_srq_recv` ([`crate::path::Verbs`]).
+    pub srq: Option<mlx5_hw::SrqId>,
 }
 
 impl Drop for VerbsResources {
@@ -330,6 +333,13 @@ impl Drop for VerbsResources {
         for q in &self.qps {
             if let Err(e) = self.verbs.destroy_qp(q.id) {
                 tracing::warn!(qpn = q.qpn, error = %e, "destroy_qp failed");
+            }
+        }
+        // The SRQ after the QPs that use it, before the CQ (libibverbs refuses to destroy an
+        // SRQ a QP still uses: EBUSY).
+        if let Some(srq) = self.srq {
+            if let Err(e) = self.verbs.destroy_srq(srq) {
+                tracing::warn!(srq = srq.0, error = %e, "destroy_srq failed");
             }
         }
         if let Err(e) = self.verbs.destroy_cq(self.cq.id) {
@@ -345,7 +355,8 @@ impl Drop for VerbsResources {
 }
 
 impl VerbsResources {
-    /// Create everything on `verbs` (whose context is `ctx`; `cfg.srq` is not supported here).
+    /// Create everything on `verbs` (whose context is `ctx`); with `cfg.srq` an SRQ of that
+    /// many WRs (`ibv_create_srq`) that every QP receives through.
     pub fn new(
         ctx: &Context,
         verbs: std::sync::Arc<mlx5_hw::verbs::VerbsDevice>,
@@ -362,13 +373,8 @@ impl VerbsResources {
         cfg: &ResourcesCfg,
         timestamps: bool,
     ) -> Result<Self> {
-        use mlx5_hw::{CqInitAttr, QpCap, QpInitAttr};
-        if cfg.srq.is_some() {
-            return Err(Error::Usage(
-                "a shared receive queue is not supported on --path verbs".into(),
-            ));
-        }
         use mlx5_hw::Device;
+        use mlx5_hw::{CqInitAttr, QpCap, QpInitAttr, SrqInitAttr};
         if timestamps && cfg.events {
             return Err(Error::Usage(
                 "completion timestamps and -e (events) are not offered together".into(),
@@ -407,18 +413,38 @@ impl VerbsResources {
             pd,
             verbs,
             channel,
+            srq: None,
+        };
+        if let Some(n) = cfg.srq {
+            // On failure `r` is dropped and destroys what was made.
+            let s = r.verbs.create_srq_verbs(
+                r.pd.id(),
+                &SrqInitAttr {
+                    max_wr: n,
+                    max_sge: 1,
+                    srq_limit: 0,
+                },
+            )?;
+            r.srq = Some(s.id);
+        }
+        // A QP on an SRQ has no receive queue of its own (libibverbs `ibv_create_qp`: the
+        // receive capabilities are ignored with `srq` set).
+        let (rq, rq_sge) = if r.srq.is_some() {
+            (0, 0)
+        } else {
+            (cfg.rq_depth, 1)
         };
         for _ in 0..cfg.qps.max(1) {
             let attr = QpInitAttr {
                 qp_type: cfg.qp_type,
                 send_cq: r.cq.id,
                 recv_cq: r.cq.id,
-                srq: None,
+                srq: r.srq,
                 cap: QpCap {
                     max_send_wr: cfg.sq_depth,
-                    max_recv_wr: cfg.rq_depth,
+                    max_recv_wr: rq,
                     max_send_sge: 1,
-                    max_recv_sge: 1,
+                    max_recv_sge: rq_sge,
                     max_inline_data: cfg.inline,
                 },
                 sq_sig_all: false,

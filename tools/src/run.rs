@@ -92,6 +92,9 @@ pub fn check_perftest(c: &Common, devs: &Devices) -> Result<()> {
     if c.plain_perftest() && c.connection == ConnArg::Dc {
         return Err(dc_with_perftest("--perftest"));
     }
+    if c.plain_perftest() && c.connection == ConnArg::Xrc {
+        return Err(xrc_with_perftest("--perftest"));
+    }
     if c.plain_perftest() && devs.is_sim() && !devs.on_tap() {
         return Err(perftest_over_udp("--perftest"));
     }
@@ -105,6 +108,17 @@ fn dc_with_perftest(who: &str) -> Error {
         "{who}: -c DC runs only between these tools: they swap the DC addresses (DCT numbers \
          and keys) over RC QPs of their own after their exchange (docs/perftest.md, DC), which \
          stock perftest does not do; run both ends with these tools, without --perftest"
+    ))
+}
+
+/// `-c XRC` over perftest's exchange is not spoken yet: these tools swap the XRC addresses
+/// over RC QPs of their own (`crate::xrc`).
+fn xrc_with_perftest(who: &str) -> Error {
+    Error::Usage(format!(
+        "{who}: -c XRC runs only between these tools in this build: they swap the XRC \
+         addresses (initiator and target QPNs, the XRC SRQ number) over RC QPs of their own \
+         after their exchange (docs/perftest.md), which stock perftest does not do; run both \
+         ends with these tools, without --perftest"
     ))
 }
 
@@ -136,6 +150,12 @@ pub fn first_contact(
         FirstContact::Perftest(s) => {
             if c.connection == ConnArg::Dc {
                 return Err(dc_with_perftest(&format!(
+                    "the peer {} is stock perftest",
+                    s.peer()
+                )));
+            }
+            if c.connection == ConnArg::Xrc {
+                return Err(xrc_with_perftest(&format!(
                     "the peer {} is stock perftest",
                     s.peer()
                 )));
@@ -342,6 +362,9 @@ impl RunPlan {
         if self.conn.is_dc() {
             // `-c DC`: RC QPs connect the ends and carry the DC addresses (`crate::dc`).
             crate::dc::carrier_cfg(cfg, self)
+        } else if self.conn.is_xrc() {
+            // `-c XRC`: RC QPs connect the ends and carry the XRC addresses (`crate::xrc`).
+            crate::xrc::carrier_cfg(cfg, self)
         } else {
             cfg
         }
@@ -351,7 +374,7 @@ impl RunPlan {
     /// half of `mr` (`None` for the others, and for `-c DC`, whose receives go on the DCTs'
     /// SRQ: [`RunPlan::receives_on_srq`]).
     pub fn receives(&self, mr: &Mr) -> Result<Option<Receives>> {
-        if self.conn.is_dc() {
+        if self.conn.is_dc() || self.conn.is_xrc() {
             return Ok(None);
         }
         Receives::for_test(self.test, mr, self.half, self.rx_depth)
@@ -367,6 +390,8 @@ impl RunPlan {
     pub fn conn_name(&self) -> &'static str {
         if self.conn.is_dc() {
             "DC"
+        } else if self.conn.is_xrc() {
+            "XRC"
         } else {
             self.conn.name()
         }

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use super::device::VerbsDevice;
 use super::ffi::{ibv, status_io_error, RdmaCore};
 use crate::attr::QpType;
-use crate::device::{AhId, CqId, QpId};
+use crate::device::{AhId, CqId, QpId, SrqId};
 use crate::error::{Error, Result};
 
 /// Largest number of scatter/gather entries one baseline WR may carry (kept on the stack).
@@ -116,6 +116,10 @@ pub struct SendWr<'a> {
     pub solicited: bool,
     /// Destination, for UD QPs only.
     pub ud: Option<UdDest>,
+    /// The remote XRC SRQ the request is for (`ibv_send_wr.qp_type.xrc.remote_srqn`), on XRC
+    /// initiator (`IBV_QPT_XRC_SEND`) QPs only, where every request needs one (IBTA Vol. 1
+    /// Annex A14.4.3, the XRCETH of every XRC request).
+    pub xrc_srqn: Option<u32>,
 }
 
 impl<'a> SendWr<'a> {
@@ -130,6 +134,7 @@ impl<'a> SendWr<'a> {
             fence: false,
             solicited: false,
             ud: None,
+            xrc_srqn: None,
         }
     }
 }
@@ -255,6 +260,28 @@ impl<'d> BaselineQp<'d> {
                 };
             }
         }
+        match (self.qp_type, wr.xrc_srqn) {
+            (QpType::XrcSend, Some(n)) if n <= 0x00ff_ffff => {
+                w.qp_type.xrc = ibv::xrc_t { remote_srqn: n };
+            }
+            (QpType::XrcSend, Some(n)) => {
+                return Err(Error::InvalidArgument(format!(
+                    "remote XRC SRQ number {n:#x} is over 24 bits"
+                )))
+            }
+            (QpType::XrcSend, None) => {
+                return Err(Error::InvalidArgument(
+                    "a send on an XRC initiator needs the remote XRC SRQ (SendWr::xrc_srqn)".into(),
+                ))
+            }
+            (_, Some(_)) => {
+                return Err(Error::InvalidArgument(format!(
+                    "SendWr::xrc_srqn is only for XRC initiator QPs; QP {} is {}",
+                    self.id.0, self.qp_type
+                )))
+            }
+            (_, None) => {}
+        }
         let mut bad: *mut ibv::ibv_send_wr = std::ptr::null_mut();
         let ret = match (self.qp_type, wr.ud) {
             (QpType::Ud, Some(d)) => self.dev.with_ah(d.ah, |ah| {
@@ -315,6 +342,58 @@ impl<'d> BaselineQp<'d> {
 impl Drop for BaselineQp<'_> {
     fn drop(&mut self) {
         self.dev.release_qp(self.id);
+    }
+}
+
+/// Posts receives on one shared receive queue through libibverbs (`ibv_post_srq_recv`): an
+/// SRQ of [`VerbsDevice::create_srq_verbs`], or an XRC SRQ.
+pub struct BaselineSrq<'d> {
+    dev: &'d VerbsDevice,
+    id: SrqId,
+    srq: *mut ibv::ibv_srq,
+}
+
+// SAFETY: the SRQ may be posted to from any thread, one at a time (`&mut self`); the device
+// keeps it alive while this handle exists (claim).
+unsafe impl Send for BaselineSrq<'_> {}
+
+impl<'d> BaselineSrq<'d> {
+    /// Claims `srq` for the baseline data path (the device refuses to destroy it meanwhile).
+    pub fn new(dev: &'d VerbsDevice, srq: SrqId) -> Result<BaselineSrq<'d>> {
+        let ptr = dev.claim_srq(srq)?;
+        Ok(BaselineSrq {
+            dev,
+            id: srq,
+            srq: ptr,
+        })
+    }
+
+    /// Posts one receive work request (`ibv_post_srq_recv`, libibverbs `verbs.h`: the
+    /// provider's `ops.post_srq_recv`, libmlx5 `mlx5_post_srq_recv`).
+    pub fn post_recv(&mut self, wr_id: u64, sges: &[Sge]) -> Result<()> {
+        let (mut sg, n) = sge_array(sges)?;
+        let mut w = ibv::ibv_recv_wr {
+            wr_id,
+            next: std::ptr::null_mut(),
+            sg_list: sg.as_mut_ptr(),
+            num_sge: n,
+        };
+        let mut bad: *mut ibv::ibv_recv_wr = std::ptr::null_mut();
+        // SAFETY: the SRQ is claimed (alive); `w` and `sg` outlive the call.
+        let ret = unsafe { ibv::ibv_post_srq_recv(self.srq, &mut w, &mut bad) };
+        if ret != 0 {
+            return Err(Error::Verbs {
+                call: "ibv_post_srq_recv",
+                source: status_io_error(ret),
+            });
+        }
+        Ok(())
+    }
+}
+
+impl Drop for BaselineSrq<'_> {
+    fn drop(&mut self) {
+        self.dev.release_srq(self.id);
     }
 }
 

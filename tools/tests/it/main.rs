@@ -12,6 +12,8 @@ mod pingpong;
 mod runs_that_failed;
 mod tools_lat_bw;
 mod use_srq;
+mod verbs_srq;
+mod xrc;
 
 /// Held by the tests that load both cores for a while, and by those that a loaded machine
 /// could make fail (frames over UDP between processes): they do not run at the same time.

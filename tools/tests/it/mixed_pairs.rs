@@ -96,10 +96,10 @@ fn wait_listen(port: u16) {
 }
 
 /// A directory of one test's reports, removed at the end.
-struct Scratch(PathBuf);
+pub(crate) struct Scratch(pub(crate) PathBuf);
 
 impl Scratch {
-    fn new(name: &str) -> Scratch {
+    pub(crate) fn new(name: &str) -> Scratch {
         let d = std::env::temp_dir().join(format!("mixed-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&d);
         std::fs::create_dir_all(&d).expect("scratch directory");
@@ -114,7 +114,7 @@ impl Drop for Scratch {
 }
 
 /// A process on the emulated device, its stdout read line by line as it comes.
-struct Emu {
+pub(crate) struct Emu {
     what: String,
     child: Child,
     lines: mpsc::Receiver<String>,
@@ -124,14 +124,14 @@ struct Emu {
 }
 
 /// How a finished process ended.
-struct Ended {
-    stdout: String,
+pub(crate) struct Ended {
+    pub(crate) stdout: String,
     report: BTreeMap<String, String>,
 }
 
 impl Emu {
     /// Start `exe args` with the preload library, its report going to `report`.
-    fn start(exe: &Path, args: &[&str], report: PathBuf) -> Emu {
+    pub(crate) fn start(exe: &Path, args: &[&str], report: PathBuf) -> Emu {
         let mut child = Command::new(exe)
             .args(args)
             .env("LD_PRELOAD", preload())
@@ -169,7 +169,7 @@ impl Emu {
     }
 
     /// The rest of the first stdout line containing `tag`.
-    fn wait_line(&mut self, tag: &str) -> String {
+    pub(crate) fn wait_line(&mut self, tag: &str) -> String {
         let end = Instant::now() + LIMIT;
         loop {
             match self
@@ -192,7 +192,7 @@ impl Emu {
     }
 
     /// Wait for the exit (killed past [`LIMIT`]); it must be 0 with no driver bug reported.
-    fn finish(mut self) -> Ended {
+    pub(crate) fn finish(mut self) -> Ended {
         let end = Instant::now() + LIMIT;
         let status = loop {
             match self.child.try_wait().expect("wait") {
@@ -479,11 +479,23 @@ fn bw_write_send_read_direct_and_verbs() {
 /// table (`table`), and each role puts the same traffic on the wire whoever drives it (with
 /// `burst`, what ACK coalescing leaves alone).
 fn against_perftest(program: &str, tool: &str, args: &[&str], table: &str, burst: bool) {
+    against_perftest_on("direct", program, tool, args, table, burst)
+}
+
+/// [`against_perftest`] with this side on `path` (`direct` or `verbs`).
+pub(crate) fn against_perftest_on(
+    path: &str,
+    program: &str,
+    tool: &str,
+    args: &[&str],
+    table: &str,
+    burst: bool,
+) {
     let stock = need(program);
-    let s = Scratch::new(&format!("{program}-{}", args.join("")));
+    let s = Scratch::new(&format!("{program}-{path}-{}", args.join("")));
     let ours = |extra: &[&str]| -> Vec<String> {
         let mut a: Vec<String> = args.iter().map(|x| x.to_string()).collect();
-        a.extend(["-d", "mlx5_0", "--path", "direct"].map(String::from));
+        a.extend(["-d", "mlx5_0", "--path", path].map(String::from));
         a.extend(extra.iter().map(|x| x.to_string()));
         a
     };

@@ -127,12 +127,6 @@ fn srq_runs_that_cannot_work_are_refused() {
         "--use-srq: only the send test posts receives",
     );
     check_exit(
-        LAT,
-        &["send", "--loopback", "--use-srq", "--path", "verbs"],
-        2,
-        "--use-srq: --path verbs posts receives to each QP",
-    );
-    check_exit(
         BW,
         &["send", "--loopback", "--use-srq", "-q", "8", "-r", "4"],
         2,

@@ -232,7 +232,14 @@ impl Device for VerbsDevice {
 
     fn destroy_srq(&self, srq: SrqId) -> Result<()> {
         let mut objs = self.lock();
-        let s = objs.srqs.get(srq.0)?.srq;
+        let e = objs.srqs.get(srq.0)?;
+        let (s, claimed) = (e.srq, e.claimed);
+        if claimed {
+            return Err(Error::Busy(format!(
+                "SRQ {} has a baseline handle; drop it first",
+                srq.0
+            )));
+        }
         if objs.qps.iter().any(|(_, q)| q.srq == Some(srq)) {
             return Err(Error::Busy(format!(
                 "SRQ {} is used by a QP; destroy it first",

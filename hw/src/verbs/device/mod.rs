@@ -175,6 +175,8 @@ struct SrqEntry {
     pd: PdId,
     /// An XRC SRQ's domain and the CQ its receive completions go to.
     xrc: Option<(XrcdId, CqId)>,
+    /// A [`super::baseline::BaselineSrq`] posts on it.
+    claimed: bool,
 }
 
 struct XrcdEntry {
@@ -559,7 +561,12 @@ impl VerbsDevice {
                 return Err(e);
             }
         }
-        let id = objs.srqs.insert(SrqEntry { srq, pd, xrc: None })?;
+        let id = objs.srqs.insert(SrqEntry {
+            srq,
+            pd,
+            xrc: None,
+            claimed: false,
+        })?;
         Ok(VerbsSrq {
             id: SrqId(id),
             layout,
@@ -756,11 +763,12 @@ impl VerbsDevice {
                 qp.0
             )));
         }
-        if e.qp_type.is_xrc() {
-            // The baseline's work requests carry no remote SRQ number (`ibv_send_wr.qp_type.xrc`)
-            // and a target QP has no queue to post on.
+        if e.qp_type == QpType::XrcRecv {
+            // A target QP has no queue to post on: its receives go to the XRC SRQ a request
+            // names ([`super::baseline::BaselineSrq`]).
             return Err(Error::Unsupported(format!(
-                "QP {} is {}: the baseline data path has no XRC",
+                "QP {} is {}: an XRC target has no queue to post on (post receives to its XRC \
+                 SRQ)",
                 qp.0, e.qp_type
             )));
         }
@@ -774,6 +782,27 @@ impl VerbsDevice {
         }
         e.claimed = true;
         Ok((e.qp, e.qp_type))
+    }
+
+    /// Marks an SRQ as posted to by a baseline handle; returns its pointer.
+    pub(super) fn claim_srq(&self, srq: SrqId) -> Result<*mut ibv::ibv_srq> {
+        let mut objs = self.lock();
+        let e = objs.srqs.get_mut(srq.0)?;
+        if e.claimed {
+            return Err(Error::Busy(format!(
+                "SRQ {} already has a baseline handle",
+                srq.0
+            )));
+        }
+        e.claimed = true;
+        Ok(e.srq)
+    }
+
+    /// Releases [`Self::claim_srq`].
+    pub(super) fn release_srq(&self, srq: SrqId) {
+        if let Ok(e) = self.lock().srqs.get_mut(srq.0) {
+            e.claimed = false;
+        }
     }
 
     /// Releases [`Self::claim_qp`].

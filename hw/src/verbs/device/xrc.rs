@@ -209,6 +209,7 @@ impl VerbsDevice {
             srq,
             pd,
             xrc: Some((attr.xrcd, attr.cq)),
+            claimed: false,
         })?;
         Ok((SrqId(id), layout))
     }

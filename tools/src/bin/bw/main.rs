@@ -53,6 +53,7 @@ use mlx5_tools::resources::Resources;
 use mlx5_tools::results;
 use mlx5_tools::run;
 use mlx5_tools::serve::{exit_on_failure, serve_until_closed};
+use mlx5_tools::xrc::{self, XrcEnd};
 use mlx5_tools::{Error, Result};
 use plan::Plan;
 use std::process::ExitCode;
@@ -294,6 +295,28 @@ fn dc_end(r: &mut Resources, p: &Plan, inline: u32) -> Result<Option<dc::DcEnd>>
     Ok(Some(dc::DcEnd::new(r, &p.run, p.qps, p.depth, inline)?))
 }
 
+/// `-c XRC`: the XRC objects of end `r` (an initiator and a target per QP, the XRC SRQ),
+/// connected once the addresses are swapped.
+fn xrc_end(r: &mut Resources, p: &Plan, inline: u32) -> Result<Option<XrcEnd>> {
+    if !p.run.conn.is_xrc() {
+        return Ok(None);
+    }
+    Ok(Some(XrcEnd::new(r, &p.run, p.qps, p.depth, inline)?))
+}
+
+/// The receives to post on each RC QP when it reaches Init: the run's, or with `-c XRC` the
+/// one that takes the peer's XRC addresses.
+fn receives_of(
+    p: &Plan,
+    r: &Resources,
+    x: Option<&XrcEnd>,
+) -> Result<Option<mlx5_tools::connecting::Receives>> {
+    match x {
+        Some(x) => Ok(Some(x.exchange_receive(&r.mr)?)),
+        None => p.run.receives(&r.mr),
+    }
+}
+
 fn buffers(conns: &[Connection]) -> Result<Vec<RemoteBuffer>> {
     conns.iter().map(run::remote_buffer_of).collect()
 }
@@ -318,15 +341,17 @@ fn run_direct(
     let (mut me, inline_a) = direct_end(&devs.local, p)?;
     let doorbell = doorbell_of(p, &me);
     let mut dc_a = dc_end(&mut me, p, inline_a)?;
+    let mut xrc_a = xrc_end(&mut me, p, inline_a)?;
     let end_a = me.end(params);
-    let recv_a = p.run.receives(&me.mr)?;
+    let recv_a = receives_of(p, &me, xrc_a.as_ref())?;
     let (mut links_a, mr) = me.links(recv_a)?;
     match rv {
         None => {
             let (mut peer, inline_b) = direct_end(devs.peer_or_local(), p)?;
             let mut dc_b = dc_end(&mut peer, p, inline_b)?;
+            let mut xrc_b = xrc_end(&mut peer, p, inline_b)?;
             let end_b = peer.end(params);
-            let recv_b = p.run.receives(&peer.mr)?;
+            let recv_b = receives_of(p, &peer, xrc_b.as_ref())?;
             let (mut links_b, mr_b) = peer.links(recv_b)?;
             let conn = connect_all(
                 devs,
@@ -362,6 +387,38 @@ fn run_direct(
                     buffers(&conn.peer)?,
                     inline,
                 )?;
+                return exit_on_failure(
+                    "bw",
+                    devs,
+                    measure_loopback(a, p, devs, ea, eb, conn, (inline, &doorbell)),
+                );
+            }
+            if let (Some(xa), Some(xb)) = (xrc_a.as_mut(), xrc_b.as_mut()) {
+                // `-c XRC`: the RC QPs carry the XRC addresses; the run goes initiator ->
+                // target.
+                xrc::exchange(
+                    &mut [
+                        (
+                            &mut *xa,
+                            &mut *links_a.qps,
+                            &mut *links_a.cq,
+                            mr,
+                            &conn.conns[0],
+                        ),
+                        (
+                            &mut *xb,
+                            &mut *links_b.qps,
+                            &mut *links_b.cq,
+                            mr_b,
+                            &conn.peer[0],
+                        ),
+                    ],
+                    p.run.params.io_timeout,
+                )?;
+                p.run.say(&xa.describe());
+                let inline = inline.min(xa.max_inline()).min(xb.max_inline());
+                let ea = BwEnd::new(xa.path(links_a.cq)?, p, mr, buffers(&conn.conns)?, inline)?;
+                let eb = BwEnd::new(xb.path(links_b.cq)?, p, mr_b, buffers(&conn.peer)?, inline)?;
                 return exit_on_failure(
                     "bw",
                     devs,
@@ -404,6 +461,20 @@ fn run_direct(
                     "bw",
                     devs,
                     measure_end(a, p, devs, e, conn, rv.is_client(), (inline_a, &doorbell)),
+                );
+            }
+            if let Some(xa) = xrc_a.as_mut() {
+                xrc::exchange(
+                    &mut [(xa, &mut *links_a.qps, &mut *links_a.cq, mr, &conn.conns[0])],
+                    p.run.params.io_timeout,
+                )?;
+                p.run.say(&xa.describe());
+                let inline = inline_a.min(xa.max_inline());
+                let e = BwEnd::new(xa.path(links_a.cq)?, p, mr, buffers(&conn.conns)?, inline)?;
+                return exit_on_failure(
+                    "bw",
+                    devs,
+                    measure_end(a, p, devs, e, conn, rv.is_client(), (inline, &doorbell)),
                 );
             }
             let mut da = Direct::new(links_a.qps, links_a.cq).with_srq(links_a.srq);

@@ -41,7 +41,7 @@ use clap::Parser;
 use mlx5_connect::{ConnectParams, Connection};
 use mlx5_qp::DoorbellMode;
 use mlx5_tools::args::{describe_doorbell, LatArgs, PathKind, Test};
-use mlx5_tools::connecting::{connect_all, Connected, DirectLinks};
+use mlx5_tools::connecting::{connect_all, Connected, DirectLinks, Receives};
 use mlx5_tools::dc;
 use mlx5_tools::devices::Devices;
 use mlx5_tools::path::{DataPath, Direct};
@@ -53,6 +53,7 @@ use mlx5_tools::resources::Resources;
 use mlx5_tools::run;
 use mlx5_tools::serve::{exit_on_failure, say, serve_until_closed};
 use mlx5_tools::timestamps;
+use mlx5_tools::xrc::{self, XrcEnd};
 use mlx5_tools::{Error, Result};
 use pinger::{next_stamp, Pinger, Waited};
 use plan::Plan;
@@ -108,6 +109,31 @@ fn dc_end(r: &mut Resources, p: &Plan, inline: u32) -> Result<Option<dc::DcEnd>>
         return Ok(None);
     }
     Ok(Some(dc::DcEnd::new(r, &p.run, 1, plan::SQ_DEPTH, inline)?))
+}
+
+/// `-c XRC`: the XRC objects of end `r` (an initiator, a target and the XRC SRQ), connected
+/// once the addresses are swapped; `--timestamps` is not read through them.
+fn xrc_end(r: &mut Resources, p: &Plan, inline: u32, stamped: bool) -> Result<Option<XrcEnd>> {
+    if !p.run.conn.is_xrc() {
+        return Ok(None);
+    }
+    if stamped {
+        return Err(Error::Usage(
+            "--timestamps with -c XRC: not in this build (the XRC data path reads no CQE \
+             timestamps)"
+                .into(),
+        ));
+    }
+    Ok(Some(XrcEnd::new(r, &p.run, 1, plan::SQ_DEPTH, inline)?))
+}
+
+/// The receives to post on each RC QP when it reaches Init: the run's, or with `-c XRC` the
+/// one that takes the peer's XRC addresses.
+fn receives_of(p: &Plan, r: &Resources, x: Option<&XrcEnd>) -> Result<Option<Receives>> {
+    match x {
+        Some(x) => Ok(Some(x.exchange_receive(&r.mr)?)),
+        None => p.run.receives(&r.mr),
+    }
 }
 
 /// The device clock of the measuring end of a `--timestamps` run (`measuring`), checked before
@@ -169,14 +195,16 @@ fn run_direct(
     let (mut a, inline_a) = direct_end(&devs.local, p, clock.is_some())?;
     let doorbell = doorbell_line(p, a.doorbell_mode());
     let mut dc_a = dc_end(&mut a, p, inline_a)?;
-    let recv_a = p.run.receives(&a.mr)?;
+    let mut xrc_a = xrc_end(&mut a, p, inline_a, clock.is_some())?;
+    let recv_a = receives_of(p, &a, xrc_a.as_ref())?;
     let end_a = a.end(params);
     let (mut links_a, mr) = a.links(recv_a)?;
     match rv {
         None => {
             let (mut b, inline_b) = direct_end(devs.peer_or_local(), p, false)?;
             let mut dc_b = dc_end(&mut b, p, inline_b)?;
-            let recv_b = p.run.receives(&b.mr)?;
+            let mut xrc_b = xrc_end(&mut b, p, inline_b, false)?;
+            let recv_b = receives_of(p, &b, xrc_b.as_ref())?;
             let end_b = b.end(params);
             let (mut links_b, mr_b) = b.links(recv_b)?;
             let conn = connect_all(
@@ -215,6 +243,38 @@ fn run_direct(
                     measure_loopback(args, p, devs, pa, pb, conn, &doorbell),
                 );
             }
+            if let (Some(xa), Some(xb)) = (xrc_a.as_mut(), xrc_b.as_mut()) {
+                // `-c XRC`: the RC QPs carry the XRC addresses; the run goes initiator ->
+                // target.
+                xrc::exchange(
+                    &mut [
+                        (
+                            &mut *xa,
+                            &mut *links_a.qps,
+                            &mut *links_a.cq,
+                            mr,
+                            &conn.conns[0],
+                        ),
+                        (
+                            &mut *xb,
+                            &mut *links_b.qps,
+                            &mut *links_b.cq,
+                            mr_b,
+                            &conn.peer[0],
+                        ),
+                    ],
+                    p.run.params.io_timeout,
+                )?;
+                p.run.say(&xa.describe());
+                let inline = inline.min(xa.max_inline()).min(xb.max_inline());
+                let pa = Pinger::new(xa.path(links_a.cq)?, mr, &conn.conns[0], inline, p, None)?;
+                let pb = Pinger::new(xb.path(links_b.cq)?, mr_b, &conn.peer[0], inline, p, None)?;
+                return exit_on_failure(
+                    "lat",
+                    devs,
+                    measure_loopback(args, p, devs, pa, pb, conn, &doorbell),
+                );
+            }
             let path_a = direct_path(links_a, clock.is_some());
             let pa = Pinger::new(path_a, mr, &conn.conns[0], inline, p, clock)?;
             let path_b = direct_path(links_b, false);
@@ -240,6 +300,20 @@ fn run_direct(
                 p.run.say(&da.describe());
                 let path_a = da.path(links_a.cq, clock.is_some())?;
                 let me = Pinger::new(path_a, mr, &conn.conns[0], inline_a, p, clock)?;
+                return exit_on_failure(
+                    "lat",
+                    devs,
+                    measure_end(args, p, devs, me, conn, rv.is_client(), &doorbell),
+                );
+            }
+            if let Some(xa) = xrc_a.as_mut() {
+                xrc::exchange(
+                    &mut [(xa, &mut *links_a.qps, &mut *links_a.cq, mr, &conn.conns[0])],
+                    p.run.params.io_timeout,
+                )?;
+                p.run.say(&xa.describe());
+                let inline = inline_a.min(xa.max_inline());
+                let me = Pinger::new(xa.path(links_a.cq)?, mr, &conn.conns[0], inline, p, None)?;
                 return exit_on_failure(
                     "lat",
                     devs,

@@ -1,0 +1,141 @@
+//! `-c XRC` (issue 32 point 3) on the software ConnectX: every test of `lat` and `bw` over XRC
+//! initiators sending to the peer's XRC targets and XRC SRQ, in one process and across two
+//! (the tools' own exchange, the XRC addresses and SRQ number carried over the RC QPs), and the
+//! runs this build refuses with `-c XRC`.
+
+use mlx5_testkit::process::Proc;
+use std::path::Path;
+use std::time::Duration;
+
+use crate::tools_lat_bw::check_exit;
+
+const LAT: &str = env!("CARGO_BIN_EXE_lat");
+const BW: &str = env!("CARGO_BIN_EXE_bw");
+
+fn ok(bin: &str, args: &[&str]) -> String {
+    Proc::spawn(Path::new(bin), args).finish(Duration::from_secs(120))
+}
+
+/// The numbers of the row under the line holding `header`.
+fn row(out: &str, header: &str) -> Vec<f64> {
+    let lines: Vec<&str> = out.lines().collect();
+    let at = lines
+        .iter()
+        .position(|l| l.contains(header))
+        .unwrap_or_else(|| panic!("no {header:?}:\n{out}"));
+    lines[at + 1]
+        .split_whitespace()
+        .map(|t| t.parse().unwrap_or_else(|_| panic!("{t:?} in {out}")))
+        .collect()
+}
+
+/// The XRC line names this end's initiators and targets, the peer's targets and both SRQs;
+/// the banner says XRC.
+fn ran_over_xrc(out: &str, qps: usize) {
+    let line = out
+        .lines()
+        .find(|l| l.starts_with(" XRC: initiator"))
+        .unwrap_or_else(|| panic!("no XRC line:\n{out}"));
+    assert!(
+        line.contains("sending to the peer's target") && line.contains("into XRC SRQ 0x"),
+        "{line}"
+    );
+    // One initiator QPN per QP (`0x` each) before "sending".
+    let inis = line
+        .split("sending")
+        .next()
+        .map_or(0, |s| s.matches("0x").count());
+    assert_eq!(inis, qps, "{line}");
+    assert!(out.contains("Connection type: XRC"), "{out}");
+}
+
+#[test]
+fn every_test_over_xrc_in_one_process() {
+    let _heavy = crate::heavy();
+    for test in ["send", "write", "read", "atomic"] {
+        let out = ok(
+            BW,
+            &[
+                test,
+                "-c",
+                "XRC",
+                "--loopback",
+                "-q",
+                "2",
+                "-n",
+                "150",
+                "-s",
+                "8",
+            ],
+        );
+        ran_over_xrc(&out, 2);
+        let r = row(&out, "MsgRate[Mpps]");
+        assert_eq!((r[0], r[1]), (8.0, 300.0), "{test}: {out}");
+        assert!(r[3] > 0.0, "{test}: {r:?}");
+        let out = ok(LAT, &[test, "-c", "XRC", "--loopback", "-n", "60"]);
+        ran_over_xrc(&out, 1);
+        let r = row(&out, "t_typical[usec]");
+        assert_eq!(r[1], 60.0, "{test}: {out}");
+        assert!(r[2] > 0.0, "{test}: {r:?}");
+    }
+    // SENDs of every QP land in one XRC SRQ of -r × -q receives, reposted as they complete:
+    // more messages than it holds.
+    let out = ok(
+        BW,
+        &[
+            "send",
+            "-c",
+            "XRC",
+            "--loopback",
+            "-q",
+            "3",
+            "-r",
+            "16",
+            "-n",
+            "100",
+            "-s",
+            "1024",
+        ],
+    );
+    ran_over_xrc(&out, 3);
+    assert_eq!(row(&out, "MsgRate[Mpps]")[1], 300.0, "{out}");
+}
+
+#[test]
+fn xrc_across_two_processes() {
+    let _heavy = crate::heavy();
+    let args = ["send", "-c", "XRC", "-q", "2", "-n", "100", "-s", "2048"];
+    let (server, client) = crate::control_net::pair(BW, &args, &args, "127.0.0.1");
+    ran_over_xrc(&server, 2);
+    ran_over_xrc(&client, 2);
+    assert_eq!(row(&client, "MsgRate[Mpps]")[1], 200.0, "{client}");
+    let args = ["write", "-c", "XRC", "-n", "40", "-s", "64"];
+    let (server, client) = crate::control_net::pair(LAT, &args, &args, "127.0.0.1");
+    ran_over_xrc(&server, 1);
+    assert_eq!(row(&client, "t_typical[usec]")[1], 40.0, "{client}");
+    // A server of -c RC and a client of -c XRC both stop at connect, naming both.
+    let (server, client) = crate::tools_lat_bw::refused_pair(
+        (LAT, &["write", "-n", "5"]),
+        (LAT, &["write", "-c", "XRC", "-n", "5"]),
+        Duration::from_secs(8),
+    );
+    for err in [server, client] {
+        assert!(err.contains("client -c XRC, server -c RC"), "{err}");
+    }
+}
+
+#[test]
+fn xrc_runs_this_build_refuses() {
+    check_exit(
+        BW,
+        &["send", "-c", "XRC", "--loopback", "--path", "verbs"],
+        2,
+        "-c XRC --path verbs: not in this build",
+    );
+    check_exit(
+        LAT,
+        &["write", "-c", "XRC", "--perftest", "-p", "1", "127.0.0.1"],
+        2,
+        "-c XRC runs only between these tools in this build",
+    );
+}
