@@ -10,7 +10,7 @@
 //! inner-shareable `dmb ish*`, which does not order against DMA, so inline asm is used).
 //!
 //! Every barrier instruction is issued by one of the small helpers at the end of this file,
-//! which also appends it to the test-only MMIO trace ([`trace`], feature `mmio-trace`), as do
+//! which also appends it to the test-only MMIO trace (`trace`, feature `mmio-trace`), as do
 //! the doorbell-record, doorbell and BlueFlame stores: a test can then check the sequence a
 //! software device cannot observe (`docs/testing.md`). Without the feature the trace does not
 //! exist and every primitive is exactly its instruction.
