@@ -130,13 +130,7 @@ const MAX_STEPS_PER_PASS: usize = 100_000;
 /// long idle period is seen.
 pub const MAX_IDLE_SLEEP: Duration = Duration::from_millis(5);
 
-/// The default least local ACK timeout of a QP whose peer is in another process
-/// ([`Fabric::set_remote_ack_timeout_floor`]). A ConnectX answers within microseconds whatever
-/// its host does; the software ConnectX of another process answers when the scheduler runs
-/// its fabric thread, which on a loaded machine is hundreds of milliseconds later (measured:
-/// `docs/software-connectx.md`, "Timers between processes"). Eight expiries in a row
-/// (`retry_cnt` 7) then take 2 s, not the 0.5 s of perftest's default `timeout` 14.
-pub const REMOTE_ACK_TIMEOUT_FLOOR: Duration = Duration::from_millis(250);
+pub use crate::world::REMOTE_ACK_TIMEOUT_FLOOR;
 
 /// A shared fabric of software ConnectX devices. Cloning gives another handle to the same
 /// fabric.

@@ -145,7 +145,7 @@ impl Dev {
             fatal: false,
             cq_arm_pages: BTreeMap::new(),
             retired_doorbells: Default::default(),
-            remote_ack_floor: crate::fabric::REMOTE_ACK_TIMEOUT_FLOOR.as_nanos() as u64,
+            remote_ack_floor: REMOTE_ACK_TIMEOUT_FLOOR.as_nanos() as u64,
         }
     }
 
@@ -226,6 +226,14 @@ impl Dev {
     }
 }
 
+/// The default least local ACK timeout of a QP whose peer is in another process
+/// ([`crate::Fabric::set_remote_ack_timeout_floor`]). A ConnectX answers within microseconds whatever
+/// its host does; the software ConnectX of another process answers when the scheduler runs
+/// its fabric thread, which on a loaded machine is hundreds of milliseconds later (measured:
+/// `docs/software-connectx.md`, "Timers between processes"). Eight expiries in a row
+/// (`retry_cnt` 7) then take 2 s, not the 0.5 s of perftest's default `timeout` 14.
+pub const REMOTE_ACK_TIMEOUT_FLOOR: std::time::Duration = std::time::Duration::from_millis(250);
+
 /// Everything on the fabric.
 #[derive(Default)]
 pub struct World {
@@ -246,7 +254,7 @@ pub struct World {
     /// one, doorbells are scanned in threaded mode.
     pub threads: u32,
     /// The floor set by [`crate::Fabric::set_remote_ack_timeout_floor`] for devices added
-    /// later; `None`: [`crate::fabric::REMOTE_ACK_TIMEOUT_FLOOR`].
+    /// later; `None`: [`REMOTE_ACK_TIMEOUT_FLOOR`].
     pub remote_ack_floor: Option<u64>,
 }
 
