@@ -242,13 +242,6 @@ impl Cq {
                 };
                 let cqn = self.cqn;
                 let qp = table.qp(qpn).ok_or(Error::UnknownQpn { cqn, qpn })?;
-                // An error moves the QP out of RTS, but a late flush of an error period it
-                // was recovered from does not move it back.
-                if status != WcStatus::Success
-                    && !qp.sq_error_of_recovered_period(cqe.wqe_counter())
-                {
-                    qp.follow_error_completion(true);
-                }
                 if let (Some(data), WcStatus::Success) = (inline, status) {
                     // Requester scatter-to-CQE: a READ or atomic reply (rdma-core `mlx5_parse_cqe`:
                     // `mlx5_copy_to_send_wqe` for a requester CQE with inline scatter).
@@ -259,6 +252,7 @@ impl Cq {
                     // buffers, valid until this completion (post contract).
                     unsafe { crate::scatter::scatter(&data[..len], &segs[..k]) };
                 }
+                // The QP follows an error there (`Qp::complete_send`).
                 Ok(qp.complete_send(cqe.wqe_counter(), &info, out))
             }
             CQE_RESP_SEND | CQE_RESP_SEND_IMM | CQE_RESP_SEND_INV | CQE_RESP_WR_IMM
@@ -283,9 +277,7 @@ impl Cq {
                 };
                 match qp.srqn() {
                     None => {
-                        if !wc.is_ok() {
-                            qp.follow_error_completion(false);
-                        }
+                        // (An error moves the QP to Error there.)
                         qp.complete_recv(cqe.wqe_counter(), wc, inline, out, first)
                             .map_err(|expected| Error::RecvOutOfOrder {
                                 cqn,
