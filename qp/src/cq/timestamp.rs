@@ -18,7 +18,7 @@ impl Cq {
     /// flush synthesised for a WR retired without a CQE of its own, an unsignaled WR retired
     /// by a later error) get the timestamp of the CQE that retired them; error CQEs carry no
     /// timestamp and report 0. The accounting and errors are those of [`Cq::poll`]: every CQE
-    /// goes through its full path ([`Cq::poll_uncommon`]), which reads the stamps.
+    /// goes through its full path (`Cq::poll_uncommon`), which reads the stamps.
     pub fn poll_timestamped<R: Resolve + ?Sized>(
         &mut self,
         table: &mut R,
