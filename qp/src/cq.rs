@@ -9,23 +9,27 @@
 //! A CQE the table cannot place stays in the CQ ([`Cq::poll`], **Errors**): nothing is
 //! consumed that no completion accounts for.
 //!
-//! Here: the [`Cq`] and its batch loop. Beside it: `table` (the [`Resolve`] tables),
-//! `single` (the one-entry poll), `runs` (the runs of one QP and the loop over CQEs of many),
-//! `full` (the full path), `send` ([`Cq::poll_send`]), `own` (one owner's CQEs of a shared
-//! CQ: [`Cq::poll_own`], [`Cq::discard_next`]), `timestamp` (completion timestamps), `tests`.
+//! Here: the [`Cq`] and its loop. Beside it: `table` (the [`Resolve`] tables), `single`
+//! (the one-entry poll), `runs` (the runs of one QP and the loops over CQEs of many), `full`
+//! (the full path), `send` ([`Cq::poll_send`]), `own` (one owner's CQEs of a shared CQ:
+//! [`Cq::poll_own`], [`Cq::discard_next`]), `timestamp` ([`Cq::poll_timestamped`]), `tests`.
 //!
-//! The poll functions are named for when they run. By the caller: [`Cq::poll`] (every
-//! call), [`Cq::poll_send`] (one QP's sends, WR ids only), [`Cq::poll_own`],
-//! [`Cq::poll_timestamped`]. By the call's room: `poll_one_entry` (one completion; behind it
-//! `poll_one_entry_flush` and `poll_one_entry_uncommon`), `poll_batch` (more;
-//! `poll_batch_128` is its out-of-line copy for 128-byte CQEs). By the CQE: `poll_common`
-//! (what the fast test accepts: a plain requester CQE, a good responder CQE, a flush of this
-//! lap), and from the first CQE it declines `poll_uncommon` (`poll_uncommon_from` its
-//! `Result` form, `poll_uncommon_one` one CQE read whole and handed to its queue by
-//! `Cq::handle`); `poll_send_common`, `poll_send_common_checked` (an uncommon WQE is
-//! outstanding) and `poll_send_uncommon` the same for [`Cq::poll_send`]. What a CQE does to
-//! its queue is asked of the QP (`crate::qp::completion`), never done on its fields.
-//! `docs/hot-path.md` walks one CQE through them.
+//! The poll functions, named for when they run:
+//! - [`Cq::poll`]: every call; picks by the room the call has, once.
+//! - `Cq::poll_batch`: room for more than one completion — **the loop**: the decision for
+//!   each CQE (a send, a flush, a receive, or anything else) on its `op_own` byte, in one
+//!   place; the runs it hands CQEs to are in `runs`.
+//! - `Cq::poll_one`: room for one (a ping-pong loop), a straight line for a send and a
+//!   receive CQE; `Cq::poll_one_flush` its error case, out of line.
+//! - `Cq::poll_uncommon`: the rare path, out of line — from the first CQE the others decline
+//!   (an error, inline scatter, an uncommon WQE, a QP the table does not know, a compressed
+//!   CQE) to the end of the call, each CQE read whole and handed to its queue by `Cq::handle`.
+//! - [`Cq::poll_send`] (one QP's sends, WR ids only; `Cq::poll_send_rest` the rest of it, out
+//!   of line), [`Cq::poll_own`] and [`Cq::poll_timestamped`]: thin public entry points over
+//!   the above.
+//!
+//! What a CQE does to its queue is asked of the QP (`crate::qp::completion`), never done on
+//! its fields. `docs/hot-path.md` walks one CQE through them.
 
 mod full;
 mod own;
@@ -78,14 +82,6 @@ pub(crate) mod paths {
             c.set(v);
         });
     }
-}
-
-/// What handing one CQE to its queue did.
-enum Consumed {
-    /// The CQE is accounted for; this many completions were written.
-    Yes(usize),
-    /// The output filled first; this many were written and the CQE stays for the next poll.
-    NotYet(usize),
 }
 
 /// A completion queue's consumer side.
@@ -229,61 +225,17 @@ impl Cq {
     pub fn poll<R: Resolve + ?Sized>(&mut self, table: &mut R, wcs: &mut [Wc]) -> Result<usize> {
         #[cfg(test)]
         if paths::FAST_OFF.with(|f| f.get()) {
-            return self.poll_uncommon_from(table, wcs, 0, self.ci);
+            let n = self.poll_uncommon(table, wcs, 0, self.ci, None);
+            return self.result(n);
         }
         if wcs.len() == 1 {
-            return self.poll_one_entry(table, wcs);
+            return self.poll_one(table, wcs);
         }
         if self.size_shift == 6 {
             self.poll_batch::<R, 6>(table, wcs)
         } else {
-            match self.poll_batch_128(table, wcs) {
-                SLOW_ERROR => Err(self.take_error()),
-                n => Ok(n),
-            }
+            self.poll_batch::<R, 7>(table, wcs)
         }
-    }
-
-    /// [`Cq::poll`] for 128-byte CQEs, out of line (one inline copy of the fast loop is
-    /// enough for the callers'), its error to `error` ([`SLOW_ERROR`]).
-    #[inline(never)]
-    fn poll_batch_128<R: Resolve + ?Sized>(&mut self, table: &mut R, wcs: &mut [Wc]) -> usize {
-        let r = self.poll_batch::<R, 7>(table, wcs);
-        self.stash(r)
-    }
-
-    /// An out-of-line path's result as a count: its error to `error`, [`SLOW_ERROR`] for it.
-    #[inline(always)]
-    fn stash(&mut self, r: Result<usize>) -> usize {
-        match r {
-            Ok(n) => n,
-            Err(e) => {
-                self.error = Some(e);
-                SLOW_ERROR
-            }
-        }
-    }
-
-    /// [`Cq::poll`] with CQEs `1 << SHIFT` bytes apart.
-    #[inline(always)]
-    fn poll_batch<R: Resolve + ?Sized, const SHIFT: u32>(
-        &mut self,
-        table: &mut R,
-        wcs: &mut [Wc],
-    ) -> Result<usize> {
-        let start = self.ci;
-        // The fast loop (`Cq::poll_common`, inline) retires runs of common CQEs; the first other
-        // CQE (an error, inline scatter, a QP it does not know, ...) hands the rest of the
-        // call to the full path (`Cq::poll_uncommon`, out of line), which starts by reading that
-        // CQE afresh: its owner byte, the barrier, the CQE.
-        let (n, more) = self.poll_common::<R, SHIFT>(table, wcs);
-        if more {
-            return self.poll_uncommon_from(table, wcs, n, start);
-        }
-        if n != 0 {
-            self.update_ci();
-        }
-        Ok(n)
     }
 
     /// The error an out-of-line path left in `error` (read, not cleared: every path that
@@ -296,29 +248,32 @@ impl Cq {
             .unwrap_or(Error::BadLayout("no error was stashed"))
     }
 
-    /// The fast loop of [`Cq::poll`]: while the CQE at the consumer index is a plain REQ CQE
-    /// (opcode 0, format 0, SE clear), a good responder CQE ([`good_resp`]) or a flush of
-    /// this lap, retire it — and the run of CQEs of the same QP behind it — a send CQE through
-    /// [`send_one`], inline, then [`send_more`] (out of line) when its QP has more outstanding
-    /// and `wcs` more room; a receive CQE through [`recv_run`], a flush through [`flush_run`]
-    /// (out of line). Where a send or receive run ends at a CQE of another QP, the CQEs from
-    /// there go through [`distinct_run`] or [`distinct_recv_run`] (each CQE's QP found anew:
-    /// a CQ shared by many QPs).
-    /// Returns the completions written and whether it stopped at a CQE it declined (software
-    /// owned, left for the full path) rather than at an empty CQ or a full `wcs`. Moves the
-    /// consumer index, not the doorbell record.
+    /// The loop of [`Cq::poll`] (room for more than one completion; CQEs `1 << SHIFT` bytes
+    /// apart: 64 or 128, the 64-byte CQE at the end of its slot). The decision for each CQE
+    /// is here, on its `op_own` byte alone:
+    ///
+    /// - a plain REQ CQE of this lap (`op_own` is the owner bit alone): [`send_one`], inline,
+    ///   then the CQEs of the same QP behind it through [`send_more`] (out of line) when its
+    ///   QP has more outstanding and `wcs` more room, or through [`distinct_run`] when the
+    ///   next is a plain REQ CQE of another QP (a CQ shared by many QPs);
+    /// - an error CQE of this lap ([`error_of_lap`]): a run of flushes through [`flush_run`];
+    /// - a good responder CQE ([`good_resp`]): a run of receives through [`recv_run`], and the
+    ///   good responder CQEs of other QPs behind it through [`distinct_recv_run`];
+    /// - anything else — and whatever those decline (another error, inline scatter, an
+    ///   uncommon WQE, an SRQ, a QP `table` does not know) — hands the rest of the call to
+    ///   the full path, [`Cq::poll_uncommon`] (out of line), which reads that CQE afresh.
+    ///
+    /// The consumer index goes to the doorbell record once, after the batch.
     ///
     /// Everything it uses of the CQ is read once into locals before the loop: the load
     /// barrier after each owner test makes LLVM reload memory it cannot prove unchanged.
-    ///
-    /// CQEs are `1 << SHIFT` bytes apart (64 or 128: the 64-byte CQE at the end of its
-    /// slot).
     #[inline(always)]
-    fn poll_common<R: Resolve + ?Sized, const SHIFT: u32>(
+    fn poll_batch<R: Resolve + ?Sized, const SHIFT: u32>(
         &mut self,
         table: &mut R,
         wcs: &mut [Wc],
-    ) -> (usize, bool) {
+    ) -> Result<usize> {
+        let start = self.ci;
         let (cqe0, cqe_cnt) = (self.cqe0, self.cqe_cnt);
         let len = wcs.len();
         // The next completion's entry and the entries left from it (counting down: fewer
@@ -459,7 +414,16 @@ impl Cq {
             }
         }
         self.ci = ci;
-        (len - rem, more)
+        let n = len - rem;
+        if more {
+            // The first CQE it declined, and the rest of the call.
+            let n = self.poll_uncommon(table, wcs, n, start, None);
+            return self.result(n);
+        }
+        if n != 0 {
+            self.update_ci();
+        }
+        Ok(n)
     }
 
     /// The consumer index to the doorbell record — also when the CQ ignores overrun, where

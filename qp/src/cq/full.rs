@@ -1,15 +1,17 @@
-//! The full path of [`Cq::poll`]: every CQE the fast loop (`fast.rs`) declines — an error,
-//! inline scatter, an uncommon WQE, a QP the table does not know — read whole after its
-//! owner test and handed to its queue ([`Cq::handle`]), CQE by CQE; runs of common CQEs
-//! behind it go back to the run functions of `runs.rs`.
+//! The full path of [`Cq::poll`]: every CQE the fast loop ([`Cq::poll_batch`], the one-entry
+//! [`Cq::poll_one`]) declines — an error, inline scatter, an uncommon WQE, a QP the table does
+//! not know, a compressed CQE — read whole after its owner test and handed to its queue
+//! ([`Cq::handle`]), CQE by CQE, to the end of the call. [`Cq::poll_timestamped`] is this loop
+//! with the timestamps.
 
 use super::*;
 
 impl Cq {
-    /// The rest of a [`Cq::poll`] call from its first uncommon CQE: `n` completions are in
-    /// `wcs` already, `start` is the consumer index the call began at.
-    /// Returns the completions written; an error (reported only as the first CQE of a call)
-    /// goes to `error`.
+    /// The rest of a [`Cq::poll`] call from its first uncommon CQE (or the whole of a
+    /// [`Cq::poll_timestamped`] call): `n` completions are in `wcs` already, `start` is the
+    /// consumer index the call began at; with `ts`, each completion's CQE timestamp goes to the
+    /// same index of `ts` (at least as long as `wcs`). Returns the completions written, or
+    /// [`SLOW_ERROR`] with the error in `error` (reported only as the first CQE of a call).
     #[inline(never)]
     pub(super) fn poll_uncommon<R: Resolve + ?Sized>(
         &mut self,
@@ -17,7 +19,7 @@ impl Cq {
         wcs: &mut [Wc],
         mut n: usize,
         start: u32,
-        error: &mut Option<Error>,
+        mut ts: Option<&mut [u64]>,
     ) -> usize {
         // Read once: the stores into `wcs` and the queues would make the compiler reload them.
         let (cqe0, cqe_cnt, size_shift) = (self.cqe0, self.cqe_cnt, self.size_shift);
@@ -30,13 +32,51 @@ impl Cq {
             let cqe_ptr = unsafe { cqe0.add(idx << size_shift) };
             // SAFETY: op_own is the last byte of the CQE; volatile, the device writes it.
             let op_own = unsafe { core::ptr::read_volatile(cqe_ptr.add(63)) };
-            // The common case in one test (UCX `uct_ib_mlx5_poll_cq` tests error, invalid
-            // and compressed CQEs with one mask, `docs/sources.md` §8): opcode REQ (bits 7:4 = 0),
-            // no inline scatter and not compressed (format, bits 3:2 = 0), owner bit (bit 0)
-            // equal to the lap parity (rdma-core `get_sw_cqe`). SE (bit 1) is ignored.
-            let parity = ((ci & cqe_cnt) != 0) as u8;
-            if (op_own ^ parity) & 0xfd == 0 {
-                mmio::from_device_barrier();
+            if !sw_owned(op_own, ci, cqe_cnt) {
+                break;
+            }
+            mmio::from_device_barrier();
+            // The device clock of a good CQE (`struct mlx5_cqe64.timestamp`, bytes 48..56,
+            // big-endian; rdma-core `mlx5_cq_read_wc_completion_ts`); an error CQE has none.
+            let stamp = if ts.is_some() && !matches!(op_own >> 4, CQE_REQ_ERR | CQE_RESP_ERR) {
+                // SAFETY: the CQE is software-owned; bytes 48..56 read after the barrier
+                // (8-byte aligned in a 64-byte aligned CQE).
+                u64::from_be(unsafe { core::ptr::read_volatile(cqe_ptr.add(48) as *const u64) })
+            } else {
+                0
+            };
+            let own = ((ci & cqe_cnt) != 0) as u8;
+            if error_of_lap(op_own, own) && runs_on() {
+                // An error CQE: when it is a flush of the oldest WQE of a queue the runs may
+                // retire from (a queue's first flush among them), a run of one through
+                // `flush_run` — the full path's completion, without reading the CQE whole.
+                // SAFETY: the CQE is software-owned (its owner test passed); the barrier
+                // is passed again.
+                let (tail, qp) = unsafe { owned_cqe(table, cqe_ptr) };
+                // SAFETY: a software-owned error CQE of this lap, `tail` its bytes 56..64;
+                // one entry of `wcs`, and a run of one reads no other CQE, so the CQE size
+                // (its `SHIFT`) does not matter to it.
+                let k = qp.map_or(0, |qp| unsafe {
+                    flush_run::<6>(qp, cqe_ptr, tail, op_own, 1, &mut wcs[n])
+                });
+                if k == 1 {
+                    #[cfg(test)]
+                    paths::served(2, 1);
+                    if let Some(ts) = ts.as_deref_mut() {
+                        ts[n] = 0;
+                    }
+                    n += 1;
+                    self.ci = ci.wrapping_add(1);
+                    continue;
+                }
+            }
+            let got = if (op_own ^ own) & 0xfd == 0 {
+                // The common case in one test (UCX `uct_ib_mlx5_poll_cq` tests error, invalid
+                // and compressed CQEs with one mask, `docs/sources.md` §8): opcode REQ (bits
+                // 7:4 = 0), no inline scatter and not compressed (format, bits 3:2 = 0), owner
+                // bit (bit 0) equal to the lap parity (rdma-core `get_sw_cqe`). SE (bit 1) is
+                // ignored. A success naming the oldest WQE is written straight from the CQE's
+                // last bytes; anything else is read whole.
                 // SAFETY: the CQE is software-owned; bytes 56..64 (sop_drop_qpn, wqe_counter,
                 // signature, op_own) and 44..48 (byte_cnt) read after the barrier.
                 // Whole-word volatile loads (8-byte aligned in a 64-byte aligned CQE), one
@@ -49,76 +89,85 @@ impl Cq {
                 };
                 let qpn = u32::from_be_bytes([0, tail[1], tail[2], tail[3]]);
                 let wqe_counter = u16::from_be_bytes([tail[4], tail[5]]);
-                if let Some(qp) = table.qp(qpn) {
-                    if qp.complete_send_success(
-                        wqe_counter,
-                        tail[0],
-                        qpn,
-                        u32::from_be_bytes(byte_cnt),
-                        &mut wcs[n],
-                    ) {
-                        #[cfg(test)]
-                        paths::served(3, 1);
-                        n += 1;
-                        self.ci = ci.wrapping_add(1);
-                        continue;
-                    }
+                let done = table.qp(qpn).is_some_and(|qp| {
+                    let byte_cnt = u32::from_be_bytes(byte_cnt);
+                    qp.complete_send_success(wqe_counter, tail[0], qpn, byte_cnt, &mut wcs[n])
+                });
+                if done {
+                    Ok(Progress::Done(1))
+                } else {
+                    self.handle(cqe_ptr, table, &mut wcs[n..], n == 0)
                 }
-            } else if !sw_owned(op_own, ci, cqe_cnt) {
-                break;
-            }
-            match self.poll_uncommon_one(cqe_ptr, table, &mut wcs[n..], n == 0) {
-                Ok(Consumed::Yes(k)) => {
-                    #[cfg(test)]
-                    paths::served(3, k);
-                    n += k;
-                    self.ci = self.ci.wrapping_add(1);
+            } else {
+                self.handle(cqe_ptr, table, &mut wcs[n..], n == 0)
+            };
+            let got = match got {
+                Ok(Progress::Bad(why)) => {
+                    // SAFETY: as above: the CQE's bytes 56..64, read after the barrier.
+                    let tail = unsafe { core::ptr::read_volatile(cqe_ptr.add(56) as *const u64) };
+                    let b = tail.to_ne_bytes();
+                    Err(Error::BadCqe {
+                        cqn: self.cqn,
+                        qpn: u32::from_be_bytes([0, b[1], b[2], b[3]]),
+                        wqe_counter: u16::from_be_bytes([b[4], b[5]]),
+                        why,
+                    })
                 }
-                Ok(Consumed::NotYet(k)) => {
-                    #[cfg(test)]
-                    paths::served(3, k);
-                    n += k;
-                    break;
+                r => r,
+            };
+            let k = match got {
+                Ok(Progress::Done(k)) => {
+                    self.ci = ci.wrapping_add(1);
+                    k
                 }
+                // The output filled first: the CQE stays for the next poll.
+                Ok(Progress::Partial(k)) => k,
+                // Made an error above.
+                Ok(Progress::Bad(_)) => 0,
                 Err(e) => {
                     if n == 0 {
                         // A CQE the table cannot place (another QP's, an SRQ not in the
                         // table) stays in the CQ for a poll with a table that can; a receive
-                        // out of order stays too: the next call delivers it.
+                        // out of order stays too: the next call delivers it. Anything else
+                        // (one naming no outstanding WQE, an unsupported kind) is consumed.
                         if !e.leaves_cqe() {
-                            self.ci = self.ci.wrapping_add(1);
+                            self.ci = ci.wrapping_add(1);
                         }
                         err = Some(e);
                     }
                     break;
                 }
+            };
+            #[cfg(test)]
+            paths::served(3, k);
+            if let Some(ts) = ts.as_deref_mut() {
+                ts[n..n + k].fill(stamp);
+            }
+            n += k;
+            if self.ci == ci {
+                // The output filled first: the CQE stays for the next poll.
+                break;
             }
         }
         if self.ci != start {
             self.update_ci();
         }
-        if let Some(e) = err {
-            *error = Some(self.report(e));
+        match err {
+            Some(e) => {
+                self.error = Some(self.report(e));
+                SLOW_ERROR
+            }
+            None => n,
         }
-        n
     }
 
-    /// [`Cq::poll_uncommon`] as a `Result`: the error it stashed, else the completions. Inline,
-    /// so that the fast paths' callers see their own `Ok` in registers, not a result the
-    /// out-of-line call wrote to memory.
+    /// A count from an out-of-line path as the `Result` of a poll: the error it left in
+    /// `error` for [`SLOW_ERROR`], else the completions.
     #[inline(always)]
-    pub(super) fn poll_uncommon_from<R: Resolve + ?Sized>(
-        &mut self,
-        table: &mut R,
-        wcs: &mut [Wc],
-        n: usize,
-        start: u32,
-    ) -> Result<usize> {
-        let mut error = None;
-        let n = self.poll_uncommon(table, wcs, n, start, &mut error);
-        match error {
-            Some(e) => Err(e),
-            None => Ok(n),
+    pub(super) fn result(&self, n: usize) -> Result<usize> {
+        match n {
+            SLOW_ERROR => Err(self.take_error()),
+            n => Ok(n),
         }
     }
 
@@ -130,47 +179,24 @@ impl Cq {
         e
     }
 
-    /// Every CQE the fast test in [`Cq::poll`] does not finish: read it whole (after the
-    /// ownership test and its barrier) and hand it to its queue. A CQE naming no outstanding
-    /// WQE comes back as [`Error::BadCqe`].
+    /// One software-owned CQE the fast paths do not finish (`cqe_ptr` its 64-byte CQE, its
+    /// owner test and the load barrier passed): read it whole and hand it to the queue it
+    /// names in `table`. What a completion does to its QP is asked of the QP
+    /// (`crate::qp::completion`).
     #[inline(never)]
-    pub(super) fn poll_uncommon_one<R: Resolve + ?Sized>(
+    pub(super) fn handle<R: Resolve + ?Sized>(
         &mut self,
         cqe_ptr: *mut u8,
         table: &mut R,
         out: &mut [Wc],
         first: bool,
-    ) -> Result<Consumed> {
-        mmio::from_device_barrier();
-        // SAFETY: the CQE is software-owned (checked by the caller); read all 64 bytes after
+    ) -> Result<Progress> {
+        // SAFETY: the CQE is software-owned (checked by the caller); all 64 bytes read after
         // the barrier.
-        let cqe = unsafe { read_line(cqe_ptr) };
-        let cqe = Cqe64::from_bytes(&cqe);
+        let bytes = unsafe { read_line(cqe_ptr) };
+        let cqe = &Cqe64::from_bytes(&bytes);
         // SAFETY: the slot starts `cqe_off` bytes before its 64-byte CQE.
         let slot = unsafe { cqe_ptr.sub(self.cqe_off) };
-        match self.handle(&cqe, slot, table, out, first)? {
-            Progress::Done(k) => Ok(Consumed::Yes(k)),
-            Progress::Partial(k) => Ok(Consumed::NotYet(k)),
-            Progress::Bad(why) => Err(Error::BadCqe {
-                cqn: self.cqn,
-                qpn: cqe.qpn(),
-                wqe_counter: cqe.wqe_counter(),
-                why,
-            }),
-        }
-    }
-
-    /// Hand one software-owned CQE, read whole, to the queue it names in `table`: what a
-    /// completion does to its QP is asked of the QP (`crate::qp::completion`).
-    #[inline(always)]
-    pub(super) fn handle<R: Resolve + ?Sized>(
-        &mut self,
-        cqe: &Cqe64,
-        slot: *mut u8,
-        table: &mut R,
-        out: &mut [Wc],
-        first: bool,
-    ) -> Result<Progress> {
         let opcode = cqe.opcode();
         let format = cqe.format();
         let unsupported = || Error::UnsupportedCqe {
@@ -216,13 +242,6 @@ impl Cq {
                 };
                 let cqn = self.cqn;
                 let qp = table.qp(qpn).ok_or(Error::UnknownQpn { cqn, qpn })?;
-                // An error moves the QP out of RTS, but a late flush of an error period it
-                // was recovered from does not move it back.
-                if status != WcStatus::Success
-                    && !qp.sq_error_of_recovered_period(cqe.wqe_counter())
-                {
-                    qp.follow_error_completion(true);
-                }
                 if let (Some(data), WcStatus::Success) = (inline, status) {
                     // Requester scatter-to-CQE: a READ or atomic reply (rdma-core `mlx5_parse_cqe`:
                     // `mlx5_copy_to_send_wqe` for a requester CQE with inline scatter).
@@ -233,6 +252,7 @@ impl Cq {
                     // buffers, valid until this completion (post contract).
                     unsafe { crate::scatter::scatter(&data[..len], &segs[..k]) };
                 }
+                // The QP follows an error there (`Qp::complete_send`).
                 Ok(qp.complete_send(cqe.wqe_counter(), &info, out))
             }
             CQE_RESP_SEND | CQE_RESP_SEND_IMM | CQE_RESP_SEND_INV | CQE_RESP_WR_IMM
@@ -257,9 +277,7 @@ impl Cq {
                 };
                 match qp.srqn() {
                     None => {
-                        if !wc.is_ok() {
-                            qp.follow_error_completion(false);
-                        }
+                        // (An error moves the QP to Error there.)
                         qp.complete_recv(cqe.wqe_counter(), wc, inline, out, first)
                             .map_err(|expected| Error::RecvOutOfOrder {
                                 cqn,
@@ -285,6 +303,16 @@ impl Cq {
             _ => Err(unsupported()),
         }
     }
+}
+
+/// Whether the full path may hand a flush to `flush_run`: always, but in the crate's unit
+/// tests with the fast paths off (`paths::FAST_OFF`), whose full path is the reference.
+#[inline(always)]
+fn runs_on() -> bool {
+    #[cfg(test)]
+    return !paths::FAST_OFF.with(|f| f.get());
+    #[cfg(not(test))]
+    true
 }
 
 /// A responder CQE whose QPN is no QP of the table: the receive of an XRC target QP, found

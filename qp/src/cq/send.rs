@@ -45,11 +45,18 @@ impl Cq {
         wr_ids: &mut [u64],
         other: F,
     ) -> Result<usize> {
-        let n = self.poll_send_common(qp, wr_ids);
-        if n != 0 || wr_ids.is_empty() || !self.next_ready() {
-            return Ok(n);
+        // The common loop, inline: every outstanding WQE has the common shape (no meta byte
+        // to read) and CQEs are 64 bytes.
+        if qp.sq_all_common() & (self.size_shift == 6) {
+            let run = self.lean_run(qp, wr_ids);
+            // SAFETY: `lean_run` bounded the run.
+            let n = unsafe { run.run::<false, 6>() };
+            self.lean_retired(qp, n);
+            if n != 0 || wr_ids.is_empty() || !self.next_ready() {
+                return Ok(n);
+            }
         }
-        self.poll_send_uncommon(qp, wr_ids, other)
+        self.poll_send_rest(qp, wr_ids, other)
     }
 
     /// Whether the CQE at the consumer index is software-owned (any opcode but INVALID).
@@ -61,40 +68,6 @@ impl Cq {
         let op_own =
             unsafe { core::ptr::read_volatile(self.cqe0.add((idx << self.size_shift) + 63)) };
         sw_owned(op_own, self.ci, self.cqe_cnt)
-    }
-
-    /// The run of common CQEs of [`Cq::poll_send`] ([`Cq::lean_run`]), in the common loop
-    /// when every outstanding WQE has the common shape and CQEs are 64 bytes.
-    #[inline(always)]
-    pub(super) fn poll_send_common(&mut self, qp: &mut Qp, out: &mut [u64]) -> usize {
-        if !(qp.sq_all_common() & (self.size_shift == 6)) {
-            return self.poll_send_common_checked(qp, out);
-        }
-        let run = self.lean_run(qp, out);
-        // SAFETY: `lean_run` bounded the run.
-        let n = unsafe { run.run::<false, 6>() };
-        self.lean_retired(qp, n);
-        n
-    }
-
-    /// [`Cq::poll_send`]'s run when some outstanding WQE is of an uncommon shape (the meta
-    /// bytes are read) or the CQEs are 128 bytes: out of line, to keep the common loop's
-    /// registers free.
-    #[inline(never)]
-    pub(super) fn poll_send_common_checked(&mut self, qp: &mut Qp, out: &mut [u64]) -> usize {
-        let common = qp.sq_all_common();
-        let run = self.lean_run(qp, out);
-        // SAFETY: `lean_run` bounded the run.
-        let n = unsafe {
-            match (common, self.size_shift) {
-                (true, 6) => run.run::<false, 6>(),
-                (true, _) => run.run::<false, 7>(),
-                (false, 6) => run.run::<true, 6>(),
-                (false, _) => run.run::<true, 7>(),
-            }
-        };
-        self.lean_retired(qp, n);
-        n
     }
 
     /// The next lean run: at most `out.len()` CQEs, not past the end of the CQ buffer's lap
@@ -137,15 +110,34 @@ impl Cq {
         }
     }
 
-    /// The rest of [`Cq::poll_send`]: [`Cq::poll`] into a small array, sorted.
+    /// What [`Cq::poll_send`]'s common loop does not take, out of line: the same run with
+    /// each WQE's meta byte read (an uncommon WQE is outstanding) or CQEs 128 bytes apart;
+    /// when that takes nothing either and a CQE is ready, [`Cq::poll`] into a small array,
+    /// its completions sorted (successful sends to `wr_ids`, the rest to `other`).
     #[cold]
     #[inline(never)]
-    pub(super) fn poll_send_uncommon<F: FnMut(Wc)>(
+    fn poll_send_rest<F: FnMut(Wc)>(
         &mut self,
         qp: &mut Qp,
         wr_ids: &mut [u64],
         mut other: F,
     ) -> Result<usize> {
+        let common = qp.sq_all_common();
+        if !(common & (self.size_shift == 6)) {
+            let run = self.lean_run(qp, wr_ids);
+            // SAFETY: `lean_run` bounded the run.
+            let n = unsafe {
+                match (common, self.size_shift) {
+                    (true, _) => run.run::<false, 7>(),
+                    (false, 6) => run.run::<true, 6>(),
+                    (false, _) => run.run::<true, 7>(),
+                }
+            };
+            self.lean_retired(qp, n);
+            if n != 0 || wr_ids.is_empty() || !self.next_ready() {
+                return Ok(n);
+            }
+        }
         let mut wcs = [Wc::default(); 16];
         let room = wr_ids.len().min(wcs.len());
         let k = self.poll(qp, &mut wcs[..room])?;

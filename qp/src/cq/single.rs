@@ -4,7 +4,7 @@
 
 #[cfg(test)]
 use super::paths;
-use super::runs::{error_of_lap, flush_run, good_resp_diff};
+use super::runs::{error_of_lap, good_resp_diff};
 use super::{owned_cqe, send_one, Cq, Resolve, SLOW_ERROR};
 use crate::error::Result;
 use crate::qp::Qp;
@@ -18,17 +18,17 @@ impl Cq {
     /// the CQE at the consumer index when it is a plain REQ CQE of this lap naming its QP's
     /// oldest outstanding WQE ([`send_one`]) or a good responder CQE of this lap naming its
     /// QP's oldest outstanding receive ([`recv_one`]), else nothing when the CQ is empty,
-    /// else [`Cq::poll_one_entry_flush`] (out of line, so that this path needs no register the
+    /// else [`Cq::poll_one_flush`] (out of line, so that this path needs no register the
     /// caller saved).
     #[inline(always)]
-    pub(super) fn poll_one_entry<R: Resolve + ?Sized>(
+    pub(super) fn poll_one<R: Resolve + ?Sized>(
         &mut self,
         table: &mut R,
         wcs: &mut [Wc],
     ) -> Result<usize> {
         let ci = self.ci;
         let idx = (ci & self.mask) as usize;
-        // The CQE's place in the buffer (`poll_one_entry_flush` takes it, not the pointer: a
+        // The CQE's place in the buffer (`poll_one_flush` takes it, not the pointer: a
         // pointer formed here for that call would be formed on every path).
         let off = idx * self.cqe_size;
         // SAFETY: idx < cqe_cnt, so the 64-byte CQE (at +0 or +64 of its slot) is inside the
@@ -36,7 +36,7 @@ impl Cq {
         let cqe = unsafe { self.cqe0.add(off) };
         // SAFETY: op_own is the last byte of the CQE; volatile, the device writes it.
         let op_own = unsafe { core::ptr::read_volatile(cqe.add(63)) };
-        // As in `poll_common`.
+        // As in `Cq::poll_batch`.
         // What `op_own` differs in from a plain REQ CQE of this lap: nothing for one, the
         // owner bit when the device still owns the slot.
         let diff = op_own ^ ((ci & self.cqe_cnt) != 0) as u8;
@@ -80,33 +80,33 @@ impl Cq {
         }
         // The CQ comes back with the count, so that nothing of this frame need survive the
         // call in a register the caller saved.
-        let (n, cq) = self.poll_one_entry_flush(table, &mut wcs[0], off);
+        let (n, cq) = self.poll_one_flush(table, &mut wcs[0], off);
         match n {
             SLOW_ERROR => Err(cq.take_error()),
             n => Ok(n),
         }
     }
 
-    /// What [`Cq::poll_one_entry`] declines, from the software-owned CQE at the consumer index
-    /// (`off` its place in the buffer, as `poll_one_entry` computed it; its `op_own` read again:
-    /// kept for the call, it would take `poll_one_entry` a register it must save; `wc` the one
-    /// entry, not the slice: its length would take one more): an error
-    /// CQE of this lap through [`flush_one`] (a flush of a queue flushing already), in a
-    /// frame of its own; anything else and what that declines through
-    /// [`Cq::poll_one_entry_uncommon`] (a tail call).
+    /// What [`Cq::poll_one`] declines, from the software-owned CQE at the consumer index
+    /// (`off` its place in the buffer, as `poll_one` computed it; its `op_own` read again:
+    /// kept for the call, it would take `poll_one` a register it must save; `wc` the one
+    /// entry, not the slice: its length would take one more): an error CQE of this lap
+    /// through [`flush_one`] (a flush of a queue flushing already), in a frame of its own;
+    /// anything else — a queue's first flush among it — through the full path,
+    /// [`Cq::poll_uncommon`] (a tail call).
     #[inline(never)]
-    fn poll_one_entry_flush<R: Resolve + ?Sized>(
+    fn poll_one_flush<R: Resolve + ?Sized>(
         &mut self,
         table: &mut R,
         wc: &mut Wc,
         off: usize,
     ) -> (usize, &mut Cq) {
         let ci = self.ci;
-        // SAFETY: `off` is the place of the 64-byte CQE at `ci` in the buffer (`poll_one_entry`).
+        // SAFETY: `off` is the place of the 64-byte CQE at `ci` in the buffer (`poll_one`).
         let cqe = unsafe { self.cqe0.add(off) };
         // SAFETY: op_own is the last byte of the CQE; volatile, the device writes it.
         let op_own = unsafe { core::ptr::read_volatile(cqe.add(63)) };
-        // `poll_one_entry` found this CQE software-owned, so its owner bit is the lap's (a CQE
+        // `poll_one` found this CQE software-owned, so its owner bit is the lap's (a CQE
         // the device handed over stays as it is until the consumer index passes it).
         if error_of_lap(op_own, op_own & 1) {
             // SAFETY: the CQE is software-owned (its owner test passed).
@@ -117,7 +117,7 @@ impl Cq {
                 // not survive the lookup in a register this frame would have to save.
                 const { assert!(CQE_REQ_ERR & 1 == 1 && CQE_RESP_ERR & 1 == 0) };
                 let send = u64::from_le(tail) & (1 << 60) != 0;
-                // SAFETY: as in `poll_one_entry`: a software-owned error CQE of this lap.
+                // SAFETY: as in `poll_one`: a software-owned error CQE of this lap.
                 if unsafe { flush_one(qp, cqe, tail, send, wc) } {
                     #[cfg(test)]
                     paths::served(2, 1);
@@ -125,50 +125,21 @@ impl Cq {
                 }
             }
         }
-        self.poll_one_entry_uncommon(table, wc)
+        self.full_path_one(table, wc)
     }
 
-    /// What [`Cq::poll_one_entry_flush`] declines: a queue's first flush through [`flush_run`]
-    /// (which begins the send queue's flushing or moves the QP to Error), anything else and
-    /// what that declines through the full path. Reads the CQE afresh: its owner byte, the
-    /// barrier, the rest.
+    /// The full path ([`Cq::poll_uncommon`]) for the one entry: a tail call of
+    /// [`Cq::poll_one_flush`] with nothing but what it was given, so that no value of that
+    /// frame need survive a call (its few registers are what the one-entry flush costs).
     #[cold]
     #[inline(never)]
-    fn poll_one_entry_uncommon<R: Resolve + ?Sized>(
+    fn full_path_one<R: Resolve + ?Sized>(
         &mut self,
         table: &mut R,
         wc: &mut Wc,
     ) -> (usize, &mut Cq) {
-        let (ci, cqe, op_own, own) = self.at_ci();
-        if error_of_lap(op_own, own) {
-            // SAFETY: the CQE is software-owned (its owner test passed).
-            let (tail, qp) = unsafe { owned_cqe(table, cqe) };
-            if let Some(qp) = qp {
-                // SAFETY: as in `poll_one_entry`; a run of one CQE reads no other, so the CQE
-                // size (its `SHIFT`) does not matter to it.
-                if unsafe { flush_run::<6>(qp, cqe, tail, op_own, 1, wc) } == 1 {
-                    #[cfg(test)]
-                    paths::served(2, 1);
-                    return self.took_one(ci);
-                }
-            }
-        }
-        let r = self.poll_uncommon_from(table, core::slice::from_mut(wc), 0, ci);
-        (self.stash(r), self)
-    }
-
-    /// The consumer index, its CQE (the 64-byte one of its slot), that CQE's `op_own` (read
-    /// volatile: the device writes it) and the owner value of this lap.
-    #[inline(always)]
-    fn at_ci(&self) -> (u32, *mut u8, u8, u8) {
-        let (ci, cqe_cnt) = (self.ci, self.cqe_cnt);
-        let idx = (ci & (cqe_cnt - 1)) as usize;
-        // SAFETY: idx < cqe_cnt, so the 64-byte CQE (at +0 or +64 of its slot) is inside the
-        // buffer.
-        let cqe = unsafe { self.cqe0.add(idx << self.size_shift) };
-        // SAFETY: op_own is the last byte of the CQE.
-        let op_own = unsafe { core::ptr::read_volatile(cqe.add(63)) };
-        (ci, cqe, op_own, ((ci & cqe_cnt) != 0) as u8)
+        let n = self.poll_uncommon(table, core::slice::from_mut(wc), 0, self.ci, None);
+        (n, self)
     }
 
     /// A one-entry path wrote the completion of the CQE at consumer index `ci`: past it, and
@@ -206,9 +177,9 @@ unsafe fn recv_one(qp: &mut Qp, cqe: *const u8, tail: u64, out: *mut Wc) -> Opti
 /// The completion of one flush CQE of `qp` (an error CQE of this lap, format 0: REQ_ERR when
 /// `send`, else RESP_ERR; `tail` its bytes 56..64, read after the barrier) when its syndrome
 /// is WR_FLUSH_ERR and it names the oldest outstanding WQE of a queue the lean paths may
-/// retire from — a send queue that is flushing already ([`flush_run`] begins that) with
+/// retire from — a send queue that is flushing already (`flush_run` or the full path begins that) with
 /// every outstanding WQE of the common shape, the QP's own receive queue: written to `out`
-/// ([`Wc::write_err`]), the WQE retired, as [`flush_run`] does. Returns whether it was.
+/// ([`Wc::write_err`]), the WQE retired, as `flush_run` does. Returns whether it was.
 ///
 /// # Safety
 /// As [`send_one`].
@@ -230,7 +201,7 @@ unsafe fn flush_one(qp: &mut Qp, cqe: *const u8, tail: u64, send: bool, out: *mu
         return false;
     }
     // A receive queue only once the QP is in Error (the first receive flush goes through
-    // `flush_run`, which moves it there).
+    // `flush_run` or the full path, which moves it there).
     let named = if send {
         qp.sq_flushing() & qp.sq_names_oldest(counter)
     } else {

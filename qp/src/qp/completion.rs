@@ -13,7 +13,9 @@
 //!   [`Qp::rq_names_oldest`] / [`Qp::rq_take_oldest`] (does this counter name the oldest
 //!   WR? retire it, give me its id);
 //! - the full path (errors, uncommon WQEs, receives with scatter): [`Qp::complete_send`],
-//!   [`Qp::complete_recv`], [`Qp::follow_error_completion`] and the error-period questions.
+//!   [`Qp::complete_recv`] (each follows the device into Error itself),
+//!   [`Qp::follow_error_completion`] (a receive through an SRQ, a flush run) and the flush
+//!   runs' error-period questions.
 
 use super::*;
 
@@ -66,12 +68,22 @@ impl Qp {
         Ok(n + m)
     }
 
+    /// A requester CQE (REQ or REQ_ERR, read whole by the full path) naming block
+    /// `wqe_counter`: an error moves the QP out of RTS ([`Qp::follow_error_completion`]) — but
+    /// a late error of a period it was recovered from (`SendQueue::error_of_recovered_period`)
+    /// does not move it back — then the send queue retires what the CQE names
+    /// (`SendQueue::complete`).
     pub(crate) fn complete_send(
         &mut self,
         wqe_counter: u16,
         info: &CqeInfo,
         out: &mut [Wc],
     ) -> Progress {
+        if info.status != crate::wc::WcStatus::Success
+            && !self.sq.error_of_recovered_period(wqe_counter)
+        {
+            self.follow_error_completion(true);
+        }
         self.sq.complete(wqe_counter, info, out)
     }
 
@@ -126,13 +138,6 @@ impl Qp {
         self.sq.all_common()
     }
 
-    /// Whether a send error CQE naming block `wqe_counter` is one of an error period this QP
-    /// was recovered from (SQE to RTS): polled late, it must not move the QP back to SQE
-    /// (`SendQueue::error_of_recovered_period`).
-    pub(crate) fn sq_error_of_recovered_period(&self, wqe_counter: u16) -> bool {
-        self.sq.error_of_recovered_period(wqe_counter)
-    }
-
     /// Whether the oldest outstanding send WQE was posted before the last recovery from SQE
     /// (`SendQueue::before_recovery`).
     #[inline(always)]
@@ -178,7 +183,8 @@ impl Qp {
     }
 
     /// A receive CQE for this QP's RQ; `Err(expected)` when it breaks the receive order
-    /// (`rq` module docs).
+    /// (`rq` module docs). An error completion moves the QP to Error first
+    /// ([`Qp::follow_error_completion`]).
     pub(crate) fn complete_recv(
         &mut self,
         wqe_counter: u16,
@@ -187,6 +193,9 @@ impl Qp {
         out: &mut [Wc],
         first: bool,
     ) -> core::result::Result<Progress, u16> {
+        if !wc.is_ok() {
+            self.follow_error_completion(false);
+        }
         match self.rq_mut() {
             Some(rq) => rq.complete(wqe_counter, wc, inline, out, first),
             None => Ok(Progress::Bad(

@@ -32,3 +32,18 @@ fn a_qp_table_finds_a_qp_only_by_its_own_qpn() {
     drop((t, cq));
     drop(dev);
 }
+
+/// The CQ reports the number its layout gave it (what its errors and logs name), and starts
+/// at consumer index 0 with arm sequence 0; a bad CQE's error names that CQ.
+#[test]
+fn the_cq_keeps_its_number() {
+    let (mut dev, mut table, mut cq) = Dev::typed(64, QpType::Rc);
+    assert_eq!((cq.cqn(), cq.ci(), cq.arm_sn()), (7, 0, 0));
+    dev.push(req_cqe(QPN, 5, mlx5_wqe::OPCODE_RDMA_WRITE, 0));
+    let mut wcs = [Wc::default(); 4];
+    match cq.poll(&mut table, &mut wcs) {
+        Err(crate::error::Error::BadCqe { cqn, qpn, .. }) => assert_eq!((cqn, qpn), (7, QPN)),
+        other => panic!("a CQE naming no outstanding WQE: {other:?}"),
+    }
+    assert_eq!(cq.ci(), 1, "the bad CQE is consumed");
+}
