@@ -176,11 +176,30 @@ impl XrcEnd {
         inline: u32,
     ) -> Result<XrcEnd> {
         let qps = qps.max(1);
+        let recv = run.receives_on_srq(&r.mr)?;
+        let mut x = XrcEnd::with_roles(r, run, (qps, qps), sq_depth, inline, recv)?;
+        x.tail = 2 * run.half;
+        Ok(x)
+    }
+
+    /// An end of `roles.0` initiators and `roles.1` targets (perftest's one-way bandwidth runs
+    /// have only initiators on the client and only targets on the server:
+    /// `src/perftest_resources.c` `ctx_xrc_qp_create`), its XRC SRQ of `rx_depth` receives per
+    /// QP, each QP's `recv` posted now (the SEND test).
+    pub fn with_roles(
+        r: &mut Resources,
+        run: &RunPlan,
+        roles: (u32, u32),
+        sq_depth: u32,
+        inline: u32,
+        recv: Option<crate::connecting::Receives>,
+    ) -> Result<XrcEnd> {
+        let qps = roles.0.max(roles.1).max(1);
         let ctx = r.context().clone();
         let xrcd = ctx.open_xrcd()?;
         let depth = run.rx_depth.max(1).saturating_mul(qps);
         let mut srq = r.pd.create_xrc_srq(&xrcd, &r.cq, depth, 1)?;
-        if let Some(recv) = run.receives_on_srq(&r.mr)? {
+        if let Some(recv) = recv {
             for _ in 0..qps {
                 for i in 0..u64::from(recv.depth) {
                     srq.post_recv(i, std::slice::from_ref(&recv.sge))?;
@@ -189,7 +208,7 @@ impl XrcEnd {
         }
         let rd = ctx.device().query_device()?.max_qp_rd_atom.clamp(1, 16) as u8;
         let (mut inis, mut targets) = (Vec::new(), Vec::new());
-        for _ in 0..qps {
+        for _ in 0..roles.0 {
             let mut ini = r.pd.create_qp(
                 &QpInit::xrc_send(&r.cq)
                     .max_send_wr(sq_depth)
@@ -199,6 +218,8 @@ impl XrcEnd {
                 ini.set_doorbell_mode(mode)?;
             }
             inis.push(ini);
+        }
+        for _ in 0..roles.1 {
             targets.push(xrcd.create_target()?);
         }
         let psns = (0..qps)
@@ -222,10 +243,30 @@ impl XrcEnd {
                 run.params.retry_cnt,
                 run.params.rnr_retry,
             ),
-            tail: 2 * run.half,
+            tail: 0,
             early: Vec::new(),
             _xrcd: xrcd,
         })
+    }
+
+    /// The QPN and first PSN of initiator `q`, if this end has it.
+    pub fn initiator(&self, q: usize) -> Option<(u32, u32)> {
+        Some((*self.ini_qpns.get(q)?, self.psns.get(q)?.0))
+    }
+
+    /// The QPN and first PSN of target `q`, if this end has it.
+    pub fn target(&self, q: usize) -> Option<(u32, u32)> {
+        Some((*self.tgt_qpns.get(q)?, self.psns.get(q)?.1))
+    }
+
+    /// This end's XRC SRQ number.
+    pub fn srq_num(&self) -> u32 {
+        self.srq.srq_num()
+    }
+
+    /// READ/atomic requests each target serves at once.
+    pub fn rd_atomic(&self) -> u8 {
+        self.rd_atomic
     }
 
     /// The inline bytes every initiator was granted.
@@ -344,16 +385,34 @@ impl XrcEnd {
     /// (Linux `drivers/infiniband/core/verbs.c` `qp_state_table`): the initiator takes no
     /// responder attributes at RTR, the target no retry counts at RTS.
     fn connect(&mut self, q: usize, rc: &Connection) -> Result<()> {
-        let (me, peer) = (self.addr(q), self.peer[q]);
         let plan = rc.plan();
+        let peer = self.peer[q];
+        self.connect_to(q, &peer, plan.ah, plan.path_mtu)
+    }
+
+    /// Initiator `q` (if this end has it) to the peer's target `peer.tgt`, target `q` (if
+    /// any) to the peer's initiator `peer.ini`, along address vector `ah` and path MTU
+    /// `path_mtu`: Reset → Init → RTR → RTS with the masks of the kernel table's XRC_INI and
+    /// XRC_TGT columns (Linux `drivers/infiniband/core/verbs.c` `qp_state_table`): the initiator
+    /// takes no responder attributes at RTR, the target no retry counts at RTS.
+    pub fn connect_to(
+        &mut self,
+        q: usize,
+        peer: &XrcAddr,
+        ah: mlx5_hw::AhAttr,
+        path_mtu: mlx5_hw::Mtu,
+    ) -> Result<()> {
+        let (ini_psn, tgt_psn) = *self.psns.get(q).ok_or_else(|| {
+            Error::Usage(format!("-c XRC: this end has no initiator or target {q}"))
+        })?;
         let (timeout, retry_cnt, rnr_retry) = self.run;
         let mut a = QpAttr {
-            port_num: plan.ah.port_num,
+            port_num: ah.port_num,
             qp_access_flags: mlx5_ctx::mr::all_access(),
-            path_mtu: plan.path_mtu,
-            ah_attr: plan.ah,
-            max_dest_rd_atomic: me.rd_atomic,
-            max_rd_atomic: me.rd_atomic.min(peer.rd_atomic).max(1),
+            path_mtu,
+            ah_attr: ah,
+            max_dest_rd_atomic: self.rd_atomic,
+            max_rd_atomic: self.rd_atomic.min(peer.rd_atomic).max(1),
             min_rnr_timer: 12,
             timeout,
             retry_cnt,
@@ -381,34 +440,42 @@ impl XrcEnd {
         ];
         for (state, mi, mt) in steps {
             a.qp_state = state;
-            // The initiator: towards the peer's target, whose responder expects our PSNs.
-            a.dest_qp_num = peer.tgt;
-            a.rq_psn = peer.tgt_psn;
-            a.sq_psn = me.ini_psn;
-            let ini = &mut self.inis[q];
-            ini.context().device().modify_qp(ini.id(), &a, mi)?;
-            ini.data_path().set_state(state);
-            // The target: answering the peer's initiator.
-            a.dest_qp_num = peer.ini;
-            a.rq_psn = peer.ini_psn;
-            a.sq_psn = me.tgt_psn;
-            let t = &self.targets[q];
-            t.xrcd().context().device().modify_qp(t.id(), &a, mt)?;
+            if let Some(ini) = self.inis.get_mut(q) {
+                // The initiator: towards the peer's target, whose responder expects our PSNs.
+                a.dest_qp_num = peer.tgt;
+                a.rq_psn = peer.tgt_psn;
+                a.sq_psn = ini_psn;
+                ini.context().device().modify_qp(ini.id(), &a, mi)?;
+                ini.data_path().set_state(state);
+            }
+            if let Some(t) = self.targets.get(q) {
+                // The target: answering the peer's initiator.
+                a.dest_qp_num = peer.ini;
+                a.rq_psn = peer.ini_psn;
+                a.sq_psn = tgt_psn;
+                t.xrcd().context().device().modify_qp(t.id(), &a, mt)?;
+            }
         }
         tracing::info!(
-            ini = me.ini,
+            ini = ?self.ini_qpns.get(q),
             to = peer.tgt,
-            tgt = me.tgt,
+            tgt = ?self.tgt_qpns.get(q),
             srqn = peer.srqn,
             "XRC initiator and target connected"
         );
         Ok(())
     }
 
+    /// Record the peer's addresses (one per QP, in order) before [`XrcEnd::connect_to`] and
+    /// [`XrcEnd::path`].
+    pub fn set_peer(&mut self, peer: Vec<XrcAddr>) {
+        self.peer = peer;
+    }
+
     /// The data path over the initiators and the XRC SRQ, completing on `cq` (the RC QPs'
     /// CQ the XRC objects were created on).
     pub fn path<'a>(&'a mut self, cq: &'a mut Cq) -> Result<XrcPath<'a>> {
-        if self.peer.len() != self.inis.len() || self.inis.is_empty() {
+        if self.peer.len() < self.inis.len() || self.peer.is_empty() {
             return Err(Error::Usage(
                 "-c XRC: the XRC addresses were not exchanged before the run".into(),
             ));
@@ -427,8 +494,13 @@ impl XrcEnd {
         })
     }
 
-    /// The report's line about the XRC objects.
+    /// The report's line about the XRC objects (the addresses carried over the run's RC QPs).
     pub fn describe(&self) -> String {
+        self.describe_via("the RC QPs only carried the XRC addresses")
+    }
+
+    /// The report's line about the XRC objects, ending with how their addresses crossed.
+    pub fn describe_via(&self, how: &str) -> String {
         let hex = |v: &mut dyn Iterator<Item = u32>| {
             let all: Vec<u32> = v.collect();
             let mut s: Vec<String> = all.iter().take(4).map(|n| format!("{n:#08x}")).collect();
@@ -439,7 +511,7 @@ impl XrcEnd {
         };
         format!(
             " XRC: initiator {} sending to the peer's target {} and its XRC SRQ {:#08x}; target \
-             {} receiving here into XRC SRQ {:#08x}; the RC QPs only carried the XRC addresses",
+             {} receiving here into XRC SRQ {:#08x}; {how}",
             hex(&mut self.ini_qpns.iter().copied()),
             hex(&mut self.peer.iter().map(|a| a.tgt)),
             self.peer.first().map_or(0, |a| a.srqn),

@@ -25,6 +25,7 @@ pub mod connect;
 pub mod script;
 pub mod session;
 pub mod wire;
+pub mod xrc;
 
 pub use connect::Driver;
 pub use script::{script, Program, Shape, Step};

@@ -124,6 +124,29 @@ fn xrc_across_two_processes() {
     }
 }
 
+/// `lat -c XRC` against stock `ib_send_lat`/`ib_write_lat`/`ib_read_lat`/`ib_atomic_lat -c XRC`
+/// under the emulation (stock perftest on the software ConnectX through libmlx5), each
+/// serving once and connecting once: perftest's XRC layout (one initiator and one target per
+/// end, endpoint messages initiator first) over its own exchange.
+#[test]
+fn lat_xrc_against_stock_perftest_both_roles() {
+    let _g = crate::heavy();
+    for (program, args) in [
+        (
+            "ib_send_lat",
+            &["send", "-c", "XRC", "-n", "20", "-s", "300"][..],
+        ),
+        (
+            "ib_write_lat",
+            &["write", "-c", "XRC", "-n", "20", "-s", "64"],
+        ),
+        ("ib_read_lat", &["read", "-c", "XRC", "-n", "20"]),
+        ("ib_atomic_lat", &["atomic", "-c", "XRC", "-n", "20"]),
+    ] {
+        crate::mixed_pairs::against_perftest_on("direct", program, LAT, args, "t_avg[usec]", false);
+    }
+}
+
 #[test]
 fn xrc_runs_this_build_refuses() {
     check_exit(
@@ -134,8 +157,24 @@ fn xrc_runs_this_build_refuses() {
     );
     check_exit(
         LAT,
+        &[
+            "write",
+            "-c",
+            "XRC",
+            "--perftest",
+            "--path",
+            "verbs",
+            "-p",
+            "1",
+            "127.0.0.1",
+        ],
+        2,
+        "-c XRC --path verbs: not in this build",
+    );
+    check_exit(
+        BW,
         &["write", "-c", "XRC", "--perftest", "-p", "1", "127.0.0.1"],
         2,
-        "-c XRC runs only between these tools in this build",
+        "bw -c XRC runs only between these tools in this build",
     );
 }

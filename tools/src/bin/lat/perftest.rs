@@ -89,7 +89,9 @@ pub(super) fn run(
     let shape = Shape {
         program,
         client,
-        qps: 1,
+        // perftest doubles the QPs of an XRC latency run after its parser: an initiator and a
+        // target, each with its endpoint message (`write_lat.c` `main`, `num_of_qps *= 2`).
+        qps: if p.run.conn.is_xrc() { 2 } else { 1 },
         sizes: sizes.len(),
         all: c.all,
         duplex: false,
@@ -163,13 +165,106 @@ fn direct(args: &LatArgs, p: &Plan, devs: &Devices, mut s: Settled) -> Result<()
     let doorbell = doorbell_line(p, r.doorbell_mode());
     let recv =
         mlx5_tools::connecting::Receives::for_test(p.run.test, &r.mr, s.half, p.run.rx_depth)?;
-    let end = r.end(&s.params);
     let how = announce(p, &s, &r.mr);
+    if p.run.conn.is_xrc() {
+        return xrc(args, p, devs, s, r, (inline, recv, how, &doorbell));
+    }
+    let end = r.end(&s.params);
     let (mut links, mr) = r.links(recv)?;
     let conn = connect(&mut s, &end, &mut links, how)?;
     let path = direct_path(links, clock.is_some());
-    let me = Pinger::new(path, mr, &conn.conns[0], inline, p, clock)?;
-    exit_on_failure("lat", devs, drive(args, p, devs, me, s, conn, &doorbell))
+    let mut me = Pinger::new(path, mr, &conn.conns[0], inline, p, clock)?;
+    if let Some(peer) = conn.conns[0].ud_peer() {
+        me.path.set_ud_peer(0, peer);
+    }
+    let mut view = View::of(&conn)?;
+    view._conn = Some(conn);
+    exit_on_failure("lat", devs, drive(args, p, devs, me, s, view, &doorbell))
+}
+
+/// `-c XRC` in perftest's layout (`mlx5_tools::perftest::xrc`): one initiator and one target
+/// on each end, the XRC SRQ taking the SEND test's receives; the run's RC QP stays in Reset.
+fn xrc(
+    args: &LatArgs,
+    p: &Plan,
+    devs: &Devices,
+    mut s: Settled,
+    mut r: Resources,
+    (inline, recv, how, doorbell): (
+        u32,
+        Option<mlx5_tools::connecting::Receives>,
+        Announce,
+        &str,
+    ),
+) -> Result<()> {
+    if p.timestamps {
+        return Err(Error::Usage(
+            "--timestamps with -c XRC: not in this build (the XRC data path reads no CQE \
+             timestamps)"
+                .into(),
+        ));
+    }
+    let client = s.driver.session.is_client();
+    let layout = perftest::xrc::Layout::of(1, true, client)?;
+    let mut x = mlx5_tools::xrc::XrcEnd::with_roles(
+        &mut r,
+        &p.run,
+        (1, 1),
+        super::plan::SQ_DEPTH,
+        inline,
+        recv,
+    )?;
+    let timeout = s.params.io_timeout;
+    let agreed = s.agreed.clone();
+    let params = s.params.clone();
+    let peers = s.driver.connect_xrc(
+        &mut x,
+        &devs.local,
+        &params,
+        layout,
+        how,
+        (&agreed, timeout),
+    )?;
+    p.run.say(&x.describe_via(
+        "perftest's endpoint messages carried the addresses (initiator first, then target)",
+    ));
+    let inline = inline.min(x.max_inline());
+    let remote = *peers
+        .remotes
+        .first()
+        .ok_or_else(|| Error::Usage("-c XRC: the peer announced no target".into()))?;
+    let view = View {
+        local: peers.local,
+        peer: peers.peer,
+        mtu: peers.path_mtu.bytes(),
+        _conn: None,
+    };
+    let me = Pinger::to(x.path(&mut r.cq)?, &r.mr, remote, inline, p, None)?;
+    exit_on_failure("lat", devs, drive(args, p, devs, me, s, view, doorbell))
+}
+
+/// What the banner shows of the connection, and what keeps it alive.
+struct View {
+    local: mlx5_connect::Endpoint,
+    peer: mlx5_connect::Endpoint,
+    mtu: u32,
+    _conn: Option<Connected>,
+}
+
+impl View {
+    /// The first QP's of `conn`.
+    fn of(conn: &Connected) -> Result<View> {
+        let c = conn
+            .conns
+            .first()
+            .ok_or_else(|| Error::Usage("no connection".into()))?;
+        Ok(View {
+            local: *c.local(),
+            peer: *c.peer(),
+            mtu: c.path_mtu().bytes(),
+            _conn: None,
+        })
+    }
 }
 
 fn connect(
@@ -209,11 +304,16 @@ fn verbs(args: &LatArgs, p: &Plan, devs: &Devices, mut s: Settled) -> Result<()>
         let mut links = VerbsLinks::new(&mut v, recv);
         connect(&mut s, &end, &mut links, how)?
     };
-    let me = Pinger::new(v, &r.mr, &conn.conns[0], inline, p, clock)?;
+    let mut me = Pinger::new(v, &r.mr, &conn.conns[0], inline, p, clock)?;
+    if let Some(peer) = conn.conns[0].ud_peer() {
+        me.path.set_ud_peer(0, peer);
+    }
+    let mut view = View::of(&conn)?;
+    view._conn = Some(conn);
     exit_on_failure(
         "lat",
         devs,
-        drive(args, p, devs, me, s, conn, &doorbell_line(p, None)),
+        drive(args, p, devs, me, s, view, &doorbell_line(p, None)),
     )
 }
 
@@ -247,7 +347,7 @@ fn drive<P: DataPath>(
     devs: &Devices,
     mut me: Pinger<'_, P>,
     mut s: Settled,
-    conn: Connected,
+    view: View,
     doorbell: &str,
 ) -> Result<()> {
     me.yield_idle = devs.software;
@@ -255,13 +355,6 @@ fn drive<P: DataPath>(
     // perftest fills its buffers: what the atomics' target holds is learnt from the first.
     me.target = None;
     me.half = s.half;
-    let c = conn
-        .conns
-        .first()
-        .ok_or_else(|| Error::Usage("no connection".into()))?;
-    if let Some(peer) = c.ud_peer() {
-        me.path.set_ud_peer(0, peer);
-    }
     let test = p.run.test;
     let client = s.driver.session.is_client();
     // perftest's servers of the WRITE and SEND tests measure too; of READ and atomics, not.
@@ -281,8 +374,8 @@ fn drive<P: DataPath>(
     let mut extra = vec![
         ("Doorbell".into(), doorbell.to_string()),
         ("Exchange".into(), peer_line),
-        ("local address".into(), describe_endpoint(c.local())),
-        ("remote address".into(), describe_endpoint(c.peer())),
+        ("local address".into(), describe_endpoint(&view.local)),
+        ("remote address".into(), describe_endpoint(&view.peer)),
     ];
     extra.extend(run::run_lines(p.run.events, p.run.length, None));
     extra.extend(run::srq_line(&p.run));
@@ -292,11 +385,11 @@ fn drive<P: DataPath>(
             title: &title,
             device: &devs.name,
             path: args.common.path.describe(),
-            connection: p.run.conn.name(),
+            connection: p.run.conn_name(),
             qps: 1,
             inline: me.inline,
             tx_depth: 1,
-            mtu: c.path_mtu().bytes(),
+            mtu: view.mtu,
             extra,
         }
         .render(),

@@ -89,10 +89,23 @@ impl<'a, P: DataPath> Pinger<'a, P> {
         p: &Plan,
         clock: Option<mlx5_hw::ClockInfo>,
     ) -> Result<Self> {
+        Pinger::to(path, mr, run::remote_buffer_of(conn)?, inline, p, clock)
+    }
+
+    /// [`Pinger::new`] towards the peer's buffer `remote` (an XRC initiator's, which no
+    /// `Connection` describes).
+    pub(super) fn to(
+        path: P,
+        mr: &'a Mr,
+        remote: RemoteBuffer,
+        inline: u32,
+        p: &Plan,
+        clock: Option<mlx5_hw::ClockInfo>,
+    ) -> Result<Self> {
         Ok(Pinger {
             path,
             mr,
-            remote: run::remote_buffer_of(conn)?,
+            remote,
             half: p.run.half,
             inline,
             payload: vec![0; inline as usize + 1],
