@@ -196,9 +196,10 @@ pub(crate) struct SendQueue {
     /// The gates of the lean DC post (`Qp::post_dc_write_inline`), as `fast` and `other` are
     /// the RC shapes': a lean DC post may go ahead while `pi` is below the gate of its
     /// doorbell sequence ([`SendQueue::dc_gates`] says when they open and to what). Shut (0)
-    /// on any QP but a DCI. A retire does not move them, which only closes them
-    /// earlier: a DC post that finds its gate shut refreshes it before it takes the generic
-    /// path.
+    /// on any QP but a DCI. A retire of the full path, where a DCI's completions go (its
+    /// WQEs are of more than one block but for an empty SEND), refreshes them
+    /// ([`SendQueue::refresh_gate`]); a lean retire does not, which only closes them earlier:
+    /// a DC post that finds its gate shut refreshes it before it takes the generic path.
     pub dc_fast: u64,
     pub dc_other: u64,
     /// Whether the QP is a DCI whose state and limits allow lean DC posts ([`crate::Qp`]
@@ -413,10 +414,16 @@ impl SendQueue {
     }
 
     /// Open or close the lean gates of the RC shapes (after anything but a lean post or a
-    /// lean retire; what changes the DC gates' conditions calls [`SendQueue::refresh_gates`]).
+    /// lean retire; what changes the DC gates' conditions calls [`SendQueue::refresh_gates`]),
+    /// and on a DCI that takes lean DC posts its DC gates too (the full path's retires end
+    /// here).
     #[inline]
     pub fn refresh_gate(&mut self) {
         (self.fast, self.other, self.batch) = self.gates();
+        if self.dc_open {
+            // A DCI: its retires (the full path's, which refreshes here) move the DC gates.
+            self.refresh_dc_gates();
+        }
     }
 
     /// Which DC gate the doorbell mode opens: `Some(true)` for `dc_fast`
@@ -469,7 +476,7 @@ impl SendQueue {
     }
 
     /// Open or close the DC gates for the queue as it is now (after anything that may shut
-    /// them, and when a DC post finds its gate shut: a retire does not move them).
+    /// them, after a retire of the full path, and when a DC post finds its gate shut).
     #[inline]
     pub fn refresh_dc_gates(&mut self) {
         (self.dc_fast, self.dc_other) = self.dc_gates();
@@ -544,7 +551,7 @@ impl SendQueue {
             // The batch gate does not follow retires (none happen while a batch holds the
             // QP; after a forgotten guard it may lag, which only closes it earlier).
             debug_assert!(self.batch <= batch.max(self.ci), "the batch gate");
-            // The DC gates do not follow retires either: never above the free WRs, and
+            // The DC gates do not follow lean retires: never above the free WRs, and
             // open only where their conditions hold.
             let wr_bound = self.ci + self.max_post as u64 + self.extra as u64;
             for (gate, fast) in [(self.dc_fast, true), (self.dc_other, false)] {

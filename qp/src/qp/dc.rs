@@ -100,9 +100,9 @@ impl Qp {
         unsafe { r.assume_init() }
     }
 
-    /// [`Qp::post_dc_write_inline`] past a shut gate: the gates refreshed (a retire does not
-    /// move them, [`SendQueue::refresh_dc_gates`]) and the lean post tried again, else the
-    /// generic post of the WR it stands for.
+    /// [`Qp::post_dc_write_inline`] past a shut gate: the gates refreshed (a lean retire
+    /// does not move them, [`SendQueue::refresh_dc_gates`]) and the lean post tried again,
+    /// else the generic post of the WR it stands for.
     #[cold]
     #[inline(never)]
     fn dc_slow(&mut self, w: &DcWr<'_>, r: &mut MaybeUninit<Result<()>>) {
