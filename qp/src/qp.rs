@@ -83,8 +83,8 @@ pub struct Qp {
     cqe_sop_key: u32,
     /// What the lean entry points check their data against.
     fast: FastLimits,
-    /// Largest inline payload of the lean DC post ([`Qp::post_dc_write_inline`]: ctrl + AV
-    /// + raddr + inline within `wr_bbs` blocks and the QP's limits); its gates are the send
+    /// Largest inline payload of the lean DC post ([`Qp::post_dc_write_inline`]: ctrl, AV,
+    /// raddr and inline within `wr_bbs` blocks and the QP's limits); its gates are the send
     /// queue's (`SendQueue::dc_fast`, `SendQueue::dc_other`).
     dc_inline: usize,
 }

@@ -336,7 +336,7 @@ impl WqeWriter {
     /// and `next` is the ring's block after that one (what [`WqeWriter::wrap`] would find).
     #[inline(always)]
     pub unsafe fn wrap_to(&mut self, next: *mut u8) {
-        debug_assert!(self.cur as usize % SEND_WQE_BB == 0);
+        debug_assert!((self.cur as usize).is_multiple_of(SEND_WQE_BB));
         debug_assert!(
             next == if self.cur == self.end {
                 self.start

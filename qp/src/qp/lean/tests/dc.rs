@@ -150,7 +150,7 @@ fn the_lean_dc_post_writes_the_generic_posts_bytes_all_round_the_ring() {
                     (seed >> 20) as u16 % 3,
                 );
                 let flags = SendFlags::from_bits_truncate((seed >> 30) as u8 & 7);
-                if (seed >> 50) % 3 == 0 && lean.qp.sq_outstanding_wrs() != 0 {
+                if (seed >> 50).is_multiple_of(3) && lean.qp.sq_outstanding_wrs() != 0 {
                     for f in [&mut lean, &mut generic] {
                         retire_oldest(&mut f.qp);
                     }
