@@ -10,11 +10,14 @@
 //! `cargo build --release --bench count_post_poll`; `cargo bench` runs it once natively (it
 //! ignores the `--bench` flag cargo passes) as a smoke test of its own checks.
 //!
-//! Usage: `count_post_poll [N] [--sge-db | --bf-flush] [--poll-one | --poll-wcs | --batch |
-//! --recv | --flush [--recv] [--poll-one] | --qps K [--recv]]` (N defaults to 10000). With `--sge-db` the posts are 1-SGE RDMA WRITEs
+//! Usage: `count_post_poll [N] [--sge-db | --bf-flush | --db] [--poll-one | --poll-wcs | --batch |
+//! --recv | --flush [--recv] [--poll-one] | --qps K [--recv] | --dc]` (N defaults to 10000). With `--sge-db` the posts are 1-SGE RDMA WRITEs
 //! on a QP without BlueFlame (the 8-byte doorbell), through `measured_post_sge`; with
 //! `--bf-flush` the QP rings in `DoorbellMode::Bf` (rdma-core's exact sequence, a flush after
-//! every BlueFlame copy) instead of the default `BfPost`; with `--poll-one` the CQEs are
+//! every BlueFlame copy) instead of the default `BfPost`, with `--db` in `DoorbellMode::Db`
+//! (the 8-byte doorbell on a QP that has BlueFlame registers; these two apply to the single
+//! posts and to `--dc`); `--dc` posts the inline WRITE on a DCI to a DC target
+//! (`measured_post_dc`); with `--poll-one` the CQEs are
 //! polled one per call through `Cq::poll` (`measured_poll_one`), with `--poll-wcs` up to 16
 //! per call through `Cq::poll` (`measured_poll_wcs`). `--batch` posts 16 inline WRITEs per
 //! `Qp::batch`, the last signaled (`measured_batch`); `--recv` polls N receive completions
@@ -181,12 +184,25 @@ struct Args {
     recv: bool,
     flush: bool,
     dc: bool,
+    db: bool,
     qps: Option<u32>,
 }
 
-const USAGE: &str = "usage: count_post_poll [N > 0] [--sge-db | --bf-flush] \
+const USAGE: &str = "usage: count_post_poll [N > 0] [--sge-db | --bf-flush | --db] \
 [--poll-one | --poll-wcs | --batch | --recv | --flush [--recv] [--poll-one] | --qps K [--recv] \
 | --dc]";
+
+impl Args {
+    /// The doorbell mode `--bf-flush` or `--db` asks for (the rig's default, `BfPost`,
+    /// without either).
+    fn doorbell(&self) -> Option<DoorbellMode> {
+        if self.bf_flush {
+            Some(DoorbellMode::Bf)
+        } else {
+            self.db.then_some(DoorbellMode::Db)
+        }
+    }
+}
 
 fn parse() -> Option<Args> {
     let mut a = Args {
@@ -204,6 +220,7 @@ fn parse() -> Option<Args> {
             "--recv" => a.recv = true,
             "--flush" => a.flush = true,
             "--dc" => a.dc = true,
+            "--db" => a.db = true,
             "--qps" => {
                 a.qps = Some(
                     it.next()?
@@ -484,7 +501,7 @@ fn main() -> ExitCode {
     } else if a.recv {
         run_recv(n, a.poll_one)
     } else if a.dc {
-        run_dc(n)
+        run_dc(n, a.doorbell())
     } else {
         run_single(&a)
     };
@@ -505,10 +522,12 @@ fn main() -> ExitCode {
 }
 
 /// A DCI: N inline WRITEs to one DC target (`measured_post_dc`), one CQE each, polled 16 a
-/// call (`measured_poll`, not the figure of this run).
-fn run_dc(n: u64) -> bool {
+/// call (`measured_poll`, not the figure of this run), the doorbell in `doorbell` mode (the
+/// rig's `BfPost` when `None`).
+fn run_dc(n: u64, doorbell: Option<DoorbellMode>) -> bool {
     let cfg = RigCfg {
         qp_type: mlx5_hw::QpType::Dci,
+        doorbell,
         ..RigCfg::rc_bf()
     };
     let mut rig = Rig::new(cfg);
@@ -560,11 +579,10 @@ fn run_dc(n: u64) -> bool {
 
 /// One QP, one post per doorbell, in the shapes and poll calls the flags choose.
 fn run_single(a: &Args) -> bool {
-    let (n, sge_db, bf_flush, poll_one, poll_wcs) =
-        (a.n, a.sge_db, a.bf_flush, a.poll_one, a.poll_wcs);
+    let (n, sge_db, poll_one, poll_wcs) = (a.n, a.sge_db, a.poll_one, a.poll_wcs);
     let cfg = RigCfg {
         bf_size: if sge_db { 0 } else { 256 },
-        doorbell: bf_flush.then_some(DoorbellMode::Bf),
+        doorbell: a.doorbell(),
         ..RigCfg::rc_bf()
     };
     let post = if sge_db {

@@ -10,7 +10,8 @@
 //!
 //! A WR names its target with [`SendWr::dc`]; a [`DcDest`] is built once per target and
 //! reused. DCIs never take the RC lean entry points (their gates stay closed): a DC WR posted
-//! through [`crate::Qp::post`] goes to the generic path. Receive completions of a DC target
+//! through [`crate::Qp::post`] goes to the generic path, but for an RDMA WRITE with inline
+//! data, which takes the lean DC post ([`crate::Qp::post_dc_write_inline`]). Receive completions of a DC target
 //! carry the DCT's number and the SRQ's: the CQ finds them by the SRQ, as for an XRC target
 //! ([`crate::Cq::poll`]).
 

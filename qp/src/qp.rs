@@ -83,13 +83,9 @@ pub struct Qp {
     cqe_sop_key: u32,
     /// What the lean entry points check their data against.
     fast: FastLimits,
-    /// Outstanding blocks below which the lean DC post may go ahead
-    /// ([`Qp::post_dc_write_inline`]): 0 unless this is a DCI in RTS or SQD, else `wqe_cnt −
-    /// wr_bbs + 1`, room for a WQE of the lean size (at most `wr_bbs` blocks,
-    /// [`SendQueue::wr_bbs`]).
-    dc_blocks: u64,
-    /// Largest inline payload of the lean DC post (ctrl + AV + raddr + inline within
-    /// `wr_bbs` blocks and the QP's limits).
+    /// Largest inline payload of the lean DC post ([`Qp::post_dc_write_inline`]: ctrl, AV,
+    /// raddr and inline within `wr_bbs` blocks and the QP's limits); its gates are the send
+    /// queue's (`SendQueue::dc_fast`, `SendQueue::dc_other`).
     dc_inline: usize,
 }
 
@@ -241,7 +237,6 @@ impl Qp {
             cqe_qpn_key: crate::cqe_key::qpn_key(layout.qpn),
             cqe_sop_key: crate::cqe_key::sop_key(layout.qpn),
             fast: FastLimits::default(),
-            dc_blocks: 0,
             dc_inline: 0,
         })
     }
@@ -299,7 +294,7 @@ impl Qp {
         }
         self.sq.ring_doorbell();
         self.sq.db.mode = mode;
-        self.sq.refresh_gate();
+        self.sq.refresh_gates();
         Ok(())
     }
 

@@ -193,6 +193,18 @@ pub(crate) struct SendQueue {
     sge_ok: bool,
     /// Whether the QP's state and type allow lean posts ([`crate::Qp`] decides).
     open: bool,
+    /// The gates of the lean DC post (`Qp::post_dc_write_inline`), as `fast` and `other` are
+    /// the RC shapes': a lean DC post may go ahead while `pi` is below the gate of its
+    /// doorbell sequence ([`SendQueue::dc_gates`] says when they open and to what). Shut (0)
+    /// on any QP but a DCI. A retire of the full path, where a DCI's completions go (its
+    /// WQEs are of more than one block but for an empty SEND), refreshes them
+    /// ([`SendQueue::refresh_gate`]); a lean retire does not, which only closes them earlier:
+    /// a DC post that finds its gate shut refreshes it before it takes the generic path.
+    pub dc_fast: u64,
+    pub dc_other: u64,
+    /// Whether the QP is a DCI whose state and limits allow lean DC posts ([`crate::Qp`]
+    /// decides).
+    dc_open: bool,
 }
 
 /// [`SendQueue`]'s `key` while an outstanding WQE is of an uncommon shape: any bit above
@@ -265,6 +277,9 @@ impl SendQueue {
             inline_ok: false,
             sge_ok: false,
             open: false,
+            dc_fast: 0,
+            dc_other: 0,
+            dc_open: false,
         };
         sq.set_max_post(max_post);
         sq
@@ -314,7 +329,7 @@ impl SendQueue {
         self.max_post = max_post;
         self.wr_bbs = n / max_post;
         self.lean_blocks = max_post.min(n - self.wr_bbs + 1) as u64;
-        self.refresh_gate();
+        self.refresh_gates();
     }
 
     /// The WR limit (rdma-core `sq.max_post`).
@@ -336,6 +351,15 @@ impl SendQueue {
         let off8 = ((self.pi << 3) & self.mask8) as usize;
         // SAFETY: off8 / 8 < wqe_cnt: the block is inside the ring.
         (off8, unsafe { self.ring.start().add(off8 * 8) })
+    }
+
+    /// The block after the one of slot × 8 `off8` ([`SendQueue::lean_slot`]): the next in
+    /// the ring, or its first after its last.
+    #[inline(always)]
+    pub fn lean_next_block(&self, off8: usize) -> *mut u8 {
+        let next8 = (off8 as u64 + 8) & self.mask8;
+        // SAFETY: next8 / 8 < wqe_cnt: the block is inside the ring.
+        unsafe { self.ring.start().add(next8 as usize * 8) }
     }
 
     /// Write the control segment of the WQE at `ctrl` (which starts at block `pi`) as two
@@ -389,10 +413,80 @@ impl SendQueue {
         }
     }
 
-    /// Open or close the lean gates (after anything but a lean post or a lean retire).
+    /// Open or close the lean gates of the RC shapes (after anything but a lean post or a
+    /// lean retire; what changes the DC gates' conditions calls [`SendQueue::refresh_gates`]),
+    /// and on a DCI that takes lean DC posts its DC gates too (the full path's retires end
+    /// here).
     #[inline]
     pub fn refresh_gate(&mut self) {
         (self.fast, self.other, self.batch) = self.gates();
+        if self.dc_open {
+            // A DCI: its retires (the full path's, which refreshes here) move the DC gates.
+            self.refresh_dc_gates();
+        }
+    }
+
+    /// Which DC gate the doorbell mode opens: `Some(true)` for `dc_fast`
+    /// ([`SendQueue::ring_bf_post_2bb`]), `Some(false)` for `dc_other`
+    /// ([`SendQueue::ring_other_2bb`]), `None` when neither sequence serves: a BlueFlame mode
+    /// whose halves are smaller than the DC WQE's two blocks or whose register a block copy
+    /// may not take (`one_bb`) leaves the DC post to the generic path.
+    #[inline]
+    fn dc_mode_gate(&self) -> Option<bool> {
+        let copy2 = self.db.one_bb && self.db.size >= 2 * mlx5_wqe::SEND_WQE_BB as u32;
+        match self.db.mode {
+            DoorbellMode::Db => Some(false),
+            DoorbellMode::Bf if copy2 => Some(false),
+            DoorbellMode::BfPost if copy2 => Some(true),
+            _ => None,
+        }
+    }
+
+    /// The DC gates `(dc_fast, dc_other)` for the queue as it is now: shut (0) unless
+    /// `dc_open`, nothing pending, no batch and a mode with a DC sequence
+    /// ([`SendQueue::dc_mode_gate`]); else, in the gate of the doorbell mode,
+    /// `ci + max_post + extra` — the producer index is below it exactly while a WR is free,
+    /// and each lean DC post moves it by its blocks beyond the first, as it moves `extra`
+    /// ([`SendQueue::dc_posted`]) — provided the blocks stay enough: the outstanding blocks
+    /// plus `wr_bbs` for each WR still free (each lean DC WQE is at most `wr_bbs` blocks) fit
+    /// the ring. (A WQE of the generic path larger than `wr_bbs` blocks can make them not;
+    /// the gate then opens again once it is retired.)
+    #[inline]
+    fn dc_gates(&self) -> (u64, u64) {
+        // 0, not `ci` as for the RC gates: nothing moves a shut DC gate, and a reset, which
+        // moves `ci` back to 0, leaves it shut.
+        let shut = 0;
+        if !self.dc_open || self.pending != 0 || self.in_batch {
+            return (shut, shut);
+        }
+        let blocks = self.pi - self.ci;
+        let wrs = blocks - self.extra as u64;
+        let free_wrs = (self.max_post as u64).saturating_sub(wrs);
+        let fits = blocks + free_wrs * self.wr_bbs as u64 <= self.ring.wqe_cnt() as u64;
+        let gate = if fits && free_wrs != 0 {
+            self.ci + self.max_post as u64 + self.extra as u64
+        } else {
+            shut
+        };
+        match self.dc_mode_gate() {
+            Some(true) => (gate, shut),
+            Some(false) => (shut, gate),
+            None => (shut, shut),
+        }
+    }
+
+    /// Open or close the DC gates for the queue as it is now (after anything that may shut
+    /// them, after a retire of the full path, and when a DC post finds its gate shut).
+    #[inline]
+    pub fn refresh_dc_gates(&mut self) {
+        (self.dc_fast, self.dc_other) = self.dc_gates();
+    }
+
+    /// [`SendQueue::refresh_gate`] and [`SendQueue::refresh_dc_gates`].
+    #[inline]
+    pub fn refresh_gates(&mut self) {
+        self.refresh_gate();
+        self.refresh_dc_gates();
     }
 
     /// A [`crate::Batch`] begins: lean posts go through the gate `batch` and leave their
@@ -400,7 +494,7 @@ impl SendQueue {
     #[inline]
     pub fn begin_batch(&mut self) {
         self.in_batch = true;
-        self.refresh_gate();
+        self.refresh_gates();
     }
 
     /// [`SendQueue::commit_lean`]'s bookkeeping for the doorbell of a lean batch post: the
@@ -421,7 +515,26 @@ impl SendQueue {
         self.refresh_gate();
     }
 
-    /// Whether a lean post may go ahead: `pi` is below `gate` (`fast` or `other`).
+    /// Open or close the lean DC post (a DCI's state or limits changed): `open`, whether
+    /// they allow it.
+    pub fn set_dc_open(&mut self, open: bool) {
+        self.dc_open = open;
+        self.refresh_dc_gates();
+    }
+
+    /// A lean DC post of `bbs` blocks went through the gate `dc_fast` (`fast`) or `dc_other`:
+    /// it moves by the blocks beyond the first, as `extra` does ([`SendQueue::dc_gates`]).
+    #[inline(always)]
+    pub fn dc_posted(&mut self, fast: bool, bbs: u32) {
+        if fast {
+            self.dc_fast += bbs as u64 - 1;
+        } else {
+            self.dc_other += bbs as u64 - 1;
+        }
+    }
+
+    /// Whether a lean post may go ahead: `pi` is below `gate` (`fast`, `other`, `batch`,
+    /// `dc_fast` or `dc_other`).
     #[inline(always)]
     pub fn lean_open(&self, gate: u64) -> bool {
         self.debug_check();
@@ -438,6 +551,19 @@ impl SendQueue {
             // The batch gate does not follow retires (none happen while a batch holds the
             // QP; after a forgotten guard it may lag, which only closes it earlier).
             debug_assert!(self.batch <= batch.max(self.ci), "the batch gate");
+            // The DC gates do not follow lean retires: never above the free WRs, and
+            // open only where their conditions hold.
+            let wr_bound = self.ci + self.max_post as u64 + self.extra as u64;
+            for (gate, fast) in [(self.dc_fast, true), (self.dc_other, false)] {
+                debug_assert!(gate <= wr_bound, "a DC gate above the WRs");
+                if gate > self.pi {
+                    debug_assert!(
+                        self.dc_open && self.pending == 0 && !self.in_batch,
+                        "a DC gate open"
+                    );
+                    debug_assert_eq!(self.dc_mode_gate(), Some(fast), "the DC gate of the mode");
+                }
+            }
             for (have, want) in [(self.fast, fast), (self.other, other)] {
                 if want > self.ci {
                     debug_assert_eq!(have, want, "an open gate");
@@ -511,7 +637,7 @@ impl SendQueue {
         let pi = self.pi;
         self.record(self.slot(pi), wr_id, meta::encode(bbs, atomic_size));
         self.pi = pi + bbs as u64;
-        self.refresh_gate();
+        self.refresh_gates();
     }
 
     /// [`SendQueue::commit`] for a lean post (not an atomic) of at most `wr_bbs` blocks,
@@ -538,7 +664,7 @@ impl SendQueue {
     pub fn defer(&mut self, ctrl: *mut u8) {
         self.last_ctrl = ctrl;
         self.pending += 1;
-        self.refresh_gate();
+        self.refresh_gates();
     }
 
     /// WQEs written but not yet announced by a doorbell.

@@ -328,6 +328,25 @@ impl WqeWriter {
         }
     }
 
+    /// [`WqeWriter::wrap`] with the block that follows already at hand: after a segment that
+    /// ended a block, the cursor to `next`, the ring's next block (its first after its last).
+    ///
+    /// # Safety
+    /// The writer was made by [`WqeWriter::reserved`]; its cursor is at the end of a block
+    /// and `next` is the ring's block after that one (what [`WqeWriter::wrap`] would find).
+    #[inline(always)]
+    pub unsafe fn wrap_to(&mut self, next: *mut u8) {
+        debug_assert!((self.cur as usize).is_multiple_of(SEND_WQE_BB));
+        debug_assert!(
+            next == if self.cur == self.end {
+                self.start
+            } else {
+                self.cur
+            }
+        );
+        self.cur = next;
+    }
+
     /// [`WqeWriter::push_inline`] of one payload: the same segment (the BE32 header
     /// `len | MLX5_INLINE_SEG`, the payload, split at the ring end; nothing for an empty
     /// payload; rdma-core `set_data_inl_seg` / `memcpy_to_wqe`), without the size check. A

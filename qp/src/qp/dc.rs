@@ -1,13 +1,16 @@
 //! The lean DC post: an RDMA WRITE with inline data from a DCI to a DC target
 //! ([`Qp::post_dc_write_inline`]), the shape a DC latency loop posts, with the checks, errors
-//! and bytes of the generic path ([`Qp::post`], which dispatches to it for that shape) in a
-//! few comparisons. Its WQE is two blocks: ctrl and the 48-byte address vector fill the first,
-//! the remote address and the inline segment start the second (wrapped to the ring start when
-//! the first is the ring's last; rdma-core qp.c `_mlx5_send_wr_rdma`, "In DC raddr_seg may
-//! overrun the SQ"). Anything the checks do not cover takes the generic path.
+//! and bytes of the generic path ([`Qp::post`], which dispatches to it for that shape) on the
+//! lean path of the RC shapes (`lean.rs`): a gate of the send queue, the writer of
+//! [`Qp::lean_writer`], [`Qp::lean_end`] and the same doorbell sequences. Its WQE is two
+//! blocks: ctrl and the 48-byte address vector fill the first, the remote address and the
+//! inline segment start the second (wrapped to the ring start when the first is the ring's
+//! last; rdma-core qp.c `_mlx5_send_wr_rdma`, "In DC raddr_seg may overrun the SQ"). Anything
+//! the gate does not cover takes the generic path.
 //!
 //! The RC lean gates stay closed on a DCI (an RC-shaped WQE there would lack its address
-//! vector); this path has its own checks instead ([`Qp::dc_lean_ok`]).
+//! vector); this path has its own, `SendQueue::dc_fast` and `SendQueue::dc_other`, open on a
+//! DCI only ([`Qp::update_dc_limits`]).
 
 use super::*;
 use crate::dc::DcDest;
@@ -34,8 +37,10 @@ struct DcWr<'a> {
 }
 
 impl Qp {
-    /// Recompute the lean DC post's limits (a DCI's state, limits or ring changed): open in
-    /// RTS and SQD, for payloads that keep its WQE within `wr_bbs` blocks and the QP's limits.
+    /// Recompute the lean DC post's limit and open or close its gates (a DCI's state, limits
+    /// or ring changed): open in the states the generic post takes (`Qp::check_send_state`)
+    /// when payloads of [`LEAN_INLINE`] bytes keep its WQE within `wr_bbs` blocks and the
+    /// QP's limits, as the RC gates are for their shapes.
     #[cold]
     #[inline(never)]
     pub(super) fn update_dc_limits(&mut self) {
@@ -44,33 +49,23 @@ impl Qp {
         self.dc_inline = (self.max_inline as usize)
             .min((self.sq.wr_bbs() as usize * SEND_WQE_BB).saturating_sub(hdr))
             .min(self.max_wqe_bytes.saturating_sub(hdr));
-        let n = self.sq.ring.wqe_cnt();
-        self.dc_blocks = if matches!(self.state, QpState::Rts | QpState::Sqd) {
-            (n - self.sq.wr_bbs() + 1) as u64
-        } else {
-            0
-        };
-    }
-
-    /// Whether the lean DC path may post `len` inline bytes to `dest`: a DCI in RTS or SQD
-    /// with room for a WQE of the lean size (one comparison of the outstanding blocks with
-    /// `dc_blocks`, 0 on any other QP), a free WR, nothing pending, the payload within the
-    /// lean limit, a 24-bit DCT number.
-    #[inline(always)]
-    fn dc_lean_ok(&self, len: usize, dest: &DcDest) -> bool {
-        (self.sq.pi - self.sq.ci < self.dc_blocks)
-            & (self.sq.free_wrs() != 0)
-            & (len <= self.dc_inline)
-            & (dest.dctn() <= 0x00ff_ffff)
-            & (self.sq.pending() == 0)
+        let postable = matches!(
+            self.state,
+            QpState::Rts | QpState::Sqd | QpState::Sqe | QpState::Error
+        ) && self.qp_type == QpType::Dci;
+        self.sq
+            .set_dc_open(postable && self.dc_inline >= LEAN_INLINE);
     }
 
     /// RDMA WRITE of `data` carried inline from this DCI to DC target `dest`, doorbell rung
-    /// (BlueFlame): exactly `post(&SendWr::write(wr_id, remote).inline(data).flags(flags)
-    /// .dc(dest))` — the same checks, errors, WQE, doorbell and completion — on a path
-    /// specialised for it. Falls back to the generic post for anything its checks do not
-    /// cover (another QP type, state or doorbell mode, a payload above the lean limit, a full
-    /// queue), which returns the error.
+    /// (BlueFlame when it fits): exactly `post(&SendWr::write(wr_id, remote).inline(data)
+    /// .flags(flags).dc(dest))` — the same checks, errors, WQE, doorbell and completion — on
+    /// the lean path: one comparison of the producer index with the send queue's DC gate
+    /// (the QP's type, state, limits, a pending doorbell, the doorbell mode and the room for
+    /// a WR and its blocks), one of the DCT number with its 24 bits, and for a payload of
+    /// more than [`LEAN_INLINE`] bytes one of its length. Falls back to the generic post for
+    /// anything these do not cover (another QP type, state, a payload above the lean limit,
+    /// a full queue), which returns the error.
     #[inline(always)]
     pub fn post_dc_write_inline(
         &mut self,
@@ -80,12 +75,15 @@ impl Qp {
         dest: &DcDest,
         flags: SendFlags,
     ) -> Result<()> {
-        // ctrl + AV, then raddr + inline header + payload.
-        let (bbs, ds) = inline_shape(DC_RADDR, data.len());
-        let (bbs, ds) = (bbs + 1, ds + 4);
-        if self.dc_lean_ok(data.len(), dest) {
-            self.lean_dc_write_inline(wr_id, data, remote, dest, flags, bbs, ds);
-            return Ok(());
+        if Self::inline_len_ok(data.len(), self.dc_inline) && dest.dctn() <= 0x00ff_ffff {
+            if self.sq.lean_open(self.sq.dc_fast) {
+                self.lean_dc_write_inline(wr_id, data, remote, dest, flags, LeanRing::BfPost);
+                return Ok(());
+            }
+            if self.sq.lean_open(self.sq.dc_other) {
+                self.lean_dc_write_inline(wr_id, data, remote, dest, flags, LeanRing::Any);
+                return Ok(());
+            }
         }
         // The result comes back through a pointer, as for the RC lean paths
         // (`Qp::lean_generic`): the hot path keeps no `Result` on its stack.
@@ -102,10 +100,25 @@ impl Qp {
         unsafe { r.assume_init() }
     }
 
-    /// The generic post of the WR [`Qp::post_dc_write_inline`] stands for.
+    /// [`Qp::post_dc_write_inline`] past a shut gate: the gates refreshed (a lean retire
+    /// does not move them, [`SendQueue::refresh_dc_gates`]) and the lean post tried again,
+    /// else the generic post of the WR it stands for.
     #[cold]
     #[inline(never)]
     fn dc_slow(&mut self, w: &DcWr<'_>, r: &mut MaybeUninit<Result<()>>) {
+        if Self::inline_len_ok(w.data.len(), self.dc_inline) && w.dest.dctn() <= 0x00ff_ffff {
+            self.sq.refresh_dc_gates();
+            for (gate, ring) in [
+                (self.sq.dc_fast, LeanRing::BfPost),
+                (self.sq.dc_other, LeanRing::Any),
+            ] {
+                if self.sq.lean_open(gate) {
+                    self.lean_dc_write_inline(w.wr_id, w.data, w.remote, w.dest, w.flags, ring);
+                    r.write(Ok(()));
+                    return;
+                }
+            }
+        }
         let wr = SendWr::write(w.wr_id, w.remote)
             .inline(w.data)
             .flags(w.flags)
@@ -113,8 +126,10 @@ impl Qp {
         r.write(self.post_planned(&wr));
     }
 
-    /// The lean DC WRITE, once [`Qp::dc_lean_ok`] let it through.
-    #[allow(clippy::too_many_arguments)]
+    /// The lean DC WRITE, once a DC gate let it through: the AV after the ctrl segment, then
+    /// the RC WRITE's segments from the second block, and [`Qp::lean_end`] with the ctrl
+    /// segment's words of the WRITE template (its DS count replaced) and of the target (its
+    /// stream).
     #[inline(always)]
     fn lean_dc_write_inline(
         &mut self,
@@ -123,32 +138,28 @@ impl Qp {
         remote: RemoteAddr,
         dest: &DcDest,
         flags: SendFlags,
-        bbs: u32,
-        ds: u32,
+        ring: LeanRing,
     ) {
+        // ctrl + AV (one block, 4 DS), then raddr + inline header + payload.
+        let (bbs, ds) = inline_shape(DC_RADDR, data.len());
+        let (bbs, ds) = (bbs + 1, ds + 4);
+        // First: the gate's value is at hand from the comparison that opened it.
+        self.sq.dc_posted(ring == LeanRing::BfPost, bbs);
         let (slot, mut w) = self.lean_writer();
-        // SAFETY: the WQE's `bbs` blocks are free (checked); the AV is the last 48 bytes of
-        // the first block, then (wrapped to the ring start when that block was the ring's
-        // last) the second block: the raddr segment, the inline segment 16 bytes into it.
-        let b1 = unsafe {
+        // The second block: the ring's first when the first is its last.
+        let b1 = self.sq.lean_next_block(slot);
+        // SAFETY: the WQE's `bbs` blocks are free (the gate); the AV is the last 48 bytes of
+        // the first block, then the second block `b1`: the raddr segment, the inline segment
+        // 16 bytes into it.
+        unsafe {
             w.put(*dest.av());
-            w.wrap();
-            let b1 = w.cursor();
+            w.wrap_to(b1);
             w.put(RaddrSeg::new(remote.addr, remote.rkey));
             w.put_inline(data);
-            b1
-        };
+        }
         let pi = self.sq.pi;
         let w0 = lean_w0(pi as u16, self.ctrl_write, WRITE_DS, ds);
         let w1 = dc_w1(dest, self.lean_fm(flags));
-        let ctrl = w.ctrl_ptr();
-        // SAFETY: `w` was made by `WqeWriter::reserved` for the blocks checked above.
-        unsafe { w.finish_words(w0, w1) };
-        self.sq.commit_lean(pi, slot, wr_id, bbs);
-        if bbs == 2 && self.sq.bf_post_2bb_ok() {
-            self.sq.ring_bf_post_2bb(ctrl, b1, pi + 2);
-        } else {
-            self.sq.ring_one(ctrl, bbs);
-        }
+        self.lean_end(w, slot, wr_id, pi, (w0, w1), ds, bbs, Some(b1), ring);
     }
 }

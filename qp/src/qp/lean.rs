@@ -199,10 +199,10 @@ impl Qp {
         })
     }
 
-    /// The end of every lean post, once the segments after the ctrl segment are in the ring:
-    /// the ctrl segment (two stores of values built in registers), the WR id, the doorbell.
-    /// `w` is the WQE's writer and `slot` the producer index's slot × 8 ([`Qp::lean_writer`]), `tmpl` the QP's
-    /// `ctrl_write` or `ctrl_send` and its DS count.
+    /// The end of every lean post of the RC shapes, once the segments after the ctrl segment
+    /// are in the ring: the ctrl segment from the QP's template, then [`Qp::lean_end`].
+    /// `w` is the WQE's writer and `slot` the producer index's slot × 8 ([`Qp::lean_writer`]),
+    /// `tmpl` the QP's `ctrl_write` or `ctrl_send` and its DS count.
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     pub(super) fn lean_finish(
@@ -221,15 +221,42 @@ impl Qp {
         let fm = self.lean_fm(flags);
         // Bytes 8..16: signature 0, DCI stream id 0, fm_ce_se, immediate 0.
         let w1 = ((fm as u64) << 32).to_be();
+        self.lean_end(w, slot, wr_id, pi, (w0, w1), ds, bbs, None, ring);
+    }
+
+    /// The end of every lean post (the RC shapes' and the DC post's): the ctrl segment's two
+    /// words `w0`, `w1` (built in registers) stored, the WR id, the doorbell. `pi` is the
+    /// producer index the WQE starts at, `ds` and `bbs` its size; `second` is its second
+    /// block when the WQE is a DCI's (the ring's first block when the first is the ring's
+    /// last), for the fast sequence's two-block copy ([`SendQueue::ring_bf_post_2bb`], which
+    /// the DC gate `dc_fast` allows), `None` for the RC shapes.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    pub(super) fn lean_end(
+        &mut self,
+        w: WqeWriter,
+        slot: usize,
+        wr_id: u64,
+        pi: u64,
+        (w0, w1): (u64, u64),
+        ds: u32,
+        bbs: u32,
+        second: Option<*const u8>,
+        ring: LeanRing,
+    ) {
         let ctrl = w.ctrl_ptr();
         // SAFETY: the caller made `w` with `WqeWriter::reserved` for the gate's blocks.
         unsafe { w.finish_words(w0, w1) };
         self.sq.commit_lean(pi, slot, wr_id, bbs);
         let next = pi + bbs as u64;
-        match ring {
-            LeanRing::BfPost => self.sq.ring_bf_post(ctrl, w0, next, bbs, ds),
-            LeanRing::Any => self.sq.ring_other(ctrl, w0, next, bbs, ds),
-            LeanRing::Defer => self.sq.defer_lean(ctrl),
+        match (ring, second) {
+            (LeanRing::BfPost, Some(b1)) if bbs == 2 => {
+                self.sq.ring_bf_post_2bb(ctrl, b1, next, ds)
+            }
+            (LeanRing::BfPost, _) => self.sq.ring_bf_post(ctrl, w0, next, bbs, ds),
+            (LeanRing::Any, Some(b1)) if bbs == 2 => self.sq.ring_other_2bb(ctrl, b1, w0, next, ds),
+            (LeanRing::Any, _) => self.sq.ring_other(ctrl, w0, next, bbs, ds),
+            (LeanRing::Defer, _) => self.sq.defer_lean(ctrl),
         }
     }
 

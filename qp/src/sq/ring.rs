@@ -180,29 +180,56 @@ impl SendQueue {
         self.ring_end(dst);
     }
 
-    /// Whether [`SendQueue::ring_bf_post_2bb`] may ring: [`DoorbellMode::BfPost`] with
-    /// halves of at least two blocks that a block copy may take (`one_bb`).
+    /// The doorbell of one WQE of exactly two blocks and `ds` DS, `first` and `second` (the
+    /// block after it, or the ring's first when `first` is its last), in
+    /// [`DoorbellMode::BfPost`] with halves of at least two blocks that a block copy may take
+    /// (the DC gate `dc_fast` checked): the sequence of [`SendQueue::ring_bf_post`] with a
+    /// two-block BlueFlame copy in block copies, the second line padded from its third unit
+    /// when the WQE ends there (`copy_one_block()`; a DCI's lean WQE: ctrl and address
+    /// vector, then the rest). `pi` is the producer index after the WQE.
     #[inline(always)]
-    pub fn bf_post_2bb_ok(&self) -> bool {
-        self.db.mode == DoorbellMode::BfPost && self.db.one_bb && self.db.size >= 128
-    }
-
-    /// The doorbell of one WQE of exactly two blocks, `first` and `second` (the block after
-    /// it, or the ring's first when `first` is its last), in [`DoorbellMode::BfPost`] when
-    /// [`SendQueue::bf_post_2bb_ok`]: the sequence of [`SendQueue::ring_bf_post`] with a
-    /// two-block BlueFlame copy in block copies (a DCI's lean WQE: ctrl and address vector,
-    /// then the rest). `pi` is the producer index after the WQE.
-    #[inline(always)]
-    pub fn ring_bf_post_2bb(&mut self, first: *const u8, second: *const u8, pi: u64) {
-        debug_assert!(self.bf_post_2bb_ok());
+    pub fn ring_bf_post_2bb(&mut self, first: *const u8, second: *const u8, pi: u64, ds: u32) {
+        debug_assert!(
+            self.db.mode == DoorbellMode::BfPost && self.db.one_bb && self.db.size >= 128
+        );
+        debug_assert!((5..=8).contains(&ds));
         let dst = self.ring_begin(pi);
         // SAFETY: `cur` is a 16-byte aligned half of this QP's bfreg with room for two blocks
-        // (`bf_post_2bb_ok`); `first` and `second` are blocks of the ring.
+        // (the gate); `first` and `second` are blocks of the ring.
         unsafe {
             mmio::bf_copy_bb(dst, first);
-            mmio::bf_copy_bb(dst.add(SEND_WQE_BB), second);
+            copy_one_block(dst.add(SEND_WQE_BB), second, ds - 4);
         }
         mmio::wc_line_done();
+        self.ring_end(dst);
+    }
+
+    /// The doorbell of one WQE of exactly two blocks, `first` and `second` (as for
+    /// [`SendQueue::ring_bf_post_2bb`]), in the other modes a DCI's lean WQE takes (the gate
+    /// `dc_other`): the 8-byte doorbell of `w0` in [`DoorbellMode::Db`]; in
+    /// [`DoorbellMode::Bf`], whose halves take two blocks that a block copy may take (the
+    /// gate checked), the two-block BlueFlame copy of [`SendQueue::ring_bf_post_2bb`], then a
+    /// flush (rdma-core `post_send_db`). `pi` is the producer index after the WQE, `ds` its
+    /// DS count.
+    #[inline(always)]
+    pub fn ring_other_2bb(&mut self, first: *mut u8, second: *const u8, w0: u64, pi: u64, ds: u32) {
+        let db = self.db.mode == DoorbellMode::Db;
+        debug_assert!(
+            db || self.db.mode == DoorbellMode::Bf && self.db.one_bb && self.db.size >= 128
+        );
+        let dst = self.ring_begin(pi);
+        // SAFETY: `cur` is this QP's doorbell register, or (not `Db`) a 16-byte aligned half
+        // of its bfreg with room for two blocks (checked by the gate); `first` and `second`
+        // are blocks of the ring.
+        unsafe {
+            if db {
+                mmio::write_db64(dst, w0);
+            } else {
+                mmio::bf_copy_bb(dst, first);
+                copy_one_block(dst.add(SEND_WQE_BB), second, ds - 4);
+            }
+        }
+        mmio::flush_writes();
         self.ring_end(dst);
     }
 

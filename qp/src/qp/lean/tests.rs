@@ -316,3 +316,5 @@ fn other_doorbell_modes_take_the_other_gate() {
         );
     }
 }
+
+mod dc;
