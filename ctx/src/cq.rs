@@ -207,7 +207,7 @@ impl Cq {
     ///
     /// A ConnectX in internal error writes no CQE, not even flush CQEs, and libmlx5 makes
     /// none for user QPs; the kernel makes them in software for its own QPs only (`mlx5_ib_poll_cq`
-    /// -> `mlx5_ib_poll_sw_comp`): this is that, for the QPs of this crate ([`crate::dead`]
+    /// -> `mlx5_ib_poll_sw_comp`): this is that, for the QPs of this crate (`ctx/src/dead.rs`
     /// has the rules and their sources). Every QP of `table` is moved to Error in the data
     /// path; a WR posted after this (accepted, as verbs accepts posts on a QP in Error) is
     /// retired by the next call. A QP that also reports to another CQ is retired once that CQ
