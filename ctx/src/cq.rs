@@ -200,7 +200,8 @@ impl Cq {
     /// Once the device reported a fatal error ([`Context::is_fatal`]): up to `wcs.len()`
     /// completions of this CQ, first what the device wrote before it died, then, once the ring
     /// is dry, one `IBV_WC_WR_FLUSH_ERR` completion for each WR still outstanding on the QPs
-    /// of `table` (the send WRs on their send CQ, the receives on their receive CQ), each WR
+    /// `table` lists ([`Resolve::for_each_qp`]: every table of `mlx5-qp` and of this crate
+    /// lists its QPs) (the send WRs on their send CQ, the receives on their receive CQ), each WR
     /// exactly once; returns how many were written, and what could not be retired (yet).
     /// Call it again while it fills `wcs`; 0 means everything this CQ will ever report was
     /// handed out.
