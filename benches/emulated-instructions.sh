@@ -12,14 +12,28 @@
 #    the tools' wrapper that builds the ibv_send_wr (mlx5_tools::path::Verbs). Polls that found
 #    nothing (the device was slower than the program's wait) are subtracted at the cost of one
 #    such poll, measured on an idle CQ.
+#  - libmlx5's extended post API beside ibv_post_send, from C (benches/wr_post.c, built here
+#    with cc): an inline 8-byte RDMA WRITE, signaled, on an RC QP made with ibv_create_qp_ex
+#    and IBV_QP_EX_WITH_RDMA_WRITE, through ibv_wr_start / ibv_wr_rdma_write /
+#    ibv_wr_set_inline_data / ibv_wr_complete (measured_wr) and through ibv_post_send with the
+#    WR built by the caller (measured_post_send), each post one noinline function counted
+#    alone; the whole call, and the calls into libmlx5/libibverbs (with what they call).
 #  - UCX's rc_mlx5 (ucx_perftest, UCT level, on mlx5_0 under the emulation, the client under
 #    callgrind with --separate-threads=yes, the server outside it): the cost of one
 #    uct_rc_mlx5_ep_put_short (put_lat) and one uct_rc_mlx5_ep_am_short (am_bw -D short),
 #    inclusive (the calls into them from outside libuct_ib in the main thread's file), the
 #    difference of a run of 2K iterations and one of K divided by K (set-up and warm-up cancel).
-#    UCX's completion polling has no exported symbol (its progress functions are static in
-#    libuct_ib), and a whole iteration's count is mostly progress calls spinning until the
-#    device, serialised with them under valgrind, gets to run: neither is printed.
+#    Per ITERATION, from the same two runs ((2K run - K run) / K): the main thread's whole
+#    count, which is UCX's work plus the progress calls spinning until the device, serialised
+#    with them under valgrind, gets to run; how many progress calls an iteration made (the
+#    calls into libuct_ib's most-called function from outside it: its progress function,
+#    static, no symbol) and what one costs with its loop (main thread / calls). UCX's own work
+#    cannot be told from the spinning by counting: the spins are tens of thousands per
+#    iteration, and their cost moves by a fraction of an instruction from run to run, more
+#    than an iteration's work (solving M = c + a*iterations + s*spins over three runs gave
+#    nonsense, negative for am_bw). The software ConnectX's share is measured apart: the self
+#    cost inside libmlx5sim.so over every thread of the process (the model polls the rings
+#    from its own threads, so it too spins while it waits).
 #
 # Usage: benches/emulated-instructions.sh [N [K]]    (N defaults to 2000 posts, K to 200
 #        ucx_perftest iterations)
@@ -43,6 +57,7 @@ bin=$(cargo build --release -p mlx5-direct --bench emulated_post_poll \
   --message-format=json-render-diagnostics |
   sed -n 's/.*"executable":"\([^"]*emulated_post_poll[^"]*\)".*/\1/p' | tail -n 1)
 [ -x "$bin" ] || { echo "cargo reported no emulated_post_poll executable" >&2; exit 1; }
+command -v cc >/dev/null || { echo "no C compiler (cc) for benches/wr_post.c" >&2; exit 2; }
 
 out="${KEEP:-$(mktemp -d)}"
 mkdir -p "$out"
@@ -122,6 +137,21 @@ for path in direct verbs; do
   echo "$path: $(cat "$out/$path-poll.stdout"); an empty poll $empty_each instructions" >&2
 done
 
+# libmlx5's extended post API and ibv_post_send, from C.
+cc -O2 -Wall -o "$out/wr_post" benches/wr_post.c -libverbs
+declare -A cpost cpost_lib
+for m in wr post_send; do
+  if ! "$launcher" -- valgrind --tool=callgrind --callgrind-out-file="$out/c-$m.out" \
+    --collect-atstart=no --toggle-collect="measured_$m" "$out/wr_post" "$n" "$m" \
+    >"$out/c-$m.stdout" 2>"$out/c-$m.log"; then
+    cat "$out/c-$m.stdout" "$out/c-$m.log" >&2
+    echo "wr_post $n $m failed under valgrind" >&2
+    exit 1
+  fi
+  cpost[$m]=$(per "$(total "$out/c-$m.out")" "$n")
+  cpost_lib[$m]=$(per "$(calls_into "$out/c-$m.out" '^lib(mlx5|ibverbs)[.]so' "")" "$n")
+done
+
 ucx_row() { echo "not measured (NO_UCX)"; }
 declare -A ucx_call
 if [ -z "${NO_UCX:-}" ]; then
@@ -152,6 +182,37 @@ if [ -z "${NO_UCX:-}" ]; then
     local f
     for f in "$out"/ucx-"$1".out*-01; do echo "$f"; return; done
   }
+  # Calls into libuct_ib's most-called function from outside it: the progress calls.
+  progress_calls() {
+    awk '
+      function nm(kind, s,   id, r) {
+        id = s
+        if (match(s, /^\([0-9]+\)/)) { id = kind substr(s, 1, RLENGTH); r = substr(s, RLENGTH + 2)
+                                       if (r != "") name[id] = r }
+        else { id = kind s; name[id] = s }
+        return id
+      }
+      function base(id,   n) { n = name[id]; sub(/.*\//, "", n); return n }
+      /^ob=/ { cur = nm("o", substr($0, 4)); next }
+      /^fn=/ { next }
+      /^cob=/ { cob = nm("o", substr($0, 5)); next }
+      /^cfn=/ { cfn = nm("f", substr($0, 5)); next }
+      /^calls=/ { o = (cob != "" ? cob : cur)
+                  if (base(o) ~ /^libuct_ib[.]so/ && base(cur) !~ /^libuct_ib[.]so/) {
+                    split(substr($0, 7), c, " "); calls[cfn] += c[1] }
+                  cob = ""; next }
+      END { m = 0; for (f in calls) if (calls[f] > m) m = calls[f]; print m }
+    ' "$1"
+  }
+  # Self cost inside libmlx5sim.so over every thread file of run $1.
+  sim_share() {
+    local f t=0
+    for f in "$out"/ucx-"$1".out*-[0-9]*; do
+      t=$((t + $(objects "$f" | awk '$1 ~ /^libmlx5sim[.]so/ { s += $2 } END { print s + 0 }')))
+    done
+    echo "$t"
+  }
+  declare -A ucx_iter ucx_spins ucx_spin_cost ucx_sim
   for spec in "put_lat short uct_rc_mlx5_ep_put_short" "am_bw short uct_rc_mlx5_ep_am_short"; do
     set -- $spec
     ucx "$1-1" "$1" "$2" "$k"
@@ -161,6 +222,17 @@ if [ -z "${NO_UCX:-}" ]; then
     c1=$(calls_into "$f1" '^libuct_ib[.]so' "^$3\$")
     c2=$(calls_into "$f2" '^libuct_ib[.]so' "^$3\$")
     ucx_call[$1]=$(awk -v a="${c1:-0}" -v b="${c2:-0}" -v k="$k" 'BEGIN { printf "%.0f", (b - a) / k }')
+    p1=$(progress_calls "$f1")
+    p2=$(progress_calls "$f2")
+    m1=$(total "$f1")
+    m2=$(total "$f2")
+    ucx_iter[$1]=$(awk -v a="$m1" -v b="$m2" -v k="$k" 'BEGIN { printf "%.0f", (b - a) / k }')
+    ucx_spins[$1]=$(awk -v a="$p1" -v b="$p2" -v k="$k" 'BEGIN { printf "%.0f", (b - a) / k }')
+    ucx_spin_cost[$1]=$(awk -v a="$m2" -v b="$p2" 'BEGIN { printf "%.1f", (b > 0 ? a / b : 0) }')
+    echo "ucx $1: runs of $k and $((2 * k)) iterations: $p1 and $p2 progress calls, $m1 and $m2 main-thread instructions" >&2
+    s1=$(sim_share "$1-1")
+    s2=$(sim_share "$1-2")
+    ucx_sim[$1]=$(awk -v a="$s1" -v b="$s2" -v k="$k" 'BEGIN { printf "%.0f", (b - a) / k }')
   done
 fi
 
@@ -169,9 +241,17 @@ printf '%-78s %8s %10s\n' "" "post" "poll/CQE"
 printf '%-78s %8s %10s\n' "this library (Qp::post, Cq::poll up to 16 a call)" "${post[direct]}" "${poll[direct]}"
 printf '%-78s %8s %10s\n' "libmlx5 ibv_post_send / ibv_poll_cq (inside libmlx5 and libibverbs)" "${lib_post[verbs]}" "${lib_poll[verbs]}"
 printf '%-78s %8s %10s\n' "the same whole call (with the tools' ibv_send_wr/ibv_wc conversion)" "${post[verbs]}" "${poll[verbs]}"
+printf '%-78s %8s %10s\n' "libmlx5 ibv_post_send from C (inside libmlx5 and libibverbs)" "${cpost_lib[post_send]}" "-"
+printf '%-78s %8s %10s\n' "  the whole call, the ibv_send_wr built by the caller" "${cpost[post_send]}" "-"
+printf '%-78s %8s %10s\n' "libmlx5 ibv_wr_start/_rdma_write/_set_inline_data/_complete (inside libmlx5)" "${cpost_lib[wr]}" "-"
+printf '%-78s %8s %10s\n' "  the whole post (the four calls and the wr_id/wr_flags stores)" "${cpost[wr]}" "-"
 if [ -z "${NO_UCX:-}" ]; then
   printf '%-78s %8s %10s\n' "UCX rc_mlx5 uct_rc_mlx5_ep_put_short (one call, inclusive)" "${ucx_call[put_lat]}" "-"
   printf '%-78s %8s %10s\n' "UCX rc_mlx5 uct_rc_mlx5_ep_am_short (one call, inclusive)" "${ucx_call[am_bw]}" "-"
+  echo "UCX rc_mlx5 per ucx_perftest iteration (client main thread: UCX's work and the progress calls spinning while the device runs):"
+  printf '%-78s %8s %10s\n' "  put_lat -D short: instructions / progress calls / instructions per call" "${ucx_iter[put_lat]}" "${ucx_spins[put_lat]} / ${ucx_spin_cost[put_lat]}"
+  printf '%-78s %8s %10s\n' "  am_bw -D short: instructions / progress calls / instructions per call" "${ucx_iter[am_bw]}" "${ucx_spins[am_bw]} / ${ucx_spin_cost[am_bw]}"
+  printf '%-78s %8s %10s\n' "  inside the software ConnectX per iteration (all threads): put_lat / am_bw" "${ucx_sim[put_lat]}" "${ucx_sim[am_bw]}"
 else
   echo "UCX: $(ucx_row)"
 fi

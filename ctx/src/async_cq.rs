@@ -21,7 +21,8 @@
 //! taken, so no CQ is armed twice for one event and none is left unarmed while the task sleeps.
 //!
 //! The sleep also watches the context's wake-up descriptors: a device that reports
-//! `IBV_EVENT_DEVICE_FATAL` ends every wait at once with [`Error::DeviceFatal`]
+//! `IBV_EVENT_DEVICE_FATAL` ends every sleep at once: the flushes of what the device left
+//! (`Cq::flush_dead`) are handed out, then every wait ends with [`Error::DeviceFatal`]
 //! ([`crate::events`]).
 //!
 //! ## Cancellation
@@ -332,6 +333,36 @@ impl AsyncChannel {
         Ok(n)
     }
 
+    /// The device is dead: queue the flushes of every CQ served (`Cq::flush_dead`); `Ok` if
+    /// any, else [`Error::DeviceFatal`].
+    fn flush_dead<R: Resolve + ?Sized>(&mut self, table: &mut R) -> Result<()> {
+        let mut wcs = [Wc::default(); POLL_BATCH];
+        let mut left = crate::Unretired::default();
+        // Twice: a QP whose two CQs are both served is retired by the second one's flush,
+        // which queues the first one's share for it.
+        for _ in 0..2 {
+            left = crate::Unretired::default();
+            for (i, slot) in self.cqs.iter_mut().enumerate() {
+                let Some(slot) = slot else { continue };
+                loop {
+                    let (n, l) = slot.cq.dead_poll(table, &mut wcs)?;
+                    self.ready.extend(wcs[..n].iter().map(|wc| (i, *wc)));
+                    if n < wcs.len() {
+                        left.waiting_for_cq.extend(l.waiting_for_cq);
+                        left.srq_outstanding.extend(l.srq_outstanding);
+                        break;
+                    }
+                }
+            }
+        }
+        if self.ready.is_empty() {
+            left.srq_outstanding.sort_unstable();
+            left.srq_outstanding.dedup();
+            return Err(self.channel().context().fatal_error(Vec::new(), left));
+        }
+        Ok(())
+    }
+
     /// Return once a completion is queued.
     async fn wait<R: Resolve + ?Sized>(&mut self, table: &mut R) -> Result<()> {
         if self.cqs.iter().all(Option::is_none) {
@@ -344,8 +375,11 @@ impl AsyncChannel {
             if !self.ready.is_empty() || self.poll_all(table)? > 0 {
                 return Ok(());
             }
-            // A dead device completes nothing more (`crate::events`).
-            self.channel().context().check_alive(&[])?;
+            // A dead device completes nothing more (`crate::events`): its flushes
+            // (`Cq::flush_dead`), then the error.
+            if self.channel().context().is_fatal() {
+                return self.flush_dead(table);
+            }
             if idle < self.busy_polls {
                 idle += 1;
                 std::hint::spin_loop();

@@ -34,6 +34,8 @@ pub(crate) struct ContextInner {
     pub(crate) async_events_taken: AtomicBool,
     /// Whether the device died, and the events the helpers took ([`crate::events`]).
     pub(crate) watch: Watch,
+    /// The QPs' CQs and the flushes retired once the device died ([`crate::dead`]).
+    pub(crate) dead: crate::dead::Dead,
 }
 
 impl fmt::Debug for Context {
@@ -69,6 +71,7 @@ impl Context {
                 sim: None,
                 async_events_taken: AtomicBool::new(false),
                 watch: Watch::new(),
+                dead: Default::default(),
             }),
         }
     }
@@ -161,6 +164,7 @@ impl Context {
     /// A destroyed CQ: its handle may name another CQ later.
     pub(crate) fn forget_cq(&self, cq: CqId) {
         self.inner.watch.forget_cq(cq);
+        self.inner.dead.forget_cq(cq);
     }
 
     /// Why a wait on this device may not end whatever the peer does, for timeout messages: a
@@ -197,12 +201,22 @@ impl Context {
     /// [`Error::DeviceFatal`] (with `completions`) once the device is dead.
     pub(crate) fn check_alive(&self, completions: &[mlx5_qp::Wc]) -> Result<()> {
         if self.is_fatal() {
-            return Err(Error::DeviceFatal {
-                device: self.name().to_string(),
-                completions: completions.to_vec(),
-            });
+            return Err(self.fatal_error(completions.to_vec(), crate::Unretired::default()));
         }
         Ok(())
+    }
+
+    /// [`Error::DeviceFatal`] with what a wait polled and what its flush left.
+    pub(crate) fn fatal_error(
+        &self,
+        completions: Vec<mlx5_qp::Wc>,
+        unretired: crate::Unretired,
+    ) -> Error {
+        Error::DeviceFatal {
+            device: self.name().to_string(),
+            completions,
+            unretired,
+        }
     }
 
     /// The descriptors a waiting helper sleeps on besides its own, so that a dead device wakes
@@ -384,6 +398,7 @@ mod sim {
                     sim: Some((dev, self.clone())),
                     async_events_taken: AtomicBool::new(false),
                     watch: Watch::new(),
+                    dead: Default::default(),
                 }),
             }
         }

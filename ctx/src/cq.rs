@@ -17,6 +17,7 @@ use mlx5_hw::device::wait_any_readable;
 use crate::channel::CompChannel;
 use crate::context::Context;
 use crate::datapath;
+use crate::dead::Unretired;
 use crate::error::{Error, Result};
 use crate::wait::{stall_detail, Idle};
 
@@ -196,6 +197,64 @@ impl Cq {
         self.dp.arm(solicited_only);
     }
 
+    /// Once the device reported a fatal error ([`Context::is_fatal`]): up to `wcs.len()`
+    /// completions of this CQ, first what the device wrote before it died, then, once the ring
+    /// is dry, one `IBV_WC_WR_FLUSH_ERR` completion for each WR still outstanding on the QPs
+    /// `table` lists ([`Resolve::for_each_qp`]: every table of `mlx5-qp` and of this crate
+    /// lists its QPs) (the send WRs on their send CQ, the receives on their receive CQ), each WR
+    /// exactly once; returns how many were written, and what could not be retired (yet).
+    /// Call it again while it fills `wcs`; 0 means everything this CQ will ever report was
+    /// handed out.
+    ///
+    /// A ConnectX in internal error writes no CQE, not even flush CQEs, and libmlx5 makes
+    /// none for user QPs; the kernel makes them in software for its own QPs only (`mlx5_ib_poll_cq`
+    /// -> `mlx5_ib_poll_sw_comp`): this is that, for the QPs of this crate (`ctx/src/dead.rs`
+    /// has the rules and their sources). Every QP of `table` is moved to Error in the data
+    /// path; a WR posted after this (accepted, as verbs accepts posts on a QP in Error) is
+    /// retired by the next call. A QP that also reports to another CQ is retired once that CQ
+    /// was flushed too ([`Unretired::waiting_for_cq`]); the receives posted to an SRQ are
+    /// not retired ([`Unretired::srq_outstanding`]). The waiting helpers ([`Cq::poll_until`],
+    /// [`Cq::wait_for`], [`Cq::poll_blocking`], the `tokio` feature's `AsyncChannel`) call
+    /// it themselves when they find the device dead. On a live device: [`Error::Alive`].
+    pub fn flush_dead<R: Resolve + ?Sized>(
+        &mut self,
+        table: &mut R,
+        wcs: &mut [Wc],
+    ) -> Result<(usize, Unretired)> {
+        if !self.obj.ctx.is_fatal() {
+            return Err(Error::Alive {
+                device: self.obj.ctx.name().to_string(),
+            });
+        }
+        self.dead_poll(table, wcs)
+    }
+
+    /// [`Cq::flush_dead`] on a device known dead.
+    pub(crate) fn dead_poll<R: Resolve + ?Sized>(
+        &mut self,
+        table: &mut R,
+        wcs: &mut [Wc],
+    ) -> Result<(usize, Unretired)> {
+        let dead = &self.obj.ctx.inner.dead;
+        // What retired before and waits for this CQ comes first: it was retired after the
+        // ring was found dry, which it stays.
+        let mut n = dead.take(self.obj.id, wcs);
+        // The ring, dry: the device writes nothing more once it reported its death.
+        while n < wcs.len() {
+            let k = self.dp.poll(table, &mut wcs[n..])?;
+            if k == 0 {
+                break;
+            }
+            n += k;
+        }
+        if n == wcs.len() {
+            return Ok((n, Unretired::default()));
+        }
+        let left = dead.retire(self.obj.id, table);
+        n += dead.take(self.obj.id, &mut wcs[n..]);
+        Ok((n, left))
+    }
+
     /// Poll up to `wcs.len()` completions, sleeping on the CQ's completion channel while there
     /// are none, until `timeout`; returns how many were written (0 when `timeout` passed with
     /// none). First polls `busy_polls` more times before sleeping (latency: a completion
@@ -206,8 +265,10 @@ impl Cq {
     /// those another CQ's consumer waits for ([`crate::channel`], one consumer per channel);
     /// serve a shared channel from one place with [`CompChannel::get_event`] (or the
     /// `tokio` feature's `AsyncChannel`). Steps a deterministic software ConnectX while
-    /// waiting. A device that reports a fatal error ends the wait at once with
-    /// [`Error::DeviceFatal`] ([`crate::events`]). A CQ in error fires no completion event:
+    /// waiting. A device that reports a fatal error ends the sleep at once ([`crate::events`]):
+    /// the wait returns what the device wrote before it died and the flushes of the WRs it
+    /// left ([`Cq::flush_dead`]), and once there are none [`Error::DeviceFatal`]. A CQ in
+    /// error fires no completion event:
     /// before each sleep (of at most 10 ms) it asks [`Cq::in_error`], and a CQ in error is
     /// [`Error::CqError`].
     pub fn poll_blocking<R: Resolve + ?Sized>(
@@ -265,8 +326,15 @@ impl Cq {
             // before its event was taken) only costs another round; the sleep is sliced, since
             // a CQ error wakes nothing here while an `AsyncEvents` takes the events. A dead
             // device ends it too
-            // (`crate::events`), with an error rather than at the deadline.
-            self.obj.ctx.check_alive(&[])?;
+            // (`crate::events`), with an error rather than at the deadline, once what the
+            // device left and the flushes of what it did not are handed out.
+            if self.obj.ctx.is_fatal() {
+                let (n, left) = self.dead_poll(table, wcs)?;
+                if n > 0 || wcs.is_empty() {
+                    return Ok(n);
+                }
+                return Err(self.obj.ctx.fatal_error(Vec::new(), left));
+            }
             let mut fds = self.obj.ctx.wake_fds();
             fds.push(ch.as_raw_fd());
             let woke = wait_any_readable(&fds, left.min(ERROR_CHECK))?;
@@ -288,8 +356,11 @@ impl Cq {
     ///
     /// Between polls that find nothing it sleeps rather than spins: on the CQ's completion
     /// channel when the CQ has one of its own, else with a bounded backoff ([`crate::wait`]).
-    /// A device that reports a fatal error ends the wait at once with [`Error::DeviceFatal`]
-    /// (carrying the completions polled); a timeout says what each QP of `table` had
+    /// A device that reports a fatal error ends the sleep at once: the wait goes on with what
+    /// the device wrote before it died and the flushes of every WR it left ([`Cq::flush_dead`]:
+    /// `WR_FLUSH_ERR`, each WR once), which `done` sees like any completion, and ends with
+    /// [`Error::DeviceFatal`] (carrying every completion polled) when none is left; a timeout
+    /// says what each QP of `table` had
     /// outstanding. A CQ the device put in error ([`Cq::in_error`]: it overran) ends the wait
     /// with [`Error::CqError`] once its ring is empty, carrying the completions polled before.
     pub fn poll_until<R: Resolve + ?Sized>(
@@ -316,9 +387,19 @@ impl Cq {
         let batch = batch.clamp(1, wcs.len());
         let mut idle = Idle::new();
         let mut next_check = start;
+        // Set once the device is found dead: from then on the flushes (`Cq::flush_dead`).
+        let mut dead = false;
         loop {
             self.obj.ctx.progress();
-            let n = self.dp.poll(table, &mut wcs[..batch])?;
+            let n = if dead {
+                let (n, left) = self.dead_poll(table, &mut wcs[..batch])?;
+                if n == 0 {
+                    return Err(self.obj.ctx.fatal_error(got, left));
+                }
+                n
+            } else {
+                self.dp.poll(table, &mut wcs[..batch])?
+            };
             for (i, wc) in wcs[..n].iter().enumerate() {
                 got.push(*wc);
                 if done(wc) {
@@ -347,7 +428,11 @@ impl Cq {
                         ),
                     });
                 }
-                idle.pause(self, start + timeout, &got)?;
+                match idle.pause(self, start + timeout, &got) {
+                    // The device died: what it left, then the flushes.
+                    Err(Error::DeviceFatal { .. }) => dead = true,
+                    r => r?,
+                }
             }
         }
     }

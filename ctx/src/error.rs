@@ -77,13 +77,26 @@ pub enum Error {
         source: std::io::Error,
     },
     /// The device reported a fatal error (`IBV_EVENT_DEVICE_FATAL`) while a helper waited on
-    /// it: nothing more will complete ([`Context::is_fatal`](crate::Context::is_fatal)).
-    #[error("device {device} reported a fatal error (IBV_EVENT_DEVICE_FATAL): nothing more completes on it ({} completion(s) polled before); destroy its objects and open the device again", .completions.len())]
+    /// it, and the wait's CQ holds nothing more: what the device wrote before it died was
+    /// polled, then every WR still outstanding on the QPs of the wait's table was retired
+    /// with `WR_FLUSH_ERR` ([`Cq::flush_dead`](crate::Cq::flush_dead)), and none of that
+    /// completed the wait ([`Context::is_fatal`](crate::Context::is_fatal)).
+    #[error("device {device} reported a fatal error (IBV_EVENT_DEVICE_FATAL): nothing more completes on it ({} completion(s) polled before, the flushed WRs among them{}{}); destroy its objects and open the device again", .completions.len(), if .unretired.is_complete() { "" } else { "; " }, .unretired.describe())]
     DeviceFatal {
         /// The device's name.
         device: String,
-        /// The completions polled before the wait noticed, in order (none is lost).
+        /// The completions polled before the wait ended, in order (none is lost): those the
+        /// device wrote, then the software flushes.
         completions: Vec<mlx5_qp::Wc>,
+        /// What the flush could not retire (yet).
+        unretired: crate::Unretired,
+    },
+    /// [`Cq::flush_dead`](crate::Cq::flush_dead) on a device that has not reported a fatal
+    /// error: its WRs still complete on their own.
+    #[error("Cq::flush_dead on device {device}, which has not reported a fatal error (IBV_EVENT_DEVICE_FATAL): its WRs still complete on their own; poll the CQ")]
+    Alive {
+        /// The device's name.
+        device: String,
     },
     /// The device put the CQ in its error state (`IBV_EVENT_CQ_ERR`; on a ConnectX the cause
     /// is an overrun: more completions came than the CQ has entries before they were polled).

@@ -22,8 +22,10 @@
 //! [`Cq::wait_for`](crate::Cq::wait_for), [`Cq::poll_blocking`](crate::Cq::poll_blocking),
 //! the `tokio` feature's `AsyncChannel`) take the device's events themselves, keep them for
 //! the next `AsyncEvents` (which hands them out first, before what the fd signals) and sleep
-//! on the event fd too. Either way every helper waiting on the context wakes at once and fails
-//! with [`Error::DeviceFatal`] instead of waiting for its deadline; [`Context::is_fatal`] asks.
+//! on the event fd too. Either way every helper waiting on the context wakes at once, hands
+//! out what the device wrote before it died and one `WR_FLUSH_ERR` completion for each WR it
+//! left ([`Cq::flush_dead`](crate::Cq::flush_dead), `crate::dead`), and then fails with
+//! [`Error::DeviceFatal`] instead of waiting for its deadline; [`Context::is_fatal`] asks.
 
 use std::collections::VecDeque;
 use std::fmt;

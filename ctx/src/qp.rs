@@ -124,6 +124,7 @@ impl<'a> QpInit<'a> {
 /// The device QP and what it holds alive.
 pub(crate) struct QpObj {
     id: QpId,
+    qpn: u32,
     qp_type: QpType,
     cap: QpCap,
     // The device QP is destroyed (Drop) before these are released: a QP never outlives its
@@ -136,7 +137,9 @@ pub(crate) struct QpObj {
 
 impl Drop for QpObj {
     fn drop(&mut self) {
-        if let Err(e) = self.pd.context().device().destroy_qp(self.id) {
+        let ctx = self.pd.context();
+        ctx.inner.dead.forget_qp(self.qpn);
+        if let Err(e) = ctx.device().destroy_qp(self.id) {
             tracing::warn!(target: "mlx5_ctx", qp = self.id.0, error = %e, "destroy_qp failed");
         }
     }
@@ -225,6 +228,7 @@ impl Qp {
         let info = ctx.device().create_qp_ex(pd.id(), &attr, ex)?;
         let obj = Arc::new(QpObj {
             id: info.id,
+            qpn: info.layout.qpn,
             qp_type: init.qp_type,
             cap: info.cap,
             pd: pd.clone(),
@@ -234,6 +238,10 @@ impl Qp {
         });
         // On failure `obj` is dropped here and destroys the QP.
         let dp = datapath::qp(&info.layout, init.srq.map(|s| s.srqn()))?;
+        // Where its WRs are retired if the device dies (`crate::dead`).
+        ctx.inner
+            .dead
+            .add_qp(dp.qpn(), init.send_cq.id(), init.recv_cq.id());
         Ok(Qp { dp, obj })
     }
 

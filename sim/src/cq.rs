@@ -185,6 +185,9 @@ pub struct Cq {
     pub pi: u32,
     /// The CQ overran and is in its error state: it takes no more CQEs.
     pub errored: bool,
+    /// The device is in its fatal state: it writes no CQE any more and fires no event
+    /// ([`CqeOutcome::DeviceDead`]).
+    pub device_dead: bool,
     /// Pending arm request.
     pub arm: Option<Arm>,
     /// The completion channel the CQ reports to: its handle and the channel.
@@ -230,6 +233,13 @@ pub enum CqeOutcome {
     Overrun,
     /// Not written: the CQ is in its error state since an earlier overrun.
     Dropped,
+    /// Not written: the device is in its fatal state and writes nothing any more (a ConnectX
+    /// in internal error writes no CQE: the kernel completes its own QPs' work in software,
+    /// `drivers/infiniband/hw/mlx5/cq.c` `mlx5_ib_poll_cq` -> `mlx5_ib_poll_sw_comp` when
+    /// `mdev->state == MLX5_DEVICE_STATE_INTERNAL_ERROR`, and rdma-core v44's libmlx5
+    /// completes nothing for user QPs, `providers/mlx5/cq.c` `mlx5_poll_cq` reading the
+    /// ring only). The QP is not failed for it: the device reports one event, its own.
+    DeviceDead,
 }
 
 impl Cq {
@@ -258,6 +268,7 @@ impl Cq {
             ignore_overrun,
             pi: 0,
             errored: false,
+            device_dead: false,
             arm: None,
             channel,
             events_fired: 0,
@@ -290,6 +301,9 @@ impl Cq {
 
     /// Write one CQE.
     pub fn push(&mut self, spec: &CqeSpec) -> CqeOutcome {
+        if self.device_dead {
+            return CqeOutcome::DeviceDead;
+        }
         if self.errored {
             return CqeOutcome::Dropped;
         }

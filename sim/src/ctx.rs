@@ -116,7 +116,8 @@ impl Ctx<'_> {
             return true;
         };
         match cq.push_at(spec, self.now) {
-            CqeOutcome::Written => true,
+            // A dead device writes nothing, and fails no QP for it (`CqeOutcome::DeviceDead`).
+            CqeOutcome::Written | CqeOutcome::DeviceDead => true,
             CqeOutcome::Overrun => {
                 tracing::warn!(
                     device = self.dev,

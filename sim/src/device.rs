@@ -353,14 +353,23 @@ impl SimDevice {
     }
 
     /// [`crate::faults::Faults::device_fatal`]: the device stops. Every QP moves to Error and
-    /// what it holds is flushed (CQEs written, armed CQs fire); `IBV_EVENT_DEVICE_FATAL` is
-    /// raised; from then on the device reads no doorbell, sends and receives nothing, fires no
-    /// timer, and refuses every call that creates, modifies (but to Reset or Error) or queries
-    /// an object ([`Error::DeviceFatal`]); destroying objects still works. Nothing brings it
-    /// back: the program closes the device and opens a new one. A second call does nothing.
+    /// `IBV_EVENT_DEVICE_FATAL` is raised; from then on the device writes no CQE (not even a
+    /// flush CQE for the work its QPs hold), fires no completion event, reads no doorbell,
+    /// sends and receives nothing, fires no timer, and refuses every call that creates,
+    /// modifies (but to Reset or Error) or queries an object ([`Error::DeviceFatal`]);
+    /// destroying objects still works. Nothing brings it back: the program closes the device
+    /// and opens a new one. A second call does nothing.
+    ///
+    /// No CQE, as a ConnectX in internal error: the kernel makes software completions for its
+    /// own QPs only (`drivers/infiniband/hw/mlx5/cq.c` `mlx5_ib_poll_cq`, which calls
+    /// `mlx5_ib_poll_sw_comp` instead of reading the ring once `mdev->state ==
+    /// MLX5_DEVICE_STATE_INTERNAL_ERROR`), and wakes only the CQs of QPs whose kernel-tracked
+    /// queues hold work (`drivers/infiniband/hw/mlx5/main.c` `mlx5_ib_handle_internal_error`:
+    /// `sq.tail != sq.head`, which a user QP's never differ in); rdma-core v44's libmlx5 reads
+    /// the ring only (`providers/mlx5/cq.c` `mlx5_poll_cq`). The owner of the objects retires
+    /// what they hold (`mlx5-ctx`'s `Cq::flush_dead`).
     pub(crate) fn inject_fatal_error(&self) {
         let mut w = self.inner.lock();
-        let now = w.now;
         let Some(d) = w.devs.get_mut(self.idx) else {
             return;
         };
@@ -372,20 +381,20 @@ impl SimDevice {
         // Nothing enters or leaves the port any more (the port's events are not raised: the
         // device reports one event, its own).
         d.port.state = PortState::Down;
-        let qpns: Vec<u32> = d.qps.keys().copied().collect();
-        let mut out = Vec::new();
-        for qpn in qpns {
-            d.with_qp(qpn, now, &mut out, |qp, ctx| {
-                if qp.state() == QpState::Error {
-                    return;
-                }
-                qp.attr.qp_state = QpState::Error;
-                qp.attr.cur_qp_state = QpState::Error;
-                // The QP raises no event of its own (LAST_WQE_REACHED included): the device
-                // reports one, DEVICE_FATAL.
-                qp.last_wqe_sent = true;
-                crate::engine::flush(qp, ctx);
-            });
+        // Every CQ first: nothing below (nor a later modify to Error) writes a CQE.
+        for cq in d.cqs.values_mut() {
+            cq.device_dead = true;
+            cq.arm = None;
+        }
+        for qp in d.qps.values_mut() {
+            if qp.state() == QpState::Error {
+                continue;
+            }
+            qp.attr.qp_state = QpState::Error;
+            qp.attr.cur_qp_state = QpState::Error;
+            // The QP raises no event of its own (LAST_WQE_REACHED included): the device
+            // reports one, DEVICE_FATAL.
+            qp.last_wqe_sent = true;
         }
         d.events.push_back(AsyncEvent::DeviceFatal);
         drop(w);

@@ -569,16 +569,17 @@ impl Faults {
     }
 
     /// Put device `dev` in its fatal state (`IBV_EVENT_DEVICE_FATAL`, a catastrophic error of
-    /// the adapter: firmware or hardware gone): every QP moves to Error and what it holds is
-    /// flushed, the event is raised, and from then on the device moves no data and refuses
-    /// every call that creates, modifies (but to Reset or Error) or queries an object, as mlx5
-    /// does after an internal error; objects can still be destroyed. Nothing brings it back.
+    /// the adapter: firmware or hardware gone): every QP moves to Error, the event is raised,
+    /// and from then on the device writes no CQE, moves no data and refuses every call that
+    /// creates, modifies (but to Reset or Error) or queries an object, as mlx5 does after an
+    /// internal error; objects can still be destroyed. Nothing brings it back.
     ///
-    /// On a ConnectX the same error leaves user-space CQs without flush CQEs (libmlx5 makes
-    /// none; the kernel makes software completions for its own QPs only, `mlx5_ib_poll_sw_comp`,
-    /// and wakes the CQs of QPs with work outstanding, `mlx5_ib_handle_internal_error`): a
-    /// program learns of it from the event, which is why the waiting helpers of `mlx5-ctx`
-    /// watch for it rather than for completions.
+    /// No flush CQE, as on a ConnectX: libmlx5 makes none for user QPs, and the kernel makes
+    /// software completions for its own QPs only (`drivers/infiniband/hw/mlx5/cq.c`
+    /// `mlx5_ib_poll_cq` -> `mlx5_ib_poll_sw_comp`) and wakes only their CQs
+    /// (`mlx5_ib_handle_internal_error`): a program learns of it from the event, which is why
+    /// the waiting helpers of `mlx5-ctx` watch for it rather than for completions, and why its
+    /// owning objects retire the outstanding work themselves (`Cq::flush_dead`).
     pub fn device_fatal(&self, dev: &SimDevice) {
         dev.inject_fatal_error();
     }

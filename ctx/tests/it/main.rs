@@ -7,6 +7,7 @@ mod async_cq;
 mod channel;
 mod cq_overrun;
 mod dc;
+mod dead_device;
 mod drop_order;
 mod mr_midstream;
 mod open;

@@ -97,6 +97,7 @@ fn run(ops: Vec<Op>) {
         timeout: 10,
         retry_cnt: 2,
         rnr_retry: 1,
+        ..Params::default()
     });
     let (mut ra, mut rb) = (Regions::default(), Regions::default());
     ra.alloc(&a, 0);

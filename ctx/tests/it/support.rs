@@ -70,6 +70,9 @@ pub struct Params {
     pub retry_cnt: u8,
     /// RNR retries.
     pub rnr_retry: u8,
+    /// The RNR NAK timer this QP asks of its peer (IBTA Vol. 1 §9.7.5.2.8 encoding: 1 is
+    /// 0.01 ms, 0 is 655.36 ms).
+    pub min_rnr_timer: u8,
 }
 
 impl Default for Params {
@@ -78,6 +81,7 @@ impl Default for Params {
             timeout: 14,
             retry_cnt: 7,
             rnr_retry: 7,
+            min_rnr_timer: 1,
         }
     }
 }
@@ -134,7 +138,7 @@ pub fn connect_rc(qp: &mut Qp, peer: &Qp, p: &Params, psn: u32, peer_psn: u32) {
             ah,
         },
         max_dest_rd_atomic: 4,
-        min_rnr_timer: 1,
+        min_rnr_timer: p.min_rnr_timer,
     };
     let rts = ToRts::Rc {
         sq_psn: psn,
@@ -160,7 +164,7 @@ pub fn connect_rc(qp: &mut Qp, peer: &Qp, p: &Params, psn: u32, peer_psn: u32) {
         Step::WithOptional(
             StateStep::Rts(rts),
             Changes {
-                min_rnr_timer: Some(1),
+                min_rnr_timer: Some(p.min_rnr_timer),
                 path_mig_state: Some(MigState::Migrated),
                 ..Changes::default()
             },
