@@ -212,8 +212,9 @@ impl Cq {
     /// has the rules and their sources). Every QP of `table` is moved to Error in the data
     /// path; a WR posted after this (accepted, as verbs accepts posts on a QP in Error) is
     /// retired by the next call. A QP that also reports to another CQ is retired once that CQ
-    /// was flushed too ([`Unretired::waiting_for_cq`]); the receives posted to an SRQ are
-    /// not retired ([`Unretired::srq_outstanding`]). The waiting helpers ([`Cq::poll_until`],
+    /// was flushed too ([`Unretired::waiting_for_cq`]); the receives still posted to an SRQ of
+    /// `table` are flushed on this CQ once every QP of `table` is retired
+    /// ([`Unretired::srq_outstanding`] until then). The waiting helpers ([`Cq::poll_until`],
     /// [`Cq::wait_for`], [`Cq::poll_blocking`], the `tokio` feature's `AsyncChannel`) call
     /// it themselves when they find the device dead. On a live device: [`Error::Alive`].
     pub fn flush_dead<R: Resolve + ?Sized>(

@@ -25,11 +25,15 @@
 //!
 //! QPs made by this crate's [`Pd::create_qp`](crate::Pd::create_qp) are known with their CQs;
 //! any other QP in the table (a DCI, an XRC initiator, a bare data path) reports every
-//! flush to the CQ it is flushed from. An SRQ's receives are not retired: the data path has no
-//! way to retire them yet (`mlx5_qp::Srq` keeps its WR ids to itself), as the kernel retires
-//! none either (`mlx5_ib_poll_sw_comp` walks the QPs' own queues only); the flush says how
-//! many each SRQ of the table still holds ([`Unretired::srq_outstanding`]), and their buffers
-//! are free once the SRQ is dropped.
+//! flush to the CQ it is flushed from. The receives still posted to an SRQ of the table are
+//! retired too ([`mlx5_qp::Srq::flush_outstanding`], one `WR_FLUSH_ERR` each, on the CQ
+//! flushed), once every QP of the table is: the kernel retires none (`mlx5_ib_poll_sw_comp`
+//! walks the QPs' own queues only), but a user of a dead device wants its receive buffers
+//! back with their WR ids. While a QP of the table waits for another CQ, the flush says how
+//! many each SRQ still holds ([`Unretired::srq_outstanding`]). A QP outside the table that
+//! shares the SRQ must be retired before it (its CQs polled dry): a receive it consumed
+//! before the death and that is still in an unpolled CQ would otherwise be flushed from the
+//! SRQ, and its CQE then named a WQE no longer posted (an error, never a second completion).
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Mutex, MutexGuard};
@@ -60,7 +64,9 @@ pub struct Unretired {
     /// QPs of the table kept back because another CQ they report to has not been polled dry
     /// since the death: (QPN, that CQ's handle).
     pub waiting_for_cq: Vec<(u32, CqId)>,
-    /// Receives still posted to each SRQ of the table (SRQN, count), which nothing retires.
+    /// Receives still posted to each SRQ of the table (SRQN, count), kept while a QP of the
+    /// table waits for another CQ ([`Unretired::waiting_for_cq`]); the flush after that
+    /// retires them.
     pub srq_outstanding: Vec<(u32, u32)>,
 }
 
@@ -82,8 +88,7 @@ impl Unretired {
         }
         for (srqn, n) in &self.srq_outstanding {
             parts.push(format!(
-                "SRQ {srqn:#x} still holds {n} receive(s), which no completion retires: \
-                 their buffers are free once the SRQ is dropped"
+                "SRQ {srqn:#x} still holds {n} receive(s), retired once the QPs above are"
             ));
         }
         parts.join("; ")
@@ -119,11 +124,8 @@ impl Dead {
         let mut qpns = Vec::new();
         table.for_each_qp(&mut |qp| qpns.push(qp.qpn()));
         let mut left = Unretired::default();
-        table.for_each_srq(&mut |srq| {
-            if srq.outstanding() > 0 {
-                left.srq_outstanding.push((srq.srqn(), srq.outstanding()));
-            }
-        });
+        let mut srqns = Vec::new();
+        table.for_each_srq(&mut |srq| srqns.push(srq.srqn()));
         let mut s = self.state();
         s.dry.insert(cq);
         let mut buf = [Wc::default(); 64];
@@ -159,6 +161,30 @@ impl Dead {
                     };
                     s.pending.entry(to).or_default().push_back(*wc);
                 }
+                if n < buf.len() {
+                    break;
+                }
+            }
+        }
+        // The SRQs' receives, once every QP of the table is retired: a receive CQE the device
+        // wrote before it died sits in one of those QPs' CQs, all polled dry by now, so what
+        // is still posted was never consumed. They go to this CQ (an SRQ has none of its own).
+        for srqn in srqns {
+            let srq = if table.srq(srqn).is_some() {
+                table.srq(srqn)
+            } else {
+                table.xrc_srq(srqn)
+            };
+            let Some(srq) = srq else { continue };
+            if !left.waiting_for_cq.is_empty() {
+                if srq.outstanding() > 0 {
+                    left.srq_outstanding.push((srqn, srq.outstanding()));
+                }
+                continue;
+            }
+            loop {
+                let n = srq.flush_outstanding(&mut buf);
+                s.pending.entry(cq).or_default().extend(&buf[..n]);
                 if n < buf.len() {
                     break;
                 }

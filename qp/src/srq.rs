@@ -217,6 +217,13 @@ impl Srq {
         }
         wc.set_wr_id(self.wr_id[idx as usize]);
         out[0] = wc;
+        self.free(idx);
+        Progress::Done(1)
+    }
+
+    /// WQE `idx`, posted, is done with: append it to the free list
+    /// (`wqe[tail].next = idx; tail = idx`, rdma-core `mlx5_free_srq_wqe`).
+    fn free(&mut self, idx: u32) {
         self.posted[idx as usize] = false;
         self.outstanding -= 1;
         // SAFETY: `tail` is a WQE of the buffer that software owns (the held-back one).
@@ -227,6 +234,36 @@ impl Srq {
             core::ptr::write_volatile(tail, seg);
         }
         self.tail = idx;
-        Progress::Done(1)
+    }
+
+    /// Report up to `out.len()` receives still posted to this SRQ as flushed
+    /// (`IBV_WC_WR_FLUSH_ERR`, opcode `Recv`, QP number 0: no QP took them) and free their
+    /// WQEs; returns how many were written (call again while it fills `out`).
+    ///
+    /// Only for an SRQ whose device will never consume them again: a dead device (a ConnectX in
+    /// internal error writes no CQE, `drivers/infiniband/hw/mlx5/cq.c` `mlx5_ib_poll_cq`). On
+    /// a live device an SRQ's receives belong to no QP and stay posted when a QP fails (a QP
+    /// in Error flushes its own queues only; even the kernel's software flush of a dead device,
+    /// `mlx5_ib_poll_sw_comp`, walks the QPs' queues and leaves SRQs alone). A receive the
+    /// device consumed after this call would be reported as naming no posted WQE
+    /// ([`Error::BadCqe`]), never completed twice.
+    pub fn flush_outstanding(&mut self, out: &mut [Wc]) -> usize {
+        let mut n = 0;
+        let mut idx = 0;
+        while n < out.len() && self.outstanding > 0 && idx < self.wqe_cnt {
+            if self.posted[idx as usize] {
+                out[n] = Wc::new(&crate::wc::WcFields {
+                    wr_id: self.wr_id[idx as usize],
+                    status: crate::wc::WcStatus::WrFlushErr,
+                    opcode: crate::wc::WcOpcode::Recv,
+                    syndrome: mlx5_cq::SYNDROME_WR_FLUSH_ERR,
+                    ..crate::wc::WcFields::default()
+                });
+                self.free(idx);
+                n += 1;
+            }
+            idx += 1;
+        }
+        n
     }
 }

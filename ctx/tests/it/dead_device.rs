@@ -148,7 +148,7 @@ fn scenario(a: Context, b: Context) {
     kill(&a);
 
     // The shared CQ: the receive CQEs written before the death, then the flushes of QP 0's
-    // and QP 1's sends and of QP 0's receives; the SRQ's two receives left are not retired.
+    // and QP 1's sends and of QP 0's receives, then the SRQ's two receives left.
     let srqn = srq.srqn();
     let mut table = (&mut qps[..], std::slice::from_mut(&mut srq));
     let (wcs, left) = drain_dead(&mut shared, &mut table);
@@ -164,7 +164,22 @@ fn scenario(a: Context, b: Context) {
         .filter(|w| !w.is_ok())
         .all(|w| w.status() == WcStatus::WrFlushErr));
     assert_eq!(left.waiting_for_cq, []);
-    assert_eq!(left.srq_outstanding, [(srqn, 2)]);
+    assert_eq!(left.srq_outstanding, []);
+    let srq_flushed: Vec<u64> = wcs
+        .iter()
+        .filter(|w| !w.is_ok() && (200..204).contains(&w.wr_id()))
+        .map(Wc::wr_id)
+        .collect();
+    assert_eq!(
+        srq_flushed.len(),
+        2,
+        "the SRQ's two unconsumed receives: {wcs:?}"
+    );
+    assert_eq!(
+        table.1[0].outstanding(),
+        0,
+        "SRQ {srqn:#x} holds nothing more"
+    );
     // The split QP, its send CQ first: kept back until its receive CQ was polled dry too.
     let (wcs, left) = drain_dead(&mut scq, &mut split);
     assert!(wcs.is_empty(), "{wcs:?}");
@@ -181,14 +196,14 @@ fn scenario(a: Context, b: Context) {
         .all(|w| w.status() == WcStatus::WrFlushErr && !w.opcode().is_recv()));
     count(&mut seen, &wcs);
 
-    // Every WR posted to a QP completed exactly once; of the SRQ's, the two consumed.
+    // Every WR posted completed exactly once: to the QPs and to the SRQ.
     let ids: Vec<u64> = seen.keys().copied().collect();
     let srq_ids: Vec<u64> = ids
         .iter()
         .copied()
         .filter(|i| (200..204).contains(i))
         .collect();
-    assert_eq!(srq_ids.len(), 2, "two SRQ receives consumed: {ids:?}");
+    assert_eq!(srq_ids.len(), 4, "the SRQ's four receives: {ids:?}");
     let mut expected = posted.clone();
     expected.extend(&srq_ids);
     expected.sort_unstable();
