@@ -147,6 +147,28 @@ fn lat_xrc_against_stock_perftest_both_roles() {
     }
 }
 
+/// `bw -c XRC` against stock `ib_send_bw`/`ib_write_bw -c XRC` under the emulation (stock
+/// perftest on the software ConnectX through libmlx5), each serving once and connecting once:
+/// perftest's one-way XRC layout (the client's initiators, the server's targets, one endpoint
+/// message per QP) over its own exchange, with two QPs; each role puts the same traffic on the
+/// wire whoever drives it.
+#[test]
+fn bw_xrc_against_stock_perftest_both_roles() {
+    let _g = crate::heavy();
+    for (program, test) in [("ib_send_bw", "send"), ("ib_write_bw", "write")] {
+        crate::mixed_pairs::against_perftest_on(
+            "direct",
+            program,
+            BW,
+            &[
+                test, "-c", "XRC", "-q", "2", "-n", "100", "-s", "4096", "-t", "16",
+            ],
+            "BW average",
+            true,
+        );
+    }
+}
+
 #[test]
 fn xrc_runs_this_build_refuses() {
     check_exit(
