@@ -509,15 +509,27 @@ impl XrcEnd {
             }
             s.join(" ")
         };
-        format!(
-            " XRC: initiator {} sending to the peer's target {} and its XRC SRQ {:#08x}; target \
-             {} receiving here into XRC SRQ {:#08x}; {how}",
-            hex(&mut self.ini_qpns.iter().copied()),
-            hex(&mut self.peer.iter().map(|a| a.tgt)),
-            self.peer.first().map_or(0, |a| a.srqn),
-            hex(&mut self.tgt_qpns.iter().copied()),
-            self.srq.srq_num(),
-        )
+        // perftest's one-way runs have only initiators on one end and only targets on the other.
+        let sending = if self.ini_qpns.is_empty() {
+            "no initiator (the peer sends)".to_string()
+        } else {
+            format!(
+                "initiator {} sending to the peer's target {} and its XRC SRQ {:#08x}",
+                hex(&mut self.ini_qpns.iter().copied()),
+                hex(&mut self.peer.iter().map(|a| a.tgt)),
+                self.peer.first().map_or(0, |a| a.srqn),
+            )
+        };
+        let receiving = if self.tgt_qpns.is_empty() {
+            "no target (the peer receives)".to_string()
+        } else {
+            format!(
+                "target {} receiving here into XRC SRQ {:#08x}",
+                hex(&mut self.tgt_qpns.iter().copied()),
+                self.srq.srq_num(),
+            )
+        };
+        format!(" XRC: {sending}; {receiving}; {how}")
     }
 }
 

@@ -14,11 +14,9 @@
 //!   `ibv_get_srq_num`), and its buffer address; ib_write_lat polls the buffer of its target's
 //!   message (`run_iter_lat_write`: `poll_buf_offset = 1`).
 //!
-//! perftest's `ctx_connect` walks `xrc_offset` so that it stays right only for `q = 1` in the
-//! doubled layouts (it flips its sign at every index past `q`): the latency programs always run
-//! one pair; `-b -q N` with `N > 1` is refused here ([`Layout::of`]).
-
-use crate::{Error, Result};
+//! `ctx_connect` sets `xrc_offset` back to `q` at the end of every iteration, so every target
+//! `q + i` (`i >= 0`) is paired with the peer's message `i`: `-b -q N` pairs right for any `N`
+//! (the latency programs always run one pair).
 
 /// Where this end's initiators and targets sit among the endpoint messages.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -33,19 +31,12 @@ pub struct Layout {
 
 impl Layout {
     /// The layout of a run of `qps` QPs: `both` in the latency programs and with `-b`.
-    pub fn of(qps: usize, both: bool, client: bool) -> Result<Layout> {
-        if both && qps > 1 {
-            return Err(Error::Usage(format!(
-                "-c XRC -q {qps} with perftest's exchange: perftest's XRC connect pairs the \
-                 doubled QPs right only for -q 1 in latency and -b runs (src/perftest_resources.c \
-                 ctx_connect, xrc_offset); run -q 1, or -q {qps} between these tools"
-            )));
-        }
-        Ok(Layout {
+    pub fn of(qps: usize, both: bool, client: bool) -> Layout {
+        Layout {
             pairs: qps.max(1),
             both,
             client,
-        })
+        }
     }
 
     /// Endpoint messages each way.
@@ -105,21 +96,31 @@ mod tests {
 
     #[test]
     fn perftest_layouts() {
-        let lat = Layout::of(1, true, true).unwrap();
+        let lat = Layout::of(1, true, true);
         assert_eq!(lat.messages(), 2);
         assert_eq!((lat.initiators(), lat.targets()), (1, 1));
         assert_eq!(lat.role_of(0), (0, true));
         assert_eq!(lat.role_of(1), (0, false));
         assert_eq!((lat.peer_target(0), lat.peer_initiator(0)), (1, 0));
-        let srv = Layout::of(4, false, false).unwrap();
+        let srv = Layout::of(4, false, false);
         assert_eq!((srv.messages(), srv.initiators(), srv.targets()), (4, 0, 4));
         assert_eq!(srv.role_of(3), (3, false));
-        let cli = Layout::of(4, false, true).unwrap();
+        let cli = Layout::of(4, false, true);
         assert_eq!(
             (cli.initiators(), cli.targets(), cli.peer_target(2)),
             (4, 0, 2)
         );
-        let e = Layout::of(2, true, true).unwrap_err().to_string();
-        assert!(e.contains("only for -q 1"), "{e}");
+        // -b -q 2: initiators are messages 0 and 1, targets 2 and 3; initiator 1 goes to the
+        // peer's message 3, target 1 answers the peer's message 1.
+        let duplex = Layout::of(2, true, false);
+        assert_eq!(
+            (duplex.messages(), duplex.initiators(), duplex.targets()),
+            (4, 2, 2)
+        );
+        assert_eq!(
+            (duplex.role_of(1), duplex.role_of(3)),
+            ((1, true), (1, false))
+        );
+        assert_eq!((duplex.peer_target(1), duplex.peer_initiator(1)), (3, 1));
     }
 }

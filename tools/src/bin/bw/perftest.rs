@@ -187,7 +187,7 @@ fn xrc(
     (inline, recv, how, doorbell): (u32, Option<Receives>, Announce, &str),
 ) -> Result<()> {
     let client = s.driver.session.is_client();
-    let layout = perftest::xrc::Layout::of(p.qps as usize, p.bidirectional, client)?;
+    let layout = perftest::xrc::Layout::of(p.qps as usize, p.bidirectional, client);
     let roles = (layout.initiators() as u32, layout.targets() as u32);
     // Only an end that receives SENDs posts receives (on its XRC SRQ).
     let recv = recv.filter(|_| p.receives_sends(client));
@@ -203,9 +203,11 @@ fn xrc(
         how,
         (&agreed, timeout),
     )?;
-    p.run.say(&x.describe_via(
-        "perftest's endpoint messages carried the addresses (initiators first, then targets)",
-    ));
+    p.run.say(&x.describe_via(if layout.both {
+        "perftest's endpoint messages carried the addresses (initiators first, then targets)"
+    } else {
+        "perftest's endpoint messages carried the addresses (one per QP)"
+    }));
     let inline = if roles.0 > 0 {
         inline.min(x.max_inline())
     } else {
