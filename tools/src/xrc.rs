@@ -13,8 +13,9 @@
 //! does (`crate::dc`): after that the RC QPs are idle. Each end then moves its initiators and
 //! targets through Init, RTR and RTS by hand with the kernel table's XRC masks (as
 //! `mlx5_ctx::connect_xrc` does in one process), towards the port the RC connection reached
-//! (its address vector and path MTU). perftest's own exchange (which carries the SRQN in every
-//! endpoint message) is not spoken for XRC: refused (`crate::run::check_perftest`).
+//! (its address vector and path MTU). With perftest's exchange, whose endpoint messages carry the
+//! SRQN, there are no RC carriers: `crate::perftest::connect` `Driver::connect_xrc` connects an
+//! end of [`XrcEnd::with_roles`] in perftest's layout (`crate::perftest::xrc`).
 //!
 //! One record per QP, 24 bytes, big-endian, past the buffer's halves (`2 × half`, outgoing
 //! first, incoming after):
