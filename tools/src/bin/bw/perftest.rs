@@ -187,7 +187,7 @@ fn xrc(
     (inline, recv, how, doorbell): (u32, Option<Receives>, Announce, &str),
 ) -> Result<()> {
     let client = s.driver.session.is_client();
-    let layout = perftest::xrc::Layout::of(p.qps as usize, p.bidirectional, client);
+    let layout = perftest::xrc::Layout::of(p.qps as usize, p.bidirectional, client)?;
     let roles = (layout.initiators() as u32, layout.targets() as u32);
     // Only an end that receives SENDs posts receives (on its XRC SRQ).
     let recv = recv.filter(|_| p.receives_sends(client));

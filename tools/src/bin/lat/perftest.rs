@@ -205,7 +205,7 @@ fn xrc(
         ));
     }
     let client = s.driver.session.is_client();
-    let layout = perftest::xrc::Layout::of(1, true, client);
+    let layout = perftest::xrc::Layout::of(1, true, client)?;
     let mut x = mlx5_tools::xrc::XrcEnd::with_roles(
         &mut r,
         &p.run,
