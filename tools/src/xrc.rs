@@ -13,8 +13,9 @@
 //! does (`crate::dc`): after that the RC QPs are idle. Each end then moves its initiators and
 //! targets through Init, RTR and RTS by hand with the kernel table's XRC masks (as
 //! `mlx5_ctx::connect_xrc` does in one process), towards the port the RC connection reached
-//! (its address vector and path MTU). perftest's own exchange (which carries the SRQN in every
-//! endpoint message) is not spoken for XRC: refused (`crate::run::check_perftest`).
+//! (its address vector and path MTU). With perftest's exchange, whose endpoint messages carry the
+//! SRQN, there are no RC carriers: `crate::perftest::connect` `Driver::connect_xrc` connects an
+//! end of [`XrcEnd::with_roles`] in perftest's layout (`crate::perftest::xrc`).
 //!
 //! One record per QP, 24 bytes, big-endian, past the buffer's halves (`2 × half`, outgoing
 //! first, incoming after):
@@ -509,15 +510,27 @@ impl XrcEnd {
             }
             s.join(" ")
         };
-        format!(
-            " XRC: initiator {} sending to the peer's target {} and its XRC SRQ {:#08x}; target \
-             {} receiving here into XRC SRQ {:#08x}; {how}",
-            hex(&mut self.ini_qpns.iter().copied()),
-            hex(&mut self.peer.iter().map(|a| a.tgt)),
-            self.peer.first().map_or(0, |a| a.srqn),
-            hex(&mut self.tgt_qpns.iter().copied()),
-            self.srq.srq_num(),
-        )
+        // perftest's one-way runs have only initiators on one end and only targets on the other.
+        let sending = if self.ini_qpns.is_empty() {
+            "no initiator (the peer sends)".to_string()
+        } else {
+            format!(
+                "initiator {} sending to the peer's target {} and its XRC SRQ {:#08x}",
+                hex(&mut self.ini_qpns.iter().copied()),
+                hex(&mut self.peer.iter().map(|a| a.tgt)),
+                self.peer.first().map_or(0, |a| a.srqn),
+            )
+        };
+        let receiving = if self.tgt_qpns.is_empty() {
+            "no target (the peer receives)".to_string()
+        } else {
+            format!(
+                "target {} receiving here into XRC SRQ {:#08x}",
+                hex(&mut self.tgt_qpns.iter().copied()),
+                self.srq.srq_num(),
+            )
+        };
+        format!(" XRC: {sending}; {receiving}; {how}")
     }
 }
 

@@ -14,9 +14,9 @@
 //!   `ibv_get_srq_num`), and its buffer address; ib_write_lat polls the buffer of its target's
 //!   message (`run_iter_lat_write`: `poll_buf_offset = 1`).
 //!
-//! perftest's `ctx_connect` walks `xrc_offset` so that it stays right only for `q = 1` in the
-//! doubled layouts (it flips its sign at every index past `q`): the latency programs always run
-//! one pair; `-b -q N` with `N > 1` is refused here ([`Layout::of`]).
+//! `ctx_connect` sets `xrc_offset` back to `q` at the end of every iteration, so every target
+//! `q + i` (`i >= 0`) is paired with the peer's message `i`: `-b -q N` pairs right for any `N`
+//! (the latency programs always run one pair). `-b -q N > 1` is still refused ([`Layout::of`]).
 
 use crate::{Error, Result};
 
@@ -36,9 +36,10 @@ impl Layout {
     pub fn of(qps: usize, both: bool, client: bool) -> Result<Layout> {
         if both && qps > 1 {
             return Err(Error::Usage(format!(
-                "-c XRC -q {qps} with perftest's exchange: perftest's XRC connect pairs the \
-                 doubled QPs right only for -q 1 in latency and -b runs (src/perftest_resources.c \
-                 ctx_connect, xrc_offset); run -q 1, or -q {qps} between these tools"
+                "-c XRC -b -q {qps} with perftest's exchange: not in this build (the doubled \
+                 layout pairs right, but stock ib_send_bw -b -q 2 -c XRC ends in RNR and \
+                 out-of-sequence retries under the emulation, even against itself: \
+                 docs/perftest.md, XRC); run -q 1, or -q {qps} between these tools"
             )));
         }
         Ok(Layout {
@@ -119,7 +120,22 @@ mod tests {
             (cli.initiators(), cli.targets(), cli.peer_target(2)),
             (4, 0, 2)
         );
-        let e = Layout::of(2, true, true).unwrap_err().to_string();
-        assert!(e.contains("only for -q 1"), "{e}");
+        // -b -q 2: initiators are messages 0 and 1, targets 2 and 3; initiator 1 goes to the
+        // peer's message 3, target 1 answers the peer's message 1.
+        assert!(Layout::of(2, true, false).is_err());
+        let duplex = Layout {
+            pairs: 2,
+            both: true,
+            client: false,
+        };
+        assert_eq!(
+            (duplex.messages(), duplex.initiators(), duplex.targets()),
+            (4, 2, 2)
+        );
+        assert_eq!(
+            (duplex.role_of(1), duplex.role_of(3)),
+            ((1, true), (1, false))
+        );
+        assert_eq!((duplex.peer_target(1), duplex.peer_initiator(1)), (3, 1));
     }
 }

@@ -230,15 +230,6 @@ fn banner(
 }
 
 /// The device-dependent checks, then the run on the data path `--path` names.
-/// `bw -c XRC` over perftest's exchange: not yet (`lat` speaks it; docs/perftest.md, XRC).
-fn xrc_bw_with_perftest(who: &str) -> Error {
-    Error::Usage(format!(
-        "{who}: bw -c XRC runs only between these tools in this build (lat -c XRC speaks \
-         perftest's XRC layout; bw's one-way layout, initiators on the client and targets on \
-         the server, is not built yet: docs/perftest.md, XRC); run both ends with these tools"
-    ))
-}
-
 fn run_on(a: &BwArgs, p: &Plan, devs: &Devices) -> Result<()> {
     let c = &a.common;
     let params = run::checked_params(devs, c, &p.run.params)?;
@@ -251,19 +242,10 @@ fn run_on(a: &BwArgs, p: &Plan, devs: &Devices) -> Result<()> {
             )));
         }
     }
-    if c.plain_perftest() && p.run.conn.is_xrc() {
-        return Err(xrc_bw_with_perftest("--perftest"));
-    }
     run::check_perftest(c, devs)?;
     let rv = run::rendezvous(c, p.run.quiet)?;
     if let Some(rv) = &rv {
         if let Some(session) = run::first_contact(rv, c, devs, params.io_timeout)? {
-            if p.run.conn.is_xrc() {
-                return Err(xrc_bw_with_perftest(&format!(
-                    "the peer {} is stock perftest",
-                    session.peer()
-                )));
-            }
             return perftest::run(a, p, devs, &params, session);
         }
     }

@@ -90,10 +90,18 @@ pub(super) fn run(
         max
     };
     let half = recv.max(agreed.cycle_buffer as usize).next_multiple_of(64);
+    let xrc = p.run.conn.is_xrc();
     let shape = Shape {
         program,
         client,
-        qps: p.qps as usize,
+        // perftest doubles the QPs of an XRC run with -b after its parser (an initiator and a
+        // target per pair, each with its endpoint message: `write_bw.c`/`send_bw.c` `main`,
+        // `num_of_qps *= 2`); a one-way run keeps -q (initiators or targets).
+        qps: if xrc && p.bidirectional {
+            2 * p.qps as usize
+        } else {
+            p.qps as usize
+        },
         sizes: sizes.len(),
         all: c.all,
         duplex: p.bidirectional,
@@ -148,18 +156,99 @@ fn direct(a: &BwArgs, p: &Plan, devs: &Devices, mut s: Settled) -> Result<()> {
     let (mut me, inline) = direct_end_with(&devs.local, p, &cfg(p, &s))?;
     let doorbell = super::doorbell_of(p, &me);
     let recv = Receives::for_test(p.run.test, &me.mr, s.half, p.run.rx_depth)?;
-    let end = me.end(&s.params);
     let how = announce(p, &s, &me.mr);
+    if p.run.conn.is_xrc() {
+        return xrc(a, p, devs, s, me, (inline, recv, how, &doorbell));
+    }
+    let end = me.end(&s.params);
     let (mut links, mr) = me.links(recv)?;
     let conn = connect(&mut s, &end, &mut links, how)?;
     let mut path = Direct::new(links.qps, links.cq).with_srq(links.srq);
     aim(&mut path, &conn.conns);
     let e = BwEnd::new(path, p, mr, buffers(&conn.conns)?, inline)?;
+    let view = View::of(conn);
     exit_on_failure(
         "bw",
         devs,
-        drive(a, p, devs, e, s, conn, (inline, &doorbell)),
+        drive(a, p, devs, e, s, view, (inline, &doorbell)),
     )
+}
+
+/// `-c XRC` in perftest's layout (`mlx5_tools::perftest::xrc`): in a one-way run the client
+/// has `-q` initiators and the server `-q` targets (`src/perftest_resources.c`
+/// `ctx_xrc_qp_create`); with `-b` each end has one of each. The XRC SRQ takes the SEND
+/// test's receives; the run's RC QPs stay in Reset.
+fn xrc(
+    a: &BwArgs,
+    p: &Plan,
+    devs: &Devices,
+    mut s: Settled,
+    mut me: mlx5_tools::resources::Resources,
+    (inline, recv, how, doorbell): (u32, Option<Receives>, Announce, &str),
+) -> Result<()> {
+    let client = s.driver.session.is_client();
+    let layout = perftest::xrc::Layout::of(p.qps as usize, p.bidirectional, client)?;
+    let roles = (layout.initiators() as u32, layout.targets() as u32);
+    // Only an end that receives SENDs posts receives (on its XRC SRQ).
+    let recv = recv.filter(|_| p.receives_sends(client));
+    let mut x = mlx5_tools::xrc::XrcEnd::with_roles(&mut me, &p.run, roles, p.depth, inline, recv)?;
+    let timeout = s.params.io_timeout;
+    let agreed = s.agreed.clone();
+    let params = s.params.clone();
+    let peers = s.driver.connect_xrc(
+        &mut x,
+        &devs.local,
+        &params,
+        layout,
+        how,
+        (&agreed, timeout),
+    )?;
+    p.run.say(&x.describe_via(if layout.both {
+        "perftest's endpoint messages carried the addresses (initiators first, then targets)"
+    } else {
+        "perftest's endpoint messages carried the addresses (one per QP)"
+    }));
+    let inline = if roles.0 > 0 {
+        inline.min(x.max_inline())
+    } else {
+        inline
+    };
+    // A one-way server posts nothing: the peer's buffers only size its waits, one per QP.
+    let remotes = if peers.remotes.is_empty() {
+        vec![how.target; layout.pairs]
+    } else {
+        peers.remotes.clone()
+    };
+    let view = View {
+        qps: vec![(peers.local, peers.peer)],
+        mtu: peers.path_mtu.bytes(),
+        _conn: None,
+    };
+    let e = BwEnd::new(x.path(&mut me.cq)?, p, &me.mr, remotes, inline)?;
+    exit_on_failure(
+        "bw",
+        devs,
+        drive(a, p, devs, e, s, view, (inline, doorbell)),
+    )
+}
+
+/// What the banner shows of the connection (each QP's endpoints, the path MTU), and what
+/// keeps it alive.
+struct View {
+    qps: Vec<(mlx5_connect::Endpoint, mlx5_connect::Endpoint)>,
+    mtu: u32,
+    _conn: Option<Connected>,
+}
+
+impl View {
+    /// The QPs of `conn`, which the view keeps until the run ends.
+    fn of(conn: Connected) -> View {
+        View {
+            qps: conn.conns.iter().map(|c| (*c.local(), *c.peer())).collect(),
+            mtu: conn.conns.first().map_or(0, |c| c.path_mtu().bytes()),
+            _conn: Some(conn),
+        }
+    }
 }
 
 /// libibverbs' data path (`--path verbs`), on any verbs device.
@@ -180,10 +269,11 @@ fn verbs(a: &BwArgs, p: &Plan, devs: &Devices, mut s: Settled) -> Result<()> {
     aim(&mut v, &conn.conns);
     let e = BwEnd::new(v, p, &me.mr, buffers(&conn.conns)?, inline)?;
     let doorbell = "libibverbs' own (ibv_post_send)";
+    let view = View::of(conn);
     exit_on_failure(
         "bw",
         devs,
-        drive(a, p, devs, e, s, conn, (inline, doorbell)),
+        drive(a, p, devs, e, s, view, (inline, doorbell)),
     )
 }
 
@@ -263,7 +353,7 @@ fn drive<P: DataPath>(
     devs: &Devices,
     mut e: BwEnd<'_, P>,
     mut s: Settled,
-    conn: Connected,
+    view: View,
     (inline, doorbell): (u32, &str),
 ) -> Result<()> {
     e.yield_idle = devs.software;
@@ -297,13 +387,13 @@ fn drive<P: DataPath>(
     extra.extend(run::run_lines(p.run.events, p.run.length, None));
     extra.extend(run::srq_line(&p.run));
     extra.extend(run::numa_line(devs, "bw"));
-    for (i, c) in conn.conns.iter().enumerate().take(4) {
+    for (i, (local, peer)) in view.qps.iter().enumerate().take(4) {
         extra.push((
             format!("QP {i}"),
             format!(
                 "local {}, remote {}",
-                describe_endpoint(c.local()),
-                describe_endpoint(c.peer())
+                describe_endpoint(local),
+                describe_endpoint(peer)
             ),
         ));
     }
@@ -313,11 +403,11 @@ fn drive<P: DataPath>(
             title: &title,
             device: &devs.name,
             path: a.common.path.describe(),
-            connection: p.run.conn.name(),
+            connection: p.run.conn_name(),
             qps: p.qps,
             inline,
             tx_depth: p.depth,
-            mtu: conn.conns.first().map_or(0, |c| c.path_mtu().bytes()),
+            mtu: view.mtu,
             extra,
         }
         .render(),
