@@ -52,6 +52,13 @@ fn uc_writes_and_ud_sends_arrive() {
         assert_eq!((wc.wr_id(), wc.status()), (k as u64, WcStatus::Success));
         assert_eq!(wc.opcode(), WcOpcode::RdmaWrite);
     }
+    // A UC WRITE completes at the sender once sent, not once it landed (no ACK: IBTA Vol 1
+    // §9.8), so the data may arrive a step of the device later: wait for it, bounded.
+    let landed = |k: usize| dst.read(k * 64, 64).unwrap() == vec![k as u8 + 1; 64];
+    let start = std::time::Instant::now();
+    while !(0..8).all(landed) && start.elapsed() < WAIT {
+        std::thread::sleep(Duration::from_millis(1));
+    }
     for k in 0..8 {
         assert_eq!(dst.read(k * 64, 64).unwrap(), vec![k as u8 + 1; 64]);
     }

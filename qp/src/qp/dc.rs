@@ -63,9 +63,9 @@ impl Qp {
     /// the lean path: one comparison of the producer index with the send queue's DC gate
     /// (the QP's type, state, limits, a pending doorbell, the doorbell mode and the room for
     /// a WR and its blocks), one of the DCT number with its 24 bits, and for a payload of
-    /// more than [`LEAN_INLINE`] bytes one of its length. Falls back to the generic post for
-    /// anything these do not cover (another QP type, state, a payload above the lean limit,
-    /// a full queue), which returns the error.
+    /// more than 12 bytes (the lean inline limit) one of its length. Falls back to the
+    /// generic post for anything these do not cover (another QP type, state, a payload above
+    /// the lean limit, a full queue), which returns the error.
     #[inline(always)]
     pub fn post_dc_write_inline(
         &mut self,
