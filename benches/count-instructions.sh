@@ -19,7 +19,9 @@
 # same inline WRITE posted on a DCI to a DC target, `measured_post_dc`: 96 bytes in two blocks,
 # in the RC post's mode (`BfPost`, a two-line BlueFlame copy) and beside it in `Bf`, and in
 # `Db`, the 8-byte doorbell, beside the RC inline post in `Db`: there the copies are out of
-# the comparison and the difference is the DC WQE's own).
+# the comparison and the difference is the DC WQE's own); beside the DC post, an RC post of a
+# two-block WQE in the same three modes, `measured_post_rc2` (an inline 40-byte WRITE: ctrl,
+# raddr, inline header and 40 bytes, 76 in two blocks), posted in the same loop.
 # The last two lines of the output are always
 #   instructions per post: N
 #   instructions per poll: N
@@ -95,11 +97,14 @@ post_dc=$(count post_dc post_dc --dc)
 post_dc_bf=$(count post_dc_bf post_dc --dc --bf-flush)
 post_dc_db=$(count post_dc_db post_dc --dc --db)
 post_db=$(count post_db post --db)
+post_rc2=$(count post_rc2 post_rc2 --rc2)
+post_rc2_bf=$(count post_rc2_bf post_rc2 --rc2 --bf-flush)
+post_rc2_db=$(count post_rc2_db post_rc2 --rc2 --db)
 diff() { awk -v a="$1" -v b="$2" -v n="$n" 'BEGIN { printf "%+.0f", (a - b) / n }'; }
 per() { awk -v t="$1" -v n="$n" 'BEGIN { printf "%.0f", t / n }'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
 echo "compiler: $(rustc --version 2>/dev/null || echo unknown)"
-echo "N = $n; callgrind totals: post $post, poll $poll, floor $floor, 1-SGE post $post_sge, post in Bf mode $post_bf, poll one $poll_one, poll 16 $poll_wcs, batch $batch, receive poll $poll_recv, receive poll one $poll_recv_one, flush poll $poll_flush, receive flush poll $poll_flush_recv, flush poll one $poll_flush_one, receive flush poll one $poll_flush_recv_one, post with 1 / 1000 QPs $post_qps1 / $post_qps, poll with 1 / 2 / 1000 QPs $poll_qps1 / $poll_qps2 / $poll_qps, receive poll with 1 / 1000 QPs $poll_recv_qps1 / $poll_recv_qps, DC post $post_dc, DC post in Bf / Db mode $post_dc_bf / $post_dc_db, post in Db mode $post_db"
+echo "N = $n; callgrind totals: post $post, poll $poll, floor $floor, 1-SGE post $post_sge, post in Bf mode $post_bf, poll one $poll_one, poll 16 $poll_wcs, batch $batch, receive poll $poll_recv, receive poll one $poll_recv_one, flush poll $poll_flush, receive flush poll $poll_flush_recv, flush poll one $poll_flush_one, receive flush poll one $poll_flush_recv_one, post with 1 / 1000 QPs $post_qps1 / $post_qps, poll with 1 / 2 / 1000 QPs $poll_qps1 / $poll_qps2 / $poll_qps, receive poll with 1 / 1000 QPs $poll_recv_qps1 / $poll_recv_qps, DC post $post_dc, DC post in Bf / Db mode $post_dc_bf / $post_dc_db, post in Db mode $post_db, RC two-block post in BfPost / Bf / Db mode $post_rc2 / $post_rc2_bf / $post_rc2_db"
 echo "instructions per floor (64-byte WQE + doorbell record + BlueFlame copy): $(per "$floor")"
 echo "instructions per post of a 1-SGE RDMA WRITE with the 8-byte doorbell: $(per "$post_sge")"
 echo "instructions per post in DoorbellMode::Bf (rdma-core's flush after the copy): $(per "$post_bf")"
@@ -119,5 +124,6 @@ echo "instructions per receive CQE through Cq::poll with 1000 QPs on one CQ: $(p
 echo "instructions per post with 1000 QPs: $(per "$post_qps") ($(ratio "$post_qps" "$post_qps1") x one QP)"
 echo "instructions per DC post (DCI, inline 8-byte WRITE to a DC target: ctrl, 48-byte AV, raddr, inline, 96 bytes in two blocks; DoorbellMode::BfPost as the RC post, a two-line BlueFlame copy): $(per "$post_dc") ($(diff "$post_dc" "$post") over the RC post); in DoorbellMode::Bf: $(per "$post_dc_bf") ($(diff "$post_dc_bf" "$post_bf") over the RC post's)"
 echo "instructions per post with the 8-byte doorbell (DoorbellMode::Db, no BlueFlame copy): RC inline WRITE $(per "$post_db"), DC $(per "$post_dc_db") ($(diff "$post_dc_db" "$post_db"))"
+echo "instructions per post of a two-block WQE, DC vs RC (RC: inline 40-byte WRITE, 76 bytes in two blocks): DC post $(per "$post_dc") vs RC two-block post $(per "$post_rc2") in DoorbellMode::BfPost, $(per "$post_dc_bf") vs $(per "$post_rc2_bf") in Bf, $(per "$post_dc_db") vs $(per "$post_rc2_db") in Db"
 echo "instructions per post: $(per "$post")"
 echo "instructions per poll: $(per "$poll")"

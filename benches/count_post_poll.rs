@@ -11,13 +11,14 @@
 //! ignores the `--bench` flag cargo passes) as a smoke test of its own checks.
 //!
 //! Usage: `count_post_poll [N] [--sge-db | --bf-flush | --db] [--poll-one | --poll-wcs | --batch |
-//! --recv | --flush [--recv] [--poll-one] | --qps K [--recv] | --dc]` (N defaults to 10000). With `--sge-db` the posts are 1-SGE RDMA WRITEs
+//! --recv | --flush [--recv] [--poll-one] | --qps K [--recv] | --dc | --rc2]` (N defaults to 10000). With `--sge-db` the posts are 1-SGE RDMA WRITEs
 //! on a QP without BlueFlame (the 8-byte doorbell), through `measured_post_sge`; with
 //! `--bf-flush` the QP rings in `DoorbellMode::Bf` (rdma-core's exact sequence, a flush after
 //! every BlueFlame copy) instead of the default `BfPost`, with `--db` in `DoorbellMode::Db`
 //! (the 8-byte doorbell on a QP that has BlueFlame registers; these two apply to the single
-//! posts and to `--dc`); `--dc` posts the inline WRITE on a DCI to a DC target
-//! (`measured_post_dc`); with `--poll-one` the CQEs are
+//! posts, to `--dc` and to `--rc2`); `--dc` posts the inline WRITE on a DCI to a DC target
+//! (`measured_post_dc`), `--rc2` an RC inline WRITE of 40 bytes whose WQE takes two blocks
+//! as the DC one does (`measured_post_rc2`), both posting up to the WR limit before polling with `--poll-one` the CQEs are
 //! polled one per call through `Cq::poll` (`measured_poll_one`), with `--poll-wcs` up to 16
 //! per call through `Cq::poll` (`measured_poll_wcs`). `--batch` posts 16 inline WRITEs per
 //! `Qp::batch`, the last signaled (`measured_batch`); `--recv` polls N receive completions
@@ -62,9 +63,21 @@ pub fn measured_post_sge(qp: &mut Qp, wr_id: u64) -> bool {
     qp.post(&wr).is_ok()
 }
 
+/// The payload of the RC post of a two-block WQE: 40 bytes inline make ctrl (16) + raddr (16)
+/// + inline header (4) + 40 = 76 bytes, two 64-byte blocks, as the DC post's 96.
+pub const PAYLOAD_2BB: [u8; 40] = *b"40 bytes inline: a WQE of 76 bytes, 2 BB";
+
+/// One RC post of a two-block WQE as a user writes it: an RDMA WRITE of `PAYLOAD_2BB`
+/// inline, the RC counterpart of `measured_post_dc` (two blocks, the same doorbell mode).
+#[inline(never)]
+pub fn measured_post_rc2(qp: &mut Qp, wr_id: u64) -> bool {
+    let wr = SendWr::write(wr_id, REMOTE).inline(&PAYLOAD_2BB).signaled();
+    qp.post(&wr).is_ok()
+}
+
 /// One post of a DCI as a user writes it: the same inline 8-byte RDMA WRITE to a DC target
-/// (its address vector, DCT number and access key built once, `DcDest`), one 128-byte WQE
-/// (ctrl, the 48-byte AV, raddr, inline) through BlueFlame.
+/// (its address vector, DCT number and access key built once, `DcDest`), one WQE of two
+/// 64-byte blocks (ctrl, the 48-byte AV, raddr, inline: 96 bytes) through BlueFlame.
 #[inline(never)]
 pub fn measured_post_dc(qp: &mut Qp, wr_id: u64, dest: &DcDest) -> bool {
     let wr = SendWr::write(wr_id, REMOTE)
@@ -184,13 +197,14 @@ struct Args {
     recv: bool,
     flush: bool,
     dc: bool,
+    rc2: bool,
     db: bool,
     qps: Option<u32>,
 }
 
 const USAGE: &str = "usage: count_post_poll [N > 0] [--sge-db | --bf-flush | --db] \
 [--poll-one | --poll-wcs | --batch | --recv | --flush [--recv] [--poll-one] | --qps K [--recv] \
-| --dc]";
+| --dc | --rc2]";
 
 impl Args {
     /// The doorbell mode `--bf-flush` or `--db` asks for (the rig's default, `BfPost`,
@@ -220,6 +234,7 @@ fn parse() -> Option<Args> {
             "--recv" => a.recv = true,
             "--flush" => a.flush = true,
             "--dc" => a.dc = true,
+            "--rc2" => a.rc2 = true,
             "--db" => a.db = true,
             "--qps" => {
                 a.qps = Some(
@@ -500,8 +515,8 @@ fn main() -> ExitCode {
         run_qps(n, k, a.recv)
     } else if a.recv {
         run_recv(n, a.poll_one)
-    } else if a.dc {
-        run_dc(n, a.doorbell())
+    } else if a.dc || a.rc2 {
+        run_two_blocks(n, a.doorbell(), a.dc)
     } else {
         run_single(&a)
     };
@@ -521,15 +536,23 @@ fn main() -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// A DCI: N inline WRITEs to one DC target (`measured_post_dc`), one CQE each, polled 16 a
-/// call (`measured_poll`, not the figure of this run), the doorbell in `doorbell` mode (the
-/// rig's `BfPost` when `None`).
-fn run_dc(n: u64, doorbell: Option<DoorbellMode>) -> bool {
+/// WQEs of two blocks: with `dc`, a DCI posting N inline WRITEs to one DC target
+/// (`measured_post_dc`), otherwise an RC QP posting N inline WRITEs of 40 bytes
+/// (`measured_post_rc2`); one CQE each, polled 16 a call (`measured_poll`, not the figure of
+/// this run), the doorbell in `doorbell` mode (the rig's `BfPost` when `None`); as many WRs
+/// posted before the polls as the ring and the WR limit take. Every
+/// WQE must take exactly two blocks, checked after each post (outside the count).
+fn run_two_blocks(n: u64, doorbell: Option<DoorbellMode>, dc: bool) -> bool {
     let cfg = RigCfg {
-        qp_type: mlx5_hw::QpType::Dci,
+        qp_type: if dc {
+            mlx5_hw::QpType::Dci
+        } else {
+            mlx5_hw::QpType::Rc
+        },
         doorbell,
         ..RigCfg::rc_bf()
     };
+    let what = if dc { "DC" } else { "RC two-block" };
     let mut rig = Rig::new(cfg);
     // An address handle's AV for RoCE (extended, the GID of 10.0.0.2), DCT 0x3a1, UCX's key.
     let mut av = [0u8; 48];
@@ -548,9 +571,23 @@ fn run_dc(n: u64, doorbell: Option<DoorbellMode>) -> bool {
         let k = k.min(n - done);
         pis.clear();
         for i in 0..k {
-            pis.push(rig.qp.sq_pi());
-            if !measured_post_dc(&mut rig.qp, done + i, &dest) {
-                eprintln!("DC post {} was refused", done + i);
+            let pi = rig.qp.sq_pi();
+            pis.push(pi);
+            let posted = if dc {
+                measured_post_dc(&mut rig.qp, done + i, &dest)
+            } else {
+                measured_post_rc2(&mut rig.qp, done + i)
+            };
+            if !posted {
+                eprintln!("{what} post {} was refused", done + i);
+                return false;
+            }
+            if rig.qp.sq_pi() != pi.wrapping_add(2) {
+                eprintln!(
+                    "{what} post {} took {} blocks, not 2",
+                    done + i,
+                    rig.qp.sq_pi().wrapping_sub(pi)
+                );
                 return false;
             }
         }
@@ -561,12 +598,12 @@ fn run_dc(n: u64, doorbell: Option<DoorbellMode>) -> bool {
         while polled < k {
             let got = measured_poll(&mut rig.cq, &mut rig.qp, &mut wcs, &mut ids);
             if got == 0 {
-                eprintln!("DC poll after {}: no completion", done + polled);
+                eprintln!("{what} poll after {}: no completion", done + polled);
                 return false;
             }
             for (j, id) in ids[..got].iter().enumerate() {
                 if *id != done + polled + j as u64 {
-                    eprintln!("DC poll {}: WR id {id}", done + polled + j as u64);
+                    eprintln!("{what} poll {}: WR id {id}", done + polled + j as u64);
                     return false;
                 }
             }
