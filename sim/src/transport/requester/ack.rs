@@ -290,5 +290,11 @@ pub(super) fn read_response(qp: &mut Qp, ctx: &mut Ctx, frame: &Frame) {
         qp.req.retries_left = qp.attr.retry_cnt;
         retire(qp, ctx);
         restart_timer(qp, ctx);
+    } else {
+        // A response in sequence restarts the timer (IBTA Vol 1 §9.7.6.1.3: it watches for a
+        // response that does not come), so a long READ, whose responses take longer than the
+        // ACK timeout to stream, does not time out while they arrive; the retry count comes
+        // back only with the whole READ, so a READ resent again and again still ends.
+        restart_timer(qp, ctx);
     }
 }
