@@ -303,7 +303,15 @@ const ERRORS: &[&str] = &[
 ];
 
 fn wire(r: &BTreeMap<String, String>, what: &str) -> Vec<(String, u64)> {
+    // A SEND that found the receive queue empty (`out_of_buffer`: a receiver that reposts late,
+    // as a loaded machine makes perftest's and ours) is answered with an RNR NAK, and the
+    // responder drops the packets behind it until the resend, counting them as out of
+    // sequence: flow control, not an error (IBTA Vol 1 §9.7.5.2.8).
+    let rnr = r.get("out_of_buffer").is_some_and(|v| v != "0");
     for e in ERRORS {
+        if rnr && *e == "out_of_sequence" {
+            continue;
+        }
         assert_eq!(
             r.get(*e).map(String::as_str),
             Some("0"),
