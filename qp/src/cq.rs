@@ -41,6 +41,7 @@ mod timestamp;
 
 pub use table::{QpTable, Resolve};
 
+use crate::queue::WorkQueue;
 use runs::{
     cqe_at, distinct_recv_run, distinct_run, error_of_lap, flush_run, good_resp, recv_run,
     send_more, Room,
@@ -319,7 +320,7 @@ impl Cq {
                 // has 0 more and nothing is read there.)
                 let next = cqe.wrapping_add(1 << SHIFT);
                 let lap = (cqe_cnt - 1 - idx) as usize;
-                let k = if qp.sq_seems_idle() {
+                let k = if qp.send_queue().seems_idle() {
                     0
                 } else {
                     // More of this QP may follow.
@@ -510,7 +511,7 @@ unsafe fn send_one(qp: &mut Qp, cqe: *const u8, tail: u64, out: *mut Wc) -> bool
     // the swap leaves the slot index ready), after the barrier like `tail`.
     // SAFETY: the caller's: a software-owned CQE.
     let counter = u16::from_be(unsafe { core::ptr::read_volatile(cqe.add(60) as *const u16) });
-    if !qp.sq_names_oldest(counter) {
+    if !qp.send_queue().names_oldest(counter) {
         return false;
     }
     // The CQE's bytes first, the WR id last: the CQE's registers are free before the send
@@ -518,7 +519,7 @@ unsafe fn send_one(qp: &mut Qp, cqe: *const u8, tail: u64, out: *mut Wc) -> bool
     // SAFETY: the caller's.
     unsafe {
         Wc::write_req_cqe(out, cqe, tail);
-        Wc::write_wr_id(out, qp.sq_take_oldest(counter));
+        Wc::write_wr_id(out, qp.send_queue().take_oldest(counter));
     }
     true
 }

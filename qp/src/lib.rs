@@ -91,6 +91,7 @@ mod dc;
 mod error;
 mod lines;
 mod qp;
+mod queue;
 mod rq;
 mod scatter;
 mod sq;

@@ -16,6 +16,7 @@
 
 use crate::error::{Error, Result};
 use crate::lines::LineArray;
+use crate::queue::{Window, WorkQueue};
 use crate::scatter::scatter;
 use crate::sq::Progress;
 use crate::wc::{Wc, WcStatus};
@@ -45,11 +46,11 @@ pub(crate) struct RecvQueue {
     reported: Option<u16>,
     /// How many `done` flags are set: while none is (and nothing is `reported`), the oldest
     /// outstanding WQE is the only one a CQE may name in order, and the lean poll need not
-    /// look at `done` ([`RecvQueue::lean_view`]).
+    /// look at `done` ([`WorkQueue::window`]).
     ooo: u32,
     /// The tail — WQEs retired, 16-bit ([`RecvQueue::tail`]) — in its low 16 bits, and what
     /// the one-entry poll compares a CQE's `wqe_counter` with (one compare,
-    /// [`RecvQueue::names_oldest`]): above the tail 0 unless the lean paths must keep out,
+    /// [`WorkQueue::names_oldest`]): above the tail 0 unless the lean paths must keep out,
     /// [`KEY_SHUT`] while `ooo` or `reported` does (or the queue is absent). A lean retire is
     /// one add; the carry when the tail wraps shuts the key too, spuriously: that CQE goes to
     /// the full path, which resyncs it (as the send queue's).
@@ -59,20 +60,6 @@ pub(crate) struct RecvQueue {
 /// Set in [`RecvQueue`]'s `key` while the lean paths may not retire a WQE: no 16-bit
 /// `wqe_counter` equals it.
 const KEY_SHUT: u32 = 1 << 16;
-
-/// What the lean receive poll reads of a receive queue once per run
-/// ([`RecvQueue::lean_view`]).
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct RecvLeanView {
-    /// The oldest outstanding WQE.
-    pub tail: u16,
-    /// WQEs outstanding.
-    pub outstanding: u16,
-    /// `wqe_cnt - 1`.
-    pub mask: u16,
-    /// The WR ids, indexed by `index & mask`.
-    pub wr_ids: *const u64,
-}
 
 /// Check a scatter list against a queue's limit.
 #[inline(always)]
@@ -300,61 +287,10 @@ impl RecvQueue {
         Ok(Progress::Done(1))
     }
 
-    /// What the lean receive poll needs, when it may run: the key open — nothing completed
-    /// out of order, nothing reported, a queue present (then a CQE in order names exactly the
-    /// oldest WQE, and retiring it is `tail += 1`).
-    #[inline(always)]
-    pub fn lean_view(&self) -> Option<RecvLeanView> {
-        debug_assert!(
-            (self.ooo == 0) & self.reported.is_none() & self.present() | (self.key >= KEY_SHUT),
-            "the one-entry poll's key"
-        );
-        // The key's shut state stands for all of it, and for the carry of a lean retire at
-        // the 16-bit wrap: declined then, the CQE goes to the full path, which resyncs the key
-        // (were the runs to go on, the one-compare paths would decline this queue for good).
-        if self.key >= KEY_SHUT {
-            return None;
-        }
-        Some(RecvLeanView {
-            tail: self.tail(),
-            outstanding: self.head.wrapping_sub(self.tail()),
-            mask: self.mask as u16,
-            wr_ids: self.wr_id.as_ptr(),
-        })
-    }
-
-    /// The lean receive poll retired the `k` oldest WQEs (none completed out of order after
-    /// them, nothing reported: [`RecvQueue::lean_view`]): the tail in the key moves on.
-    #[inline(always)]
-    pub fn lean_retired(&mut self, k: u16) {
-        self.key = self.key.wrapping_add(k as u32);
-    }
-
     /// `key` as `tail`, `ooo` and `reported` make it.
     fn sync_key(&mut self) {
         let shut = (self.ooo != 0) | self.reported.is_some() | !self.present();
         self.key = self.tail() as u32 | if shut { KEY_SHUT } else { 0 };
-    }
-
-    /// The one-entry poll's test: whether `wqe_counter` names the oldest outstanding WQE and
-    /// the lean paths may retire it (nothing completed out of order, nothing reported).
-    #[inline(always)]
-    pub fn names_oldest(&self, wqe_counter: u16) -> bool {
-        (wqe_counter as u32 == self.key) & (wqe_counter != self.head)
-    }
-
-    /// Retire the oldest WQE, which [`RecvQueue::names_oldest`] said `wqe_counter` names;
-    /// returns its WR id.
-    #[inline(always)]
-    pub fn take_oldest(&mut self, wqe_counter: u16) -> u64 {
-        debug_assert!(self.names_oldest(wqe_counter));
-        let slot = (wqe_counter as u32 & self.mask) as usize;
-        debug_assert!(slot < self.wr_id.len());
-        // SAFETY: `slot` is masked below `wqe_cnt`, the array's length.
-        let wr_id = unsafe { *self.wr_id.as_ptr().add(slot) };
-        // `lean_retired(1)`, the key added to in memory.
-        crate::sq::bump_key(&mut self.key);
-        wr_id
     }
 
     fn flushed(&mut self, qpn: u32) -> Wc {
@@ -407,5 +343,62 @@ impl RecvQueue {
         self.sync_key();
         // SAFETY: `dbrec` is the live doorbell record.
         unsafe { mmio::write_dbrec(self.dbrec, 0) };
+    }
+}
+
+/// What a CQE asks of a QP's own receive queue (`crate::queue`): its counter is the WQE's index;
+/// the oldest outstanding receive retires alone while nothing completed out of order and no
+/// completion is pending (`key` shut otherwise, and on an absent queue).
+impl WorkQueue for RecvQueue {
+    /// The one-entry poll's test: whether `wqe_counter` names the oldest outstanding WQE and
+    /// the lean paths may retire it (nothing completed out of order, nothing reported).
+    #[inline(always)]
+    fn names_oldest(&self, wqe_counter: u16) -> bool {
+        (wqe_counter as u32 == self.key) & (wqe_counter != self.head)
+    }
+
+    /// Retire the oldest WQE, which [`WorkQueue::names_oldest`] said `wqe_counter` names;
+    /// returns its WR id.
+    #[inline(always)]
+    fn take_oldest(&mut self, wqe_counter: u16) -> u64 {
+        debug_assert!(self.names_oldest(wqe_counter));
+        let slot = (wqe_counter as u32 & self.mask) as usize;
+        debug_assert!(slot < self.wr_id.len());
+        // SAFETY: `slot` is masked below `wqe_cnt`, the array's length.
+        let wr_id = unsafe { *self.wr_id.as_ptr().add(slot) };
+        // `retired(1)`, the key added to in memory.
+        crate::sq::bump_key(&mut self.key);
+        wr_id
+    }
+
+    /// What the lean receive poll needs, when it may run: the key open — nothing completed
+    /// out of order, nothing reported, a queue present (then a CQE in order names exactly the
+    /// oldest WQE, and retiring it is `tail += 1`).
+    #[inline(always)]
+    fn window(&self) -> Option<Window> {
+        debug_assert!(
+            (self.ooo == 0) & self.reported.is_none() & self.present() | (self.key >= KEY_SHUT),
+            "the one-entry poll's key"
+        );
+        // The key's shut state stands for all of it, and for the carry of a lean retire at
+        // the 16-bit wrap: declined then, the CQE goes to the full path, which resyncs the key
+        // (were the runs to go on, the one-compare paths would decline this queue for good).
+        if self.key >= KEY_SHUT {
+            return None;
+        }
+        Some(Window {
+            oldest: self.tail(),
+            outstanding: self.head.wrapping_sub(self.tail()),
+            mask: self.mask as u16,
+            wr_ids: self.wr_id.as_ptr(),
+            meta: core::ptr::null(),
+        })
+    }
+
+    /// The lean receive poll retired the `k` oldest WQEs (none completed out of order after
+    /// them, nothing reported: [`WorkQueue::window`]): the tail in the key moves on.
+    #[inline(always)]
+    fn retired(&mut self, k: u16) {
+        self.key = self.key.wrapping_add(k as u32);
     }
 }

@@ -8,13 +8,15 @@
 //! WQE frees every block before it too, so the unsignaled WQEs a signaled one follows give
 //! their blocks back without a CQE of their own (rdma-core `wqe_head`, UCX `hw_ci`).
 //!
-//! Here: the queue, its gates and the post side's bookkeeping. Beside it: `doorbell` (the
+//! Here: the queue and the post side's bookkeeping. Beside it: `gates` (the bounds a lean
+//! post compares its producer index with), `doorbell` (the
 //! register and the modes of ringing it), `ring` (the doorbell and BlueFlame sequences),
 //! `complete` (what a CQE retires, the lean polls' views,
 //! the error period), `tests`.
 
 mod complete;
 mod doorbell;
+mod gates;
 mod ring;
 
 pub(crate) use doorbell::Doorbell;
@@ -145,7 +147,7 @@ pub(crate) struct SendQueue {
     /// How many bytes of `meta` are not 0 (outstanding WQEs of an uncommon shape): while
     /// none is, the lean poll need not read them.
     uncommon: u32,
-    /// The one-entry poll's key ([`SendQueue::take_oldest`]): `ci`'s low 16 bits, plus
+    /// The one-entry poll's key ([`WorkQueue::take_oldest`](crate::queue::WorkQueue::take_oldest)): `ci`'s low 16 bits, plus
     /// [`KEY_SHUT`] while `uncommon` is not 0 — equal to a CQE's `wqe_counter` exactly when
     /// that names the oldest outstanding block and every outstanding WQE is common. A lean
     /// retire adds to it like to `ci`; the carry when `ci`'s low bits wrap shuts it too (a
@@ -222,22 +224,6 @@ pub(crate) fn bump_key(key: &mut u32) {
     // load is not replaced by the value it was compared with.
     let k = unsafe { core::ptr::read_volatile(key) };
     *key = k.wrapping_add(1);
-}
-
-/// What a lean poll reads of a send queue once per batch ([`SendQueue::lean_view`]).
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct LeanView {
-    /// The first block not retired (its `wqe_index`).
-    pub ci: u16,
-    /// Blocks that a run of one-block WQEs may retire: the outstanding blocks. (After an
-    /// error the full path reports every retired WQE, but for a success CQE naming the oldest
-    /// outstanding WQE that is exactly the one completion the lean run reports.)
-    pub room: u16,
-    /// `wqe_cnt - 1`.
-    pub mask: u16,
-    /// `wr_ids` and `meta`, indexed by `block & mask`.
-    pub wr_ids: *const u64,
-    pub meta: *const u8,
 }
 
 impl SendQueue {
@@ -394,145 +380,6 @@ impl SendQueue {
         }
     }
 
-    /// The gates `open`, `pending`, `inline_ok`, `sge_ok` and the doorbell call for:
-    /// `(fast, other)`. A QP that allows no gather entry, or fewer than [`LEAN_INLINE`] inline
-    /// bytes, posts everything through the generic path (rare shapes; one gate per sequence
-    /// keeps the lean poll's bookkeeping to two additions).
-    /// In a batch: `(shut, shut, batch)`, the batch gate open under the same conditions
-    /// whatever the doorbell mode.
-    #[inline]
-    fn gates(&self) -> (u64, u64, u64) {
-        let lean = self.open && self.pending == 0 && self.sge_ok && self.inline_ok;
-        let fast = self.db.mode == DoorbellMode::BfPost && self.db.one_bb;
-        let (open, shut) = (self.ci + self.lean_blocks, self.ci);
-        let gate = |on: bool| if on { open } else { shut };
-        if self.in_batch {
-            (shut, shut, gate(lean))
-        } else {
-            (gate(lean && fast), gate(lean && !fast), shut)
-        }
-    }
-
-    /// Open or close the lean gates of the RC shapes (after anything but a lean post or a
-    /// lean retire; what changes the DC gates' conditions calls [`SendQueue::refresh_gates`]),
-    /// and on a DCI that takes lean DC posts its DC gates too (the full path's retires end
-    /// here).
-    #[inline]
-    pub fn refresh_gate(&mut self) {
-        (self.fast, self.other, self.batch) = self.gates();
-        if self.dc_open {
-            // A DCI: its retires (the full path's, which refreshes here) move the DC gates.
-            self.refresh_dc_gates();
-        }
-    }
-
-    /// Which DC gate the doorbell mode opens: `Some(true)` for `dc_fast`
-    /// ([`SendQueue::ring_bf_post_2bb`]), `Some(false)` for `dc_other`
-    /// ([`SendQueue::ring_other_2bb`]), `None` when neither sequence serves: a BlueFlame mode
-    /// whose halves are smaller than the DC WQE's two blocks or whose register a block copy
-    /// may not take (`one_bb`) leaves the DC post to the generic path.
-    #[inline]
-    fn dc_mode_gate(&self) -> Option<bool> {
-        let copy2 = self.db.one_bb && self.db.size >= 2 * mlx5_wqe::SEND_WQE_BB as u32;
-        match self.db.mode {
-            DoorbellMode::Db => Some(false),
-            DoorbellMode::Bf if copy2 => Some(false),
-            DoorbellMode::BfPost if copy2 => Some(true),
-            _ => None,
-        }
-    }
-
-    /// The DC gates `(dc_fast, dc_other)` for the queue as it is now: shut (0) unless
-    /// `dc_open`, nothing pending, no batch and a mode with a DC sequence
-    /// ([`SendQueue::dc_mode_gate`]); else, in the gate of the doorbell mode,
-    /// `ci + max_post + extra` — the producer index is below it exactly while a WR is free,
-    /// and each lean DC post moves it by its blocks beyond the first, as it moves `extra`
-    /// ([`SendQueue::dc_posted`]) — provided the blocks stay enough: the outstanding blocks
-    /// plus `wr_bbs` for each WR still free (each lean DC WQE is at most `wr_bbs` blocks) fit
-    /// the ring. (A WQE of the generic path larger than `wr_bbs` blocks can make them not;
-    /// the gate then opens again once it is retired.)
-    #[inline]
-    fn dc_gates(&self) -> (u64, u64) {
-        // 0, not `ci` as for the RC gates: nothing moves a shut DC gate, and a reset, which
-        // moves `ci` back to 0, leaves it shut.
-        let shut = 0;
-        if !self.dc_open || self.pending != 0 || self.in_batch {
-            return (shut, shut);
-        }
-        let blocks = self.pi - self.ci;
-        let wrs = blocks - self.extra as u64;
-        let free_wrs = (self.max_post as u64).saturating_sub(wrs);
-        let fits = blocks + free_wrs * self.wr_bbs as u64 <= self.ring.wqe_cnt() as u64;
-        let gate = if fits && free_wrs != 0 {
-            self.ci + self.max_post as u64 + self.extra as u64
-        } else {
-            shut
-        };
-        match self.dc_mode_gate() {
-            Some(true) => (gate, shut),
-            Some(false) => (shut, gate),
-            None => (shut, shut),
-        }
-    }
-
-    /// Open or close the DC gates for the queue as it is now (after anything that may shut
-    /// them, after a retire of the full path, and when a DC post finds its gate shut).
-    #[inline]
-    pub fn refresh_dc_gates(&mut self) {
-        (self.dc_fast, self.dc_other) = self.dc_gates();
-    }
-
-    /// [`SendQueue::refresh_gate`] and [`SendQueue::refresh_dc_gates`].
-    #[inline]
-    pub fn refresh_gates(&mut self) {
-        self.refresh_gate();
-        self.refresh_dc_gates();
-    }
-
-    /// A [`crate::Batch`] begins: lean posts go through the gate `batch` and leave their
-    /// doorbell to [`SendQueue::ring_doorbell`].
-    #[inline]
-    pub fn begin_batch(&mut self) {
-        self.in_batch = true;
-        self.refresh_gates();
-    }
-
-    /// [`SendQueue::commit_lean`]'s bookkeeping for the doorbell of a lean batch post: the
-    /// WQE at `ctrl` of `bbs` blocks waits for [`SendQueue::ring_doorbell`].
-    #[inline(always)]
-    pub fn defer_lean(&mut self, ctrl: *mut u8) {
-        self.last_ctrl = ctrl;
-        self.batch_n += 1;
-    }
-
-    /// Open or close the lean entry points (the QP's state, type or limits changed):
-    /// `inline_ok`, whether the QP's inline limits allow [`LEAN_INLINE`] bytes for both
-    /// lean opcodes; `sge_ok`, whether it allows a gather entry.
-    pub fn set_open(&mut self, open: bool, inline_ok: bool, sge_ok: bool) {
-        self.open = open;
-        self.inline_ok = inline_ok;
-        self.sge_ok = sge_ok;
-        self.refresh_gate();
-    }
-
-    /// Open or close the lean DC post (a DCI's state or limits changed): `open`, whether
-    /// they allow it.
-    pub fn set_dc_open(&mut self, open: bool) {
-        self.dc_open = open;
-        self.refresh_dc_gates();
-    }
-
-    /// A lean DC post of `bbs` blocks went through the gate `dc_fast` (`fast`) or `dc_other`:
-    /// it moves by the blocks beyond the first, as `extra` does ([`SendQueue::dc_gates`]).
-    #[inline(always)]
-    pub fn dc_posted(&mut self, fast: bool, bbs: u32) {
-        if fast {
-            self.dc_fast += bbs as u64 - 1;
-        } else {
-            self.dc_other += bbs as u64 - 1;
-        }
-    }
-
     /// Whether a lean post may go ahead: `pi` is below `gate` (`fast`, `other`, `batch`,
     /// `dc_fast` or `dc_other`).
     #[inline(always)]
@@ -657,6 +504,14 @@ impl SendQueue {
         if m != 0 {
             self.mark_uncommon(off8 / 8, m);
         }
+    }
+
+    /// [`SendQueue::commit_lean`]'s bookkeeping for the doorbell of a lean batch post: the
+    /// WQE at `ctrl` of `bbs` blocks waits for [`SendQueue::ring_doorbell`].
+    #[inline(always)]
+    pub fn defer_lean(&mut self, ctrl: *mut u8) {
+        self.last_ctrl = ctrl;
+        self.batch_n += 1;
     }
 
     /// Leave the WQE at `ctrl` for the next [`SendQueue::ring_doorbell`].

@@ -91,7 +91,13 @@ impl Cq {
                 let wqe_counter = u16::from_be_bytes([tail[4], tail[5]]);
                 let done = table.qp(qpn).is_some_and(|qp| {
                     let byte_cnt = u32::from_be_bytes(byte_cnt);
-                    qp.complete_send_success(wqe_counter, tail[0], qpn, byte_cnt, &mut wcs[n])
+                    qp.send_queue().complete_success(
+                        wqe_counter,
+                        tail[0],
+                        qpn,
+                        byte_cnt,
+                        &mut wcs[n],
+                    )
                 });
                 if done {
                     Ok(Progress::Done(1))
@@ -246,7 +252,7 @@ impl Cq {
                     // Requester scatter-to-CQE: a READ or atomic reply (rdma-core `mlx5_parse_cqe`:
                     // `mlx5_copy_to_send_wqe` for a requester CQE with inline scatter).
                     let mut segs = [DataSeg::default(); 16];
-                    let k = qp.reply_sges(cqe.wqe_counter(), &mut segs);
+                    let k = qp.send_queue().reply_sges(cqe.wqe_counter(), &mut segs);
                     let len = (cqe.byte_cnt() as usize).min(data.len());
                     // SAFETY: the WQE is outstanding: its local segments are the caller's
                     // buffers, valid until this completion (post contract).

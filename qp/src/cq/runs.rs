@@ -4,6 +4,7 @@
 
 use super::{owned_cqe, Resolve};
 use crate::qp::Qp;
+use crate::queue::WorkQueue;
 use crate::wc::Wc;
 use mlx5_cq::{
     CQE_REQ_ERR, CQE_RESP_ERR, CQE_RESP_SEND_INV, CQE_RESP_WR_IMM, SYNDROME_WR_FLUSH_ERR,
@@ -40,79 +41,54 @@ pub(super) unsafe fn send_more<const SHIFT: u32>(
 ) -> usize {
     // `send_one` took this QP's previous CQE: every outstanding WQE is of the common shape
     // (retiring keeps it so), checked there.
+    let key = qp.cqe_qpn_key();
     // SAFETY: the caller's; `lap` bounds the CQEs read.
-    unsafe { sq_run::<REQ_RUN, SHIFT>(qp, cqe, own, None, out_room.min(lap), out) }
+    unsafe {
+        queue_run::<_, REQ_RUN, SHIFT>(qp.send_queue(), key, cqe, own, None, out_room.min(lap), out)
+    }
 }
 
-/// The send queue's part of [`send_more`] and [`flush_run`]: from the slot of its oldest
-/// WQE, at most `room` CQEs (and the outstanding blocks, and the blocks to the ring's end:
-/// the slots are then consecutive) through [`copy_run`] of `KIND`, what they retire retired.
-/// Every outstanding WQE is of the common shape (the caller checked). Returns the CQEs taken.
+/// A run of CQEs of one queue from the slot of its oldest outstanding WR — the send queue's
+/// for [`send_more`] and a send flush, the QP's own receive queue's for [`recv_run`] and a
+/// receive flush: at most `room` CQEs (and the outstanding WRs, and those to the ring's end:
+/// the slots are then consecutive) through [`copy_run`] of `KIND`, and what they retired
+/// told to the queue ([`WorkQueue::retired`]). 0 when the queue has no window
+/// ([`WorkQueue::window`]: a receive queue out of order, an SRQ's). `qpn_key` is the QP's
+/// ([`Qp::cqe_qpn_key`]); `first` the first CQE's bytes 56..64 when the caller read them. A
+/// send queue's outstanding WQEs are all of the common shape (the caller checked).
 ///
 /// # Safety
 /// As [`copy_run`] for `room` CQEs from `cqe` and `room` entries of `out`.
 #[inline(always)]
-pub(super) unsafe fn sq_run<const KIND: u8, const SHIFT: u32>(
-    qp: &mut Qp,
+pub(super) unsafe fn queue_run<Q: WorkQueue, const KIND: u8, const SHIFT: u32>(
+    q: &mut Q,
+    qpn_key: u64,
     cqe: *const u8,
     want: u8,
     first: Option<u64>,
     room: usize,
     out: *mut Wc,
 ) -> usize {
-    let v = qp.sq_lean_view();
-    let slot = (v.ci & v.mask) as usize;
-    let n = room.min(v.room as usize).min((v.mask as usize - slot) + 1);
+    let Some(v) = q.window() else {
+        return 0;
+    };
+    let slot = (v.oldest & v.mask) as usize;
+    let n = room
+        .min(v.outstanding as usize)
+        .min((v.mask as usize - slot) + 1);
+    // Bytes 56..62 of a CQE of this QP naming WR `oldest`: the QPN's part (for a responder
+    // CQE as for a REQ CQE: bits 31:24 of `sop_drop_qpn` are outside the compare), the counter
+    // BE16 (for a flush one byte up, behind the syndrome).
     let expect = if KIND == FLUSH_RUN {
-        flush_expect(qp.cqe_qpn_key(), v.ci)
+        flush_expect(qpn_key, v.oldest)
     } else {
-        LeanRun::expect(qp.cqe_qpn_key(), v.ci)
+        LeanRun::expect(qpn_key, v.oldest)
     };
     // SAFETY: slot < wqe_cnt: its WR id; the caller's for the CQEs and `out`.
     let i =
         unsafe { copy_run::<KIND, SHIFT>(cqe, want, expect, first, v.wr_ids.add(slot), n, out) };
-    qp.sq_lean_retired(i as u16);
+    q.retired(i as u16);
     i
-}
-
-/// The receive queue's part of [`recv_run`] and [`flush_run`]: as [`sq_run`] for the QP's own
-/// receive queue when its lean view allows ([`crate::rq::RecvQueue::lean_view`]: 0 on an
-/// SRQ or with a receive completed out of order), the first CQE's bytes 56..64 `tail` read
-/// already.
-///
-/// # Safety
-/// As [`sq_run`].
-#[inline(always)]
-pub(super) unsafe fn rq_run<const KIND: u8, const SHIFT: u32>(
-    qp: &mut Qp,
-    cqe: *const u8,
-    want: u8,
-    tail: u64,
-    room: usize,
-    out: *mut Wc,
-) -> usize {
-    let Some(v) = qp.rq_lean_view() else {
-        return 0;
-    };
-    let slot = (v.tail & v.mask) as usize;
-    let n = room
-        .min(v.outstanding as usize)
-        .min((v.mask as usize - slot) + 1);
-    // Bytes 56..62 of a responder CQE of this QP naming receive `c`: the QPN's part as a
-    // REQ CQE's (bits 31:24 of `sop_drop_qpn` are outside the compare), the counter BE16 (for
-    // a flush one byte up, behind the syndrome).
-    let expect = if KIND == FLUSH_RUN {
-        flush_expect(qp.cqe_qpn_key(), v.tail)
-    } else {
-        LeanRun::expect(qp.cqe_qpn_key(), v.tail)
-    };
-    // SAFETY: slot < wqe_cnt: its WR id; the caller's for the CQEs (the first read already)
-    // and `out`.
-    let j = unsafe {
-        copy_run::<KIND, SHIFT>(cqe, want, expect, Some(tail), v.wr_ids.add(slot), n, out)
-    };
-    qp.rq_lean_retired(j as u16);
-    j
 }
 
 /// What a [`copy_run`] takes: plain REQ CQEs ([`Wc::write_req`]).
@@ -208,17 +184,17 @@ pub(super) unsafe fn distinct_loop<const KIND: u8, R: Resolve + ?Sized, const SH
             // instructions (two more per CQE).
             let counter = u16::from_be(core::ptr::read_volatile(c.add(60) as *const u16));
             if KIND == REQ_RUN {
-                if !qp.sq_names_oldest(counter) {
+                if !qp.send_queue().names_oldest(counter) {
                     break;
                 }
                 Wc::write_req_cqe(o, c, tail);
-                Wc::write_wr_id(o, qp.sq_take_oldest(counter));
+                Wc::write_wr_id(o, qp.send_queue().take_oldest(counter));
             } else {
-                if !qp.rq_names_oldest(counter) {
+                if !qp.recv_queue().names_oldest(counter) {
                     break;
                 }
                 Wc::write_resp_cqe(o, c, tail);
-                Wc::write_wr_id(o, qp.rq_take_oldest(counter));
+                Wc::write_wr_id(o, qp.recv_queue().take_oldest(counter));
             }
             o = o.add(1);
             // Past the lap's end after its last CQE (then `o` is `end`: nothing is read).
@@ -358,7 +334,7 @@ pub(super) fn good_resp_diff(diff: u8) -> bool {
 /// ([`good_resp`], its `op_own` byte `want`, `tail` its bytes 56..64 read after the
 /// barrier): while each CQE has that same `op_own` (the same kind, of this lap) and names the
 /// QP's oldest outstanding receive on its own receive queue
-/// ([`crate::rq::RecvQueue::lean_view`]), write its completion — the CQE's bytes the
+/// ([`WorkQueue::window`]), write its completion — the CQE's bytes the
 /// accessors of `Wc` take apart as rdma-core's `handle_responder` does, read after the
 /// barrier — and retire it. At most `room` CQEs and the outstanding receives. Returns the CQEs
 /// consumed, 0 when the first is not one of these (an SRQ, out of order: the full path).
@@ -378,8 +354,11 @@ pub(super) unsafe fn recv_run<const SHIFT: u32>(
     room: usize,
     out: *mut Wc,
 ) -> usize {
+    let key = qp.cqe_qpn_key();
     // SAFETY: the caller's.
-    unsafe { rq_run::<RESP_RUN, SHIFT>(qp, cqe, want, tail, room, out) }
+    unsafe {
+        queue_run::<_, RESP_RUN, SHIFT>(qp.recv_queue(), key, cqe, want, Some(tail), room, out)
+    }
 }
 
 /// A run of flush completions of `qp` from the error CQE at `cqe` — REQ_ERR for its send
@@ -395,7 +374,7 @@ pub(super) unsafe fn recv_run<const SHIFT: u32>(
 ///
 /// A send queue only while every outstanding WQE is of the common shape (one block, not an
 /// atomic: then each CQE retires one block); a receive queue only when its lean view allows
-/// ([`crate::rq::RecvQueue::lean_view`]: not an SRQ, nothing out of order). At most `room`
+/// ([`WorkQueue::window`]: not an SRQ, nothing out of order). At most `room`
 /// CQEs, the outstanding WQEs and those to the ring's end. Returns the CQEs consumed, 0
 /// when the first is not one of these.
 ///
@@ -413,20 +392,25 @@ pub(super) unsafe fn flush_run<const SHIFT: u32>(
     out: *mut Wc,
 ) -> usize {
     if want >> 4 == CQE_REQ_ERR {
-        if !qp.sq_all_common() {
+        let key = qp.cqe_qpn_key();
+        let sq = qp.send_queue();
+        if !sq.all_common() {
             return 0;
         }
         // Before the run: the retires may end an error period (`SendQueue::recovered`).
-        let (flushing, old) = (qp.sq_flushing(), qp.sq_before_recovery());
+        let (flushing, old) = (sq.flushing(), sq.before_recovery());
         // SAFETY: the caller's (the first CQE read already).
-        let i = unsafe { sq_run::<FLUSH_RUN, SHIFT>(qp, cqe, want, Some(tail), room, out) };
+        let i =
+            unsafe { queue_run::<_, FLUSH_RUN, SHIFT>(sq, key, cqe, want, Some(tail), room, out) };
         if (i != 0) & !flushing {
             qp.sq_begin_flush(old);
         }
         i
     } else {
+        let (key, rq) = (qp.cqe_qpn_key(), qp.recv_queue());
         // SAFETY: the caller's (the first CQE read already).
-        let i = unsafe { rq_run::<FLUSH_RUN, SHIFT>(qp, cqe, want, tail, room, out) };
+        let i =
+            unsafe { queue_run::<_, FLUSH_RUN, SHIFT>(rq, key, cqe, want, Some(tail), room, out) };
         if (i != 0) & (qp.state() != QpState::Error) {
             qp.follow_error_completion(false);
         }

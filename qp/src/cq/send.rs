@@ -6,6 +6,7 @@ use super::runs::LeanRun;
 use super::Cq;
 use crate::error::Result;
 use crate::qp::Qp;
+use crate::queue::WorkQueue;
 use crate::wc::Wc;
 use mlx5_cq::sw_owned;
 
@@ -47,7 +48,7 @@ impl Cq {
     ) -> Result<usize> {
         // The common loop, inline: every outstanding WQE has the common shape (no meta byte
         // to read) and CQEs are 64 bytes.
-        if qp.sq_all_common() & (self.size_shift == 6) {
+        if qp.send_queue().all_common() & (self.size_shift == 6) {
             let run = self.lean_run(qp, wr_ids);
             // SAFETY: `lean_run` bounded the run.
             let n = unsafe { run.run::<false, 6>() };
@@ -75,22 +76,23 @@ impl Cq {
     /// and not more than the send queue has outstanding blocks — each CQE retires exactly
     /// one, so the WQE it must name is always outstanding and its slot's bookkeeping current.
     #[inline(always)]
-    pub(super) fn lean_run(&self, qp: &Qp, out: &mut [u64]) -> LeanRun {
-        let v = qp.sq_lean_view();
+    pub(super) fn lean_run(&self, qp: &mut Qp, out: &mut [u64]) -> LeanRun {
+        let key = qp.cqe_qpn_key();
+        let v = qp.send_queue().view();
         let ci = self.ci;
         let idx = ci & (self.cqe_cnt - 1);
-        let slot = (v.ci & v.mask) as usize;
+        let slot = (v.oldest & v.mask) as usize;
         let k = out
             .len()
             .min((self.cqe_cnt - idx) as usize)
-            .min(v.room as usize)
+            .min(v.outstanding as usize)
             .min(v.mask as usize + 1 - slot);
         // SAFETY: idx < cqe_cnt; slot + k <= wqe_cnt and k <= out.len() (the run's bound).
         unsafe {
             LeanRun {
                 cqe: self.cqe0.add((idx as usize) << self.size_shift),
                 own: ((ci & self.cqe_cnt) != 0) as u8,
-                expect: LeanRun::expect(qp.cqe_qpn_key(), v.ci),
+                expect: LeanRun::expect(key, v.oldest),
                 meta: v.meta.add(slot),
                 wr_ids: v.wr_ids.add(slot),
                 out: out.as_mut_ptr(),
@@ -105,7 +107,7 @@ impl Cq {
     pub(super) fn lean_retired(&mut self, qp: &mut Qp, n: usize) {
         if n != 0 {
             self.ci = self.ci.wrapping_add(n as u32);
-            qp.sq_lean_retired(n as u16);
+            qp.send_queue().retired(n as u16);
             self.update_ci();
         }
     }
@@ -122,7 +124,7 @@ impl Cq {
         wr_ids: &mut [u64],
         mut other: F,
     ) -> Result<usize> {
-        let common = qp.sq_all_common();
+        let common = qp.send_queue().all_common();
         if !(common & (self.size_shift == 6)) {
             let run = self.lean_run(qp, wr_ids);
             // SAFETY: `lean_run` bounded the run.

@@ -8,6 +8,7 @@ use super::runs::{error_of_lap, good_resp_diff};
 use super::{owned_cqe, send_one, Cq, Resolve, SLOW_ERROR};
 use crate::error::Result;
 use crate::qp::Qp;
+use crate::queue::WorkQueue;
 use crate::wc::Wc;
 use mlx5_cq::{CQE_INVALID, CQE_REQ_ERR, CQE_RESP_ERR, SYNDROME_WR_FLUSH_ERR};
 use mlx5_hw::QpState;
@@ -155,7 +156,7 @@ impl Cq {
 /// The completion of one good responder CQE of `qp` ([`good_resp`](super::runs::good_resp); `tail`
 /// its bytes 56..64, read after the barrier) when it names the oldest outstanding receive of the
 /// QP's own receive queue and nothing keeps the lean paths out
-/// ([`crate::rq::RecvQueue::names_oldest`]): the CQE's bytes written to `out`
+/// ([`WorkQueue::names_oldest`]): the CQE's bytes written to `out`
 /// ([`Wc::write_resp_cqe`]), the receive retired, its WR id returned for the caller to store
 /// ([`Wc::write_wr_id`]); `None` when declined.
 ///
@@ -165,13 +166,13 @@ impl Cq {
 unsafe fn recv_one(qp: &mut Qp, cqe: *const u8, tail: u64, out: *mut Wc) -> Option<u64> {
     // SAFETY: the caller's: a software-owned CQE.
     let counter = u16::from_be(unsafe { core::ptr::read_volatile(cqe.add(60) as *const u16) });
-    if !qp.rq_names_oldest(counter) {
+    if !qp.recv_queue().names_oldest(counter) {
         return None;
     }
     // The CQE's bytes first, the WR id last, as in `send_one`.
     // SAFETY: the caller's.
     unsafe { Wc::write_resp_cqe(out, cqe, tail) };
-    Some(qp.rq_take_oldest(counter))
+    Some(qp.recv_queue().take_oldest(counter))
 }
 
 /// The completion of one flush CQE of `qp` (an error CQE of this lap, format 0: REQ_ERR when
@@ -203,17 +204,17 @@ unsafe fn flush_one(qp: &mut Qp, cqe: *const u8, tail: u64, send: bool, out: *mu
     // A receive queue only once the QP is in Error (the first receive flush goes through
     // `flush_run` or the full path, which moves it there).
     let named = if send {
-        qp.sq_flushing() & qp.sq_names_oldest(counter)
+        qp.send_queue().flushing() & qp.send_queue().names_oldest(counter)
     } else {
-        (qp.state() == QpState::Error) & qp.rq_names_oldest(counter)
+        (qp.state() == QpState::Error) & qp.recv_queue().names_oldest(counter)
     };
     if !named {
         return false;
     }
     let wr_id = if send {
-        qp.sq_take_oldest(counter)
+        qp.send_queue().take_oldest(counter)
     } else {
-        qp.rq_take_oldest(counter)
+        qp.recv_queue().take_oldest(counter)
     };
     // SAFETY: the caller's; bytes 48..56 of the software-owned CQE.
     unsafe {

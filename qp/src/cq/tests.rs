@@ -196,7 +196,7 @@ fn the_fast_paths_give_what_the_full_path_gives() {
     );
 }
 
-/// The one-entry poll's send-queue key ([`crate::sq::SendQueue::take_oldest`]) follows
+/// The one-entry poll's send-queue key ([`crate::queue::WorkQueue::take_oldest`]) follows
 /// `ci` past the wrap of its low 16 bits: the completion at the wrap goes to the full
 /// path, which resyncs the key, and every later one takes the fast path again.
 #[test]

@@ -3,6 +3,18 @@
 use super::*;
 
 impl Qp {
+    /// The QP's own receive queue, `None` when it has none (an SRQ).
+    #[inline(always)]
+    pub(super) fn rq_ref(&self) -> Option<&RecvQueue> {
+        self.rq.present().then_some(&self.rq)
+    }
+
+    /// [`Qp::rq_ref`], mutable.
+    #[inline(always)]
+    pub(super) fn rq_mut(&mut self) -> Option<&mut RecvQueue> {
+        self.rq.present().then_some(&mut self.rq)
+    }
+
     /// Post one receive WR. Its buffers must stay valid and registered until its completion
     /// is polled. Not available when the QP receives through an SRQ (post there).
     ///

@@ -2,7 +2,8 @@
 //! unsignaled ones before it), the completions that produces, the lean polls' views and
 //! retires, and the error period's flushes.
 
-use super::{bump_key, meta, CqeInfo, LeanView, Progress, SendQueue};
+use super::{bump_key, meta, CqeInfo, Progress, SendQueue};
+use crate::queue::{Window, WorkQueue};
 use crate::wc::{Wc, WcFields, WcFlags, WcOpcode, WcStatus};
 use mlx5_cq::SYNDROME_WR_FLUSH_ERR;
 use mlx5_hw::mmio;
@@ -154,39 +155,10 @@ impl SendQueue {
             qp_num: qpn,
             ..WcFields::default()
         });
-        self.lean_retired(1);
+        self.retired(1);
         // The full path: undo a spurious shut of `key` (a wrap of `ci`'s low bits).
         self.sync_key();
         true
-    }
-
-    /// The one-entry poll's test: whether `wqe_counter` is the oldest outstanding block (the
-    /// queue not idle) and every outstanding WQE has meta byte 0 (one block, not an atomic).
-    #[inline(always)]
-    pub fn names_oldest(&self, wqe_counter: u16) -> bool {
-        // `key` holds `ci`'s low bits and whether all are common: one compare. With
-        // `wqe_counter == ci`, `pi`'s low bits equal it only when the queue is idle or holds
-        // 65536 blocks: declined either way (the full path decides).
-        (wqe_counter as u32 == self.key) & (wqe_counter != self.pi as u16)
-    }
-
-    /// Retire the oldest WQE, which [`SendQueue::names_oldest`] said `wqe_counter` names;
-    /// returns its WR id.
-    #[inline(always)]
-    pub fn take_oldest(&mut self, wqe_counter: u16) -> u64 {
-        debug_assert!(self.names_oldest(wqe_counter));
-        // `wqe_counter` is `ci`'s low bits: its slot.
-        let slot = (wqe_counter as u64 & self.mask) as usize;
-        let wr_id = self.wr_id_at(slot);
-        // `lean_retired(1)`, `ci` and the key added to in memory: both were just compared
-        // (`ci` by a flush's test of the error period), as `bump_key` says.
-        // SAFETY: a reference: valid, aligned, this thread's alone; volatile only so that the
-        // load is not replaced by the value it was compared with.
-        self.ci = unsafe { core::ptr::read_volatile(&self.ci) } + 1;
-        self.fast += 1;
-        self.other += 1;
-        bump_key(&mut self.key);
-        wr_id
     }
 
     /// Whether `pi` and the key's copy of `ci` agree in their low 16 bits ([`crate::Qp`]'s
@@ -196,35 +168,26 @@ impl SendQueue {
         self.key as u16 == self.pi as u16
     }
 
-    /// Whether every outstanding WQE has meta byte 0.
+    /// Where the outstanding WQEs start: the window of a run ([`WorkQueue::window`]) and of
+    /// the lean poll of [`crate::Cq::poll_send`], which reads the meta bytes too. After an
+    /// error the full path reports every retired WQE, but for a success CQE naming the oldest
+    /// outstanding WQE that is exactly the one completion a run reports.
     #[inline(always)]
-    pub fn all_common(&self) -> bool {
-        self.uncommon == 0
-    }
-
-    /// What the lean poll of [`crate::Cq::poll_send`] needs, read once per batch.
-    #[inline(always)]
-    pub fn lean_view(&self) -> LeanView {
+    pub fn view(&self) -> Window {
         self.debug_check();
-        LeanView {
-            ci: self.ci as u16,
-            room: (self.pi - self.ci) as u16,
+        Window {
+            oldest: self.ci as u16,
+            outstanding: (self.pi - self.ci) as u16,
             mask: self.mask as u16,
             wr_ids: self.wr_ids.as_ptr(),
             meta: self.meta.as_ptr(),
         }
     }
 
-    /// The lean poll retired `k` one-block WQEs from `ci` on (each had meta byte 0, so there
-    /// is no byte to clear): the gates move with `ci`. (The struct keeps `fast`, `pi`, `ci`,
-    /// `mask`, `other` in that order: no two of the counters added here are adjacent, so
-    /// LLVM adds each in memory rather than a pair in a vector register, four instructions.)
+    /// Whether every outstanding WQE has meta byte 0.
     #[inline(always)]
-    pub fn lean_retired(&mut self, k: u16) {
-        self.ci += k as u64;
-        self.fast += k as u64;
-        self.other += k as u64;
-        self.key = self.key.wrapping_add(k as u32);
+    pub fn all_common(&self) -> bool {
+        self.uncommon == 0
     }
 
     /// Account for a requester CQE (REQ or REQ_ERR) naming the WQE at `wqe_counter`.
@@ -432,4 +395,56 @@ impl SendQueue {
 #[inline(always)]
 fn completion_opcode(op: u8) -> (WcOpcode, WcFlags) {
     (WcOpcode::from_send_opcode(op), crate::wc::send_flags(op))
+}
+
+/// What a CQE asks of the send queue (`crate::queue`): its counter is the `wqe_index` of the
+/// WQE's first block; the oldest outstanding WQE retires alone when every outstanding WQE is of
+/// the common shape (`key` says so in the same compare as `ci`'s low bits).
+impl WorkQueue for SendQueue {
+    /// The one-entry poll's test: whether `wqe_counter` is the oldest outstanding block (the
+    /// queue not idle) and every outstanding WQE has meta byte 0 (one block, not an atomic).
+    #[inline(always)]
+    fn names_oldest(&self, wqe_counter: u16) -> bool {
+        // `key` holds `ci`'s low bits and whether all are common: one compare. With
+        // `wqe_counter == ci`, `pi`'s low bits equal it only when the queue is idle or holds
+        // 65536 blocks: declined either way (the full path decides).
+        (wqe_counter as u32 == self.key) & (wqe_counter != self.pi as u16)
+    }
+
+    /// Retire the oldest WQE, which [`WorkQueue::names_oldest`] said `wqe_counter` names;
+    /// returns its WR id.
+    #[inline(always)]
+    fn take_oldest(&mut self, wqe_counter: u16) -> u64 {
+        debug_assert!(self.names_oldest(wqe_counter));
+        // `wqe_counter` is `ci`'s low bits: its slot.
+        let slot = (wqe_counter as u64 & self.mask) as usize;
+        let wr_id = self.wr_id_at(slot);
+        // `retired(1)`, `ci` and the key added to in memory: both were just compared
+        // (`ci` by a flush's test of the error period), as `bump_key` says.
+        // SAFETY: a reference: valid, aligned, this thread's alone; volatile only so that the
+        // load is not replaced by the value it was compared with.
+        self.ci = unsafe { core::ptr::read_volatile(&self.ci) } + 1;
+        self.fast += 1;
+        self.other += 1;
+        bump_key(&mut self.key);
+        wr_id
+    }
+
+    /// [`SendQueue::view`]: the send queue always has a window.
+    #[inline(always)]
+    fn window(&self) -> Option<Window> {
+        Some(self.view())
+    }
+
+    /// The lean poll retired `k` one-block WQEs from `ci` on (each had meta byte 0, so there
+    /// is no byte to clear): the gates move with `ci`. (The struct keeps `fast`, `pi`, `ci`,
+    /// `mask`, `other` in that order: no two of the counters added here are adjacent, so
+    /// LLVM adds each in memory rather than a pair in a vector register, four instructions.)
+    #[inline(always)]
+    fn retired(&mut self, k: u16) {
+        self.ci += k as u64;
+        self.fast += k as u64;
+        self.other += k as u64;
+        self.key = self.key.wrapping_add(k as u32);
+    }
 }

@@ -119,7 +119,7 @@ fn lean_inline_limits_are_the_generic_posts_within_the_lean_blocks() {
     }
 }
 
-/// The send poll's fast path (`Qp::complete_send_success`) takes a success CQE naming the
+/// The send poll's fast path (`SendQueue::complete_success`) takes a success CQE naming the
 /// oldest outstanding WQE of one block that is not an atomic, and nothing else (the full
 /// path then gives the same completion: only this says which one served it).
 #[test]
@@ -143,11 +143,14 @@ fn the_fast_send_completion_takes_the_oldest_one_block_wqe_only() {
         .unwrap();
     let mut wc = Wc::default();
     assert!(
-        !qp.complete_send_success(1, op::OPCODE_RDMA_WRITE, 0x1234, 0, &mut wc),
+        !qp.send_queue()
+            .complete_success(1, op::OPCODE_RDMA_WRITE, 0x1234, 0, &mut wc),
         "not the oldest"
     );
     assert_eq!(qp.sq_outstanding_wrs(), 3, "nothing retired");
-    assert!(qp.complete_send_success(0, op::OPCODE_SEND, 0x1234, 99, &mut wc));
+    assert!(qp
+        .send_queue()
+        .complete_success(0, op::OPCODE_SEND, 0x1234, 99, &mut wc));
     assert_eq!(
         (
             wc.wr_id(),
@@ -158,19 +161,23 @@ fn the_fast_send_completion_takes_the_oldest_one_block_wqe_only() {
         ),
         (10, WcOpcode::Send, 0, WcStatus::Success, 0x1234)
     );
-    assert!(qp.complete_send_success(1, op::OPCODE_RDMA_READ, 0x1234, 64, &mut wc));
+    assert!(qp
+        .send_queue()
+        .complete_success(1, op::OPCODE_RDMA_READ, 0x1234, 64, &mut wc));
     assert_eq!(
         (wc.wr_id(), wc.opcode(), wc.byte_len()),
         (11, WcOpcode::RdmaRead, 64)
     );
     assert!(
-        !qp.complete_send_success(2, op::OPCODE_RDMA_WRITE, 0x1234, 0, &mut wc),
+        !qp.send_queue()
+            .complete_success(2, op::OPCODE_RDMA_WRITE, 0x1234, 0, &mut wc),
         "two blocks"
     );
     // A later WQE behind the two-block one: neither the oldest nor one block at `ci`.
     qp.post_send_inline(14, b"d", SendFlags::SIGNALED).unwrap();
     assert!(
-        !qp.complete_send_success(4, op::OPCODE_RDMA_WRITE, 0x1234, 0, &mut wc),
+        !qp.send_queue()
+            .complete_success(4, op::OPCODE_RDMA_WRITE, 0x1234, 0, &mut wc),
         "behind an uncommon WQE"
     );
     assert_eq!(qp.sq_outstanding_wrs(), 2);
@@ -184,12 +191,14 @@ fn the_fast_send_completion_takes_the_oldest_one_block_wqe_only() {
     f.qp.post(&SendWr::new(13, fa).signaled()).unwrap();
     assert!(
         !f.qp
-            .complete_send_success(0, op::OPCODE_RDMA_WRITE, 0x1234, 0, &mut wc),
+            .send_queue()
+            .complete_success(0, op::OPCODE_RDMA_WRITE, 0x1234, 0, &mut wc),
         "an atomic"
     );
     assert!(
         !f.qp
-            .complete_send_success(1, op::OPCODE_RDMA_WRITE, 0x1234, 0, &mut wc),
+            .send_queue()
+            .complete_success(1, op::OPCODE_RDMA_WRITE, 0x1234, 0, &mut wc),
         "nothing outstanding there"
     );
     let mut empty = fixture(QpType::Rc, 16, 64, 1);
@@ -197,21 +206,26 @@ fn the_fast_send_completion_takes_the_oldest_one_block_wqe_only() {
     assert!(
         !empty
             .qp
-            .complete_send_success(0, op::OPCODE_RDMA_WRITE, 0x1234, 0, &mut wc),
+            .send_queue()
+            .complete_success(0, op::OPCODE_RDMA_WRITE, 0x1234, 0, &mut wc),
         "nothing outstanding"
     );
     for counter in [1, 5, 0xffff] {
         assert!(
-            !empty
-                .qp
-                .complete_send_success(counter, op::OPCODE_RDMA_WRITE, 0x1234, 0, &mut wc),
+            !empty.qp.send_queue().complete_success(
+                counter,
+                op::OPCODE_RDMA_WRITE,
+                0x1234,
+                0,
+                &mut wc
+            ),
             "nothing outstanding, counter {counter}"
         );
     }
     assert_eq!(empty.qp.sq_outstanding_bbs(), 0);
 }
 
-/// `Qp::sq_all_common`, which lets the lean send poll skip the meta bytes, says whether
+/// `SendQueue::all_common`, which lets the lean send poll skip the meta bytes, says whether
 /// every outstanding WQE is one block and not an atomic.
 #[test]
 fn all_common_follows_the_uncommon_wqes_outstanding() {
@@ -220,16 +234,18 @@ fn all_common_follows_the_uncommon_wqes_outstanding() {
     f.qp.set_state(QpState::Rts);
     let qp = &mut f.qp;
     let remote = RemoteAddr::new(0x1000, 7);
-    assert!(qp.sq_all_common(), "nothing outstanding");
+    assert!(qp.send_queue().all_common(), "nothing outstanding");
     qp.post_send_inline(1, b"a", SendFlags::SIGNALED).unwrap();
-    assert!(qp.sq_all_common(), "one one-block WQE");
+    assert!(qp.send_queue().all_common(), "one one-block WQE");
     qp.post_write_inline(2, &[1; 60], remote, SendFlags::SIGNALED)
         .unwrap();
-    assert!(!qp.sq_all_common(), "a two-block WQE");
+    assert!(!qp.send_queue().all_common(), "a two-block WQE");
     let mut wc = Wc::default();
-    assert!(qp.complete_send_success(0, op::OPCODE_RDMA_WRITE, 0x1234, 0, &mut wc));
+    assert!(qp
+        .send_queue()
+        .complete_success(0, op::OPCODE_RDMA_WRITE, 0x1234, 0, &mut wc));
     assert!(
-        !qp.sq_all_common(),
+        !qp.send_queue().all_common(),
         "the two-block WQE is still outstanding"
     );
     let info = crate::sq::CqeInfo {
@@ -243,7 +259,7 @@ fn all_common_follows_the_uncommon_wqes_outstanding() {
     let mut out = [Wc::default(); 2];
     assert_eq!(qp.complete_send(1, &info, &mut out), Progress::Done(1));
     assert_eq!(out[0].wr_id(), 2);
-    assert!(qp.sq_all_common(), "retired");
+    assert!(qp.send_queue().all_common(), "retired");
     let sge = Sge {
         addr: 0x2000,
         length: 8,
@@ -255,7 +271,7 @@ fn all_common_follows_the_uncommon_wqes_outstanding() {
         add: 1,
     };
     qp.post(&SendWr::new(3, fa).signaled()).unwrap();
-    assert!(!qp.sq_all_common(), "an atomic");
+    assert!(!qp.send_queue().all_common(), "an atomic");
 }
 
 #[test]
