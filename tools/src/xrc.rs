@@ -549,6 +549,44 @@ pub fn exchange(
     Ok(())
 }
 
+/// One end of a run's `-c XRC` set-up ([`connect_ends`]): its XRC objects, the RC QPs and CQ
+/// that carry the addresses, its buffer and QP 0's RC connection.
+pub type EndOfRun<'e, 'l> = (
+    &'e mut XrcEnd,
+    &'e mut crate::connecting::DirectLinks<'l>,
+    &'e Mr,
+    &'e Connection,
+);
+
+/// `-c XRC` in `lat` and `bw`, once the RC QPs are connected: every end's XRC addresses
+/// swapped over its RC QPs ([`exchange`]), the first end's XRC QPs said on the run's output
+/// ([`XrcEnd::describe`]), and the inline limit every end's initiators allow, at most
+/// `inline`.
+pub fn connect_ends(ends: &mut [EndOfRun<'_, '_>], run: &RunPlan, inline: u32) -> Result<u32> {
+    let mut carried: Vec<_> = ends
+        .iter_mut()
+        .map(|(x, links, mr, rc)| (&mut **x, &mut *links.qps, &mut *links.cq, *mr, *rc))
+        .collect();
+    exchange(&mut carried, run.params.io_timeout)?;
+    if let Some((x, ..)) = ends.first() {
+        run.say(&x.describe());
+    }
+    Ok(ends.iter().fold(inline, |i, (x, ..)| i.min(x.max_inline())))
+}
+
+/// The receives each RC QP of end `r` posts when it reaches Init: the run's, or with `-c XRC`
+/// (`x`) the one that takes the peer's XRC addresses ([`XrcEnd::exchange_receive`]).
+pub fn receives(
+    run: &RunPlan,
+    r: &Resources,
+    x: Option<&XrcEnd>,
+) -> Result<Option<crate::connecting::Receives>> {
+    match x {
+        Some(x) => Ok(Some(x.exchange_receive(&r.mr)?)),
+        None => run.receives(&r.mr),
+    }
+}
+
 /// This library's data path over XRC: send WRs of QP `q` go on initiator `q`, naming the
 /// peer's XRC SRQ; receives are posted on this end's XRC SRQ and reported for the target they
 /// arrived at.

@@ -319,23 +319,11 @@ impl<'d> BaselineQp<'d> {
 
     /// Posts one receive work request (`ibv_post_recv`).
     pub fn post_recv(&mut self, wr_id: u64, sges: &[Sge]) -> Result<()> {
-        let (mut sg, n) = sge_array(sges)?;
-        let mut w = ibv::ibv_recv_wr {
-            wr_id,
-            next: std::ptr::null_mut(),
-            sg_list: sg.as_mut_ptr(),
-            num_sge: n,
-        };
-        let mut bad: *mut ibv::ibv_recv_wr = std::ptr::null_mut();
-        // SAFETY: the QP is claimed (alive); `w` and `sg` outlive the call.
-        let ret = unsafe { ibv::ibv_post_recv(self.qp, &mut w, &mut bad) };
-        if ret != 0 {
-            return Err(Error::Verbs {
-                call: "ibv_post_recv",
-                source: status_io_error(ret),
-            });
-        }
-        Ok(())
+        let qp = self.qp;
+        post_one_recv("ibv_post_recv", wr_id, sges, |w, bad| {
+            // SAFETY: the QP is claimed (alive); `w` and its gather list outlive the call.
+            unsafe { ibv::ibv_post_recv(qp, w, bad) }
+        })
     }
 }
 
@@ -371,24 +359,38 @@ impl<'d> BaselineSrq<'d> {
     /// Posts one receive work request (`ibv_post_srq_recv`, libibverbs `verbs.h`: the
     /// provider's `ops.post_srq_recv`, libmlx5 `mlx5_post_srq_recv`).
     pub fn post_recv(&mut self, wr_id: u64, sges: &[Sge]) -> Result<()> {
-        let (mut sg, n) = sge_array(sges)?;
-        let mut w = ibv::ibv_recv_wr {
-            wr_id,
-            next: std::ptr::null_mut(),
-            sg_list: sg.as_mut_ptr(),
-            num_sge: n,
-        };
-        let mut bad: *mut ibv::ibv_recv_wr = std::ptr::null_mut();
-        // SAFETY: the SRQ is claimed (alive); `w` and `sg` outlive the call.
-        let ret = unsafe { ibv::ibv_post_srq_recv(self.srq, &mut w, &mut bad) };
-        if ret != 0 {
-            return Err(Error::Verbs {
-                call: "ibv_post_srq_recv",
-                source: status_io_error(ret),
-            });
-        }
-        Ok(())
+        let srq = self.srq;
+        post_one_recv("ibv_post_srq_recv", wr_id, sges, |w, bad| {
+            // SAFETY: the SRQ is claimed (alive); `w` and its gather list outlive the call.
+            unsafe { ibv::ibv_post_srq_recv(srq, w, bad) }
+        })
     }
+}
+
+/// One receive WR of `wr_id` and `sges` built as `struct ibv_recv_wr` and handed to `post`
+/// (`ibv_post_recv` or `ibv_post_srq_recv`, named `call` in the error), its status mapped.
+fn post_one_recv(
+    call: &'static str,
+    wr_id: u64,
+    sges: &[Sge],
+    post: impl FnOnce(&mut ibv::ibv_recv_wr, &mut *mut ibv::ibv_recv_wr) -> i32,
+) -> Result<()> {
+    let (mut sg, n) = sge_array(sges)?;
+    let mut w = ibv::ibv_recv_wr {
+        wr_id,
+        next: std::ptr::null_mut(),
+        sg_list: sg.as_mut_ptr(),
+        num_sge: n,
+    };
+    let mut bad: *mut ibv::ibv_recv_wr = std::ptr::null_mut();
+    let ret = post(&mut w, &mut bad);
+    if ret != 0 {
+        return Err(Error::Verbs {
+            call,
+            source: status_io_error(ret),
+        });
+    }
+    Ok(())
 }
 
 impl Drop for BaselineSrq<'_> {

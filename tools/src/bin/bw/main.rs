@@ -304,19 +304,6 @@ fn xrc_end(r: &mut Resources, p: &Plan, inline: u32) -> Result<Option<XrcEnd>> {
     Ok(Some(XrcEnd::new(r, &p.run, p.qps, p.depth, inline)?))
 }
 
-/// The receives to post on each RC QP when it reaches Init: the run's, or with `-c XRC` the
-/// one that takes the peer's XRC addresses.
-fn receives_of(
-    p: &Plan,
-    r: &Resources,
-    x: Option<&XrcEnd>,
-) -> Result<Option<mlx5_tools::connecting::Receives>> {
-    match x {
-        Some(x) => Ok(Some(x.exchange_receive(&r.mr)?)),
-        None => p.run.receives(&r.mr),
-    }
-}
-
 fn buffers(conns: &[Connection]) -> Result<Vec<RemoteBuffer>> {
     conns.iter().map(run::remote_buffer_of).collect()
 }
@@ -343,7 +330,7 @@ fn run_direct(
     let mut dc_a = dc_end(&mut me, p, inline_a)?;
     let mut xrc_a = xrc_end(&mut me, p, inline_a)?;
     let end_a = me.end(params);
-    let recv_a = receives_of(p, &me, xrc_a.as_ref())?;
+    let recv_a = xrc::receives(&p.run, &me, xrc_a.as_ref())?;
     let (mut links_a, mr) = me.links(recv_a)?;
     match rv {
         None => {
@@ -351,7 +338,7 @@ fn run_direct(
             let mut dc_b = dc_end(&mut peer, p, inline_b)?;
             let mut xrc_b = xrc_end(&mut peer, p, inline_b)?;
             let end_b = peer.end(params);
-            let recv_b = receives_of(p, &peer, xrc_b.as_ref())?;
+            let recv_b = xrc::receives(&p.run, &peer, xrc_b.as_ref())?;
             let (mut links_b, mr_b) = peer.links(recv_b)?;
             let conn = connect_all(
                 devs,
@@ -396,27 +383,14 @@ fn run_direct(
             if let (Some(xa), Some(xb)) = (xrc_a.as_mut(), xrc_b.as_mut()) {
                 // `-c XRC`: the RC QPs carry the XRC addresses; the run goes initiator ->
                 // target.
-                xrc::exchange(
+                let inline = xrc::connect_ends(
                     &mut [
-                        (
-                            &mut *xa,
-                            &mut *links_a.qps,
-                            &mut *links_a.cq,
-                            mr,
-                            &conn.conns[0],
-                        ),
-                        (
-                            &mut *xb,
-                            &mut *links_b.qps,
-                            &mut *links_b.cq,
-                            mr_b,
-                            &conn.peer[0],
-                        ),
+                        (&mut *xa, &mut links_a, mr, &conn.conns[0]),
+                        (&mut *xb, &mut links_b, mr_b, &conn.peer[0]),
                     ],
-                    p.run.params.io_timeout,
+                    &p.run,
+                    inline,
                 )?;
-                p.run.say(&xa.describe());
-                let inline = inline.min(xa.max_inline()).min(xb.max_inline());
                 let ea = BwEnd::new(xa.path(links_a.cq)?, p, mr, buffers(&conn.conns)?, inline)?;
                 let eb = BwEnd::new(xb.path(links_b.cq)?, p, mr_b, buffers(&conn.peer)?, inline)?;
                 return exit_on_failure(
@@ -464,12 +438,11 @@ fn run_direct(
                 );
             }
             if let Some(xa) = xrc_a.as_mut() {
-                xrc::exchange(
-                    &mut [(xa, &mut *links_a.qps, &mut *links_a.cq, mr, &conn.conns[0])],
-                    p.run.params.io_timeout,
+                let inline = xrc::connect_ends(
+                    &mut [(&mut *xa, &mut links_a, mr, &conn.conns[0])],
+                    &p.run,
+                    inline_a,
                 )?;
-                p.run.say(&xa.describe());
-                let inline = inline_a.min(xa.max_inline());
                 let e = BwEnd::new(xa.path(links_a.cq)?, p, mr, buffers(&conn.conns)?, inline)?;
                 return exit_on_failure(
                     "bw",

@@ -41,7 +41,7 @@ use clap::Parser;
 use mlx5_connect::{ConnectParams, Connection};
 use mlx5_qp::DoorbellMode;
 use mlx5_tools::args::{describe_doorbell, LatArgs, PathKind, Test};
-use mlx5_tools::connecting::{connect_all, Connected, DirectLinks, Receives};
+use mlx5_tools::connecting::{connect_all, Connected, DirectLinks};
 use mlx5_tools::dc;
 use mlx5_tools::devices::Devices;
 use mlx5_tools::path::{DataPath, Direct};
@@ -127,15 +127,6 @@ fn xrc_end(r: &mut Resources, p: &Plan, inline: u32, stamped: bool) -> Result<Op
     Ok(Some(XrcEnd::new(r, &p.run, 1, plan::SQ_DEPTH, inline)?))
 }
 
-/// The receives to post on each RC QP when it reaches Init: the run's, or with `-c XRC` the
-/// one that takes the peer's XRC addresses.
-fn receives_of(p: &Plan, r: &Resources, x: Option<&XrcEnd>) -> Result<Option<Receives>> {
-    match x {
-        Some(x) => Ok(Some(x.exchange_receive(&r.mr)?)),
-        None => p.run.receives(&r.mr),
-    }
-}
-
 /// The device clock of the measuring end of a `--timestamps` run (`measuring`), checked before
 /// anything is created; `None` otherwise.
 fn nic_clock(
@@ -196,7 +187,7 @@ fn run_direct(
     let doorbell = doorbell_line(p, a.doorbell_mode());
     let mut dc_a = dc_end(&mut a, p, inline_a)?;
     let mut xrc_a = xrc_end(&mut a, p, inline_a, clock.is_some())?;
-    let recv_a = receives_of(p, &a, xrc_a.as_ref())?;
+    let recv_a = xrc::receives(&p.run, &a, xrc_a.as_ref())?;
     let end_a = a.end(params);
     let (mut links_a, mr) = a.links(recv_a)?;
     match rv {
@@ -204,7 +195,7 @@ fn run_direct(
             let (mut b, inline_b) = direct_end(devs.peer_or_local(), p, false)?;
             let mut dc_b = dc_end(&mut b, p, inline_b)?;
             let mut xrc_b = xrc_end(&mut b, p, inline_b, false)?;
-            let recv_b = receives_of(p, &b, xrc_b.as_ref())?;
+            let recv_b = xrc::receives(&p.run, &b, xrc_b.as_ref())?;
             let end_b = b.end(params);
             let (mut links_b, mr_b) = b.links(recv_b)?;
             let conn = connect_all(
@@ -246,27 +237,14 @@ fn run_direct(
             if let (Some(xa), Some(xb)) = (xrc_a.as_mut(), xrc_b.as_mut()) {
                 // `-c XRC`: the RC QPs carry the XRC addresses; the run goes initiator ->
                 // target.
-                xrc::exchange(
+                let inline = xrc::connect_ends(
                     &mut [
-                        (
-                            &mut *xa,
-                            &mut *links_a.qps,
-                            &mut *links_a.cq,
-                            mr,
-                            &conn.conns[0],
-                        ),
-                        (
-                            &mut *xb,
-                            &mut *links_b.qps,
-                            &mut *links_b.cq,
-                            mr_b,
-                            &conn.peer[0],
-                        ),
+                        (&mut *xa, &mut links_a, mr, &conn.conns[0]),
+                        (&mut *xb, &mut links_b, mr_b, &conn.peer[0]),
                     ],
-                    p.run.params.io_timeout,
+                    &p.run,
+                    inline,
                 )?;
-                p.run.say(&xa.describe());
-                let inline = inline.min(xa.max_inline()).min(xb.max_inline());
                 let pa = Pinger::new(xa.path(links_a.cq)?, mr, &conn.conns[0], inline, p, None)?;
                 let pb = Pinger::new(xb.path(links_b.cq)?, mr_b, &conn.peer[0], inline, p, None)?;
                 return exit_on_failure(
@@ -307,12 +285,11 @@ fn run_direct(
                 );
             }
             if let Some(xa) = xrc_a.as_mut() {
-                xrc::exchange(
-                    &mut [(xa, &mut *links_a.qps, &mut *links_a.cq, mr, &conn.conns[0])],
-                    p.run.params.io_timeout,
+                let inline = xrc::connect_ends(
+                    &mut [(&mut *xa, &mut links_a, mr, &conn.conns[0])],
+                    &p.run,
+                    inline_a,
                 )?;
-                p.run.say(&xa.describe());
-                let inline = inline_a.min(xa.max_inline());
                 let me = Pinger::new(xa.path(links_a.cq)?, mr, &conn.conns[0], inline, p, None)?;
                 return exit_on_failure(
                     "lat",
