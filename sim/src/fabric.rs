@@ -240,6 +240,16 @@ impl Fabric {
         self.inner.lock().step()
     }
 
+    /// One step as the fabric's thread makes it when it runs at virtual time `t` (since the
+    /// fabric was created; the clock never moves back): what arrived is received first, then
+    /// the timers that expired in between fire, late, and the devices run
+    /// (`World::step_at`). Returns whether anything happened. For a deterministic test of a
+    /// fabric that was descheduled: call it until it returns false.
+    pub fn step_at(&self, t: Duration) -> bool {
+        let t = u64::try_from(t.as_nanos()).unwrap_or(u64::MAX);
+        self.inner.lock().step_at(t)
+    }
+
     /// Put arbitrary Ethernet frame bytes on the wire, arriving now (a foreign sender, a
     /// fuzzer): the device whose MAC and IPv4 they name receives them on its next step and
     /// checks them like any frame (malformed ones are counted and dropped).

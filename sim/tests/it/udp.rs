@@ -8,6 +8,9 @@
 //! - `two_processes_over_udp`: the test binary starts itself as the server process
 //!   (`MLX5_SIM_UDP_PEER=1`, running `udp_peer_process`); the two exchange QPNs and UDP
 //!   addresses over the child's stdin/stdout.
+//! - `a_late_fabric_reads_the_ack_before_its_timer_fires`: a fabric stepped by hand as its
+//!   thread steps when it wakes late (`Fabric::step_at`) takes the ACK waiting in its socket
+//!   before its ACK timer fires.
 
 use crate::common;
 
@@ -315,4 +318,59 @@ fn two_processes_over_udp() {
     );
     let status = child.wait().unwrap();
     assert!(status.success(), "server process: {status}");
+}
+
+/// A fabric thread that ran late — descheduled for twenty ACK timeouts while the peer's ACK
+/// waited in its socket — receives that ACK before it fires the timer it answers
+/// (`Fabric::step_at`, what the thread does each pass): the WRITE completes without a
+/// timeout or a retransmission. Were the timers fired first (a step at the late time, then
+/// the socket read), the requester would count a local ACK timeout and resend. Both ends are
+/// stepped by hand, the ACK-timeout floor between processes off (the hardware timer).
+#[test]
+fn a_late_fabric_reads_the_ack_before_its_timer_fires() {
+    let mut c = End::new(CLIENT_IP);
+    let s = End::new(SERVER_IP);
+    for e in [&c, &s] {
+        e.fabric.set_remote_ack_timeout_floor(Duration::ZERO);
+    }
+    let (cu, su) = (c.bind(), s.bind());
+    let (ci, si) = (c.info(cu), s.info(su));
+    c.connect(SERVER_IP, &si);
+    s.connect(CLIENT_IP, &ci);
+    // `opts.timeout` 12: 4.096 µs << 12, the local ACK timeout (IBTA Vol 1 §9.7.6.1.3).
+    let ack_timeout = Duration::from_nanos(4096 << 12);
+
+    c.mem.write(20000, b"late but ok");
+    let (ll, la) = (c.mem.lkey(), c.mem.addr());
+    let w = c
+        .side
+        .qp
+        .post(OPCODE_RDMA_WRITE, 0, CTRL_CQ_UPDATE, 0, |w| {
+            w.push(&RaddrSeg::new(si.addr + 8192, si.rkey)).unwrap();
+            w.push(&DataSeg::new(11, ll, la + 20000)).unwrap();
+        });
+    // The request leaves; the server takes it and sends its ACK (loopback UDP: in the
+    // client's socket once sent).
+    c.fabric.run_until_idle();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while s.side.dev.counter("rx_write_requests") == 0 {
+        assert!(Instant::now() < deadline, "the server never got the WRITE");
+        std::thread::sleep(Duration::from_millis(1));
+        s.fabric.run_until_idle();
+    }
+    assert_eq!(s.mem.read(8192, 11), b"late but ok");
+    assert!(c.side.scq.poll().is_none(), "no ACK read yet");
+
+    // The client's fabric wakes twenty timeouts late.
+    let late = c.fabric.now() + 20 * ack_timeout;
+    let mut steps = 0;
+    while c.fabric.step_at(late) {
+        steps += 1;
+        assert!(steps < 1000, "the late pass never went idle");
+    }
+    assert_eq!(outcome(&c.wait(false, true)), (CQE_REQ, 0, w));
+    assert_eq!(c.side.dev.counter("local_ack_timeout_err"), 0, "a timeout");
+    s.fabric.run_until_idle();
+    assert_eq!(s.side.dev.counter("duplicate_request"), 0, "a resend");
+    assert_eq!(s.side.dev.counter("rx_write_requests"), 1);
 }
