@@ -3,6 +3,27 @@
 
 use super::*;
 
+/// Test builds only: how many WRs this thread sent to the generic post, so that the unit tests
+/// can say which path a post took (both write the same bytes).
+#[cfg(test)]
+pub(crate) mod planned {
+    use std::cell::Cell;
+
+    thread_local! {
+        static PLANNED: Cell<u64> = const { Cell::new(0) };
+    }
+
+    /// One more WR planned.
+    pub fn one() {
+        PLANNED.with(|c| c.set(c.get() + 1));
+    }
+
+    /// WRs planned on this thread so far.
+    pub fn count() -> u64 {
+        PLANNED.with(Cell::get)
+    }
+}
+
 /// Atomic operands as they go into the WQE.
 #[derive(Clone, Copy)]
 pub(super) enum AtomicOperands {
@@ -88,6 +109,8 @@ impl Qp {
 
     #[inline(always)]
     pub(super) fn plan<'a>(&self, wr: &SendWr<'a>) -> Result<Plan<'a>> {
+        #[cfg(test)]
+        planned::one();
         self.check_send_state()?;
         let op = &wr.op;
         let rc_only = !matches!(op, SendOp::Send | SendOp::SendImm { .. });

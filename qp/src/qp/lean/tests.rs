@@ -334,3 +334,49 @@ fn other_doorbell_modes_take_the_other_gate() {
 }
 
 mod dc;
+
+/// `Qp::post` and `Batch::post` send each of the four common shapes (WRITE or SEND, inline or
+/// one gather entry) down its lean path, never through the planner, in every doorbell mode;
+/// anything else goes through it. (Both paths write the same bytes; only the planner's
+/// test-only count tells them apart, so a dispatch arm lost in `Qp::post` or
+/// `Qp::post_batched` fails here.)
+#[test]
+fn post_sends_the_common_shapes_down_their_lean_paths() {
+    use crate::qp::plan::planned;
+    let remote = RemoteAddr::new(0x1000, 7);
+    let sge = [Sge {
+        addr: 0x2000,
+        length: 64,
+        lkey: 9,
+    }];
+    let payload = [7u8; 8];
+    let common = [
+        SendWr::write(1, remote).inline(&payload),
+        SendWr::write(2, remote).sges(&sge),
+        SendWr::send(3).inline(&payload),
+        SendWr::send(4).sges(&sge),
+    ];
+    for mode in [DoorbellMode::BfPost, DoorbellMode::Bf, DoorbellMode::Db] {
+        let mut f = fixture(QpType::Rc, 64, 64, 1);
+        f.qp.set_max_send_wr(32).unwrap();
+        f.qp.set_state(QpState::Rts);
+        f.qp.set_doorbell_mode(mode).unwrap();
+        for wr in &common {
+            let before = planned::count();
+            f.qp.post(wr).unwrap();
+            assert_eq!(planned::count(), before, "{mode:?}: {:?} planned", wr.op());
+        }
+        let before = planned::count();
+        {
+            let mut b = f.qp.batch();
+            for wr in &common {
+                b.post(wr).unwrap();
+            }
+        }
+        assert_eq!(planned::count(), before, "{mode:?}: a batch planned");
+        // The count moves for what the lean paths do not take.
+        f.qp.post(&SendWr::read(5, remote).sges(&sge)).unwrap();
+        assert_eq!(planned::count(), before + 1, "{mode:?}: a READ not planned");
+        assert_eq!(f.qp.sq_outstanding_wrs(), 9);
+    }
+}

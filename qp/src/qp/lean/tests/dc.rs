@@ -263,3 +263,21 @@ fn a_large_generic_wqe_keeps_the_blocks_counted() {
     }
     assert_eq!(accepted, 4, "8 blocks left: four WQEs of two");
 }
+
+/// `Qp::post` sends a DC WRITE with inline data down the lean DC post, never through the
+/// planner, in each doorbell mode with a DC sequence; a DC SEND goes through it.
+#[test]
+fn post_sends_a_dc_inline_write_down_the_lean_path() {
+    use crate::qp::plan::planned;
+    let d = dest(0x00ab_cdef, 0x1122_3344_5566_7788, 0);
+    for mode in [DoorbellMode::BfPost, DoorbellMode::Bf, DoorbellMode::Db] {
+        let mut f = dci(64, 64, mode);
+        f.qp.set_max_send_wr(16).unwrap();
+        let before = planned::count();
+        f.qp.post(&SendWr::write(1, REMOTE).inline(&[1; 8]).dc(&d))
+            .unwrap();
+        assert_eq!(planned::count(), before, "{mode:?}: planned");
+        f.qp.post(&SendWr::send(2).inline(&[1; 8]).dc(&d)).unwrap();
+        assert_eq!(planned::count(), before + 1, "{mode:?}: a SEND not planned");
+    }
+}
