@@ -282,3 +282,39 @@ fn receives_stay_fast_across_the_wqe_counter_wrap() {
         drop(dev);
     }
 }
+
+/// Receives completed out of order (each first reported as `RecvOutOfOrder`, then delivered)
+/// keep the receive queue's one-compare test shut until the tail has passed them — also in
+/// the state where one is delivered and the next reported — and every receive completes
+/// once, in the order of its CQE.
+#[test]
+fn out_of_order_receives_keep_the_lean_test_shut() {
+    use crate::queue::WorkQueue;
+    let (mut dev, mut t, mut cq) = Dev::new(64);
+    for i in 0..4 {
+        t.qp_at(1).unwrap().post_recv(40 + i, &SGE).unwrap();
+    }
+    for c in [2u16, 3, 0, 1] {
+        dev.push(resp_cqe(CQE_RESP_SEND, QPN_B, c, 8, 0));
+    }
+    let mut wcs = [Wc::default(); 1];
+    let (mut ids, mut reported) = (Vec::new(), 0);
+    for _ in 0..6 {
+        match cq.poll(&mut t, &mut wcs) {
+            Ok(1) => ids.push(wcs[0].wr_id()),
+            Err(crate::error::Error::RecvOutOfOrder { .. }) => reported += 1,
+            other => panic!("unexpected poll result {other:?}"),
+        }
+        let rq = t.qp_at(1).unwrap().recv_queue();
+        if ids.len() < 4 {
+            let tail = rq.tail();
+            assert!(
+                !rq.names_oldest(tail),
+                "open after {ids:?}, {reported} reported"
+            );
+        }
+    }
+    assert_eq!(ids, [42, 43, 40, 41]);
+    assert_eq!(reported, 2);
+    assert_eq!(cq.poll(&mut t, &mut wcs).unwrap(), 0);
+}
