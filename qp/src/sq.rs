@@ -123,8 +123,8 @@ pub(crate) struct SendQueue {
     /// [`DoorbellMode::BfPost`] with a one-block BlueFlame copy. A lean post (at most `wr_bbs`
     /// blocks) may go ahead while `pi < gate` — one unsigned comparison standing for the QP's
     /// state, type and data limits, nothing pending, the doorbell mode and room for a WR and
-    /// its blocks. An open gate is `ci + lean_blocks`; a closed one is at most `ci`, which
-    /// `pi` never is below. Retiring `k` blocks adds `k` to both gates (a closed one stays at
+    /// its blocks. An open gate is `ci + min(max_post + extra, lean_cap)`
+    /// ([`SendQueue::gates`]); a closed one is at most `ci`, which `pi` never is below. Retiring `k` blocks adds `k` to both gates (a closed one stays at
     /// most `ci`).
     pub fast: u64,
     /// The producer index: blocks ever posted, free-running (its low 16 bits are the next
@@ -175,10 +175,10 @@ pub(crate) struct SendQueue {
     /// Blocks beyond the first of every outstanding WQE (Σ bbs − 1): the outstanding WRs are
     /// the outstanding blocks less this. Only WQEs with a non-zero [`meta`] byte add to it.
     extra: u32,
-    /// Outstanding blocks below which a lean post may go ahead: `min(max_post, wqe_cnt −
-    /// wr_bbs + 1)`. Below it, a WR is free (outstanding WRs ≤ outstanding blocks) and a
-    /// WQE of `wr_bbs` blocks fits the ring.
-    lean_blocks: u64,
+    /// Outstanding blocks below which a WQE of `wr_bbs` blocks fits the ring: `wqe_cnt −
+    /// wr_bbs + 1`. An open RC gate is `ci` plus the least of this and `max_post + extra`
+    /// (below which a WR is free: the outstanding WRs are the blocks less `extra`).
+    lean_cap: u64,
     /// The lean gate of a post in a [`crate::Batch`] (no doorbell: any mode), open only while
     /// `in_batch`; `fast` and `other` are closed then, so that a lean post outside the batch
     /// (the batch guard forgotten) takes the generic path, which rings for the batch first.
@@ -254,7 +254,7 @@ impl SendQueue {
             max_post,
             wr_bbs: 1,
             extra: 0,
-            lean_blocks: 1,
+            lean_cap: 1,
             fast: 0,
             other: 0,
             batch: 0,
@@ -314,7 +314,7 @@ impl SendQueue {
         debug_assert!(self.pi == self.ci && (1..=n).contains(&max_post));
         self.max_post = max_post;
         self.wr_bbs = n / max_post;
-        self.lean_blocks = max_post.min(n - self.wr_bbs + 1) as u64;
+        self.lean_cap = (n - self.wr_bbs + 1) as u64;
         self.refresh_gates();
     }
 
@@ -490,9 +490,11 @@ impl SendQueue {
     /// [`SendQueue::commit`] for a lean post (not an atomic) of at most `wr_bbs` blocks,
     /// which a lean gate let through; `off8` is its slot × 8 ([`SendQueue::lean_slot`]).
     /// `pi` is the producer index the caller read (the ring stores since then may alias
-    /// anything as far as the compiler knows: passing it saves a reload).
+    /// anything as far as the compiler knows: passing it saves a reload). `rc_gates`: the
+    /// post went through an RC gate, which a WQE of more than one block moves
+    /// ([`SendQueue::lean_extra`]; the DC post moves its own, `SendQueue::dc_posted`).
     #[inline(always)]
-    pub fn commit_lean(&mut self, pi: u64, off8: usize, wr_id: u64, bbs: u32) {
+    pub fn commit_lean(&mut self, pi: u64, off8: usize, wr_id: u64, bbs: u32, rc_gates: bool) {
         debug_assert!(bbs <= self.wr_bbs, "a lean WQE is never larger than wr_bbs");
         debug_assert!(off8.is_multiple_of(8) && off8 / 8 < self.wr_ids.len());
         self.pi = pi + bbs as u64;
@@ -503,6 +505,9 @@ impl SendQueue {
         let m = meta::encode(bbs, 0);
         if m != 0 {
             self.mark_uncommon(off8 / 8, m);
+            if rc_gates {
+                self.lean_extra(bbs);
+            }
         }
     }
 

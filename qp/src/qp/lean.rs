@@ -247,7 +247,8 @@ impl Qp {
         let ctrl = w.ctrl_ptr();
         // SAFETY: the caller made `w` with `WqeWriter::reserved` for the gate's blocks.
         unsafe { w.finish_words(w0, w1) };
-        self.sq.commit_lean(pi, slot, wr_id, bbs);
+        // The DC post moves its own gates (`SendQueue::dc_posted`); the RC shapes' move here.
+        self.sq.commit_lean(pi, slot, wr_id, bbs, second.is_none());
         let next = pi + bbs as u64;
         match (ring, second) {
             (LeanRing::BfPost, Some(b1)) if bbs == 2 => {

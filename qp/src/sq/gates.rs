@@ -9,7 +9,12 @@ use super::{DoorbellMode, SendQueue};
 
 impl SendQueue {
     /// The gates `open`, `pending`, `inline_ok`, `sge_ok` and the doorbell call for:
-    /// `(fast, other)`. A QP that allows no gather entry, or fewer than [`LEAN_INLINE`](super::LEAN_INLINE) inline
+    /// `(fast, other, batch)`. An open gate is `ci + min(max_post + extra, lean_cap)`: the
+    /// producer index is below it exactly while a WR is free (the outstanding WRs are the
+    /// outstanding blocks less `extra`) and a WQE of `wr_bbs` blocks fits the ring. It counts
+    /// blocks, so every shape moves it alike: a lean retire of `k` one-block WQEs moves it by
+    /// `k` with `ci`, a lean post of a WQE of more than one block by its blocks beyond the
+    /// first, as it moves `extra` ([`SendQueue::lean_extra`]), and anything else refreshes it. A QP that allows no gather entry, or fewer than [`LEAN_INLINE`](super::LEAN_INLINE) inline
     /// bytes, posts everything through the generic path (rare shapes; one gate per sequence
     /// keeps the lean poll's bookkeeping to two additions).
     /// In a batch: `(shut, shut, batch)`, the batch gate open under the same conditions
@@ -18,12 +23,28 @@ impl SendQueue {
     pub(super) fn gates(&self) -> (u64, u64, u64) {
         let lean = self.open && self.pending == 0 && self.sge_ok && self.inline_ok;
         let fast = self.db.mode == DoorbellMode::BfPost && self.db.one_bb;
-        let (open, shut) = (self.ci + self.lean_blocks, self.ci);
+        let wrs = self.max_post as u64 + self.extra as u64;
+        let (open, shut) = (self.ci + wrs.min(self.lean_cap), self.ci);
         let gate = |on: bool| if on { open } else { shut };
         if self.in_batch {
             (shut, shut, gate(lean))
         } else {
             (gate(lean && fast), gate(lean && !fast), shut)
+        }
+    }
+
+    /// A lean post wrote a WQE of `bbs` (more than one) blocks: `extra` rose by `bbs - 1`,
+    /// and so does every open RC gate, up to `ci + lean_cap` — what [`SendQueue::gates`] would
+    /// give now, without its tests (the conditions of an open gate do not change with a
+    /// post). A closed gate stays closed.
+    #[inline]
+    pub(super) fn lean_extra(&mut self, bbs: u32) {
+        let (ci, up) = (self.ci, bbs as u64 - 1);
+        let cap = ci + self.lean_cap;
+        for g in [&mut self.fast, &mut self.other, &mut self.batch] {
+            if *g > ci {
+                *g = (*g + up).min(cap);
+            }
         }
     }
 

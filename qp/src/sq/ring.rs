@@ -132,16 +132,30 @@ impl SendQueue {
         self.ring_end(dst);
     }
 
+    /// Whether the doorbell is [`DoorbellMode::Bf`] with halves a block copy may take that
+    /// hold two blocks: then [`SendQueue::ring_other_2bb`] copies a WQE of two.
+    #[inline(always)]
+    fn two_bb_copy(&self) -> bool {
+        self.db.mode == DoorbellMode::Bf && self.db.one_bb && self.db.size >= 2 * SEND_WQE_BB as u32
+    }
+
     /// The lean entry points' doorbell in the other modes (the gate `other`): the 8-byte
     /// doorbell in [`DoorbellMode::Db`], a one-block BlueFlame copy and a flush in
-    /// [`DoorbellMode::Bf`] (rdma-core `post_send_db`), [`SendQueue::ring_with`] for the rest
-    /// (a WQE of several blocks, a register not 16-byte aligned). Arguments as for
+    /// [`DoorbellMode::Bf`] (rdma-core `post_send_db`), for a WQE of two blocks the sequence
+    /// of [`SendQueue::ring_other_2bb`] where the register takes it, [`SendQueue::ring_with`]
+    /// for the rest (a larger WQE, a register not 16-byte aligned). Arguments as for
     /// [`SendQueue::ring_bf_post`].
     #[inline(always)]
     pub fn ring_other(&mut self, ctrl: *mut u8, w0: u64, pi: u64, bbs: u32, ds: u32) {
         let db = self.db.mode == DoorbellMode::Db;
         if bbs != 1 || !(db || self.db.one_bb) {
             unlikely();
+            if bbs == 2 && (db || self.two_bb_copy()) {
+                // A WQE of two blocks: the DC post's sequence, its lines copied whole (`ds`
+                // 8) as the generic post copies them.
+                let second = self.ring.bb((pi - 1) as u16);
+                return self.ring_other_2bb(ctrl, second, w0, pi, 8);
+            }
             return self.ring_with(ctrl, w0, pi, bbs);
         }
         let dst = self.ring_begin(pi);
@@ -164,12 +178,20 @@ impl SendQueue {
     /// → WC start → BlueFlame copy → [`mmio::wc_line_done`] → toggle (UCX
     /// `uct_ib_mlx5_txwq_ring_doorbell` in `UCT_IB_MLX5_MMIO_MODE_BF_POST`). `w0` is the
     /// ctrl segment's first 8 bytes, for a WQE larger than a half (8-byte doorbell); `ds`
-    /// its DS count (at most 3: the copy pads the line, [`mmio::bf_copy_bb_48`]).
+    /// its DS count (at most 3: the copy pads the line, [`mmio::bf_copy_bb_48`]). A WQE of
+    /// two blocks takes the two-line sequence of [`SendQueue::ring_bf_post_2bb`] when the
+    /// halves hold two blocks, a larger one [`SendQueue::ring_with`].
     #[inline(always)]
     pub fn ring_bf_post(&mut self, ctrl: *mut u8, w0: u64, pi: u64, bbs: u32, ds: u32) {
         debug_assert!(self.db.mode == DoorbellMode::BfPost && self.db.one_bb);
         if bbs != 1 {
             unlikely();
+            if bbs == 2 && self.db.size >= 2 * SEND_WQE_BB as u32 {
+                // A WQE of two blocks: the DC post's two-line sequence, its lines copied
+                // whole (`ds` 8) as the generic post copies them.
+                let second = self.ring.bb((pi - 1) as u16);
+                return self.ring_bf_post_2bb(ctrl, second, pi, 8);
+            }
             return self.ring_with(ctrl, w0, pi, bbs);
         }
         let dst = self.ring_begin(pi);

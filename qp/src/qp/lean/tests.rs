@@ -380,3 +380,36 @@ fn post_sends_the_common_shapes_down_their_lean_paths() {
         assert_eq!(f.qp.sq_outstanding_wrs(), 9);
     }
 }
+
+/// The RC gates count blocks: a QP takes as many lean posts of two-block WQEs (an inline
+/// WRITE of 40 bytes) as its WR limit allows, in every doorbell mode, none through the
+/// planner; the next is planned (and refused: the WR limit). Before the gates counted
+/// blocks, half of them went to the generic post.
+#[test]
+fn two_block_posts_take_the_lean_path_up_to_the_wr_limit() {
+    use crate::qp::plan::planned;
+    let remote = RemoteAddr::new(0x1000, 7);
+    let payload = [3u8; 40];
+    for mode in [DoorbellMode::BfPost, DoorbellMode::Bf, DoorbellMode::Db] {
+        let mut f = fixture(QpType::Rc, 64, 64, 1);
+        f.qp.set_max_send_wr(16).unwrap();
+        f.qp.set_state(QpState::Rts);
+        f.qp.set_doorbell_mode(mode).unwrap();
+        let before = planned::count();
+        for id in 0..16 {
+            f.qp.post(&SendWr::write(id, remote).inline(&payload))
+                .unwrap();
+        }
+        assert_eq!(planned::count(), before, "{mode:?}: planned");
+        assert_eq!(f.qp.sq_outstanding_bbs(), 32);
+        assert!(f
+            .qp
+            .post(&SendWr::write(16, remote).inline(&payload))
+            .is_err());
+        assert_eq!(
+            planned::count(),
+            before + 1,
+            "{mode:?}: the 17th not planned"
+        );
+    }
+}
