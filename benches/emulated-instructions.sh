@@ -11,7 +11,9 @@
 #    of its calls is the self cost inside libmlx5.so.1 (and libibverbs.so.1), the rest being
 #    the tools' wrapper that builds the ibv_send_wr (mlx5_tools::path::Verbs). Polls that found
 #    nothing (the device was slower than the program's wait) are subtracted at the cost of one
-#    such poll, measured on an idle CQ.
+#    such poll, measured on an idle CQ. Cq::poll itself is counted apart too
+#    (measured_cq_poll, inside the direct path's poll): the rest of that poll's figure is the
+#    bench reading each Wc (status, WR id, opcode) into the tools' Done.
 #  - libmlx5's extended post API beside ibv_post_send, from C (benches/wr_post.c, built here
 #    with cc): an inline 8-byte RDMA WRITE, signaled, on an RC QP made with ibv_create_qp_ex
 #    and IBV_QP_EX_WITH_RDMA_WRITE, through ibv_wr_start / ibv_wr_rdma_write /
@@ -137,6 +139,15 @@ for path in direct verbs; do
   echo "$path: $(cat "$out/$path-poll.stdout"); an empty poll $empty_each instructions" >&2
 done
 
+# Cq::poll alone inside the direct path's poll (measured_cq_poll), without the bench's copy of
+# each completion into the tools' Done; its calls that found nothing subtracted the same way.
+count direct-cq cq_poll "$n" direct poll
+count direct-cq-empty cq_poll "$n" direct poll --empty
+cq_empty_each=$(per "$(total "$out/direct-cq-empty.out")" "$n")
+cq_empties=$(sed -n 's/.* \([0-9]*\) found nothing.*/\1/p' "$out/direct-cq.stdout")
+cq_poll=$(awk -v t="$(total "$out/direct-cq.out")" -v e="${cq_empties:-0}" -v c="$cq_empty_each" -v n="$n" \
+  'BEGIN { printf "%.0f", (t - e * c) / n }')
+
 # libmlx5's extended post API and ibv_post_send, from C.
 cc -O2 -Wall -o "$out/wr_post" benches/wr_post.c -libverbs
 declare -A cpost cpost_lib
@@ -239,6 +250,7 @@ fi
 echo "emulated device: mlx5_0 (libibverbs + libmlx5 of rdma-core $(dpkg-query -W -f '${Version}' libibverbs1 2>/dev/null || echo '?') on the software ConnectX), N = $n, UCX iterations K = $k"
 printf '%-78s %8s %10s\n' "" "post" "poll/CQE"
 printf '%-78s %8s %10s\n' "this library (Qp::post, Cq::poll up to 16 a call)" "${post[direct]}" "${poll[direct]}"
+printf '%-78s %8s %10s\n' "  of which Cq::poll itself (the rest: the bench reading each Wc into its Done)" "-" "$cq_poll"
 printf '%-78s %8s %10s\n' "libmlx5 ibv_post_send / ibv_poll_cq (inside libmlx5 and libibverbs)" "${lib_post[verbs]}" "${lib_poll[verbs]}"
 printf '%-78s %8s %10s\n' "the same whole call (with the tools' ibv_send_wr/ibv_wc conversion)" "${post[verbs]}" "${poll[verbs]}"
 printf '%-78s %8s %10s\n' "libmlx5 ibv_post_send from C (inside libmlx5 and libibverbs)" "${cpost_lib[post_send]}" "-"
