@@ -820,3 +820,43 @@ fn qp_table_finds_each_qp_whatever_its_qpn() {
         "nothing posted on the replaced QP"
     );
 }
+
+/// `Srq::flush_outstanding` (a dead device's SRQ): every posted receive comes back once as a
+/// flush error with its WR id, in as many calls as the output needs, and the WQEs are free
+/// again (posting continues); nothing is reported twice.
+#[test]
+fn srq_flush_outstanding_returns_every_receive_once() {
+    let fsrq = FakeSrq::new(8, 32, 9);
+    // SAFETY: `fsrq` outlives the SRQ, and only `srq` posts to it.
+    let mut srq = unsafe { Srq::from_layout(&fsrq.layout) }.unwrap();
+    let sg = [Sge {
+        addr: 0xa0,
+        length: 4,
+        lkey: 2,
+    }];
+    for i in 0..5 {
+        srq.post_recv(100 + i, &sg).unwrap();
+    }
+    let mut got = Vec::new();
+    let mut out = [Wc::default(); 2];
+    for _ in 0..5 {
+        let n = srq.flush_outstanding(&mut out);
+        for wc in &out[..n] {
+            assert_eq!(wc.status(), WcStatus::WrFlushErr);
+            assert_eq!(wc.opcode(), WcOpcode::Recv);
+            got.push(wc.wr_id());
+        }
+    }
+    got.sort_unstable();
+    assert_eq!(got, [100, 101, 102, 103, 104]);
+    assert_eq!(srq.outstanding(), 0);
+    assert_eq!(srq.flush_outstanding(&mut out), 0);
+    let cap = srq.capacity();
+    for i in 0..cap as u64 {
+        srq.post_recv(200 + i, &sg).unwrap();
+    }
+    assert_eq!(
+        srq.flush_outstanding(&mut [Wc::default(); 16]),
+        cap as usize
+    );
+}
