@@ -27,7 +27,7 @@
 use std::time::{Duration, Instant};
 
 use crate::connecting::DirectLinks;
-use crate::path::{send_wr, DataPath, Done, Post};
+use crate::path::{send_wr, DataPath, Done, Post, SharedCq};
 use crate::resources::{Resources, ResourcesCfg};
 use crate::run::RunPlan;
 use crate::{Error, Result};
@@ -304,19 +304,13 @@ impl DcEnd {
                 "-c DC: the DC addresses were not exchanged before the run".into(),
             ));
         }
-        let mut early = std::mem::take(&mut self.early);
-        early.reverse();
+        let early = std::mem::take(&mut self.early);
         Ok(DcPath {
             dcis: &mut self.dcis,
-            dcins: &self.dcins,
-            dctns: &self.dctns,
             srq: &mut self.srq,
             cq,
             targets: &self.targets,
-            early,
-            wcs: [Wc::default(); 32],
-            ts: [0; 32],
-            stamped,
+            done: SharedCq::new(early, stamped, &self.dcins, &self.dctns),
         })
     }
 
@@ -359,34 +353,11 @@ pub fn exchange(
 /// receives are posted on the DCTs' SRQ and reported for the DCT they arrived at.
 pub struct DcPath<'a> {
     dcis: &'a mut [Dci],
-    dcins: &'a [u32],
-    dctns: &'a [u32],
     srq: &'a mut Srq,
     cq: &'a mut Cq,
     targets: &'a [DcTarget],
-    /// The exchange's leftovers, last first.
-    early: Vec<(Wc, u64)>,
-    wcs: [Wc; 32],
-    ts: [u64; 32],
-    stamped: bool,
-}
-
-impl DcPath<'_> {
-    /// A completion as the tools see it.
-    fn done(&self, wc: &Wc, ts: u64) -> Result<Done> {
-        if !wc.is_ok() {
-            return Err(Error::completion(wc));
-        }
-        let recv = wc.opcode().is_recv();
-        let table = if recv { self.dctns } else { self.dcins };
-        Ok(Done {
-            qp: table.iter().position(|&n| n == wc.qp_num()).unwrap_or(0),
-            wr_id: wc.wr_id(),
-            recv,
-            byte_len: wc.byte_len(),
-            ts: if self.stamped { ts } else { 0 },
-        })
-    }
+    /// The completions: sends on the DCIs, receives on the DCTs.
+    done: SharedCq<'a>,
 }
 
 impl DataPath for DcPath<'_> {
@@ -405,38 +376,8 @@ impl DataPath for DcPath<'_> {
 
     #[inline]
     fn poll(&mut self, out: &mut [Done]) -> Result<usize> {
-        if !self.early.is_empty() {
-            let mut n = 0;
-            while n < out.len() {
-                let Some((wc, ts)) = self.early.pop() else {
-                    break;
-                };
-                out[n] = self.done(&wc, ts)?;
-                n += 1;
-            }
-            return Ok(n);
-        }
-        let max = out.len().min(self.wcs.len());
         let mut table = (&mut *self.dcis, std::slice::from_mut(&mut *self.srq));
-        let n = if self.cq.channel().is_some() {
-            // `-e`: poll, arm, poll again, sleep on the channel's fd (bounded, so the caller's
-            // deadlines still run).
-            self.cq.poll_blocking(
-                &mut table,
-                &mut self.wcs[..max],
-                0,
-                Duration::from_millis(20),
-            )?
-        } else if self.stamped {
-            self.cq
-                .poll_timestamped(&mut table, &mut self.wcs[..max], &mut self.ts[..max])?
-        } else {
-            self.cq.poll(&mut table, &mut self.wcs[..max])?
-        };
-        for (i, o) in out[..n].iter_mut().enumerate() {
-            *o = self.done(&self.wcs[i], self.ts[i])?;
-        }
-        Ok(n)
+        self.done.poll(self.cq, &mut table, out)
     }
 
     fn set_ud_peer(&mut self, _q: usize, _peer: &mlx5_connect::UdPeer) {}

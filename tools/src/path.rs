@@ -237,6 +237,84 @@ fn poll_on<R: mlx5_qp::Resolve + ?Sized>(
     })
 }
 
+/// The completion side of a path whose QPs share one CQ with an SRQ (`-c DC`, `-c XRC`):
+/// the completions the address exchange kept, the arrays one poll fills, and the QP numbers
+/// sends and receives complete on, whose index in them is a completion's [`Done::qp`].
+pub(crate) struct SharedCq<'a> {
+    /// The exchange's leftovers with their stamps, last first.
+    early: Vec<(Wc, u64)>,
+    wcs: [Wc; 32],
+    ts: [u64; 32],
+    stamped: bool,
+    send_qpns: &'a [u32],
+    recv_qpns: &'a [u32],
+}
+
+impl<'a> SharedCq<'a> {
+    /// `early`: what the address exchange polled past, oldest first; `stamped`: read each
+    /// completion's device timestamp.
+    pub(crate) fn new(
+        mut early: Vec<(Wc, u64)>,
+        stamped: bool,
+        send_qpns: &'a [u32],
+        recv_qpns: &'a [u32],
+    ) -> SharedCq<'a> {
+        early.reverse();
+        SharedCq {
+            early,
+            wcs: [Wc::default(); 32],
+            ts: [0; 32],
+            stamped,
+            send_qpns,
+            recv_qpns,
+        }
+    }
+
+    /// A completion as the tools see it; an error completion ends the run.
+    fn done(&self, wc: &Wc, ts: u64) -> Result<Done> {
+        if !wc.is_ok() {
+            return Err(Error::completion(wc));
+        }
+        let recv = wc.opcode().is_recv();
+        let qpns = if recv { self.recv_qpns } else { self.send_qpns };
+        Ok(Done {
+            qp: qpns.iter().position(|&n| n == wc.qp_num()).unwrap_or(0),
+            wr_id: wc.wr_id(),
+            recv,
+            byte_len: wc.byte_len(),
+            ts: if self.stamped { ts } else { 0 },
+        })
+    }
+
+    /// The kept completions first; once they are all out, one poll of `cq` through `table`
+    /// ([`poll_on`]).
+    pub(crate) fn poll<R: mlx5_qp::Resolve + ?Sized>(
+        &mut self,
+        cq: &mut mlx5_ctx::Cq,
+        table: &mut R,
+        out: &mut [Done],
+    ) -> Result<usize> {
+        if !self.early.is_empty() {
+            let mut n = 0;
+            while n < out.len() {
+                let Some((wc, ts)) = self.early.pop() else {
+                    break;
+                };
+                out[n] = self.done(&wc, ts)?;
+                n += 1;
+            }
+            return Ok(n);
+        }
+        let max = out.len().min(self.wcs.len());
+        let ts = self.stamped.then_some(&mut self.ts[..max]);
+        let n = poll_on(cq, table, &mut self.wcs[..max], ts)?;
+        for (i, o) in out[..n].iter_mut().enumerate() {
+            *o = self.done(&self.wcs[i], self.ts[i])?;
+        }
+        Ok(n)
+    }
+}
+
 /// Bytes of the GRH in front of every UD receive on RoCE (IBTA Vol. 1 §11.4.1.2; rdma-core
 /// `ibv_ud_pingpong` posts receives 40 bytes longer than the message).
 pub const GRH: usize = 40;

@@ -33,7 +33,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::path::{send_wr, DataPath, Done, Post};
+use crate::path::{send_wr, DataPath, Done, Post, SharedCq};
 use crate::resources::{Resources, ResourcesCfg};
 use crate::run::RunPlan;
 use crate::{Error, Result};
@@ -150,7 +150,7 @@ pub struct XrcEnd {
     /// Offset of the outgoing records; the incoming ones follow.
     tail: usize,
     /// Completions polled during the exchange that belong to the run.
-    early: Vec<Wc>,
+    early: Vec<(Wc, u64)>,
     _xrcd: Xrcd,
 }
 
@@ -344,7 +344,7 @@ impl XrcEnd {
                     (0, true) if qps.iter().any(|q| q.qpn() == wc.qp_num()) => {
                         got = Some(wc.byte_len())
                     }
-                    _ => self.early.push(*wc),
+                    _ => self.early.push((*wc, 0)),
                 }
             }
             if k == 0 {
@@ -481,17 +481,13 @@ impl XrcEnd {
                 "-c XRC: the XRC addresses were not exchanged before the run".into(),
             ));
         }
-        let mut early = std::mem::take(&mut self.early);
-        early.reverse();
+        let early = std::mem::take(&mut self.early);
         Ok(XrcPath {
             inis: &mut self.inis,
-            ini_qpns: &self.ini_qpns,
-            tgt_qpns: &self.tgt_qpns,
             srq: &mut self.srq,
             cq,
             srqns: self.peer.iter().map(|a| a.srqn).collect(),
-            early,
-            wcs: [Wc::default(); 32],
+            done: SharedCq::new(early, false, &self.ini_qpns, &self.tgt_qpns),
         })
     }
 
@@ -592,31 +588,11 @@ pub fn receives(
 /// arrived at.
 pub struct XrcPath<'a> {
     inis: &'a mut [Qp],
-    ini_qpns: &'a [u32],
-    tgt_qpns: &'a [u32],
     srq: &'a mut XrcSrq,
     cq: &'a mut Cq,
     srqns: Vec<u32>,
-    /// The exchange's leftovers, last first.
-    early: Vec<Wc>,
-    wcs: [Wc; 32],
-}
-
-impl XrcPath<'_> {
-    fn done(&self, wc: &Wc) -> Result<Done> {
-        if !wc.is_ok() {
-            return Err(Error::completion(wc));
-        }
-        let recv = wc.opcode().is_recv();
-        let table = if recv { self.tgt_qpns } else { self.ini_qpns };
-        Ok(Done {
-            qp: table.iter().position(|&n| n == wc.qp_num()).unwrap_or(0),
-            wr_id: wc.wr_id(),
-            recv,
-            byte_len: wc.byte_len(),
-            ts: 0,
-        })
-    }
+    /// The completions: sends on the initiators, receives on the targets.
+    done: SharedCq<'a>,
 }
 
 impl DataPath for XrcPath<'_> {
@@ -635,33 +611,8 @@ impl DataPath for XrcPath<'_> {
 
     #[inline]
     fn poll(&mut self, out: &mut [Done]) -> Result<usize> {
-        if !self.early.is_empty() {
-            let mut n = 0;
-            while n < out.len() {
-                let Some(wc) = self.early.pop() else {
-                    break;
-                };
-                out[n] = self.done(&wc)?;
-                n += 1;
-            }
-            return Ok(n);
-        }
-        let max = out.len().min(self.wcs.len());
         let mut table = (&mut *self.inis, std::slice::from_mut(&mut *self.srq));
-        let n = if self.cq.channel().is_some() {
-            self.cq.poll_blocking(
-                &mut table,
-                &mut self.wcs[..max],
-                0,
-                Duration::from_millis(20),
-            )?
-        } else {
-            self.cq.poll(&mut table, &mut self.wcs[..max])?
-        };
-        for (i, o) in out[..n].iter_mut().enumerate() {
-            *o = self.done(&self.wcs[i])?;
-        }
-        Ok(n)
+        self.done.poll(self.cq, &mut table, out)
     }
 
     fn set_ud_peer(&mut self, _q: usize, _peer: &mlx5_connect::UdPeer) {}
