@@ -413,3 +413,52 @@ fn two_block_posts_take_the_lean_path_up_to_the_wr_limit() {
         );
     }
 }
+
+/// The RC gates' ring bound (`lean_cap`) binds when the generic post wrote a WQE larger than
+/// a lean one may be: with three of four blocks taken by one WQE, a WR is free but a
+/// two-block WQE does not fit, so a post of one is refused and writes nothing, and a
+/// one-block one goes through the planner (the lean gate is shut) into the last block.
+#[test]
+fn the_ring_bound_keeps_lean_posts_out_of_a_big_wqes_blocks() {
+    use crate::qp::plan::planned;
+    let remote = RemoteAddr::new(0x1000, 7);
+    for mode in [DoorbellMode::BfPost, DoorbellMode::Bf, DoorbellMode::Db] {
+        let mut f = fixture(QpType::Rc, 4, 200, 1);
+        f.qp.set_max_send_wr(2).unwrap();
+        f.qp.set_state(QpState::Rts);
+        f.qp.set_doorbell_mode(mode).unwrap();
+        // 16 + 16 + 4 + 140 bytes: three blocks, through the planner.
+        f.qp.post(&SendWr::write(1, remote).inline(&[9; 140]))
+            .unwrap();
+        assert_eq!(f.qp.sq_outstanding_bbs(), 3);
+        let ring = |f: &Fixture| {
+            // SAFETY: the fixture's first pages are the four-block ring.
+            unsafe { core::slice::from_raw_parts(f._mem.as_ptr() as *const u8, 256) }.to_vec()
+        };
+        let before = ring(&f);
+        let planned_before = planned::count();
+        assert!(
+            f.qp.post(&SendWr::write(2, remote).inline(&[3; 40]))
+                .is_err(),
+            "{mode:?}: a two-block WQE in one free block"
+        );
+        assert_eq!(ring(&f), before, "{mode:?}: the refused post wrote");
+        assert_eq!(
+            planned::count(),
+            planned_before + 1,
+            "{mode:?}: not planned"
+        );
+        f.qp.post(&SendWr::write(3, remote).inline(&[3; 8]))
+            .unwrap();
+        assert_eq!(
+            planned::count(),
+            planned_before + 2,
+            "{mode:?}: a lean post"
+        );
+        assert_eq!(
+            ring(&f)[..192],
+            before[..192],
+            "{mode:?}: the big WQE overwritten"
+        );
+    }
+}
