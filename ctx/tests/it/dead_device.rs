@@ -10,7 +10,6 @@
 //! `MLX5_TEST_DEVICE` set it runs on that device only (the child; or a ConnectX).
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
@@ -244,42 +243,6 @@ fn scenario(a: Context, b: Context) {
     drop((qps, split, srq, shared, scq, rcq, ma, pa));
 }
 
-/// Build the preload library next to this test binary (as the tools' mixed pairs do).
-fn preload() -> PathBuf {
-    let exe = std::env::current_exe().expect("the test binary");
-    // target/<profile>/deps/it-<hash>
-    let profile_dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>");
-    let target = profile_dir.parent().expect("the target directory");
-    let mut cmd = Command::new(env!("CARGO"));
-    cmd.args([
-        "build",
-        "--quiet",
-        "-p",
-        "mlx5-sim-uverbs",
-        "--lib",
-        "--target-dir",
-    ])
-    .arg(target);
-    match profile_dir.file_name().and_then(|n| n.to_str()) {
-        Some("debug") => {}
-        Some("release") => {
-            cmd.arg("--release");
-        }
-        Some(p) => {
-            cmd.args(["--profile", p]);
-        }
-        None => panic!("no profile directory above {}", exe.display()),
-    }
-    let st = cmd.status().expect("cargo to build libmlx5sim.so");
-    assert!(st.success(), "cargo build -p mlx5-sim-uverbs --lib failed");
-    let lib = profile_dir.join("libmlx5sim.so");
-    assert!(lib.is_file(), "{} was not built", lib.display());
-    lib
-}
-
 #[test]
 fn every_wr_of_a_dead_device_completes_exactly_once() {
     if test_device().is_some() {
@@ -290,7 +253,7 @@ fn every_wr_of_a_dead_device_completes_exactly_once() {
     let (a, b) = contexts();
     scenario(a, b);
     // The same through rdma-core, in a process of its own (the device stays dead).
-    let lib = preload();
+    let lib = mlx5_testkit::process::preload_library(env!("CARGO"));
     for disassoc in [true, false] {
         let control = std::env::temp_dir().join(format!(
             "mlx5-dead-device-{}-{disassoc}",

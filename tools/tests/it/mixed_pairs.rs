@@ -20,43 +20,6 @@ const BW: &str = env!("CARGO_BIN_EXE_bw");
 /// Bound on one process (a debug build's run of at most a few hundred messages takes seconds).
 const LIMIT: Duration = Duration::from_secs(120);
 
-/// The preload library, built from the current sources into this test's target directory
-/// (`cargo build -p mlx5-sim-uverbs --lib`, the profile of this test; quick when current).
-fn preload() -> PathBuf {
-    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            let profile_dir = Path::new(LAT).parent().expect("target/<profile>");
-            let target = profile_dir.parent().expect("the target directory");
-            let mut cmd = Command::new(env!("CARGO"));
-            cmd.args([
-                "build",
-                "--quiet",
-                "-p",
-                "mlx5-sim-uverbs",
-                "--lib",
-                "--target-dir",
-            ])
-            .arg(target);
-            match profile_dir.file_name().and_then(|n| n.to_str()) {
-                Some("debug") => {}
-                Some("release") => {
-                    cmd.arg("--release");
-                }
-                Some(p) => {
-                    cmd.args(["--profile", p]);
-                }
-                None => panic!("no profile directory above {LAT}"),
-            }
-            let st = cmd.status().expect("cargo to build libmlx5sim.so");
-            assert!(st.success(), "cargo build -p mlx5-sim-uverbs --lib failed");
-            let lib = profile_dir.join("libmlx5sim.so");
-            assert!(lib.is_file(), "{} was not built", lib.display());
-            lib
-        })
-        .clone()
-}
-
 /// A program that must be installed (Debian's ibverbs-utils, perftest; tools/test.sh
 /// installs them).
 fn need(program: &str) -> PathBuf {
@@ -134,7 +97,10 @@ impl Emu {
     pub(crate) fn start(exe: &Path, args: &[&str], report: PathBuf) -> Emu {
         let mut child = Command::new(exe)
             .args(args)
-            .env("LD_PRELOAD", preload())
+            .env(
+                "LD_PRELOAD",
+                mlx5_testkit::process::preload_library(env!("CARGO")),
+            )
             .env("MLX5SIM_REPORT", &report)
             .env_remove("RUST_LOG")
             .env_remove("MLX5SIM_IP")
