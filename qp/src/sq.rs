@@ -124,8 +124,9 @@ pub(crate) struct SendQueue {
     /// blocks) may go ahead while `pi < gate` — one unsigned comparison standing for the QP's
     /// state, type and data limits, nothing pending, the doorbell mode and room for a WR and
     /// its blocks. An open gate is `ci + min(max_post + extra, lean_cap)`
-    /// ([`SendQueue::gates`]); a closed one is at most `ci`, which `pi` never is below. Retiring `k` blocks adds `k` to both gates (a closed one stays at
-    /// most `ci`).
+    /// ([`SendQueue::gates`]); a closed one is at most `ci`, which `pi` never is below.
+    /// Retiring `k` blocks adds `k` to both gates (a closed one stays at most `ci`); a lean
+    /// post of more than one block moves the open ones ([`SendQueue::lean_extra`]).
     pub fast: u64,
     /// The producer index: blocks ever posted, free-running (its low 16 bits are the next
     /// WQE's `wqe_index`; 64 bits never wrap, so the lean gate is one unsigned comparison).
@@ -147,7 +148,8 @@ pub(crate) struct SendQueue {
     /// How many bytes of `meta` are not 0 (outstanding WQEs of an uncommon shape): while
     /// none is, the lean poll need not read them.
     uncommon: u32,
-    /// The one-entry poll's key ([`WorkQueue::take_oldest`](crate::queue::WorkQueue::take_oldest)): `ci`'s low 16 bits, plus
+    /// The one-entry poll's key
+    /// ([`WorkQueue::take_oldest`](crate::queue::WorkQueue::take_oldest)): `ci`'s low 16 bits, plus
     /// [`KEY_SHUT`] while `uncommon` is not 0 — equal to a CQE's `wqe_counter` exactly when
     /// that names the oldest outstanding block and every outstanding WQE is common. A lean
     /// retire adds to it like to `ci`; the carry when `ci`'s low bits wrap shuts it too (a

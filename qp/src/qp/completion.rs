@@ -3,8 +3,9 @@
 //! its fields:
 //! - what names this QP in a CQE: [`Qp::cqe_qpn_key`], [`Qp::cqe_sop_key`];
 //! - the common paths (one CQE, a run of CQEs): [`Qp::send_queue`] and [`Qp::recv_queue`],
-//!   each a [`WorkQueue`](crate::queue::WorkQueue) (`crate::queue`: does this counter name your oldest WR, retire it
-//!   and give me its id; where do your outstanding WRs start, how many a run retired);
+//!   each a [`WorkQueue`](crate::queue::WorkQueue) (`crate::queue`: does this counter name
+//!   your oldest WR, retire it and give me its id; where do your outstanding WRs start, how
+//!   many a run retired);
 //! - the full path (errors, uncommon WQEs, receives with scatter or out of order):
 //!   [`Qp::complete_send`], [`Qp::complete_recv`], which hand the whole CQE to the queue and
 //!   follow the device into Error ([`Qp::follow_error_completion`]); a run of flushes begins
@@ -80,22 +81,23 @@ impl Qp {
         self.sq.complete(wqe_counter, info, out)
     }
 
-    /// The QPN's part of what the lean poll expects in this QP's CQEs.
-    /// The send queue, for what a CQE asks of it ([`WorkQueue`](crate::queue::WorkQueue); the full path's and the
-    /// flush runs' questions are its own methods).
+    /// The send queue, for what a CQE asks of it ([`WorkQueue`](crate::queue::WorkQueue); the
+    /// full path's and the flush runs' questions are its own methods).
     #[inline(always)]
     pub(crate) fn send_queue(&mut self) -> &mut SendQueue {
         &mut self.sq
     }
 
-    /// The QP's own receive queue, for what a CQE asks of it ([`WorkQueue`](crate::queue::WorkQueue)). A QP without
-    /// one (an SRQ's) has an absent queue whose key is shut: it names no CQE's WR and gives
-    /// no window, so the common paths need no test of their own.
+    /// The QP's own receive queue, for what a CQE asks of it
+    /// ([`WorkQueue`](crate::queue::WorkQueue)). A QP without one (an SRQ's) has an absent
+    /// queue whose key is shut: it names no CQE's WR and gives no window, so the common paths
+    /// need no test of their own.
     #[inline(always)]
     pub(crate) fn recv_queue(&mut self) -> &mut RecvQueue {
         &mut self.rq
     }
 
+    /// The QPN's part of what the lean poll expects in this QP's CQEs.
     #[inline(always)]
     pub(crate) fn cqe_qpn_key(&self) -> u64 {
         self.cqe_qpn_key
