@@ -18,6 +18,8 @@ mod complete;
 mod doorbell;
 mod gates;
 mod ring;
+#[cfg(test)]
+pub(crate) use ring::two_block_rings;
 
 pub(crate) use doorbell::Doorbell;
 pub use doorbell::DoorbellMode;

@@ -215,6 +215,8 @@ impl SendQueue {
             self.db.mode == DoorbellMode::BfPost && self.db.one_bb && self.db.size >= 128
         );
         debug_assert!((5..=8).contains(&ds));
+        #[cfg(test)]
+        two_block_rings::one();
         let dst = self.ring_begin(pi);
         // SAFETY: `cur` is a 16-byte aligned half of this QP's bfreg with room for two blocks
         // (the gate); `first` and `second` are blocks of the ring.
@@ -239,6 +241,8 @@ impl SendQueue {
         debug_assert!(
             db || self.db.mode == DoorbellMode::Bf && self.db.one_bb && self.db.size >= 128
         );
+        #[cfg(test)]
+        two_block_rings::one();
         let dst = self.ring_begin(pi);
         // SAFETY: `cur` is this QP's doorbell register, or (not `Db`) a 16-byte aligned half
         // of its bfreg with room for two blocks (checked by the gate); `first` and `second`
@@ -261,5 +265,27 @@ impl SendQueue {
     fn blocks_from(&self, ctrl: *mut u8) -> u32 {
         let block = (ctrl as usize - self.ring.start() as usize) / SEND_WQE_BB;
         (self.pi.wrapping_sub(block as u64 + 1) & self.mask) as u32 + 1
+    }
+}
+
+/// Test builds only: how many WQEs this thread rang with a two-block sequence
+/// ([`SendQueue::ring_bf_post_2bb`], [`SendQueue::ring_other_2bb`]), so that the unit tests
+/// can say which doorbell a post took (the general one writes the same bytes).
+#[cfg(test)]
+pub(crate) mod two_block_rings {
+    use std::cell::Cell;
+
+    thread_local! {
+        static RUNG: Cell<u64> = const { Cell::new(0) };
+    }
+
+    /// One more.
+    pub fn one() {
+        RUNG.with(|c| c.set(c.get() + 1));
+    }
+
+    /// So far on this thread.
+    pub fn count() -> u64 {
+        RUNG.with(Cell::get)
     }
 }

@@ -383,7 +383,8 @@ fn post_sends_the_common_shapes_down_their_lean_paths() {
 
 /// The RC gates count blocks: a QP takes as many lean posts of two-block WQEs (an inline
 /// WRITE of 40 bytes) as its WR limit allows, in every doorbell mode, none through the
-/// planner; the next is planned (and refused: the WR limit). Before the gates counted
+/// planner, each rung with the two-block sequence of its mode; the next is planned (and
+/// refused: the WR limit). Before the gates counted
 /// blocks, half of them went to the generic post.
 #[test]
 fn two_block_posts_take_the_lean_path_up_to_the_wr_limit() {
@@ -396,11 +397,17 @@ fn two_block_posts_take_the_lean_path_up_to_the_wr_limit() {
         f.qp.set_state(QpState::Rts);
         f.qp.set_doorbell_mode(mode).unwrap();
         let before = planned::count();
+        let rung = crate::sq::two_block_rings::count();
         for id in 0..16 {
             f.qp.post(&SendWr::write(id, remote).inline(&payload))
                 .unwrap();
         }
         assert_eq!(planned::count(), before, "{mode:?}: planned");
+        assert_eq!(
+            crate::sq::two_block_rings::count(),
+            rung + 16,
+            "{mode:?}: not the two-block doorbell"
+        );
         assert_eq!(f.qp.sq_outstanding_bbs(), 32);
         assert!(f
             .qp
