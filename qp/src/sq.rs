@@ -19,7 +19,7 @@ mod doorbell;
 mod gates;
 mod ring;
 #[cfg(test)]
-pub(crate) use ring::two_block_rings;
+pub(crate) use ring::rung;
 
 pub(crate) use doorbell::Doorbell;
 pub use doorbell::DoorbellMode;

@@ -98,6 +98,8 @@ impl SendQueue {
     /// index after the WQE (what `self.pi` holds; passed in a register).
     #[inline(always)]
     pub fn ring_with(&mut self, ctrl: *mut u8, w0: u64, pi: u64, bf_bbs: u32) {
+        #[cfg(test)]
+        rung::general();
         let dst = self.ring_begin(pi);
         let bf = self.db.mode != DoorbellMode::Db
             && bf_bbs != 0
@@ -216,7 +218,7 @@ impl SendQueue {
         );
         debug_assert!((5..=8).contains(&ds));
         #[cfg(test)]
-        two_block_rings::one();
+        rung::two_block();
         let dst = self.ring_begin(pi);
         // SAFETY: `cur` is a 16-byte aligned half of this QP's bfreg with room for two blocks
         // (the gate); `first` and `second` are blocks of the ring.
@@ -242,7 +244,7 @@ impl SendQueue {
             db || self.db.mode == DoorbellMode::Bf && self.db.one_bb && self.db.size >= 128
         );
         #[cfg(test)]
-        two_block_rings::one();
+        rung::two_block();
         let dst = self.ring_begin(pi);
         // SAFETY: `cur` is this QP's doorbell register, or (not `Db`) a 16-byte aligned half
         // of its bfreg with room for two blocks (checked by the gate); `first` and `second`
@@ -268,24 +270,31 @@ impl SendQueue {
     }
 }
 
-/// Test builds only: how many WQEs this thread rang with a two-block sequence
-/// ([`SendQueue::ring_bf_post_2bb`], [`SendQueue::ring_other_2bb`]), so that the unit tests
-/// can say which doorbell a post took (the general one writes the same bytes).
+/// Test builds only: which doorbell sequence this thread's posts took, so that the unit tests
+/// can say it (the general one writes the same bytes, slower): how many WQEs were rung with a
+/// two-block sequence ([`SendQueue::ring_bf_post_2bb`], [`SendQueue::ring_other_2bb`]) and
+/// how many doorbells went through [`SendQueue::ring_with`].
 #[cfg(test)]
-pub(crate) mod two_block_rings {
+pub(crate) mod rung {
     use std::cell::Cell;
 
     thread_local! {
-        static RUNG: Cell<u64> = const { Cell::new(0) };
+        static TWO_BLOCK: Cell<u64> = const { Cell::new(0) };
+        static GENERAL: Cell<u64> = const { Cell::new(0) };
     }
 
-    /// One more.
-    pub fn one() {
-        RUNG.with(|c| c.set(c.get() + 1));
+    /// One more WQE rung with a two-block sequence.
+    pub fn two_block() {
+        TWO_BLOCK.with(|c| c.set(c.get() + 1));
     }
 
-    /// So far on this thread.
-    pub fn count() -> u64 {
-        RUNG.with(Cell::get)
+    /// One more doorbell through the general sequence.
+    pub fn general() {
+        GENERAL.with(|c| c.set(c.get() + 1));
+    }
+
+    /// `(two-block WQEs, general doorbells)` so far on this thread.
+    pub fn counts() -> (u64, u64) {
+        (TWO_BLOCK.with(Cell::get), GENERAL.with(Cell::get))
     }
 }

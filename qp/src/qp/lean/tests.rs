@@ -336,7 +336,8 @@ fn other_doorbell_modes_take_the_other_gate() {
 mod dc;
 
 /// `Qp::post` and `Batch::post` send each of the four common shapes (WRITE or SEND, inline or
-/// one gather entry) down its lean path, never through the planner, in every doorbell mode;
+/// one gather entry) down its lean path, never through the planner nor the general doorbell
+/// sequence, in every doorbell mode;
 /// anything else goes through it. (Both paths write the same bytes; only the planner's
 /// test-only count tells them apart, so a dispatch arm lost in `Qp::post` or
 /// `Qp::post_batched` fails here.)
@@ -362,9 +363,15 @@ fn post_sends_the_common_shapes_down_their_lean_paths() {
         f.qp.set_state(QpState::Rts);
         f.qp.set_doorbell_mode(mode).unwrap();
         for wr in &common {
-            let before = planned::count();
+            let (before, rung) = (planned::count(), crate::sq::rung::counts());
             f.qp.post(wr).unwrap();
             assert_eq!(planned::count(), before, "{mode:?}: {:?} planned", wr.op());
+            assert_eq!(
+                crate::sq::rung::counts(),
+                rung,
+                "{mode:?}: {:?} not rung by its own sequence",
+                wr.op()
+            );
         }
         let before = planned::count();
         {
@@ -397,7 +404,7 @@ fn two_block_posts_take_the_lean_path_up_to_the_wr_limit() {
         f.qp.set_state(QpState::Rts);
         f.qp.set_doorbell_mode(mode).unwrap();
         let before = planned::count();
-        let rung = crate::sq::two_block_rings::count();
+        let rung = crate::sq::rung::counts();
         for id in 0..16 {
             f.qp.post(&SendWr::write(id, remote).inline(&payload))
                 .unwrap();
@@ -417,8 +424,8 @@ fn two_block_posts_take_the_lean_path_up_to_the_wr_limit() {
         }
         assert_eq!(planned::count(), before, "{mode:?}: planned");
         assert_eq!(
-            crate::sq::two_block_rings::count(),
-            rung + 16,
+            crate::sq::rung::counts(),
+            (rung.0 + 16, rung.1),
             "{mode:?}: not the two-block doorbell"
         );
         assert_eq!(f.qp.sq_outstanding_bbs(), 32);
