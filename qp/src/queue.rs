@@ -11,10 +11,11 @@
 //! the run retired ([`WorkQueue::retired`]). The queue keeps its indices, keys and gates to
 //! itself; the CQ reads CQEs and writes completions.
 //!
-//! Everything else a CQE can do — an error, a WQE of more than one block or an atomic, a
-//! receive with inline scatter or out of order, a receive of an SRQ — is the full path's, which
-//! hands the whole CQE to the QP (`Qp::complete_send`, `Qp::complete_recv`: the queue's
-//! `complete`, and the QP following the device into Error).
+//! A run of flush errors (`WR_FLUSH_ERR`, each naming the next WR) goes through the same
+//! calls. Everything else a CQE can do — another error, a WQE of more than one block or an
+//! atomic, a receive with inline scatter or out of order, a receive of an SRQ — is the full
+//! path's, which hands the whole CQE to the QP (`Qp::complete_send`, `Qp::complete_recv`: the
+//! queue's `complete`, and the QP following the device into Error).
 //!
 //! The send queue answers a few questions of its own beside these, each for one path:
 //! whether every outstanding WQE is of the common shape (`SendQueue::all_common`: the lean
