@@ -173,38 +173,24 @@ fn xrc_runs_this_build_refuses() {
         2,
         "-c XRC --path verbs: not in this build",
     );
-    check_exit(
-        LAT,
-        &[
-            "write",
-            "-c",
-            "XRC",
-            "--perftest",
-            "--path",
-            "verbs",
-            "-p",
-            "1",
-            "127.0.0.1",
-        ],
-        2,
-        "-c XRC --path verbs: not in this build",
-    );
-    check_exit(
-        BW,
-        &[
-            "write",
-            "-c",
-            "XRC",
-            "--perftest",
-            "--path",
-            "verbs",
-            "-p",
-            "1",
-            "127.0.0.1",
-        ],
-        2,
-        "-c XRC --path verbs: not in this build",
-    );
+    for bin in [LAT, BW] {
+        check_exit(
+            bin,
+            &[
+                "write",
+                "-c",
+                "XRC",
+                "--perftest",
+                "--path",
+                "verbs",
+                "-p",
+                "1",
+                "127.0.0.1",
+            ],
+            2,
+            "-c XRC --path verbs: not in this build",
+        );
+    }
     // bw -c XRC speaks perftest's exchange now: on a software ConnectX over UDP it is refused
     // for the UDP address only, as every other connection type is.
     check_exit(

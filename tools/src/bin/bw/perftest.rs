@@ -192,16 +192,13 @@ fn xrc(
     // Only an end that receives SENDs posts receives (on its XRC SRQ).
     let recv = recv.filter(|_| p.receives_sends(client));
     let mut x = mlx5_tools::xrc::XrcEnd::with_roles(&mut me, &p.run, roles, p.depth, inline, recv)?;
-    let timeout = s.params.io_timeout;
-    let agreed = s.agreed.clone();
-    let params = s.params.clone();
     let peers = s.driver.connect_xrc(
         &mut x,
         &devs.local,
-        &params,
+        &s.params,
         layout,
         how,
-        (&agreed, timeout),
+        (&s.agreed, s.params.io_timeout),
     )?;
     p.run.say(&x.describe_via(if layout.both {
         "perftest's endpoint messages carried the addresses (initiators first, then targets)"

@@ -214,16 +214,13 @@ fn xrc(
         inline,
         recv,
     )?;
-    let timeout = s.params.io_timeout;
-    let agreed = s.agreed.clone();
-    let params = s.params.clone();
     let peers = s.driver.connect_xrc(
         &mut x,
         &devs.local,
-        &params,
+        &s.params,
         layout,
         how,
-        (&agreed, timeout),
+        (&s.agreed, s.params.io_timeout),
     )?;
     p.run.say(&x.describe_via(
         "perftest's endpoint messages carried the addresses (initiator first, then target)",
