@@ -95,7 +95,22 @@ pub(crate) struct Ended {
 impl Emu {
     /// Start `exe args` with the preload library, its report going to `report`.
     pub(crate) fn start(exe: &Path, args: &[&str], report: PathBuf) -> Emu {
-        let mut child = Command::new(exe)
+        Emu::start_faulty(exe, args, report, None)
+    }
+
+    /// [`Emu::start`] with the fault specification `faults` (`MLX5SIM_FAULTS`) for its device.
+    pub(crate) fn start_faulty(
+        exe: &Path,
+        args: &[&str],
+        report: PathBuf,
+        faults: Option<&str>,
+    ) -> Emu {
+        let mut cmd = Command::new(exe);
+        match faults {
+            Some(f) => cmd.env("MLX5SIM_FAULTS", f),
+            None => cmd.env_remove("MLX5SIM_FAULTS"),
+        };
+        let mut child = cmd
             .args(args)
             .env(
                 "LD_PRELOAD",
@@ -225,31 +240,45 @@ const WIRE: &[&str] = &[
     "rx_read_requests",
     "rx_atomic_requests",
     "duplicate_request",
+    "out_of_buffer",
+    "rnr_nak_retry_err",
 ];
 
-/// The two runs' traffic as compared: without the retransmission count itself, and when either
-/// responder saw a retransmitted request (a requester's ACK timeout on a loaded machine: the
-/// transport's recovery, not a difference in the WQEs) without the packet and byte counts, which
-/// then include the copies: the executed requests still must agree.
-/// `resent`: whether any of the runs' responders ([`resent`]) saw one.
+/// The counts of [`WIRE`] that tell of the transport's recovery, whose values depend on the
+/// machine's load: a retransmitted request, a SEND that found no receive WQE (RNR NAK sent), an
+/// RNR NAK received.
+const RECOVERY: &[&str] = &["duplicate_request", "out_of_buffer", "rnr_nak_retry_err"];
+
+/// The two runs' traffic as compared: without the recovery counts themselves ([`RECOVERY`]),
+/// and when any run resent requests (a requester's ACK timeout, or an RNR NAK because a
+/// receiver on a loaded machine reposted late: the transport's recovery, not a difference in
+/// the WQEs) without the packet and byte counts, which then include the copies and the packets
+/// dropped behind an RNR NAK: the executed requests still must agree.
+/// `resent`: whether any of the runs resent ([`resent`]).
 fn agree(a: &[(String, u64)], b: &[(String, u64)], resent: bool) -> (Wire, Wire) {
     let keep = |w: &[(String, u64)]| -> Vec<(String, u64)> {
         w.iter()
-            .filter(|(n, _)| n != "duplicate_request" && !(resent && n.starts_with("port_")))
+            .filter(|(n, _)| {
+                let counted_twice = resent && n.starts_with("port_");
+                !RECOVERY.contains(&n.as_str()) && !counted_twice
+            })
             .cloned()
             .collect()
     };
     (keep(a), keep(b))
 }
 
-/// Whether any of these wire counts shows a retransmitted request.
+/// Whether any of these wire counts shows a resent request: a duplicate a responder saw, or an
+/// RNR NAK, after which the requester sends again what the responder dropped.
 fn resent<'a>(ws: impl IntoIterator<Item = &'a [(String, u64)]>) -> bool {
-    ws.into_iter()
-        .any(|w| w.iter().any(|(n, v)| n == "duplicate_request" && *v > 0))
+    ws.into_iter().any(|w| {
+        w.iter()
+            .any(|(n, v)| RECOVERY.contains(&n.as_str()) && *v > 0)
+    })
 }
 
 /// A device's wire counts by name.
-type Wire = Vec<(String, u64)>;
+pub(crate) type Wire = Vec<(String, u64)>;
 
 /// Counters that must stay 0 in a clean run.
 const ERRORS: &[&str] = &[
@@ -272,10 +301,23 @@ fn wire(r: &BTreeMap<String, String>, what: &str) -> Vec<(String, u64)> {
     // A SEND that found the receive queue empty (`out_of_buffer`: a receiver that reposts late,
     // as a loaded machine makes perftest's and ours) is answered with an RNR NAK, and the
     // responder drops the packets behind it until the resend, counting them as out of
-    // sequence: flow control, not an error (IBTA Vol 1 §9.7.5.2.8).
-    let rnr = r.get("out_of_buffer").is_some_and(|v| v != "0");
+    // sequence: flow control, not an error (IBTA Vol 1 §9.7.5.2.8). The first packet behind
+    // it draws one NAK sequence error (the responder's once-per-gap NAK, as rxe's
+    // `check_psn`, which an RNR NAK does not mark as sent), which the requester counts in
+    // `packet_seq_err` and ignores while it waits out the RNR timer: at most one per RNR NAK
+    // received.
+    let count = |k: &str| r.get(k).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    let rnr = count("out_of_buffer") > 0;
+    let rnr_naks = count("rnr_nak_retry_err");
     for e in ERRORS {
         if rnr && *e == "out_of_sequence" {
+            continue;
+        }
+        if rnr_naks > 0 && *e == "packet_seq_err" {
+            assert!(
+                count(e) <= rnr_naks,
+                "{what}: more NAK sequence errors than RNR NAKs in {r:?}"
+            );
             continue;
         }
         assert_eq!(
@@ -465,6 +507,21 @@ pub(crate) fn against_perftest_on(
     table: &str,
     burst: bool,
 ) {
+    against_perftest_under(None, path, program, tool, args, table, burst);
+}
+
+/// [`against_perftest_on`] with this side's devices under the fault specification `faults`
+/// (`MLX5SIM_FAULTS`; perftest's run without): the four devices' wire counts (perftest's
+/// server, this side's server, this side's client, perftest's client).
+pub(crate) fn against_perftest_under(
+    faults: Option<&str>,
+    path: &str,
+    program: &str,
+    tool: &str,
+    args: &[&str],
+    table: &str,
+    burst: bool,
+) -> Vec<Wire> {
     let stock = need(program);
     let s = Scratch::new(&format!("{program}-{path}-{}", args.join("")));
     let ours = |extra: &[&str]| -> Vec<String> {
@@ -483,26 +540,29 @@ pub(crate) fn against_perftest_on(
     // perftest serving this side.
     let port = tcp_port().to_string();
     let sa = theirs(&["-p", &port]);
-    let srv = Emu::start(
+    let srv = Emu::start_faulty(
         &stock,
         &sa.iter().map(String::as_str).collect::<Vec<_>>(),
         s.0.join("a-server.report"),
+        None,
     );
     wait_listen(port.parse().unwrap());
     let ca = ours(&["-p", &port, "127.0.0.1"]);
-    let c1 = Emu::start(
+    let c1 = Emu::start_faulty(
         Path::new(tool),
         &ca.iter().map(String::as_str).collect::<Vec<_>>(),
         s.0.join("a-client.report"),
+        faults,
     )
     .finish();
     let s1 = srv.finish();
     // This side serving perftest.
     let sa = ours(&["-p", "0"]);
-    let mut srv = Emu::start(
+    let mut srv = Emu::start_faulty(
         Path::new(tool),
         &sa.iter().map(String::as_str).collect::<Vec<_>>(),
         s.0.join("b-server.report"),
+        faults,
     );
     let port = srv.wait_line("Waiting for client to connect on TCP port ");
     let port = port
@@ -511,10 +571,11 @@ pub(crate) fn against_perftest_on(
         .unwrap_or_default()
         .to_string();
     let ca = theirs(&["-p", &port, "127.0.0.1"]);
-    let c2 = Emu::start(
+    let c2 = Emu::start_faulty(
         &stock,
         &ca.iter().map(String::as_str).collect::<Vec<_>>(),
         s.0.join("b-client.report"),
+        None,
     )
     .finish();
     let s2 = srv.finish();
@@ -567,6 +628,7 @@ pub(crate) fn against_perftest_on(
              (right)"
         );
     }
+    all
 }
 
 #[test]
