@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mlx5_hw::{CqId, CqInitAttr};
-use mlx5_qp::{Resolve, Wc};
+use mlx5_qp::{DestroyedQps, Resolve, Wc};
 
 use std::os::fd::AsRawFd;
 
@@ -36,6 +36,23 @@ pub(crate) struct CqObj {
     /// The channel the CQ reports to and its count of events taken from it. Released after
     /// the device CQ is destroyed (fields drop after `Drop::drop`), so the channel outlives it.
     chan: Option<(CompChannel, Arc<AtomicU32>)>,
+    /// The QPs destroyed while they completed here, whose CQEs still queued the data path
+    /// settles when its poll meets them (what rdma-core's `mlx5_destroy_qp` cleans from the CQ,
+    /// `mlx5_qp::DestroyedQps`): each QP records itself on its CQs when it is destroyed
+    /// ([`CqObj::qp_destroyed`]) and is forgotten when a new QP takes its number.
+    pub(crate) destroyed: Arc<DestroyedQps>,
+}
+
+impl CqObj {
+    /// QP `qpn` (receiving through SRQ `srqn`) reported here and was destroyed.
+    pub(crate) fn qp_destroyed(&self, qpn: u32, srqn: Option<u32>) {
+        self.destroyed.record(qpn, srqn);
+    }
+
+    /// QP `qpn` reports here from now on: its number is a live QP's.
+    pub(crate) fn qp_created(&self, qpn: u32) {
+        self.destroyed.forget(qpn);
+    }
 }
 
 impl Drop for CqObj {
@@ -123,9 +140,11 @@ impl Cq {
             ctx: ctx.clone(),
             id: info.id,
             chan: channel.map(|ch| (ch.clone(), ch.attach(info.id))),
+            destroyed: Arc::new(DestroyedQps::new()),
         });
         // On failure `obj` is dropped here and destroys the CQ.
-        let dp = datapath::cq(&info.layout)?;
+        let mut dp = datapath::cq(&info.layout)?;
+        dp.track_destroyed(obj.destroyed.clone());
         Ok(Cq {
             dp,
             obj,

@@ -88,14 +88,22 @@ struct DctObj {
     lid: u16,
     // The device QP is destroyed before these are released.
     pd: Pd,
-    _cq: Arc<CqObj>,
+    cq: Arc<CqObj>,
     _srq: Arc<SrqObj>,
+    /// The SRQ's number, which the DCT's receive CQEs still queued at its destroy give back.
+    srqn: u32,
 }
 
 impl Drop for DctObj {
     fn drop(&mut self) {
         if let Err(e) = self.pd.context().device().destroy_qp(self.id) {
             tracing::warn!(target: "mlx5_ctx", qp = self.id.0, error = %e, "destroy_qp (DCT) failed");
+            return;
+        }
+        // As a QP's (`crate::qp`): the CQ's polls settle what it still holds of the DCT's
+        // (a DCT that never reached RTR has no number and no CQE).
+        if self.dctn != 0 {
+            self.cq.qp_destroyed(self.dctn, Some(self.srqn));
         }
     }
 }
@@ -157,8 +165,9 @@ impl Pd {
             gid,
             lid,
             pd: self.clone(),
-            _cq: cq.obj().clone(),
+            cq: cq.obj().clone(),
             _srq: srq.obj().clone(),
+            srqn: srq.srqn(),
         };
         // On failure `obj` is dropped and destroys the DCT.
         let mut a = QpAttr {
@@ -183,6 +192,7 @@ impl Pd {
             AttrMask::STATE | AttrMask::MIN_RNR_TIMER | AttrMask::AV | AttrMask::PATH_MTU,
         )?;
         obj.dctn = dev.dct_number(info.id)?;
+        obj.cq.qp_created(obj.dctn);
         tracing::info!(target: "mlx5_ctx", dctn = obj.dctn, "DCT in RTR");
         Ok(Dct { obj: Arc::new(obj) })
     }

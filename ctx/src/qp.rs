@@ -133,6 +133,8 @@ pub(crate) struct QpObj {
     send_cq: Arc<CqObj>,
     recv_cq: Arc<CqObj>,
     srq: Option<Arc<SrqObj>>,
+    /// The SRQ's number, which the QP's receive CQEs still queued at its destroy give back.
+    srqn: Option<u32>,
 }
 
 impl Drop for QpObj {
@@ -141,13 +143,23 @@ impl Drop for QpObj {
         ctx.inner.dead.forget_qp(self.qpn);
         if let Err(e) = ctx.device().destroy_qp(self.id) {
             tracing::warn!(target: "mlx5_ctx", qp = self.id.0, error = %e, "destroy_qp failed");
+            return;
+        }
+        // What rdma-core's `mlx5_destroy_qp` cleans from the CQs under their lock
+        // (`__mlx5_cq_clean`), their polls settle (`CqObj::qp_destroyed`).
+        self.send_cq.qp_destroyed(self.qpn, self.srqn);
+        if !Arc::ptr_eq(&self.send_cq, &self.recv_cq) {
+            self.recv_cq.qp_destroyed(self.qpn, self.srqn);
         }
     }
 }
 
 /// A queue pair. Dereferences to the data path ([`mlx5_qp::Qp`]: post, batch, receives), which
 /// costs exactly what a post on a bare data-path QP costs; the device QP is destroyed when
-/// this is dropped, after the data path and before the CQs, SRQ and PD it holds.
+/// this is dropped, after the data path and before the CQs, SRQ and PD it holds. CQEs of it
+/// still queued on a CQ then are settled by that CQ's next poll that meets them, as rdma-core's
+/// destroy cleans them from the CQ: its receives through an SRQ complete as the SRQ's WRs, the
+/// rest go with it (`mlx5_qp::DestroyedQps`).
 pub struct Qp {
     // Declared first: the data path is dropped before the device object (see `datapath`).
     dp: mlx5_qp::Qp,
@@ -235,7 +247,11 @@ impl Qp {
             send_cq: init.send_cq.obj().clone(),
             recv_cq: init.recv_cq.obj().clone(),
             srq: init.srq.map(|s| s.obj().clone()),
+            srqn: init.srq.map(|s| s.srqn()),
         });
+        // The number may be a destroyed QP's that these CQs remember: it is this QP's now.
+        obj.send_cq.qp_created(obj.qpn);
+        obj.recv_cq.qp_created(obj.qpn);
         // On failure `obj` is dropped here and destroys the QP.
         let dp = datapath::qp(&info.layout, init.srq.map(|s| s.srqn()))?;
         // Where its WRs are retired if the device dies (`crate::dead`).
@@ -342,5 +358,56 @@ impl Qp {
     /// polling: an error completion moves it to Error).
     pub fn state(&self) -> QpState {
         self.dp.state()
+    }
+}
+
+#[cfg(all(test, feature = "sim"))]
+mod tests {
+    use super::QpInit;
+    use crate::Context;
+
+    /// A QP (and a DC target) destroyed is written down on its CQs with its SRQ, whose polls
+    /// then settle its queued CQEs (`mlx5_qp::DestroyedQps`); a new QP's number is a live
+    /// QP's again on its CQs: had a CQ remembered it as a destroyed QP's (the device hands
+    /// numbers out again), its polls would settle the new QP's CQEs as the destroyed one's.
+    /// The software ConnectX counts numbers up, so the next QP's is among the 64 after the
+    /// last one's.
+    #[test]
+    fn destroyed_qps_are_written_down_on_their_cqs_until_their_number_comes_back() {
+        let ctx = Context::sim().unwrap();
+        let pd = ctx.alloc_pd().unwrap();
+        let (cq, rcq) = (ctx.create_cq(16).unwrap(), ctx.create_cq(16).unwrap());
+        let first = pd.create_qp(&QpInit::rc(&cq)).unwrap();
+        let last = first.qpn();
+        let next = last + 1..last + 65;
+        for c in [&cq, &rcq] {
+            for qpn in next.clone() {
+                c.obj().qp_destroyed(qpn, None);
+            }
+        }
+        let qp = pd.create_qp(&QpInit::rc(&cq).recv_cq(&rcq)).unwrap();
+        assert!(next.contains(&qp.qpn()), "{:#x} after {last:#x}", qp.qpn());
+        for c in [&cq, &rcq] {
+            let d = &c.obj().destroyed;
+            assert_eq!(d.get(qp.qpn()), None);
+            assert_eq!(d.len(), 63, "the other numbers stay");
+        }
+        // Destroyed, it is on both CQs' lists, with the SRQ its receives went through.
+        let srq = pd.create_srq(4, 1).unwrap();
+        let qp = pd
+            .create_qp(&QpInit::rc(&cq).recv_cq(&rcq).srq(&srq))
+            .unwrap();
+        let (qpn, srqn) = (qp.qpn(), srq.srqn());
+        drop(qp);
+        for c in [&cq, &rcq] {
+            let d = c.obj().destroyed.get(qpn);
+            assert_eq!(d.and_then(|d| d.srqn), Some(srqn), "{qpn:#x}");
+        }
+        // A DC target's too.
+        let dct = pd.create_dct(&cq, &srq, 7).unwrap();
+        let dctn = dct.number();
+        drop(dct);
+        let d = cq.obj().destroyed.get(dctn);
+        assert_eq!(d.and_then(|d| d.srqn), Some(srqn), "DCT {dctn:#x}");
     }
 }

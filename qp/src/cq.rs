@@ -12,7 +12,8 @@
 //! Here: the [`Cq`] and its loop. Beside it: `table` (the [`Resolve`] tables), `single`
 //! (the one-entry poll), `runs` (the runs of one QP and the loops over CQEs of many), `full`
 //! (the full path), `send` ([`Cq::poll_send`]), `own` (one owner's CQEs of a shared CQ:
-//! [`Cq::poll_own`], [`Cq::discard_next`]), `timestamp` ([`Cq::poll_timestamped`]), `tests`.
+//! [`Cq::poll_own`], [`Cq::discard_next`]), `destroyed` (the QPs destroyed with CQEs still
+//! queued, [`DestroyedQps`]), `timestamp` ([`Cq::poll_timestamped`]), `tests`.
 //!
 //! The poll functions, named for when they run:
 //! - [`Cq::poll`]: every call; picks by the room the call has, once.
@@ -31,6 +32,7 @@
 //! What a CQE does to its queue is asked of the QP (`crate::qp::completion`), never done on
 //! its fields. `docs/hot-path.md` walks one CQE through them.
 
+mod destroyed;
 mod full;
 mod own;
 mod runs;
@@ -39,6 +41,7 @@ mod single;
 mod table;
 mod timestamp;
 
+pub use destroyed::{DestroyedQp, DestroyedQps};
 pub use table::{QpTable, Resolve};
 
 use crate::queue::WorkQueue;
@@ -59,6 +62,7 @@ use mlx5_cq::{
 };
 use mlx5_hw::{mmio, CqLayout};
 use mlx5_wqe::seg::DataSeg;
+use std::sync::Arc;
 
 /// Which path of [`Cq::poll`] retired each completion, and a switch that turns the fast paths
 /// off: compiled into the crate's own unit tests only (`#[cfg(test)]`), nothing in a build
@@ -113,6 +117,8 @@ pub struct Cq {
     /// that the fast path's caller keeps its arguments where they came). Read, not cleared:
     /// every path stores its error before it returns `SLOW_ERROR`.
     error: Option<Error>,
+    /// The destroyed QPs whose CQEs the full path settles ([`Cq::track_destroyed`]).
+    destroyed: Option<Arc<DestroyedQps>>,
 }
 
 /// What an out-of-line path of [`Cq::poll`] returns when it left its error in [`Cq`]'s
@@ -160,7 +166,24 @@ impl Cq {
             ci: 0,
             arm_sn: 0,
             error: None,
+            destroyed: None,
         })
+    }
+
+    /// Settle the CQEs of the QPs in `destroyed` when a poll meets them ([`DestroyedQps`]):
+    /// a receive through an SRQ completes on that SRQ if the table holds it (else it is
+    /// [`Error::UnknownSrqn`] and stays), anything else is consumed without a completion —
+    /// where an untracked CQ reports [`Error::UnknownQpn`] and leaves the CQE. Only for QPs
+    /// missing from the table: one the table holds is polled as a live QP.
+    pub fn track_destroyed(&mut self, destroyed: Arc<DestroyedQps>) {
+        self.destroyed = Some(destroyed);
+    }
+
+    /// The destroyed QP numbered `qpn`, when this CQ tracks destroyed QPs (the full path,
+    /// for a QP missing from the table).
+    #[cold]
+    fn destroyed_qp(&self, qpn: u32) -> Option<DestroyedQp> {
+        self.destroyed.as_ref()?.get(qpn)
     }
 
     /// CQ number.
@@ -211,8 +234,9 @@ impl Cq {
     ///   receive through an SRQ not in it ([`Error::UnknownSrqn`]) — is **left in the CQ**,
     ///   untouched: a poll with a table that holds its QP (and SRQ) completes it. A CQ shared
     ///   by several owners is polled with every QP of it in one table, or each owner takes
-    ///   its own with [`Cq::poll_own`]; a destroyed QP's stale CQE is taken out with
-    ///   [`Cq::discard_next`];
+    ///   its own with [`Cq::poll_own`]; a destroyed QP's stale CQE is settled by a CQ that
+    ///   tracks destroyed QPs ([`Cq::track_destroyed`], as `mlx5-ctx`'s CQs do), or taken
+    ///   out with [`Cq::discard_next`];
     /// - a receive CQE naming a later WQE than the oldest outstanding one (the device broke
     ///   the in-order receive contract) is [`Error::RecvOutOfOrder`], also left in the CQ:
     ///   the next call delivers its completion (the WR id of the WQE it names), and the WQEs

@@ -158,7 +158,9 @@ pub enum Error {
     /// A CQE names a QP that is not in the table passed to the poll. The CQE stays in the CQ
     /// (nothing is lost): poll with a table that holds the QP (a CQ shared by several QPs is
     /// polled with all of them, or each owner takes its own with [`crate::Cq::poll_own`]), or,
-    /// for a destroyed QP's stale CQE, take it out with [`crate::Cq::discard_next`].
+    /// for a destroyed QP's stale CQE, take it out with [`crate::Cq::discard_next`] — a CQ
+    /// that tracks destroyed QPs ([`crate::Cq::track_destroyed`], as `mlx5-ctx`'s do)
+    /// settles those itself and does not report them.
     #[error(
         "CQ {cqn}: completion for QPN {qpn:#x}, which is not in the table passed to poll; the \
          CQE stays in the CQ: poll with a table that holds the QP (Cq::poll_own takes only the \

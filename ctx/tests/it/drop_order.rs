@@ -174,3 +174,73 @@ fn region_accessors_check_bounds() {
         0x0102_0304_0506_0708u64.to_ne_bytes()
     );
 }
+
+/// A QP dropped with completions still queued on a CQ another QP shares: the CQ's next poll
+/// settles them, as rdma-core's destroy cleans them from the CQ (`mlx5_destroy_qp`,
+/// `__mlx5_cq_clean`) — the dropped QP's send completion goes with it, its receive through
+/// the SRQ comes back as the SRQ's WR (its owner still waits for it) — and the live QP's
+/// completions come in their order around them, without an error.
+#[test]
+fn a_qp_dropped_with_completions_queued_leaves_its_shared_cq_usable() {
+    use crate::support::connect_pair_rc;
+    use mlx5_qp::{SendWr, Wc};
+    let f = SimFabric::deterministic();
+    let (ca, cb) = (f.add_device(), f.add_device());
+    let (pa, pb) = (ca.alloc_pd().unwrap(), cb.alloc_pd().unwrap());
+    let (mut cq, cq_b) = (ca.create_cq(64).unwrap(), cb.create_cq(64).unwrap());
+    let mut srq = pa.create_srq(16, 1).unwrap();
+    let mut dying = pa.create_qp(&QpInit::rc(&cq).srq(&srq)).unwrap();
+    let mut live_qp = pa.create_qp(&QpInit::rc(&cq)).unwrap();
+    let mut peers = [
+        pb.create_qp(&QpInit::rc(&cq_b)).unwrap(),
+        pb.create_qp(&QpInit::rc(&cq_b)).unwrap(),
+    ];
+    connect_pair_rc(&mut dying, &mut peers[0]);
+    connect_pair_rc(&mut live_qp, &mut peers[1]);
+    let (ma, mb) = (pa.alloc_mr(4096).unwrap(), pb.alloc_mr(4096).unwrap());
+    for k in 0..2u64 {
+        srq.post_recv(100 + k, &[ma.sge(k as usize * 64, 64).unwrap()])
+            .unwrap();
+    }
+    for k in 0..2u64 {
+        peers[1]
+            .post_recv(200 + k, &[mb.sge(512 + k as usize * 64, 64).unwrap()])
+            .unwrap();
+    }
+    let sge = [mb.sge(0, 8).unwrap()];
+    let to_peer = [ma.sge(1024, 8).unwrap()];
+    // The dying QP's send and receive, between two of the live QP's sends.
+    live_qp
+        .post(&SendWr::send(1).sges(&to_peer).signaled())
+        .unwrap();
+    f.fabric().run_until_idle();
+    peers[0].post(&SendWr::send(50).sges(&sge)).unwrap();
+    dying
+        .post(
+            &SendWr::write(60, mb.remote(64).unwrap())
+                .inline(b"x")
+                .signaled(),
+        )
+        .unwrap();
+    f.fabric().run_until_idle();
+    live_qp
+        .post(&SendWr::send(2).sges(&to_peer).signaled())
+        .unwrap();
+    f.fabric().run_until_idle();
+    let (dying_qpn, live_qpn) = (dying.qpn(), live_qp.qpn());
+    drop(dying);
+    let mut wcs = [Wc::default(); 8];
+    let mut table = (&mut live_qp, std::slice::from_mut(&mut srq));
+    let n = cq.poll(&mut table, &mut wcs).unwrap();
+    let got: Vec<(u32, u64)> = wcs[..n].iter().map(|w| (w.qp_num(), w.wr_id())).collect();
+    assert_eq!(
+        got,
+        [(live_qpn, 1), (dying_qpn, 100), (live_qpn, 2)],
+        "the live QP's sends and the SRQ's receive; the dropped QP's WRITE went with it"
+    );
+    assert!(wcs[..n].iter().all(Wc::is_ok), "{:?}", &wcs[..n]);
+    assert_eq!(cq.ci(), 4, "four CQEs consumed, the WRITE's among them");
+    assert_eq!(cq.poll(&mut table, &mut wcs).unwrap(), 0, "nothing left");
+    assert_eq!(srq.outstanding(), 1);
+    assert_eq!(live(&ca).qps, 1);
+}

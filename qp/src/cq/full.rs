@@ -247,7 +247,13 @@ impl Cq {
                     byte_cnt: cqe.byte_cnt(),
                 };
                 let cqn = self.cqn;
-                let qp = table.qp(qpn).ok_or(Error::UnknownQpn { cqn, qpn })?;
+                let Some(qp) = table.qp(qpn) else {
+                    // A destroyed QP's send: its WR went with it.
+                    return match self.destroyed_qp(qpn) {
+                        Some(_) => Ok(self.consumed_stale(cqe)),
+                        None => Err(Error::UnknownQpn { cqn, qpn }),
+                    };
+                };
                 if let (Some(data), WcStatus::Success) = (inline, status) {
                     // Requester scatter-to-CQE: a READ or atomic reply (rdma-core `mlx5_parse_cqe`:
                     // `mlx5_copy_to_send_wqe` for a requester CQE with inline scatter).
@@ -279,7 +285,13 @@ impl Cq {
                 let cqn = self.cqn;
                 let Some(qp) = table.qp(qpn) else {
                     // An XRC target has no data path: its receives belong to the XRC SRQ.
-                    return complete_on_srq(table, cqe, wc, inline, out, cqn);
+                    return match complete_on_srq(table, cqe, wc, inline, out, cqn) {
+                        Err(Error::UnknownQpn { .. }) => match self.destroyed_qp(qpn) {
+                            Some(dead) => self.destroyed_recv(dead, table, cqe, wc, inline, out),
+                            None => Err(Error::UnknownQpn { cqn, qpn }),
+                        },
+                        r => r,
+                    };
                 };
                 match qp.srqn() {
                     None => {
@@ -308,6 +320,45 @@ impl Cq {
             }
             _ => Err(unsupported()),
         }
+    }
+}
+
+impl Cq {
+    /// A receive CQE of QP `dead`, destroyed ([`Cq::track_destroyed`]): through an SRQ, the
+    /// SRQ's WR completes (with the destroyed QP's number), or stays in the CQ as
+    /// [`Error::UnknownSrqn`] when `table` does not hold the SRQ; on the QP's own receive
+    /// queue, gone with it, consumed.
+    #[cold]
+    #[inline(never)]
+    fn destroyed_recv<R: Resolve + ?Sized>(
+        &self,
+        dead: DestroyedQp,
+        table: &mut R,
+        cqe: &Cqe64,
+        wc: Wc,
+        inline: Option<&[u8]>,
+        out: &mut [Wc],
+    ) -> Result<Progress> {
+        let Some(srqn) = dead.srqn else {
+            return Ok(self.consumed_stale(cqe));
+        };
+        let cqn = self.cqn;
+        let srq = table.srq(srqn).ok_or(Error::UnknownSrqn { cqn, srqn })?;
+        Ok(srq.complete(cqe.wqe_counter(), wc, inline, out))
+    }
+
+    /// A destroyed QP's CQE consumed without a completion (its WR went with the QP).
+    #[cold]
+    #[inline(never)]
+    fn consumed_stale(&self, cqe: &Cqe64) -> Progress {
+        tracing::debug!(
+            cqn = self.cqn,
+            qpn = cqe.qpn(),
+            opcode = cqe.opcode(),
+            wqe_counter = cqe.wqe_counter(),
+            "CQE of a destroyed QP consumed"
+        );
+        Progress::Done(0)
     }
 }
 

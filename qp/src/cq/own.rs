@@ -1,6 +1,7 @@
 //! A CQ shared by QPs of several owners: [`Cq::poll_own`] takes the completions of one
 //! table's QPs wherever they sit and leaves every other CQE in the CQ, in its order;
-//! [`Cq::discard_next`] takes out a CQE nobody can place (a destroyed QP's).
+//! [`Cq::discard_next`] takes out a CQE nobody can place (a destroyed QP's, on a CQ that does
+//! not track destroyed QPs: [`Cq::track_destroyed`]).
 //!
 //! Nothing a poll cannot place is consumed ([`Error::leaves_cqe`]): a CQE of a QP missing from
 //! the table stays in the CQ for a poll with a table that holds it. A QP's recovery on a
@@ -59,8 +60,8 @@ impl Cq {
     /// place — what [`Cq::poll`] reports as [`Error::UnknownQpn`] and leaves in the CQ when
     /// its QP was destroyed with CQEs still queued (rdma-core cleans them from the CQ in
     /// `mlx5_destroy_qp`, `__mlx5_cq_clean`; a data path that polls the CQ itself does it
-    /// here). Whatever WR the CQE completed gets no completion: only for a QP whose WRs are
-    /// accounted for otherwise.
+    /// here, or lets the CQ do it: [`Cq::track_destroyed`]). Whatever WR the CQE completed
+    /// gets no completion: only for a QP whose WRs are accounted for otherwise.
     pub fn discard_next(&mut self) -> Option<Cqe64> {
         let ci = self.ci;
         let cqe = self.cqe_ptr(ci);

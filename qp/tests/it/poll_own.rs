@@ -259,3 +259,131 @@ fn another_qps_receive_through_the_same_srq_is_not_taken_without_the_xrc_fallbac
     assert_eq!(c.poll(&mut table, &mut wcs).unwrap(), 1);
     assert_eq!((wcs[0].qp_num(), wcs[0].wr_id()), (B, 50));
 }
+
+/// A CQ that tracks destroyed QPs (`Cq::track_destroyed`, what `mlx5-ctx` sets on each of its
+/// CQs) settles their CQEs itself when a poll meets them among a live QP's: the destroyed
+/// QP's send is consumed without a completion, its receive through the SRQ gives the SRQ's
+/// WR back (with the destroyed QP's number; the CQE carries the QP's user index, as with CQE
+/// version 1, so no XRC fallback finds the SRQ), a receive on a QP's own receive queue is
+/// consumed. Untracked, or once the number is forgotten (a new QP got it), such a CQE is
+/// `UnknownQpn` and stays; without the SRQ in the table, `UnknownSrqn` and stays.
+#[test]
+fn a_destroyed_qps_cqes_are_settled_by_a_cq_that_tracks_them() {
+    use mlx5_qp::DestroyedQps;
+    use std::sync::Arc;
+    const C: u32 = 0x3456;
+    let (fa, fb, fc) = (
+        FakeQp::new(&cfg(A)),
+        FakeQp::new(&QpCfg {
+            qpn: B,
+            ..QpCfg::default()
+        }),
+        FakeQp::new(&QpCfg {
+            qpn: C,
+            ..QpCfg::default()
+        }),
+    );
+    let fsrq = FakeSrq::new(8, 64, SRQN);
+    let mut fcq = FakeCq::new(16, 64, false);
+    let (mut a, mut b, mut cq_c) = (qp(&fa, true), qp(&fb, false), qp(&fc, false));
+    // SAFETY: `fsrq` outlives the SRQ.
+    let mut srq = unsafe { Srq::from_layout(&fsrq.layout) }.unwrap();
+    // SAFETY: `fcq` outlives the CQ.
+    let mut c = unsafe { Cq::from_layout(&fcq.layout) }.unwrap();
+    for k in 0..2 {
+        srq.post_recv(100 + k, &sge()).unwrap();
+    }
+    a.post(&SendWr::send(1).signaled()).unwrap();
+    cq_c.post_recv(300, &sge()).unwrap();
+    for id in [11, 12, 13] {
+        b.post(&SendWr::send(id).signaled()).unwrap();
+    }
+    let a_recv = |idx| {
+        let mut r = srq_recv(A, idx);
+        r.srqn_uidx = U32::new(7);
+        r
+    };
+    fcq.push(req(A, 0, 0x0a));
+    fcq.push(req(B, 0, 0x0a));
+    fcq.push(a_recv(0));
+    fcq.push(resp(CQE_RESP_SEND, C, 0, 8, 0));
+    fcq.push(req(B, 1, 0x0a));
+    drop((a, cq_c));
+    let mut wcs = [Wc::default(); 8];
+    // The live QP and the SRQ, as one table.
+    macro_rules! both {
+        () => {
+            &mut (&mut b, std::slice::from_mut(&mut srq))
+        };
+    }
+    assert!(
+        matches!(
+            c.poll(both!(), &mut wcs),
+            Err(Error::UnknownQpn { qpn: A, .. })
+        ),
+        "untracked: the destroyed QP's CQE stays"
+    );
+    let dead = Arc::new(DestroyedQps::new());
+    c.track_destroyed(dead.clone());
+    dead.record(A, Some(SRQN));
+    dead.record(C, None);
+    let n = c.poll(both!(), &mut wcs).unwrap();
+    assert_eq!(
+        ids(&wcs[..n]),
+        vec![
+            (B, 11, WcStatus::Success),
+            (A, 100, WcStatus::Success),
+            (B, 12, WcStatus::Success)
+        ],
+        "the live QP's completions and the SRQ's receive, the rest consumed"
+    );
+    assert_eq!(wcs[1].opcode(), WcOpcode::Recv);
+    assert_eq!((c.ci(), fcq.set_ci()), (5, 5));
+    assert_eq!(srq.outstanding(), 1);
+
+    // The SRQ's receive needs the SRQ; a number alive again is a live QP's.
+    fcq.push(a_recv(1));
+    assert!(matches!(
+        c.poll(&mut b, &mut wcs),
+        Err(Error::UnknownSrqn { srqn: SRQN, .. })
+    ));
+    dead.forget(A);
+    assert!(matches!(
+        c.poll(both!(), &mut wcs),
+        Err(Error::UnknownQpn { qpn: A, .. })
+    ));
+    dead.record(A, Some(SRQN));
+    // The one-entry poll settles them too.
+    fcq.push(req(B, 2, 0x0a));
+    let mut one = [Wc::default(); 1];
+    assert_eq!(c.poll(both!(), &mut one).unwrap(), 1);
+    assert_eq!(ids(&one), vec![(A, 101, WcStatus::Success)]);
+    assert_eq!(c.poll(both!(), &mut one).unwrap(), 1);
+    assert_eq!(ids(&one), vec![(B, 13, WcStatus::Success)]);
+    assert_eq!((c.ci(), srq.outstanding()), (7, 0));
+}
+
+/// The list of destroyed QPs is bounded: the oldest is forgotten first, a number recorded
+/// again moves to the end.
+#[test]
+fn the_destroyed_qp_list_keeps_the_latest() {
+    use mlx5_qp::{DestroyedQp, DestroyedQps};
+    let d = DestroyedQps::new();
+    for qpn in 0..DestroyedQps::CAPACITY as u32 {
+        d.record(qpn, None);
+    }
+    d.record(0, Some(9));
+    d.record(70_000, None);
+    assert_eq!(d.len(), DestroyedQps::CAPACITY);
+    assert_eq!(d.get(1), None, "the oldest went");
+    assert_eq!(
+        d.get(0),
+        Some(DestroyedQp {
+            qpn: 0,
+            srqn: Some(9)
+        })
+    );
+    assert!(d.get(70_000).is_some() && d.get(2).is_some());
+    d.forget(2);
+    assert_eq!(d.get(2), None);
+}
