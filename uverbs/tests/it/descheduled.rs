@@ -16,6 +16,16 @@ const LIMIT: Duration = Duration::from_secs(120);
 /// dead path; less than eight of the default floor between processes (250 ms).
 const STOP: Duration = Duration::from_millis(1500);
 
+/// How long the end to be stopped runs between two looks at its socket while the run starts
+/// (its part of perftest's exchange and connection takes a few of these): short against a
+/// run's data phase ([`ITERS`]), which must not begin and end within one on a loaded machine
+/// (CI met one that did, with 600 iterations and 100 ms).
+const RESUMED: Duration = Duration::from_millis(20);
+
+/// The iterations of the 16 KiB WRITE runs: about 0.4 s of data phase for the debug build on
+/// an idle machine.
+const ITERS: &str = "1200";
+
 /// Which end is stopped.
 #[derive(Clone, Copy, PartialEq)]
 enum Stopped {
@@ -47,9 +57,9 @@ fn udp_port() -> u16 {
 }
 
 /// Run `program args` as server and client (launcher options `opts` on both), and stop `who`
-/// for [`STOP`] while frames are coming to it: stopped for 100 ms at a time until its device's
-/// socket holds frames it has not read (the run is under way), then kept stopped. Returns both
-/// outputs and reports.
+/// for [`STOP`] while frames are coming to it: stopped for 100 ms at a time, let run for
+/// [`RESUMED`] between, until its device's socket holds frames it has not read (the run is
+/// under way), then kept stopped. Returns both outputs and reports.
 fn run_stopping(
     name: &str,
     program: &str,
@@ -107,7 +117,7 @@ fn run_stopping(
         }
         // SAFETY: as above; the process is stopped, not reaped.
         assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
-        std::thread::sleep(Duration::from_millis(100));
+        std::thread::sleep(RESUMED);
     }
     std::thread::sleep(STOP);
     // SAFETY: as above.
@@ -144,13 +154,13 @@ fn a_stopped_peer_costs_timeouts_not_the_connection() {
     let [(_, _), (c, cr)] = run_stopping(
         "stopped-peer",
         "ib_write_bw",
-        &["-s", "16384", "-n", "600"],
+        &["-s", "16384", "-n", ITERS],
         &[],
         Stopped::Server,
     );
     assert!(
-        c.stdout.contains("16384      600"),
-        "no result row for 600 iterations:\n{}",
+        c.stdout.contains(&format!("16384      {ITERS}")),
+        "no result row for {ITERS} iterations:\n{}",
         c.stdout
     );
     // The stop was felt: the client's requester waited out its timer.
@@ -168,13 +178,13 @@ fn a_stopped_requester_takes_its_acks_before_its_timer() {
     let [(_, _), (c, _)] = run_stopping(
         "stopped-requester",
         "ib_write_bw",
-        &["-s", "16384", "-n", "600"],
+        &["-s", "16384", "-n", ITERS],
         &["--ack-floor-ms", "0"],
         Stopped::Client,
     );
     assert!(
-        c.stdout.contains("16384      600"),
-        "no result row for 600 iterations:\n{}",
+        c.stdout.contains(&format!("16384      {ITERS}")),
+        "no result row for {ITERS} iterations:\n{}",
         c.stdout
     );
 }
