@@ -2,7 +2,8 @@
 //! [`Cq::poll_one`]) declines — an error, inline scatter, an uncommon WQE, a QP the table does
 //! not know, a compressed CQE — read whole after its owner test and handed to its queue
 //! ([`Cq::handle`]), CQE by CQE, to the end of the call. [`Cq::poll_timestamped`] is this loop
-//! with the timestamps.
+//! with the timestamps. A CQE of a QP the table does not know that a CQ tracking destroyed QPs
+//! finds on its list ([`Cq::track_destroyed`]) is settled here too.
 
 use super::*;
 

@@ -18,7 +18,7 @@ struct Page([u8; 4096]);
 
 /// A QP on its own memory (the `Vec`'s buffer does not move with it).
 struct Fixture {
-    _mem: Vec<Page>,
+    mem: Vec<Page>,
     qp: Qp,
 }
 
@@ -56,7 +56,7 @@ fn fixture(qp_type: QpType, wqe_cnt: u32, max_inline: u32, max_send_sge: u32) ->
     };
     // SAFETY: the memory lives in the fixture with the QP.
     let qp = unsafe { Qp::from_layout(&layout, None) }.unwrap();
-    Fixture { _mem: mem, qp }
+    Fixture { mem, qp }
 }
 
 /// What `lean_post!` decides for an inline payload of `len` bytes against `limit`.
@@ -413,7 +413,7 @@ fn two_block_posts_take_the_lean_path_up_to_the_wr_limit() {
                 // after the ring and its record) holds the WQE's two blocks.
                 // SAFETY: the fixture's pages: the ring (one page), the record, the UAR.
                 let (ring, bf) = unsafe {
-                    let base = f._mem.as_ptr() as *const u8;
+                    let base = f.mem.as_ptr() as *const u8;
                     (
                         core::slice::from_raw_parts(base, 128),
                         core::slice::from_raw_parts(base.add(2 * 4096 + 0x800), 128),
@@ -460,7 +460,7 @@ fn the_ring_bound_keeps_lean_posts_out_of_a_big_wqes_blocks() {
         assert_eq!(f.qp.sq_outstanding_bbs(), 3);
         let ring = |f: &Fixture| {
             // SAFETY: the fixture's first pages are the four-block ring.
-            unsafe { core::slice::from_raw_parts(f._mem.as_ptr() as *const u8, 256) }.to_vec()
+            unsafe { core::slice::from_raw_parts(f.mem.as_ptr() as *const u8, 256) }.to_vec()
         };
         let before = ring(&f);
         let planned_before = planned::count();

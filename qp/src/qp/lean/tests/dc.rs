@@ -48,9 +48,9 @@ fn retire_oldest(qp: &mut Qp) {
 /// first `bf_bytes` bytes of the BlueFlame half at `half` (the one the post wrote; the rest
 /// of its copy is padding, which the lean copy fills from its own line).
 fn written(f: &Fixture, half: usize, bf_bytes: usize) -> Vec<u8> {
-    let pages = f._mem.len();
-    let mut v: Vec<u8> = f._mem[..pages - 1].iter().flat_map(|p| p.0).collect();
-    let uar = &f._mem[pages - 1].0;
+    let pages = f.mem.len();
+    let mut v: Vec<u8> = f.mem[..pages - 1].iter().flat_map(|p| p.0).collect();
+    let uar = &f.mem[pages - 1].0;
     v.extend_from_slice(&uar[0x800 + half..0x800 + half + bf_bytes]);
     v
 }
