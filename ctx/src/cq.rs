@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mlx5_hw::{CqId, CqInitAttr};
-use mlx5_qp::{DestroyedQps, Resolve, Wc};
+use mlx5_qp::{DcTargets, DestroyedQps, Resolve, Wc};
 
 use std::os::fd::AsRawFd;
 
@@ -41,6 +41,9 @@ pub(crate) struct CqObj {
     /// `mlx5_qp::DestroyedQps`): each QP records itself on its CQs when it is destroyed
     /// ([`CqObj::qp_destroyed`]) and is forgotten when a new QP takes its number.
     pub(crate) destroyed: Arc<DestroyedQps>,
+    /// The DC targets whose receives complete here: their CQEs name no QP a table holds
+    /// (`mlx5_qp::DcTargets`); each adds itself when created and leaves when destroyed.
+    pub(crate) dc_targets: Arc<DcTargets>,
 }
 
 impl CqObj {
@@ -52,6 +55,19 @@ impl CqObj {
     /// QP `qpn` reports here from now on: its number is a live QP's.
     pub(crate) fn qp_created(&self, qpn: u32) {
         self.destroyed.forget(qpn);
+    }
+
+    /// DC target `dctn`, receiving through SRQ `srqn`, completes here from now on.
+    pub(crate) fn dct_created(&self, dctn: u32, srqn: u32) {
+        self.destroyed.forget(dctn);
+        self.dc_targets.add(dctn, srqn);
+    }
+
+    /// DC target `dctn` (receiving through SRQ `srqn`) completed here and was destroyed: its
+    /// receives still queued complete on the SRQ all the same.
+    pub(crate) fn dct_destroyed(&self, dctn: u32, srqn: u32) {
+        self.dc_targets.remove(dctn);
+        self.destroyed.record(dctn, Some(srqn));
     }
 }
 
@@ -141,10 +157,12 @@ impl Cq {
             id: info.id,
             chan: channel.map(|ch| (ch.clone(), ch.attach(info.id))),
             destroyed: Arc::new(DestroyedQps::new()),
+            dc_targets: Arc::new(DcTargets::new()),
         });
         // On failure `obj` is dropped here and destroys the CQ.
         let mut dp = datapath::cq(&info.layout)?;
         dp.track_destroyed(obj.destroyed.clone());
+        dp.track_dc_targets(obj.dc_targets.clone());
         Ok(Cq {
             dp,
             obj,

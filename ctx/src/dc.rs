@@ -103,7 +103,7 @@ impl Drop for DctObj {
         // As a QP's (`crate::qp`): the CQ's polls settle what it still holds of the DCT's
         // (a DCT that never reached RTR has no number and no CQE).
         if self.dctn != 0 {
-            self.cq.qp_destroyed(self.dctn, Some(self.srqn));
+            self.cq.dct_destroyed(self.dctn, self.srqn);
         }
     }
 }
@@ -125,7 +125,9 @@ impl fmt::Debug for Dct {
 impl Pd {
     /// Create a DC target whose receives complete on `cq` from `srq`, reached with
     /// `access_key`, and move it to RTR with every remote right (READ, WRITE, atomics):
-    /// [`Pd::create_dct_with`] with them.
+    /// [`Pd::create_dct_with`] with them. Its receives are polled with a table that holds
+    /// `srq` (no table holds a DCT): `cq` knows the target's number and finds the SRQ by it,
+    /// whatever the CQE carries in `srqn_uidx` (`mlx5_qp::DcTargets`).
     pub fn create_dct(&self, cq: &Cq, srq: &Srq, access_key: u64) -> Result<Dct> {
         self.create_dct_with(cq, srq, access_key, crate::mr::all_access())
     }
@@ -192,7 +194,8 @@ impl Pd {
             AttrMask::STATE | AttrMask::MIN_RNR_TIMER | AttrMask::AV | AttrMask::PATH_MTU,
         )?;
         obj.dctn = dev.dct_number(info.id)?;
-        obj.cq.qp_created(obj.dctn);
+        // Its receives name it, which no table holds: the CQ completes them on the SRQ.
+        obj.cq.dct_created(obj.dctn, obj.srqn);
         tracing::info!(target: "mlx5_ctx", dctn = obj.dctn, "DCT in RTR");
         Ok(Dct { obj: Arc::new(obj) })
     }

@@ -367,7 +367,8 @@ mod tests {
     use crate::Context;
 
     /// A QP (and a DC target) destroyed is written down on its CQs with its SRQ, whose polls
-    /// then settle its queued CQEs (`mlx5_qp::DestroyedQps`); a new QP's number is a live
+    /// then settle its queued CQEs (`mlx5_qp::DestroyedQps`); a live DC target is on its CQ's
+    /// `mlx5_qp::DcTargets`; a new QP's number is a live
     /// QP's again on its CQs: had a CQ remembered it as a destroyed QP's (the device hands
     /// numbers out again), its polls would settle the new QP's CQEs as the destroyed one's.
     /// The software ConnectX counts numbers up, so the next QP's is among the 64 after the
@@ -403,10 +404,13 @@ mod tests {
             let d = c.obj().destroyed.get(qpn);
             assert_eq!(d.and_then(|d| d.srqn), Some(srqn), "{qpn:#x}");
         }
-        // A DC target's too.
+        // A DC target's receives complete on its SRQ by its number while it lives, and after.
         let dct = pd.create_dct(&cq, &srq, 7).unwrap();
         let dctn = dct.number();
+        assert_eq!(cq.obj().dc_targets.srq_of(dctn), Some(srqn));
+        assert_eq!(cq.obj().destroyed.get(dctn), None);
         drop(dct);
+        assert_eq!(cq.obj().dc_targets.srq_of(dctn), None);
         let d = cq.obj().destroyed.get(dctn);
         assert_eq!(d.and_then(|d| d.srqn), Some(srqn), "DCT {dctn:#x}");
     }

@@ -13,7 +13,8 @@
 //! (the one-entry poll), `runs` (the runs of one QP and the loops over CQEs of many), `full`
 //! (the full path), `send` ([`Cq::poll_send`]), `own` (one owner's CQEs of a shared CQ:
 //! [`Cq::poll_own`], [`Cq::discard_next`]), `destroyed` (the QPs destroyed with CQEs still
-//! queued, [`DestroyedQps`]), `timestamp` ([`Cq::poll_timestamped`]), `tests`.
+//! queued, [`DestroyedQps`]), `dc_targets` (the DC targets whose receives complete here,
+//! [`DcTargets`]), `timestamp` ([`Cq::poll_timestamped`]), `tests`.
 //!
 //! The poll functions, named for when they run:
 //! - [`Cq::poll`]: every call; picks by the room the call has, once.
@@ -32,6 +33,7 @@
 //! What a CQE does to its queue is asked of the QP (`crate::qp::completion`), never done on
 //! its fields. `docs/hot-path.md` walks one CQE through them.
 
+mod dc_targets;
 mod destroyed;
 mod full;
 mod own;
@@ -41,6 +43,7 @@ mod single;
 mod table;
 mod timestamp;
 
+pub use dc_targets::DcTargets;
 pub use destroyed::{DestroyedQp, DestroyedQps};
 pub use table::{QpTable, Resolve};
 
@@ -119,6 +122,8 @@ pub struct Cq {
     error: Option<Error>,
     /// The destroyed QPs whose CQEs the full path settles ([`Cq::track_destroyed`]).
     destroyed: Option<Arc<DestroyedQps>>,
+    /// The DC targets whose receives the full path completes ([`Cq::track_dc_targets`]).
+    dc_targets: Option<Arc<DcTargets>>,
 }
 
 /// What an out-of-line path of [`Cq::poll`] returns when it left its error in [`Cq`]'s
@@ -167,6 +172,7 @@ impl Cq {
             arm_sn: 0,
             error: None,
             destroyed: None,
+            dc_targets: None,
         })
     }
 
@@ -184,6 +190,21 @@ impl Cq {
     #[cold]
     fn destroyed_qp(&self, qpn: u32) -> Option<DestroyedQp> {
         self.destroyed.as_ref()?.get(qpn)
+    }
+
+    /// Complete the receives of the DC targets in `targets` on their SRQs ([`DcTargets`]): a
+    /// receive CQE naming one of them completes on its SRQ when the table holds it (else it
+    /// is [`Error::UnknownSrqn`] and stays), whatever its `srqn_uidx` carries — with CQE
+    /// version 1 the DCT's user index, which no SRQ fallback can find.
+    pub fn track_dc_targets(&mut self, targets: Arc<DcTargets>) {
+        self.dc_targets = Some(targets);
+    }
+
+    /// The SRQ of DC target `qpn`, when this CQ tracks DC targets and it is one (the full
+    /// path, for a receive of a QP missing from the table).
+    #[cold]
+    fn dc_target_srq(&self, qpn: u32) -> Option<u32> {
+        self.dc_targets.as_ref()?.srq_of(qpn)
     }
 
     /// CQ number.

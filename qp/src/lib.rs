@@ -101,7 +101,7 @@ mod wr;
 mod wr_limit;
 mod xrc;
 
-pub use cq::{Cq, DestroyedQp, DestroyedQps, QpTable, Resolve};
+pub use cq::{Cq, DcTargets, DestroyedQp, DestroyedQps, QpTable, Resolve};
 pub use dc::DcDest;
 pub use error::{Error, Result, SqLimit};
 pub use qp::{Batch, Qp, MAX_SQ_BBS};

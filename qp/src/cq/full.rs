@@ -287,10 +287,9 @@ impl Cq {
                 let Some(qp) = table.qp(qpn) else {
                     // An XRC target has no data path: its receives belong to the XRC SRQ.
                     return match complete_on_srq(table, cqe, wc, inline, out, cqn) {
-                        Err(Error::UnknownQpn { .. }) => match self.destroyed_qp(qpn) {
-                            Some(dead) => self.destroyed_recv(dead, table, cqe, wc, inline, out),
-                            None => Err(Error::UnknownQpn { cqn, qpn }),
-                        },
+                        Err(Error::UnknownQpn { .. }) => {
+                            self.untabled_recv(table, cqe, wc, inline, out)
+                        }
                         r => r,
                     };
                 };
@@ -325,6 +324,30 @@ impl Cq {
 }
 
 impl Cq {
+    /// A receive CQE naming a QP no table holds and whose `srqn_uidx` names no SRQ of the
+    /// table: a DC target's ([`Cq::track_dc_targets`]) completes on its SRQ, a destroyed QP's
+    /// is settled ([`Cq::track_destroyed`]); anything else is [`Error::UnknownQpn`].
+    #[cold]
+    #[inline(never)]
+    fn untabled_recv<R: Resolve + ?Sized>(
+        &self,
+        table: &mut R,
+        cqe: &Cqe64,
+        wc: Wc,
+        inline: Option<&[u8]>,
+        out: &mut [Wc],
+    ) -> Result<Progress> {
+        let (cqn, qpn) = (self.cqn, cqe.qpn());
+        if let Some(srqn) = self.dc_target_srq(qpn) {
+            let srq = table.srq(srqn).ok_or(Error::UnknownSrqn { cqn, srqn })?;
+            return Ok(srq.complete(cqe.wqe_counter(), wc, inline, out));
+        }
+        match self.destroyed_qp(qpn) {
+            Some(dead) => self.destroyed_recv(dead, table, cqe, wc, inline, out),
+            None => Err(Error::UnknownQpn { cqn, qpn }),
+        }
+    }
+
     /// A receive CQE of QP `dead`, destroyed ([`Cq::track_destroyed`]): through an SRQ, the
     /// SRQ's WR completes (with the destroyed QP's number), or stays in the CQ as
     /// [`Error::UnknownSrqn`] when `table` does not hold the SRQ; on the QP's own receive

@@ -387,3 +387,50 @@ fn the_destroyed_qp_list_keeps_the_latest() {
     d.forget(2);
     assert_eq!(d.get(2), None);
 }
+
+/// A DC target has no data path: no table holds it. Its receive CQE names it by number and,
+/// with CQE version 1, carries its own user index in `srqn_uidx`, which no SRQ fallback finds;
+/// a CQ that tracks its DC targets (`Cq::track_dc_targets`) completes it on the DCT's SRQ, or
+/// leaves it as `UnknownSrqn` when the table lacks that SRQ. Untracked: `UnknownQpn`.
+#[test]
+fn a_dc_targets_receive_completes_on_its_srq_by_the_targets_number() {
+    use mlx5_qp::DcTargets;
+    use std::sync::Arc;
+    const DCT: u32 = 0x4567;
+    let fsrq = FakeSrq::new(8, 64, SRQN);
+    let mut fcq = FakeCq::new(8, 64, false);
+    // SAFETY: `fsrq` outlives the SRQ.
+    let mut srq = unsafe { Srq::from_layout(&fsrq.layout) }.unwrap();
+    // SAFETY: `fcq` outlives the CQ.
+    let mut c = unsafe { Cq::from_layout(&fcq.layout) }.unwrap();
+    srq.post_recv(70, &sge()).unwrap();
+    let mut r = srq_recv(DCT, 0);
+    r.srqn_uidx = U32::new(9);
+    fcq.push(r);
+    let mut wcs = [Wc::default(); 4];
+    let mut none: [Qp; 0] = [];
+    assert!(matches!(
+        c.poll(
+            &mut (&mut none[..], std::slice::from_mut(&mut srq)),
+            &mut wcs
+        ),
+        Err(Error::UnknownQpn { qpn: DCT, .. })
+    ));
+    let targets = Arc::new(DcTargets::new());
+    targets.add(DCT, SRQN);
+    c.track_dc_targets(targets.clone());
+    assert!(matches!(
+        c.poll(&mut none[..], &mut wcs),
+        Err(Error::UnknownSrqn { srqn: SRQN, .. })
+    ));
+    let n = c
+        .poll(
+            &mut (&mut none[..], std::slice::from_mut(&mut srq)),
+            &mut wcs,
+        )
+        .unwrap();
+    assert_eq!(ids(&wcs[..n]), vec![(DCT, 70, WcStatus::Success)]);
+    assert_eq!((c.ci(), srq.outstanding()), (1, 0));
+    targets.remove(DCT);
+    assert_eq!(targets.srq_of(DCT), None);
+}
