@@ -282,7 +282,8 @@ fn dc_with_perftests_exchange_is_refused_clearly() {
 /// index in `srqn_uidx`, which no SRQ has — the CQ completes it on the DCT's SRQ by the DCT's
 /// number (`mlx5_qp::DcTargets`). Before, the first SEND a DCT received ended the run with
 /// "completion for QPN ..., which is not in the table". Every test of `lat`, and `bw` SENDs in
-/// both directions over two DCIs.
+/// both directions over two DCIs, in loopback; and `lat send` as two processes, each DCI
+/// reaching the other process's DCT.
 #[test]
 fn dc_through_rdma_core_receives_on_the_dct_srq() {
     use crate::mixed_pairs::{Emu, Scratch};
@@ -318,4 +319,24 @@ fn dc_through_rdma_core_receives_on_the_dct_srq() {
             end.stdout
         );
     }
+    let args = ["send", "-c", "DC", "-n", "30", "-s", "100", "-d", "mlx5_0"];
+    let mut a = args.to_vec();
+    a.extend(["-p", "0"]);
+    let mut server = Emu::start(Path::new(lat), &a, s.0.join("server.report"));
+    let port = server.wait_line("Waiting for client to connect on TCP port ");
+    let port = port
+        .split_whitespace()
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    let mut a = args.to_vec();
+    a.extend(["-p", &port, "127.0.0.1"]);
+    let client = Emu::start(Path::new(lat), &a, s.0.join("client.report")).finish();
+    let server = server.finish();
+    assert!(client.stdout.contains(" 100     30 "), "{}", client.stdout);
+    assert!(
+        server.stdout.contains("receiving here through one SRQ"),
+        "{}",
+        server.stdout
+    );
 }
