@@ -325,8 +325,11 @@ impl Cq {
 
 impl Cq {
     /// A receive CQE naming a QP no table holds and whose `srqn_uidx` names no SRQ of the
-    /// table: a DC target's ([`Cq::track_dc_targets`]) completes on its SRQ, a destroyed QP's
-    /// is settled ([`Cq::track_destroyed`]); anything else is [`Error::UnknownQpn`].
+    /// table: a DC target's ([`Cq::track_dc_targets`]) completes on its SRQ; a destroyed QP's
+    /// ([`Cq::track_destroyed`]) completes on the SRQ it received through (the WR is the SRQ's,
+    /// with the destroyed QP's number), or is consumed when it had a receive queue of its own
+    /// (gone with it). Through an SRQ `table` does not hold: [`Error::UnknownSrqn`], left in
+    /// the CQ; a QP neither list names: [`Error::UnknownQpn`].
     #[cold]
     #[inline(never)]
     fn untabled_recv<R: Resolve + ?Sized>(
@@ -338,35 +341,16 @@ impl Cq {
         out: &mut [Wc],
     ) -> Result<Progress> {
         let (cqn, qpn) = (self.cqn, cqe.qpn());
-        if let Some(srqn) = self.dc_target_srq(qpn) {
-            let srq = table.srq(srqn).ok_or(Error::UnknownSrqn { cqn, srqn })?;
-            return Ok(srq.complete(cqe.wqe_counter(), wc, inline, out));
-        }
-        match self.destroyed_qp(qpn) {
-            Some(dead) => self.destroyed_recv(dead, table, cqe, wc, inline, out),
-            None => Err(Error::UnknownQpn { cqn, qpn }),
-        }
-    }
-
-    /// A receive CQE of QP `dead`, destroyed ([`Cq::track_destroyed`]): through an SRQ, the
-    /// SRQ's WR completes (with the destroyed QP's number), or stays in the CQ as
-    /// [`Error::UnknownSrqn`] when `table` does not hold the SRQ; on the QP's own receive
-    /// queue, gone with it, consumed.
-    #[cold]
-    #[inline(never)]
-    fn destroyed_recv<R: Resolve + ?Sized>(
-        &self,
-        dead: DestroyedQp,
-        table: &mut R,
-        cqe: &Cqe64,
-        wc: Wc,
-        inline: Option<&[u8]>,
-        out: &mut [Wc],
-    ) -> Result<Progress> {
-        let Some(srqn) = dead.srqn else {
-            return Ok(self.consumed_stale(cqe));
+        let srqn = match self.dc_target_srq(qpn) {
+            Some(srqn) => srqn,
+            None => match self.destroyed_qp(qpn) {
+                Some(DestroyedQp {
+                    srqn: Some(srqn), ..
+                }) => srqn,
+                Some(_) => return Ok(self.consumed_stale(cqe)),
+                None => return Err(Error::UnknownQpn { cqn, qpn }),
+            },
         };
-        let cqn = self.cqn;
         let srq = table.srq(srqn).ok_or(Error::UnknownSrqn { cqn, srqn })?;
         Ok(srq.complete(cqe.wqe_counter(), wc, inline, out))
     }

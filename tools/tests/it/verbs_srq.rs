@@ -84,28 +84,24 @@ fn verbs_path_receives_through_one_srq() {
     assert_eq!((r[0], r[1]), (256.0, 60.0), "{out}");
 }
 
+/// `bw`'s arguments of the SEND runs against `ib_send_bw`: two QPs on one SRQ.
+const SRQ_BW: &[&str] = &[
+    "send",
+    "--use-srq",
+    "-q",
+    "2",
+    "-n",
+    "100",
+    "-s",
+    "2048",
+    "-t",
+    "16",
+];
+
 #[test]
 fn verbs_path_srq_against_stock_perftest() {
     let _g = crate::heavy();
-    against_perftest_on(
-        "verbs",
-        "ib_send_bw",
-        BW,
-        &[
-            "send",
-            "--use-srq",
-            "-q",
-            "2",
-            "-n",
-            "100",
-            "-s",
-            "2048",
-            "-t",
-            "16",
-        ],
-        "BW average",
-        true,
-    );
+    against_perftest_on("verbs", "ib_send_bw", BW, SRQ_BW, "BW average", true);
     against_perftest_on(
         "verbs",
         "ib_send_lat",
@@ -115,26 +111,16 @@ fn verbs_path_srq_against_stock_perftest() {
         false,
     );
     // A receiver behind (as a descheduled server process on a loaded machine, where CI met
-    // it): the first three SENDs this side's server receives find the SRQ empty. RNR NAKs, the packets dropped behind them, the
-    // NAK sequence error the first of those draws, and the resends are flow control, in one
-    // run and not in the other: both complete, and the executed requests agree.
+    // it): the first three SENDs this side's server receives find the SRQ empty. RNR NAKs,
+    // the packets dropped behind them, the NAK sequence error the first of those draws, and
+    // the resends are flow control, in one run and not in the other: both complete, and the
+    // executed requests agree.
     let all = against_perftest_under(
         Some("times=3,rnr=100%"),
         "verbs",
         "ib_send_bw",
         BW,
-        &[
-            "send",
-            "--use-srq",
-            "-q",
-            "2",
-            "-n",
-            "100",
-            "-s",
-            "2048",
-            "-t",
-            "16",
-        ],
+        SRQ_BW,
         "BW average",
         true,
     );
